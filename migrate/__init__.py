@@ -1,0 +1,1 @@
+"""vrmig package."""
