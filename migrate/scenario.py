@@ -1,0 +1,110 @@
+"""The experiment description: a frozen dataclass built from CLI flags / Make variables."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from migrate.errors import ConfigError
+from migrate.units import format_rate
+
+HVS = ("kvm",)
+MODES = ("precopy", "stopcopy")
+ROUTERS = ("frr", "bird", "xorp")
+ACCELS = ("auto", "kvm", "tcg")
+GENS = ("builtin", "iperf3")
+MIN_FRAME_BYTES = 64
+MAX_FRAME_BYTES = 1518
+MIN_IPV6_FRAME_BYTES = 82  # 14 Eth + 40 IPv6 + 8 UDP + 16 B payload (seq, timestamp) + 4 FCS
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One migration experiment; every field is recorded in meta.json."""
+
+    hv: str = "kvm"
+    mode: str = "precopy"
+    rate_bps: int = 100_000_000
+    frame_bytes: int = 1500
+    ip: int = 4
+    duration_s: float = 20.0
+    migrate_at_s: float = 5.0
+    after_s: float = 3.0
+    sample_ms: int = 10
+    probe_ms: int = 10
+    mem_mib: int = 256
+    vcpus: int = 1
+    router: str = "frr"
+    nic: str = "virtio"
+    accel: str = "auto"
+    gen: str = "builtin"
+    miglink_bps: int | None = None
+    downtime_limit_ms: int | None = None
+    max_bandwidth_bps: int | None = None
+    auto_converge: bool = False
+    xbzrle: bool = False
+    postcopy: bool = False
+    migrate_timeout_s: float = 120.0
+    boot_timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @property
+    def name(self) -> str:
+        """Name derived from the parameters, used in the results directory name."""
+        return f"{self.hv}-{self.mode}-{format_rate(self.rate_bps)}-{self.frame_bytes}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """All parameters as a JSON-ready dict."""
+        return asdict(self)
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        """Names of all parameters."""
+        return [f.name for f in fields(cls)]
+
+
+def _require(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+def validate(s: Scenario) -> None:
+    """Raise ConfigError with a one-line, actionable message for the first invalid parameter."""
+    _require(s.hv in HVS, f"HV={s.hv!r} is not supported: choose one of {', '.join(HVS)}")
+    _require(s.mode in MODES, f"MODE={s.mode!r} is unknown: choose precopy or stopcopy")
+    _require(s.rate_bps >= 0, f"RATE={s.rate_bps} must be >= 0 bit/s")
+    _require(s.rate_bps <= 10 * 10**9, f"RATE={format_rate(s.rate_bps)} is above 10G: the testbed cannot carry it")
+    _require(
+        MIN_FRAME_BYTES <= s.frame_bytes <= MAX_FRAME_BYTES,
+        f"SIZE={s.frame_bytes} is outside {MIN_FRAME_BYTES}-{MAX_FRAME_BYTES} (Ethernet frame bytes incl. FCS)",
+    )
+    _require(s.ip in (4, 6), f"IP={s.ip} must be 4 or 6")
+    if s.ip == 6:
+        _require(
+            s.frame_bytes >= MIN_IPV6_FRAME_BYTES,
+            f"SIZE={s.frame_bytes} is too small for IPv6 probes: use at least {MIN_IPV6_FRAME_BYTES}",
+        )
+    _require(s.duration_s > 0, f"DURATION={s.duration_s} must be > 0 seconds")
+    _require(s.migrate_at_s > 0, f"MIGRATE_AT={s.migrate_at_s} must be > 0 seconds")
+    _require(
+        s.migrate_at_s < s.duration_s,
+        f"MIGRATE_AT={s.migrate_at_s} must be before the end of traffic (DURATION={s.duration_s})",
+    )
+    _require(1 <= s.sample_ms <= 1000, f"SAMPLE_MS={s.sample_ms} must be 1-1000 ms")
+    _require(1 <= s.probe_ms <= 1000, f"PROBE_MS={s.probe_ms} must be 1-1000 ms")
+    _require(64 <= s.mem_mib <= 16384, f"MEM={s.mem_mib} must be 64-16384 MiB")
+    _require(1 <= s.vcpus <= 64, f"VCPUS={s.vcpus} must be 1-64")
+    _require(s.router in ROUTERS, f"ROUTER={s.router!r} is unknown: choose one of {', '.join(ROUTERS)}")
+    _require(s.nic in ("virtio", "e1000"), f"NIC={s.nic!r} must be virtio or e1000")
+    _require(s.accel in ACCELS, f"ACCEL={s.accel!r} must be one of {', '.join(ACCELS)}")
+    _require(s.gen in GENS, f"GEN={s.gen!r} is unknown: choose one of {', '.join(GENS)}")
+    if s.miglink_bps is not None:
+        _require(s.miglink_bps >= 100_000, f"MIGLINK={s.miglink_bps} must be at least 100K bit/s")
+    if s.downtime_limit_ms is not None:
+        _require(s.downtime_limit_ms > 0, f"DOWNTIME_LIMIT={s.downtime_limit_ms} must be > 0 ms")
+    if s.max_bandwidth_bps is not None:
+        _require(s.max_bandwidth_bps > 0, f"MIGBW={s.max_bandwidth_bps} must be > 0 bit/s")
+    _require(not (s.postcopy and s.mode == "stopcopy"), "POSTCOPY=1 needs MODE=precopy")
+    _require(s.migrate_timeout_s > 0, "MIGRATE_TIMEOUT must be > 0 seconds")
