@@ -14,9 +14,7 @@ def parse_rate_bps(text: str, what: str = "RATE") -> int:
     """Parse ``500M``, ``1G``, ``10k``, ``0`` into bit/s; raise ConfigError on anything else."""
     m = _RATE_RE.match(str(text))
     if not m:
-        raise ConfigError(
-            f"{what}={text!r} is not a rate: use bit/s with an optional K/M/G suffix, e.g. 500M"
-        )
+        raise ConfigError(f"{what}={text!r} is not a rate: use bit/s with an optional K/M/G suffix, e.g. 500M")
     value = float(m.group(1)) * _SUFFIX[m.group(2).upper()]
     if value != int(value):
         raise ConfigError(f"{what}={text!r} is not a whole number of bit/s")

@@ -1,0 +1,7 @@
+"""``python -m migrate`` runs the vrmig CLI."""
+
+import sys
+
+from migrate.cli import main
+
+sys.exit(main())

@@ -1,0 +1,149 @@
+"""Command line: ``vrmig run`` (= ``make migrate``) and ``vrmig clean-testbed``.
+
+Errors print one line and exit non-zero; tracebacks only with ``--debug``.  The last line
+printed by ``run`` is the results directory."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from migrate.errors import ConfigError, VrmigError
+from migrate.scenario import Scenario
+from migrate.units import parse_rate_bps
+
+log = logging.getLogger("vrmig")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError(message)
+
+
+def _int(name: str):
+    def conv(text: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(f"{name}={text!r} is not a whole number") from None
+
+    return conv
+
+
+def _float(name: str):
+    def conv(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ConfigError(f"{name}={text!r} is not a number of seconds") from None
+        return value
+
+    return conv
+
+
+def _rate(name: str):
+    return lambda text: parse_rate_bps(text, name)
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("1", "yes", "true", "on"):
+        return True
+    if text.lower() in ("0", "no", "false", "off", ""):
+        return False
+    raise ConfigError(f"{text!r} is not a boolean: use 1 or 0")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (flags mirror the Make variables)."""
+    p = _Parser(prog="vrmig", description="Live-migrate a virtual router and measure what traffic sees.")
+    p.add_argument("--debug", action="store_true", help="verbose logging and tracebacks")
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="one migration experiment (make migrate)")
+    r.add_argument("--hv", default="kvm", help="hypervisor driver (HV): kvm")
+    r.add_argument("--mode", default="precopy", help="precopy|stopcopy (MODE)")
+    r.add_argument("--rate", type=_rate("RATE"), default=parse_rate_bps("100M"), help="cross-traffic bit/s, K/M/G")
+    r.add_argument("--size", type=_int("SIZE"), default=1500, help="Ethernet frame bytes 64-1518")
+    r.add_argument("--ip", type=_int("IP"), default=4, help="4|6 for the cross-traffic and probes")
+    r.add_argument("--duration", type=_float("DURATION"), default=20.0, help="seconds of traffic (at least)")
+    r.add_argument("--migrate-at", type=_float("MIGRATE_AT"), default=5.0, help="seconds after traffic start")
+    r.add_argument("--after", type=_float("AFTER"), default=3.0, help="seconds of traffic after the migration")
+    r.add_argument("--sample-ms", type=_int("SAMPLE_MS"), default=10)
+    r.add_argument("--probe-ms", type=_int("PROBE_MS"), default=10)
+    r.add_argument("--mem", type=_int("MEM"), default=256, help="guest MiB")
+    r.add_argument("--router", default="frr", help="frr|bird|xorp")
+    r.add_argument("--nic", default="virtio", help="virtio|e1000")
+    r.add_argument("--accel", default="auto", help="auto|kvm|tcg")
+    r.add_argument("--gen", default="builtin", help="cross-traffic backend")
+    r.add_argument("--miglink", type=_rate("MIGLINK"), default=None, help="cap the migration link, e.g. 1G")
+    r.add_argument("--downtime-limit", type=_int("DOWNTIME_LIMIT"), default=None, help="QEMU downtime-limit ms")
+    r.add_argument("--max-bandwidth", type=_rate("MIGBW"), default=None, help="QEMU max-bandwidth bit/s")
+    r.add_argument("--auto-converge", type=_bool, default=False)
+    r.add_argument("--xbzrle", type=_bool, default=False)
+    r.add_argument("--postcopy", type=_bool, default=False)
+    r.add_argument("--migrate-timeout", type=_float("MIGRATE_TIMEOUT"), default=120.0)
+    r.add_argument("--results", type=Path, default=Path("results"), help="results root directory")
+    sub.add_parser("clean-testbed", help="remove what crashed runs left behind (from their state files)")
+    return p
+
+
+def scenario_from_args(a: argparse.Namespace) -> Scenario:
+    """Build (and validate) the Scenario from parsed flags."""
+    return Scenario(
+        hv=a.hv, mode=a.mode, rate_bps=a.rate, frame_bytes=a.size, ip=a.ip,
+        duration_s=a.duration, migrate_at_s=a.migrate_at, after_s=a.after,
+        sample_ms=a.sample_ms, probe_ms=a.probe_ms, mem_mib=a.mem, router=a.router, nic=a.nic,
+        accel=a.accel, gen=a.gen, miglink_bps=a.miglink, downtime_limit_ms=a.downtime_limit,
+        max_bandwidth_bps=a.max_bandwidth, auto_converge=a.auto_converge, xbzrle=a.xbzrle,
+        postcopy=a.postcopy, migrate_timeout_s=a.migrate_timeout,
+    )  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status."""
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s" if debug else "vrmig: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("pyroute2").setLevel(logging.WARNING)
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "clean-testbed":
+            from migrate.registry import clean_stale
+
+            cleaned = clean_stale()
+            print(f"cleaned {len(cleaned)} stale run(s)" + (f": {', '.join(cleaned)}" if cleaned else ""))
+            return 0
+        scenario = scenario_from_args(args)
+        from migrate.run import run
+
+        run_dir = run(scenario, args.results)
+        _print_summary(run_dir)
+        print(run_dir)
+        import json
+
+        status = json.loads((run_dir / "meta.json").read_text()).get("status")
+        return 0 if status == "completed" else 4
+    except VrmigError as err:
+        if debug:
+            log.exception("error")
+        print(f"vrmig: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("vrmig: interrupted", file=sys.stderr)
+        return 130
+
+
+def _print_summary(run_dir: Path) -> None:
+    summary = run_dir / "summary.json"
+    if not summary.exists():
+        print(f"(no summary.json; analysis failed — see the log; raw data in {run_dir})")
+        return
+    import json
+
+    from analysis.report import format_table
+
+    print(format_table(json.loads(summary.read_text())))

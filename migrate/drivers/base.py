@@ -1,0 +1,86 @@
+"""The hypervisor driver interface, named after migration phases, and a lazy registry so a
+missing backend breaks nothing else (after CRIU's P.Haul)."""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from migrate.errors import ConfigError
+from migrate.recorder import Recorder
+from migrate.registry import Registry
+from migrate.scenario import Scenario
+from migrate.testbed import Testbed
+
+DRIVERS = {"kvm": "migrate.drivers.kvm:KvmDriver"}
+
+
+@dataclass
+class RunContext:
+    """What a driver gets: the scenario, the built testbed and where to record."""
+
+    scenario: Scenario
+    testbed: Testbed
+    registry: Registry
+    run_dir: Path
+    recorder: Recorder
+    abort: Any = None  # callable -> bool, true once an interruption was requested
+
+
+@dataclass
+class MigrationOutcome:
+    """How the migration ended, as the hypervisor reports it."""
+
+    completed: bool
+    failure: str | None = None
+    hypervisor: dict[str, Any] = field(default_factory=dict)
+
+
+class Driver(ABC):
+    """One hypervisor technology.  The orchestrator calls the phases in order."""
+
+    name: str = ""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+
+    @abstractmethod
+    def check(self) -> dict[str, Any]:
+        """Check dependencies; return versions and environment facts for meta.json."""
+
+    @abstractmethod
+    def start_source(self) -> None:
+        """Start the router on R1 and return once it routes (observed, not slept)."""
+
+    @abstractmethod
+    def prepare_destination(self) -> None:
+        """Make R2 ready to receive the router."""
+
+    @abstractmethod
+    def migrate(self) -> MigrationOutcome:
+        """Migrate R1 -> R2 over the dedicated link; block until done, failed or timed out."""
+
+    @abstractmethod
+    def verify(self) -> dict[str, Any]:
+        """Report where the router runs now (e.g. source/destination run states)."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop everything the driver started (the registry kills leftovers by PID)."""
+
+    def describe(self) -> dict[str, Any]:
+        """Effective hypervisor settings for meta.json (after the run)."""
+        return {}
+
+
+def load_driver(hv: str) -> type[Driver]:
+    """Import the driver class for ``hv`` lazily."""
+    try:
+        target = DRIVERS[hv]
+    except KeyError:
+        raise ConfigError(f"HV={hv!r} has no driver: choose one of {', '.join(DRIVERS)}") from None
+    module, cls = target.split(":")
+    return getattr(importlib.import_module(module), cls)

@@ -1,0 +1,291 @@
+"""HV=kvm: QEMU driven over QMP.  Source QEMU in R1, destination QEMU in R2 with
+``-incoming defer`` listening on the dedicated migration link."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from migrate import topology as topo
+from migrate.drivers.accel import detect_accel
+from migrate.drivers.base import Driver, MigrationOutcome, RunContext
+from migrate.errors import DependencyError, GuestError, MigrationError
+from migrate.procs import Proc, ProcessError
+from migrate.qmp import QMPClient, QMPError
+
+log = logging.getLogger(__name__)
+
+QEMU = "qemu-system-x86_64"
+POLL_INTERVAL_S = 0.020  # query-migrate every 20 ms (the issue asks for 50 ms or faster)
+QMP_CONNECT_TIMEOUT_S = 30.0
+QUIT_TIMEOUT_S = 10.0
+POSTCOPY_AFTER_SYNCS = 2  # switch to postcopy once the first full RAM pass is done
+NIC_MODELS = {"virtio": "virtio-net-pci", "e1000": "e1000"}
+
+
+def qemu_argv(
+    *,
+    name: str,
+    accel: str,
+    mem_mib: int,
+    vcpus: int,
+    kernel: Path,
+    initrd: Path,
+    append: str,
+    console: Path,
+    qmp: Path,
+    nic: str,
+    incoming: bool,
+) -> list[str]:
+    """The QEMU command line (argv, never a shell string)."""
+    argv = [
+        QEMU,
+        "-name", name,
+        "-machine", "q35",
+        "-accel", accel,
+        "-cpu", "host" if accel == "kvm" else "qemu64",
+        "-m", str(mem_mib),
+        "-smp", str(vcpus),
+        "-nodefaults", "-no-user-config", "-display", "none", "-vga", "none",
+        "-msg", "timestamp=on",
+        "-kernel", str(kernel), "-initrd", str(initrd), "-append", append,
+        "-chardev", f"file,id=con,path={console}", "-serial", "chardev:con",
+        "-qmp", f"unix:{qmp},server=on,wait=off",
+    ]  # fmt: skip
+    for port in topo.ROUTER_PORTS:
+        nid = f"n{port.segment}"
+        argv += [
+            "-netdev", f"tap,id={nid},ifname=tap{port.segment},script=no,downscript=no",
+            "-device", f"{NIC_MODELS[nic]},netdev={nid},mac={port.mac},romfile=",
+        ]  # fmt: skip
+    if incoming:
+        argv += ["-incoming", "defer"]
+    return argv
+
+
+def qemu_version() -> str:
+    """`qemu-system-x86_64 --version`, first line."""
+    out = subprocess.run([QEMU, "--version"], capture_output=True, text=True, check=True).stdout
+    return out.splitlines()[0].strip()
+
+
+class KvmDriver(Driver):
+    """Live migration with QEMU's own pre-copy (or stop-and-copy driven over QMP)."""
+
+    name = "kvm"
+
+    def __init__(self, ctx: RunContext) -> None:
+        super().__init__(ctx)
+        self.accel = "tcg"
+        self.accel_reason = ""
+        self.src: Proc | None = None
+        self.dst: Proc | None = None
+        self.qsrc: QMPClient | None = None
+        self.qdst: QMPClient | None = None
+        self.image: Any = None
+        self._described: dict[str, Any] = {}
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _qemu(self, host: str, incoming: bool) -> tuple[Proc, QMPClient]:
+        s = self.ctx.scenario
+        from routers.guest import kernel_cmdline
+
+        left, right = (topo.router_port(seg) for seg in topo.SEGMENTS)
+        append = kernel_cmdline(s.router, [left.ipv4, left.ipv6], [right.ipv4, right.ipv6])
+        qmp_path = self.ctx.registry.dir / f"qmp-{host}.sock"
+        argv = qemu_argv(
+            name=f"vrmig-{self.ctx.testbed.prefix}-{host}",
+            accel=self.accel,
+            mem_mib=s.mem_mib,
+            vcpus=s.vcpus,
+            kernel=self.image.kernel,
+            initrd=self.image.initrd,
+            append=append,
+            console=self.ctx.run_dir / f"console-{host}.log",
+            qmp=qmp_path,
+            nic=s.nic,
+            incoming=incoming,
+        )
+        proc = Proc(f"qemu-{host}", argv, self.ctx.registry, self.ctx.run_dir, netns=self.ctx.testbed.ns(host))
+        proc.start()
+        side = "dst" if incoming else "src"
+        client = QMPClient(qmp_path, side, on_event=self.ctx.recorder.event)
+        client.connect(QMP_CONNECT_TIMEOUT_S, proc.alive)
+        return proc, client
+
+    def _caps(self) -> list[dict[str, Any]]:
+        s = self.ctx.scenario
+        return [
+            {"capability": "events", "state": True},
+            {"capability": "auto-converge", "state": s.auto_converge},
+            {"capability": "xbzrle", "state": s.xbzrle},
+            {"capability": "postcopy-ram", "state": s.postcopy},
+        ]
+
+    # -- phases ----------------------------------------------------------------------------
+    def check(self) -> dict[str, Any]:
+        """QEMU present, router image built, accelerator chosen."""
+        if shutil.which(QEMU) is None:
+            raise DependencyError(f"{QEMU} not found: run `make setup` (Debian package qemu-system-x86)")
+        from routers.guest import guest_image
+
+        self.image = guest_image(self.ctx.scenario.router)
+        auto, reason = detect_accel()
+        want = self.ctx.scenario.accel
+        if want == "kvm" and auto != "kvm":
+            raise DependencyError(f"ACCEL=kvm requested but KVM is unusable here: {reason}")
+        self.accel = auto if want == "auto" else want
+        self.accel_reason = reason if want == "auto" else f"forced by ACCEL={want} ({reason})"
+        return {
+            "qemu": qemu_version(),
+            "accel": self.accel,
+            "accel_reason": self.accel_reason,
+            "guest_image": {"kernel": str(self.image.kernel), "initrd": str(self.image.initrd), **self.image.manifest},
+        }
+
+    def start_source(self) -> None:
+        """Boot the router VM in R1 and wait for the guest's READY marker on the serial console."""
+        from routers.guest import READY_MARKER
+
+        rec = self.ctx.recorder
+        rec.action("boot", host="R1")
+        self.src, self.qsrc = self._qemu("R1", incoming=False)
+        try:
+            self.src.wait_for(
+                READY_MARKER,
+                self.ctx.scenario.boot_timeout_s,
+                path=self.ctx.run_dir / "console-R1.log",
+                abort=self.ctx.abort,
+            )
+        except ProcessError as err:
+            raise GuestError(f"router guest not ready: {err}") from err
+        rec.action("router-ready", host="R1")
+
+    def prepare_destination(self) -> None:
+        """Start QEMU in R2 with -incoming defer and listen on the migration link."""
+        assert self.qsrc is not None
+        self.dst, self.qdst = self._qemu("R2", incoming=True)
+        caps = self._caps()
+        self.qdst.cmd("migrate-set-capabilities", capabilities=caps)
+        self.qsrc.cmd("migrate-set-capabilities", capabilities=caps)
+        uri = f"tcp:{topo.addr(topo.MIGRATION_ADDR['R2'])}:{topo.MIGRATION_PORT}"
+        self.qdst.cmd("migrate-incoming", uri=uri)
+        self.ctx.recorder.action("incoming", host="R2", uri=uri)
+
+    def _set_parameters(self) -> None:
+        assert self.qsrc is not None
+        s = self.ctx.scenario
+        params: dict[str, Any] = {}
+        if s.downtime_limit_ms is not None:
+            params["downtime-limit"] = s.downtime_limit_ms
+        if s.max_bandwidth_bps is not None:
+            params["max-bandwidth"] = s.max_bandwidth_bps // 8  # QMP takes bytes/s
+        if params:
+            self.qsrc.cmd("migrate-set-parameters", **params)
+        self._described = {
+            "migrate_parameters": self.qsrc.cmd("query-migrate-parameters"),
+            "migrate_capabilities": self.qsrc.cmd("query-migrate-capabilities"),
+            "qmp_version": self.qsrc.version,
+        }
+
+    def migrate(self) -> MigrationOutcome:
+        """Start the migration and poll both sides until it completes, fails or times out."""
+        assert self.qsrc is not None and self.qdst is not None
+        s, rec = self.ctx.scenario, self.ctx.recorder
+        self._set_parameters()
+        uri = f"tcp:{topo.addr(topo.MIGRATION_ADDR['R2'])}:{topo.MIGRATION_PORT}"
+        if s.mode == "stopcopy":
+            rec.action("stop", side="src")
+            self.qsrc.cmd("stop")
+        rec.action("migrate", side="src", uri=uri, mode=s.mode)
+        self.qsrc.cmd("migrate", uri=uri)
+        final = self._poll(time.monotonic() + s.migrate_timeout_s)
+        if s.mode == "stopcopy":
+            self._resume_destination()
+        return MigrationOutcome(completed=True, hypervisor=final)
+
+    def _poll(self, deadline: float) -> dict[str, Any]:
+        assert self.qsrc is not None and self.qdst is not None
+        s, rec = self.ctx.scenario, self.ctx.recorder
+        postcopy_started = False
+        next_t = time.monotonic()
+        while True:
+            t_ns = time.time_ns()
+            reply = self.qsrc.cmd("query-migrate")
+            rec.sample("src", t_ns, reply)
+            t_ns = time.time_ns()
+            rec.sample("dst", t_ns, self.qdst.cmd("query-migrate"))
+            status = reply.get("status")
+            if status == "completed":
+                return reply
+            if status in ("failed", "cancelled"):
+                raise MigrationError(f"QEMU reports migration {status}: {reply.get('error-desc', 'no reason given')}")
+            if not self.dst or not self.dst.alive():
+                raise MigrationError("destination QEMU exited during the migration")
+            syncs = reply.get("ram", {}).get("dirty-sync-count", 0)
+            if s.postcopy and not postcopy_started and status == "active" and syncs >= POSTCOPY_AFTER_SYNCS:
+                rec.action("migrate-start-postcopy", side="src")
+                self.qsrc.cmd("migrate-start-postcopy")
+                postcopy_started = True
+            if time.monotonic() > deadline:
+                rec.action("migrate_cancel", side="src", reason="timeout")
+                try:
+                    self.qsrc.cmd("migrate_cancel")
+                except QMPError as err:
+                    log.warning("migrate_cancel failed: %s", err)
+                raise MigrationError(
+                    f"migration did not complete within {s.migrate_timeout_s:.0f} s (last status {status})"
+                )
+            if self.ctx.abort and self.ctx.abort():
+                rec.action("migrate_cancel", side="src", reason="interrupted")
+                self.qsrc.cmd("migrate_cancel")
+                raise MigrationError("interrupted during migration")
+            next_t += POLL_INTERVAL_S
+            time.sleep(max(0.0, next_t - time.monotonic()))
+
+    def _resume_destination(self) -> None:
+        """Stop-and-copy: once R2 has all state, resume it there and announce its MACs."""
+        assert self.qdst is not None
+        rec = self.ctx.recorder
+        deadline = time.monotonic() + QMP_CONNECT_TIMEOUT_S
+        while (st := self.qdst.cmd("query-status")["status"]) == "inmigrate":
+            if time.monotonic() > deadline:
+                raise MigrationError("destination stayed in 'inmigrate' after the source completed")
+            time.sleep(POLL_INTERVAL_S / 4)
+        rec.action("dst-status", side="dst", status=st)
+        rec.action("cont", side="dst")
+        self.qdst.cmd("cont")
+        rec.action("announce-self", side="dst")
+        self.qdst.cmd("announce-self", initial=50, max=550, rounds=5, step=100)
+
+    def verify(self) -> dict[str, Any]:
+        """Run states of both QEMUs (a moved guest: source postmigrate, destination running)."""
+        out: dict[str, Any] = {}
+        for side, q in (("src", self.qsrc), ("dst", self.qdst)):
+            try:
+                out[f"{side}_status"] = q.cmd("query-status")["status"] if q else None
+            except QMPError as err:
+                out[f"{side}_status"] = f"unknown ({err})"
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """Effective migration parameters and capabilities."""
+        return {**self._described, "accel": self.accel, "accel_reason": self.accel_reason}
+
+    def stop(self) -> None:
+        """Quit both QEMUs over QMP, then make sure they are gone (by PID)."""
+        for q, p in ((self.qdst, self.dst), (self.qsrc, self.src)):
+            if q is not None and p is not None and p.alive():
+                try:
+                    q.cmd("quit", timeout_s=QUIT_TIMEOUT_S)
+                except QMPError as err:
+                    log.debug("quit: %s", err)
+            if q is not None:
+                q.close()
+            if p is not None:
+                p.wait(QUIT_TIMEOUT_S) if p.alive() else None
+                p.stop()

@@ -1,0 +1,140 @@
+"""Processes started by a run: registered by PID before anything waits on them, output kept in
+the results directory, readiness observed from their output, stopped by PID."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from migrate.errors import VrmigError
+from migrate.registry import Registry
+from migrate.testbed import netns_exec
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.01
+
+
+class ProcessError(VrmigError):
+    """A helper process failed to start, exited early, or never became ready."""
+
+
+class Proc:
+    """One child process, optionally inside a network namespace."""
+
+    def __init__(
+        self,
+        what: str,
+        argv: list[str],
+        registry: Registry,
+        out_dir: Path,
+        netns: str | None = None,
+        stdout_name: str | None = None,
+    ) -> None:
+        self.what = what
+        self.argv = netns_exec(netns, argv) if netns else list(argv)
+        self.registry = registry
+        self.stdout_path = out_dir / (stdout_name or f"{what}.stdout")
+        self.stderr_path = out_dir / f"{what}.stderr"
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Proc:
+        """Start the process in its own session (a terminal Ctrl-C reaches only the orchestrator)."""
+        log.debug("start %s: %s", self.what, " ".join(self.argv))
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            try:
+                self.popen = subprocess.Popen(
+                    self.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except OSError as e:
+                raise ProcessError(f"cannot start {self.what} ({self.argv[0]}): {e}") from e
+        self.registry.add_process(self.popen.pid, self.what)
+        return self
+
+    @property
+    def pid(self) -> int:
+        """PID (the process exec'd by `ip netns exec` keeps it)."""
+        assert self.popen is not None
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        """True while the process runs."""
+        return self.popen is not None and self.popen.poll() is None
+
+    def returncode(self) -> int | None:
+        """Exit status, None while running."""
+        return None if self.popen is None else self.popen.poll()
+
+    def stderr_tail(self, n: int = 5) -> str:
+        """Last ``n`` lines of stderr, for error messages."""
+        with contextlib.suppress(OSError):
+            lines = self.stderr_path.read_text(errors="replace").strip().splitlines()
+            return " | ".join(lines[-n:])
+        return ""
+
+    def wait_for(
+        self,
+        marker: str,
+        timeout_s: float,
+        path: Path | None = None,
+        abort: Callable[[], bool] | None = None,
+    ) -> float:
+        """Wait until ``marker`` appears in ``path`` (default: stderr); return the CLOCK_REALTIME
+        seconds it was seen.  Raises ProcessError if the process exits or the time runs out."""
+        path = path or self.stderr_path
+        deadline = time.monotonic() + timeout_s
+        offset = 0
+        buf = b""
+        needle = marker.encode()
+        while True:
+            with contextlib.suppress(FileNotFoundError), open(path, "rb") as fh:
+                fh.seek(offset)
+                chunk = fh.read()
+                offset += len(chunk)
+                buf = buf[-len(needle) :] + chunk
+                if needle in buf:
+                    return time.time()
+            if not self.alive():
+                raise ProcessError(
+                    f"{self.what} exited (status {self.returncode()}) before {marker!r}: {self.stderr_tail()}"
+                )
+            if abort and abort():
+                raise ProcessError(f"aborted while waiting for {self.what}")
+            if time.monotonic() > deadline:
+                raise ProcessError(f"{self.what} did not print {marker!r} within {timeout_s:.0f} s")
+            time.sleep(POLL_S)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> int | None:
+        """Send ``sig`` and wait for exit (SIGKILL after ``timeout_s``); return the exit status."""
+        if self.popen is None:
+            return None
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.popen.pid, sig)
+            try:
+                self.popen.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                log.warning("%s ignored signal %d; killing", self.what, sig)
+                self.popen.kill()
+                self.popen.wait()
+        return self.popen.returncode
+
+    def wait(self, timeout_s: float) -> int | None:
+        """Wait for a natural exit; None if still running after ``timeout_s``."""
+        if self.popen is None:
+            return None
+        try:
+            return self.popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None

@@ -1,0 +1,46 @@
+"""Append-only JSONL streams of a run: orchestrator actions, QMP events and QMP samples."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+
+class Recorder:
+    """Thread-safe writers for actions.jsonl, qmp_events.jsonl and qmp_samples.jsonl."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self._lock = threading.Lock()
+        self._files = {
+            name: open(run_dir / f"{name}.jsonl", "a", encoding="utf-8")
+            for name in ("actions", "qmp_events", "qmp_samples")
+        }
+
+    def _write(self, stream: str, obj: dict[str, Any]) -> None:
+        with self._lock:
+            fh = self._files[stream]
+            fh.write(json.dumps(obj) + "\n")
+            fh.flush()
+
+    def action(self, action: str, t_ns: int | None = None, **info: Any) -> int:
+        """Record what the orchestrator did; returns the CLOCK_REALTIME ns it was recorded at."""
+        t = t_ns if t_ns is not None else time.time_ns()
+        self._write("actions", {"t_ns": t, "action": action, **info})
+        return t
+
+    def event(self, ev: dict[str, Any]) -> None:
+        """Record a QMP event (already timestamped by the QMP reader)."""
+        self._write("qmp_events", ev)
+
+    def sample(self, side: str, t_ns: int, reply: dict[str, Any]) -> None:
+        """Record one query-migrate reply."""
+        self._write("qmp_samples", {"t_ns": t_ns, "side": side, "reply": reply})
+
+    def close(self) -> None:
+        """Flush and close all streams."""
+        with self._lock:
+            for fh in self._files.values():
+                fh.close()
