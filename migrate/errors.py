@@ -9,7 +9,7 @@ class VrmigError(Exception):
     exit_code = 1
 
 
-class ConfigError(VrmigError, ValueError):
+class ConfigError(VrmigError):
     """A user-supplied parameter is invalid (exit 2, nothing started)."""
 
     exit_code = 2

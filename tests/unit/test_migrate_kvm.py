@@ -1,0 +1,51 @@
+"""QEMU command line and accelerator detection (no root, no QEMU started)."""
+
+from pathlib import Path
+
+from migrate.drivers.accel import cpu_flags, detect_accel
+from migrate.drivers.kvm import qemu_argv
+
+
+def _argv(**kw):
+    base = dict(
+        name="t", accel="tcg", mem_mib=256, vcpus=1, kernel=Path("/k"), initrd=Path("/i"),
+        append="console=ttyS0", console=Path("/c.log"), qmp=Path("/q.sock"), nic="virtio", incoming=False,
+    )  # fmt: skip
+    base.update(kw)
+    return qemu_argv(**base)
+
+
+def test_argv_has_two_nics_with_fixed_macs_and_no_shell():
+    argv = _argv()
+    devs = [argv[i + 1] for i, a in enumerate(argv) if a == "-device"]
+    assert len(devs) == 2
+    assert all(d.startswith("virtio-net-pci") for d in devs)
+    assert "mac=52:54:00:c6:12:01" in devs[0] and "mac=52:54:00:c6:12:02" in devs[1]
+    assert argv[argv.index("-m") + 1] == "256" and argv[argv.index("-smp") + 1] == "1"
+    assert "-incoming" not in argv
+
+
+def test_argv_destination_defers_incoming_and_e1000():
+    argv = _argv(incoming=True, nic="e1000", accel="kvm")
+    assert argv[argv.index("-incoming") + 1] == "defer"
+    assert argv[argv.index("-cpu") + 1] == "host"
+    assert any(a.startswith("e1000,") for a in argv)
+
+
+def test_cpu_flags():
+    assert "vmx" in cpu_flags("processor: 0\nflags\t\t: fpu vmx sse\n")
+    assert cpu_flags("nothing") == set()
+
+
+def test_detect_accel_without_vmx_is_tcg(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("flags\t: fpu sse2\n")
+    accel, reason = detect_accel(dev=tmp_path / "kvm", cpuinfo=cpuinfo)
+    assert accel == "tcg" and "vmx" in reason
+
+
+def test_detect_accel_with_vmx_but_no_device_is_tcg(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("flags\t: fpu vmx\n")
+    accel, reason = detect_accel(dev=tmp_path / "missing", cpuinfo=cpuinfo)
+    assert accel == "tcg" and "cannot open" in reason
