@@ -1,0 +1,91 @@
+"""What QEMU and the orchestrator say about the migration (query-migrate replies and actions)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from analysis.window import Window
+
+
+@dataclass(frozen=True)
+class HypervisorFigures:
+    """QEMU's own figures from the final src query-migrate reply, and orchestrator timings."""
+
+    status: str | None
+    downtime_s: float | None
+    total_time_s: float | None
+    setup_time_s: float | None
+    ram_transferred_bytes: int | None
+    ram_total_bytes: int | None
+    command_to_end_s: float | None
+    stop_to_cont_s: float | None
+    reply_source: str | None
+
+
+def final_reply(samples: list[Mapping[str, Any]], fallback: Mapping[str, Any] | None = None) -> tuple[dict, str | None]:
+    """The last src query-migrate reply with status completed, else the last src reply of any
+    status, else ``fallback`` (meta.json hypervisor.final); returns (reply, where it came from)."""
+    src = sorted(
+        (s for s in samples if s.get("side") == "src" and isinstance(s.get("reply"), dict)),
+        key=lambda s: s.get("t_ns", 0),
+    )
+    done = [s["reply"] for s in src if s["reply"].get("status") == "completed"]
+    if done:
+        return done[-1], "qmp_samples"
+    if fallback and fallback.get("status") == "completed":
+        return dict(fallback), "meta"
+    if src:
+        return src[-1]["reply"], "qmp_samples"
+    return (dict(fallback), "meta") if fallback else ({}, None)
+
+
+def _ms(reply: Mapping[str, Any], key: str) -> float | None:
+    v = reply.get(key)
+    return float(v) / 1e3 if isinstance(v, int | float) else None
+
+
+def _int(d: Mapping[str, Any], key: str) -> int | None:
+    v = d.get(key)
+    return int(v) if isinstance(v, int | float) else None
+
+
+def hypervisor_figures(
+    samples: list[Mapping[str, Any]], window: Window | None, fallback: Mapping[str, Any] | None = None
+) -> HypervisorFigures | None:
+    """QEMU and orchestrator figures.
+
+    Definitions: downtime_s = QEMU ``downtime`` (ms → s) of the last src reply with status
+    completed; total_time_s = its ``total-time`` (QEMU's migration duration); setup_time_s = its
+    ``setup-time``; ram_transferred_bytes / ram_total_bytes = its ``ram.transferred`` / ``ram.total``.
+    The time fields are only taken from a completed reply (None otherwise); the ram figures come
+    from the final reply (the completed one if any, else the last: a failed migration's partial
+    volume).
+    command_to_end_s = migrate action → end of the migration as seen by the orchestrator (src
+    MIGRATION completed/failed event, else terminal reply); stop_to_cont_s (stop-and-copy only) =
+    ``stop`` action → destination ``cont`` action: how long the guest was paused.
+    None when there is neither a reply nor a window."""
+    reply, source = final_reply(samples, fallback)
+    if not reply and window is None:
+        return None
+    completed = reply.get("status") == "completed"
+    ram = reply.get("ram") if isinstance(reply.get("ram"), dict) else {}
+    cmd_end = None
+    stop_cont = None
+    if window is not None:
+        if window.completed_ns is not None and window.end_source != "last-sample":
+            cmd_end = (window.completed_ns - window.migrate_ns) / 1e9
+        if window.stop_ns is not None and window.cont_ns is not None:
+            stop_cont = (window.cont_ns - window.stop_ns) / 1e9
+    return HypervisorFigures(
+        status=reply.get("status"),
+        downtime_s=_ms(reply, "downtime") if completed else None,
+        total_time_s=_ms(reply, "total-time") if completed else None,
+        setup_time_s=_ms(reply, "setup-time") if completed else None,
+        ram_transferred_bytes=_int(ram, "transferred"),
+        ram_total_bytes=_int(ram, "total"),
+        command_to_end_s=cmd_end,
+        stop_to_cont_s=stop_cont,
+        reply_source=source,
+    )

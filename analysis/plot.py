@@ -1,0 +1,134 @@
+"""The run plot, after paper 004 Fig. 3: traffic rates (top) and RTT (bottom) around the migration."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure  # a bare Figure renders PNG with Agg: no pyplot, no global backend
+
+MARK_STYLE = {
+    "migrate": ("tab:red", "-"),
+    "stop": ("tab:purple", "--"),
+    "completed": ("tab:red", "-"),
+    "cont": ("tab:green", "--"),
+    "announce-self": ("tab:olive", ":"),
+}
+
+
+@dataclass(frozen=True, eq=False)
+class Series:
+    """A time series: CLOCK_REALTIME ns and values."""
+
+    t_ns: np.ndarray
+    values: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class PlotData:
+    """What the run plot shows; rates in bit/s, RTT in ms (NaN = lost probe)."""
+
+    t0_ns: int | None
+    cross: Series | None
+    offered: Series | None
+    migration: Series | None
+    rtt: Series | None
+    marks: tuple[tuple[str, int], ...] = ()
+    title: str = ""
+
+
+def _t0(data: PlotData) -> int:
+    if data.t0_ns is not None:
+        return data.t0_ns
+    series = (data.cross, data.offered, data.migration, data.rtt)
+    starts = [int(s.t_ns[0]) for s in series if s is not None and s.t_ns.size]
+    return min(starts) if starts else 0
+
+
+def _draw_rates(ax, data: PlotData, t0: int) -> None:
+    for series, label, style in (
+        (data.offered, "offered (A eth0 tx)", {"color": "0.6", "lw": 0.8}),
+        (data.cross, "cross-traffic (B eth0 rx)", {"color": "tab:blue", "lw": 1.0}),
+        (data.migration, "migration (R1 mig0 tx)", {"color": "tab:orange", "lw": 1.0}),
+    ):
+        if series is not None and series.t_ns.size:
+            ax.plot((series.t_ns - t0) / 1e9, series.values / 1e6, label=label, **style)
+    ax.set_ylabel("rate [Mbit/s]")
+    ax.set_ylim(bottom=0)
+    if ax.lines:
+        ax.legend(loc="upper left", fontsize="small")
+
+
+def _draw_rtt(ax, rtt: Series | None, t0: int) -> None:
+    if rtt is not None and rtt.t_ns.size:
+        t = (rtt.t_ns - t0) / 1e9
+        ok = np.isfinite(rtt.values)
+        ax.plot(t[ok], rtt.values[ok], ".", ms=2, color="tab:blue", label="RTT C→D")
+        if (~ok).any():
+            ax.plot(
+                t[~ok],
+                np.ones(int((~ok).sum())),
+                "|",
+                color="tab:red",
+                ms=8,
+                transform=ax.get_xaxis_transform(),
+                label="lost probe",
+            )
+        ax.legend(loc="upper left", fontsize="small")
+    ax.set_ylabel("RTT [ms]")
+    ax.set_xlabel("time relative to migration start [s]")
+
+
+def _draw_marks(top, bottom, marks: tuple[tuple[str, int], ...], t0: int) -> None:
+    lo, hi = top.get_xlim()
+    close = 0.015 * (hi - lo)  # marks closer than this share one label
+    groups: list[list[tuple[str, float]]] = []
+    for label, t_ns in sorted(marks, key=lambda m: m[1]):
+        x = (t_ns - t0) / 1e9
+        color, ls = MARK_STYLE.get(label, ("0.3", "-."))
+        for ax in (top, bottom):
+            ax.axvline(x, color=color, ls=ls, lw=1)
+        if groups and x - groups[-1][-1][1] < close:
+            groups[-1].append((label, x))
+        else:
+            groups.append([(label, x)])
+    for group in groups:
+        x = group[-1][1]
+        top.annotate(
+            " / ".join(g[0] for g in group),
+            (x, 1),
+            xycoords=("data", "axes fraction"),
+            rotation=90,
+            va="top",
+            ha="left",
+            fontsize="x-small",
+            color="0.2",
+        )
+
+
+def plot_run(path: Path, data: PlotData) -> Path:
+    """Draw the run plot to ``path`` (PNG, written atomically) and return the path.
+
+    Top: cross-traffic rate received at B eth0 and offered at A eth0 (Mbit/s, frame incl. FCS)
+    and the migration-link rate (R1 mig0 tx, Mbit/s, Ethernet header incl.), per sampling
+    interval.  Bottom: RTT C -> D (ms) by send time, lost probes as red ticks along the top.
+    Time axis: s relative to the migration start (``t0_ns``); vertical lines mark migrate/
+    stop/completed/cont/announce-self."""
+    path = Path(path)
+    t0 = _t0(data)
+    fig = Figure(figsize=(10, 6.5), layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    _draw_rates(top, data, t0)
+    _draw_rtt(bottom, data.rtt, t0)
+    _draw_marks(top, bottom, data.marks, t0)
+    if data.title:
+        top.set_title(data.title)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        fig.savefig(tmp, format="png", dpi=110)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

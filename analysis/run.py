@@ -1,0 +1,275 @@
+"""Analyse one results directory: raw files -> Summary (+ summary.json and the plot).
+
+A missing or unreadable file makes the metrics that need it None and adds a note; it never
+raises.  Re-run on an old directory with ``python -m analysis <run_dir>``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from analysis.counters import FCS_BYTES, rate_series, sampler_health
+from analysis.cross import cross_traffic
+from analysis.downtime import CountersDowntime, PacketsDowntime, counters_downtime, packets_downtime
+from analysis.hypervisor import hypervisor_figures
+from analysis.link import link_activity
+from analysis.load import Counters, load_counters, load_irtt, read_json, read_jsonl, sink_gaps
+from analysis.plot import PlotData, Series, plot_run
+from analysis.rtt import rtt_phases
+from analysis.summary import Summary
+from analysis.window import Spans, Window, migration_window, spans
+
+log = logging.getLogger(__name__)
+
+SUMMARY_NAME = "summary.json"
+PLOT_NAME = "migration.png"
+CLOCK_STEP_TOLERANCE_NS = 1_000_000
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(eq=False)
+class _Raw:
+    meta: dict[str, Any]
+    counters: Counters | None
+    actions: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+    samples: list[dict[str, Any]]
+    sink: dict[str, Any] | None
+    gen: dict[str, Any] | None
+    irtt: Any
+
+
+def _load(notes: list[str], path: Path, reader: Callable[[Path], T]) -> T | None:
+    if not path.exists():
+        notes.append(f"{path.name} missing")
+        return None
+    try:
+        return reader(path)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        notes.append(f"{path.name} unreadable: {err}")
+        return None
+
+
+def _metric(notes: list[str], name: str, fn: Callable[..., T], *args: Any, **kw: Any) -> T | None:
+    """Run one metric; a bug or odd data in one metric must not lose the others."""
+    try:
+        return fn(*args, **kw)
+    except Exception as err:  # recorded in the summary's notes and the log
+        log.exception("analysis of %s failed", name)
+        notes.append(f"{name} failed: {type(err).__name__}: {err}")
+        return None
+
+
+def _read_raw(run_dir: Path, notes: list[str]) -> _Raw:
+    return _Raw(
+        meta=_load(notes, run_dir / "meta.json", read_json) or {},
+        counters=_load(notes, run_dir / "counters.tsv", load_counters),
+        actions=_load(notes, run_dir / "actions.jsonl", read_jsonl) or [],
+        events=_load(notes, run_dir / "qmp_events.jsonl", read_jsonl) or [],
+        samples=_load(notes, run_dir / "qmp_samples.jsonl", read_jsonl) or [],
+        sink=_load(notes, run_dir / "sink.json", read_json),
+        gen=_load(notes, run_dir / "gen.json", read_json),
+        irtt=_load(notes, run_dir / "irtt.json.gz", load_irtt),
+    )
+
+
+def _period_ns(raw: _Raw, scenario: dict[str, Any]) -> int | None:
+    if raw.counters is not None and raw.counters.period_ns:
+        return raw.counters.period_ns
+    if isinstance(scenario.get("sample_ms"), int | float):
+        return int(scenario["sample_ms"] * 1_000_000)
+    if raw.counters is not None:
+        for s in raw.counters.series.values():
+            if len(s) > 1:
+                return int(np.median(np.diff(s.t_ns)))
+    return None
+
+
+def _packet_interval_s(gen: dict[str, Any] | None, scenario: dict[str, Any]) -> float | None:
+    pps = (gen or {}).get("achieved_pps")
+    if isinstance(pps, int | float) and pps > 0:
+        return 1.0 / pps
+    rate, frame = scenario.get("rate_bps"), scenario.get("frame_bytes")
+    if isinstance(rate, int | float) and rate > 0 and isinstance(frame, int | float):
+        return frame * 8 / rate
+    return None
+
+
+def _status(meta: dict[str, Any]) -> tuple[str, str | None, str | None]:
+    run_status = meta.get("status")
+    if run_status == "completed":
+        return "completed", meta.get("failure"), run_status
+    why = f"run status {run_status}" if run_status else "meta.json missing or has no status"
+    return "failed", meta.get("failure") or why, run_status
+
+
+def _clock_note(meta: dict[str, Any], notes: list[str]) -> None:
+    clock = meta.get("clock") or {}
+    a, b = clock.get("offset_start_ns"), clock.get("offset_end_ns")
+    if isinstance(a, int) and isinstance(b, int) and abs(b - a) > CLOCK_STEP_TOLERANCE_NS:
+        notes.append(f"CLOCK_REALTIME stepped by {(b - a) / 1e6:.1f} ms during the run: timestamps are suspect")
+
+
+def _downtimes(
+    raw: _Raw, scenario: dict[str, Any], span: Spans, period_ns: int | None, notes: list[str]
+) -> tuple[CountersDowntime | None, PacketsDowntime | None]:
+    """Counters- and packets-based downtime (None where the data or the cross-traffic is missing)."""
+    if scenario.get("rate_bps") == 0:
+        notes.append("no cross-traffic (rate 0): no data-plane downtime")
+        return None, None
+    dc = dp = None
+    b_eth0 = raw.counters.get("B", "eth0") if raw.counters else None
+    if b_eth0 is not None and period_ns:
+        pkt_s = _packet_interval_s(raw.gen, scenario)
+        dc = _metric(
+            notes, "counters downtime", counters_downtime, b_eth0.t_ns, b_eth0.rx_packets, period_ns, span, pkt_s
+        )
+    elif raw.counters is not None:
+        notes.append("no B eth0 counters: no counters downtime")
+    if raw.sink is not None:
+        sink, gen_end = raw.sink, (raw.gen or {}).get("end_ns")
+        args = (sink_gaps(sink), span, sink.get("last_ns"), gen_end, sink.get("gap_threshold_ns"))
+        dp = _metric(notes, "packets downtime", packets_downtime, *args)
+    return dc, dp
+
+
+def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
+    notes: list[str] = []
+    raw = _read_raw(Path(run_dir), notes)
+    meta = raw.meta
+    scenario = meta.get("scenario") if isinstance(meta.get("scenario"), dict) else {}
+    hv_meta = meta.get("hypervisor") if isinstance(meta.get("hypervisor"), dict) else {}
+    status, failure, run_status = _status(meta)
+    _clock_note(meta, notes)
+    mode = scenario.get("mode")
+    period_ns = _period_ns(raw, scenario)
+    window = _metric(notes, "window", migration_window, raw.actions, raw.events, raw.samples, mode)
+    if window is None:
+        notes.append("no migrate action recorded: no migration window")
+    elif window.end_source == "last-sample":
+        notes.append("no terminal migration status seen: window ends at the last query-migrate reply")
+    span = spans(window) if window is not None else None
+    c = raw.counters
+    b_eth0 = c.get("B", "eth0") if c else None
+    mig0 = c.get("R1", "mig0") if c else None
+    rate = scenario.get("rate_bps")
+
+    dc = dp = link = rtt = None
+    if span is not None:
+        dc, dp = _downtimes(raw, scenario, span, period_ns, notes)
+    if span is not None and mig0 is not None and period_ns:
+        link = _metric(notes, "link activity", link_activity, mig0.t_ns, mig0.tx_bytes, period_ns, span)
+        if link is None and not any(n.startswith("link activity") for n in notes):
+            notes.append("no migration traffic above the noise threshold on R1 mig0")
+    if window is not None and window.end_ns is not None and raw.irtt is not None:
+        rtt = _metric(notes, "rtt", rtt_phases, raw.irtt.send_ns, raw.irtt.rtt_ns, window.start_ns, window.end_ns)
+    hv = _metric(notes, "hypervisor", hypervisor_figures, raw.samples, window, hv_meta.get("final"))
+    cross = _metric(notes, "cross traffic", cross_traffic, raw.gen, raw.sink, b_eth0)
+    sampler = None
+    if c is not None and period_ns and c.series:
+        ref = b_eth0 if b_eth0 is not None else next(iter(c.series.values()))
+        sampler = _metric(notes, "sampler", sampler_health, ref.t_ns, c.late_ns, period_ns)
+    if status == "completed" and window is not None and window.end_status not in (None, "completed"):
+        notes.append(f"run completed but QEMU's last status is {window.end_status}")
+
+    summary = Summary(
+        status=status,
+        failure=failure,
+        hv=scenario.get("hv"),
+        mode=mode,
+        accel=meta.get("accel") or hv_meta.get("accel"),
+        rate_bps=rate,
+        frame_bytes=scenario.get("frame_bytes"),
+        run_status=run_status,
+        window=window,
+        downtime_counters=dc,
+        downtime_packets=dp,
+        total_lost_packets=(raw.sink or {}).get("lost"),
+        hypervisor=hv,
+        link=link,
+        rtt=rtt,
+        cross=cross,
+        sampler=sampler,
+        notes=tuple(notes),
+    )
+    return summary, _plot_data(raw, window, summary)
+
+
+def _plot_data(raw: _Raw, window: Window | None, summary: Summary) -> PlotData:
+    c = raw.counters
+    series: dict[str, Series | None] = {"cross": None, "offered": None, "migration": None}
+    for key, role, ifname, direction in (
+        ("cross", "B", "eth0", "rx"),
+        ("offered", "A", "eth0", "tx"),
+        ("migration", "R1", "mig0", "tx"),
+    ):
+        s = c.get(role, ifname) if c else None
+        if s is not None and len(s) > 1:
+            fcs = 0 if key == "migration" else FCS_BYTES
+            t, bps = rate_series(s.t_ns, getattr(s, f"{direction}_bytes"), getattr(s, f"{direction}_packets"), fcs)
+            series[key] = Series(t, bps)
+    rtt = None
+    if raw.irtt is not None and raw.irtt.send_ns.size:
+        rtt = Series(raw.irtt.send_ns, raw.irtt.rtt_ns / 1e6)
+    marks: list[tuple[str, int]] = []
+    t0 = None
+    if window is not None:
+        t0 = window.start_ns
+        for label, t in (
+            ("stop", window.stop_ns),
+            ("migrate", window.migrate_ns),
+            (window.end_status or "end", window.completed_ns),
+            ("cont", window.cont_ns),
+            ("announce-self", window.announce_ns),
+        ):
+            if t is not None:
+                marks.append((label, t))
+    rate = f"{summary.rate_bps / 1e6:g} Mbit/s" if summary.rate_bps else None
+    frame = f"{summary.frame_bytes} B" if summary.frame_bytes else None
+    title = " ".join(str(x) for x in (summary.hv, summary.mode, rate, frame, summary.accel) if x)
+    return PlotData(
+        t0_ns=t0,
+        cross=series["cross"],
+        offered=series["offered"],
+        migration=series["migration"],
+        rtt=rtt,
+        marks=tuple(marks),
+        title=title,
+    )
+
+
+def analyse_run(run_dir: Path) -> Summary:
+    """All metrics of the run in ``run_dir`` (reads meta.json and the raw files; writes nothing)."""
+    return _analyse(Path(run_dir))[0]
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def analyse_and_write(run_dir: Path) -> Summary:
+    """Analyse ``run_dir``, draw ``migration.png`` and (atomically) rewrite ``summary.json``."""
+    run_dir = Path(run_dir)
+    summary, plot = _analyse(run_dir)
+    try:
+        plot_run(run_dir / PLOT_NAME, plot)
+    except Exception as err:  # a plot problem must not cost the summary
+        log.exception("plot failed")
+        summary = dataclasses.replace(summary, notes=(*summary.notes, f"plot failed: {type(err).__name__}: {err}"))
+    _write_atomic(run_dir / SUMMARY_NAME, json.dumps(summary.to_dict(), indent=2) + "\n")
+    return summary

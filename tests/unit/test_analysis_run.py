@@ -1,0 +1,144 @@
+"""analyse_run / analyse_and_write / python -m analysis on complete SYNTHETIC run directories."""
+
+import json
+
+import pytest
+
+from analysis.__main__ import main
+from analysis.report import format_table
+from analysis.run import analyse_and_write, analyse_run
+from tests.fixtures.analysis.synthetic import MS, write_run
+
+SCHEMA = {
+    "status",
+    "failure",
+    "hv",
+    "mode",
+    "accel",
+    "rate_bps",
+    "frame_bytes",
+    "downtime_s",
+    "duration_s",
+    "volume_bytes",
+    "rtt_ms",
+    "cross_traffic",
+    "details",
+}
+
+
+def test_precopy_run_metrics(tmp_path):
+    run = write_run(tmp_path, "precopy")
+    e = run.expect
+    s = analyse_run(run.run_dir).to_dict()
+    assert set(s) == SCHEMA
+    assert (s["status"], s["failure"], s["hv"], s["mode"], s["accel"]) == ("completed", None, "kvm", "precopy", "tcg")
+    assert (s["rate_bps"], s["frame_bytes"]) == (100_000_000, 1500)
+    assert s["downtime_s"]["counters"] == pytest.approx(0.170, abs=1e-12)
+    assert s["downtime_s"]["packets"] == pytest.approx(e["packets_downtime_s"], abs=1e-12) == pytest.approx(0.17016)
+    assert s["downtime_s"]["hypervisor"] == pytest.approx(0.045)
+    assert s["duration_s"]["link"] == pytest.approx(4.000, abs=1e-12) == pytest.approx(e["link_duration_s"])
+    assert s["duration_s"]["hypervisor"] == pytest.approx(3.999)
+    assert s["volume_bytes"] == {"link": e["link_volume_bytes"], "hypervisor": e["qemu_transferred"]}
+    assert s["rtt_ms"]["before"] == {"median": 0.2, "p99": 0.2, "lost": 0, "sent": 251}
+    assert s["rtt_ms"]["during"] == {"median": 1.0, "p99": 1.0, "lost": 10, "sent": 400}
+    assert s["rtt_ms"]["after"]["median"] == 0.3 and s["rtt_ms"]["after"]["lost"] == 7
+    ct = s["cross_traffic"]
+    assert ct["offered_bps"] == 100e6
+    assert ct["lost_packets"] == e["total_lost"] == 1417 + 17  # the 2 ms gap at +1.5 s lost 17
+    assert ct["forwarded_bps"] == pytest.approx(e["received_packets"] * 1500 * 8 / 10.99992, rel=1e-9)
+    assert ct["forwarded_counters_bps"] == pytest.approx(ct["forwarded_bps"], rel=2e-3)
+    d = s["details"]
+    assert d["downtime_packets"]["lost_in_gap"] == e["lost_in_gap"] == 1417
+    assert d["downtime_counters"]["resolution_s"] == pytest.approx(0.010)
+    assert d["downtime_counters"]["flags"] == []
+    assert d["window"]["start_ns"] == e["start_ns"] and d["window"]["end_ns"] == e["end_ns"]
+    assert d["hypervisor"]["command_to_end_s"] == pytest.approx(3.999)
+    assert d["hypervisor"]["stop_to_cont_s"] is None
+    assert d["sampler"]["late_p50_ms"] == pytest.approx(0.024) and d["sampler"]["late_max_ms"] == 0.029
+    assert d["total_lost_packets"] == 1434
+    assert d["notes"] == []
+    json.dumps(s, allow_nan=False)
+
+
+def test_stopcopy_run_downtime_covers_the_pause(tmp_path):
+    run = write_run(tmp_path, "stopcopy")
+    s = analyse_run(run.run_dir).to_dict()
+    # the lone packet at +3.000005 s in (3.00, 3.01] is within the stray tolerance: stall from mid(2.99..3.00)
+    assert s["downtime_s"]["counters"] == pytest.approx(5.065 - 2.995, abs=1e-12)
+    assert abs(s["downtime_s"]["counters"] - s["downtime_s"]["packets"]) <= 0.010
+    assert s["downtime_s"]["packets"] == pytest.approx(2.06004, abs=1e-12)
+    assert s["downtime_s"]["packets"] >= s["duration_s"]["hypervisor"] == pytest.approx(1.999)
+    d = s["details"]
+    assert d["hypervisor"]["stop_to_cont_s"] == pytest.approx(2.050)
+    assert d["window"]["end_source"] == "cont" and d["window"]["announce_ns"] == run.expect["end_ns"] + MS
+    assert s["rtt_ms"]["during"]["lost"] == run.expect["lost_probes"] == 205
+
+
+def test_analyse_and_write_writes_summary_and_plot(tmp_path):
+    run = write_run(tmp_path, "stopcopy")
+    (run.run_dir / "summary.json").write_text("old")
+    summary = analyse_and_write(run.run_dir)
+    on_disk = json.loads((run.run_dir / "summary.json").read_text())
+    assert on_disk == summary.to_dict()
+    png = run.run_dir / "migration.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    assert not list(run.run_dir.glob(".*tmp*"))
+
+
+def test_missing_files_give_none_and_notes(tmp_path):
+    run = write_run(tmp_path, "precopy")
+    for name in ("counters.tsv", "irtt.json.gz", "sink.json", "qmp_samples.jsonl"):
+        (run.run_dir / name).unlink()
+    (run.run_dir / "gen.json").write_text("")  # generator killed before printing
+    s = analyse_and_write(run.run_dir).to_dict()
+    assert s["downtime_s"] == {"counters": None, "packets": None, "hypervisor": 0.045}  # from meta.json final
+    assert s["duration_s"]["link"] is None and s["volume_bytes"]["link"] is None
+    assert s["rtt_ms"]["during"]["median"] is None
+    assert s["cross_traffic"]["offered_bps"] is None
+    notes = " | ".join(s["details"]["notes"])
+    for name in ("counters.tsv missing", "irtt.json.gz missing", "sink.json missing", "gen.json unreadable"):
+        assert name in notes
+    assert (run.run_dir / "migration.png").exists()
+
+
+def test_empty_directory_never_crashes(tmp_path):
+    s = analyse_and_write(tmp_path).to_dict()
+    assert s["status"] == "failed" and "meta.json" in s["failure"]
+    assert s["downtime_s"] == {"counters": None, "packets": None, "hypervisor": None}
+
+
+def test_failed_run_keeps_the_orchestrator_failure(tmp_path):
+    run = write_run(tmp_path, "precopy")
+    meta = json.loads((run.run_dir / "meta.json").read_text())
+    meta.update(status="failed", failure="migration did not complete within 120 s")
+    (run.run_dir / "meta.json").write_text(json.dumps(meta))
+    s = analyse_run(run.run_dir).to_dict()
+    assert (s["status"], s["failure"]) == ("failed", "migration did not complete within 120 s")
+    assert s["details"]["run_status"] == "failed"
+
+
+def test_report_table_and_module_entry_point(tmp_path, capsys):
+    run = write_run(tmp_path, "stopcopy")
+    assert main([str(run.run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "counters 2.070 (±0.010)" in out and "packets 2.060 (17166 lost in gap)" in out
+    assert "stop→cont 2.050" in out
+    table = format_table(json.loads((run.run_dir / "summary.json").read_text()))
+    assert table.splitlines()[0] == "kvm stopcopy 100 Mbit/s 1500 B accel=tcg: completed"
+    assert main([str(tmp_path / "nope")]) == 2
+
+
+def test_rate_zero_and_no_migrate_action(tmp_path):
+    run = write_run(tmp_path, "precopy")
+    meta = json.loads((run.run_dir / "meta.json").read_text())
+    meta["scenario"]["rate_bps"] = 0
+    (run.run_dir / "meta.json").write_text(json.dumps(meta))
+    s = analyse_run(run.run_dir).to_dict()
+    assert s["downtime_s"]["counters"] is None and s["downtime_s"]["packets"] is None
+    assert s["duration_s"]["link"] == pytest.approx(4.0)
+    assert "no cross-traffic (rate 0): no data-plane downtime" in s["details"]["notes"]
+    (run.run_dir / "actions.jsonl").write_text('{"t_ns": 1, "action": "boot"}\n')
+    s = analyse_run(run.run_dir).to_dict()
+    assert s["details"]["window"] is None and s["duration_s"]["link"] is None
+    assert s["duration_s"]["hypervisor"] == pytest.approx(3.999)  # QEMU's own figure needs no window
+    assert "no migrate action recorded: no migration window" in s["details"]["notes"]
