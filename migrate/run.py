@@ -35,11 +35,17 @@ class _Abort:
     def __init__(self) -> None:
         self.signum: int | None = None
         self.armed = True
+        self.owner_pid = os.getpid()
 
     def __call__(self) -> bool:
         return self.signum is not None
 
     def handler(self, signum: int, _frame: Any) -> None:
+        if os.getpid() != self.owner_pid:
+            # a fork of ours (pyroute2's netns helper) inherited this handler: die as by default
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         first = self.signum is None
         self.signum = signum
         if first and self.armed:
@@ -68,17 +74,19 @@ def make_run_dir(results_root: Path, scenario: Scenario) -> Path:
     return run_dir
 
 
-def preflight(scenario: Scenario) -> None:
-    """Checks that need no side effects: root, required tools."""
+def preflight(scenario: Scenario) -> tuple[type[Driver], dict[str, Any]]:
+    """Checks that need no side effects: root, tools, driver dependencies; returns the driver
+    class and its facts (versions, accelerator)."""
     if os.geteuid() != 0:
-        raise DependencyError("vrmig must run as root (it creates network namespaces): use sudo")
+        raise DependencyError("vrmig must run as root (it creates network namespaces): run it as root")
     Instruments.check(scenario)
+    driver_cls = load_driver(scenario.hv)
+    return driver_cls, driver_cls.preflight(scenario)
 
 
 def run(scenario: Scenario, results_root: Path) -> Path:
     """Execute one migration experiment and return its results directory."""
-    preflight(scenario)
-    driver_cls = load_driver(scenario.hv)
+    driver_cls, facts = preflight(scenario)
     for prefix in clean_stale():
         log.warning("removed leftovers of crashed run %s", prefix)
 
@@ -100,7 +108,7 @@ def run(scenario: Scenario, results_root: Path) -> Path:
         write_json(run_dir / "meta.json", meta)
         registry = Registry(new_prefix())
         try:
-            _execute(scenario, driver_cls, registry, run_dir, meta, abort)
+            _execute(scenario, driver_cls, facts, registry, run_dir, meta, abort)
             if abort.signum is not None:
                 raise Interrupted(f"interrupted by {signal.Signals(abort.signum).name} during teardown")
         except Interrupted as err:
@@ -108,6 +116,9 @@ def run(scenario: Scenario, results_root: Path) -> Path:
         except VrmigError as err:
             meta["status"], meta["failure"] = "failed", str(err)
             log.error("%s", err)
+        except Exception as err:
+            meta["status"], meta["failure"] = "failed", f"internal error: {type(err).__name__}: {err}"
+            log.exception("internal error (a bug in vrmig; please report it with this traceback)")
         finally:
             abort.armed = False  # a second Ctrl-C must not break teardown
             meta["clock"]["offset_end_ns"] = metamod.clock_offset_ns()
@@ -122,6 +133,7 @@ def run(scenario: Scenario, results_root: Path) -> Path:
 def _execute(
     scenario: Scenario,
     driver_cls: type[Driver],
+    facts: dict[str, Any],
     registry: Registry,
     run_dir: Path,
     meta: dict[str, Any],
@@ -139,9 +151,9 @@ def _execute(
             "miglink_bps": scenario.miglink_bps,
         }
         ctx = RunContext(scenario, tb, registry, run_dir, recorder, abort)
-        driver = driver_cls(ctx)
-        meta["hypervisor"] = driver.check()
-        meta["accel"] = meta["hypervisor"].get("accel")
+        driver = driver_cls(ctx, facts)
+        meta["hypervisor"] = dict(facts)
+        meta["accel"] = facts.get("accel")
         write_json(run_dir / "meta.json", meta)
 
         log.info("building testbed %s", registry.prefix)

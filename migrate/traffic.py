@@ -51,7 +51,7 @@ def gap_threshold_us(rate_bps: int, frame_bytes: int) -> int:
 def rx_packets(ns: str, ifname: str) -> int:
     """Kernel rx packet counter of one interface."""
     with IPRoute(netns=ns) as ipr:
-        link = ipr.get_links(ifname=ifname)[0]
+        link = ipr.link("get", ifname=ifname)[0]
         stats = link.get_attr("IFLA_STATS64")
         return int(stats["rx_packets"])
 
@@ -118,7 +118,7 @@ class Instruments:
             self._start(
                 "gen",
                 [str(VRGEN), "--dst", self._dst("B"), "--port", str(TRAFFIC_PORT), "--rate", str(s.rate_bps),
-                 "--frame", str(s.frame_bytes), "--duration", str(s.duration_s + GEN_EXTRA_S)],
+                 "--frame", str(s.frame_bytes), "--duration", "0"],
                 "A", stdout_name="gen.json",
             )  # fmt: skip
 

@@ -44,12 +44,14 @@ class Driver(ABC):
 
     name: str = ""
 
-    def __init__(self, ctx: RunContext) -> None:
+    def __init__(self, ctx: RunContext, facts: dict[str, Any]) -> None:
         self.ctx = ctx
+        self.facts = facts
 
+    @classmethod
     @abstractmethod
-    def check(self) -> dict[str, Any]:
-        """Check dependencies; return versions and environment facts for meta.json."""
+    def preflight(cls, scenario: Scenario) -> dict[str, Any]:
+        """Check dependencies without side effects; return versions and facts for meta.json."""
 
     @abstractmethod
     def start_source(self) -> None:

@@ -16,6 +16,7 @@ from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.errors import DependencyError, GuestError, MigrationError
 from migrate.procs import Proc, ProcessError
 from migrate.qmp import QMPClient, QMPError
+from migrate.scenario import Scenario
 
 log = logging.getLogger(__name__)
 
@@ -78,15 +79,17 @@ class KvmDriver(Driver):
 
     name = "kvm"
 
-    def __init__(self, ctx: RunContext) -> None:
-        super().__init__(ctx)
-        self.accel = "tcg"
-        self.accel_reason = ""
+    def __init__(self, ctx: RunContext, facts: dict[str, Any]) -> None:
+        super().__init__(ctx, facts)
+        self.accel = facts["accel"]
+        self.accel_reason = facts["accel_reason"]
         self.src: Proc | None = None
         self.dst: Proc | None = None
         self.qsrc: QMPClient | None = None
         self.qdst: QMPClient | None = None
-        self.image: Any = None
+        from routers.guest import guest_image
+
+        self.image = guest_image(ctx.scenario.router)
         self._described: dict[str, Any] = {}
 
     # -- helpers ---------------------------------------------------------------------------
@@ -127,24 +130,27 @@ class KvmDriver(Driver):
         ]
 
     # -- phases ----------------------------------------------------------------------------
-    def check(self) -> dict[str, Any]:
-        """QEMU present, router image built, accelerator chosen."""
+    @classmethod
+    def preflight(cls, scenario: Scenario) -> dict[str, Any]:
+        """QEMU present, router image built, accelerator chosen — without side effects."""
         if shutil.which(QEMU) is None:
             raise DependencyError(f"{QEMU} not found: run `make setup` (Debian package qemu-system-x86)")
         from routers.guest import guest_image
+        from routers.profiles import get as get_profile
 
-        self.image = guest_image(self.ctx.scenario.router)
+        ok, why = get_profile(scenario.router).available()
+        if not ok:
+            raise DependencyError(f"ROUTER={scenario.router} is unavailable: {why}")
+        image = guest_image(scenario.router)
         auto, reason = detect_accel()
-        want = self.ctx.scenario.accel
-        if want == "kvm" and auto != "kvm":
+        if scenario.accel == "kvm" and auto != "kvm":
             raise DependencyError(f"ACCEL=kvm requested but KVM is unusable here: {reason}")
-        self.accel = auto if want == "auto" else want
-        self.accel_reason = reason if want == "auto" else f"forced by ACCEL={want} ({reason})"
+        accel = auto if scenario.accel == "auto" else scenario.accel
         return {
             "qemu": qemu_version(),
-            "accel": self.accel,
-            "accel_reason": self.accel_reason,
-            "guest_image": {"kernel": str(self.image.kernel), "initrd": str(self.image.initrd), **self.image.manifest},
+            "accel": accel,
+            "accel_reason": reason if scenario.accel == "auto" else f"forced by ACCEL={scenario.accel} ({reason})",
+            "guest_image": {"kernel": str(image.kernel), "initrd": str(image.initrd), **image.manifest},
         }
 
     def start_source(self) -> None:
