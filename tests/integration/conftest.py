@@ -1,6 +1,7 @@
 """Integration tests need root and the built tools; otherwise they skip with the reason."""
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -21,10 +22,23 @@ def require_root_and(*tools: str) -> None:
             pytest.skip(f"{t} not installed: run `make setup`")
 
 
+RUN_NS = re.compile(r"^vm[0-9a-f]{6}-")
+
+
+def _suite_namespaces() -> set[str]:
+    names = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
+    return {n for n in names if RUN_NS.match(n)}
+
+
+def _suite_state_dirs() -> set[str]:
+    root = Path("/run/vrmig")
+    return {p.name for p in root.iterdir()} if root.is_dir() else set()
+
+
 @pytest.fixture
 def no_leftovers():
-    """Assert the test leaves no network namespace behind that it did not find."""
-    before = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
+    """Assert the test leaves no run namespace or run state directory behind."""
+    before_ns, before_state = _suite_namespaces(), _suite_state_dirs()
     yield
-    after = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
-    assert after <= before, f"namespaces left behind: {sorted(after - before)}"
+    assert _suite_namespaces() <= before_ns, f"namespaces left behind: {sorted(_suite_namespaces() - before_ns)}"
+    assert _suite_state_dirs() <= before_state, f"state left behind: {sorted(_suite_state_dirs() - before_state)}"
