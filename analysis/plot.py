@@ -48,17 +48,30 @@ def _t0(data: PlotData) -> int:
 
 
 def _draw_rates(ax, data: PlotData, t0: int) -> None:
+    """Cross-traffic on the left axis, the migration stream on its own right axis: at low
+    cross-traffic rates the multi-Gbit/s migration bursts would otherwise flatten it."""
+    handles = []
     for series, label, style in (
         (data.offered, "offered (A eth0 tx)", {"color": "0.6", "lw": 0.8}),
         (data.cross, "cross-traffic (B eth0 rx)", {"color": "tab:blue", "lw": 1.0}),
-        (data.migration, "migration (R1 mig0 tx)", {"color": "tab:orange", "lw": 1.0}),
     ):
         if series is not None and series.t_ns.size:
-            ax.plot((series.t_ns - t0) / 1e9, series.values / 1e6, label=label, **style)
-    ax.set_ylabel("rate [Mbit/s]")
+            handles += ax.plot((series.t_ns - t0) / 1e9, series.values / 1e6, label=label, **style)
+    ax.set_ylabel("cross-traffic [Mbit/s]")
     ax.set_ylim(bottom=0)
-    if ax.lines:
-        ax.legend(loc="upper left", fontsize="small")
+    if data.migration is not None and data.migration.t_ns.size:
+        mig = ax.twinx()
+        handles += mig.plot(
+            (data.migration.t_ns - t0) / 1e9,
+            data.migration.values / 1e6,
+            label="migration (R1 mig0 tx, right axis)",
+            color="tab:orange",
+            lw=1.0,
+        )
+        mig.set_ylabel("migration link [Mbit/s]", color="tab:orange")
+        mig.set_ylim(bottom=0)
+    if handles:
+        ax.legend(handles=handles, loc="upper left", fontsize="small")
 
 
 def _draw_rtt(ax, rtt: Series | None, t0: int) -> None:
