@@ -64,6 +64,10 @@ lint:
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 
+bench-sampler: venv
+	$(MAKE) -C probes
+	$(PY) -m probes.bench sampler --out $(RESULTS)/bench/sampler.csv
+
 clean:
 	$(MAKE) -C crosstraffic clean
 	$(MAKE) -C probes clean

@@ -95,8 +95,15 @@ class Instruments:
         sink.wait_for("READY", READY_TIMEOUT_S)
         from probes.irtt import server_argv, wait_irtt_server
 
-        self._start("irtt-server", server_argv(f"{self._dst('D')}:{IRTT_PORT}"), "D")
-        wait_irtt_server(self.tb.ns("D"), self._dst("D"), IRTT_PORT, READY_TIMEOUT_S)
+        server = self._start("irtt-server", server_argv(f"{self._dst('D')}:{IRTT_PORT}"), "D")
+        wait_irtt_server(
+            self.tb.ns("D"),
+            self._dst("D"),
+            IRTT_PORT,
+            READY_TIMEOUT_S,
+            pid=server.pid,
+            abort=lambda: not server.alive(),
+        )
         from probes.sampler import sampler_argv
 
         sampler = self._start(

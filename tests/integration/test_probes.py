@@ -37,8 +37,9 @@ def _ip(*args: str) -> None:
 
 
 @pytest.fixture
-def veth_pair(no_leftovers) -> Iterator[tuple[str, str]]:
-    """Namespaces x and y, x:vx <-> y:vy, IPv4 and IPv6 addresses."""
+def veth_pair() -> Iterator[tuple[str, str]]:
+    """Namespaces x and y, x:vx <-> y:vy, IPv4 and IPv6 addresses; removed (and checked) after."""
+    require_root_and()  # skip (not error) without root, before touching namespaces
     x, y = f"vrt-pr-it{os.getpid()}-x", f"vrt-pr-it{os.getpid()}-y"
     made = []
     try:
@@ -55,6 +56,8 @@ def veth_pair(no_leftovers) -> Iterator[tuple[str, str]]:
     finally:
         for ns in made:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+    left = set(os.listdir("/run/netns")) & {x, y}
+    assert not left, f"namespaces left behind: {sorted(left)}"
 
 
 @contextlib.contextmanager
