@@ -14,7 +14,8 @@ MIGRATE_FLAGS = $(call flag,HV,hv) $(call flag,MODE,mode) $(call flag,RATE,rate)
   $(call flag,ROUTER,router) $(call flag,NIC,nic) $(call flag,ACCEL,accel) $(call flag,GEN,gen) \
   $(call flag,MIGLINK,miglink) $(call flag,DOWNTIME_LIMIT,downtime-limit) $(call flag,MIGBW,max-bandwidth) \
   $(call flag,AUTO_CONVERGE,auto-converge) $(call flag,XBZRLE,xbzrle) $(call flag,POSTCOPY,postcopy) \
-  $(call flag,MIGRATE_TIMEOUT,migrate-timeout) --results $(RESULTS)
+  $(call flag,MIGRATE_TIMEOUT,migrate-timeout) $(call flag,BOOT_TIMEOUT,boot-timeout) \
+  $(call flag,FAULT,fault) --results $(RESULTS)
 
 .PHONY: setup apt venv helpers guest migrate test test-unit test-integration lint clean-testbed clean \
         bench-traffic bench-sampler check-helpers

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from migrate.errors import ConfigError, VrmigError
-from migrate.scenario import Scenario
+from migrate.scenario import FAULTS, Scenario
 from migrate.units import parse_rate_bps
 
 log = logging.getLogger("vrmig")
@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--xbzrle", type=_bool, default=False)
     r.add_argument("--postcopy", type=_bool, default=False)
     r.add_argument("--migrate-timeout", type=_float("MIGRATE_TIMEOUT"), default=120.0)
+    r.add_argument("--boot-timeout", type=_float("BOOT_TIMEOUT"), default=120.0)
+    r.add_argument("--fault", default=None, help="inject a fault (chaos testing): " + ", ".join(FAULTS))
     r.add_argument("--results", type=Path, default=Path("results"), help="results root directory")
     sub.add_parser("clean-testbed", help="remove what crashed runs left behind (from their state files)")
     return p
@@ -96,7 +98,8 @@ def scenario_from_args(a: argparse.Namespace) -> Scenario:
         sample_ms=a.sample_ms, probe_ms=a.probe_ms, mem_mib=a.mem, router=a.router, nic=a.nic,
         accel=a.accel, gen=a.gen, miglink_bps=a.miglink, downtime_limit_ms=a.downtime_limit,
         max_bandwidth_bps=a.max_bandwidth, auto_converge=a.auto_converge, xbzrle=a.xbzrle,
-        postcopy=a.postcopy, migrate_timeout_s=a.migrate_timeout,
+        postcopy=a.postcopy, migrate_timeout_s=a.migrate_timeout, boot_timeout_s=a.boot_timeout,
+        fault=a.fault,
     )  # fmt: skip
 
 

@@ -100,7 +100,10 @@ class QMPClient:
             msg: dict[str, Any] = {"execute": name, "id": self._next_id}
             if args:
                 msg["arguments"] = args
-            self._sock.sendall(json.dumps(msg).encode() + b"\n")
+            try:
+                self._sock.sendall(json.dumps(msg).encode() + b"\n")
+            except OSError as err:
+                raise QMPError(f"QEMU ({self.side}) connection lost while sending {name!r}: {err}") from err
             deadline = time.monotonic() + timeout_s
             while True:
                 remaining = deadline - time.monotonic()

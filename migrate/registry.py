@@ -59,6 +59,7 @@ class Registry:
     """Resources owned by one run, mirrored to ``<STATE_ROOT>/<prefix>/state.json``."""
 
     prefix: str
+    run_dir: str | None = None
     namespaces: list[str] = field(default_factory=list)
     processes: list[dict[str, Any]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
@@ -89,6 +90,7 @@ class Registry:
                 "prefix": self.prefix,
                 "owner_pid": os.getpid(),
                 "owner_starttime": proc_starttime(os.getpid()),
+                "run_dir": self.run_dir,
                 "namespaces": self.namespaces,
                 "processes": self.processes,
                 "paths": self.paths,
@@ -184,6 +186,21 @@ def teardown_state(state: dict[str, Any]) -> list[str]:
     return problems
 
 
+def mark_dead_run(run_dir: Path) -> None:
+    """A run whose orchestrator died (SIGKILL, power loss) left meta.json at 'running': mark it
+    'interrupted' so that every results directory is complete, failed or interrupted."""
+    meta_path = run_dir / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        log.warning("cannot mark %s as interrupted: %s", run_dir, err)
+        return
+    if meta.get("status") == "running":
+        meta["status"] = "interrupted"
+        meta["failure"] = "the orchestrator died (e.g. SIGKILL); resources were removed by clean-testbed"
+        write_json(meta_path, meta)
+
+
 def clean_stale() -> list[str]:
     """Tear down resources of every run whose owner process is dead; return what was cleaned."""
     cleaned: list[str] = []
@@ -198,6 +215,8 @@ def clean_stale() -> list[str]:
         if pid_alive(state.get("owner_pid", -1), state.get("owner_starttime")):
             continue
         problems = teardown_state(state)
+        if state.get("run_dir"):
+            mark_dead_run(Path(state["run_dir"]))
         for p in problems:
             log.warning("%s: %s", state.get("prefix"), p)
         if not problems:

@@ -18,15 +18,18 @@ from migrate import topology as topo
 from migrate.atomic import write_json
 from migrate.drivers.base import Driver, RunContext, load_driver
 from migrate.errors import ConfigError, DependencyError, Interrupted, MigrationError, VrmigError
+from migrate.faults import FaultInjector, kill_pid, link_cap, link_down
 from migrate.recorder import Recorder
 from migrate.registry import Registry, clean_stale
 from migrate.scenario import Scenario
 from migrate.testbed import Testbed, TestbedBuilder, new_prefix
-from migrate.traffic import Instruments
+from migrate.traffic import Instruments, rx_packets
 
 log = logging.getLogger(__name__)
 
 RESULTS_MARKER = ".vrmig-run"
+RESULTS_ROOT_MARKER = ".vrmig-results"
+MIN_FREE_BYTES = 64 * 2**20  # a 20 s run at 1G of 64 B frames writes well under this
 
 
 class _Abort:
@@ -62,12 +65,39 @@ def _signals(abort: _Abort) -> Iterator[None]:
             signal.signal(s, h)
 
 
+def check_results_root(results_root: Path) -> None:
+    """The results root must be ours (absent, empty, or carrying our marker) and have room."""
+    if results_root.exists():
+        if not results_root.is_dir():
+            raise ConfigError(f"RESULTS={results_root} exists and is not a directory: choose another path")
+        entries = list(results_root.iterdir())
+        ours = all((e / RESULTS_MARKER).exists() for e in entries if e.name != RESULTS_ROOT_MARKER)
+        if entries and not (results_root / RESULTS_ROOT_MARKER).exists() and not ours:
+            raise ConfigError(
+                f"RESULTS={results_root} exists and is not a vrmig results directory "
+                f"(no {RESULTS_ROOT_MARKER} marker): choose a new or empty path"
+            )
+        probe = results_root
+    else:
+        probe = next((p for p in results_root.parents if p.exists()), Path("/"))
+    if not os.access(probe, os.W_OK):
+        raise ConfigError(f"RESULTS={results_root}: {probe} is not writable")
+    st = os.statvfs(probe)
+    free = st.f_bavail * st.f_frsize
+    if free < MIN_FREE_BYTES:
+        raise ConfigError(
+            f"RESULTS={results_root}: only {free // 2**20} MiB free on that file system; "
+            f"a run needs at least {MIN_FREE_BYTES // 2**20} MiB"
+        )
+
+
 def make_run_dir(results_root: Path, scenario: Scenario) -> Path:
     """Create ``results/<UTC time>-<name>/`` (fails if it exists) and mark it as ours."""
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")[:-4] + "Z"
-    if results_root.exists() and not results_root.is_dir():
-        raise ConfigError(f"results path {results_root} exists and is not a directory")
     results_root.mkdir(parents=True, exist_ok=True)
+    marker = results_root / RESULTS_ROOT_MARKER
+    if not marker.exists():
+        marker.write_text("vrmig results root\n")
     run_dir = results_root / f"{stamp}-{scenario.name}"
     run_dir.mkdir()
     (run_dir / RESULTS_MARKER).write_text("vrmig run directory\n")
@@ -86,6 +116,7 @@ def preflight(scenario: Scenario) -> tuple[type[Driver], dict[str, Any]]:
 
 def run(scenario: Scenario, results_root: Path) -> Path:
     """Execute one migration experiment and return its results directory."""
+    check_results_root(results_root)
     driver_cls, facts = preflight(scenario)
     for prefix in clean_stale():
         log.warning("removed leftovers of crashed run %s", prefix)
@@ -106,7 +137,7 @@ def run(scenario: Scenario, results_root: Path) -> Path:
             "clock": {"timestamps": "CLOCK_REALTIME ns", "offset_start_ns": metamod.clock_offset_ns()},
         }
         write_json(run_dir / "meta.json", meta)
-        registry = Registry(new_prefix())
+        registry = Registry(new_prefix(), run_dir=str(run_dir.resolve()))
         try:
             _execute(scenario, driver_cls, facts, registry, run_dir, meta, abort)
             if abort.signum is not None:
@@ -150,7 +181,8 @@ def _execute(
             "namespaces": {role: tb.ns(role) for role in topo.all_roles()},
             "miglink_bps": scenario.miglink_bps,
         }
-        ctx = RunContext(scenario, tb, registry, run_dir, recorder, abort)
+        injector = FaultInjector(scenario.fault, recorder.action)
+        ctx = RunContext(scenario, tb, registry, run_dir, recorder, abort, injector)
         driver = driver_cls(ctx, facts)
         meta["hypervisor"] = dict(facts)
         meta["accel"] = facts.get("accel")
@@ -163,6 +195,7 @@ def _execute(
         driver.prepare_destination()
         instruments = Instruments(scenario, tb, registry, run_dir, recorder)
         instruments.start()
+        injector.targets = {**driver.fault_targets(), **fault_actions(tb, instruments)}
         meta["instruments"] = instruments.describe()
         write_json(run_dir / "meta.json", meta)
 
@@ -177,22 +210,71 @@ def _execute(
         except MigrationError as err:
             meta["status"], meta["failure"] = "failed", str(err)
             log.error("migration failed: %s", err)
+            meta["recovery"] = observe_recovery(driver, instruments, tb)
         t_end = time.monotonic()
         _sleep_until(max(t0 + scenario.duration_s, t_end + scenario.after_s), abort)
+        dead = instruments.dead()
+        if dead and meta["status"] == "completed":
+            meta["status"], meta["failure"] = "failed", f"instrument died during the run: {dead}"
+            log.error("%s", meta["failure"])
         instruments.stop()
         meta["verify"] = driver.verify()
         meta["hypervisor"].update(driver.describe())
     finally:
         abort.armed = False  # a signal from here on is recorded, not raised: teardown must finish
-        if instruments is not None:
-            instruments.kill()
-        if driver is not None:
-            driver.stop()
-        recorder.close()
-        problems = registry.teardown()
+        problems: list[str] = []
+        for step, fn in (
+            ("stop instruments", instruments.kill if instruments is not None else None),
+            ("stop hypervisor", driver.stop if driver is not None else None),
+            ("close recorder", recorder.close),
+        ):
+            if fn is None:
+                continue
+            try:
+                fn()
+            except Exception as err:  # teardown must go on: the registry removes the rest by PID
+                problems.append(f"{step}: {type(err).__name__}: {err}")
+                log.warning("%s failed: %s", step, err)
+        problems += registry.teardown()
         if problems:
             meta["teardown_problems"] = problems
             log.error("teardown problems: %s", "; ".join(problems))
+
+
+RECOVERY_OBSERVE_S = 3.0
+
+
+def fault_actions(tb: Testbed, instruments: Instruments) -> dict[str, Any]:
+    """Faults of the testbed and the instruments (the driver adds its own)."""
+    r1 = tb.ns("R1")
+    gen = instruments.procs.get("gen")
+    return {
+        "link-down": link_down(r1),
+        "link-cap": link_cap(r1),
+        "gen-dies": kill_pid(lambda: gen.pid if gen and gen.alive() else None),
+    }
+
+
+def observe_recovery(driver: Driver, instruments: Instruments, tb: Testbed) -> dict[str, Any]:
+    """After a failed migration: does the router still run on R1, and does it still forward?
+    Observed from R1's right-hand tap (frames the router sends toward B)."""
+    running = driver.source_running()
+    out: dict[str, Any] = {"source_running": running, "forwarding_on_R1": False}
+    if not running or instruments.s.rate_bps == 0:
+        return out
+    try:
+        before = rx_packets(tb.ns("R1"), "tapR")
+        deadline = time.monotonic() + RECOVERY_OBSERVE_S
+        while time.monotonic() < deadline:
+            delta = rx_packets(tb.ns("R1"), "tapR") - before
+            if delta >= 10:
+                out.update(forwarding_on_R1=True, packets_observed=delta)
+                break
+            time.sleep(0.05)
+    except (OSError, IndexError) as err:
+        out["error"] = str(err)
+    log.info("after the failed migration: source running=%s, forwarding on R1=%s", running, out["forwarding_on_R1"])
+    return out
 
 
 def _sleep_until(t_mono: float, abort: _Abort) -> None:

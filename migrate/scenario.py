@@ -13,6 +13,7 @@ MODES = ("precopy", "stopcopy")
 ROUTERS = ("frr", "bird", "xorp")
 ACCELS = ("auto", "kvm", "tcg")
 GENS = ("builtin", "iperf3")
+FAULTS = ("dst-qemu-dies", "src-qemu-dies", "link-down", "link-cap", "guest-never-ready", "gen-dies")
 MIN_FRAME_BYTES = 64
 MAX_FRAME_BYTES = 1518
 MIN_IPV6_FRAME_BYTES = 82  # 14 Eth + 40 IPv6 + 8 UDP + 16 B payload (seq, timestamp) + 4 FCS
@@ -46,6 +47,7 @@ class Scenario:
     postcopy: bool = False
     migrate_timeout_s: float = 120.0
     boot_timeout_s: float = 120.0
+    fault: str | None = None
 
     def __post_init__(self) -> None:
         validate(self)
@@ -108,3 +110,5 @@ def validate(s: Scenario) -> None:
         _require(s.max_bandwidth_bps > 0, f"MIGBW={s.max_bandwidth_bps} must be > 0 bit/s")
     _require(not (s.postcopy and s.mode == "stopcopy"), "POSTCOPY=1 needs MODE=precopy")
     _require(s.migrate_timeout_s > 0, "MIGRATE_TIMEOUT must be > 0 seconds")
+    _require(s.boot_timeout_s > 0, "BOOT_TIMEOUT must be > 0 seconds")
+    _require(s.fault is None or s.fault in FAULTS, f"FAULT={s.fault!r} is unknown: choose one of {', '.join(FAULTS)}")

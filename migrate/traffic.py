@@ -144,6 +144,11 @@ class Instruments:
             time.sleep(FORWARD_POLL_S)
         self.rec.action("forwarding-observed", host=role)
 
+    def dead(self) -> str | None:
+        """Describe instruments that exited on their own before the planned stop (None if none)."""
+        gone = [f"{w} (exit status {p.returncode()})" for w, p in self.procs.items() if not p.alive()]
+        return ", ".join(gone) or None
+
     def stop(self) -> None:
         """Stop the generator and probes first, then the sink and the sampler (so they see the end)."""
         self.rec.action("traffic-stop")

@@ -28,6 +28,7 @@ class RunContext:
     run_dir: Path
     recorder: Recorder
     abort: Any = None  # callable -> bool, true once an interruption was requested
+    faults: Any = None  # migrate.faults.FaultInjector (on_progress(reply) per source sample)
 
 
 @dataclass
@@ -76,6 +77,14 @@ class Driver(ABC):
     def describe(self) -> dict[str, Any]:
         """Effective hypervisor settings for meta.json (after the run)."""
         return {}
+
+    def fault_targets(self) -> dict[str, Any]:
+        """Fault name -> action (callable) for the faults this driver can suffer."""
+        return {}
+
+    def source_running(self) -> bool:
+        """True if the router still runs on the source host (after a failed migration)."""
+        return False
 
 
 def load_driver(hv: str) -> type[Driver]:

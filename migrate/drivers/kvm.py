@@ -100,13 +100,17 @@ class KvmDriver(Driver):
         left, right = (topo.router_port(seg) for seg in topo.SEGMENTS)
         append = kernel_cmdline(s.router, [left.ipv4, left.ipv6], [right.ipv4, right.ipv6])
         qmp_path = self.ctx.registry.dir / f"qmp-{host}.sock"
+        initrd = self.image.initrd
+        if s.fault == "guest-never-ready" and not incoming:
+            initrd = self.ctx.registry.dir / "empty-initrd.img"  # fault: no init, the kernel panics
+            initrd.write_bytes(b"")
         argv = qemu_argv(
             name=f"vrmig-{self.ctx.testbed.prefix}-{host}",
             accel=self.accel,
             mem_mib=s.mem_mib,
             vcpus=s.vcpus,
             kernel=self.image.kernel,
-            initrd=self.image.initrd,
+            initrd=initrd,
             append=append,
             console=self.ctx.run_dir / f"console-{host}.log",
             qmp=qmp_path,
@@ -209,7 +213,16 @@ class KvmDriver(Driver):
             self.qsrc.cmd("stop")
         rec.action("migrate", side="src", uri=uri, mode=s.mode)
         self.qsrc.cmd("migrate", uri=uri)
-        final = self._poll(time.monotonic() + s.migrate_timeout_s)
+        try:
+            final = self._poll(time.monotonic() + s.migrate_timeout_s)
+        except MigrationError:
+            if s.mode == "stopcopy" and self.src is not None and self.src.alive():
+                rec.action("cont", side="src", reason="resume the source after the failed migration")
+                try:
+                    self.qsrc.cmd("cont", timeout_s=5.0)
+                except QMPError as err:
+                    log.warning("could not resume the source: %s", err)
+            raise
         if s.mode == "stopcopy":
             self._resume_destination()
         return MigrationOutcome(completed=True, hypervisor=final)
@@ -221,37 +234,56 @@ class KvmDriver(Driver):
         next_t = time.monotonic()
         while True:
             t_ns = time.time_ns()
-            reply = self.qsrc.cmd("query-migrate")
+            try:
+                reply = self.qsrc.cmd("query-migrate")
+            except QMPError as err:
+                if self.src is not None and not self.src.alive():
+                    raise MigrationError(
+                        f"source QEMU died during the migration (exit status {self.src.returncode()})"
+                    ) from err
+                raise MigrationError(f"lost contact with the source QEMU: {err}") from err
             rec.sample("src", t_ns, reply)
+            if self.ctx.faults is not None:
+                self.ctx.faults.on_progress(reply)
             t_ns = time.time_ns()
-            rec.sample("dst", t_ns, self.qdst.cmd("query-migrate"))
+            if self.dst is not None and self.dst.alive():
+                try:
+                    rec.sample("dst", t_ns, self.qdst.cmd("query-migrate", timeout_s=2.0))
+                except QMPError as err:
+                    log.debug("destination query-migrate: %s", err)
             status = reply.get("status")
             if status == "completed":
                 return reply
             if status in ("failed", "cancelled"):
                 raise MigrationError(f"QEMU reports migration {status}: {reply.get('error-desc', 'no reason given')}")
             if not self.dst or not self.dst.alive():
-                raise MigrationError("destination QEMU exited during the migration")
+                rc = self.dst.returncode() if self.dst else None
+                self._cancel("destination died")
+                raise MigrationError(f"destination QEMU exited during the migration (exit status {rc})")
             syncs = reply.get("ram", {}).get("dirty-sync-count", 0)
             if s.postcopy and not postcopy_started and status == "active" and syncs >= POSTCOPY_AFTER_SYNCS:
                 rec.action("migrate-start-postcopy", side="src")
                 self.qsrc.cmd("migrate-start-postcopy")
                 postcopy_started = True
             if time.monotonic() > deadline:
-                rec.action("migrate_cancel", side="src", reason="timeout")
-                try:
-                    self.qsrc.cmd("migrate_cancel")
-                except QMPError as err:
-                    log.warning("migrate_cancel failed: %s", err)
+                self._cancel("timeout")
                 raise MigrationError(
                     f"migration did not complete within {s.migrate_timeout_s:.0f} s (last status {status})"
                 )
             if self.ctx.abort and self.ctx.abort():
-                rec.action("migrate_cancel", side="src", reason="interrupted")
-                self.qsrc.cmd("migrate_cancel")
+                self._cancel("interrupted")
                 raise MigrationError("interrupted during migration")
             next_t += POLL_INTERVAL_S
             time.sleep(max(0.0, next_t - time.monotonic()))
+
+    def _cancel(self, reason: str) -> None:
+        """Cancel a running migration on the source (QEMU then keeps running the guest there)."""
+        assert self.qsrc is not None
+        self.ctx.recorder.action("migrate_cancel", side="src", reason=reason)
+        try:
+            self.qsrc.cmd("migrate_cancel", timeout_s=5.0)
+        except QMPError as err:
+            log.warning("migrate_cancel failed: %s", err)
 
     def _resume_destination(self) -> None:
         """Stop-and-copy: once R2 has all state, resume it there and announce its MACs."""
@@ -277,6 +309,24 @@ class KvmDriver(Driver):
             except QMPError as err:
                 out[f"{side}_status"] = f"unknown ({err})"
         return out
+
+    def fault_targets(self) -> dict[str, Any]:
+        """QEMU processes that chaos runs kill mid-migration."""
+        from migrate.faults import kill_pid
+
+        return {
+            "dst-qemu-dies": kill_pid(lambda: self.dst.pid if self.dst else None),
+            "src-qemu-dies": kill_pid(lambda: self.src.pid if self.src else None),
+        }
+
+    def source_running(self) -> bool:
+        """The source QEMU is alive and its guest running (QEMU recovered from a failed migration)."""
+        if self.src is None or self.qsrc is None or not self.src.alive():
+            return False
+        try:
+            return self.qsrc.cmd("query-status", timeout_s=5.0)["status"] == "running"
+        except QMPError:
+            return False
 
     def describe(self) -> dict[str, Any]:
         """Effective migration parameters and capabilities."""
