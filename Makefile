@@ -3,12 +3,15 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 PYTEST := .venv/bin/pytest
 APT_PACKAGES := qemu-system-x86 qemu-utils iproute2 iputils-ping irtt iperf3 busybox-static cpio zstd \
-                gcc make python3-venv ca-certificates kmod
+                gcc make python3-venv ca-certificates kmod \
+                libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients libvirt-dev pkg-config python3-dev
+APT_PACKAGES += chromium  # headless-browser check of the sweep/nightly report.html (tests)
+APT_PACKAGES += iptables util-linux tar  # HV=criu: CRIU's network lock, the container's namespaces, tmpfs images
 RESULTS ?= results
 
 # Make variable -> CLI flag (only variables that are set are passed)
 flag = $(if $(strip $($(1))),--$(2) $($(1)))
-MIGRATE_FLAGS = $(call flag,HV,hv) $(call flag,MODE,mode) $(call flag,RATE,rate) $(call flag,SIZE,size) \
+MIGRATE_FLAGS = $(call flag,HV,hv) $(call flag,DRIVER,driver) $(call flag,MODE,mode) $(call flag,RATE,rate) $(call flag,SIZE,size) \
   $(call flag,IP,ip) $(call flag,DURATION,duration) $(call flag,MIGRATE_AT,migrate-at) $(call flag,AFTER,after) \
   $(call flag,SAMPLE_MS,sample-ms) $(call flag,PROBE_MS,probe-ms) $(call flag,MEM,mem) \
   $(call flag,ROUTER,router) $(call flag,NIC,nic) $(call flag,ACCEL,accel) $(call flag,GEN,gen) \
@@ -17,10 +20,10 @@ MIGRATE_FLAGS = $(call flag,HV,hv) $(call flag,MODE,mode) $(call flag,RATE,rate)
   $(call flag,MIGRATE_TIMEOUT,migrate-timeout) $(call flag,BOOT_TIMEOUT,boot-timeout) \
   $(call flag,FAULT,fault) --results $(RESULTS)
 
-.PHONY: setup apt venv helpers guest migrate test test-unit test-integration lint clean-testbed clean \
+.PHONY: chaos setup apt venv helpers guest migrate test test-unit test-integration lint clean-testbed clean \
         bench-traffic bench-sampler check-helpers
 
-setup: apt venv helpers guest
+setup: apt venv helpers guest criu
 
 apt:
 	@if [ "$$(id -u)" != 0 ]; then echo "make setup: run as root (installs Debian packages)"; exit 2; fi
@@ -32,7 +35,7 @@ venv: .venv/.installed
 .venv/.installed: pyproject.toml
 	python3 -m venv .venv
 	.venv/bin/pip install -q --upgrade pip
-	.venv/bin/pip install -q -e '.[dev]'
+	.venv/bin/pip install -q -e '.[dev,libvirt]'
 	touch $@
 
 helpers:
@@ -43,12 +46,48 @@ check-helpers:
 	$(MAKE) -C crosstraffic check
 	$(MAKE) -C probes check
 
+# HV=criu: a criu that works on this kernel (system's, else Debian trixie's/forky's unpacked into
+# ~/.cache/vrmig/criu with a private apt configuration; see migrate/criu_setup.py)
+.PHONY: criu
+criu: venv
+	$(PY) -m migrate.criu_setup
+
 guest: venv
 	$(PY) -m routers build --profile frr
 	$(PY) -m routers build --profile bird
 
 migrate:
 	$(PY) -m migrate run $(MIGRATE_FLAGS)
+
+# make baseline: forwarding performance without migration (README "make baseline")
+BASELINE_FLAGS = $(call flag,HV,hv) $(call flag,NIC,nic) $(call flag,IP,ip) $(call flag,SIZES,sizes) \
+  $(call flag,RATES,rates) $(call flag,ROUTERS,routers) $(call flag,LOAD,load) $(call flag,REPS,reps) \
+  $(call flag,SEARCH,search) $(call flag,RESUME,resume) $(call flag,DURATION,duration) \
+  $(call flag,LOAD_RATE,load-rate) $(call flag,ROUTER,router) $(call flag,ACCEL,accel) $(call flag,MEM,mem) \
+  $(call flag,PROBE_MS,probe-ms) $(call flag,GEN_CHECK,gen-check) $(call flag,NDR_PRECISION,ndr-precision) \
+  $(call flag,BOOT_TIMEOUT,boot-timeout) --results $(RESULTS)
+.PHONY: baseline
+baseline:
+	$(PY) -m migrate baseline $(BASELINE_FLAGS)
+
+.PHONY: sweep report compare nightly nightly-accept
+sweep:
+	@if [ -n "$(RATE)$(SIZE)" ]; then echo "make sweep: use RATES=... SIZES=... (RATE and SIZE are for make migrate)" >&2; exit 2; fi
+	$(PY) -m migrate sweep $(MIGRATE_FLAGS) $(call flag,RATES,rates) $(call flag,SIZES,sizes) $(call flag,REPS,reps) \
+	  $(call flag,SEED,seed) $(call flag,RESUME,resume)
+
+report:
+	$(PY) -m migrate report $(RUNS) $(call flag,OUT,out) --results $(RESULTS)
+
+compare:
+	@if [ -z "$(A)" ] || [ -z "$(B)" ]; then echo "make compare: set A=<sweep dir> B=<sweep dir>" >&2; exit 2; fi
+	$(PY) -m migrate compare $(A) $(B) $(call flag,OUT,out) --results $(RESULTS)
+
+nightly:
+	$(PY) -m migrate nightly $(call flag,MATRIX,matrix) $(call flag,HISTORY,history) --results $(RESULTS)
+
+nightly-accept:
+	$(PY) -m migrate nightly-accept $(call flag,NIGHT,night) $(call flag,HISTORY,history) --results $(RESULTS)
 
 clean-testbed:
 	$(PY) -m migrate clean-testbed
@@ -64,6 +103,9 @@ test-integration:
 lint:
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
+
+chaos:
+	$(PY) -m migrate.chaos --trials $(or $(TRIALS),30) --seed $(or $(SEED),1) --results $(RESULTS)/chaos
 
 bench-sampler: venv
 	$(MAKE) -C probes

@@ -22,6 +22,20 @@ def write_text(path: Path, text: str) -> None:
             tmp.unlink()
 
 
+def write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file, fsync and rename."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
 def write_json(path: Path, obj: Any) -> None:
     """Atomically write ``obj`` as indented JSON."""
     write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")

@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="one migration experiment (make migrate)")
     r.add_argument("--hv", default="kvm", help="hypervisor driver (HV): kvm")
+    r.add_argument("--driver", default="qmp", help="how HV=kvm is driven (DRIVER): qmp|libvirt")
     r.add_argument("--mode", default="precopy", help="precopy|stopcopy (MODE)")
     r.add_argument("--rate", type=_rate("RATE"), default=parse_rate_bps("100M"), help="cross-traffic bit/s, K/M/G")
     r.add_argument("--size", type=_int("SIZE"), default=1500, help="Ethernet frame bytes 64-1518")
@@ -87,6 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--fault", default=None, help="inject a fault (chaos testing): " + ", ".join(FAULTS))
     r.add_argument("--results", type=Path, default=Path("results"), help="results root directory")
     sub.add_parser("clean-testbed", help="remove what crashed runs left behind (from their state files)")
+    from migrate.baseline_cli import add_parser as add_baseline_parser
+
+    add_baseline_parser(sub)
+    from migrate.sweep_cli import add_parsers as add_sweep_parsers
+
+    add_sweep_parsers(sub, r)
     return p
 
 
@@ -99,7 +106,7 @@ def scenario_from_args(a: argparse.Namespace) -> Scenario:
         accel=a.accel, gen=a.gen, miglink_bps=a.miglink, downtime_limit_ms=a.downtime_limit,
         max_bandwidth_bps=a.max_bandwidth, auto_converge=a.auto_converge, xbzrle=a.xbzrle,
         postcopy=a.postcopy, migrate_timeout_s=a.migrate_timeout, boot_timeout_s=a.boot_timeout,
-        fault=a.fault,
+        fault=a.fault, driver=a.driver,
     )  # fmt: skip
 
 
@@ -120,6 +127,12 @@ def main(argv: list[str] | None = None) -> int:
             cleaned = clean_stale()
             print(f"cleaned {len(cleaned)} stale run(s)" + (f": {', '.join(cleaned)}" if cleaned else ""))
             return 0
+        if args.command == "baseline":
+            from migrate.baseline_cli import run_command as run_baseline_command
+
+            return run_baseline_command(args)
+        if getattr(args, "handler", None) is not None:  # sweep, report, compare, nightly, nightly-accept
+            return args.handler(args)
         scenario = scenario_from_args(args)
         from migrate.run import run
 

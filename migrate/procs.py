@@ -19,6 +19,7 @@ from migrate.testbed import netns_exec
 log = logging.getLogger(__name__)
 
 POLL_S = 0.01
+RUN_ENV = "VRMIG_RUN"  # every child carries its run's prefix (for leak *detection* in tests only)
 
 
 class ProcessError(VrmigError):
@@ -56,6 +57,7 @@ class Proc:
                     stderr=err,
                     start_new_session=True,
                     close_fds=True,
+                    env={**os.environ, RUN_ENV: self.registry.prefix},
                 )
             except OSError as e:
                 raise ProcessError(f"cannot start {self.what} ({self.argv[0]}): {e}") from e

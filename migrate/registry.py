@@ -177,7 +177,7 @@ def teardown_state(state: dict[str, Any]) -> list[str]:
         try:
             if path.is_dir() and not path.is_symlink():
                 for child in sorted(path.rglob("*"), reverse=True):
-                    child.rmdir() if child.is_dir() else child.unlink()
+                    child.rmdir() if child.is_dir() and not child.is_symlink() else child.unlink()
                 path.rmdir()
             elif path.exists() or path.is_symlink():
                 path.unlink()

@@ -110,7 +110,7 @@ def preflight(scenario: Scenario) -> tuple[type[Driver], dict[str, Any]]:
     if os.geteuid() != 0:
         raise DependencyError("vrmig must run as root (it creates network namespaces): run it as root")
     Instruments.check(scenario)
-    driver_cls = load_driver(scenario.hv)
+    driver_cls = load_driver(scenario.hv, scenario.driver)
     return driver_cls, driver_cls.preflight(scenario)
 
 

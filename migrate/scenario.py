@@ -8,7 +8,8 @@ from typing import Any
 from migrate.errors import ConfigError
 from migrate.units import format_rate
 
-HVS = ("kvm",)
+HVS = ("kvm", "criu")
+DRIVERS = ("qmp", "libvirt")  # HV=kvm: QEMU over QMP (default) or through libvirt
 MODES = ("precopy", "stopcopy")
 ROUTERS = ("frr", "bird", "xorp")
 ACCELS = ("auto", "kvm", "tcg")
@@ -48,6 +49,7 @@ class Scenario:
     migrate_timeout_s: float = 120.0
     boot_timeout_s: float = 120.0
     fault: str | None = None
+    driver: str = "qmp"
 
     def __post_init__(self) -> None:
         validate(self)
@@ -55,7 +57,8 @@ class Scenario:
     @property
     def name(self) -> str:
         """Name derived from the parameters, used in the results directory name."""
-        return f"{self.hv}-{self.mode}-{format_rate(self.rate_bps)}-{self.frame_bytes}"
+        hv = self.hv if self.driver == "qmp" else f"{self.hv}-{self.driver}"
+        return f"{hv}-{self.mode}-{format_rate(self.rate_bps)}-{self.frame_bytes}"
 
     def to_dict(self) -> dict[str, Any]:
         """All parameters as a JSON-ready dict."""
@@ -75,6 +78,8 @@ def _require(cond: bool, msg: str) -> None:
 def validate(s: Scenario) -> None:
     """Raise ConfigError with a one-line, actionable message for the first invalid parameter."""
     _require(s.hv in HVS, f"HV={s.hv!r} is not supported: choose one of {', '.join(HVS)}")
+    _require(s.driver in DRIVERS, f"DRIVER={s.driver!r} is unknown: choose one of {', '.join(DRIVERS)}")
+    _require(s.driver != "libvirt" or s.hv == "kvm", f"DRIVER=libvirt needs HV=kvm (not HV={s.hv})")
     _require(s.mode in MODES, f"MODE={s.mode!r} is unknown: choose precopy or stopcopy")
     _require(s.rate_bps >= 0, f"RATE={s.rate_bps} must be >= 0 bit/s")
     _require(s.rate_bps <= 10 * 10**9, f"RATE={format_rate(s.rate_bps)} is above 10G: the testbed cannot carry it")

@@ -15,7 +15,13 @@ from migrate.registry import Registry
 from migrate.scenario import Scenario
 from migrate.testbed import Testbed
 
-DRIVERS = {"kvm": "migrate.drivers.kvm:KvmDriver"}
+#: (HV, DRIVER) -> "module:class", imported only when chosen
+DRIVERS = {
+    ("kvm", "qmp"): "migrate.drivers.kvm:KvmDriver",
+    ("kvm", "libvirt"): "migrate.drivers.libvirt:LibvirtDriver",
+    # DRIVER only varies for kvm; other HVs are registered under the default DRIVER
+    ("criu", "qmp"): "migrate.drivers.criu:CriuDriver",
+}
 
 
 @dataclass
@@ -87,11 +93,12 @@ class Driver(ABC):
         return False
 
 
-def load_driver(hv: str) -> type[Driver]:
-    """Import the driver class for ``hv`` lazily."""
+def load_driver(hv: str, driver: str = "qmp") -> type[Driver]:
+    """Import the driver class for ``hv`` driven by ``driver`` (qmp|libvirt) lazily."""
     try:
-        target = DRIVERS[hv]
+        target = DRIVERS[(hv, driver)]
     except KeyError:
-        raise ConfigError(f"HV={hv!r} has no driver: choose one of {', '.join(DRIVERS)}") from None
+        known = ", ".join(f"HV={h} DRIVER={d}" for h, d in DRIVERS)
+        raise ConfigError(f"HV={hv!r} DRIVER={driver!r} has no driver: choose one of {known}") from None
     module, cls = target.split(":")
     return getattr(importlib.import_module(module), cls)

@@ -41,8 +41,10 @@ def qemu_argv(
     qmp: Path,
     nic: str,
     incoming: bool,
+    ports: tuple[tuple[str, str], tuple[str, str]] | None = None,
 ) -> list[str]:
-    """The QEMU command line (argv, never a shell string)."""
+    """The QEMU command line (argv, never a shell string).  ``ports``: (tap, MAC) of the left and
+    right NIC; default the testbed's tapL/tapR with the router's fixed MACs."""
     argv = [
         QEMU,
         "-name", name,
@@ -57,11 +59,12 @@ def qemu_argv(
         "-chardev", f"file,id=con,path={console}", "-serial", "chardev:con",
         "-qmp", f"unix:{qmp},server=on,wait=off",
     ]  # fmt: skip
-    for port in topo.ROUTER_PORTS:
-        nid = f"n{port.segment}"
+    nics = ports or tuple((f"tap{p.segment}", p.mac) for p in topo.ROUTER_PORTS)
+    for segment, (tap, mac) in zip(topo.SEGMENTS, nics, strict=True):
+        nid = f"n{segment}"
         argv += [
-            "-netdev", f"tap,id={nid},ifname=tap{port.segment},script=no,downscript=no",
-            "-device", f"{NIC_MODELS[nic]},netdev={nid},mac={port.mac},romfile=",
+            "-netdev", f"tap,id={nid},ifname={tap},script=no,downscript=no",
+            "-device", f"{NIC_MODELS[nic]},netdev={nid},mac={mac},romfile=",
         ]  # fmt: skip
     if incoming:
         argv += ["-incoming", "defer"]

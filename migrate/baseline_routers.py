@@ -1,0 +1,199 @@
+"""Router instances of the baseline.
+
+* HV=none (:class:`NsRouter`): the router profile's guest rootfs (``~/.cache/vrmig/guest/<profile>/
+  rootfs``) chrooted in a private mount namespace inside the network namespace ``RT<k>``
+  (:func:`routers.guest.namespace_argv`): the same ``vrmig-router`` script, the same FRR zebra +
+  staticd binaries and libraries as in the VM, forwarding done by the host kernel.
+* HV=kvm (:class:`VmRouter`): the router VM, booted by QEMU in R1 (``qemu_argv`` of the KVM
+  driver) with taps on R1's bridges; ready when the guest prints ``VRMIG-READY``.
+
+Both expose the PIDs whose CPU time is charged to the router."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from migrate.baseline_plan import Slot
+from migrate.errors import GuestError
+from migrate.procs import Proc, ProcessError
+from migrate.registry import Registry, pid_alive, proc_starttime
+
+log = logging.getLogger(__name__)
+
+ROUTER_START_TIMEOUT_S = 90.0
+STOP_GRACE_S = 3.0
+
+
+class NsRouter:
+    """HV=none: the router daemons chrooted into the rootfs, in network namespace ``ns``."""
+
+    def __init__(self, slot: Slot, ns: str, profile: str, registry: Registry, out_dir: Path) -> None:
+        self.slot, self.ns, self.profile, self.reg, self.out = slot, ns, profile, registry, out_dir
+        self.daemons: list[tuple[int, int | None]] = []
+        self.ready_line = ""
+
+    def start(self, timeout_s: float = ROUTER_START_TIMEOUT_S) -> None:
+        """Run the chroot script; it exits after READY, leaving the daemons, whose PIDs it prints."""
+        from routers.guest import namespace_argv, parse_ready
+
+        argv = namespace_argv(self.profile, self.slot.router_cidrs("L"), self.slot.router_cidrs("R"))
+        what = f"router-{self.slot.k}"
+        proc = Proc(what, argv, self.reg, self.out, netns=self.ns).start()
+        rc = proc.wait(timeout_s)
+        text = proc.stdout_path.read_text(errors="replace") if proc.stdout_path.exists() else ""
+        for line in text.splitlines():
+            if line.startswith("VRMIG-PID "):
+                pid = int(line.split()[1])
+                self.reg.add_process(pid, f"{what}-daemon")
+                self.daemons.append((pid, proc_starttime(pid)))
+            elif parse_ready(line):
+                self.ready_line = line.strip()
+        if rc is None:
+            proc.stop()
+            raise GuestError(f"router {self.slot.k} (HV=none) not ready within {timeout_s:.0f} s")
+        if rc != 0 or not self.ready_line:
+            tail = " | ".join(text.strip().splitlines()[-3:])
+            raise GuestError(f"router {self.slot.k} (HV=none) failed to start (status {rc}): {tail}")
+
+    def pids(self) -> dict[str, int]:
+        """Router daemons (zebra, staticd): their CPU is the router's control plane only; the
+        forwarding itself runs in the host kernel's softirq context."""
+        return {f"router{self.slot.k}-daemon{i}": pid for i, (pid, _) in enumerate(self.daemons)}
+
+    def alive(self) -> bool:
+        """All daemons still run."""
+        return bool(self.daemons) and all(pid_alive(p, st) for p, st in self.daemons)
+
+    def stop(self) -> None:
+        """SIGTERM the daemons by PID, then anything still inside this run's own namespace."""
+        for pid, st in self.daemons:
+            if pid_alive(pid, st):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while any(pid_alive(p, st) for p, st in self.daemons) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        out = subprocess.run(["ip", "netns", "pids", self.ns], capture_output=True, text=True, check=False).stdout
+        for pid in (int(p) for p in out.split()):
+            log.warning("process %d still in %s after the router stopped; killing it", pid, self.ns)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def describe(self) -> dict[str, Any]:
+        """How this router runs (meta.json)."""
+        return {"kind": "netns-chroot", "netns": self.ns, "ready": self.ready_line, "daemon_pids": self.daemons}
+
+
+class VmRouter:
+    """HV=kvm: one router VM in R1."""
+
+    def __init__(
+        self,
+        slot: Slot,
+        ports: tuple[tuple[str, str], tuple[str, str]],
+        *,
+        r1_ns: str,
+        prefix: str,
+        profile: str,
+        nic: str,
+        accel: str,
+        mem_mib: int,
+        registry: Registry,
+        out_dir: Path,
+    ) -> None:
+        self.slot, self.ports, self.r1, self.prefix = slot, ports, r1_ns, prefix
+        self.profile, self.nic, self.accel, self.mem = profile, nic, accel, mem_mib
+        self.reg, self.out = registry, out_dir
+        self.proc: Proc | None = None
+        self.console = out_dir / f"console-rt{slot.k}.log"
+        self.ready_line = ""
+
+    def start(self) -> None:
+        """Start QEMU (returns at once; :meth:`wait_ready` observes the boot)."""
+        from migrate.drivers.kvm import qemu_argv
+        from routers.guest import guest_image, kernel_cmdline
+
+        image = guest_image(self.profile)
+        argv = qemu_argv(
+            name=f"vrmig-{self.prefix}-rt{self.slot.k}",
+            accel=self.accel,
+            mem_mib=self.mem,
+            vcpus=1,
+            kernel=image.kernel,
+            initrd=image.initrd,
+            append=kernel_cmdline(self.profile, self.slot.router_cidrs("L"), self.slot.router_cidrs("R")),
+            console=self.console,
+            qmp=self.reg.dir / f"qmp-rt{self.slot.k}.sock",
+            nic=self.nic,
+            incoming=False,
+            ports=self.ports,
+        )
+        self.proc = Proc(f"qemu-rt{self.slot.k}", argv, self.reg, self.out, netns=self.r1).start()
+
+    def wait_ready(self, timeout_s: float, abort=None) -> None:
+        """Wait for the guest's READY line on its serial console (FAIL or QEMU exit: error)."""
+        from routers.guest import FAIL_MARKER, READY_MARKER
+
+        assert self.proc is not None
+        try:
+            self.proc.wait_for(READY_MARKER, timeout_s, path=self.console, abort=abort)
+        except ProcessError as err:
+            text = self.console.read_text(errors="replace") if self.console.exists() else ""
+            fail = [ln for ln in text.splitlines() if ln.startswith(FAIL_MARKER)]
+            raise GuestError(f"router VM {self.slot.k} not ready: {fail[-1] if fail else err}") from err
+        text = self.console.read_text(errors="replace")
+        self.ready_line = next((ln.strip() for ln in text.splitlines() if ln.startswith(READY_MARKER)), "")
+
+    def pids(self) -> dict[str, int]:
+        """The QEMU process (vCPU and I/O threads: its CPU time is the router's whole cost)."""
+        return {f"qemu{self.slot.k}": self.proc.pid} if self.proc else {}
+
+    def alive(self) -> bool:
+        """QEMU still runs."""
+        return self.proc is not None and self.proc.alive()
+
+    def stop(self) -> None:
+        """SIGTERM QEMU by PID (QEMU exits cleanly on it)."""
+        if self.proc is not None:
+            self.proc.stop(signal.SIGTERM)
+
+    def describe(self) -> dict[str, Any]:
+        """How this router runs (meta.json)."""
+        return {
+            "kind": "qemu",
+            "argv": self.proc.argv if self.proc else None,
+            "ready": self.ready_line,
+            "console": self.console.name,
+        }
+
+
+class BusyLoop:
+    """LOAD=cpu: one process spinning on a CPU (paper 001's ``stress --cpu 1``), by PID."""
+
+    ARGV = ("sh", "-c", "while :; do :; done")
+
+    def __init__(self, ns: str, registry: Registry, out_dir: Path) -> None:
+        self.proc = Proc("busyloop", list(self.ARGV), registry, out_dir, netns=ns)
+
+    def start(self) -> None:
+        """Start spinning."""
+        self.proc.start()
+
+    def pids(self) -> dict[str, int]:
+        """The spinning process."""
+        return {"busyloop": self.proc.pid}
+
+    def alive(self) -> bool:
+        """Still spinning."""
+        return self.proc.alive()
+
+    def stop(self) -> None:
+        """Kill it by PID."""
+        self.proc.stop(signal.SIGKILL, timeout_s=5)
