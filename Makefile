@@ -104,6 +104,10 @@ lint:
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 
+bench-traffic: helpers
+	mkdir -p $(RESULTS)/bench
+	$(PY) -m crosstraffic.bench --out $(RESULTS)/bench/traffic.json
+
 chaos:
 	$(PY) -m migrate.chaos --trials $(or $(TRIALS),30) --seed $(or $(SEED),1) --results $(RESULTS)/chaos
 

@@ -1,0 +1,383 @@
+"""Traffic backends: how to run a generator/sink pair and how to read what they report.
+
+A :class:`Backend` only *builds* argv lists and *parses* output; the orchestrator runs the argv
+itself (wrapped in ``ip netns exec NS ...``), so no backend ever starts a process.  Results are
+frozen dataclasses in the README's conventions: CLOCK_REALTIME integer ns, rates in Ethernet-frame
+bits (``frame_bytes * 8`` per packet, frame = 14 B header + L3 packet + 4 B FCS).
+
+    from crosstraffic import get_backend
+    b = get_backend("builtin")
+    argv = b.sink_argv(port=9000, bind="198.18.2.10", gap_us=1000)
+    ...
+    result = b.parse_sink(stdout_text)
+"""
+
+from __future__ import annotations
+
+import importlib
+import ipaddress
+import json
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+ETH_OVERHEAD = 18  # 14 B Ethernet header + 4 B FCS
+UDP_OVERHEAD = {4: ETH_OVERHEAD + 20 + 8, 6: ETH_OVERHEAD + 40 + 8}  # 46, 66
+FRAME_MIN = 64
+FRAME_MAX = 1518
+RATE_CONVENTION = (
+    "ethernet-frame bits: frame_bytes*8 per packet, frame includes 14 B header and 4 B FCS, "
+    "excludes preamble and inter-frame gap"
+)
+
+
+class TrafficError(ValueError):
+    """Invalid traffic parameters, unknown backend, or unusable tool output (one-line message)."""
+
+
+class NotImplementedBackendError(TrafficError):
+    """The backend is registered (so its capabilities can be listed) but not implemented yet."""
+
+
+# ---------------------------------------------------------------------------------------------
+# results
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can measure; the analysis uses this to decide which metrics exist."""
+
+    loss: bool
+    reordering: bool
+    duplicates: bool
+    gaps: bool  # every inter-arrival gap above a threshold, with timestamps
+    hist_ms: bool  # per-millisecond arrival histogram
+    owd: bool  # one-way delay statistics
+    packet_log: bool  # per-packet (seq, t_ns) log file
+    kernel_timestamps: bool
+    ipv6: bool
+    unpaced: bool  # rate 0 = as fast as possible
+    payload_header_bytes: int  # bytes of the payload the tool needs for its own header
+    notes: str = ""
+
+    def min_frame(self, family: int) -> int:
+        """Smallest Ethernet frame that carries the tool's payload header."""
+        return max(FRAME_MIN, UDP_OVERHEAD[family] + self.payload_header_bytes)
+
+
+@dataclass(frozen=True)
+class Gap:
+    """An inter-arrival gap at the sink: no packet arrived between the two timestamps."""
+
+    t_before_ns: int
+    t_after_ns: int
+    seq_before: int
+    seq_after: int
+
+    @property
+    def duration_ns(self) -> int:
+        """Length of the silence."""
+        return self.t_after_ns - self.t_before_ns
+
+    @property
+    def missing(self) -> int:
+        """Sequence numbers skipped across the gap (0 if the gap lost nothing)."""
+        return max(0, self.seq_after - self.seq_before - 1)
+
+
+@dataclass(frozen=True)
+class OwdStats:
+    """One-way delay in ns (sender and sink share the host clock)."""
+
+    min: int
+    median: int
+    max: int
+    p99: int | None = None
+
+
+def frozen_mapping(d: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(d))
+
+
+@dataclass(frozen=True)
+class GenResult:
+    """What the generator reports (gen.json for the builtin backend)."""
+
+    tool: str
+    family: int
+    dst: str
+    port: int
+    frame_bytes: int
+    payload_bytes: int
+    requested_bps: int  # Ethernet-frame bits/s; 0 = unpaced
+    duration_s: float
+    start_ns: int
+    end_ns: int
+    packets: int
+    send_errors: int | None
+    achieved_pps: float
+    achieved_bps: float  # Ethernet-frame bits/s
+    stopped_by: str | None = None  # "duration" | "signal" | None (unknown)
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False, hash=False)
+
+    @property
+    def rate_error(self) -> float | None:
+        """Relative error of the achieved rate (0.01 = 1 % too fast); None when unpaced."""
+        if self.requested_bps <= 0:
+            return None
+        return self.achieved_bps / self.requested_bps - 1.0
+
+
+@dataclass(frozen=True)
+class SinkResult:
+    """What the sink reports (sink.json for the builtin backend); None = not measured by this tool."""
+
+    tool: str
+    timestamps: str  # "kernel" | "user" | "none"
+    packets: int  # unique packets received
+    bytes: int  # UDP payload bytes of those packets
+    frame_bytes: int
+    lost: int
+    reordered: int | None
+    duplicates: int | None
+    first_seq: int | None
+    last_seq: int | None
+    first_ns: int | None
+    last_ns: int | None
+    gap_threshold_ns: int | None = None
+    gaps: tuple[Gap, ...] | None = None
+    hist_start_ms: int | None = None
+    hist_ms: tuple[int, ...] | None = None
+    owd_ns: OwdStats | None = None
+    socket_drops: int | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False, hash=False)
+
+    @property
+    def expected(self) -> int:
+        """Packets the sink should have seen (received + lost)."""
+        return self.packets + self.lost
+
+    @property
+    def loss_ratio(self) -> float:
+        """Lost / expected (0.0 when nothing was expected)."""
+        return self.lost / self.expected if self.expected else 0.0
+
+    @property
+    def max_gap(self) -> Gap | None:
+        """The longest recorded gap (None if the tool records none or there was none)."""
+        return max(self.gaps, key=lambda g: g.duration_ns) if self.gaps else None
+
+
+# ---------------------------------------------------------------------------------------------
+# validation helpers
+
+
+def family_of(addr: str) -> int:
+    """4 or 6 for a numeric address; TrafficError otherwise."""
+    try:
+        return ipaddress.ip_address(addr.split("%", 1)[0]).version
+    except ValueError:
+        raise TrafficError(f"{addr!r} is not a numeric IPv4 or IPv6 address") from None
+
+
+def payload_bytes(frame_bytes: int, family: int) -> int:
+    """UDP payload carried by an Ethernet frame of ``frame_bytes``."""
+    return frame_bytes - UDP_OVERHEAD[family]
+
+
+def _int(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TrafficError(f"{what}={value!r} must be an integer")
+    return value
+
+
+def require(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], tool: str) -> Any:
+    """``d[key]`` checked against ``kind`` (bool is never accepted as a number)."""
+    if key not in d:
+        raise TrafficError(f"{tool}: output lacks {key!r}")
+    v = d[key]
+    if isinstance(v, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        raise TrafficError(f"{tool}: {key!r} is {v!r}, not a {kind}")
+    if not isinstance(v, kind):
+        raise TrafficError(f"{tool}: {key!r} is {v!r}, not a {kind}")
+    return v
+
+
+def load_json(stdout: str, tool: str) -> dict[str, Any]:
+    """Parse one JSON object from a tool's stdout with a one-line error."""
+    text = stdout.strip()
+    if not text:
+        raise TrafficError(f"{tool}: empty output (did it start? see its stderr)")
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TrafficError(f"{tool}: output is not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    if not isinstance(obj, dict):
+        raise TrafficError(f"{tool}: output is not a JSON object")
+    return obj
+
+
+# ---------------------------------------------------------------------------------------------
+# backend interface
+
+
+class Backend(ABC):
+    """One traffic tool pair.  Subclasses set ``name``, ``capabilities`` and ``executables``."""
+
+    name: str = ""
+    capabilities: Capabilities
+    implemented: bool = True
+
+    @abstractmethod
+    def executables(self) -> dict[str, str]:
+        """Role ("gen", "sink") -> executable path or name looked up on PATH."""
+
+    def missing(self) -> list[str]:
+        """Executables that are not installed/built (checked on disk, nothing is run)."""
+        import shutil
+
+        out = []
+        for exe in self.executables().values():
+            found = Path(exe).is_file() if "/" in exe else shutil.which(exe) is not None
+            if not found:
+                out.append(exe)
+        return out
+
+    # -- parameter checks shared by all backends --
+
+    def validate_gen(self, dst: str, port: int, rate_bps: int, frame_bytes: int, duration_s: float) -> int:
+        """Check generator parameters; returns the address family."""
+        fam = family_of(dst)
+        self.validate_port(port)
+        rate = _int(rate_bps, "rate_bps")
+        if rate < 0:
+            raise TrafficError(f"rate_bps={rate} must be > 0, or 0 for unpaced maximum")
+        if rate == 0 and not self.capabilities.unpaced:
+            raise TrafficError(f"{self.name}: rate_bps=0 (unpaced) is not supported by this backend")
+        frame = _int(frame_bytes, "frame_bytes")
+        if not FRAME_MIN <= frame <= FRAME_MAX:
+            raise TrafficError(f"frame_bytes={frame} is outside {FRAME_MIN}..{FRAME_MAX} (Ethernet frame incl. FCS)")
+        if fam == 6 and not self.capabilities.ipv6:
+            raise TrafficError(f"{self.name}: IPv6 is not supported by this backend")
+        need = self.capabilities.min_frame(fam)
+        if frame < need:
+            raise TrafficError(
+                f"frame_bytes={frame} is too small for IPv{fam} with {self.name}: the UDP payload would be "
+                f"{payload_bytes(frame, fam)} B but needs {self.capabilities.payload_header_bytes} B (minimum {need})"
+            )
+        self.validate_duration(duration_s)
+        return fam
+
+    @staticmethod
+    def sink_family(bind: str | None, family: int | None) -> int:
+        """Address family of a sink: from ``bind`` if given (must agree with ``family``), else ``family`` or 4."""
+        if family is not None and family not in (4, 6):
+            raise TrafficError(f"family={family!r} must be 4 or 6")
+        if bind is None:
+            return family or 4
+        fam = family_of(bind)
+        if family is not None and family != fam:
+            raise TrafficError(f"bind={bind!r} is an IPv{fam} address but family={family}")
+        return fam
+
+    @staticmethod
+    def validate_port(port: int) -> None:
+        """UDP port 1..65535."""
+        if not 1 <= _int(port, "port") <= 65535:
+            raise TrafficError(f"port={port} is outside 1..65535")
+
+    @staticmethod
+    def validate_duration(duration_s: float | None) -> None:
+        """Finite, >= 0 (0 = until stopped by a signal)."""
+        if duration_s is None:
+            return
+        if isinstance(duration_s, bool) or not isinstance(duration_s, int | float) or not math.isfinite(duration_s):
+            raise TrafficError(f"duration_s={duration_s!r} must be a finite number of seconds")
+        if duration_s < 0:
+            raise TrafficError(f"duration_s={duration_s} must be >= 0 (0 = until stopped)")
+
+    # -- the interface --
+
+    @abstractmethod
+    def sink_argv(
+        self,
+        *,
+        port: int,
+        bind: str | None = None,
+        family: int | None = None,
+        gap_us: int = 1000,
+        duration_s: float | None = None,
+        log: str | Path | None = None,
+        cpu: int | None = None,
+    ) -> list[str]:
+        """argv of the sink (receiver) on ``bind`` (or the wildcard address of ``family``, default 4) : ``port``."""
+
+    @abstractmethod
+    def gen_argv(
+        self,
+        *,
+        dst: str,
+        port: int,
+        rate_bps: int,
+        frame_bytes: int,
+        duration_s: float,
+        cpu: int | None = None,
+    ) -> list[str]:
+        """argv of the generator: constant ``rate_bps`` (Ethernet-frame bits, 0 = unpaced) to ``dst``."""
+
+    @abstractmethod
+    def parse_sink(self, stdout: str) -> SinkResult:
+        """Parse the sink's stdout."""
+
+    @abstractmethod
+    def parse_gen(self, stdout: str) -> GenResult:
+        """Parse the generator's stdout."""
+
+    def sink_readiness(self, port: int) -> tuple[str, str | int]:
+        """How the orchestrator observes that the sink is ready.
+
+        ``("stderr-line", "READY")``: the sink prints that line on stderr once bound;
+        ``("tcp-listen", port)``: the sink's namespace has a TCP listener on ``port``.
+        """
+        return ("stderr-line", "READY")
+
+
+# ---------------------------------------------------------------------------------------------
+# registry (backends are imported only when asked for)
+
+_REGISTRY: dict[str, str] = {
+    "builtin": "crosstraffic.builtin:BuiltinBackend",
+    "iperf3": "crosstraffic.iperf3:Iperf3Backend",
+    "ditg": "crosstraffic.stubs:DitgBackend",
+    "trafgen": "crosstraffic.stubs:TrafgenBackend",
+}
+DEFAULT_BACKEND = "builtin"
+
+
+def backend_names(implemented_only: bool = False) -> tuple[str, ...]:
+    """Registered backend names (``implemented_only``: those that can run)."""
+    if not implemented_only:
+        return tuple(_REGISTRY)
+    return tuple(n for n in _REGISTRY if backend_class(n).implemented)
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The backend class for ``name`` (imports its module)."""
+    try:
+        target = _REGISTRY[name]
+    except (KeyError, TypeError):
+        raise TrafficError(f"unknown traffic backend {name!r}: choose one of {', '.join(_REGISTRY)}") from None
+    module, _, cls = target.partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def get_backend(name: str = DEFAULT_BACKEND, **kwargs: Any) -> Backend:
+    """An instance of backend ``name``; raises TrafficError if unknown or not implemented yet."""
+    cls = backend_class(name)
+    if not cls.implemented:
+        raise NotImplementedBackendError(cls.not_implemented_message())  # type: ignore[attr-defined]
+    return cls(**kwargs)

@@ -1,0 +1,186 @@
+"""The default backend: ``crosstraffic/bin/vrgen`` and ``crosstraffic/bin/vrsink`` (C, this directory).
+
+Formats: gen.json / sink.json as fixed in the README; everything the README lists is required,
+extra fields are kept in ``raw``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from crosstraffic.backend import (
+    Backend,
+    Capabilities,
+    Gap,
+    GenResult,
+    OwdStats,
+    SinkResult,
+    TrafficError,
+    frozen_mapping,
+    load_json,
+    require,
+)
+
+BIN_DIR = Path(__file__).resolve().parent / "bin"
+VERSION = 1
+PAYLOAD_HEADER_BYTES = 16  # u64 seq + i64 CLOCK_REALTIME send ns
+
+
+def _fmt_s(x: float) -> str:
+    """Seconds as a short decimal string (no exponent)."""
+    return f"{x:.6f}".rstrip("0").rstrip(".") or "0"
+
+
+class BuiltinBackend(Backend):
+    """vrgen / vrsink."""
+
+    name = "builtin"
+    capabilities = Capabilities(
+        loss=True,
+        reordering=True,
+        duplicates=True,
+        gaps=True,
+        hist_ms=True,
+        owd=True,
+        packet_log=True,
+        kernel_timestamps=True,
+        ipv6=True,
+        unpaced=True,
+        payload_header_bytes=PAYLOAD_HEADER_BYTES,
+        notes="sendmmsg generator paced on CLOCK_MONOTONIC absolute time; recvmmsg sink with SO_TIMESTAMPNS",
+    )
+
+    def __init__(self, bin_dir: str | Path | None = None) -> None:
+        self.bin_dir = Path(bin_dir) if bin_dir is not None else BIN_DIR
+
+    def executables(self) -> dict[str, str]:
+        """Paths of vrgen and vrsink."""
+        return {"gen": str(self.bin_dir / "vrgen"), "sink": str(self.bin_dir / "vrsink")}
+
+    def sink_argv(
+        self,
+        *,
+        port: int,
+        bind: str | None = None,
+        family: int | None = None,
+        gap_us: int = 1000,
+        duration_s: float | None = None,
+        log: str | Path | None = None,
+        cpu: int | None = None,
+    ) -> list[str]:
+        """vrsink --port N [--bind ADDR | -6] --gap-us N [--duration S] [--log FILE] [--cpu N]."""
+        self.validate_port(port)
+        fam = self.sink_family(bind, family)
+        if isinstance(gap_us, bool) or not isinstance(gap_us, int) or gap_us < 1:
+            raise TrafficError(f"gap_us={gap_us!r} must be an integer >= 1")
+        self.validate_duration(duration_s)
+        argv = [self.executables()["sink"], "--port", str(port)]
+        if bind is not None:
+            argv += ["--bind", bind]
+        elif fam == 6:
+            argv.append("-6")
+        argv += ["--gap-us", str(gap_us)]
+        if duration_s:
+            argv += ["--duration", _fmt_s(duration_s)]
+        if log is not None:
+            argv += ["--log", str(log)]
+        if cpu is not None:
+            argv += ["--cpu", str(_cpu(cpu))]
+        return argv
+
+    def gen_argv(
+        self,
+        *,
+        dst: str,
+        port: int,
+        rate_bps: int,
+        frame_bytes: int,
+        duration_s: float,
+        cpu: int | None = None,
+    ) -> list[str]:
+        """vrgen --dst ADDR --port N --rate BPS --frame BYTES --duration S [--cpu N]."""
+        self.validate_gen(dst, port, rate_bps, frame_bytes, duration_s)
+        argv = [self.executables()["gen"], "--dst", dst, "--port", str(port), "--rate", str(rate_bps),
+                "--frame", str(frame_bytes), "--duration", _fmt_s(duration_s)]  # fmt: skip
+        if cpu is not None:
+            argv += ["--cpu", str(_cpu(cpu))]
+        return argv
+
+    def parse_gen(self, stdout: str) -> GenResult:
+        """gen.json -> GenResult."""
+        d = _checked(stdout, "vrgen")
+        return GenResult(
+            tool="vrgen",
+            family=require(d, "family", int, "vrgen"),
+            dst=require(d, "dst", str, "vrgen"),
+            port=require(d, "port", int, "vrgen"),
+            frame_bytes=require(d, "frame_bytes", int, "vrgen"),
+            payload_bytes=require(d, "payload_bytes", int, "vrgen"),
+            requested_bps=require(d, "requested_bps", int, "vrgen"),
+            duration_s=float(require(d, "duration_s", (int, float), "vrgen")),
+            start_ns=require(d, "start_ns", int, "vrgen"),
+            end_ns=require(d, "end_ns", int, "vrgen"),
+            packets=require(d, "packets", int, "vrgen"),
+            send_errors=require(d, "send_errors", int, "vrgen"),
+            achieved_pps=float(require(d, "achieved_pps", (int, float), "vrgen")),
+            achieved_bps=float(require(d, "achieved_bps", (int, float), "vrgen")),
+            stopped_by=d.get("stopped_by"),
+            raw=frozen_mapping(d),
+        )
+
+    def parse_sink(self, stdout: str) -> SinkResult:
+        """sink.json -> SinkResult."""
+        d = _checked(stdout, "vrsink")
+        gaps_raw = require(d, "gaps", list, "vrsink")
+        try:
+            gaps = tuple(Gap(*(int(x) for x in g)) for g in gaps_raw)
+        except (TypeError, ValueError):
+            raise TrafficError("vrsink: 'gaps' must hold [t_before_ns, t_after_ns, seq_before, seq_after]") from None
+        hist = require(d, "hist_ms", list, "vrsink")
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in hist):
+            raise TrafficError("vrsink: 'hist_ms' must be a list of integers")
+        owd = require(d, "owd_ns", dict, "vrsink")
+        return SinkResult(
+            tool="vrsink",
+            timestamps=require(d, "timestamps", str, "vrsink"),
+            packets=require(d, "packets", int, "vrsink"),
+            bytes=require(d, "bytes", int, "vrsink"),
+            frame_bytes=require(d, "frame_bytes", int, "vrsink"),
+            lost=require(d, "lost", int, "vrsink"),
+            reordered=require(d, "reordered", int, "vrsink"),
+            duplicates=require(d, "duplicates", int, "vrsink"),
+            first_seq=require(d, "first_seq", int, "vrsink"),
+            last_seq=require(d, "last_seq", int, "vrsink"),
+            first_ns=require(d, "first_ns", int, "vrsink"),
+            last_ns=require(d, "last_ns", int, "vrsink"),
+            gap_threshold_ns=require(d, "gap_threshold_ns", int, "vrsink"),
+            gaps=gaps,
+            hist_start_ms=require(d, "hist_start_ms", int, "vrsink"),
+            hist_ms=tuple(hist),
+            owd_ns=OwdStats(
+                min=require(owd, "min", int, "vrsink owd_ns"),
+                median=require(owd, "median", int, "vrsink owd_ns"),
+                max=require(owd, "max", int, "vrsink owd_ns"),
+                p99=owd.get("p99"),
+            ),
+            socket_drops=d.get("socket_drops"),
+            raw=frozen_mapping(d),
+        )
+
+
+def _cpu(cpu: int) -> int:
+    if isinstance(cpu, bool) or not isinstance(cpu, int) or cpu < 0:
+        raise TrafficError(f"cpu={cpu!r} must be a CPU number >= 0")
+    return cpu
+
+
+def _checked(stdout: str, tool: str) -> dict[str, Any]:
+    d = load_json(stdout, tool)
+    if d.get("tool") != tool:
+        raise TrafficError(f"{tool}: output is from {d.get('tool')!r}, not {tool}")
+    if d.get("version") != VERSION:
+        raise TrafficError(f"{tool}: output version {d.get('version')!r}, this parser reads version {VERSION}")
+    if d.get("clock") != "CLOCK_REALTIME":
+        raise TrafficError(f"{tool}: clock {d.get('clock')!r}, expected CLOCK_REALTIME")
+    return d

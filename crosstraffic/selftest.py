@@ -1,0 +1,264 @@
+"""Quick self-test of vrgen/vrsink over loopback (``make -C crosstraffic check``).
+
+Runs the (sanitizer-instrumented) binaries through argument errors, paced and unpaced IPv4/IPv6
+runs, signal stops and crafted sequence numbers, and fails on any wrong result or any
+AddressSanitizer / LeakSanitizer / UndefinedBehaviorSanitizer report.  Needs no root.
+
+    python -m crosstraffic.selftest --bin crosstraffic/bin/san
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from crosstraffic.runner import BIN_DIR, Child, Finished, RunError, free_udp_port, run
+
+SANITIZER_MARKERS = ("AddressSanitizer", "LeakSanitizer", "UndefinedBehaviorSanitizer", "runtime error:")
+READY_TIMEOUT_S = 10.0
+
+
+class Failure(AssertionError):
+    """A self-test check failed."""
+
+
+def check(cond: bool, msg: str) -> None:
+    """Fail the current case with ``msg`` unless ``cond``."""
+    if not cond:
+        raise Failure(msg)
+
+
+def clean(f: Finished) -> Finished:
+    """Fail on any sanitizer report in the output."""
+    for m in SANITIZER_MARKERS:
+        if m in f.stderr:
+            raise Failure(f"sanitizer report from {f.argv[0]}:\n{f.stderr}")
+    return f
+
+
+def handler_installed(pid: int, sig: int) -> bool:
+    """True once the process has a handler for ``sig`` (from /proc/PID/status SigCgt)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) & (1 << (sig - 1)))
+    except FileNotFoundError:
+        return False
+    return False
+
+
+class SelfTest:
+    """The self-test cases; ``bindir`` holds vrgen and vrsink."""
+
+    def __init__(self, bindir: Path) -> None:
+        self.gen = str(bindir / "vrgen")
+        self.sink = str(bindir / "vrsink")
+
+    def start_sink(self, *args: str) -> Child:
+        """Start a sink and wait for READY."""
+        c = Child([self.sink, *args])
+        c.wait_line("READY", READY_TIMEOUT_S)
+        return c
+
+    def stop_sink(self, c: Child) -> dict:
+        """SIGTERM the sink, check it exits 0 and return its sink.json."""
+        c.signal(signal.SIGTERM)
+        f = clean(c.finish(10))
+        check(f.returncode == 0, f"vrsink exit {f.returncode}: {f.stderr}")
+        return json.loads(f.stdout)
+
+    def gen_json(self, *args: str, timeout_s: float = 30) -> dict:
+        """Run vrgen to completion and return its gen.json."""
+        f = clean(run([self.gen, *args], timeout_s=timeout_s))
+        check(f.returncode == 0, f"vrgen {' '.join(args)}: exit {f.returncode}: {f.stderr}")
+        return json.loads(f.stdout)
+
+    # ---- cases ----
+
+    def case_bad_args(self) -> None:
+        cases = [
+            (self.gen, []),
+            (self.gen, ["--dst", "127.0.0.1", "--port", "9", "--rate", "1M", "--frame", "63"]),
+            (self.gen, ["--dst", "127.0.0.1", "--port", "9", "--rate", "1M", "--frame", "1519"]),
+            (self.gen, ["--dst", "127.0.0.1", "--port", "9", "--rate", "-5"]),
+            (self.gen, ["--dst", "127.0.0.1", "--port", "9", "--rate", "10X"]),
+            (self.gen, ["--dst", "not-an-address", "--port", "9", "--rate", "1M"]),
+            (self.gen, ["--dst", "::1", "--port", "9", "--rate", "1M", "--frame", "64"]),
+            (self.gen, ["--dst", "127.0.0.1", "--port", "0", "--rate", "1M"]),
+            (self.gen, ["--dst", "127.0.0.1", "--port", "9", "--rate", "1M", "--bogus"]),
+            (self.gen, ["--dst", "127.0.0.1", "--port", "9", "--rate"]),
+            (self.sink, []),
+            (self.sink, ["--port", "9", "-6", "--bind", "127.0.0.1"]),
+            (self.sink, ["--port", "9", "--gap-us", "x"]),
+        ]
+        for exe, args in cases:
+            f = clean(run([exe, *args], timeout_s=10))
+            lines = f.stderr.strip().splitlines()
+            check(f.returncode == 2, f"{exe} {args}: exit {f.returncode}, want 2")
+            check(len(lines) == 1 and f.stdout == "", f"{exe} {args}: want one stderr line, got {f.stderr!r}")
+        f = clean(run([self.gen, "--dst", "::1", "--port", "9", "--rate", "1M", "--frame", "81"], timeout_s=10))
+        check("minimum frame 82" in f.stderr, f"IPv6 small-frame message unclear: {f.stderr!r}")
+
+    def _paced(self, fam: int, dst: str, rate: str, frame: int, log: bool) -> None:
+        port = free_udp_port(fam)
+        with tempfile.TemporaryDirectory() as tmp:
+            logf = Path(tmp) / "sink_packets.bin"
+            sargs = ["--port", str(port), "--bind", dst] + (["--log", str(logf)] if log else [])
+            sink = self.start_sink(*sargs)
+            try:
+                g = self.gen_json("--dst", dst, "--port", str(port), "--rate", rate, "--frame", str(frame),
+                                  "--duration", "1")  # fmt: skip
+            finally:
+                s = self.stop_sink(sink)
+            check(g["packets"] > 0 and g["send_errors"] == 0, f"gen: {g}")
+            err = abs(g["achieved_bps"] - g["requested_bps"]) / g["requested_bps"]
+            check(err < 0.01, f"rate error {err:.4f}")
+            check(s["packets"] == g["packets"] and s["lost"] == 0, f"sink {s['packets']} vs gen {g['packets']}")
+            check(s["frame_bytes"] == frame and s["timestamps"] == "kernel", f"sink: {s}")
+            check(sum(s["hist_ms"]) == s["received"] - s["malformed"], "histogram does not add up")
+            check(0 <= s["owd_ns"]["min"] <= s["owd_ns"]["median"] <= s["owd_ns"]["max"], f"owd {s['owd_ns']}")
+            if log:
+                data = logf.read_bytes()
+                check(len(data) == 16 * s["received"], f"log size {len(data)} for {s['received']} packets")
+                seqs = [struct.unpack_from("<Q", data, i)[0] for i in range(0, len(data), 16)]
+                check(sorted(seqs) == list(range(g["packets"])), "log sequence numbers")
+
+    def case_paced_v4_64(self) -> None:
+        self._paced(socket.AF_INET, "127.0.0.1", "10M", 64, log=True)
+
+    def case_paced_v6_1518(self) -> None:
+        self._paced(socket.AF_INET6, "::1", "100M", 1518, log=False)
+
+    def case_unpaced(self) -> None:
+        port = free_udp_port()
+        sink = self.start_sink("--port", str(port), "--bind", "127.0.0.1")
+        try:
+            g = self.gen_json("--dst", "127.0.0.1", "--port", str(port), "--rate", "0", "--duration", "0.5")
+        finally:
+            s = self.stop_sink(sink)
+        check(g["requested_bps"] == 0 and g["packets"] > 1000, f"gen: {g}")
+        check(s["received"] + s["socket_drops"] >= g["packets"] - s["lost"], f"sink: {s}")
+
+    def _gso(self, sink_args: tuple[str, ...]) -> dict:
+        port = free_udp_port()
+        sink = self.start_sink("--port", str(port), "--bind", "127.0.0.1", *sink_args)
+        try:
+            f = clean(run([self.gen, "--dst", "127.0.0.1", "--port", str(port), "--rate", "50M", "--frame", "200",
+                           "--duration", "0.5", "--gso", "--quantum-us", "1000"], timeout_s=30))  # fmt: skip
+        finally:
+            s = self.stop_sink(sink)
+        check(f.returncode == 0, f"vrgen --gso: {f.stderr}")
+        g = json.loads(f.stdout)
+        check(g["gso_segments"] > 1 and g["send_errors"] == 0, f"gen: {g}")
+        check(s["packets"] == g["packets"] and s["lost"] == 0 and s["frame_bytes"] == 200, f"sink: {s}")
+        check(sum(s["hist_ms"]) == s["received"], "histogram does not add up")
+        return s
+
+    def case_gso_into_gro_sink(self) -> None:
+        """GSO buffers arrive as UDP GRO aggregates and are split by the sink."""
+        s = self._gso(())
+        check(s["gro_segments"] > 0, f"no GRO aggregates seen: {s['gro_segments']}")
+
+    def case_gso_into_plain_sink(self) -> None:
+        """Without UDP_GRO the kernel splits the GSO buffers itself."""
+        s = self._gso(("--no-gro",))
+        check(s["gro_segments"] == 0, f"unexpected aggregates: {s['gro_segments']}")
+
+    def case_signal_stop(self) -> None:
+        port = free_udp_port()
+        sink = self.start_sink("--port", str(port), "--bind", "127.0.0.1", "--gap-us", "100000")
+        gen = Child([self.gen, "--dst", "127.0.0.1", "--port", str(port), "--rate", "1M", "--duration", "0"])
+        try:
+            deadline = time.monotonic() + READY_TIMEOUT_S
+            while not handler_installed(gen.pid, signal.SIGTERM):
+                check(time.monotonic() < deadline and gen.popen.poll() is None, "vrgen never installed handlers")
+                time.sleep(0.001)
+            gen.signal(signal.SIGTERM)
+            f = clean(gen.finish(10))
+        finally:
+            gen.kill()
+            s = self.stop_sink(sink)
+        check(f.returncode == 0, f"vrgen exit {f.returncode}: {f.stderr}")
+        g = json.loads(f.stdout)
+        check(g["stopped_by"] == "signal", f"gen: {g}")
+        check(s["stopped_by"] == "signal" and s["packets"] == g["packets"], f"sink {s['packets']} gen {g['packets']}")
+
+    def case_crafted_sequence(self) -> None:
+        """Loss, reordering, duplicates, a short datagram and one gap, by hand."""
+        port = free_udp_port()
+        sink = self.start_sink("--port", str(port), "--bind", "127.0.0.1", "--gap-us", "20000")
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+
+                def send(seq: int) -> None:
+                    s.sendto(struct.pack("<Qq", seq, time.clock_gettime_ns(time.CLOCK_REALTIME)) + bytes(2),
+                             ("127.0.0.1", port))  # fmt: skip
+
+                for q in (0, 1, 2, 5, 3, 3, 4):
+                    send(q)
+                s.sendto(b"short", ("127.0.0.1", port))
+                time.sleep(0.05)  # the stimulus: a 50 ms silence the sink must report as a gap
+                send(10)
+        finally:
+            j = self.stop_sink(sink)
+        want = {"packets": 7, "first_seq": 0, "last_seq": 10, "lost": 4, "reordered": 2, "duplicates": 1,
+                "malformed": 1, "received": 9, "frame_bytes": 64}  # fmt: skip
+        got = {k: j[k] for k in want}
+        check(got == want, f"crafted sequence: got {got}, want {want}")
+        check(len(j["gaps"]) == 1, f"gaps: {j['gaps']}")
+        t0, t1, s0, s1 = j["gaps"][0]
+        check((s0, s1) == (4, 10) and 45e6 <= t1 - t0 <= 1e9, f"gap {j['gaps'][0]}")
+
+    def case_foreign_payloads(self) -> None:
+        """Extreme sequence numbers and send times (not vrgen's) must not upset the sink."""
+        port = free_udp_port()
+        sink = self.start_sink("--port", str(port), "--bind", "127.0.0.1")
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                for seq, ts in ((2**64 - 1, -(2**63)), (0, 2**63 - 1), (2**63, 0), (2**64 - 1, 1)):
+                    s.sendto(struct.pack("<Qq", seq, ts) + os.urandom(7), ("127.0.0.1", port))
+        finally:
+            j = self.stop_sink(sink)
+        check(j["received"] == 4 and j["packets"] == 3 and j["duplicates"] == 1, f"foreign payloads: {j}")
+
+    def case_sink_duration(self) -> None:
+        f = clean(run([self.sink, "--port", str(free_udp_port()), "--duration", "0.2"], timeout_s=10))
+        check(f.returncode == 0 and "READY" in f.stderr, f"vrsink --duration: {f}")
+        j = json.loads(f.stdout)
+        check(j["stopped_by"] == "duration" and j["packets"] == 0 and j["gaps"] == [], f"idle sink: {j}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every case; exit 1 on the first failure."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bin", type=Path, default=BIN_DIR, help="directory with vrgen and vrsink")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:exitcode=99")
+    os.environ.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
+    t = SelfTest(args.bin.resolve())
+    cases: list[tuple[str, Callable[[], None]]] = [
+        (name[5:], getattr(t, name)) for name in dir(t) if name.startswith("case_")
+    ]
+    for name, fn in cases:
+        t0 = time.monotonic()
+        try:
+            fn()
+        except (Failure, RunError, OSError, json.JSONDecodeError, KeyError) as e:
+            print(f"selftest {name}: FAIL: {e}", file=sys.stderr)
+            return 1
+        print(f"selftest {name}: ok ({time.monotonic() - t0:.1f} s)")
+    print(f"selftest: {len(cases)} cases passed ({args.bin})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,386 @@
+/* vrgen: constant-bit-rate UDP generator for vrmig.
+ *
+ * Rate convention: Ethernet-frame bits, frame_bytes*8 per packet, where the frame includes the
+ * 14 B Ethernet header and the 4 B FCS (not preamble / inter-frame gap).  UDP payload is
+ * frame - 46 (IPv4) or frame - 66 (IPv6).  Each payload starts with u64 sequence number and i64
+ * CLOCK_REALTIME send time in ns (little endian).
+ *
+ * Pacing: packet k is due at t0 + k * frame_bits / rate on CLOCK_MONOTONIC (absolute schedule,
+ * no drift).  The generator sleeps with clock_nanosleep(TIMER_ABSTIME) (optionally spinning the
+ * last --spin-us) and sends every packet that is due in one sendmmsg() batch.
+ *
+ * At exit (duration reached, SIGINT or SIGTERM) prints one gen.json object on stdout.
+ */
+#define _GNU_SOURCE
+#include "common.h"
+
+#include <getopt.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#define BATCH_MAX 1024
+#define SLEEP_CHUNK_NS 100000000LL /* wake at least every 100 ms to notice signals */
+#define LATE_EVENTS_MAX 100000
+#define GSO_SEGS 64     /* UDP_MAX_SEGMENTS of older kernels */
+#define GSO_BYTES 65000 /* stay below the 64 KiB IP datagram limit */
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+
+static volatile sig_atomic_t g_stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_stop = 1;
+}
+
+struct opts {
+    const char *dst;
+    int port;
+    uint64_t rate_bps;
+    int frame;
+    double duration_s;
+    int cpu;
+    int batch;
+    int spin_us;
+    int quantum_us;
+    int late_us;
+    int sndbuf;
+    int gso;
+    int fifo;
+};
+
+struct late_event {
+    uint64_t seq;
+    int64_t sched_ns, sent_ns;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: vrgen --dst ADDR --port N --rate BPS [--frame BYTES] [--duration S] [--cpu N]\n"
+            "             [--batch N] [--spin-us N] [--quantum-us N] [--late-us N] [--sndbuf BYTES]\n"
+            "             [--fifo PRIO] [--gso]\n"
+            "Constant-bit-rate UDP over IPv4 or IPv6 (family from --dst).\n"
+            "  --rate BPS      bits/s, suffix k/M/G (x1000); 0 = unpaced maximum\n"
+            "                  rate convention: " CT_RATE_CONVENTION "\n"
+            "  --frame BYTES   Ethernet frame size %d..%d (default 64); UDP payload = frame-46 (IPv4),\n"
+            "                  frame-66 (IPv6); payload starts with u64 seq + i64 CLOCK_REALTIME ns (LE)\n"
+            "  --duration S    seconds to send (default 10; 0 = until SIGINT/SIGTERM)\n"
+            "  --cpu N         pin to CPU N\n"
+            "  --batch N       max packets per sendmmsg (default 64, max %d)\n"
+            "  --spin-us N     busy-wait the last N us before a due time instead of sleeping (default 0)\n"
+            "  --quantum-us N  sleep until at least N us worth of packets are due (default 20; 0 = per packet)\n"
+            "  --late-us N     record a late event when the generator was silent for > N us while packets\n"
+            "                  were due for > N us (default 1000)\n"
+            "  --sndbuf BYTES  socket send buffer (default 4194304, SO_SNDBUFFORCE when permitted)\n"
+            "  --fifo PRIO     run with SCHED_FIFO priority PRIO (1..99): immune to ordinary CPU contention\n"
+            "  --gso           UDP segmentation offload: the kernel splits one buffer into up to %d\n"
+            "                  datagrams (faster; interfaces before the segmentation point count one\n"
+            "                  packet per buffer, so NOT for counter-based measurements)\n"
+            "Prints gen.json on stdout at exit.  Bad arguments: exit 2.\n",
+            CT_FRAME_MIN, CT_FRAME_MAX, BATCH_MAX, GSO_SEGS);
+}
+
+static void parse_args(int argc, char **argv, struct opts *o)
+{
+    static const struct option lo[] = {
+        {"dst", required_argument, 0, 'd'},      {"port", required_argument, 0, 'p'},
+        {"rate", required_argument, 0, 'r'},     {"frame", required_argument, 0, 'f'},
+        {"duration", required_argument, 0, 't'}, {"cpu", required_argument, 0, 'c'},
+        {"batch", required_argument, 0, 'b'},    {"spin-us", required_argument, 0, 's'},
+        {"quantum-us", required_argument, 0, 'q'}, {"late-us", required_argument, 0, 'l'},
+        {"sndbuf", required_argument, 0, 'S'},   {"help", no_argument, 0, 'h'},
+        {"gso", no_argument, 0, 'G'},        {"fifo", required_argument, 0, 'F'},
+        {0, 0, 0, 0},
+    };
+    int have_rate = 0;
+    *o = (struct opts){.port = -1, .frame = 64, .duration_s = 10, .cpu = -1, .batch = 64, .spin_us = 0,
+                       .quantum_us = 20, .late_us = 1000, .sndbuf = 4 << 20};
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'd': o->dst = optarg; break;
+        case 'p': o->port = (int)ct_parse_int("--port", optarg, 1, 65535); break;
+        case 'r': o->rate_bps = ct_parse_rate("--rate", optarg); have_rate = 1; break;
+        case 'f': o->frame = (int)ct_parse_int("--frame", optarg, CT_FRAME_MIN, CT_FRAME_MAX); break;
+        case 't': o->duration_s = ct_parse_double("--duration", optarg, 0, 1e7); break;
+        case 'c': o->cpu = (int)ct_parse_int("--cpu", optarg, 0, CPU_SETSIZE - 1); break;
+        case 'b': o->batch = (int)ct_parse_int("--batch", optarg, 1, BATCH_MAX); break;
+        case 's': o->spin_us = (int)ct_parse_int("--spin-us", optarg, 0, 1000000); break;
+        case 'q': o->quantum_us = (int)ct_parse_int("--quantum-us", optarg, 0, 1000000); break;
+        case 'l': o->late_us = (int)ct_parse_int("--late-us", optarg, 1, 100000000); break;
+        case 'S': o->sndbuf = (int)ct_parse_int("--sndbuf", optarg, 4096, 1 << 30); break;
+        case 'G': o->gso = 1; break;
+        case 'F': o->fifo = (int)ct_parse_int("--fifo", optarg, 1, 99); break;
+        case 'h': usage(stdout); exit(0);
+        case ':': ct_usage_error("option %s needs a value", argv[optind - 1]);
+        default: ct_usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        ct_usage_error("unexpected argument '%s'", argv[optind]);
+    if (!o->dst)
+        ct_usage_error("--dst ADDR is required");
+    if (o->port < 0)
+        ct_usage_error("--port N is required");
+    if (!have_rate)
+        ct_usage_error("--rate BPS is required (0 = unpaced maximum)");
+}
+
+/* Absolute schedule: due time of packet k relative to t0, in ns (exact integer arithmetic). */
+struct sched {
+    unsigned __int128 bits_ns; /* frame bits * 1e9 */
+    uint64_t rate;
+};
+
+static inline int64_t sched_off(const struct sched *s, uint64_t k)
+{
+    return (int64_t)(((unsigned __int128)k * s->bits_ns) / s->rate);
+}
+
+/* Number of packets due at offset off (>= 0): those k with sched_off(k) <= off. */
+static inline uint64_t sched_due(const struct sched *s, int64_t off)
+{
+    if (off < 0)
+        return 0;
+    return (uint64_t)(((unsigned __int128)off * s->rate) / s->bits_ns) + 1;
+}
+
+/* Sleep (and optionally spin) until CLOCK_MONOTONIC reaches t; returns early on a stop request. */
+static void wait_until(int64_t t, int64_t spin_ns)
+{
+    for (;;) {
+        int64_t now = ct_now_ns(CLOCK_MONOTONIC);
+        if (now >= t || g_stop)
+            return;
+        if (t - now <= spin_ns) {
+            while (!g_stop && ct_now_ns(CLOCK_MONOTONIC) < t)
+                __builtin_ia32_pause();
+            return;
+        }
+        int64_t wake = t - spin_ns;
+        if (wake - now > SLEEP_CHUNK_NS)
+            wake = now + SLEEP_CHUNK_NS;
+        struct timespec ts = ct_ts(wake);
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    ct_prog = "vrgen";
+    struct opts o;
+    parse_args(argc, argv, &o);
+
+    struct sockaddr_storage dst;
+    socklen_t dstlen;
+    int fam = ct_parse_addr("--dst", o.dst, o.port, &dst, &dstlen);
+    int overhead = fam == AF_INET6 ? CT_V6_OVERHEAD : CT_V4_OVERHEAD;
+    int payload = o.frame - overhead;
+    if (payload < CT_HDR_BYTES)
+        ct_usage_error("--frame %d too small for IPv%d: UDP payload would be %d B, the payload header needs %d B "
+                       "(minimum frame %d)",
+                       o.frame, fam == AF_INET6 ? 6 : 4, payload, CT_HDR_BYTES, overhead + CT_HDR_BYTES);
+
+    if (o.cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(o.cpu, &set);
+        if (sched_setaffinity(0, sizeof set, &set) != 0)
+            ct_usage_error("--cpu %d: %s", o.cpu, strerror(errno));
+    }
+    if (o.fifo > 0) {
+        struct sched_param sp = {.sched_priority = o.fifo};
+        if (sched_setscheduler(0, SCHED_FIFO, &sp) != 0)
+            ct_die("--fifo %d: sched_setscheduler: %s", o.fifo, strerror(errno));
+    }
+    prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); /* precise hrtimer wakeups */
+
+    struct sigaction sa = {.sa_handler = on_signal}; /* no SA_RESTART: syscalls return EINTR */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    int fd = socket(fam, SOCK_DGRAM | SOCK_CLOEXEC, IPPROTO_UDP);
+    if (fd < 0)
+        ct_die("socket: %s", strerror(errno));
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &o.sndbuf, sizeof o.sndbuf) != 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &o.sndbuf, sizeof o.sndbuf);
+    if (connect(fd, (struct sockaddr *)&dst, dstlen) != 0)
+        ct_die("connect %s port %d: %s", o.dst, o.port, strerror(errno));
+    int segs = 1; /* datagrams per message */
+    if (o.gso) {
+        int gso_size = payload;
+        if (setsockopt(fd, SOL_UDP, UDP_SEGMENT, &gso_size, sizeof gso_size) != 0)
+            ct_die("--gso: UDP_SEGMENT not supported: %s", strerror(errno));
+        segs = GSO_BYTES / payload;
+        if (segs > GSO_SEGS)
+            segs = GSO_SEGS;
+    }
+
+    /* One buffer per batch slot; only the 16 header bytes change per packet. */
+    unsigned char *bufs = calloc((size_t)o.batch * (size_t)segs, (size_t)payload);
+    struct mmsghdr *msgs = calloc((size_t)o.batch, sizeof *msgs);
+    struct iovec *iov = calloc((size_t)o.batch, sizeof *iov);
+    struct late_event *late = calloc(LATE_EVENTS_MAX, sizeof *late);
+    if (!bufs || !msgs || !iov || !late)
+        ct_die("out of memory");
+    for (int i = 0; i < o.batch; i++) {
+        iov[i].iov_base = bufs + (size_t)i * (size_t)segs * (size_t)payload;
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+
+    const int paced = o.rate_bps > 0;
+    const uint64_t frame_bits = (uint64_t)o.frame * 8;
+    struct sched sc = {.bits_ns = (unsigned __int128)frame_bits * 1000000000u, .rate = paced ? o.rate_bps : 1};
+    const int64_t dur_ns = (int64_t)llround(o.duration_s * 1e9);
+    /* packets with due time < t0 + duration (paced); unlimited when duration is 0 */
+    uint64_t end_k = UINT64_MAX;
+    if (paced && dur_ns > 0)
+        end_k = sched_due(&sc, dur_ns - 1);
+    /* quantum: wait until this many packets are due (>= 1) */
+    uint64_t quantum = 1;
+    if (paced && o.quantum_us > 0) {
+        quantum = sched_due(&sc, (int64_t)o.quantum_us * 1000) - 1;
+        if (quantum < 1)
+            quantum = 1;
+        if (quantum > (uint64_t)o.batch * (uint64_t)segs)
+            quantum = (uint64_t)o.batch * (uint64_t)segs;
+    }
+    const int64_t spin_ns = (int64_t)o.spin_us * 1000;
+    const int64_t late_ns = (int64_t)o.late_us * 1000;
+
+    uint64_t k = 0, packets = 0, send_errors = 0, batches = 0, n_late = 0, late_dropped = 0;
+    int64_t max_late = 0;
+    int is_late = 0, last_errno = 0;
+    const char *stopped_by = "duration";
+
+    int64_t t0 = ct_now_ns(CLOCK_MONOTONIC);
+    int64_t start_rt = ct_now_ns(CLOCK_REALTIME);
+    int64_t t_end_mono = dur_ns > 0 ? t0 + dur_ns : INT64_MAX;
+    int64_t prev_send = t0;
+
+    while (k < end_k) {
+        if (g_stop) {
+            stopped_by = "signal";
+            break;
+        }
+        int64_t now = ct_now_ns(CLOCK_MONOTONIC);
+        uint64_t n;
+        if (paced) {
+            uint64_t due = sched_due(&sc, now - t0);
+            if (due > end_k)
+                due = end_k;
+            if (due <= k) {
+                uint64_t kk = k + quantum - 1;
+                if (kk >= end_k)
+                    kk = end_k - 1;
+                wait_until(t0 + sched_off(&sc, kk), spin_ns);
+                continue;
+            }
+            n = due - k;
+            int64_t lateness = now - (t0 + sched_off(&sc, k));
+            if (lateness > max_late)
+                max_late = lateness;
+            /* a silence of the generator: packets were due for more than late_ns and nothing was
+             * sent for more than late_ns (a sink gap starting at this seq is the generator's) */
+            is_late = lateness > late_ns && now - prev_send > late_ns;
+        } else {
+            if (now >= t_end_mono)
+                break;
+            n = (uint64_t)o.batch * (uint64_t)segs;
+        }
+        if (n > (uint64_t)o.batch * (uint64_t)segs)
+            n = (uint64_t)o.batch * (uint64_t)segs;
+
+        int64_t ts = ct_now_ns(CLOCK_REALTIME);
+        if (is_late) {
+            if (n_late < LATE_EVENTS_MAX)
+                late[n_late++] = (struct late_event){k, start_rt + sched_off(&sc, k), ts};
+            else
+                late_dropped++;
+            is_late = 0;
+        }
+        prev_send = now;
+        for (uint64_t i = 0; i < n; i++) {
+            unsigned char *p = bufs + i * (size_t)payload;
+            ct_put_le64(p, k + i);
+            ct_put_le64(p + 8, (uint64_t)ts);
+        }
+        unsigned nmsg = (unsigned)((n + (uint64_t)segs - 1) / (uint64_t)segs);
+        for (unsigned j = 0; j < nmsg; j++) {
+            uint64_t in = n - (uint64_t)j * (uint64_t)segs;
+            iov[j].iov_len = (size_t)(in < (uint64_t)segs ? in : (uint64_t)segs) * (size_t)payload;
+        }
+        int sent = sendmmsg(fd, msgs, nmsg, 0);
+        batches++;
+        if (sent < 0) {
+            if (errno == EINTR)
+                continue;
+            /* The slots pass (constant bit rate is kept); the sink sees them as lost. */
+            last_errno = errno;
+            uint64_t failed = iov[0].iov_len / (size_t)payload;
+            send_errors += failed;
+            k += failed;
+            continue;
+        }
+        uint64_t done = 0;
+        for (int j = 0; j < sent; j++)
+            done += iov[j].iov_len / (size_t)payload;
+        k += done;
+        packets += done;
+    }
+
+    int64_t end_rt = ct_now_ns(CLOCK_REALTIME);
+    if (paced && k >= end_k && dur_ns > 0 && !g_stop) {
+        /* stopped by the schedule: the interval is exactly the requested duration unless we ran late */
+        if (end_rt < start_rt + dur_ns)
+            end_rt = start_rt + dur_ns;
+    }
+    if (g_stop)
+        stopped_by = "signal";
+    close(fd);
+
+    double elapsed = (double)(end_rt - start_rt) / 1e9;
+    double pps = elapsed > 0 ? (double)packets / elapsed : 0;
+    printf("{\"tool\": \"vrgen\", \"version\": 1, \"clock\": \"CLOCK_REALTIME\", \"rate_convention\": \"%s\", ",
+           CT_RATE_CONVENTION);
+    printf("\"family\": %d, \"dst\": ", fam == AF_INET6 ? 6 : 4);
+    ct_json_str(stdout, o.dst);
+    printf(", \"port\": %d, \"frame_bytes\": %d, \"payload_bytes\": %d, \"requested_bps\": %" PRIu64
+           ", \"duration_s\": %.9g, ",
+           o.port, o.frame, payload, o.rate_bps, o.duration_s);
+    printf("\"start_ns\": %" PRId64 ", \"end_ns\": %" PRId64 ", \"packets\": %" PRIu64 ", \"send_errors\": %" PRIu64
+           ", \"achieved_pps\": %.3f, \"achieved_bps\": %.1f, ",
+           start_rt, end_rt, packets, send_errors, pps, pps * (double)frame_bits);
+    printf("\"requested_pps\": %.3f, \"elapsed_s\": %.9f, \"stopped_by\": \"%s\", \"first_seq\": 0, "
+           "\"next_seq\": %" PRIu64 ", \"batches\": %" PRIu64 ", \"batch_max\": %d, \"quantum_packets\": %" PRIu64
+           ", \"spin_us\": %d, \"cpu\": %d, \"gso_segments\": %d, \"fifo\": %d, ",
+           paced ? (double)o.rate_bps / (double)frame_bits : 0.0, elapsed, stopped_by, k, batches, o.batch,
+           quantum, o.spin_us, o.cpu, o.gso ? segs : 0, o.fifo);
+    printf("\"send_error_last\": ");
+    ct_json_str(stdout, last_errno ? strerror(last_errno) : "");
+    printf(", \"max_late_ns\": %" PRId64 ", \"late_threshold_ns\": %" PRId64 ", \"late_events_dropped\": %" PRIu64
+           ", \"late_events\": [",
+           max_late, late_ns, late_dropped);
+    for (uint64_t i = 0; i < n_late; i++)
+        printf("%s[%" PRIu64 ", %" PRId64 ", %" PRId64 "]", i ? ", " : "", late[i].seq, late[i].sched_ns,
+               late[i].sent_ns);
+    double cpu_user, cpu_sys;
+    ct_cpu_times(&cpu_user, &cpu_sys);
+    printf("], \"cpu_user_s\": %.3f, \"cpu_sys_s\": %.3f}\n", cpu_user, cpu_sys);
+    fflush(stdout);
+    free(bufs);
+    free(msgs);
+    free(iov);
+    free(late);
+    return 0;
+}

@@ -1,0 +1,622 @@
+/* vrsink: UDP sink for vrgen traffic.
+ *
+ * Receives with recvmmsg() and kernel software receive timestamps (SO_TIMESTAMPNS, CLOCK_REALTIME),
+ * tracks loss / reordering / duplicates by sequence number in a sliding bitmap window (constant
+ * memory at any rate and duration), records every inter-arrival gap above --gap-us, a per-ms arrival
+ * histogram and one-way delay statistics (log-linear histogram, 0.1 % resolution), and optionally
+ * logs every packet as little-endian (u64 seq, i64 t_ns) records.
+ *
+ * Prints "READY" on stderr once bound; runs until SIGINT/SIGTERM or --duration; then drains what is
+ * already queued and prints one sink.json object on stdout.
+ */
+#define _GNU_SOURCE
+#include "common.h"
+
+#include <getopt.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#define BATCH_MAX 1024
+#define SLOT_BYTES 2048    /* > largest vrgen datagram (1472 B) */
+#define GRO_SLOT_BYTES 65536 /* one UDP GRO aggregate */
+#define CTRL_BYTES 128
+#define WAIT_SLICE_US 50000     /* blocking receive wakes at least every 50 ms */
+#define DRAIN_LIMIT_NS 500000000LL /* at stop, drain the queue for at most 0.5 s */
+#define GAPS_MAX 1000000
+
+static volatile sig_atomic_t g_stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_stop = 1;
+}
+
+struct opts {
+    int port;
+    const char *bind;
+    int v6;
+    int64_t gap_ns;
+    double duration_s;
+    const char *log;
+    int batch;
+    int rcvbuf;
+    int window_log2;
+    double hist_max_s;
+    int cpu;
+    int busy;
+    int no_gro;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: vrsink --port N [--bind ADDR] [-6] [--gap-us N] [--duration S] [--log FILE]\n"
+            "              [--batch N] [--rcvbuf BYTES] [--window-log2 N] [--hist-max-s S] [--cpu N] [--busy]\n"
+            "              [--no-gro]\n"
+            "Receives vrgen UDP traffic; prints READY on stderr once bound, sink.json on stdout at exit\n"
+            "(SIGINT/SIGTERM or --duration).\n"
+            "  --bind ADDR      local address (family from it); default 0.0.0.0, or :: with -6\n"
+            "  --gap-us N       record every inter-arrival gap longer than N us (default 1000)\n"
+            "  --duration S     stop after S seconds (default 0 = until signal)\n"
+            "  --log FILE       per-packet log: little-endian records (u64 seq, i64 t_ns) of every packet\n"
+            "                   that carries a header (duplicates included), in arrival order\n"
+            "  --batch N        max datagrams per recvmmsg (default 64, max %d)\n"
+            "  --rcvbuf BYTES   socket receive buffer (default 67108864; SO_RCVBUFFORCE when permitted)\n"
+            "  --window-log2 N  reorder/duplicate window = 2^N sequence numbers (default 24, 10..32)\n"
+            "  --hist-max-s S   cap of the per-ms histogram span (default 7200)\n"
+            "  --cpu N          pin to CPU N\n"
+            "  --busy           busy-poll the socket instead of sleeping (burns a CPU; benchmarks only)\n"
+            "  --no-gro         do not accept UDP GRO aggregates (the kernel then splits them, slower)\n"
+            "Timestamps: kernel software receive time (SO_TIMESTAMPNS, CLOCK_REALTIME ns).  Bad arguments: exit 2.\n",
+            BATCH_MAX);
+}
+
+static void parse_args(int argc, char **argv, struct opts *o)
+{
+    static const struct option lo[] = {
+        {"port", required_argument, 0, 'p'},     {"bind", required_argument, 0, 'B'},
+        {"gap-us", required_argument, 0, 'g'},   {"duration", required_argument, 0, 't'},
+        {"log", required_argument, 0, 'L'},      {"batch", required_argument, 0, 'b'},
+        {"rcvbuf", required_argument, 0, 'R'},   {"window-log2", required_argument, 0, 'w'},
+        {"hist-max-s", required_argument, 0, 'H'}, {"help", no_argument, 0, 'h'},
+        {"cpu", required_argument, 0, 'c'},      {"busy", no_argument, 0, 'y'},
+        {"no-gro", no_argument, 0, 'n'},
+        {0, 0, 0, 0},
+    };
+    *o = (struct opts){.port = -1, .gap_ns = 1000000, .batch = 64, .rcvbuf = 64 << 20, .window_log2 = 24,
+                       .hist_max_s = 7200, .cpu = -1};
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h6", lo, NULL)) != -1) {
+        switch (c) {
+        case 'p': o->port = (int)ct_parse_int("--port", optarg, 1, 65535); break;
+        case 'B': o->bind = optarg; break;
+        case '6': o->v6 = 1; break;
+        case 'g': o->gap_ns = ct_parse_int("--gap-us", optarg, 1, 3600000000LL) * 1000; break;
+        case 't': o->duration_s = ct_parse_double("--duration", optarg, 0, 1e7); break;
+        case 'L': o->log = optarg; break;
+        case 'b': o->batch = (int)ct_parse_int("--batch", optarg, 1, BATCH_MAX); break;
+        case 'R': o->rcvbuf = (int)ct_parse_int("--rcvbuf", optarg, 4096, 1 << 30); break;
+        case 'w': o->window_log2 = (int)ct_parse_int("--window-log2", optarg, 10, 32); break;
+        case 'H': o->hist_max_s = ct_parse_double("--hist-max-s", optarg, 1, 86400 * 7); break;
+        case 'c': o->cpu = (int)ct_parse_int("--cpu", optarg, 0, CPU_SETSIZE - 1); break;
+        case 'y': o->busy = 1; break;
+        case 'n': o->no_gro = 1; break;
+        case 'h': usage(stdout); exit(0);
+        case ':': ct_usage_error("option %s needs a value", argv[optind - 1]);
+        default: ct_usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        ct_usage_error("unexpected argument '%s'", argv[optind]);
+    if (o->port < 0)
+        ct_usage_error("--port N is required");
+}
+
+/* ---- sequence tracking: sliding bitmap over (max_seq - W, max_seq] ---- */
+struct seqtrack {
+    uint64_t *bits;
+    uint64_t W, mask;
+    int any;
+    uint64_t min_seq, max_seq;
+    uint64_t unique, dups, reordered, stale;
+};
+
+static inline int bit_test(const struct seqtrack *t, uint64_t s)
+{
+    uint64_t i = s & t->mask;
+    return (int)((t->bits[i >> 6] >> (i & 63)) & 1);
+}
+
+static inline void bit_set(struct seqtrack *t, uint64_t s)
+{
+    uint64_t i = s & t->mask;
+    t->bits[i >> 6] |= 1ULL << (i & 63);
+}
+
+/* Clear the bits of sequence numbers lo..hi (inclusive, hi - lo < W). */
+static void bit_clear_range(struct seqtrack *t, uint64_t lo, uint64_t hi)
+{
+    uint64_t s = lo;
+    while (s <= hi) {
+        uint64_t i = s & t->mask;
+        if ((i & 63) == 0 && hi - s >= 63) {
+            t->bits[i >> 6] = 0;
+            s += 64;
+        } else {
+            t->bits[i >> 6] &= ~(1ULL << (i & 63));
+            s++;
+        }
+        if (s == 0)
+            break; /* wrapped */
+    }
+}
+
+/* Returns 1 for a new sequence number, 0 for a duplicate. */
+static int seq_add(struct seqtrack *t, uint64_t s)
+{
+    if (!t->any) {
+        t->any = 1;
+        t->min_seq = t->max_seq = s;
+        bit_set(t, s);
+        t->unique++;
+        return 1;
+    }
+    if (s > t->max_seq) {
+        if (s - t->max_seq >= t->W)
+            memset(t->bits, 0, (size_t)(t->W / 8));
+        else
+            bit_clear_range(t, t->max_seq + 1, s);
+        bit_set(t, s);
+        t->max_seq = s;
+        t->unique++;
+        return 1;
+    }
+    if (s < t->min_seq)
+        t->min_seq = s;
+    if (t->max_seq - s >= t->W) { /* older than the window: cannot tell, count as new but stale */
+        t->stale++;
+        t->unique++;
+        return 1;
+    }
+    if (bit_test(t, s)) {
+        t->dups++;
+        return 0;
+    }
+    bit_set(t, s);
+    t->reordered++;
+    t->unique++;
+    return 1;
+}
+
+/* ---- one-way delay: log-linear histogram, 1024 sub-buckets per power of two ---- */
+#define OWD_SUB 1024
+#define OWD_LINEAR (2 * OWD_SUB)
+#define OWD_BUCKETS (OWD_LINEAR + 53 * OWD_SUB)
+
+static inline int owd_index(uint64_t v)
+{
+    if (v < OWD_LINEAR)
+        return (int)v;
+    int e = 63 - __builtin_clzll(v); /* >= 11 */
+    int shift = e - 10;
+    return OWD_LINEAR + (e - 11) * OWD_SUB + (int)((v >> shift) - OWD_SUB);
+}
+
+/* Midpoint of bucket i in ns. */
+static int64_t owd_value(int i)
+{
+    if (i < OWD_LINEAR)
+        return i;
+    int e = (i - OWD_LINEAR) / OWD_SUB + 11;
+    int shift = e - 10;
+    uint64_t m = (uint64_t)((i - OWD_LINEAR) % OWD_SUB + OWD_SUB);
+    return (int64_t)((m << shift) + ((1ULL << shift) >> 1));
+}
+
+struct owd {
+    uint64_t *h;
+    uint64_t count, negative;
+    int64_t min, max;
+    long double sum;
+};
+
+static int64_t owd_quantile(const struct owd *o, double q)
+{
+    if (o->count == 0)
+        return 0;
+    uint64_t rank = (uint64_t)ceil(q * (double)o->count);
+    if (rank < 1)
+        rank = 1;
+    uint64_t cum = o->negative; /* negative values sort first, reported as the minimum */
+    if (cum >= rank)
+        return o->min;
+    for (int i = 0; i < OWD_BUCKETS; i++) {
+        cum += o->h[i];
+        if (cum >= rank) {
+            int64_t v = owd_value(i);
+            if (v < o->min)
+                v = o->min;
+            if (v > o->max)
+                v = o->max;
+            return v;
+        }
+    }
+    return o->max;
+}
+
+/* ---- per-millisecond arrival histogram ---- */
+struct hist {
+    uint32_t *c;
+    int64_t start_ms;
+    size_t len, cap, max_len;
+    uint64_t dropped;
+};
+
+static void hist_add(struct hist *h, int64_t ms)
+{
+    if (h->len == 0 && h->cap == 0) {
+        h->cap = 65536;
+        h->c = calloc(h->cap, sizeof *h->c);
+        if (!h->c)
+            ct_die("out of memory");
+        h->start_ms = ms;
+        h->len = 1;
+    }
+    if (ms < h->start_ms) { /* an earlier timestamp than the first one: shift right */
+        size_t shift = (size_t)(h->start_ms - ms);
+        if (h->len + shift > h->max_len) {
+            h->dropped++;
+            return;
+        }
+        if (h->len + shift > h->cap) {
+            size_t nc = h->cap;
+            while (nc < h->len + shift)
+                nc *= 2;
+            uint32_t *n = realloc(h->c, nc * sizeof *n);
+            if (!n)
+                ct_die("out of memory");
+            h->c = n;
+            h->cap = nc;
+        }
+        memmove(h->c + shift, h->c, h->len * sizeof *h->c);
+        memset(h->c, 0, shift * sizeof *h->c);
+        h->len += shift;
+        h->start_ms = ms;
+    }
+    size_t i = (size_t)(ms - h->start_ms);
+    if (i >= h->max_len) {
+        h->dropped++;
+        return;
+    }
+    if (i >= h->cap) {
+        size_t nc = h->cap;
+        while (nc <= i)
+            nc *= 2;
+        uint32_t *n = realloc(h->c, nc * sizeof *n);
+        if (!n)
+            ct_die("out of memory");
+        memset(n + h->cap, 0, (nc - h->cap) * sizeof *n);
+        h->c = n;
+        h->cap = nc;
+    }
+    if (i >= h->len)
+        h->len = i + 1;
+    h->c[i]++;
+}
+
+struct gap {
+    int64_t t0, t1;
+    uint64_t s0, s1;
+};
+
+struct state {
+    struct seqtrack seq;
+    struct owd owd;
+    struct hist hist;
+    struct gap *gaps;
+    size_t n_gaps, gaps_cap;
+    uint64_t gaps_dropped;
+    int64_t gap_ns;
+    int have_prev;
+    int64_t prev_t; /* latest arrival time so far */
+    uint64_t prev_seq;
+    uint64_t received, bytes, malformed, truncated, user_ts, gro_segments;
+    int64_t first_ns, last_ns;
+    uint32_t drops;
+    int payload_min, payload_max;
+    FILE *log;
+};
+
+static void on_packet(struct state *st, const unsigned char *p, int len, int64_t t)
+{
+    st->received++;
+    if (len < CT_HDR_BYTES) {
+        st->malformed++;
+        return;
+    }
+    uint64_t seq = ct_get_le64(p);
+    int64_t tx = (int64_t)ct_get_le64(p + 8);
+    if (st->log) {
+        unsigned char rec[16];
+        ct_put_le64(rec, seq);
+        ct_put_le64(rec + 8, (uint64_t)t);
+        if (fwrite_unlocked(rec, 16, 1, st->log) != 1)
+            ct_die("--log: write failed: %s", strerror(errno));
+    }
+    if (st->received - st->malformed == 1) {
+        st->first_ns = st->last_ns = t;
+        st->payload_min = st->payload_max = len;
+    }
+    if (t < st->first_ns)
+        st->first_ns = t;
+    if (t > st->last_ns)
+        st->last_ns = t;
+    if (len < st->payload_min)
+        st->payload_min = len;
+    if (len > st->payload_max)
+        st->payload_max = len;
+
+    if (seq_add(&st->seq, seq)) {
+        st->bytes += (uint64_t)len;
+        int64_t d = (int64_t)((uint64_t)t - (uint64_t)tx); /* wraps instead of UB on foreign payloads */
+        struct owd *o = &st->owd;
+        if (o->count == 0 || d < o->min)
+            o->min = d;
+        if (o->count == 0 || d > o->max)
+            o->max = d;
+        o->count++;
+        o->sum += d;
+        if (d < 0)
+            o->negative++;
+        else
+            o->h[owd_index((uint64_t)d)]++;
+    }
+
+    if (st->have_prev) {
+        if (t - st->prev_t > st->gap_ns) {
+            if (st->n_gaps == st->gaps_cap && st->gaps_cap < GAPS_MAX) {
+                size_t nc = st->gaps_cap ? st->gaps_cap * 2 : 1024;
+                if (nc > GAPS_MAX)
+                    nc = GAPS_MAX;
+                struct gap *ng = realloc(st->gaps, nc * sizeof *ng);
+                if (!ng)
+                    ct_die("out of memory");
+                st->gaps = ng;
+                st->gaps_cap = nc;
+            }
+            if (st->n_gaps < st->gaps_cap)
+                st->gaps[st->n_gaps++] = (struct gap){st->prev_t, t, st->prev_seq, seq};
+            else
+                st->gaps_dropped++;
+        }
+        if (t > st->prev_t) {
+            st->prev_t = t;
+            st->prev_seq = seq;
+        }
+    } else {
+        st->have_prev = 1;
+        st->prev_t = t;
+        st->prev_seq = seq;
+    }
+    hist_add(&st->hist, t >= 0 ? t / 1000000 : (t - 999999) / 1000000);
+}
+
+static void print_json(const struct state *st, const struct opts *o, int fam, const char *bind, int rcvbuf,
+                       int64_t start_ns, int64_t end_ns, const char *stopped_by)
+{
+    FILE *f = stdout;
+    const struct seqtrack *s = &st->seq;
+    uint64_t span = s->any ? s->max_seq - s->min_seq + 1 : 0;
+    uint64_t lost = span > s->unique ? span - s->unique : 0;
+    int overhead = fam == AF_INET6 ? CT_V6_OVERHEAD : CT_V4_OVERHEAD;
+    uint64_t valid = st->received - st->malformed;
+    fprintf(f, "{\"tool\": \"vrsink\", \"version\": 1, \"clock\": \"CLOCK_REALTIME\", \"timestamps\": \"%s\", ",
+            st->user_ts ? "user" : "kernel");
+    fprintf(f,
+            "\"packets\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"frame_bytes\": %d, \"first_seq\": %" PRIu64
+            ", \"last_seq\": %" PRIu64 ", \"lost\": %" PRIu64 ", \"reordered\": %" PRIu64 ", \"duplicates\": %" PRIu64
+            ", ",
+            s->unique, st->bytes, valid ? st->payload_min + overhead : 0, s->any ? s->min_seq : 0,
+            s->any ? s->max_seq : 0, lost, s->reordered, s->dups);
+    fprintf(f, "\"first_ns\": %" PRId64 ", \"last_ns\": %" PRId64 ", \"gap_threshold_ns\": %" PRId64 ", \"gaps\": [",
+            valid ? st->first_ns : 0, valid ? st->last_ns : 0, st->gap_ns);
+    for (size_t i = 0; i < st->n_gaps; i++) {
+        const struct gap *g = &st->gaps[i];
+        fprintf(f, "%s[%" PRId64 ", %" PRId64 ", %" PRIu64 ", %" PRIu64 "]", i ? ", " : "", g->t0, g->t1, g->s0,
+                g->s1);
+    }
+    fprintf(f, "], \"hist_start_ms\": %" PRId64 ", \"hist_ms\": [", st->hist.len ? st->hist.start_ms : 0);
+    for (size_t i = 0; i < st->hist.len; i++)
+        fprintf(f, i ? ",%u" : "%u", st->hist.c[i]);
+    const struct owd *w = &st->owd;
+    fprintf(f,
+            "], \"owd_ns\": {\"min\": %" PRId64 ", \"median\": %" PRId64 ", \"max\": %" PRId64 ", \"p99\": %" PRId64
+            ", \"p999\": %" PRId64 ", \"mean\": %.0f, \"count\": %" PRIu64 ", \"negative\": %" PRIu64 "}, ",
+            w->count ? w->min : 0, owd_quantile(w, 0.5), w->count ? w->max : 0, owd_quantile(w, 0.99),
+            owd_quantile(w, 0.999), w->count ? (double)(w->sum / w->count) : 0.0, w->count, w->negative);
+    double dur = valid > 1 && st->last_ns > st->first_ns ? (double)(st->last_ns - st->first_ns) / 1e9 : 0;
+    fprintf(f,
+            "\"received\": %" PRIu64 ", \"stale\": %" PRIu64 ", \"malformed\": %" PRIu64 ", \"truncated\": %" PRIu64
+            ", \"user_timestamps\": %" PRIu64 ", \"gro_segments\": %" PRIu64 ", \"socket_drops\": %u, \"payload_bytes_min\": %d, "
+            "\"payload_bytes_max\": %d, \"rx_pps\": %.3f, \"gaps_dropped\": %" PRIu64 ", \"hist_dropped\": %" PRIu64
+            ", ",
+            st->received, s->stale, st->malformed, st->truncated, st->user_ts, st->gro_segments, st->drops,
+            valid ? st->payload_min : 0, valid ? st->payload_max : 0, dur > 0 ? (double)(s->unique - 1) / dur : 0.0,
+            st->gaps_dropped, st->hist.dropped);
+    fprintf(f, "\"family\": %d, \"bind\": ", fam == AF_INET6 ? 6 : 4);
+    ct_json_str(f, bind);
+    fprintf(f,
+            ", \"port\": %d, \"rcvbuf_bytes\": %d, \"window\": %" PRIu64 ", \"start_ns\": %" PRId64
+            ", \"end_ns\": %" PRId64 ", \"stopped_by\": \"%s\", ",
+            o->port, rcvbuf, s->W, start_ns, end_ns, stopped_by);
+    double cpu_user, cpu_sys;
+    ct_cpu_times(&cpu_user, &cpu_sys);
+    fprintf(f, "\"cpu_user_s\": %.3f, \"cpu_sys_s\": %.3f}\n", cpu_user, cpu_sys);
+    fflush(f);
+}
+
+int main(int argc, char **argv)
+{
+    ct_prog = "vrsink";
+    struct opts o;
+    parse_args(argc, argv, &o);
+
+    struct sockaddr_storage addr;
+    socklen_t alen;
+    const char *bind_str = o.bind ? o.bind : (o.v6 ? "::" : "0.0.0.0");
+    int fam = ct_parse_addr("--bind", bind_str, o.port, &addr, &alen);
+    if (o.v6 && fam != AF_INET6)
+        ct_usage_error("-6 given but --bind %s is an IPv4 address", bind_str);
+
+    if (o.cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(o.cpu, &set);
+        if (sched_setaffinity(0, sizeof set, &set) != 0)
+            ct_usage_error("--cpu %d: %s", o.cpu, strerror(errno));
+    }
+
+    struct sigaction sa = {.sa_handler = on_signal}; /* no SA_RESTART: blocking receive returns EINTR */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    struct state st = {.gap_ns = o.gap_ns};
+    st.seq.W = 1ULL << o.window_log2;
+    st.seq.mask = st.seq.W - 1;
+    st.seq.bits = calloc((size_t)(st.seq.W / 64), sizeof(uint64_t));
+    st.owd.h = calloc(OWD_BUCKETS, sizeof(uint64_t));
+    st.hist.max_len = (size_t)(o.hist_max_s * 1000);
+    const size_t slot_bytes = o.no_gro ? SLOT_BYTES : GRO_SLOT_BYTES;
+    unsigned char *slots = malloc((size_t)o.batch * slot_bytes);
+    unsigned char *ctrl = malloc((size_t)o.batch * CTRL_BYTES);
+    struct mmsghdr *msgs = calloc((size_t)o.batch, sizeof *msgs);
+    struct iovec *iov = calloc((size_t)o.batch, sizeof *iov);
+    if (!st.seq.bits || !st.owd.h || !slots || !ctrl || !msgs || !iov)
+        ct_die("out of memory");
+
+    if (o.log) {
+        st.log = fopen(o.log, "wb");
+        if (!st.log)
+            ct_usage_error("--log %s: %s", o.log, strerror(errno));
+        setvbuf(st.log, NULL, _IOFBF, 4 << 20);
+    }
+
+    int fd = socket(fam, SOCK_DGRAM | SOCK_CLOEXEC, IPPROTO_UDP);
+    if (fd < 0)
+        ct_die("socket: %s", strerror(errno));
+    int one = 1;
+    if (fam == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &o.rcvbuf, sizeof o.rcvbuf) != 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &o.rcvbuf, sizeof o.rcvbuf);
+    int kernel_ts = setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one) == 0;
+    int gro = !o.no_gro && setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
+    struct timeval tv = {.tv_sec = 0, .tv_usec = WAIT_SLICE_US};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (bind(fd, (struct sockaddr *)&addr, alen) != 0)
+        ct_die("bind %s port %d: %s", bind_str, o.port, strerror(errno));
+    int rcvbuf = 0;
+    socklen_t sl = sizeof rcvbuf;
+    getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, &sl);
+
+    setvbuf(stdout, NULL, _IOFBF, 1 << 20);
+    int64_t start_ns = ct_now_ns(CLOCK_REALTIME);
+    int64_t deadline = o.duration_s > 0 ? ct_now_ns(CLOCK_MONOTONIC) + (int64_t)llround(o.duration_s * 1e9)
+                                        : INT64_MAX;
+    fprintf(stderr, "READY\n");
+    fflush(stderr);
+
+    const char *stopped_by = "signal";
+    int draining = 0, reinit = o.batch;
+    int64_t drain_until = 0;
+    for (;;) {
+        if (!draining) {
+            if (g_stop || ct_now_ns(CLOCK_MONOTONIC) >= deadline) {
+                if (!g_stop)
+                    stopped_by = "duration";
+                draining = 1;
+                drain_until = ct_now_ns(CLOCK_MONOTONIC) + DRAIN_LIMIT_NS;
+            }
+        } else if (ct_now_ns(CLOCK_MONOTONIC) >= drain_until) {
+            break;
+        }
+        for (int i = 0; i < reinit; i++) { /* only the headers the kernel wrote last time */
+            iov[i].iov_base = slots + (size_t)i * slot_bytes;
+            iov[i].iov_len = slot_bytes;
+            msgs[i].msg_hdr = (struct msghdr){.msg_iov = &iov[i], .msg_iovlen = 1,
+                                              .msg_control = ctrl + (size_t)i * CTRL_BYTES,
+                                              .msg_controllen = CTRL_BYTES};
+        }
+        int n = recvmmsg(fd, msgs, (unsigned)o.batch, draining || o.busy ? MSG_DONTWAIT : MSG_WAITFORONE, NULL);
+        reinit = n > 0 ? n : 0;
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                if (draining)
+                    break;
+                continue;
+            }
+            if (errno == EINTR)
+                continue;
+            ct_die("recvmmsg: %s", strerror(errno));
+        }
+        int64_t user_t = 0;
+        for (int i = 0; i < n; i++) {
+            struct msghdr *m = &msgs[i].msg_hdr;
+            int64_t t = -1;
+            int seg = 0;
+            if (m->msg_flags & MSG_TRUNC)
+                st.truncated++;
+            for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c)) {
+                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+                    struct timespec ts;
+                    memcpy(&ts, CMSG_DATA(c), sizeof ts);
+                    t = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+                } else if (gro && c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+                    memcpy(&seg, CMSG_DATA(c), sizeof seg);
+                }
+            }
+            if (t <= 0 || !kernel_ts) {
+                if (user_t == 0)
+                    user_t = ct_now_ns(CLOCK_REALTIME);
+                t = user_t;
+                st.user_ts++;
+            }
+            const unsigned char *p = iov[i].iov_base;
+            int len = (int)msgs[i].msg_len;
+            if (seg > 0 && len > seg) { /* a GRO aggregate: equal segments, the last may be shorter */
+                for (int off = 0; off < len; off += seg) {
+                    on_packet(&st, p + off, len - off < seg ? len - off : seg, t);
+                    st.gro_segments++;
+                }
+            } else {
+                on_packet(&st, p, len, t);
+            }
+        }
+    }
+    uint32_t mem[SK_MEMINFO_VARS] = {0};
+    socklen_t ml = sizeof mem;
+    if (getsockopt(fd, SOL_SOCKET, SO_MEMINFO, mem, &ml) == 0 && ml > SK_MEMINFO_DROPS * sizeof(uint32_t))
+        st.drops = mem[SK_MEMINFO_DROPS];
+    int64_t end_ns = ct_now_ns(CLOCK_REALTIME);
+    close(fd);
+    if (st.log && fclose(st.log) != 0)
+        ct_die("--log %s: %s", o.log, strerror(errno));
+    print_json(&st, &o, fam, bind_str, rcvbuf, start_ns, end_ns, stopped_by);
+    free(st.seq.bits);
+    free(st.owd.h);
+    free(st.gaps);
+    free(st.hist.c);
+    free(slots);
+    free(ctrl);
+    free(msgs);
+    free(iov);
+    return 0;
+}

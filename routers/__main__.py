@@ -1,0 +1,119 @@
+"""``python -m routers``: build and inspect router guest images.
+
+    python -m routers build [--profile frr|bird|xorp|all] [--cache DIR] [--force] [--kernel-package PKG]
+    python -m routers show [--profile P] [--cache DIR]      # paths + manifest of a built image
+    python -m routers check [--profile P] [--timeout S]     # boot it under QEMU until VRMIG-READY
+    python -m routers profiles                               # the registry and what is available
+    python -m routers host-packages                          # Debian packages the build needs
+
+Errors print one line and exit non-zero (3: something missing, e.g. XORP or the image).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from routers import build as build_mod
+from routers import guest, profiles
+from routers.errors import RouterError
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def _cmd_build(a: argparse.Namespace) -> int:
+    names = profiles.names() if a.profile == "all" else [a.profile]
+    for name in names:
+        prof = profiles.get(name)
+        if a.profile == "all" and not prof.debian:
+            ok, reason = prof.available()
+            if not ok:
+                print(f"{name}: skipped: {reason}")
+                continue
+        res = build_mod.build(name, a.cache, force=a.force, kernel_package=a.kernel_package)
+        files = res.image.manifest["files"]
+        state = f"built in {res.seconds:.1f} s" if res.built else "up to date"
+        print(
+            f"{name}: {state}: {res.image.kernel} ({_mb(files['vmlinuz']['bytes'])}), "
+            f"{res.image.initrd} ({_mb(files['initrd.img']['bytes'])})"
+        )
+    return 0
+
+
+def _cmd_show(a: argparse.Namespace) -> int:
+    img = guest.guest_image(a.profile, a.cache)
+    print(json.dumps({"kernel": str(img.kernel), "initrd": str(img.initrd), "manifest": img.manifest}, indent=2))
+    return 0
+
+
+def _cmd_check(a: argparse.Namespace) -> int:
+    from routers import smoke
+
+    names = (
+        [n for n in profiles.names() if n != "xorp" or profiles.get(n).available()[0]]
+        if a.profile == "all"
+        else [a.profile]
+    )
+    for name in names:
+        booted = smoke.check(name, a.cache, a.timeout)
+        print(f"{name}: {booted.ready_line} after {booted.seconds:.1f} s (QEMU TCG, 256 MiB, 1 vCPU)")
+    return 0
+
+
+def _cmd_profiles(_a: argparse.Namespace) -> int:
+    for name in profiles.names():
+        p = profiles.get(name)
+        ok, reason = p.available()
+        print(f"{name:5} {'available  ' if ok else 'unavailable'} daemons={','.join(p.daemons)}  {reason}")
+    return 0
+
+
+def _cmd_host_packages(_a: argparse.Namespace) -> int:
+    print(" ".join(build_mod.HOST_PACKAGES))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status."""
+    p = argparse.ArgumentParser(prog="python -m routers", description="Router guest images for vrmig.")
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build the guest image of a profile (idempotent)")
+    b.add_argument("--profile", default=profiles.DEFAULT_PROFILE, choices=[*profiles.names(), "all"])
+    b.add_argument("--cache", type=Path, default=None, help="cache directory (default $VRMIG_CACHE or ~/.cache/vrmig)")
+    b.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    b.add_argument(
+        "--kernel-package",
+        default=build_mod.KERNEL_META_PACKAGE,
+        help=f"Debian kernel package (default {build_mod.KERNEL_META_PACKAGE}; linux-image-amd64 has e1000)",
+    )
+    b.set_defaults(func=_cmd_build)
+    s = sub.add_parser("show", help="print the paths and manifest of a built image")
+    s.add_argument("--profile", default=profiles.DEFAULT_PROFILE, choices=profiles.names())
+    s.add_argument("--cache", type=Path, default=None)
+    s.set_defaults(func=_cmd_show)
+    c = sub.add_parser("check", help="boot the guest under QEMU (TCG) and wait for its READY line")
+    c.add_argument("--profile", default=profiles.DEFAULT_PROFILE, choices=[*profiles.names(), "all"])
+    c.add_argument("--cache", type=Path, default=None)
+    c.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for READY (default 60)")
+    c.set_defaults(func=_cmd_check)
+    sub.add_parser("profiles", help="list the router profiles").set_defaults(func=_cmd_profiles)
+    sub.add_parser("host-packages", help="Debian packages the build needs").set_defaults(func=_cmd_host_packages)
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    try:
+        return a.func(a)
+    except RouterError as err:
+        print(f"routers: error: {err}", file=sys.stderr)
+        return getattr(err, "exit_code", 1)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

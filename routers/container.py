@@ -1,0 +1,53 @@
+"""The router as a container (HV=criu): a per-run copy of the profile's rootfs (the same tree the
+VM guest's initramfs is made of, so the router software is identical) plus the container's own
+set-up and init scripts (``routers/containerfs/``).
+
+:func:`stage_rootfs` prepares the tree; :func:`container_argv` is the command that turns it into
+a real container: util-linux ``unshare`` creates mount, pid, uts, ipc and network namespaces,
+then the rootfs's own static busybox mounts /proc, /sys, a private /dev and tmpfs, pivots into
+the tree, closes every inherited descriptor and execs the container's init (a session leader,
+PID 1 of its pid namespace).  Its console is ``/run/console.log`` inside the container."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from routers.errors import NotBuiltError
+from routers.guest import _addresses, _build_hint, guest_image
+
+CONTAINERFS = Path(__file__).resolve().parent / "containerfs"
+SETUP_SCRIPT = CONTAINERFS / "vrmig-ct-setup"
+INIT_SCRIPT = CONTAINERFS / "vrmig-ct-init"
+INIT_PATH = "usr/sbin/vrmig-ct-init"
+OLDROOT = ".oldroot"
+CONSOLE = "run/console.log"  # relative to the container's root
+BUSYBOX = "bin/busybox"
+NAMESPACES = ("--mount", "--uts", "--ipc", "--net", "--pid")
+
+
+def stage_rootfs(profile: str, dest: Path, cache: Path | None = None) -> Path:
+    """Copy the built rootfs of ``profile`` to ``dest`` (must not exist) and add the container's
+    init and the pivot_root mount point; returns ``dest``."""
+    image = guest_image(profile, cache, verify=False)
+    if image.rootfs is None:
+        raise NotBuiltError(f"router image {profile!r} has no rootfs/: {_build_hint(profile)}")
+    if not (image.rootfs / BUSYBOX).exists():
+        raise NotBuiltError(f"{image.rootfs} has no {BUSYBOX}: {_build_hint(profile)}")
+    shutil.copytree(image.rootfs, dest, symlinks=True)
+    (dest / OLDROOT).mkdir(exist_ok=True)
+    init = dest / INIT_PATH
+    shutil.copyfile(INIT_SCRIPT, init)
+    init.chmod(0o755)
+    return dest
+
+
+def container_argv(rootfs: Path, profile: str, if0: list[str], if1: list[str]) -> list[str]:
+    """argv that starts the container on ``rootfs`` (see the module docstring).  ``if0``/``if1``
+    are the addresses of ``eth0``/``eth1``, which the caller moves into the container's network
+    namespace after it started (the init waits for them)."""
+    return [
+        "unshare", *NAMESPACES, "--fork", "--propagation", "private", "--",
+        str(rootfs / BUSYBOX), "sh", "-c", SETUP_SCRIPT.read_text(), "vrmig-ct-setup",
+        str(rootfs), profile, f"eth0={_addresses('if0', if0)}", f"eth1={_addresses('if1', if1)}",
+    ]  # fmt: skip

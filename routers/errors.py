@@ -1,0 +1,25 @@
+"""Exceptions of the router component; every message says what to do about it."""
+
+from __future__ import annotations
+
+from migrate.errors import DependencyError, VrmigError
+
+
+class RouterError(VrmigError):
+    """Base class of every error raised by :mod:`routers`."""
+
+
+class UnknownProfileError(RouterError):
+    """The requested router profile does not exist."""
+
+
+class ProfileUnavailableError(RouterError, DependencyError):
+    """The profile exists but cannot be built or used on this machine (e.g. XORP not installed)."""
+
+
+class NotBuiltError(RouterError, DependencyError):
+    """The guest image of a profile has not been built (or is damaged)."""
+
+
+class BuildError(RouterError):
+    """Building the guest image failed (download, extraction, missing file or library)."""

@@ -1,0 +1,200 @@
+"""The router guest as the orchestrator sees it: image files, kernel command line, console markers.
+
+Console contract (serial ``ttyS0``), one line each:
+
+* ``VRMIG-BOOT kernel=<release> profile=<profile>`` - init started (printed early).
+* ``VRMIG-READY router=<profile> version=<router version>`` - printed exactly once, when the
+  router daemon itself reports the connected routes of both interfaces (IPv4 and IPv6).
+* ``VRMIG-FAIL <reason>`` - the guest gave up (missing NIC, daemon died, not ready in time).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from routers import paths, profiles
+from routers.errors import NotBuiltError, RouterError
+
+READY_MARKER = "VRMIG-READY"
+BOOT_MARKER = "VRMIG-BOOT"
+FAIL_MARKER = "VRMIG-FAIL"
+
+#: Bumped whenever the guest's contract (cmdline, init, markers) changes; older images are refused.
+GUEST_FORMAT = 1
+
+#: NIC model (the orchestrator's NIC=) -> the guest kernel driver it needs.
+NIC_DRIVERS = {"virtio": "virtio_net", "e1000": "e1000"}
+
+#: Appended to every command line: ``quiet`` keeps the (slow, emulated) serial console free of
+#: kernel chatter so the guest reaches READY sooner; the markers are printed regardless.
+DEFAULT_EXTRA_ARGS: tuple[str, ...] = ("quiet",)
+
+
+@dataclass(frozen=True)
+class GuestImage:
+    """A built guest: boot it with ``-kernel kernel -initrd initrd -append kernel_cmdline(...)``.
+
+    ``rootfs`` is the unpacked initramfs tree (reusable as a chroot by other hypervisors)."""
+
+    kernel: Path
+    initrd: Path
+    manifest: dict[str, Any] = field(compare=False)
+    profile: str = "frr"
+    rootfs: Path | None = None
+
+    def supports_nic(self, nic: str) -> bool:
+        """True if the guest kernel has a driver for NIC model ``nic`` (``virtio``/``e1000``).
+
+        Debian's cloud kernel has no e1000: build with ``--kernel-package linux-image-amd64``."""
+        driver = NIC_DRIVERS.get(nic)
+        mods = self.manifest.get("modules", {})
+        return driver is not None and driver in (*mods.get("load_order", ()), *mods.get("builtin", ()))
+
+
+def _addresses(name: str, cidrs: Sequence[str]) -> str:
+    if isinstance(cidrs, str) or not cidrs:
+        raise RouterError(f"{name}: give a non-empty list of addresses with prefix length, e.g. ['198.18.1.1/24']")
+    out = []
+    for cidr in cidrs:
+        if "/" not in cidr:
+            raise RouterError(f"{name}: address {cidr!r} has no prefix length (expected e.g. 198.18.1.1/24)")
+        try:
+            iface = ipaddress.ip_interface(cidr)
+        except ValueError as err:
+            raise RouterError(f"{name}: {err}") from None
+        if iface.ip == iface.network.network_address and iface.network.prefixlen < iface.max_prefixlen:
+            raise RouterError(f"{name}: {cidr} is a network address, not a host address")
+        out.append(iface.with_prefixlen)
+    return ",".join(out)
+
+
+def kernel_cmdline(profile: str, if0: list[str], if1: list[str], extra: Sequence[str] = DEFAULT_EXTRA_ARGS) -> str:
+    """The guest kernel command line.
+
+    ``if0``/``if1`` are the addresses (with prefix length) of ``eth0`` (first NIC, left segment)
+    and ``eth1`` (second NIC, right segment)::
+
+        >>> kernel_cmdline("frr", ["198.18.1.1/24", "2001:2:0:1::1/64"], ["198.18.2.1/24", "2001:2:0:2::1/64"])
+        'console=ttyS0 net.ifnames=0 vrmig.router=frr vrmig.if0=198.18.1.1/24,2001:2:0:1::1/64 \
+vrmig.if1=198.18.2.1/24,2001:2:0:2::1/64 quiet'
+    """
+    profiles.get(profile)
+    args = [
+        "console=ttyS0",
+        "net.ifnames=0",
+        f"vrmig.router={profile}",
+        f"vrmig.if0={_addresses('if0', if0)}",
+        f"vrmig.if1={_addresses('if1', if1)}",
+    ]
+    for arg in extra:
+        if not arg or any(c.isspace() for c in arg):
+            raise RouterError(f"kernel argument {arg!r} is empty or contains whitespace")
+        args.append(arg)
+    return " ".join(args)
+
+
+#: Runs vrmig-router chrooted into a rootfs: private mounts (proc, sys, tmpfs over every
+#: directory the daemons write to, so the cached tree is never modified), then one
+#: ``VRMIG-PID <pid>`` line per daemon left running.
+_CHROOT_SCRIPT = r"""
+R=$1
+shift
+mount -t proc proc "$R/proc" && mount -t sysfs sysfs "$R/sys" ||
+    { echo "VRMIG-FAIL cannot mount proc/sys in $R"; exit 1; }
+for d in run tmp var/tmp var/log; do
+    mount -t tmpfs -o mode=1777 tmpfs "$R/$d" || { echo "VRMIG-FAIL cannot mount tmpfs on $R/$d"; exit 1; }
+done
+chroot "$R" /usr/sbin/vrmig-router "$@"
+rc=$?
+for f in "$R"/run/vrmig/*.pid; do
+    [ -f "$f" ] && echo "VRMIG-PID $(cat "$f")"
+done
+exit $rc
+"""
+
+
+def namespace_argv(profile: str, if0: list[str], if1: list[str], cache: Path | None = None) -> list[str]:
+    """argv that starts the router of a built image without a VM: the image's rootfs as a
+    chroot, in a private mount namespace, configuring ``eth0``/``eth1`` of the network namespace
+    it runs in (root; wrap it in ``ip netns exec <ns>``).
+
+    It prints the same ``VRMIG-READY``/``VRMIG-FAIL`` line as the guest, then one
+    ``VRMIG-PID <pid>`` line per router daemon it leaves running (stop them by PID)."""
+    image = guest_image(profile, cache)
+    if image.rootfs is None:
+        raise NotBuiltError(f"router guest image {profile!r} has no rootfs/: {_build_hint(profile)}")
+    return [
+        "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _CHROOT_SCRIPT, "vrmig-chroot",
+        str(image.rootfs), profile, f"eth0={_addresses('if0', if0)}", f"eth1={_addresses('if1', if1)}",
+    ]  # fmt: skip
+
+
+def parse_ready(line: str) -> dict[str, str] | None:
+    """``{"router": ..., "version": ...}`` if ``line`` is a READY line, else None."""
+    line = line.strip()
+    if not line.startswith(READY_MARKER + " "):
+        return None
+    fields = dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
+    return fields if "router" in fields and "version" in fields else None
+
+
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _build_hint(profile: str) -> str:
+    return f"run `make setup` (or `python -m routers build --profile {profile}`)"
+
+
+def guest_image(profile: str, cache: Path | None = None, verify: bool = True) -> GuestImage:
+    """The built guest image of ``profile`` in ``cache`` (default ``$VRMIG_CACHE`` or
+    ``~/.cache/vrmig``).
+
+    Raises :class:`~routers.errors.UnknownProfileError` for an unknown profile,
+    :class:`~routers.errors.ProfileUnavailableError` if it is not built and cannot be built here
+    (XORP not installed), :class:`~routers.errors.NotBuiltError` (with "run `make setup`") if it
+    is not built, incomplete, damaged (``verify``: SHA-256 against the manifest) or from an older
+    vrmig."""
+    prof = profiles.get(profile)
+    gdir = paths.guest_dir(profile, cache)
+    kernel, initrd, manifest_path = (gdir / n for n in (paths.KERNEL_NAME, paths.INITRD_NAME, paths.MANIFEST_NAME))
+    missing = [p.name for p in (kernel, initrd, manifest_path) if not p.is_file()]
+    if missing:
+        if not prof.debian:
+            prof.require_available()
+        raise NotBuiltError(
+            f"router guest image {profile!r} is not built ({', '.join(missing)} missing in {gdir}): "
+            + _build_hint(profile)
+        )
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError) as err:
+        raise NotBuiltError(f"{manifest_path} is unreadable ({err}): {_build_hint(profile)}") from None
+    if manifest.get("format") != GUEST_FORMAT:
+        raise NotBuiltError(
+            f"router guest image {profile!r} in {gdir} was built by another vrmig version "
+            f"(format {manifest.get('format')}, need {GUEST_FORMAT}): {_build_hint(profile)}"
+        )
+    if verify:
+        for p in (kernel, initrd):
+            want = manifest.get("files", {}).get(p.name, {}).get("sha256")
+            if want != sha256_file(p):
+                raise NotBuiltError(
+                    f"{p} does not match its manifest (damaged or half-written): "
+                    f"run `python -m routers build --profile {profile} --force`"
+                )
+    rootfs = gdir / paths.ROOTFS_NAME
+    return GuestImage(
+        kernel=kernel, initrd=initrd, manifest=manifest, profile=profile, rootfs=rootfs if rootfs.is_dir() else None
+    )
