@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from pathlib import Path
 
@@ -19,6 +20,12 @@ log = logging.getLogger("vrmig")
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
+        # "argument --migrate-at: ..." -> "MIGRATE_AT (--migrate-at): ...", named as in the Makefile
+        m = re.match(r"argument (--[\w-]+)(?:/\S+)?: (.*)", message)
+        if m:
+            var = m.group(1).lstrip("-").replace("-", "_").upper()
+            hint = " (a negative value is not allowed)" if "expected one argument" in m.group(2) else ""
+            message = f"{var} ({m.group(1)}): {m.group(2)}{hint}"
         raise ConfigError(message)
 
 

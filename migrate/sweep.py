@@ -77,7 +77,8 @@ def parse_list(text: str, what: str) -> list[str]:
     """Comma-separated, non-empty items (whitespace ignored)."""
     items = [t.strip() for t in str(text).split(",")]
     if not text or any(not t for t in items):
-        raise ConfigError(f"{what}={text!r} must be a comma-separated list without empty items, e.g. 0,100M,200M")
+        example = "1500,64" if what == "SIZES" else "0,100M,200M"
+        raise ConfigError(f"{what}={text!r} must be a comma-separated list without empty items, e.g. {example}")
     return items
 
 

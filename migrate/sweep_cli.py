@@ -77,7 +77,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
         grid = meta.get("grid") or {}
         given = {
             "RATES": sw.parse_rates(a.rates) if a.rates else None,
-            "SIZES": sw.parse_sizes(a.sizes) if a.sizes else None,
+            "SIZES": sw.parse_sizes(a.sizes) if a.sizes is not None else None,
             "REPS": a.reps,
         }
         stored = {
@@ -100,7 +100,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
         if a.reps is None:
             raise ConfigError("REPS is required, e.g. REPS=5")
         template = scenario_from_args(a)
-        sizes = sw.parse_sizes(a.sizes) if a.sizes else (template.frame_bytes,)
+        sizes = sw.parse_sizes(a.sizes) if a.sizes is not None else (template.frame_bytes,)
         seed = a.seed if a.seed is not None else sw.new_seed()
         plan = sw.grid_plan(template, sw.parse_rates(a.rates), sizes, sw.check_reps(a.reps), seed)
         sweep_dir = sw.new_sweep(plan, a.results)

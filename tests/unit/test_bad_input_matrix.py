@@ -1,0 +1,95 @@
+"""Every user-facing parameter: one clear line on stderr naming it, exit != 0, nothing created.
+The README's bad-input table is generated from BAD_INPUTS (``python -m tests.unit.test_bad_input_matrix``)."""
+
+import os
+import sys
+
+import pytest
+
+from migrate.cli import main
+
+BAD_INPUTS = [
+    ("HV", ["run", "--hv", "vmware"]),
+    ("MODE", ["run", "--mode", "teleport"]),
+    ("RATE", ["run", "--rate", "fast"]),
+    ("RATE", ["run", "--rate", "-5M"]),
+    ("SIZE", ["run", "--size", "63"]),
+    ("SIZE", ["run", "--size", "jumbo"]),
+    ("DURATION", ["run", "--duration", "0"]),
+    ("MIGRATE_AT", ["run", "--migrate-at", "30", "--duration", "20"]),
+    ("SAMPLE_MS", ["run", "--sample-ms", "0"]),
+    ("PROBE_MS", ["run", "--probe-ms", "5000"]),
+    ("MEM", ["run", "--mem", "16"]),
+    ("ROUTER", ["run", "--router", "quagga"]),
+    ("MIGLINK", ["run", "--miglink", "1k"]),
+    ("MIGLINK", ["run", "--miglink", "fast"]),
+    ("FAULT", ["run", "--fault", "meteor"]),
+    ("REPS", ["sweep", "--rates", "100M", "--sizes", "1500", "--reps", "0"]),
+    ("RATES", ["sweep", "--rates", "100M,fast", "--sizes", "1500", "--reps", "2"]),
+    ("RATES", ["sweep", "--rates", "", "--sizes", "1500", "--reps", "2"]),
+    ("SIZES", ["sweep", "--rates", "100M", "--sizes", "1500,9000", "--reps", "2"]),
+    ("SIZES", ["sweep", "--rates", "100M", "--sizes", "", "--reps", "2"]),
+]
+
+
+def _netns() -> set[str]:
+    return set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
+
+
+@pytest.mark.parametrize(("param", "argv"), BAD_INPUTS, ids=[f"{p}:{' '.join(a[1:])}" for p, a in BAD_INPUTS])
+def test_bad_input_is_one_clear_line(param, argv, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    def must_not_start(*_a, **_k):
+        raise AssertionError(f"bad input {argv} reached the testbed")
+
+    import migrate.testbed
+
+    monkeypatch.setattr(migrate.testbed.TestbedBuilder, "build", must_not_start)
+    before = _netns()
+    rc = main([*argv, "--results", str(tmp_path / "results")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc != 0
+    assert len(err) == 1, err
+    assert param in err[0], err[0]
+    assert not (tmp_path / "results").exists(), "bad input created a results directory"
+    assert _netns() == before
+
+
+def test_results_dir_that_is_not_ours_is_refused(tmp_path):
+    from migrate.errors import ConfigError
+    from migrate.run import check_results_root
+
+    (tmp_path / "precious.txt").write_text("not vrmig's")
+    with pytest.raises(ConfigError, match="not a vrmig results directory"):
+        check_results_root(tmp_path)
+    assert (tmp_path / "precious.txt").read_text() == "not vrmig's"
+
+
+def test_results_path_that_is_a_file_is_refused(tmp_path):
+    from migrate.errors import ConfigError
+    from migrate.run import check_results_root
+
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(ConfigError, match="not a directory"):
+        check_results_root(f)
+
+
+def markdown_table() -> str:
+    """The README's bad-input table, from the real messages."""
+    import contextlib
+    import io
+    import tempfile
+
+    rows = ["| parameter | input | message (exit status) |", "|---|---|---|"]
+    for param, argv in BAD_INPUTS:
+        buf = io.StringIO()
+        with tempfile.TemporaryDirectory() as d, contextlib.redirect_stderr(buf):
+            rc = main([*argv, "--results", f"{d}/results"])
+        rows.append(f"| {param} | `{' '.join(argv[1:]) or argv[0]}` | {buf.getvalue().strip()} ({rc}) |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(markdown_table() + "\n")
