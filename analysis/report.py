@@ -39,15 +39,19 @@ def format_table(summary: Summary | Mapping[str, Any]) -> str:
         head += f" ({s['failure']})"
     lost_gap = _d(dp, "lost_in_gap")
     cross = s.get("cross_traffic") or {}
+    via_libvirt = str(_d(hv, "reply_source") or "").startswith("libvirt")  # DRIVER=libvirt
+    who, who_volume = ("libvirt", "libvirt memory processed") if via_libvirt else ("QEMU", "QEMU ram.transferred")
+    if _d(hv, "reply_source") == "criu":  # HV=criu: CRIU's own statistics (analysis.criu)
+        who, who_volume = "CRIU", "CRIU pages written"
     lines = [
         head,
         f"  downtime [s]     counters {_f(_d(s, 'downtime_s', 'counters'))} (±{_f(_d(dc, 'resolution_s'))})"
         f"   packets {_f(_d(s, 'downtime_s', 'packets'))} ({_f(lost_gap, 'd')} lost in gap)"
-        f"   QEMU {_f(_d(s, 'downtime_s', 'hypervisor'))}",
-        f"  duration [s]     link {_f(_d(s, 'duration_s', 'link'))}   QEMU {_f(_d(s, 'duration_s', 'hypervisor'))}"
+        f"   {who} {_f(_d(s, 'downtime_s', 'hypervisor'))}",
+        f"  duration [s]     link {_f(_d(s, 'duration_s', 'link'))}   {who} {_f(_d(s, 'duration_s', 'hypervisor'))}"
         f"   migrate→end {_f(_d(hv, 'command_to_end_s'))}",
         f"  volume [MB]      link {_f(_d(s, 'volume_bytes', 'link'), '.1f', 1e-6)}"
-        f"   QEMU ram.transferred {_f(_d(s, 'volume_bytes', 'hypervisor'), '.1f', 1e-6)}",
+        f"   {who_volume} {_f(_d(s, 'volume_bytes', 'hypervisor'), '.1f', 1e-6)}",
         "  RTT median/p99   "
         + "   ".join(f"{p} {_rtt(_d(s, 'rtt_ms', p))}" for p in ("before", "during", "after"))
         + " [ms]",
