@@ -186,10 +186,39 @@ def _initial_meta(spec: BaselineSpec, facts: dict[str, Any], gen: dict[str, Any]
         "generator_capability": gen,
         "git_commit": metamod.git_commit(),
         "host": metamod.host_facts(),
+        "tools": _tool_versions(),
         "notes": notes,
         "configs": {},
         "resumed_utc": [],
+        "loadavg_start": _loadavg(),
     }
+
+
+def _tool_versions() -> dict[str, str | None]:
+    """Versions of the baseline's own tools (host_facts has irtt, iproute2, pyroute2, numpy)."""
+    import subprocess
+    from importlib.metadata import version
+
+    from migrate.traffic import VRGEN
+
+    def first_line(argv: list[str]) -> str | None:
+        try:
+            res = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return (res.stdout or res.stderr).strip().splitlines()[0] if (res.stdout or res.stderr).strip() else None
+
+    return {
+        "unshare": first_line(["unshare", "--version"]),
+        "ping": first_line(["ping", "-V"]),
+        "vrgen": f"{VRGEN} (gen.json/sink.json format 1)",
+        "matplotlib": version("matplotlib"),
+    }
+
+
+def _loadavg() -> list[float]:
+    """1/5/15-minute load averages: the machine may be shared, and the figures move with its load."""
+    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
 
 
 def run_baseline(spec: BaselineSpec, results_root: Path, resume_dir: Path | None = None) -> Path:
@@ -223,6 +252,7 @@ def run_baseline(spec: BaselineSpec, results_root: Path, resume_dir: Path | None
         finally:
             abort.armed = False
             meta["finished_utc"] = dt.datetime.now(dt.UTC).isoformat()
+            meta["loadavg_end"] = _loadavg()
             write_json(run_dir / "meta.json", meta)
         _analyse(run_dir)
         if meta["status"] == "interrupted":

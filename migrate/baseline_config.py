@@ -138,7 +138,7 @@ class ConfigRun:
         if self.nb_slot is not None:
             self.neighbour.append(self._make_router(bed, self.nb_slot))
         log.info("[%s] starting %d router(s)%s", self.config.name, len(self.routers),
-                 f" and a {self.config.load} neighbour" if self.neighbour else "")  # fmt: skip
+                 f" and a neighbour (LOAD={self.config.load})" if self.neighbour else "")  # fmt: skip
         self._start_routers([*self.routers, *self.neighbour])  # type: ignore[list-item]
         self.info["routers"] = [r.describe() for r in self.routers]
         self.info["neighbour"] = [n.describe() for n in self.neighbour if not isinstance(n, BusyLoop)]

@@ -71,14 +71,17 @@ def _drain(ctx: PointContext) -> float:
     return time.monotonic() - t0
 
 
-def _load_counters(ctx: PointContext) -> dict[str, list[int]] | None:
+def _load_counters(ctx: PointContext) -> dict[str, Any] | None:
+    """The neighbour flow's source tx / sink rx counters, each with the CLOCK_MONOTONIC ns it was
+    read at (reading a namespace's counters takes milliseconds: each rate uses its own interval)."""
     if ctx.load_slot is None:
         return None
     s = ctx.load_slot
-    return {
-        "source_rx_tx": list(link_packets(ctx.tb.ns(s.source_role))),
-        "sink_rx_tx": list(link_packets(ctx.tb.ns(s.sink_role))),
-    }
+    out: dict[str, Any] = {}
+    for what, role in (("source", s.source_role), ("sink", s.sink_role)):
+        out[f"{what}_rx_tx"] = list(link_packets(ctx.tb.ns(role)))
+        out[f"{what}_mono_ns"] = time.monotonic_ns()
+    return out
 
 
 def run_point(ctx: PointContext, key: PointKey, point_dir: Path) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from migrate.baseline_plan import Slot
 from migrate.errors import GuestError
-from migrate.procs import Proc, ProcessError
+from migrate.procs import RUN_ENV, Proc, ProcessError
 from migrate.registry import Registry, pid_alive, proc_starttime
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,9 @@ class NsRouter:
         from routers.guest import namespace_argv, parse_ready
 
         argv = namespace_argv(self.profile, self.slot.router_cidrs("L"), self.slot.router_cidrs("R"))
+        # Proc tags children with RUN_ENV=<prefix>; vrmig-router reads the same name as its runtime
+        # directory, so the tag must not reach it (it would write into the shared cached rootfs)
+        argv = ["env", "-u", RUN_ENV, *argv]
         what = f"router-{self.slot.k}"
         proc = Proc(what, argv, self.reg, self.out, netns=self.ns).start()
         rc = proc.wait(timeout_s)
@@ -61,6 +64,8 @@ class NsRouter:
         if rc != 0 or not self.ready_line:
             tail = " | ".join(text.strip().splitlines()[-3:])
             raise GuestError(f"router {self.slot.k} (HV=none) failed to start (status {rc}): {tail}")
+        if not self.daemons:
+            raise GuestError(f"router {self.slot.k} (HV=none) is ready but reported no daemon PIDs (VRMIG-PID lines)")
 
     def pids(self) -> dict[str, int]:
         """Router daemons (zebra, staticd): their CPU is the router's control plane only; the

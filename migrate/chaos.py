@@ -53,7 +53,7 @@ def run_namespaces(prefix: str) -> list[str]:
 
 
 def run_processes(prefix: str) -> dict[int, str]:
-    """Processes started by one run (tagged VRMIG_RUN=<prefix> in their environment) -> command
+    """Processes started by one run (tagged VRMIG_RUN_PREFIX=<prefix> in their environment) -> command
     line.  Detection only: cleanup is always by the PIDs in the run's state file."""
     tag = f"{RUN_ENV}={prefix}".encode()
     out = {}

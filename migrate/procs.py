@@ -19,7 +19,7 @@ from migrate.testbed import netns_exec
 log = logging.getLogger(__name__)
 
 POLL_S = 0.01
-RUN_ENV = "VRMIG_RUN"  # every child carries its run's prefix (for leak *detection* in tests only)
+RUN_ENV = "VRMIG_RUN_PREFIX"  # every child carries its run's prefix (for leak *detection* in tests only)
 
 
 class ProcessError(VrmigError):

@@ -72,7 +72,8 @@ def check_results_root(results_root: Path) -> None:
             raise ConfigError(f"RESULTS={results_root} exists and is not a directory: choose another path")
         entries = list(results_root.iterdir())
         ours = all((e / RESULTS_MARKER).exists() for e in entries if e.name != RESULTS_ROOT_MARKER)
-        if entries and not (results_root / RESULTS_ROOT_MARKER).exists() and not ours:
+        default_root = results_root.resolve() == metamod.REPO / "results"  # the repo's git-ignored results/
+        if entries and not (results_root / RESULTS_ROOT_MARKER).exists() and not ours and not default_root:
             raise ConfigError(
                 f"RESULTS={results_root} exists and is not a vrmig results directory "
                 f"(no {RESULTS_ROOT_MARKER} marker): choose a new or empty path"
