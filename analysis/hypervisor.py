@@ -22,6 +22,8 @@ class HypervisorFigures:
     command_to_end_s: float | None
     stop_to_cont_s: float | None
     reply_source: str | None
+    #: DRIVER=libvirt: libvirt's further job statistics (analysis.libvirt.libvirt_details); None for QMP
+    libvirt: dict[str, Any] | None = None
 
 
 def final_reply(samples: list[Mapping[str, Any]], fallback: Mapping[str, Any] | None = None) -> tuple[dict, str | None]:

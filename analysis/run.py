@@ -16,9 +16,11 @@ from typing import Any, TypeVar
 import numpy as np
 
 from analysis.counters import FCS_BYTES, rate_series, sampler_health
+from analysis.criu import criu_figures, load_criu
 from analysis.cross import cross_traffic
 from analysis.downtime import CountersDowntime, PacketsDowntime, counters_downtime, packets_downtime
 from analysis.hypervisor import hypervisor_figures
+from analysis.libvirt import libvirt_figures, load_libvirt, window_events
 from analysis.link import link_activity
 from analysis.load import Counters, load_counters, load_irtt, read_json, read_jsonl, sink_gaps
 from analysis.plot import PlotData, Series, plot_run
@@ -150,7 +152,9 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
     _clock_note(meta, notes)
     mode = scenario.get("mode")
     period_ns = _period_ns(raw, scenario)
-    window = _metric(notes, "window", migration_window, raw.actions, raw.events, raw.samples, mode)
+    lv = load_libvirt(run_dir, notes) if scenario.get("driver") == "libvirt" else None
+    events = window_events(lv.events) if lv is not None else raw.events
+    window = _metric(notes, "window", migration_window, raw.actions, events, raw.samples, mode)
     if window is None:
         notes.append("no migrate action recorded: no migration window")
     elif window.end_source == "last-sample":
@@ -170,7 +174,12 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
             notes.append("no migration traffic above the noise threshold on R1 mig0")
     if window is not None and window.end_ns is not None and raw.irtt is not None:
         rtt = _metric(notes, "rtt", rtt_phases, raw.irtt.send_ns, raw.irtt.rtt_ns, window.start_ns, window.end_ns)
-    hv = _metric(notes, "hypervisor", hypervisor_figures, raw.samples, window, hv_meta.get("final"))
+    if lv is not None:
+        hv = _metric(notes, "hypervisor", libvirt_figures, lv.jobinfo, lv.events, window)
+    elif scenario.get("hv") == "criu":
+        hv = _metric(notes, "hypervisor", criu_figures, load_criu(run_dir, notes), window)
+    else:
+        hv = _metric(notes, "hypervisor", hypervisor_figures, raw.samples, window, hv_meta.get("final"))
     cross = _metric(notes, "cross traffic", cross_traffic, raw.gen, raw.sink, b_eth0)
     sampler = None
     if c is not None and period_ns and c.series:

@@ -273,10 +273,13 @@ class LibvirtDriver(Driver):
         the job completes, fails or times out."""
         s, rec = self.ctx.scenario, self.ctx.recorder
         src, dst = topo.HYPERVISOR_HOSTS
-        dom = self.conns[src].lookupByName(self.domain)
-        if s.downtime_limit_ms is not None:
-            dom.migrateSetMaxDowntime(s.downtime_limit_ms, 0)
-        dest_xml = with_console(dom.XMLDesc(XML_MIGRATABLE), self.ctx.run_dir / "console-R2.log")
+        try:
+            dom = self.conns[src].lookupByName(self.domain)
+            if s.downtime_limit_ms is not None:
+                dom.migrateSetMaxDowntime(s.downtime_limit_ms, 0)
+            dest_xml = with_console(dom.XMLDesc(XML_MIGRATABLE), self.ctx.run_dir / "console-R2.log")
+        except self.lv.libvirtError as err:
+            raise MigrationError(f"libvirt on {src} cannot prepare the migration: {err}") from err
         migrate_uri = f"tcp://{topo.addr(topo.MIGRATION_ADDR[dst])}"
         peer_uri = self.daemons[dst].peer_uri
         flags = lf.migrate_flags(s)
@@ -334,9 +337,11 @@ class LibvirtDriver(Driver):
             iteration = int(stats.get("memory_iteration", 0))
             if s.postcopy and not postcopy_started and iteration >= lf.POSTCOPY_AFTER_ITERATION:
                 rec.action("migrate-start-postcopy", side="src")
-                with contextlib.suppress(self.lv.libvirtError):
-                    dom.migrateStartPostCopy(0)
                 postcopy_started = True
+                try:
+                    dom.migrateStartPostCopy(0)
+                except self.lv.libvirtError as err:  # e.g. the migration completed meanwhile
+                    rec.action("migrate-start-postcopy-refused", side="src", error=err.get_error_message())
             if reason is None and time.monotonic() > deadline:
                 reason = f"migration did not complete within {s.migrate_timeout_s:.0f} s"
                 self._abort_job(dom, "timeout")

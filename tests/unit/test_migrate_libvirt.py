@@ -1,0 +1,212 @@
+"""DRIVER=libvirt without root or a daemon: domain XML, migration flags and parameters, daemon
+configuration, the lazy binding import, scenario/CLI plumbing; parsers run on captured real
+libvirt output (tests/fixtures/libvirt/)."""
+
+import json
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from migrate import topology as topo
+from migrate.cli import build_parser, scenario_from_args
+from migrate.drivers import libvirt_daemon as lvd
+from migrate.drivers import libvirt_flags as lf
+from migrate.drivers.base import load_driver
+from migrate.drivers.libvirt_xml import domain_facts, domain_xml, router_nics, with_console
+from migrate.errors import ConfigError, DependencyError
+from migrate.scenario import Scenario
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "libvirt"
+
+
+def _xml(**kw):
+    base = dict(
+        name="vrmig-t", accel="tcg", mem_mib=256, vcpus=1, kernel=Path("/g/vmlinuz"), initrd=Path("/g/initrd.img"),
+        cmdline="console=ttyS0 quiet", console=Path("/run/x/console-R1.log"), nic_model="virtio",
+    )  # fmt: skip
+    base.update(kw)
+    return ET.fromstring(domain_xml(**base))
+
+
+def test_domain_xml_tcg_boots_the_router_image_with_fixed_macs_on_the_testbed_taps():
+    dom = _xml()
+    assert dom.get("type") == "qemu"
+    assert dom.findtext("name") == "vrmig-t"
+    assert (dom.find("memory").text, dom.find("memory").get("unit"), dom.findtext("vcpu")) == ("256", "MiB", "1")
+    assert dom.find("os/type").get("machine") == "q35"
+    assert (dom.findtext("os/kernel"), dom.findtext("os/initrd")) == ("/g/vmlinuz", "/g/initrd.img")
+    assert dom.findtext("os/cmdline") == "console=ttyS0 quiet"
+    assert dom.find("cpu").get("mode") == "custom" and dom.findtext("cpu/model") == "qemu64"
+    nics = dom.findall("devices/interface")
+    assert [n.get("type") for n in nics] == ["ethernet", "ethernet"]
+    assert [(n.find("target").get("dev"), n.find("target").get("managed")) for n in nics] == [
+        ("tapL", "no"),
+        ("tapR", "no"),
+    ]
+    assert [n.find("mac").get("address") for n in nics] == [p.mac for p in topo.ROUTER_PORTS]
+    assert all(n.find("model").get("type") == "virtio" and n.find("rom").get("enabled") == "no" for n in nics)
+    serial = dom.find("devices/serial")
+    assert serial.get("type") == "file" and serial.find("source").get("path") == "/run/x/console-R1.log"
+    assert dom.find("devices/memballoon").get("model") == "none"
+
+
+def test_domain_xml_kvm_and_e1000():
+    dom = _xml(accel="kvm", nic_model="e1000", vcpus=2, mem_mib=512)
+    assert dom.get("type") == "kvm" and dom.find("cpu").get("mode") == "host-passthrough"
+    assert {n.find("model").get("type") for n in dom.findall("devices/interface")} == {"e1000"}
+    assert dom.findtext("vcpu") == "2" and dom.findtext("memory") == "512"
+
+
+@pytest.mark.parametrize(("kw", "msg"), [({"accel": "hvf"}, "accel"), ({"nic_model": "rtl8139"}, "nic_model")])
+def test_domain_xml_rejects_unknown_values(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        _xml(**kw)
+
+
+def test_router_nics_follow_topology():
+    assert [(n.tap, n.mac) for n in router_nics()] == [(f"tap{p.segment}", p.mac) for p in topo.ROUTER_PORTS]
+
+
+def test_with_console_redirects_serial_and_console_of_real_migratable_xml():
+    xml = (FIX / "migratable_dest.xml").read_text()
+    out = ET.fromstring(with_console(xml, Path("/r/console-R9.log")))
+    paths = [s.get("path") for s in out.findall("devices/serial/source") + out.findall("devices/console/source")]
+    assert paths == ["/r/console-R9.log", "/r/console-R9.log"]
+    # everything else (machine, MACs, taps) unchanged: libvirt checks the guest ABI
+    assert domain_facts(with_console(xml, Path("/r/c.log"))) == domain_facts(xml)
+    assert domain_facts(xml) == {
+        "type": "qemu",
+        "machine": "pc-q35-7.2",
+        "emulator": "/usr/bin/qemu-system-x86_64",
+        "nics": "tapL=52:54:00:c6:12:01,tapR=52:54:00:c6:12:02",
+    }
+
+
+def test_with_console_needs_a_file_serial():
+    with pytest.raises(ValueError, match="serial"):
+        with_console("<domain><devices/></domain>", Path("/c.log"))
+
+
+def test_migrate_flags_map_mode_and_knobs():
+    assert lf.flag_names(lf.migrate_flags(Scenario())) == ["LIVE", "PEER2PEER"]
+    assert lf.flag_names(lf.migrate_flags(Scenario(mode="stopcopy"))) == ["PEER2PEER"]
+    s = Scenario(auto_converge=True, xbzrle=True, postcopy=True)
+    assert lf.flag_names(lf.migrate_flags(s)) == ["LIVE", "PEER2PEER", "COMPRESSED", "AUTO_CONVERGE", "POSTCOPY"]
+
+
+def test_flag_values_match_the_binding():
+    libvirt = pytest.importorskip("libvirt", reason="libvirt-python not installed (pip install -e '.[libvirt]')")
+    for bit, name in lf.FLAG_NAMES.items():
+        assert getattr(libvirt, f"VIR_MIGRATE_{name}") == bit
+    assert libvirt.VIR_MIGRATE_PARAM_URI == lf.PARAM_URI
+    assert libvirt.VIR_MIGRATE_PARAM_DEST_XML == lf.PARAM_DEST_XML
+    assert libvirt.VIR_MIGRATE_PARAM_BANDWIDTH == lf.PARAM_BANDWIDTH
+    assert libvirt.VIR_MIGRATE_PARAM_COMPRESSION == lf.PARAM_COMPRESSION
+    from migrate.drivers import libvirt as drv
+
+    assert libvirt.VIR_DOMAIN_EVENT_ID_JOB_COMPLETED == drv.EVENT_JOB_COMPLETED
+    assert libvirt.VIR_DOMAIN_EVENT_ID_MIGRATION_ITERATION == drv.EVENT_MIGRATION_ITERATION
+    assert libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE == drv.EVENT_LIFECYCLE
+    assert libvirt.VIR_DOMAIN_XML_MIGRATABLE == drv.XML_MIGRATABLE
+    assert libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED == drv.JOB_STATS_COMPLETED
+
+
+def test_migrate_params():
+    p = lf.migrate_params(Scenario(), "tcp://198.19.255.2", "<domain/>")
+    assert p == {"migrate_uri": "tcp://198.19.255.2", "destination_xml": "<domain/>"}
+    p = lf.migrate_params(Scenario(max_bandwidth_bps=400_000_000, xbzrle=True), "tcp://x", None)
+    assert p == {"migrate_uri": "tcp://x", "bandwidth": 48, "compression": "xbzrle"}  # 400 Mbit/s = 47.7 MiB/s
+    assert lf.bandwidth_mib_s(1_000) == 1  # libvirt's unit is 1 MiB/s: never 0 (= unlimited)
+
+
+def test_progress_reply_from_captured_job_stats():
+    samples = [json.loads(x) for x in (FIX / "jobstats_precopy_10M.jsonl").read_text().splitlines()]
+    replies = [lf.progress_reply(s["stats"]) for s in samples]
+    assert replies[0]["status"] == "none"  # polled before the job began
+    active = [r for r in replies if r["status"] == "active"]
+    assert active, "no running-job sample in the fixture"
+    transferred = [r["ram"]["transferred"] for r in active]
+    assert transferred == sorted(transferred) and transferred[-1] > 0
+    assert all(r["ram"]["total"] in (0, 268967936) for r in active)
+
+
+def test_daemon_config_files():
+    conf = lvd.libvirtd_conf(Path("/run/vrmig/p/libvirt-R1/sock"), "198.19.255.1", "uuid-1")
+    assert 'unix_sock_dir = "/run/vrmig/p/libvirt-R1/sock"' in conf
+    assert 'listen_addr = "198.19.255.1"' in conf and 'host_uuid = "uuid-1"' in conf
+    assert "listen_tls = 0" in conf and "listen_tcp = 1" in conf
+    q = lvd.qemu_conf("198.19.255.2")
+    assert 'migration_host = "198.19.255.2"' in q and 'security_driver = "none"' in q
+    assert 'stdio_handler = "file"' in q and "namespaces = [ ]" in q
+
+
+def test_account_overlays_only_when_the_host_lacks_the_qemu_account(monkeypatch):
+    def missing(name):
+        raise KeyError(name)
+
+    monkeypatch.setattr(lvd.pwd, "getpwnam", missing)
+    monkeypatch.setattr(lvd.grp, "getgrnam", missing)
+    extra = lvd.account_overlays()
+    assert extra["/etc/passwd"].startswith("libvirt-qemu:x:") and extra["/etc/group"].startswith("libvirt-qemu:x:")
+    monkeypatch.setattr(lvd.pwd, "getpwnam", lambda n: object())
+    monkeypatch.setattr(lvd.grp, "getgrnam", lambda n: object())
+    assert lvd.account_overlays() == {}
+
+
+def test_launch_script_takes_paths_as_arguments():
+    assert '"$B/${pair%%=*}" "${pair#*=}"' in lvd._LAUNCH and "exec libvirtd --listen" in lvd._LAUNCH
+    assert [t for _, t in lvd.MOUNTS] == [
+        "/etc/libvirt",
+        "/run/libvirt",
+        "/var/lib/libvirt",
+        "/var/cache/libvirt",
+        "/var/log/libvirt",
+    ]
+
+
+def test_daemon_log_tail_quotes_a_real_start_failure(tmp_path):
+    class Reg:
+        dir = tmp_path
+
+    d = lvd.NamespacedLibvirtd("R1", "ns-R1", "198.19.255.1", Reg(), tmp_path)
+    (tmp_path / "libvirtd-R1.stderr").write_text((FIX / "libvirtd_no_qemu_user.stderr").read_text())
+    tail = d.log_tail()
+    assert "Failed to parse user 'libvirt-qemu'" in tail and "Driver state initialization failed" in tail
+    assert d.uri == f"qemu+unix:///system?socket={tmp_path}/libvirt-R1/sock/libvirt-sock"
+    assert d.peer_uri == "qemu+tcp://198.19.255.1:16509/system"
+
+
+def test_scenario_driver_validation_and_name():
+    assert Scenario().driver == "qmp"
+    assert Scenario(driver="libvirt", rate_bps=10_000_000).name == "kvm-libvirt-precopy-10M-1500"
+    assert Scenario(rate_bps=10_000_000).name == "kvm-precopy-10M-1500"
+    with pytest.raises(ConfigError, match="DRIVER='xl'"):
+        Scenario(driver="xl")
+
+
+def test_cli_driver_flag():
+    args = build_parser().parse_args(["run", "--driver", "libvirt"])
+    assert scenario_from_args(args).driver == "libvirt"
+    assert scenario_from_args(build_parser().parse_args(["run"])).driver == "qmp"
+
+
+def test_driver_registry_selects_by_hv_and_driver():
+    from migrate.drivers.kvm import KvmDriver
+
+    assert load_driver("kvm") is KvmDriver and load_driver("kvm", "qmp") is KvmDriver
+    assert load_driver("kvm", "libvirt").__name__ == "LibvirtDriver"
+    with pytest.raises(ConfigError, match="DRIVER='virsh'"):
+        load_driver("kvm", "virsh")
+
+
+def test_missing_binding_breaks_nothing_else(monkeypatch):
+    monkeypatch.setitem(sys.modules, "libvirt", None)  # import libvirt -> ImportError
+    from migrate.drivers import libvirt as drv
+
+    with pytest.raises(DependencyError, match=r"make setup"):
+        drv.import_libvirt()
+    with pytest.raises(DependencyError, match="libvirt"):
+        drv.LibvirtDriver.preflight(Scenario(driver="libvirt"))
+    assert load_driver("kvm").__name__ == "KvmDriver"
