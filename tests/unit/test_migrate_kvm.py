@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import pytest
+
 from migrate.drivers.accel import cpu_flags, detect_accel
 from migrate.drivers.kvm import qemu_argv
 
@@ -49,3 +51,30 @@ def test_detect_accel_with_vmx_but_no_device_is_tcg(tmp_path):
     cpuinfo.write_text("flags\t: fpu vmx\n")
     accel, reason = detect_accel(dev=tmp_path / "missing", cpuinfo=cpuinfo)
     assert accel == "tcg" and "cannot open" in reason
+
+
+def test_settle_waits_for_qemu_final_figures():
+    """QEMU 7.2 can answer 'completed' with total-time 0 before it computes the figures."""
+    from types import SimpleNamespace
+
+    from migrate.drivers.kvm import KvmDriver
+
+    replies = iter([{"status": "completed", "total-time": 0}, {"status": "completed", "total-time": 812}])
+    samples = []
+    drv = KvmDriver.__new__(KvmDriver)
+    drv.qsrc = SimpleNamespace(cmd=lambda name: next(replies))
+    drv.ctx = SimpleNamespace(recorder=SimpleNamespace(sample=lambda side, t, r: samples.append(r)))
+    final = drv._settle({"status": "completed", "total-time": 0})
+    assert final["total-time"] == 812
+    assert len(samples) == 2  # every reply is kept
+
+
+def test_settle_returns_at_once_when_figures_are_there():
+    from types import SimpleNamespace
+
+    from migrate.drivers.kvm import KvmDriver
+
+    drv = KvmDriver.__new__(KvmDriver)
+    drv.qsrc = SimpleNamespace(cmd=lambda name: pytest.fail("no extra query expected"))
+    drv.ctx = SimpleNamespace(recorder=SimpleNamespace(sample=lambda *a: None))
+    assert drv._settle({"status": "completed", "total-time": 700})["total-time"] == 700
