@@ -15,7 +15,8 @@ class Window:
 
     ``end_source`` says where ``end_ns`` came from: "cont" (stop-and-copy: destination cont),
     "event" (src MIGRATION event), "sample" (src query-migrate reply), "last-sample" (no terminal
-    status was ever seen: the last src reply, flagged) or None (no end)."""
+    status was ever seen: the last src reply, flagged), "action" (a driver without QMP: its
+    ``migration-end`` action) or None (no end)."""
 
     start_ns: int
     end_ns: int | None
@@ -63,6 +64,14 @@ def _terminal(
     return None, None, None
 
 
+def _end_action(actions: Iterable[Mapping[str, Any]], after_ns: int) -> tuple[int | None, str | None, str | None]:
+    """The first ``migration-end`` action (drivers without QMP record it with a ``status``)."""
+    for a in actions:
+        if a.get("action") == "migration-end" and isinstance(a.get("t_ns"), int) and a["t_ns"] >= after_ns:
+            return int(a["t_ns"]), a.get("status"), "action"
+    return None, None, None
+
+
 def migration_window(
     actions: list[Mapping[str, Any]],
     events: list[Mapping[str, Any]],
@@ -75,7 +84,8 @@ def migration_window(
     that precedes it.  end = for stop-and-copy the destination's ``cont`` action when recorded;
     otherwise the first src-side ``MIGRATION`` event whose data.status is completed/failed/cancelled,
     else the first src query-migrate reply with such a status, else the last src reply (flagged
-    by ``end_source`` = "last-sample")."""
+    by ``end_source`` = "last-sample"); without any QMP record, the first ``migration-end``
+    action (``end_source`` = "action", its ``status``)."""
     migrate_ns = _first(actions, "migrate")
     if migrate_ns is None:
         return None
@@ -86,6 +96,8 @@ def migration_window(
         stop_ns = max(before) if before else None
     start_ns = stop_ns if stop_ns is not None else migrate_ns
     completed_ns, status, source = _terminal(events, samples, migrate_ns)
+    if completed_ns is None:  # no QMP records (e.g. HV=criu): the driver's migration-end action
+        completed_ns, status, source = _end_action(actions, migrate_ns)
     cont_ns = _first(actions, "cont", migrate_ns, side="dst")
     announce_ns = _first(actions, "announce-self", migrate_ns)
     end_ns = completed_ns

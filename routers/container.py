@@ -10,7 +10,9 @@ PID 1 of its pid namespace).  Its console is ``/run/console.log`` inside the con
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 from pathlib import Path
 
 from routers.errors import NotBuiltError
@@ -26,6 +28,17 @@ BUSYBOX = "bin/busybox"
 NAMESPACES = ("--mount", "--uts", "--ipc", "--net", "--pid")
 
 
+def _special_files(directory: str, names: list[str]) -> list[str]:
+    """Sockets, FIFOs and device nodes are not part of an image (a router run in the tree may
+    have left some): skip them."""
+    out = []
+    for name in names:
+        mode = os.lstat(os.path.join(directory, name)).st_mode
+        if stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+            out.append(name)
+    return out
+
+
 def stage_rootfs(profile: str, dest: Path, cache: Path | None = None) -> Path:
     """Copy the built rootfs of ``profile`` to ``dest`` (must not exist) and add the container's
     init and the pivot_root mount point; returns ``dest``."""
@@ -34,7 +47,7 @@ def stage_rootfs(profile: str, dest: Path, cache: Path | None = None) -> Path:
         raise NotBuiltError(f"router image {profile!r} has no rootfs/: {_build_hint(profile)}")
     if not (image.rootfs / BUSYBOX).exists():
         raise NotBuiltError(f"{image.rootfs} has no {BUSYBOX}: {_build_hint(profile)}")
-    shutil.copytree(image.rootfs, dest, symlinks=True)
+    shutil.copytree(image.rootfs, dest, symlinks=True, ignore=_special_files)
     (dest / OLDROOT).mkdir(exist_ok=True)
     init = dest / INIT_PATH
     shutil.copyfile(INIT_SCRIPT, init)

@@ -4,8 +4,8 @@
   ipc/net namespaces, pivot_root, own /proc and /dev) whose veths hang off R1's bridges; ready
   when the router daemon reports both connected routes.
 * prepare_destination: R2 gets its own copy of the rootfs (pre-provisioned, as a VM image would
-  be) and an image receiver on R2's ``mig0`` address; CRIU's page server is started there
-  before each (pre-)dump.
+  be); the image receiver (and, for pre-copy, CRIU's page server) on R2's ``mig0`` address is
+  started, and connected to, before the final dump freezes the router.
 * migrate, MODE=stopcopy (OpenVZ's method: dump file, copy, undump): ``criu dump`` freezes the
   container and writes its images to memory (tmpfs) on R1, they cross the migration link
   (``migrate.imgxfer``), ``criu restore`` recreates the container on R2 with its veths bridged
@@ -268,19 +268,25 @@ class CriuDriver(Driver):
         rec.action("router-ready", host="R1", pid=self.src.pid)
 
     def prepare_destination(self) -> None:
-        """R2: its own rootfs copy, the image receiver and (stop-and-copy) the page server."""
+        """R2: its own copy of the rootfs (pre-provisioned, as a VM image would be) and the image
+        directories; the receiver and page servers start with the migration."""
         self._stage("R2")
         self._images("R1", 1).parent.mkdir()
         self._images("R2", 1).parent.mkdir()
+        self.ctx.recorder.action("incoming", host="R2", page_server_port=PAGE_SERVER_PORT, xfer_port=XFER_PORT)
+
+    def _start_receiver(self, index: int) -> None:
+        """The image receiver on R2's mig0 address, writing into R2's image dir ``index``."""
         self.receiver = self._start(
             "imgxfer-recv",
-            [sys.executable, "-m", "migrate.imgxfer", "recv", "--dir", str(self._dir("incoming")),
+            [sys.executable, "-m", "migrate.imgxfer", "recv", "--dir", str(self._images("R2", index)),
              "--listen", f"{topo.addr(topo.MIGRATION_ADDR['R2'])}:{XFER_PORT}"],
             self.dst_ns,
         )  # fmt: skip
-        self._dir("incoming").mkdir()
-        self.receiver.wait_for("READY", READY_TIMEOUT_S, path=self.receiver.stdout_path, abort=self.ctx.abort)
-        self.ctx.recorder.action("incoming", host="R2", page_server_port=PAGE_SERVER_PORT, xfer_port=XFER_PORT)
+        try:
+            self.receiver.wait_for("READY", READY_TIMEOUT_S, path=self.receiver.stdout_path, abort=self.ctx.abort)
+        except ProcessError as err:
+            raise MigrationError(f"image receiver on R2 did not start: {err}") from err
 
     def migrate(self) -> MigrationOutcome:
         """Pre-dump rounds (precopy), final dump, image transfer, restore on R2, announcement.
@@ -304,6 +310,7 @@ class CriuDriver(Driver):
                 self._images("R2", index).mkdir()
             # R2's unused pre-created taps make way for the restored veths' outer ends
             delete_links(self.dst_ns, [outer for _i, outer, _b in veth_specs()])
+            self._start_receiver(index)
             stream = self._connect_receiver()
             self._fire_fault()
             tx0 = self.counters.tx_bytes(topo.MIGRATION_IF)
@@ -319,6 +326,10 @@ class CriuDriver(Driver):
             tx1 = self.counters.tx_bytes(topo.MIGRATION_IF)
             self._account_dump(dump, tx1 - tx0, includes_transfer=True)
             self._account_restore(restore, index)
+            if self.receiver is not None and self._wait(self.receiver, "image receiver") != 0:
+                log.warning(
+                    "image receiver exited with %s: %s", self.receiver.returncode(), self.receiver.stderr_tail()
+                )
         except MigrationError as err:
             self.record["status"] = "failed"
             self.record["failure"] = str(err)
@@ -434,16 +445,10 @@ class CriuDriver(Driver):
         t0 = rec.action("transfer", side="src")
         try:
             with conn:
-                summary = send_files(conn, self._images("R1", index))
+                summary = send_files(conn, self._images("R1", index))  # returns once R2 wrote them all
         except (OSError, TransferError) as err:
             raise MigrationError(f"image transfer to R2 failed: {err} {self.receiver.stderr_tail()}") from err
-        rc = self._wait(self.receiver, "image receiver")
         t1 = rec.action("transfer-end", side="dst", files=summary.files, bytes=summary.bytes)
-        if rc != 0:
-            raise MigrationError(f"image receiver on R2 failed (exit {rc}): {self.receiver.stderr_tail()}")
-        dest = self._images("R2", index)
-        for f in self._dir("incoming").iterdir():
-            f.rename(dest / f.name)
         self.record["transfer"] = {"start_ns": t0, "end_ns": t1, **asdict(summary)}
 
     def _restore(self, index: int) -> dict[str, Any]:
@@ -553,8 +558,14 @@ class CriuDriver(Driver):
         }
 
     def stop(self) -> None:
-        """Save the consoles, stop both containers and every helper by PID, remove the images
-        and rootfs copies (the registry removes whatever remains)."""
+        """Stop every CRIU step and helper by PID first (a restore killed before it wrote its
+        pidfile takes its half-restored tasks with it: CRIU gives them a parent-death signal
+        until they resume), then adopt a restored container from the pidfile, save the
+        consoles, stop both containers, remove the images and rootfs copies (the registry
+        removes whatever remains)."""
+        for p in self.procs:
+            if p.alive():
+                p.stop(timeout_s=3.0)
         pidfile = self._dir("restored.pid")
         if self.dst is None and pidfile.exists():
             with contextlib.suppress(ValueError, OSError):
@@ -565,9 +576,6 @@ class CriuDriver(Driver):
                 with contextlib.suppress(OSError):
                     c.save_console()
                 c.stop()
-        for p in self.procs:
-            if p.alive():
-                p.stop(timeout_s=3.0)
         if self.counters is not None:
             self.counters.close()
         if self.base.exists():

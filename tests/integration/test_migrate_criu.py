@@ -1,0 +1,161 @@
+"""Real CRIU migrations of the router container across the namespace testbed (root, criu from
+``make criu``, built BIRD image).
+
+Stop-and-copy at RATE=10M: the process tree ends up in a container wired to R2, forwarding resumes
+through R2's bridges, the packet gap covers the time the router was locked and dumped until it was
+restored, and the migration link carried at least the image bytes.  Pre-copy (pre-dump rounds)
+runs in the same test session and must beat stop-and-copy's downtime; it needs the kernel's
+soft-dirty tracking and is skipped, with criu's own reason, where that is missing.  A dump that
+CRIU refuses (FRR's netlink socket) must leave the router running and forwarding on R1."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import require_root_and
+
+pytestmark = pytest.mark.integration
+
+RATE = 10_000_000
+FRAME = 1500
+PACKET_INTERVAL_S = FRAME * 8 / RATE
+WORK_DIRS = Path("/dev/shm")
+
+
+def _criu():
+    from migrate.criutool import locate
+    from migrate.errors import DependencyError
+
+    try:
+        return locate()
+    except DependencyError as err:
+        pytest.skip(str(err))
+
+
+def _image(profile):
+    from routers.errors import RouterError
+    from routers.guest import guest_image
+
+    try:
+        image = guest_image(profile, verify=False)
+    except RouterError as err:
+        pytest.skip(str(err))
+    if image.rootfs is None:
+        pytest.skip(f"the {profile} image has no rootfs: run `make setup`")
+
+
+def _require():
+    require_root_and("unshare", "iptables-restore", "irtt", "crosstraffic/bin/vrgen", "probes/bin/vrsampler")
+    _image("bird")
+    return _criu()
+
+
+def _run(root, mode, router="bird"):
+    from migrate.run import run
+    from migrate.scenario import Scenario
+
+    s = Scenario(
+        hv="criu", mode=mode, router=router, rate_bps=RATE, frame_bytes=FRAME, duration_s=6, migrate_at_s=2, after_s=2
+    )
+    leftovers = set(WORK_DIRS.glob("vrmig-*-criu"))
+    run_dir = run(s, root)
+    assert set(WORK_DIRS.glob("vrmig-*-criu")) <= leftovers, "image/rootfs directory left behind"
+    meta = json.loads((run_dir / "meta.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return run_dir, meta, summary
+
+
+def _actions(run_dir):
+    return [json.loads(x) for x in (run_dir / "actions.jsonl").read_text().splitlines()]
+
+
+def _last(actions, name, side=None):
+    hits = [a["t_ns"] for a in actions if a["action"] == name and (side is None or a.get("side") == side)]
+    assert hits, f"no {name} action"
+    return hits[-1]
+
+
+def _forwarded_by_r2_after(run_dir, t_after_ns):
+    from probes.sampler import load_counters
+
+    c = load_counters(run_dir / "counters.tsv")
+    prefix = json.loads((run_dir / "meta.json").read_text())["testbed"]["prefix"]
+    s = c.series(f"{prefix}-R2", "tapR")  # the restored router's right-hand veth peer in R2
+    after = s.t_ns >= t_after_ns
+    return int(s.rx_packets[after][-1] - s.rx_packets[after][0]) if after.sum() > 1 else 0
+
+
+@pytest.fixture(scope="module")
+def stopcopy(tmp_path_factory):
+    """One stop-and-copy run, shared by the stop-and-copy and pre-copy tests."""
+    _require()
+    return _run(tmp_path_factory.mktemp("criu"), "stopcopy")
+
+
+def test_stopcopy_moves_the_container_to_r2_and_is_measured(stopcopy, no_leftovers):
+    run_dir, meta, summary = stopcopy
+    assert meta["status"] == "completed", meta.get("failure")
+    v = meta["verify"]
+    assert (v["src_status"], v["dst_status"]) == ("gone", "running"), v
+    assert v["dst_peers_in_R2"] == {"eth0": True, "eth1": True}, v
+    assert summary["status"] == "completed" and summary["hv"] == "criu"
+
+    actions = _actions(run_dir)
+    lock_ns = _last(actions, "criu-network-lock", side="src")
+    restored_ns = _last(actions, "cont", side="dst")
+    assert _forwarded_by_r2_after(run_dir, restored_ns) > 100, "R2 did not forward after the restore"
+
+    dump_to_restore_s = (restored_ns - lock_ns) / 1e9
+    gap = summary["downtime_s"]["packets"]
+    assert gap >= dump_to_restore_s - PACKET_INTERVAL_S, (gap, dump_to_restore_s)
+    assert summary["downtime_s"]["counters"] > 0, summary["downtime_s"]
+    # CRIU's own downtime (frozen + restore time) lies within final dump start -> restore end
+    criu_own = summary["downtime_s"]["hypervisor"]
+    dump_start_ns = _last(actions, "criu-dump", side="src")
+    assert 0 < criu_own <= (restored_ns - dump_start_ns) / 1e9, (criu_own, restored_ns - dump_start_ns)
+
+    record = json.loads((run_dir / "criu.json").read_text())
+    assert record["image_bytes"] > 100_000, record["image_bytes"]
+    assert summary["volume_bytes"]["link"] >= record["image_bytes"], (summary["volume_bytes"], record["image_bytes"])
+    assert summary["volume_bytes"]["hypervisor"] == record["rounds"][-1]["pages_written"] * record["page_size_bytes"]
+    for name in ("criu/dump-1.log", "criu/restore.log", "console-R1.log", "console-R2.log", "counters.tsv"):
+        assert (run_dir / name).stat().st_size > 0, name
+
+
+def test_precopy_makes_rounds_and_beats_stopcopy(stopcopy, tmp_path, no_leftovers):
+    from migrate.criutool import require_mode
+    from migrate.errors import DependencyError
+
+    try:
+        require_mode(_criu(), "precopy")
+    except DependencyError as err:
+        pytest.skip(str(err))
+    run_dir, meta, summary = _run(tmp_path, "precopy")
+    assert meta["status"] == "completed", meta.get("failure")
+    assert meta["verify"]["dst_status"] == "running"
+    rounds = json.loads((run_dir / "criu.json").read_text())["rounds"]
+    pre = [r for r in rounds if r["kind"] == "pre-dump"]
+    assert len(pre) >= 2, rounds
+    assert all(r["pages_written"] is not None for r in pre)
+    _, _, stop_summary = stopcopy
+    assert summary["downtime_s"]["packets"] < stop_summary["downtime_s"]["packets"], (
+        summary["downtime_s"],
+        stop_summary["downtime_s"],
+    )
+
+
+def test_failed_dump_leaves_the_router_forwarding_on_r1(tmp_path, no_leftovers, monkeypatch):
+    """CRIU refuses FRR's zebra (a netlink socket in multicast groups above 32): the run fails with
+    CRIU's own words and the router keeps forwarding on R1 (CRIU resumed it, the lock was undone)."""
+    _require()
+    _image("frr")
+    import migrate.drivers.criu as criu_driver
+
+    monkeypatch.setattr(criu_driver, "UNSUPPORTED_ROUTERS", {})  # let preflight pass to reach the real dump
+    _, meta, summary = _run(tmp_path, "stopcopy", router="frr")
+    assert meta["status"] == "failed"
+    assert "criu dump failed" in meta["failure"] and "more than 32 groups" in meta["failure"], meta["failure"]
+    assert meta["recovery"] == {"source_running": True, "forwarding_on_R1": True, **meta["recovery"]}
+    assert meta["verify"]["src_status"] == "running"
+    assert summary["status"] == "failed"
