@@ -7,6 +7,7 @@ APT_PACKAGES := qemu-system-x86 qemu-utils iproute2 iputils-ping irtt iperf3 bus
                 libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients libvirt-dev pkg-config python3-dev
 APT_PACKAGES += chromium  # headless-browser check of the sweep/nightly report.html (tests)
 APT_PACKAGES += iptables util-linux tar  # HV=criu: CRIU's network lock, the container's namespaces, tmpfs images
+APT_PACKAGES += d-itg netsniff-ng  # crosstraffic backends ditg (ITGSend/ITGRecv/ITGDec) and trafgen
 RESULTS ?= results
 
 # Make variable -> CLI flag (only variables that are set are passed)
@@ -92,7 +93,7 @@ nightly-accept:
 clean-testbed:
 	$(PY) -m migrate clean-testbed
 
-test: lint test-unit test-integration
+test: lint test-unit check-helpers test-integration
 
 test-unit:
 	$(PYTEST) -q tests/unit
@@ -106,7 +107,7 @@ lint:
 
 bench-traffic: helpers
 	mkdir -p $(RESULTS)/bench
-	$(PY) -m crosstraffic.bench --out $(RESULTS)/bench/traffic.json
+	$(PY) -m crosstraffic.bench_traffic --out $(RESULTS)/bench/traffic.csv
 
 chaos:
 	$(PY) -m migrate.chaos --trials $(or $(TRIALS),30) --seed $(or $(SEED),1) --results $(RESULTS)/chaos

@@ -22,7 +22,8 @@ from typing import Any
 from analysis import report_html as rh
 from analysis.aggregate import DONE_STATUSES, METRIC_BY_NAME
 from analysis.junit import junit_xml
-from analysis.regression import FAILURE_RATE, Rule, Verdict, check_failures, check_metric, detectable
+from analysis.regression import FAILURE_RATE, Rule, Verdict, check_failures, check_metric, detectable, holm
+from analysis.stats import min_p_value
 from migrate import sweep as sw
 from migrate import sweepdir as sd
 from migrate.atomic import write_text
@@ -42,15 +43,7 @@ SUITE = "vrmig.nightly"
 EXIT_REGRESSION = 1
 _SECTIONS = {"nightly", "defaults", "point", "metrics"}
 _NIGHTLY_KEYS = {"reps", "budget_s", "expected_run_s", "alpha", "seed"}
-_RULE_KEYS = {"worse", "min_rel", "min_abs", "alpha"}
-
-
-@dataclass(frozen=True)
-class Check:
-    """A metric rule with its level."""
-
-    rule: Rule
-    alpha: float
+_RULE_KEYS = {"worse", "min_rel", "min_abs"}
 
 
 @dataclass(frozen=True)
@@ -65,12 +58,17 @@ class Matrix:
     expected_run_s: float
     alpha: float
     points: tuple[sw.PlanPoint, ...]
-    checks: tuple[Check, ...]
+    rules: tuple[Rule, ...]
 
     @property
     def n_runs(self) -> int:
         """Runs per night."""
         return len(self.points) * self.reps
+
+    @property
+    def n_checks(self) -> int:
+        """Checks per night (points × metrics)."""
+        return len(self.points) * len(self.rules)
 
 
 def _bad(path: Path, msg: str) -> ConfigError:
@@ -102,7 +100,7 @@ def _point(path: Path, defaults: dict[str, Any], raw: Any, i: int) -> sw.PlanPoi
     return sw.PlanPoint(str(label), scenario)
 
 
-def _checks(path: Path, raw: Any, alpha: float) -> tuple[Check, ...]:
+def _rules(path: Path, raw: Any) -> tuple[Rule, ...]:
     if not isinstance(raw, dict) or not raw:
         raise _bad(path, "[metrics] must list at least one metric")
     out = []
@@ -114,18 +112,15 @@ def _checks(path: Path, raw: Any, alpha: float) -> tuple[Check, ...]:
         if not isinstance(r, dict) or set(r) - _RULE_KEYS:
             raise _bad(path, f"[metrics] {name}: use keys {', '.join(sorted(_RULE_KEYS))}")
         try:
-            rule = Rule(name, r.get("worse", "higher"), float(r.get("min_rel", 0.0)), float(r.get("min_abs", 0.0)))
+            out.append(Rule(name, r.get("worse", "higher"), float(r.get("min_rel", 0.0)), float(r.get("min_abs", 0.0))))
         except (TypeError, ValueError) as err:
             raise _bad(path, f"[metrics] {name}: {err}") from None
-        a = _number(path, f"{name}.alpha", r.get("alpha", alpha))
-        if a >= 1:
-            raise _bad(path, f"{name}.alpha={a} must be < 1")
-        out.append(Check(rule, a))
     return tuple(out)
 
 
 def load_matrix(path: Path) -> Matrix:
-    """Parse and validate the matrix file (every point is a valid Scenario, the test can reach alpha)."""
+    """Parse and validate the matrix file (every point is a valid Scenario; with REPS runs on each
+    side, the first step of Holm's procedure, alpha / number of checks, is reachable)."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -142,7 +137,9 @@ def load_matrix(path: Path) -> Matrix:
     reps = night.get("reps")
     if not isinstance(reps, int) or isinstance(reps, bool) or not 1 <= reps <= sw.MAX_REPS:
         raise _bad(path, f"[nightly] reps={reps!r} must be a whole number from 1 to {sw.MAX_REPS}")
-    alpha = _number(path, "alpha", night.get("alpha", 0.01))
+    alpha = _number(path, "alpha", night.get("alpha", 0.05))
+    if alpha >= 1:
+        raise _bad(path, f"[nightly] alpha={alpha:g} must be below 1")
     budget = _number(path, "budget_s", night.get("budget_s"))
     expected = _number(path, "expected_run_s", night.get("expected_run_s", 45))
     raw_points = doc.get("point")
@@ -151,14 +148,19 @@ def load_matrix(path: Path) -> Matrix:
     points = tuple(_point(path, dict(doc.get("defaults", {})), p, i) for i, p in enumerate(raw_points))
     if len({p.label for p in points}) != len(points):
         raise _bad(path, "two points have the same label")
-    checks = _checks(path, doc.get("metrics"), alpha)
-    for c in checks:
-        if c.rule.metric != FAILURE_RATE and not detectable(reps, reps, c.alpha):
-            raise _bad(path, f"reps={reps} is too few: the exact test cannot reach alpha={c.alpha} ({c.rule.metric})")
+    rules = _rules(path, doc.get("metrics"))
+    first_level = alpha / (len(points) * len(rules))
+    if not detectable(reps, reps, first_level):
+        raise _bad(
+            path,
+            f"reps={reps} is too few: {len(points) * len(rules)} checks at alpha={alpha:g} need p <= "
+            f"{first_level:.3g}, but {reps} vs {reps} runs cannot go below p = {min_p_value(reps, reps):.3g}; "
+            "add reps or drop checks",
+        )
     if len(points) * reps * expected > budget:
         raise _bad(path, f"{len(points) * reps} runs × expected_run_s={expected:g} exceed budget_s={budget:g}")
     sha = hashlib.sha256(text.encode()).hexdigest()
-    return Matrix(path, sha, text, reps, budget, expected, alpha, points, checks)
+    return Matrix(path, sha, text, reps, budget, expected, alpha, points, rules)
 
 
 def fingerprint(scenario: Scenario) -> str:
@@ -194,7 +196,8 @@ def _run_row(night_id: str, fps: dict[str, str], item: dict[str, Any], run_dir: 
 
 
 def judge(hist: History, night_id: str, matrix: Matrix, baseline: str | None) -> list[tuple[str, Verdict]]:
-    """Every check of every point of tonight against the baseline night."""
+    """Every check of every point of tonight against the baseline night, decided together with
+    Holm's procedure at the matrix's alpha (the false-alarm rate of a whole night)."""
     tonight = hist.runs(night_id)
     base = hist.runs(baseline) if baseline else []
     out: list[tuple[str, Verdict]] = []
@@ -212,20 +215,21 @@ def judge(hist: History, night_id: str, matrix: Matrix, baseline: str | None) ->
                 if other
                 else f"baseline {baseline} has no runs of this point"
             )
-        for c in matrix.checks:
+        for rule in matrix.rules:
             if skip:
-                out.append((p.label, Verdict(c.rule.metric, "skipped", skip, n_cand=len(cand))))
-            elif c.rule.metric == FAILURE_RATE:
+                out.append((p.label, Verdict(rule.metric, "skipped", skip, n_cand=len(cand))))
+            elif rule.metric == FAILURE_RATE:
                 done_c = [r for r in cand if r["status"] in DONE_STATUSES]
                 done_b = [r for r in ref if r["status"] in DONE_STATUSES]
                 k_c = sum(r["status"] == "failed" for r in done_c)
                 k_b = sum(r["status"] == "failed" for r in done_b)
-                out.append((p.label, check_failures(c.rule, k_b, len(done_b), k_c, len(done_c), c.alpha)))
+                out.append((p.label, check_failures(rule, k_b, len(done_b), k_c, len(done_c), matrix.alpha)))
             else:
-                vals_c = [r[c.rule.metric] for r in cand if r["status"] == "completed"]
-                vals_b = [r[c.rule.metric] for r in ref if r["status"] == "completed"]
-                out.append((p.label, check_metric(c.rule, vals_b, vals_c, c.alpha)))
-    return out
+                vals_c = [r[rule.metric] for r in cand if r["status"] == "completed"]
+                vals_b = [r[rule.metric] for r in ref if r["status"] == "completed"]
+                out.append((p.label, check_metric(rule, vals_b, vals_c, matrix.alpha)))
+    decided = holm([v for _, v in out], matrix.alpha)
+    return [(pt, v) for (pt, _), v in zip(out, decided, strict=True)]
 
 
 def _fmt(x: float | None) -> str:
@@ -259,16 +263,14 @@ def _rules_md(matrix: Matrix) -> str:
     lines = [
         f"Matrix `{matrix.path}` (sha256 {matrix.sha256[:12]}…): {len(matrix.points)} points × {matrix.reps} "
         f"repetitions, budget {matrix.budget_s:g} s. A check fails the night when tonight is worse than the baseline "
-        "night with one-sided exact Mann–Whitney U p ≤ alpha (rank-sum permutation distribution, ties exact; "
-        "Fisher's exact test for the failure rate) **and** the medians differ by at least the minimum effect "
-        "(absolute and relative). Rules:",
+        "night by the one-sided exact Mann–Whitney U test (rank-sum permutation distribution, ties exact; "
+        "Fisher's exact test for the failure rate), significant after Holm's step-down procedure over all "
+        f"checks of the night at family-wise alpha {matrix.alpha:g} (the chance that pure noise fails a night), "
+        "**and** the medians differ by at least the minimum effect (absolute and relative). Rules:",
         "",
     ]
-    for c in matrix.checks:
-        r = c.rule
-        lines.append(
-            f"- `{r.metric}`: {r.worse} is worse, min_abs {r.min_abs:g}, min_rel {r.min_rel:.0%}, alpha {c.alpha:g}"
-        )
+    for r in matrix.rules:
+        lines.append(f"- `{r.metric}`: {r.worse} is worse, min_abs {r.min_abs:g}, min_rel {r.min_rel:.0%}")
     return "\n".join(lines)
 
 
@@ -388,7 +390,7 @@ def _write_night_outputs(res: NightResult, matrix: Matrix, vers: dict[str, Any])
         res.night_dir,
         [src],
         f"vrmig nightly {res.night_id}",
-        extra_tables=[checks_table(res.checks, res.baseline)],
+        lead_tables=[checks_table(res.checks, res.baseline)],
         banner=banner,
         extra_definitions=[("Regression checks", _rules_md(matrix))],
     )

@@ -153,6 +153,11 @@ def run(scenario: Scenario, results_root: Path) -> Path:
             log.exception("internal error (a bug in vrmig; please report it with this traceback)")
         finally:
             abort.armed = False  # a second Ctrl-C must not break teardown
+            if abort.signum is not None and meta["status"] != "interrupted":
+                # the signal surfaced as another error (a library swallowed Interrupted, a wait saw
+                # the abort flag): an operator stop, not a failed migration
+                why = f"interrupted by {signal.Signals(abort.signum).name}"
+                meta["status"], meta["failure"] = "interrupted", f"{why} ({meta['failure']})"
             meta["clock"]["offset_end_ns"] = metamod.clock_offset_ns()
             meta["finished_utc"] = dt.datetime.now(dt.UTC).isoformat()
             write_json(run_dir / "meta.json", meta)

@@ -1,0 +1,145 @@
+"""Sweep reports from a SYNTHETIC fixture sweep: runs.csv, points.csv, plots and a self-contained
+report.html (parsed here; tests/integration/test_report_chromium.py opens it in a real browser)."""
+
+import base64
+import csv
+import json
+from html.parser import HTMLParser
+
+import pytest
+
+from analysis.report_html import Plot, Report, Table, extract_section, markdown_to_html, render
+from migrate.compare import compare, report
+from migrate.errors import ConfigError
+from migrate.reporting import write_sweep_outputs
+from tests.fixtures.analysis.synthetic_sweep import write_sweep
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+class _Doc(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.imgs, self.tables, self.refs, self.h2 = [], [], [], []
+        self._in_h2 = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "img":
+            self.imgs.append(a)
+        if tag == "table":
+            self.tables.append(a.get("id"))
+        for k in ("src", "href"):
+            if k in a:
+                self.refs.append(a[k])
+        if tag in ("script", "link", "iframe", "object"):
+            self.refs.append(f"<{tag}>")
+        self._in_h2 = tag == "h2"
+
+    def handle_data(self, data):
+        if self._in_h2:
+            self.h2.append(data)
+            self._in_h2 = False
+
+
+def parse(html_text):
+    doc = _Doc()
+    doc.feed(html_text)
+    return doc
+
+
+def assert_self_contained_report(path, n_plots=4):
+    doc = parse(path.read_text())
+    assert len(doc.imgs) == n_plots
+    for img in doc.imgs:
+        assert img["src"].startswith("data:image/png;base64,")
+        assert base64.b64decode(img["src"].split(",", 1)[1])[:8] == PNG_MAGIC
+    assert all(r.startswith("data:") for r in doc.refs), [r for r in doc.refs if not r.startswith("data:")]
+    assert {"points", "runs"} <= set(doc.tables)
+    assert {"Plots", "Grid points", "Metadata", "Definitions"} <= set(doc.h2)
+    return doc
+
+
+def test_sweep_report_from_fixture(tmp_path):
+    sweep = write_sweep(tmp_path)
+    before = {p: p.read_bytes() for p in (sweep / "runs").rglob("*") if p.is_file()}
+    out = write_sweep_outputs(sweep)
+    # nothing inside the run directories changed: reports only read the raw data
+    assert {p: p.read_bytes() for p in (sweep / "runs").rglob("*") if p.is_file()} == before
+    rows = list(csv.DictReader((sweep / "runs.csv").open()))
+    assert [r["run_id"] for r in rows] == ["100M-1500-r01", "100M-1500-r02", "200M-1500-r01", "200M-1500-r02"]
+    assert [r["status"] for r in rows] == ["completed", "completed", "completed", "failed"]
+    assert float(rows[0]["downtime_counters_s"]) == pytest.approx(0.170)
+    assert rows[3]["failure"] == "SYNTHETIC migration failure"
+    points = list(csv.DictReader((sweep / "points.csv").open()))
+    assert [(p["rate_bps"], p["n_runs"], p["n_failed"], p["failure_rate"]) for p in points] == [
+        ("100000000", "2", "0", "0.0"),
+        ("200000000", "2", "1", "0.5"),
+    ]
+    assert float(points[0]["downtime_packets_s_mean"]) == pytest.approx(0.17016)
+    assert len(out.points) == 2
+    for name in ("fig3a_downtime.png", "fig3b_volume_duration.png", "rtt_increase.png", "forwarded.png"):
+        assert (sweep / name).read_bytes()[:8] == PNG_MAGIC
+    html_text = (sweep / "report.html").read_text()
+    assert_self_contained_report(sweep / "report.html")
+    assert "SYNTHETIC" in html_text  # the host/QEMU metadata of the fixture runs
+    assert "downtime_s.counters" in html_text  # README's metric definitions
+    assert "Student t" in html_text
+    assert not list(sweep.glob(".*tmp*"))
+
+
+def test_compare_overlays_two_sweeps(tmp_path):
+    a = write_sweep(tmp_path / "a", mode="precopy")
+    b = write_sweep(tmp_path / "b", failed=(), mode="stopcopy")
+    out = compare(a, b, tmp_path / "results")
+    assert out.out_dir.parent == tmp_path / "results"
+    assert {p.series for p in out.points} == {"A kvm precopy", "B kvm stopcopy"}
+    doc = assert_self_contained_report(out.out_dir / "report.html")
+    assert "compare" in doc.tables
+
+
+def test_report_of_several_dirs_goes_to_a_new_directory(tmp_path):
+    a = write_sweep(tmp_path / "a")
+    run_dir = next((a / "runs").iterdir())
+    out = report([a, run_dir], tmp_path / "results")
+    assert out.out_dir.parent == tmp_path / "results" and (out.out_dir / "report.html").exists()
+    assert len(out.records) == 5
+
+
+def test_foreign_or_corrupted_dirs_are_refused_and_left_alone(tmp_path):
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "data.txt").write_text("not ours")
+    with pytest.raises(ConfigError, match="not a vrmig"):
+        report([foreign], tmp_path / "results")
+    assert [p.name for p in foreign.iterdir()] == ["data.txt"]
+    sweep = write_sweep(tmp_path / "s")
+    (sweep / "state.json").write_text('{"runs": {')  # torn write by something else
+    with pytest.raises(ConfigError, match="corrupted"):
+        report([sweep], tmp_path / "results")
+    assert (sweep / "state.json").read_text() == '{"runs": {'
+    assert not (sweep / "report.html").exists()
+    with pytest.raises(ConfigError, match="not a directory"):
+        report([tmp_path / "missing"], tmp_path / "results")
+
+
+def test_markdown_subset_and_section_extraction():
+    md = "# T\n\n### Metric definitions\n\nAll *one* clock.\n\n- **a**: `x`\n  more\n- b\n\n## Next\nno"
+    body = extract_section(md, "Metric definitions")
+    assert body.endswith("- b") and "Next" not in body
+    html_text = markdown_to_html(body)
+    assert "<i>one</i>" in html_text and "<li><b>a</b>: <code>x</code> more</li>" in html_text
+    assert extract_section(md, "Missing") is None
+
+
+def test_render_escapes_and_marks_rows():
+    r = Report(
+        title="<t>",
+        plots=[Plot("p", PNG_MAGIC + b"x")],
+        tables=[Table("tab", ["a", "b"], [["<x>", 1], ["y", 2]], ["regression", ""], id="t1")],
+        metadata=[("m", {"k": {"a": 1}})],
+    )
+    text = render(r)
+    assert "<title>&lt;t&gt;</title>" in text and "&lt;x&gt;" in text
+    assert '<tr class="regression">' in text
+    json.dumps(text)
