@@ -18,6 +18,7 @@ import importlib
 import ipaddress
 import json
 import math
+import signal
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -345,6 +346,29 @@ class Backend(ABC):
         """
         return ("stderr-line", "READY")
 
+    # -- optional hooks (defaults fit tools that print their results on stdout) --
+
+    #: signal that makes the sink stop and report (the generator stops by itself after its duration)
+    sink_stop_signal: int = signal.SIGTERM
+    #: the sink exits by itself once the generator is done (iperf3 -s -1): wait instead of signalling
+    sink_stops_itself: bool = False
+
+    def gen_exit_ok(self, returncode: int) -> bool:
+        """Whether the generator's exit status means it finished normally."""
+        return returncode == 0
+
+    def sink_decode_argv(self) -> list[str] | None:
+        """argv to run after the sink exited; its stdout (not the sink's) goes to :meth:`parse_sink`.
+
+        None (default): parse the sink's own stdout.  Tools that write a binary log (D-ITG) return
+        their decoder here; it only reads files, so it can run in any namespace.
+        """
+        return None
+
+    def gen_decode_argv(self) -> list[str] | None:
+        """Like :meth:`sink_decode_argv`, for the generator."""
+        return None
+
 
 # ---------------------------------------------------------------------------------------------
 # registry (backends are imported only when asked for)
@@ -352,8 +376,8 @@ class Backend(ABC):
 _REGISTRY: dict[str, str] = {
     "builtin": "crosstraffic.builtin:BuiltinBackend",
     "iperf3": "crosstraffic.iperf3:Iperf3Backend",
-    "ditg": "crosstraffic.stubs:DitgBackend",
-    "trafgen": "crosstraffic.stubs:TrafgenBackend",
+    "ditg": "crosstraffic.ditg:DitgBackend",
+    "trafgen": "crosstraffic.trafgen:TrafgenBackend",
 }
 DEFAULT_BACKEND = "builtin"
 

@@ -51,8 +51,17 @@ class BuiltinBackend(Backend):
         notes="sendmmsg generator paced on CLOCK_MONOTONIC absolute time; recvmmsg sink with SO_TIMESTAMPNS",
     )
 
-    def __init__(self, bin_dir: str | Path | None = None) -> None:
+    def __init__(
+        self, bin_dir: str | Path | None = None, packet_dev: str | None = None, dst_mac: str | None = None
+    ) -> None:
+        """``packet_dev`` + ``dst_mac``: vrgen ``--packet`` mode (whole frames through an AF_PACKET
+        socket on that interface to that next-hop MAC; see the README); default: a UDP socket."""
         self.bin_dir = Path(bin_dir) if bin_dir is not None else BIN_DIR
+        if (packet_dev is None) != (dst_mac is None):
+            raise TrafficError("packet_dev and dst_mac go together (vrgen --packet IFNAME --dst-mac MAC)")
+        if dst_mac is not None:
+            check_mac(dst_mac)
+        self.packet_dev, self.dst_mac = packet_dev, dst_mac
 
     def executables(self) -> dict[str, str]:
         """Paths of vrgen and vrsink."""
@@ -99,12 +108,14 @@ class BuiltinBackend(Backend):
         duration_s: float,
         cpu: int | None = None,
     ) -> list[str]:
-        """vrgen --dst ADDR --port N --rate BPS --frame BYTES --duration S [--cpu N]."""
+        """vrgen --dst ADDR --port N --rate BPS --frame BYTES --duration S [--cpu N] [--packet DEV --dst-mac MAC]."""
         self.validate_gen(dst, port, rate_bps, frame_bytes, duration_s)
         argv = [self.executables()["gen"], "--dst", dst, "--port", str(port), "--rate", str(rate_bps),
                 "--frame", str(frame_bytes), "--duration", _fmt_s(duration_s)]  # fmt: skip
         if cpu is not None:
             argv += ["--cpu", str(_cpu(cpu))]
+        if self.packet_dev is not None and self.dst_mac is not None:
+            argv += ["--packet", self.packet_dev, "--dst-mac", self.dst_mac]
         return argv
 
     def parse_gen(self, stdout: str) -> GenResult:
@@ -167,6 +178,14 @@ class BuiltinBackend(Backend):
             socket_drops=d.get("socket_drops"),
             raw=frozen_mapping(d),
         )
+
+
+def check_mac(mac: str) -> str:
+    """``mac`` if it is a colon-separated Ethernet address (aa:bb:cc:dd:ee:ff), else TrafficError."""
+    parts = mac.split(":") if isinstance(mac, str) else []
+    if len(parts) != 6 or not all(len(x) == 2 and all(c in "0123456789abcdefABCDEF" for c in x) for x in parts):
+        raise TrafficError(f"{mac!r} is not a MAC address like 02:00:00:00:00:01")
+    return mac
 
 
 def _cpu(cpu: int) -> int:

@@ -47,6 +47,7 @@ class Iperf3Backend(Backend):
     """iperf3 client (generator) and one-shot server (sink)."""
 
     name = "iperf3"
+    sink_stops_itself = True  # -s -1: the server reports and exits after one test
     capabilities = Capabilities(
         loss=True,
         reordering=True,
@@ -112,6 +113,8 @@ class Iperf3Backend(Backend):
     ) -> list[str]:
         """iperf3 -c DST -p PORT -u -b PAYLOAD_BPS -l PAYLOAD -t S -J --udp-counters-64bit [-A CPU]."""
         fam = self.validate_gen(dst, port, rate_bps, frame_bytes, duration_s)
+        if duration_s != int(duration_s):  # iperf3 3.12 reads -t as an integer: -t 0.5 became 0 = forever
+            raise TrafficError(f"iperf3: duration_s={duration_s} must be whole seconds (-t; 0 = until stopped)")
         payload = payload_bytes(frame_bytes, fam)
         payload_bps = round(rate_bps * payload / frame_bytes)
         if rate_bps > 0 and payload_bps < 1:

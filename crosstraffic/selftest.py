@@ -99,6 +99,54 @@ class SelfTest:
             (self.sink, []),
             (self.sink, ["--port", "9", "-6", "--bind", "127.0.0.1"]),
             (self.sink, ["--port", "9", "--gap-us", "x"]),
+            (self.gen, ["--dst", "127.0.0.1", "--port", "9", "--rate", "1M", "--packet", "lo"]),
+            (self.gen, ["--dst", "127.0.0.1", "--port", "9", "--rate", "1M", "--packet", "lo", "--dst-mac", "zz"]),
+            (
+                self.gen,
+                [
+                    "--dst",
+                    "127.0.0.1",
+                    "--port",
+                    "9",
+                    "--rate",
+                    "1M",
+                    "--packet",
+                    "lo",
+                    "--gso",
+                    "--dst-mac",
+                    "02:00:00:00:00:01",
+                ],
+            ),
+            (
+                self.gen,
+                [
+                    "--dst",
+                    "127.0.0.1",
+                    "--port",
+                    "9",
+                    "--rate",
+                    "1M",
+                    "--packet",
+                    "lo",
+                    "--dst-mac",
+                    "02:00:00:00:00:01",
+                ],
+            ),
+            (
+                self.gen,
+                [
+                    "--dst",
+                    "127.0.0.1",
+                    "--port",
+                    "9",
+                    "--rate",
+                    "1M",
+                    "--packet",
+                    "vrt-no-such-if",
+                    "--dst-mac",
+                    "02:00:00:00:00:01",
+                ],
+            ),
         ]
         for exe, args in cases:
             f = clean(run([exe, *args], timeout_s=10))
@@ -229,6 +277,37 @@ class SelfTest:
         finally:
             j = self.stop_sink(sink)
         check(j["received"] == 4 and j["packets"] == 3 and j["duplicates"] == 1, f"foreign payloads: {j}")
+
+    def case_seq_crt(self) -> None:
+        """--seq-crt: sequence numbers as residues mod 256, 255, ... (trafgen's one-byte counters)."""
+        moduli = (256, 255, 253, 251, 247, 241, 239, 233)
+
+        def crt(seq: int) -> bytes:
+            return bytes(seq % m for m in moduli)
+
+        port = free_udp_port()
+        sink = self.start_sink("--port", str(port), "--bind", "127.0.0.1", "--seq-crt")
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                for q in (1, 2, 3, 5, 4, 4, 300, 299):
+                    s.sendto(crt(q) + bytes(10), ("127.0.0.1", port))
+                s.sendto(bytes([0, 255, 0, 0, 0, 0, 0, 0]) + bytes(10), ("127.0.0.1", port))  # 255 >= 255: invalid
+                s.sendto(b"short", ("127.0.0.1", port))
+        finally:
+            j = self.stop_sink(sink)
+        want = {"packets": 7, "first_seq": 1, "last_seq": 300, "lost": 293, "reordered": 2, "duplicates": 1,
+                "malformed": 2, "received": 10, "seq_format": "crt8"}  # fmt: skip
+        got = {k: j[k] for k in want}
+        check(got == want and j["owd_ns"]["count"] == 0, f"--seq-crt: got {got} owd {j['owd_ns']}, want {want}")
+        top = 13741755155627516160 - 1  # the largest number the residues can carry
+        port = free_udp_port()
+        sink = self.start_sink("--port", str(port), "--bind", "127.0.0.1", "--seq-crt")
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.sendto(crt(top), ("127.0.0.1", port))
+        finally:
+            j = self.stop_sink(sink)
+        check(j["first_seq"] == j["last_seq"] == top and j["packets"] == 1, f"--seq-crt top: {j['last_seq']}")
 
     def case_sink_duration(self) -> None:
         f = clean(run([self.sink, "--port", str(free_udp_port()), "--duration", "0.2"], timeout_s=10))

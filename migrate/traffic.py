@@ -68,8 +68,6 @@ class Instruments:
         """Required binaries exist."""
         missing = [str(p.relative_to(REPO)) for p in (VRGEN, VRSINK, VRSAMPLER) if not p.exists()]
         missing += [t for t in ("irtt", "ip") if shutil.which(t) is None]
-        if scenario.gen == "iperf3" and shutil.which("iperf3") is None:
-            missing.append("iperf3")
         if missing:
             raise DependencyError(f"missing {', '.join(missing)}: run `make setup`")
 

@@ -13,6 +13,7 @@
  */
 #define _GNU_SOURCE
 #include "common.h"
+#include "pktframe.h"
 
 #include <getopt.h>
 #include <netinet/in.h>
@@ -53,6 +54,8 @@ struct opts {
     int sndbuf;
     int gso;
     int fifo;
+    const char *pkt_dev;
+    const char *dst_mac;
 };
 
 struct late_event {
@@ -65,7 +68,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: vrgen --dst ADDR --port N --rate BPS [--frame BYTES] [--duration S] [--cpu N]\n"
             "             [--batch N] [--spin-us N] [--quantum-us N] [--late-us N] [--sndbuf BYTES]\n"
-            "             [--fifo PRIO] [--gso]\n"
+            "             [--fifo PRIO] [--gso] [--packet IFNAME --dst-mac MAC]\n"
             "Constant-bit-rate UDP over IPv4 or IPv6 (family from --dst).\n"
             "  --rate BPS      bits/s, suffix k/M/G (x1000); 0 = unpaced maximum\n"
             "                  rate convention: " CT_RATE_CONVENTION "\n"
@@ -83,6 +86,11 @@ static void usage(FILE *f)
             "  --gso           UDP segmentation offload: the kernel splits one buffer into up to %d\n"
             "                  datagrams (faster; interfaces before the segmentation point count one\n"
             "                  packet per buffer, so NOT for counter-based measurements)\n"
+            "  --packet IFNAME send whole Ethernet frames through an AF_PACKET socket on IFNAME with\n"
+            "                  PACKET_QDISC_BYPASS (prebuilt IP/UDP headers and checksums; one packet per\n"
+            "                  frame on every interface; bypasses routing, neighbour resolution and qdiscs:\n"
+            "                  IFNAME must be the route's interface, needs CAP_NET_RAW)\n"
+            "  --dst-mac MAC   next-hop MAC address for --packet\n"
             "Prints gen.json on stdout at exit.  Bad arguments: exit 2.\n",
             CT_FRAME_MIN, CT_FRAME_MAX, BATCH_MAX, GSO_SEGS);
 }
@@ -97,6 +105,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
         {"quantum-us", required_argument, 0, 'q'}, {"late-us", required_argument, 0, 'l'},
         {"sndbuf", required_argument, 0, 'S'},   {"help", no_argument, 0, 'h'},
         {"gso", no_argument, 0, 'G'},        {"fifo", required_argument, 0, 'F'},
+        {"packet", required_argument, 0, 'P'}, {"dst-mac", required_argument, 0, 'M'},
         {0, 0, 0, 0},
     };
     int have_rate = 0;
@@ -119,6 +128,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
         case 'S': o->sndbuf = (int)ct_parse_int("--sndbuf", optarg, 4096, 1 << 30); break;
         case 'G': o->gso = 1; break;
         case 'F': o->fifo = (int)ct_parse_int("--fifo", optarg, 1, 99); break;
+        case 'P': o->pkt_dev = optarg; break;
+        case 'M': o->dst_mac = optarg; break;
         case 'h': usage(stdout); exit(0);
         case ':': ct_usage_error("option %s needs a value", argv[optind - 1]);
         default: ct_usage_error("unknown option '%s'", argv[optind - 1]);
@@ -132,6 +143,10 @@ static void parse_args(int argc, char **argv, struct opts *o)
         ct_usage_error("--port N is required");
     if (!have_rate)
         ct_usage_error("--rate BPS is required (0 = unpaced maximum)");
+    if (!o->pkt_dev != !o->dst_mac)
+        ct_usage_error("--packet IFNAME and --dst-mac MAC go together");
+    if (o->pkt_dev && o->gso)
+        ct_usage_error("--gso does not apply to --packet (one frame per packet)");
 }
 
 /* Absolute schedule: due time of packet k relative to t0, in ns (exact integer arithmetic). */
@@ -208,13 +223,24 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
-    int fd = socket(fam, SOCK_DGRAM | SOCK_CLOEXEC, IPPROTO_UDP);
-    if (fd < 0)
-        ct_die("socket: %s", strerror(errno));
-    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &o.sndbuf, sizeof o.sndbuf) != 0)
-        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &o.sndbuf, sizeof o.sndbuf);
-    if (connect(fd, (struct sockaddr *)&dst, dstlen) != 0)
-        ct_die("connect %s port %d: %s", o.dst, o.port, strerror(errno));
+    static struct pktframe pf;
+    int fd;
+    size_t unit = (size_t)payload; /* buffer bytes per packet: a UDP payload, or a whole frame */
+    if (o.pkt_dev) {
+        unsigned char mac[6];
+        pf_parse_mac("--dst-mac", o.dst_mac, mac);
+        pf_open(&pf, o.pkt_dev, mac, &dst, dstlen, o.frame, o.sndbuf);
+        fd = pf.fd;
+        unit = (size_t)pf.len;
+    } else {
+        fd = socket(fam, SOCK_DGRAM | SOCK_CLOEXEC, IPPROTO_UDP);
+        if (fd < 0)
+            ct_die("socket: %s", strerror(errno));
+        if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &o.sndbuf, sizeof o.sndbuf) != 0)
+            setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &o.sndbuf, sizeof o.sndbuf);
+        if (connect(fd, (struct sockaddr *)&dst, dstlen) != 0)
+            ct_die("connect %s port %d: %s", o.dst, o.port, strerror(errno));
+    }
     int segs = 1; /* datagrams per message */
     if (o.gso) {
         int gso_size = payload;
@@ -225,15 +251,18 @@ int main(int argc, char **argv)
             segs = GSO_SEGS;
     }
 
-    /* One buffer per batch slot; only the 16 header bytes change per packet. */
-    unsigned char *bufs = calloc((size_t)o.batch * (size_t)segs, (size_t)payload);
+    /* One buffer per batch slot; only the 16 header bytes (and in packet mode the UDP checksum)
+     * change per packet. */
+    unsigned char *bufs = calloc((size_t)o.batch * (size_t)segs, unit);
     struct mmsghdr *msgs = calloc((size_t)o.batch, sizeof *msgs);
     struct iovec *iov = calloc((size_t)o.batch, sizeof *iov);
     struct late_event *late = calloc(LATE_EVENTS_MAX, sizeof *late);
     if (!bufs || !msgs || !iov || !late)
         ct_die("out of memory");
     for (int i = 0; i < o.batch; i++) {
-        iov[i].iov_base = bufs + (size_t)i * (size_t)segs * (size_t)payload;
+        iov[i].iov_base = bufs + (size_t)i * (size_t)segs * unit;
+        if (o.pkt_dev)
+            memcpy(iov[i].iov_base, pf.tmpl, unit);
         msgs[i].msg_hdr.msg_iov = &iov[i];
         msgs[i].msg_hdr.msg_iovlen = 1;
     }
@@ -311,14 +340,18 @@ int main(int argc, char **argv)
         }
         prev_send = now;
         for (uint64_t i = 0; i < n; i++) {
-            unsigned char *p = bufs + i * (size_t)payload;
-            ct_put_le64(p, k + i);
-            ct_put_le64(p + 8, (uint64_t)ts);
+            unsigned char *p = bufs + i * unit;
+            if (o.pkt_dev) {
+                pf_stamp(&pf, p, k + i, ts);
+            } else {
+                ct_put_le64(p, k + i);
+                ct_put_le64(p + 8, (uint64_t)ts);
+            }
         }
         unsigned nmsg = (unsigned)((n + (uint64_t)segs - 1) / (uint64_t)segs);
         for (unsigned j = 0; j < nmsg; j++) {
             uint64_t in = n - (uint64_t)j * (uint64_t)segs;
-            iov[j].iov_len = (size_t)(in < (uint64_t)segs ? in : (uint64_t)segs) * (size_t)payload;
+            iov[j].iov_len = (size_t)(in < (uint64_t)segs ? in : (uint64_t)segs) * unit;
         }
         int sent = sendmmsg(fd, msgs, nmsg, 0);
         batches++;
@@ -327,14 +360,14 @@ int main(int argc, char **argv)
                 continue;
             /* The slots pass (constant bit rate is kept); the sink sees them as lost. */
             last_errno = errno;
-            uint64_t failed = iov[0].iov_len / (size_t)payload;
+            uint64_t failed = iov[0].iov_len / unit;
             send_errors += failed;
             k += failed;
             continue;
         }
         uint64_t done = 0;
         for (int j = 0; j < sent; j++)
-            done += iov[j].iov_len / (size_t)payload;
+            done += iov[j].iov_len / unit;
         k += done;
         packets += done;
     }
@@ -348,6 +381,8 @@ int main(int argc, char **argv)
     if (g_stop)
         stopped_by = "signal";
     close(fd);
+    if (o.pkt_dev)
+        close(pf.udp_fd);
 
     double elapsed = (double)(end_rt - start_rt) / 1e9;
     double pps = elapsed > 0 ? (double)packets / elapsed : 0;
@@ -366,6 +401,16 @@ int main(int argc, char **argv)
            ", \"spin_us\": %d, \"cpu\": %d, \"gso_segments\": %d, \"fifo\": %d, ",
            paced ? (double)o.rate_bps / (double)frame_bits : 0.0, elapsed, stopped_by, k, batches, o.batch,
            quantum, o.spin_us, o.cpu, o.gso ? segs : 0, o.fifo);
+    printf("\"send_mode\": \"%s\", ", o.pkt_dev ? "packet" : "udp");
+    if (o.pkt_dev) {
+        printf("\"ifname\": ");
+        ct_json_str(stdout, o.pkt_dev);
+        printf(", \"dst_mac\": ");
+        ct_json_str(stdout, o.dst_mac);
+        printf(", \"src\": ");
+        ct_json_str(stdout, pf.src_addr);
+        printf(", \"src_port\": %d, ", pf.src_port);
+    }
     printf("\"send_error_last\": ");
     ct_json_str(stdout, last_errno ? strerror(last_errno) : "");
     printf(", \"max_late_ns\": %" PRId64 ", \"late_threshold_ns\": %" PRId64 ", \"late_events_dropped\": %" PRIu64

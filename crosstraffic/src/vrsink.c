@@ -51,6 +51,7 @@ struct opts {
     int cpu;
     int busy;
     int no_gro;
+    int seq_crt;
 };
 
 static void usage(FILE *f)
@@ -58,7 +59,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: vrsink --port N [--bind ADDR] [-6] [--gap-us N] [--duration S] [--log FILE]\n"
             "              [--batch N] [--rcvbuf BYTES] [--window-log2 N] [--hist-max-s S] [--cpu N] [--busy]\n"
-            "              [--no-gro]\n"
+            "              [--no-gro] [--seq-crt]\n"
             "Receives vrgen UDP traffic; prints READY on stderr once bound, sink.json on stdout at exit\n"
             "(SIGINT/SIGTERM or --duration).\n"
             "  --bind ADDR      local address (family from it); default 0.0.0.0, or :: with -6\n"
@@ -73,6 +74,9 @@ static void usage(FILE *f)
             "  --cpu N          pin to CPU N\n"
             "  --busy           busy-poll the socket instead of sleeping (burns a CPU; benchmarks only)\n"
             "  --no-gro         do not accept UDP GRO aggregates (the kernel then splits them, slower)\n"
+            "  --seq-crt        payload bytes 0..7 carry seq mod 256,255,253,251,247,241,239,233 (one byte\n"
+            "                   each, e.g. trafgen dinc() counters) instead of u64 seq + i64 send time;\n"
+            "                   no one-way delay is computed\n"
             "Timestamps: kernel software receive time (SO_TIMESTAMPNS, CLOCK_REALTIME ns).  Bad arguments: exit 2.\n",
             BATCH_MAX);
 }
@@ -86,7 +90,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
         {"rcvbuf", required_argument, 0, 'R'},   {"window-log2", required_argument, 0, 'w'},
         {"hist-max-s", required_argument, 0, 'H'}, {"help", no_argument, 0, 'h'},
         {"cpu", required_argument, 0, 'c'},      {"busy", no_argument, 0, 'y'},
-        {"no-gro", no_argument, 0, 'n'},
+        {"no-gro", no_argument, 0, 'n'},        {"seq-crt", no_argument, 0, 'C'},
         {0, 0, 0, 0},
     };
     *o = (struct opts){.port = -1, .gap_ns = 1000000, .batch = 64, .rcvbuf = 64 << 20, .window_log2 = 24,
@@ -108,6 +112,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
         case 'c': o->cpu = (int)ct_parse_int("--cpu", optarg, 0, CPU_SETSIZE - 1); break;
         case 'y': o->busy = 1; break;
         case 'n': o->no_gro = 1; break;
+        case 'C': o->seq_crt = 1; break;
         case 'h': usage(stdout); exit(0);
         case ':': ct_usage_error("option %s needs a value", argv[optind - 1]);
         default: ct_usage_error("unknown option '%s'", argv[optind - 1]);
@@ -311,6 +316,50 @@ static void hist_add(struct hist *h, int64_t ms)
     h->c[i]++;
 }
 
+/* ---- --seq-crt: the sequence number as residues modulo pairwise coprime byte-sized moduli ----
+ * Byte i of the payload is seq mod CRT_MOD[i]; a generator with only independent one-byte
+ * counters (trafgen's dinc(0, m-1, 1)) can produce it.  The product of the moduli is ~2^63.6, so
+ * the decoded number never wraps in practice.  Decoding is Garner's algorithm. */
+#define CRT_N 8
+#define CRT_BYTES CRT_N
+static const uint32_t CRT_MOD[CRT_N] = {256, 255, 253, 251, 247, 241, 239, 233};
+static uint32_t crt_inv[CRT_N]; /* inverse of CRT_MOD[0]*...*CRT_MOD[i-1] modulo CRT_MOD[i] */
+
+static uint32_t inv_mod(uint64_t a, uint32_t m)
+{
+    a %= m;
+    for (uint32_t x = 1; x < m; x++)
+        if (a * x % m == 1)
+            return x;
+    return 0; /* not reached for coprime moduli */
+}
+
+static void crt_init(void)
+{
+    uint64_t prod = 1;
+    for (int i = 0; i < CRT_N; i++) {
+        crt_inv[i] = i ? inv_mod(prod, CRT_MOD[i]) : 0;
+        prod *= CRT_MOD[i];
+    }
+}
+
+/* Returns 0 and stores the number, or -1 if a residue is out of range (not a CRT payload). */
+static int crt_decode(const unsigned char *p, uint64_t *out)
+{
+    uint64_t x = p[0], prod = CRT_MOD[0];
+    for (int i = 1; i < CRT_N; i++) {
+        uint32_t m = CRT_MOD[i], r = p[i];
+        if (r >= m)
+            return -1;
+        uint32_t xm = (uint32_t)(x % m);
+        uint32_t t = (uint32_t)((uint64_t)((r + m - xm) % m) * crt_inv[i] % m);
+        x += (uint64_t)t * prod;
+        prod *= m;
+    }
+    *out = x;
+    return 0;
+}
+
 struct gap {
     int64_t t0, t1;
     uint64_t s0, s1;
@@ -332,17 +381,27 @@ struct state {
     uint32_t drops;
     int payload_min, payload_max;
     FILE *log;
+    int seq_crt;
 };
 
 static void on_packet(struct state *st, const unsigned char *p, int len, int64_t t)
 {
     st->received++;
-    if (len < CT_HDR_BYTES) {
-        st->malformed++;
-        return;
+    uint64_t seq;
+    int64_t tx = 0;
+    if (st->seq_crt) {
+        if (len < CRT_BYTES || crt_decode(p, &seq) != 0) {
+            st->malformed++;
+            return;
+        }
+    } else {
+        if (len < CT_HDR_BYTES) {
+            st->malformed++;
+            return;
+        }
+        seq = ct_get_le64(p);
+        tx = (int64_t)ct_get_le64(p + 8);
     }
-    uint64_t seq = ct_get_le64(p);
-    int64_t tx = (int64_t)ct_get_le64(p + 8);
     if (st->log) {
         unsigned char rec[16];
         ct_put_le64(rec, seq);
@@ -365,18 +424,20 @@ static void on_packet(struct state *st, const unsigned char *p, int len, int64_t
 
     if (seq_add(&st->seq, seq)) {
         st->bytes += (uint64_t)len;
-        int64_t d = (int64_t)((uint64_t)t - (uint64_t)tx); /* wraps instead of UB on foreign payloads */
-        struct owd *o = &st->owd;
-        if (o->count == 0 || d < o->min)
-            o->min = d;
-        if (o->count == 0 || d > o->max)
-            o->max = d;
-        o->count++;
-        o->sum += d;
-        if (d < 0)
-            o->negative++;
-        else
-            o->h[owd_index((uint64_t)d)]++;
+        if (!st->seq_crt) { /* --seq-crt payloads carry no send time */
+            int64_t d = (int64_t)((uint64_t)t - (uint64_t)tx); /* wraps instead of UB on foreign payloads */
+            struct owd *o = &st->owd;
+            if (o->count == 0 || d < o->min)
+                o->min = d;
+            if (o->count == 0 || d > o->max)
+                o->max = d;
+            o->count++;
+            o->sum += d;
+            if (d < 0)
+                o->negative++;
+            else
+                o->h[owd_index((uint64_t)d)]++;
+        }
     }
 
     if (st->have_prev) {
@@ -450,6 +511,7 @@ static void print_json(const struct state *st, const struct opts *o, int fam, co
             st->received, s->stale, st->malformed, st->truncated, st->user_ts, st->gro_segments, st->drops,
             valid ? st->payload_min : 0, valid ? st->payload_max : 0, dur > 0 ? (double)(s->unique - 1) / dur : 0.0,
             st->gaps_dropped, st->hist.dropped);
+    fprintf(f, "\"seq_format\": \"%s\", ", st->seq_crt ? "crt8" : "le64+send_ns");
     fprintf(f, "\"family\": %d, \"bind\": ", fam == AF_INET6 ? 6 : 4);
     ct_json_str(f, bind);
     fprintf(f,
@@ -488,7 +550,8 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
-    struct state st = {.gap_ns = o.gap_ns};
+    struct state st = {.gap_ns = o.gap_ns, .seq_crt = o.seq_crt};
+    crt_init();
     st.seq.W = 1ULL << o.window_log2;
     st.seq.mask = st.seq.W - 1;
     st.seq.bits = calloc((size_t)(st.seq.W / 64), sizeof(uint64_t));

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,9 +56,11 @@ def iperf3():
 
 def test_registry_lists_all_and_implemented():
     assert backend_names() == ("builtin", "iperf3", "ditg", "trafgen")
-    assert backend_names(implemented_only=True) == ("builtin", "iperf3")
+    assert backend_names(implemented_only=True) == ("builtin", "iperf3", "ditg", "trafgen")
     assert crosstraffic.DEFAULT_BACKEND == "builtin"
     assert get_backend().name == "builtin"
+    assert backend_class("ditg").capabilities.loss and not backend_class("ditg").capabilities.gaps
+    assert backend_class("trafgen").capabilities.gaps and not backend_class("trafgen").capabilities.owd
 
 
 def test_unknown_backend_is_a_one_line_value_error():
@@ -67,26 +70,32 @@ def test_unknown_backend_is_a_one_line_value_error():
     assert "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("name", ["ditg", "trafgen"])
-def test_stub_backends_refuse_clearly_but_list_capabilities(name):
+def test_not_implemented_backends_are_refused_with_one_line(monkeypatch):
+    from crosstraffic import backend as registry
+
+    class Later(registry.Backend):
+        name, implemented = "later", False
+
+        @classmethod
+        def not_implemented_message(cls):
+            return "traffic backend 'later' is not implemented yet"
+
+    monkeypatch.setitem(registry._REGISTRY, "later", "tests.unit.test_crosstraffic_backend:_Later")
+    monkeypatch.setattr(sys.modules[__name__], "_Later", Later, raising=False)
     with pytest.raises(NotImplementedBackendError, match="not implemented yet") as e:
-        get_backend(name)
+        get_backend("later")
     assert "\n" not in str(e.value)
-    cls = backend_class(name)
-    assert cls.implemented is False
-    assert cls.capabilities.loss and cls.capabilities.gaps
-    assert cls.could_report
-    with pytest.raises(NotImplementedBackendError):
-        cls().gen_argv(dst="198.18.2.10", port=9000, rate_bps=1, frame_bytes=64, duration_s=1)
+    assert "later" not in backend_names(implemented_only=True)
 
 
 def test_backend_modules_are_imported_lazily():
     import subprocess
     import sys
 
-    code = "import sys, crosstraffic; print(*(f'crosstraffic.{m}' in sys.modules for m in ('iperf3', 'builtin')))"
+    mods = ("iperf3", "builtin", "ditg", "trafgen")
+    code = f"import sys, crosstraffic; print(*(f'crosstraffic.{{m}}' in sys.modules for m in {mods!r}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["False", "False"]
+    assert out.split() == ["False"] * 4
 
 
 # ---------------------------------------------------------------------------------------------- argv
@@ -121,6 +130,11 @@ def test_iperf3_argv_converts_frame_bits_to_payload_bits(iperf3):
                                                                "198.18.2.10"]  # fmt: skip
     assert iperf3.sink_argv(port=5201, family=6)[-1] == "-6"
     assert iperf3.sink_readiness(5201) == ("tcp-listen", 5201)
+
+
+def test_iperf3_needs_whole_seconds(iperf3):
+    with pytest.raises(TrafficError, match="must be whole seconds"):
+        iperf3.gen_argv(dst="198.18.2.10", port=5201, rate_bps=1_000_000, frame_bytes=1500, duration_s=0.5)
 
 
 def test_iperf3_has_no_packet_log(iperf3):

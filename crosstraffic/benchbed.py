@@ -1,0 +1,141 @@
+"""The traffic benchmark's testbed: namespaces A -> SW (a Linux bridge) -> B, no router.
+
+    with bridge_bed(rx_cpu=1) as bed:
+        ...  # bed.a, bed.sw, bed.b namespaces; bed.b4 the sink address; bed.b_mac, bed.a_mac
+
+``A:eth0 <-veth-> SW:pA``, ``SW:pB <-veth-> B:eth0``, ``pA`` and ``pB`` on bridge ``br0``.
+Neighbour entries (IPv4 and IPv6) and the bridge's forwarding entries are static, so no ARP/ND
+or flooding disturbs a run.  With ``rx_cpu`` set, RPS on ``SW:pA`` moves everything after the
+first veth hop (bridge, B's IP/UDP receive, socket enqueue) to that CPU: the generator's core
+then carries only the sending side, as a real sender host would.  Without it, a veth hands each
+packet to the receiving stack on the sender's own CPU.
+
+Namespaces are named ``vrt-bt-<random>-{A,SW,B}``, recorded before they are created and deleted
+in ``finally`` (Ctrl-C included); readiness is a ping A -> B.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+NS_PREFIX = "vrt-bt-"
+REACH_TIMEOUT_S = 10.0
+POLL_S = 0.05
+
+
+class BedError(RuntimeError):
+    """The testbed could not be built."""
+
+
+@dataclass(frozen=True)
+class BridgeBed:
+    """Names and addresses of one A -> SW -> B testbed."""
+
+    a: str
+    sw: str
+    b: str
+    a_mac: str
+    b_mac: str
+    rx_cpu: int | None
+    a_if: str = "eth0"
+    b_if: str = "eth0"
+    a4: str = "198.18.120.1"
+    b4: str = "198.18.120.2"
+    a6: str = "2001:2:0:120::1"
+    b6: str = "2001:2:0:120::2"
+
+    def describe(self) -> dict[str, object]:
+        """For meta files."""
+        return {
+            "topology": "A:eth0 -veth- SW:pA [br0] SW:pB -veth- B:eth0 (no router)",
+            "namespaces": [self.a, self.sw, self.b],
+            "a": {"ipv4": self.a4, "ipv6": self.a6, "mac": self.a_mac},
+            "b": {"ipv4": self.b4, "ipv6": self.b6, "mac": self.b_mac},
+            "rps_rx_cpu": self.rx_cpu,
+        }
+
+
+def _ip(*args: str) -> None:
+    r = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        raise BedError(f"ip {' '.join(args)}: {r.stderr.strip()}")
+
+
+def _in_ns(ns: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", "netns", "exec", ns, *argv], capture_output=True, text=True, check=False)
+
+
+def _mac(ns: str, ifname: str) -> str:
+    r = subprocess.run(["ip", "-n", ns, "-j", "link", "show", ifname], capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        raise BedError(f"ip -n {ns} link show {ifname}: {r.stderr.strip()}")
+    return str(json.loads(r.stdout)[0]["address"])
+
+
+def _set_rps(ns: str, ifname: str, cpu: int) -> None:
+    """Steer the receive processing of ``ifname`` (in ``ns``) to ``cpu`` (RPS; sysfs of that netns)."""
+    mask = format(1 << cpu, "x")
+    r = _in_ns(ns, "sh", "-c", f'echo {mask} > "/sys/class/net/{ifname}/queues/rx-0/rps_cpus"')
+    if r.returncode != 0:
+        raise BedError(f"RPS on {ns}:{ifname} -> CPU {cpu}: {r.stderr.strip()}")
+
+
+@contextlib.contextmanager
+def bridge_bed(rx_cpu: int | None = 1) -> Iterator[BridgeBed]:
+    """Build A -> SW(br0) -> B; always delete the three namespaces afterwards."""
+    base = f"{NS_PREFIX}{secrets.token_hex(3)}"
+    a, sw, b = f"{base}-A", f"{base}-SW", f"{base}-B"
+    created: list[str] = []
+    try:
+        for ns in (a, sw, b):
+            created.append(ns)  # recorded first: a Ctrl-C between add and append cannot leak it
+            _ip("netns", "add", ns)
+        _ip("-n", a, "link", "add", "eth0", "type", "veth", "peer", "name", "pA", "netns", sw)
+        _ip("-n", b, "link", "add", "eth0", "type", "veth", "peer", "name", "pB", "netns", sw)
+        _ip("-n", sw, "link", "add", "br0", "type", "bridge", "stp_state", "0")
+        for port in ("pA", "pB"):
+            _ip("-n", sw, "link", "set", port, "master", "br0")
+            _ip("-n", sw, "link", "set", port, "up")
+        for ns in (a, sw, b):
+            _ip("-n", ns, "link", "set", "lo", "up")
+        _ip("-n", sw, "link", "set", "br0", "up")
+        bed = BridgeBed(a=a, sw=sw, b=b, a_mac=_mac(a, "eth0"), b_mac=_mac(b, "eth0"), rx_cpu=rx_cpu)
+        for ns, v4, v6 in ((a, bed.a4, bed.a6), (b, bed.b4, bed.b6)):
+            # keep the static IPv6 address across a link down/up (outage tests)
+            r = _in_ns(ns, "sysctl", "-qw", "net.ipv6.conf.eth0.keep_addr_on_down=1")
+            if r.returncode != 0:
+                raise BedError(f"{ns}: keep_addr_on_down: {r.stderr.strip()}")
+            _ip("-n", ns, "addr", "add", f"{v4}/24", "dev", "eth0")
+            _ip("-n", ns, "addr", "add", f"{v6}/64", "dev", "eth0", "nodad")
+            _ip("-n", ns, "link", "set", "eth0", "up")
+        for ns, peer_mac, addrs in ((a, bed.b_mac, (bed.b4, bed.b6)), (b, bed.a_mac, (bed.a4, bed.a6))):
+            for addr in addrs:
+                _ip("-n", ns, "neigh", "replace", addr, "lladdr", peer_mac, "dev", "eth0", "nud", "permanent")
+        for mac, port in ((bed.b_mac, "pB"), (bed.a_mac, "pA")):
+            _ip("-n", sw, "link", "set", port, "type", "bridge_slave", "learning", "off")
+            r = subprocess.run(
+                ["bridge", "-n", sw, "fdb", "replace", mac, "dev", port, "master", "static"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if r.returncode != 0:
+                raise BedError(f"bridge fdb {mac} {port}: {r.stderr.strip()}")
+        if rx_cpu is not None:
+            _set_rps(sw, "pA", rx_cpu)
+        for dst in (bed.b4, bed.b6):
+            deadline = time.monotonic() + REACH_TIMEOUT_S
+            while _in_ns(a, "ping", "-n", "-c", "1", "-W", "1", dst).returncode != 0:
+                if time.monotonic() > deadline:
+                    raise BedError(f"{a} cannot reach {dst} through the bridge")
+                time.sleep(POLL_S)  # IPv6 needs the link to come up first: poll until the reply
+        yield bed
+    finally:
+        for ns in reversed(created):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
