@@ -19,6 +19,7 @@ from migrate.testbed import netns_exec
 log = logging.getLogger(__name__)
 
 POLL_S = 0.01
+PDEATHSIG_PREFIX = ("setpriv", "--pdeathsig", "KILL", "--")
 RUN_ENV = "VRMIG_RUN_PREFIX"  # every child carries its run's prefix (for leak *detection* in tests only)
 
 
@@ -39,7 +40,10 @@ class Proc:
         stdout_name: str | None = None,
     ) -> None:
         self.what = what
-        self.argv = netns_exec(netns, argv) if netns else list(argv)
+        inner = netns_exec(netns, argv) if netns else list(argv)
+        # PDEATHSIG: if the orchestrator is SIGKILLed between fork and registering the PID, the
+        # child dies with it instead of escaping the registry (setpriv execs in place: same PID)
+        self.argv = [*PDEATHSIG_PREFIX, *inner]
         self.registry = registry
         self.stdout_path = out_dir / (stdout_name or f"{what}.stdout")
         self.stderr_path = out_dir / f"{what}.stderr"

@@ -46,10 +46,34 @@ def test_sigkill_leaves_detectable_leftovers_that_clean_testbed_removes(tmp_path
     prefix = json.loads((run_dir / "meta.json").read_text())["testbed"]["prefix"]
     before = chaos.run_leaks(prefix, grace_s=0)
     assert any(x.startswith(f"{prefix}-") for x in before), before  # namespaces survive a SIGKILL
-    assert any(x.startswith("pid ") for x in before), before  # and so do its processes (own sessions)
+    # processes do not: every child was started with PDEATHSIG=KILL (setpriv), so none escapes,
+    # not even one forked before its PID reached the state file
+    deadline = time.monotonic() + 5
+    while chaos.run_processes(prefix) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert chaos.run_processes(prefix) == {}, chaos.run_processes(prefix)
     subprocess.run([sys.executable, "-m", "migrate", "clean-testbed"], check=True, capture_output=True)
     assert chaos.run_leaks(prefix) == []
     assert json.loads((run_dir / "meta.json").read_text())["status"] == "interrupted"
+
+
+def test_process_detector_sees_a_tagged_process():
+    """The leak detector is able to fail: a process carrying a run's tag is found."""
+    require_root_and()
+    tag = "vmfeed01"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"], env={**os.environ, "VRMIG_RUN_PREFIX": tag}
+    )
+    try:
+        deadline = time.monotonic() + 5
+        while proc.pid not in chaos.run_processes(tag) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.pid in chaos.run_processes(tag)
+        assert chaos.run_leaks(tag, grace_s=0) != []
+    finally:
+        proc.kill()
+        proc.wait()
+    assert chaos.run_leaks(tag) == []
 
 
 def test_short_chaos_run_has_no_leaks_and_no_lost_results(tmp_path):
