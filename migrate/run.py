@@ -213,6 +213,14 @@ def _execute(
             outcome = driver.migrate()
             meta["hypervisor"]["final"] = outcome.hypervisor
             meta["status"] = "completed"
+            meta["after_migration"] = observe_forwarding(tb, "R2", recorder)
+            if not meta["after_migration"]["forwarding"]:
+                meta["status"] = "failed"
+                meta["failure"] = (
+                    f"the hypervisor reported the migration complete, but the router did not forward "
+                    f"from R2 within {AFTER_MIGRATION_OBSERVE_S:.0f} s (R2 tapR rx did not grow)"
+                )
+                log.error("%s", meta["failure"])
         except MigrationError as err:
             meta["status"], meta["failure"] = "failed", str(err)
             log.error("migration failed: %s", err)
@@ -259,6 +267,30 @@ def fault_actions(tb: Testbed, instruments: Instruments) -> dict[str, Any]:
         "link-cap": link_cap(r1),
         "gen-dies": kill_pid(lambda: gen.pid if gen and gen.alive() else None),
     }
+
+
+AFTER_MIGRATION_OBSERVE_S = 10.0
+FORWARDING_MIN_PACKETS = 10
+
+
+def observe_forwarding(tb: Testbed, host: str, recorder: Recorder) -> dict[str, Any]:
+    """Does the router forward from ``host`` now?  Observed on that host's right-hand tap: frames
+    the router sends toward segment R (cross-traffic to B, or at RATE=0 the probes to D).  A
+    hypervisor can report 'completed' for a guest that crashed on arrival; this catches it."""
+    out: dict[str, Any] = {"host": host, "forwarding": False}
+    try:
+        before = rx_packets(tb.ns(host), "tapR")
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < AFTER_MIGRATION_OBSERVE_S:
+            delta = rx_packets(tb.ns(host), "tapR") - before
+            if delta >= FORWARDING_MIN_PACKETS:
+                out.update(forwarding=True, packets=delta, seen_after_s=round(time.monotonic() - t0, 3))
+                recorder.action("forwarding-observed", host=host, packets=delta)
+                break
+            time.sleep(0.02)
+    except (OSError, IndexError) as err:
+        out["error"] = str(err)
+    return out
 
 
 def observe_recovery(driver: Driver, instruments: Instruments, tb: Testbed) -> dict[str, Any]:
