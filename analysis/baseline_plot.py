@@ -22,9 +22,17 @@ from analysis.baseline import describe, jain_index
 DPI = 110
 
 
+HV_NAMES = {"none": "none (Linux)", "criu": "criu (container)"}  # set-ups without a NIC model
+
+
+def hv_name(hv: str, nic: str) -> str:
+    """'none (Linux)', 'criu (container)' or 'kvm/virtio'."""
+    return HV_NAMES.get(hv, f"{hv}/{nic}")
+
+
 def label(c: dict[str, Any]) -> str:
     """Short name of a router set-up: 'none', 'kvm/virtio', '... x4', '... +cpu'."""
-    s = "none (Linux)" if c["hv"] == "none" else f"{c['hv']}/{c['nic']}"
+    s = hv_name(c["hv"], c["nic"])
     if c["routers"] > 1:
         s += f" ×{c['routers']}"
     if c["load"] != "none":
@@ -156,7 +164,7 @@ def plot_routers(path: Path, routers: list[dict[str, Any]], meta: dict[str, Any]
         ax.set_xticks(range(len(counts)), ticks)
         ax.set_ylim(bottom=0)  # a wide CI (few repetitions) must not suggest negative rates
         ax.set_ylabel("forwarded per router [Mbit/s]")
-        name = "none (Linux)" if hv == "none" else f"{hv}/{nic}"
+        name = hv_name(hv, nic)
         ax.set_title(f"{name}, load={load}, {size} B, IPv{ip}", fontsize="medium")
     fig.suptitle(_title(meta), fontsize="small")
     return _save(fig, path)

@@ -13,7 +13,9 @@ Definitions (rates count Ethernet-frame bits incl. FCS, as vrgen/vrsink and the 
   ``cpu_host`` = busy time of all CPUs (user+nice+system+irq+softirq+steal) — on a shared machine
   it includes everybody's work; ``cpu_softirq`` = the host's softirq time (forwarding between
   namespaces runs in softirq context of whichever CPU sends, so it cannot be attributed to the
-  router's namespace); ``cpu_hv`` = the QEMU processes (HV=kvm only); ``cpu_gen`` = the
+  router's namespace); ``cpu_hv`` = the QEMU processes (HV=kvm only); ``cpu_router_daemons`` =
+  the router's own processes where they are host processes: HV=none's daemons, HV=criu's whole
+  container (init, daemons, helpers); ``cpu_gen`` = the
   generators' own user+system time per second of sending (HV=none: the sender's softirq often
   forwards the packet through the whole namespace chain inside vrgen's system time).
 """
@@ -35,6 +37,9 @@ GEN_SHORTFALL = 0.05  # a paced point whose offered rate is > 5 % below the requ
 BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq", "steal")
 LOAD_FRAME_BYTES = 64
 NEIGHBOUR_PREFIX = "nb-"  # CPU snapshot names of the LOAD neighbour's processes (QEMU, daemons, busy loop)
+#: set-ups whose router runs as host processes (HV=none: router<k>-daemon<i>; HV=criu: every
+#: process of the container, router<k>-ct<pid>)
+PROCESS_ROUTER_HVS = ("none", "criu")
 
 ROW_COLUMNS = (
     "hv", "nic", "ip", "frame_bytes", "routers", "load", "rate_bps", "phase", "rep",
@@ -166,10 +171,10 @@ def analyse_point(point_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]
         owd_median_ms=fl[0]["owd_median_ms"],
         cpu_host=cpu["host"],
         cpu_softirq=cpu["softirq"],
-        cpu_hv=_sum([v for n, v in procs.items() if n.startswith("qemu")]) if key["hv"] != "none" else None,
+        cpu_hv=_sum([v for n, v in procs.items() if n.startswith("qemu")]) if key["hv"] == "kvm" else None,
         cpu_router_daemons=(
-            _sum([v for n, v in procs.items() if n.startswith("router") and "-daemon" in n])
-            if key["hv"] == "none"
+            _sum([v for n, v in procs.items() if n.startswith("router") and ("-daemon" in n or "-ct" in n)])
+            if key["hv"] in PROCESS_ROUTER_HVS
             else None
         ),
         cpu_neighbour=_sum([v for n, v in procs.items() if n.startswith(NEIGHBOUR_PREFIX)]),

@@ -44,6 +44,15 @@ NOTES = {
     "rtt": "irtt C -> D through router 0, probes sent while the generators ran",
     "ndr": "RFC 2544-style binary search per (configuration, IP, size, repetition), loss <= 0.1 %",
     "load_cpu_kvm": "LOAD=cpu with HV=kvm: the busy loop is a host process in R1 (the guest has no agent to run one)",
+    "load_cpu_criu": (
+        "LOAD=cpu with HV=criu: the busy loop runs inside the neighbour container's mount/uts/ipc/net namespaces "
+        "(nsenter, no pid namespace so that its PID is the spinning process)"
+    ),
+    "cpu_criu": (
+        "HV=criu: cpu_router_daemons = every process of the container (init, daemons, helpers, found below its "
+        "init at each snapshot); forwarding runs in the shared kernel's softirq, as for HV=none; cpu_hv is empty "
+        "(no hypervisor process)"
+    ),
 }
 
 
@@ -72,9 +81,28 @@ def _check_e1000(manifest: dict[str, Any], profile: str) -> None:
     )
 
 
+def _criu_facts(spec: BaselineSpec, rootfs: Path | None) -> dict[str, Any]:
+    """HV=criu: the container is built from the image's rootfs with its own busybox (no CRIU
+    needed: nothing is checkpointed); LOAD=cpu enters the neighbour container with nsenter."""
+    from routers.container import BUSYBOX, NAMESPACES
+
+    if rootfs is None or not (rootfs / BUSYBOX).exists():
+        raise DependencyError(f"HV=criu needs the {spec.router} image's rootfs/ with {BUSYBOX}: run `make setup`")
+    if "cpu" in spec.loads and shutil.which("nsenter") is None:
+        raise DependencyError("HV=criu with LOAD=cpu needs nsenter (util-linux): run `make setup`")
+    return {
+        "container": {
+            "rootfs_source": str(rootfs),
+            "namespaces": [n.lstrip("-") for n in NAMESPACES],
+            "how": "routers.container.container_argv (unshare, own busybox, pivot_root) started by "
+            "migrate.container.Container; one rootfs copy per router; never checkpointed in a baseline",
+        }
+    }
+
+
 def preflight(spec: BaselineSpec) -> dict[str, Any]:
     """Side-effect-free checks: root, tools, the router image (and its rootfs), QEMU and the
-    accelerator, e1000 support.  Returns facts for meta.json."""
+    accelerator, e1000 support, the container's rootfs.  Returns facts for meta.json."""
     import os
 
     from migrate.traffic import VRGEN, VRSINK
@@ -102,6 +130,8 @@ def preflight(spec: BaselineSpec) -> dict[str, Any]:
         },
         "accel": None,
     }
+    if "criu" in spec.hvs:
+        facts.update(_criu_facts(spec, image.rootfs))
     if "kvm" in spec.hvs:
         facts.update(_kvm_facts(spec))
         if "e1000" in spec.nics:
@@ -181,6 +211,11 @@ def _initial_meta(spec: BaselineSpec, facts: dict[str, Any], gen: dict[str, Any]
             "the router image's rootfs chrooted (unshare --mount, private proc/sys/tmpfs) inside network namespace "
             "RT<k>: the image's own vrmig-router script starts the same zebra+staticd (FRR) or bird binaries and "
             "libraries as the VM; IPv4/IPv6 forwarding on in that namespace (routers.guest.namespace_argv)"
+        ),
+        "hv_criu_router": (
+            "the router container of HV=criu's migrations (routers.container, migrate.container): its own copy of "
+            "the image's rootfs, mount/pid/uts/ipc/net namespaces, pivot_root, the same vrmig-router as PID 1's "
+            "child; eth0/eth1 are veths whose host ends tapL<k>/tapR<k> hang off R1's bridges; not migrated"
         ),
         "address_plan": plan_doc,
         "generator_capability": gen,

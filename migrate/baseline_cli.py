@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from migrate.baseline_spec import DEFAULTS, BaselineSpec, spec_from_strings
+from migrate.baseline_spec import DEFAULTS, NONE_NIC, BaselineSpec, spec_from_strings
 from migrate.errors import ConfigError
 from migrate.units import parse_rate_bps
 
@@ -53,7 +53,7 @@ def _flag(text: str) -> bool:
 def add_parser(sub: Any) -> None:
     """The ``baseline`` subcommand."""
     b = sub.add_parser("baseline", help="forwarding baseline without migration (make baseline)")
-    b.add_argument("--hv", help=f"none,kvm (HV; default {DEFAULTS['hv']})")
+    b.add_argument("--hv", help=f"none,kvm,criu (HV; default {DEFAULTS['hv']})")
     b.add_argument("--nic", help="virtio,e1000 (NIC; HV=kvm only)")
     b.add_argument("--ip", help="4|6|both (IP)")
     b.add_argument("--sizes", help=f"Ethernet frame bytes, e.g. 64,500,1000,1500 (SIZES; default {DEFAULTS['sizes']})")
@@ -134,7 +134,7 @@ def _print_summary(run_dir: Path) -> None:
         mf = c["max_forwarded"]["forwarded_bps"] if c.get("max_forwarded") else None
         ndr = c["ndr"]["ndr_bps"] if c.get("ndr") else None
         lf = c.get("sweep_loss_free_bps")
-        name = c["hv"] if c["hv"] == "none" else f"{c['hv']}/{c['nic']}"
+        name = c["hv"] if c["nic"] == NONE_NIC else f"{c['hv']}/{c['nic']}"
         print(
             f"  {name:12} {c['ip']:>2} {c['frame_bytes']:>5} {c['routers']:>4} {c['load']:9} {_mbit(mf):>14} "
             f"{'-' if lf is None else f'{lf / 1e6:.1f}':>16} {_mbit(ndr):>14}"

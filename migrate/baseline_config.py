@@ -15,7 +15,7 @@ from migrate import topology as topo
 from migrate.baseline_bed import BaselineBed, ping_until
 from migrate.baseline_plan import Slot, check_slot0_matches_testbed, slot
 from migrate.baseline_point import PointContext, run_point
-from migrate.baseline_routers import BusyLoop, NsRouter, VmRouter
+from migrate.baseline_routers import BusyLoop, CtRouter, NsRouter, VmRouter
 from migrate.baseline_spec import LOAD_FRAME_BYTES, BaselineSpec, Config, PointKey
 from migrate.errors import GuestError, Interrupted
 from migrate.procs import Proc
@@ -25,7 +25,7 @@ from migrate.traffic import IRTT_PORT, READY_TIMEOUT_S, TRAFFIC_PORT, VRGEN, VRS
 
 log = logging.getLogger(__name__)
 
-Router = NsRouter | VmRouter
+Router = NsRouter | VmRouter | CtRouter
 
 
 class _Pending(Exception):
@@ -50,12 +50,27 @@ class ConfigRun:
         self.procs: list[Proc] = []
         self.done = 0
         self.dry = False
+        self._ct_dir: Path | None = None
 
     # -------------------------------------------------------------- set-up
+    def _ct_work(self) -> Path:
+        """HV=criu: the directory of this configuration's rootfs copies (a tmpfs if there is one,
+        as for the CRIU driver), registered before it is created."""
+        if self._ct_dir is None:
+            from migrate.drivers.criu import work_root
+
+            path = work_root(self.registry.dir.parent) / f"vrmig-{self.registry.prefix}-ct"
+            self.registry.add_path(path)
+            path.mkdir(mode=0o700)
+            self._ct_dir = path
+        return self._ct_dir
+
     def _make_router(self, bed: BaselineBed, s: Slot) -> Router:
         if self.config.hv == "none":
             ns = bed.add_router_netns(s)
             return NsRouter(s, ns, self.spec.router, self.registry, self.out)
+        if self.config.hv == "criu":
+            return CtRouter(s, bed.tb.ns("R1"), self.spec.router, self.registry, self.out, self._ct_work())
         return VmRouter(
             s, bed.add_router_taps(s), r1_ns=bed.tb.ns("R1"), prefix=self.registry.prefix, profile=self.spec.router,
             nic=self.config.nic, accel=self.facts["accel"], mem_mib=self.spec.mem_mib, registry=self.registry,
@@ -72,6 +87,8 @@ class ConfigRun:
                     self.abort.armed = True
                 if self.abort():
                     raise Interrupted("interrupted while starting the routers")
+            elif isinstance(r, CtRouter):
+                r.start(self.spec.boot_timeout_s, abort=self.abort)
             else:
                 r.start()
         for r in routers:
@@ -111,6 +128,16 @@ class ConfigRun:
                                 str(self.spec.load_rate_bps), "--frame", str(LOAD_FRAME_BYTES), "--duration", "0"],
                    s.source_role, stdout_name="load-gen.json")  # fmt: skip
 
+    def _busy_loop(self) -> BusyLoop:
+        """LOAD=cpu: HV=none spins in the neighbour's namespace, HV=criu inside the neighbour
+        container, HV=kvm in R1 (the guest has no agent to run one)."""
+        assert self.nb_slot is not None
+        nb = self.neighbour[0]
+        if isinstance(nb, CtRouter):
+            return BusyLoop(None, self.registry, self.out, enter_pid=nb.pid)
+        role = "R1" if self.config.hv == "kvm" else self.nb_slot.router_role
+        return BusyLoop(f"{self.registry.prefix}-{role}", self.registry, self.out)
+
     def cpu_pids(self) -> dict[str, int]:
         """Processes whose CPU time each point records: routers, and the neighbour with 'nb-'."""
         pids: dict[str, int] = {}
@@ -145,8 +172,7 @@ class ConfigRun:
         self._start_servers()
         self._prime(self.slots + ([self.nb_slot] if self.nb_slot and self.config.load == "smallpkts" else []))
         if self.config.load == "cpu":
-            busy_ns = self.registry.prefix + ("-R1" if self.config.hv == "kvm" else f"-{self.nb_slot.router_role}")
-            busy = BusyLoop(busy_ns, self.registry, self.out)
+            busy = self._busy_loop()
             busy.start()
             self.neighbour.append(busy)
         if self.config.load == "smallpkts":

@@ -6,8 +6,13 @@
   staticd binaries and libraries as in the VM, forwarding done by the host kernel.
 * HV=kvm (:class:`VmRouter`): the router VM, booted by QEMU in R1 (``qemu_argv`` of the KVM
   driver) with taps on R1's bridges; ready when the guest prints ``VRMIG-READY``.
+* HV=criu (:class:`CtRouter`): the router container of the CRIU driver (``routers.container``:
+  its own copy of the profile's rootfs, mount/pid/uts/ipc/net namespaces, pivot_root;
+  ``migrate.container.Container`` starts, wires and stops it), never checkpointed here; its
+  eth0/eth1 are veths whose host ends (``tapL``/``tapR`` for router 0, ``tapL<k>``/``tapR<k>``
+  else) hang off R1's bridges; ready when its console says ``VRMIG-READY``.
 
-Both expose the PIDs whose CPU time is charged to the router."""
+All expose the PIDs whose CPU time is charged to the router."""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -179,13 +185,93 @@ class VmRouter:
         }
 
 
+class CtRouter:
+    """HV=criu: one router container in R1 (the CRIU driver's container, not migrated)."""
+
+    def __init__(self, slot: Slot, r1_ns: str, profile: str, registry: Registry, out_dir: Path, work: Path) -> None:
+        from migrate.container import Container, PortWiring
+
+        self.slot, self.r1, self.profile, self.reg, self.out = slot, r1_ns, profile, registry, out_dir
+        self.rootfs = work / f"rootfs-rt{slot.k}"
+        ports = [PortWiring(f"eth{i}", slot.tap(side), f"br{side}", slot.mac(side)) for i, side in enumerate("LR")]
+        self.ct = Container(f"rt{slot.k}", r1_ns, registry, out_dir, ports=ports)
+        self.ready_line = ""
+        self.boot_s: float | None = None
+
+    def start(self, timeout_s: float, abort=None) -> None:
+        """Stage the rootfs copy, replace R1's taps of this slot by the container's veth peers,
+        start the container and wait until the router reports both connected routes."""
+        from migrate.container import delete_links
+        from routers.container import container_argv, stage_rootfs
+        from routers.guest import READY_MARKER
+
+        stage_rootfs(self.profile, self.rootfs)
+        delete_links(self.r1, [w.outer for w in self.ct.ports])  # slot 0: the testbed's taps
+        argv = container_argv(self.rootfs, self.profile, self.slot.router_cidrs("L"), self.slot.router_cidrs("R"))
+        t0 = time.time()
+        try:
+            t_ready = self.ct.start(argv, timeout_s, abort)
+        except (GuestError, ProcessError) as err:
+            self.ct.save_console()
+            raise GuestError(f"router container {self.slot.k} not ready: {err}") from err
+        self.boot_s = t_ready - t0
+        text = self.ct.read_console()
+        self.ready_line = next((ln.strip() for ln in text.splitlines() if ln.startswith(READY_MARKER)), "")
+
+    @property
+    def pid(self) -> int | None:
+        """The container's init (PID 1 of its pid namespace), as the host sees it."""
+        return self.ct.pid
+
+    def pids(self) -> dict[str, int]:
+        """Every process of the container (init, the router daemons, helpers), looked up at each
+        snapshot; as with HV=none, the forwarding itself runs in the host kernel's softirq."""
+        from migrate.container import process_tree
+
+        if self.ct.pid is None or not self.ct.alive():
+            return {}
+        return {f"router{self.slot.k}-ct{pid}": pid for pid in process_tree(self.ct.pid)}
+
+    def alive(self) -> bool:
+        """The container's init still runs."""
+        return self.ct.alive()
+
+    def stop(self) -> None:
+        """Keep its console, then SIGTERM its init (the pid namespace ends with it), by PID."""
+        if self.ct.pid is not None:
+            self.ct.save_console()
+        self.ct.stop()
+
+    def describe(self) -> dict[str, Any]:
+        """How this router runs (meta.json)."""
+        from routers.container import NAMESPACES
+
+        return {
+            "kind": "container",
+            "namespaces": [n.lstrip("-") for n in NAMESPACES],
+            "init_pid": self.ct.pid,
+            "init_starttime": self.ct.starttime,
+            "rootfs": str(self.rootfs),
+            "ports": [asdict(w) for w in self.ct.ports],
+            "ready": self.ready_line,
+            "boot_s": self.boot_s,
+            "console": f"console-{self.ct.host}.log",
+        }
+
+
 class BusyLoop:
-    """LOAD=cpu: one process spinning on a CPU (paper 001's ``stress --cpu 1``), by PID."""
+    """LOAD=cpu: one process spinning on a CPU (paper 001's ``stress --cpu 1``), by PID: in
+    network namespace ``ns``, or (``enter_pid``) inside the mount/uts/ipc/network namespaces of
+    that process (a neighbour container) via ``nsenter``, which then execs in place (no pid
+    namespace entered, so no fork: the recorded PID is the spinning process)."""
 
     ARGV = ("sh", "-c", "while :; do :; done")
 
-    def __init__(self, ns: str, registry: Registry, out_dir: Path) -> None:
-        self.proc = Proc("busyloop", list(self.ARGV), registry, out_dir, netns=ns)
+    def __init__(self, ns: str | None, registry: Registry, out_dir: Path, enter_pid: int | None = None) -> None:
+        argv = list(self.ARGV)
+        if enter_pid is not None:
+            argv = ["nsenter", f"--target={enter_pid}", "--mount", "--uts", "--ipc", "--net", "--", *argv]
+        self.proc = Proc("busyloop", argv, registry, out_dir, netns=ns)
 
     def start(self) -> None:
         """Start spinning."""

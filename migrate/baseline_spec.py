@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from migrate.errors import ConfigError
 from migrate.units import format_rate, parse_rate_bps
 
-HVS = ("none", "kvm")
+HVS = ("none", "kvm", "criu")
 NICS = ("virtio", "e1000")
 LOADS = ("none", "idle", "cpu", "smallpkts")
 SEARCHES = ("none", "ndr")
@@ -23,7 +23,8 @@ MIN_IPV6_FRAME_BYTES = 82  # 14 Eth + 40 IPv6 + 8 UDP + 16 B vrgen header + 4 FC
 MAX_RATE_BPS = 10 * 10**9
 UNPACED = 0  # RATES=max: the generator sends as fast as it can (paper 001's pktgen with 0 delay)
 LOAD_FRAME_BYTES = 64  # LOAD=smallpkts: the neighbour forwards 64 B frames (paper 001, Sec. 3.4)
-NONE_NIC = "veth"  # HV=none: the router's interfaces are veths (no NIC model)
+NONE_NIC = "veth"  # HV=none and HV=criu: the router's interfaces are veths (no NIC model)
+NIC_LESS_HVS = ("none", "criu")  # one configuration each, whatever NIC lists
 
 DEFAULTS: dict[str, str] = {
     "hv": "none,kvm",
@@ -101,10 +102,10 @@ class BaselineSpec:
         validate(self)
 
     def configs(self) -> list[Config]:
-        """Router set-ups in run order (HV=none has one NIC-less configuration)."""
+        """Router set-ups in run order (HV=none and HV=criu have one NIC-less configuration)."""
         out = []
         for hv in self.hvs:
-            for nic in (NONE_NIC,) if hv == "none" else self.nics:
+            for nic in (NONE_NIC,) if hv in NIC_LESS_HVS else self.nics:
                 for n in self.routers:
                     for load in self.loads:
                         out.append(Config(hv, nic, n, load))

@@ -14,7 +14,8 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from pyroute2 import IPRoute
@@ -70,6 +71,22 @@ def set_bridged(ns: str, attached: bool) -> None:
             ipr.link("set", index=idx[0], master=master)
 
 
+@dataclass(frozen=True)
+class PortWiring:
+    """One router port: the container's interface, its host-side veth peer, the host bridge the
+    peer hangs off, and the port's fixed MAC."""
+
+    inner: str
+    outer: str
+    bridge: str
+    mac: str
+
+
+def default_wiring() -> list[PortWiring]:
+    """The migrate testbed's router ports: eth0/eth1 <-> tapL/tapR on brL/brR."""
+    return [PortWiring(p.guest_ifname, host_ifname(p), bridge(p), p.mac) for p in topo.ROUTER_PORTS]
+
+
 def children(pid: int) -> list[int]:
     """Direct children of ``pid`` (from /proc; empty if it is gone)."""
     try:
@@ -79,11 +96,35 @@ def children(pid: int) -> list[int]:
     return [int(x) for x in text.split()]
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants (from /proc; processes that exit meanwhile are skipped)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = list(Path(f"/proc/{p}/task").iterdir())
+        except OSError:
+            continue
+        out.append(p)
+        for task in tasks:
+            with contextlib.suppress(OSError):
+                todo.extend(int(x) for x in (task / "children").read_text().split())
+    return out
+
+
 class Container:
     """One router container, either started here (``start``) or restored by CRIU (``adopt``)."""
 
-    def __init__(self, host: str, host_ns: str, registry: Registry, run_dir: Path) -> None:
+    def __init__(
+        self,
+        host: str,
+        host_ns: str,
+        registry: Registry,
+        run_dir: Path,
+        ports: Sequence[PortWiring] | None = None,
+    ) -> None:
         self.host, self.host_ns, self.registry, self.run_dir = host, host_ns, registry, run_dir
+        self.ports = list(ports) if ports is not None else default_wiring()
         self.launcher: Proc | None = None
         self.pid: int | None = None
         self.starttime: int | None = None
@@ -118,19 +159,19 @@ class Container:
         self.registry.add_process(pid, f"container-{self.host} init")
 
     def _wire(self) -> None:
-        """veth pairs: container eth0/eth1 (fixed MACs) <-> host tapL/tapR enslaved to brL/brR."""
+        """veth pairs: container eth0/eth1 (fixed MACs) <-> host tapL/tapR (or the given names)
+        enslaved to brL/brR."""
         assert self.pid is not None
         with IPRoute(netns=self.host_ns) as ipr:
-            for port in topo.ROUTER_PORTS:
-                outer = host_ifname(port)
+            for w in self.ports:
                 ipr.link(
                     "add",
-                    ifname=outer,
+                    ifname=w.outer,
                     kind="veth",
-                    peer={"ifname": port.guest_ifname, "address": port.mac, "net_ns_pid": self.pid},
+                    peer={"ifname": w.inner, "address": w.mac, "net_ns_pid": self.pid},
                 )
-                idx = ipr.link_lookup(ifname=outer)[0]
-                ipr.link("set", index=idx, master=ipr.link_lookup(ifname=bridge(port))[0], state="up")
+                idx = ipr.link_lookup(ifname=w.outer)[0]
+                ipr.link("set", index=idx, master=ipr.link_lookup(ifname=w.bridge)[0], state="up")
 
     def alive(self) -> bool:
         """The container's init still runs (same PID and start time)."""

@@ -55,3 +55,51 @@ def test_tiny_baseline_matrix(tmp_path):
     )
     assert not left, left
     assert not [p for p in prefixes if (Path("/run/vrmig") / p).exists()]
+
+
+def test_tiny_baseline_with_the_router_container(tmp_path):
+    """HV=none,criu: the containerised router (own rootfs, namespaces, pivot_root) forwards 1500 B
+    at 10 Mbit/s without loss, its processes' CPU is measured, and nothing of it is left."""
+    require_root_and("irtt", "unshare", "chroot", "crosstraffic/bin/vrgen")
+    from migrate.registry import pid_alive
+    from routers.errors import RouterError
+    from routers.guest import guest_image
+
+    try:
+        if guest_image("frr").rootfs is None:
+            pytest.skip("the frr image has no rootfs/: run `make setup`")
+    except RouterError as err:
+        pytest.skip(str(err))
+    argv = [sys.executable, "-m", "migrate", "baseline", "--hv", "none,criu", "--sizes", "1500", "--rates", "10M,50M",
+            "--reps", "2", "--duration", "1", "--results", str(tmp_path)]  # fmt: skip
+    res = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    run_dir = Path(res.stdout.strip().splitlines()[-1])
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["status"] == "completed" and meta["accel"] is None
+    assert meta["hypervisor"]["container"]["namespaces"] == ["mount", "uts", "ipc", "net", "pid"]
+    ct = meta["configs"]["criu-veth-r1-none"]["routers"][0]
+    assert ct["kind"] == "container" and ct["ready"].startswith("VRMIG-READY router=frr")
+    assert (run_dir / "configs" / "criu-veth-r1-none" / "console-rt0.log").read_text().startswith("VRMIG-CT-BOOT")
+    rows = list(csv.DictReader((run_dir / "baseline.csv").open()))
+    assert len(rows) == 2 * 2 * 2  # hv x rates x reps
+    criu = [r for r in rows if r["hv"] == "criu"]
+    assert len(criu) == 4 and all(r["status"] == "ok" and r["nic"] == "veth" for r in criu)
+    for r in (r for r in criu if r["rate_bps"] == "10000000"):
+        assert float(r["loss_ratio"]) == 0.0, r
+        assert float(r["forwarded_bps"]) == pytest.approx(10e6, rel=0.02)
+        assert float(r["rtt_median_ms"]) > 0
+    # the container's processes were sampled (a CPU figure exists, possibly 0 ticks), no hypervisor
+    assert all(r["cpu_router_daemons"] != "" and r["cpu_hv"] == "" for r in criu)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    crit = [c for c in summary["configs"] if c["hv"] == "criu" and c["efficiency"]]
+    assert crit and all(c["efficiency"]["max_forwarded"] > 0 for c in crit)
+    # nothing of this run is left: namespaces, state, rootfs copies, container processes
+    prefixes = [c["prefix"] for c in meta["configs"].values()]
+    left = (
+        [n for n in os.listdir("/run/netns") if n.split("-", 1)[0] in prefixes] if os.path.isdir("/run/netns") else []
+    )
+    assert not left, left
+    assert not [p for p in prefixes if (Path("/run/vrmig") / p).exists()]
+    assert not Path(ct["rootfs"]).exists()
+    assert not pid_alive(ct["init_pid"], ct["init_starttime"])

@@ -31,10 +31,26 @@ def test_defaults_and_lists():
         assert len(names) == len(set(names)) == 2 * 2 * 2 * 3  # reps x ips x sizes x rates
 
 
+def test_criu_is_one_nic_less_configuration_per_router_count_and_load():
+    s = spec_from_strings(
+        {"hv": "none,kvm,criu", "nic": "virtio,e1000", "routers": "1,8", "load": "none,idle,cpu,smallpkts"}
+    )
+    names = [c.name for c in s.configs()]
+    criu = [n for n in names if n.startswith("criu-")]
+    # NIC lists only the VM's models: a container's ports are veths, as HV=none's
+    assert criu == [f"criu-veth-r{n}-{load}" for n in (1, 8) for load in ("none", "idle", "cpu", "smallpkts")]
+    assert len(names) == (1 + 2 + 1) * 2 * 4
+    # the router software is the spec's: FRR is allowed (nothing is checkpointed in a baseline)
+    assert spec_from_strings({"hv": "criu"}).router == "frr"
+    assert spec_from_strings({"hv": "criu"}, router="bird").router == "bird"
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"hv": "xen"}, "HV: 'xen' is unknown"),
+        ({"hv": "xen"}, "HV: 'xen' is unknown: choose from none, kvm, criu"),
+        ({"hv": "criu,criu"}, "more than once"),
+        ({"hv": "openvz"}, "HV: 'openvz' is unknown"),
         ({"sizes": ""}, "SIZES is empty"),
         ({"sizes": "64,,1500"}, "empty item"),
         ({"sizes": "1500,1500"}, "more than once"),
@@ -151,3 +167,51 @@ def test_a_generator_limited_pass_proves_only_the_offered_rate():
     c = summarise(rows, {"spec": {"search": "ndr"}})["configs"][0]
     assert c["ndr"]["per_rep"][0]["ndr_bps"] == 30_000_000 and c["ndr"]["at_upper_bound"] == 1
     assert c["sweep_loss_free_bps"] == 30_000_000
+
+
+def test_router_containers_get_their_slots_ports_macs_and_own_rootfs(tmp_path):
+    from migrate.baseline_routers import CtRouter
+    from migrate.container import PortWiring, default_wiring
+
+    r0 = CtRouter(slot(0), "vmx-R1", "frr", None, tmp_path, tmp_path / "ct")  # type: ignore[arg-type]
+    assert r0.ct.ports == default_wiring()  # router 0 is exactly the migrate testbed's (tapL/tapR)
+    r3 = CtRouter(slot(3), "vmx-R1", "frr", None, tmp_path, tmp_path / "ct")  # type: ignore[arg-type]
+    assert r3.ct.ports == [
+        PortWiring("eth0", "tapL3", "brL", "52:54:00:c6:15:01"),
+        PortWiring("eth1", "tapR3", "brR", "52:54:00:c6:15:02"),
+    ]
+    assert r3.rootfs == tmp_path / "ct" / "rootfs-rt3" and r3.rootfs != r0.rootfs
+    assert r3.pids() == {} and not r3.alive()  # not started: nothing to sample
+
+
+def test_busy_loop_enters_the_neighbour_container_without_a_pid_namespace(tmp_path):
+    from migrate.baseline_routers import BusyLoop
+
+    argv = BusyLoop(None, None, tmp_path, enter_pid=4242).proc.argv  # type: ignore[arg-type]
+    i = argv.index("nsenter")
+    assert argv[i + 1 : i + 6] == ["--target=4242", "--mount", "--uts", "--ipc", "--net"]
+    assert "--pid" not in argv and argv[-3:] == ["sh", "-c", "while :; do :; done"]
+
+
+def test_process_tree_lists_a_process_and_its_descendants():
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from migrate.container import process_tree
+
+    child = subprocess.Popen(["sh", "-c", "sleep 30 & wait"])
+    try:
+        for _ in range(500):  # until the shell has forked its sleep (observed)
+            tree = process_tree(child.pid)
+            if len(tree) >= 2:
+                break
+            time.sleep(0.01)
+        assert tree[0] == child.pid and len(tree) == 2
+        assert process_tree(os.getpid())[:1] == [os.getpid()] and child.pid in process_tree(os.getpid())
+    finally:
+        for pid in reversed(process_tree(child.pid)):
+            os.kill(pid, signal.SIGTERM)
+        child.wait()
+    assert process_tree(child.pid) == []
