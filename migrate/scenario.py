@@ -8,7 +8,7 @@ from typing import Any
 from migrate.errors import ConfigError
 from migrate.units import format_rate
 
-HVS = ("kvm", "criu")
+HVS = ("kvm", "criu", "openvz")
 DRIVERS = ("qmp", "libvirt")  # HV=kvm: QEMU over QMP (default) or through libvirt
 MODES = ("precopy", "stopcopy")
 ROUTERS = ("frr", "bird", "xorp")

@@ -21,6 +21,7 @@ DRIVERS = {
     ("kvm", "libvirt"): "migrate.drivers.libvirt:LibvirtDriver",
     # DRIVER only varies for kvm; other HVs are registered under the default DRIVER
     ("criu", "qmp"): "migrate.drivers.criu:CriuDriver",
+    ("openvz", "qmp"): "migrate.drivers.openvz:OpenvzDriver",
 }
 
 
