@@ -215,3 +215,17 @@ def test_process_tree_lists_a_process_and_its_descendants():
             os.kill(pid, signal.SIGTERM)
         child.wait()
     assert process_tree(child.pid) == []
+
+
+def test_captured_container_point_charges_the_containers_processes(tmp_path):
+    point = tmp_path / "p"
+    shutil.copytree(FIXTURE.parent / "criu_container_1500B_10M", point)
+    row, routers = analyse_point(point)
+    rec = json.loads((point / "point.json").read_text())
+    names = set(rec["cpu_t0"]["procs"])
+    assert len(names) >= 2 and all(n.startswith("router0-ct") for n in names)  # init + the daemons
+    assert row["status"] == "ok" and row["hv"] == "criu" and row["nic"] == "veth"
+    assert row["loss_ratio"] == 0.0 and row["forwarded_bps"] == pytest.approx(10e6, rel=0.01)
+    assert row["cpu_hv"] is None  # no hypervisor process
+    assert row["cpu_router_daemons"] is not None and row["cpu_router_daemons"] >= 0.0
+    assert routers[0]["cpu_router"] == pytest.approx(row["cpu_router_daemons"])
