@@ -19,12 +19,13 @@ MIGRATE_FLAGS = $(call flag,HV,hv) $(call flag,DRIVER,driver) $(call flag,MODE,m
   $(call flag,MIGLINK,miglink) $(call flag,DOWNTIME_LIMIT,downtime-limit) $(call flag,MIGBW,max-bandwidth) \
   $(call flag,AUTO_CONVERGE,auto-converge) $(call flag,XBZRLE,xbzrle) $(call flag,POSTCOPY,postcopy) \
   $(call flag,MIGRATE_TIMEOUT,migrate-timeout) $(call flag,BOOT_TIMEOUT,boot-timeout) \
+  $(call flag,XEN_GUEST,xen-guest) $(call flag,XEN_MIG_MTU,xen-mig-mtu) \
   $(call flag,FAULT,fault) --results $(RESULTS)
 
 .PHONY: chaos setup apt venv helpers guest migrate test test-unit test-integration lint clean-testbed clean \
         bench-traffic bench-sampler check-helpers
 
-setup: apt venv helpers guest criu
+setup: apt venv helpers guest criu xen
 
 apt:
 	@if [ "$$(id -u)" != 0 ]; then echo "make setup: run as root (installs Debian packages)"; exit 2; fi
@@ -56,6 +57,11 @@ criu: venv
 guest: venv
 	$(PY) -m routers build --profile frr
 	$(PY) -m routers build --profile bird
+
+# HV=xen: the nested Xen host image (Xen 4.17 + dom0 from Debian packages, ~/.cache/vrmig/xen)
+.PHONY: xen
+xen: guest
+	$(PY) -m routers xen --profiles frr bird
 
 migrate:
 	$(PY) -m migrate run $(MIGRATE_FLAGS)

@@ -27,6 +27,7 @@ from analysis.plot import PlotData, Series, plot_run
 from analysis.rtt import rtt_phases
 from analysis.summary import Summary
 from analysis.window import Spans, Window, migration_window, spans
+from analysis.xen import load_xen, xen_figures
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +177,9 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
         rtt = _metric(notes, "rtt", rtt_phases, raw.irtt.send_ns, raw.irtt.rtt_ns, window.start_ns, window.end_ns)
     if lv is not None:
         hv = _metric(notes, "hypervisor", libvirt_figures, lv.jobinfo, lv.events, window)
+    elif scenario.get("hv") == "xen":
+        xlines, xextra = load_xen(run_dir, notes)
+        hv = _metric(notes, "hypervisor", xen_figures, xlines, xextra, window, meta)
     elif scenario.get("hv") == "criu":
         hv = _metric(notes, "hypervisor", criu_figures, load_criu(run_dir, notes), window)
     else:

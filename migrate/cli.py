@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--hv", default="kvm", help="hypervisor driver (HV): kvm")
     r.add_argument("--driver", default="qmp", help="how HV=kvm is driven (DRIVER): qmp|libvirt")
     r.add_argument("--mode", default="precopy", help="precopy|stopcopy (MODE)")
-    r.add_argument("--rate", type=_rate("RATE"), default=parse_rate_bps("100M"), help="cross-traffic bit/s, K/M/G")
+    r.add_argument("--rate", type=_rate("RATE"), default=None, help="cross-traffic bit/s, K/M/G (100M; HV=xen 1M)")
     r.add_argument("--size", type=_int("SIZE"), default=1500, help="Ethernet frame bytes 64-1518")
     r.add_argument("--ip", type=_int("IP"), default=4, help="4|6 for the cross-traffic and probes")
     r.add_argument("--duration", type=_float("DURATION"), default=20.0, help="seconds of traffic (at least)")
@@ -90,8 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--auto-converge", type=_bool, default=False)
     r.add_argument("--xbzrle", type=_bool, default=False)
     r.add_argument("--postcopy", type=_bool, default=False)
-    r.add_argument("--migrate-timeout", type=_float("MIGRATE_TIMEOUT"), default=120.0)
+    r.add_argument("--migrate-timeout", type=_float("MIGRATE_TIMEOUT"), default=None, help="s (120; HV=xen 600)")
     r.add_argument("--boot-timeout", type=_float("BOOT_TIMEOUT"), default=120.0)
+    r.add_argument("--xen-guest", default="pvh", help="HV=xen domU type (XEN_GUEST): pvh (pv is refused)")
+    r.add_argument("--xen-mig-mtu", type=_int("XEN_MIG_MTU"), default=1500, help="HV=xen: migration link MTU")
     r.add_argument("--fault", default=None, help="inject a fault (chaos testing): " + ", ".join(FAULTS))
     r.add_argument("--results", type=Path, default=Path("results"), help="results root directory")
     sub.add_parser("clean-testbed", help="remove what crashed runs left behind (from their state files)")
@@ -104,16 +106,27 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: HV=xen defaults: the nested router forwards little, and 256 MiB take ~40 s at nested-link speed
+XEN_DEFAULT_RATE_BPS = 1_000_000
+XEN_DEFAULT_MIGRATE_TIMEOUT_S = 600.0
+
+
 def scenario_from_args(a: argparse.Namespace) -> Scenario:
     """Build (and validate) the Scenario from parsed flags."""
+    xen = a.hv == "xen"
+    rate = a.rate if a.rate is not None else (XEN_DEFAULT_RATE_BPS if xen else parse_rate_bps("100M"))
+    mig_timeout = (
+        a.migrate_timeout if a.migrate_timeout is not None else (XEN_DEFAULT_MIGRATE_TIMEOUT_S if xen else 120.0)
+    )
     return Scenario(
-        hv=a.hv, mode=a.mode, rate_bps=a.rate, frame_bytes=a.size, ip=a.ip,
+        hv=a.hv, mode=a.mode, rate_bps=rate, frame_bytes=a.size, ip=a.ip,
         duration_s=a.duration, migrate_at_s=a.migrate_at, after_s=a.after,
         sample_ms=a.sample_ms, probe_ms=a.probe_ms, mem_mib=a.mem, router=a.router, nic=a.nic,
         accel=a.accel, gen=a.gen, miglink_bps=a.miglink, downtime_limit_ms=a.downtime_limit,
         max_bandwidth_bps=a.max_bandwidth, auto_converge=a.auto_converge, xbzrle=a.xbzrle,
-        postcopy=a.postcopy, migrate_timeout_s=a.migrate_timeout, boot_timeout_s=a.boot_timeout,
-        fault=a.fault, driver=a.driver,
+        postcopy=a.postcopy, migrate_timeout_s=mig_timeout, boot_timeout_s=a.boot_timeout,
+        fault=a.fault, driver=a.driver, xen_guest=getattr(a, "xen_guest", "pvh"),
+        xen_mig_mtu=getattr(a, "xen_mig_mtu", 1500),
     )  # fmt: skip
 
 

@@ -4,6 +4,7 @@
     python -m routers show [--profile P] [--cache DIR]      # paths + manifest of a built image
     python -m routers check [--profile P] [--timeout S]     # boot it under QEMU until VRMIG-READY
     python -m routers profiles                               # the registry and what is available
+    python -m routers xen [--cache DIR] [--force] [--profiles frr bird]  # nested Xen host (make xen)
     python -m routers host-packages                          # Debian packages the build needs
 
 Errors print one line and exit non-zero (3: something missing, e.g. XORP or the image).
@@ -42,6 +43,17 @@ def _cmd_build(a: argparse.Namespace) -> int:
             f"{name}: {state}: {res.image.kernel} ({_mb(files['vmlinuz']['bytes'])}), "
             f"{res.image.initrd} ({_mb(files['initrd.img']['bytes'])})"
         )
+    return 0
+
+
+def _cmd_xen(a: argparse.Namespace) -> int:
+    from routers import xen
+
+    image, built, seconds = xen.build(a.cache, force=a.force)
+    state = f"built in {seconds:.1f} s" if built else "up to date"
+    print(f"xen: {state}: {image.xen.parent} (dom0 initrd {_mb(image.manifest['files']['dom0-initrd.img']['bytes'])})")
+    for name in a.profiles:
+        print(f"xen: router {name}: {xen.host_initrd(name, a.cache)}")
     return 0
 
 
@@ -102,6 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--cache", type=Path, default=None)
     c.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for READY (default 60)")
     c.set_defaults(func=_cmd_check)
+    x = sub.add_parser("xen", help="build the nested Xen host image (dom0 + hypervisor; idempotent)")
+    x.add_argument("--cache", type=Path, default=None)
+    x.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    x.add_argument("--profiles", nargs="*", default=["frr"], help="router domUs to put into dom0 (default frr)")
+    x.set_defaults(func=_cmd_xen)
     sub.add_parser("profiles", help="list the router profiles").set_defaults(func=_cmd_profiles)
     sub.add_parser("host-packages", help="Debian packages the build needs").set_defaults(func=_cmd_host_packages)
     a = p.parse_args(argv)

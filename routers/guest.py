@@ -74,11 +74,13 @@ def _addresses(name: str, cidrs: Sequence[str]) -> str:
     return ",".join(out)
 
 
-def kernel_cmdline(profile: str, if0: list[str], if1: list[str], extra: Sequence[str] = DEFAULT_EXTRA_ARGS) -> str:
+def kernel_cmdline(
+    profile: str, if0: list[str], if1: list[str], extra: Sequence[str] = DEFAULT_EXTRA_ARGS, console: str = "ttyS0"
+) -> str:
     """The guest kernel command line.
 
     ``if0``/``if1`` are the addresses (with prefix length) of ``eth0`` (first NIC, left segment)
-    and ``eth1`` (second NIC, right segment)::
+    and ``eth1`` (second NIC, right segment); ``console`` is ``hvc0`` for a Xen domU::
 
         >>> kernel_cmdline("frr", ["198.18.1.1/24", "2001:2:0:1::1/64"], ["198.18.2.1/24", "2001:2:0:2::1/64"])
         'console=ttyS0 net.ifnames=0 vrmig.router=frr vrmig.if0=198.18.1.1/24,2001:2:0:1::1/64 \
@@ -86,7 +88,7 @@ vrmig.if1=198.18.2.1/24,2001:2:0:2::1/64 quiet'
     """
     profiles.get(profile)
     args = [
-        "console=ttyS0",
+        f"console={console}",
         "net.ifnames=0",
         f"vrmig.router={profile}",
         f"vrmig.if0={_addresses('if0', if0)}",

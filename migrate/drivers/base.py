@@ -22,6 +22,7 @@ DRIVERS = {
     # DRIVER only varies for kvm; other HVs are registered under the default DRIVER
     ("criu", "qmp"): "migrate.drivers.criu:CriuDriver",
     ("openvz", "qmp"): "migrate.drivers.openvz:OpenvzDriver",
+    ("xen", "qmp"): "migrate.drivers.xen:XenDriver",
 }
 
 

@@ -1,0 +1,474 @@
+"""HV=xen: Xen pre-copy migration (``xl migrate``) of the router as a PVH domU.
+
+Nested (the default here): R1 and R2 each run a QEMU that boots Xen 4.17 and a dom0 (``make xen``,
+:mod:`routers.xen`).  Each nested host has three NICs, taps in its namespace: ``tapL`` on ``brL``,
+``tapR`` on ``brR`` (the names the counter sampler reads, as for HV=kvm) and ``tapM`` on a bridge
+``brM`` with the dedicated link ``mig0``, whose bytes the sampler counts exactly as for HV=kvm.
+dom0 bridges ``ethL``/``ethR`` with the domU's vifs (``xenbrL``/``xenbrR``), so the paper's
+topology holds one level down; the dom0s own the migration link's /30 addresses.
+
+dom0 is driven over a virtio-serial command channel (:class:`migrate.xenhost.AgentDom0`): each
+command's output and exit status come back framed.  Readiness is observed: ``VRMIG-DOM0-READY``
+on each host's serial console, ``VRMIG-READY`` on the router domU's console (xenconsoled's log,
+streamed to the orchestrator).  ``xl -vvv migrate`` on R1 and ``xl -vvv migrate-receive`` behind
+socat on R2 stream their messages here, timestamped on receipt (``xen_log.jsonl``), which
+:mod:`analysis.xen` turns into the hypervisor's figures.
+
+Real Xen hosts: when the suite runs in a dom0 (``xl`` present, ``/proc/xen/capabilities`` says
+control_d) and ``XEN_PEER`` names the destination (``ssh`` transport), the same phases run xl
+directly (:class:`migrate.xenhost.ShellDom0`).  Not the default here and not tested on this
+machine (it has no Xen)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from pyroute2 import IPRoute
+
+from migrate import topology as topo
+from migrate.drivers.accel import detect_accel
+from migrate.drivers.base import Driver, MigrationOutcome, RunContext
+from migrate.drivers.kvm import NIC_MODELS, QEMU, qemu_version
+from migrate.errors import ConfigError, DependencyError, GuestError, MigrationError
+from migrate.procs import Proc
+from migrate.scenario import XEN_PV_REFUSAL, Scenario
+from migrate.xenhost import EXIT_MARK, XEN_LOG, AgentDom0, Dom0Error, ShellDom0, StreamLog
+
+log = logging.getLogger(__name__)
+
+DOMAIN = "vrmig-router"
+DOM0_MEM_MIB = 1024
+QEMU_HEADROOM_MIB = 512
+XEN_APPEND = (
+    f"console=com1 com1=115200 dom0_mem={DOM0_MEM_MIB}M,max:{DOM0_MEM_MIB}M dom0_max_vcpus=1 "
+    "smap=0 smep=0"  # without smap=0 smep=0 dom0 faults at once under TCG (shared/notes/xen-nested.md)
+)
+DOM0_READY, DOM0_FAIL = "VRMIG-DOM0-READY", "VRMIG-DOM0-FAIL"
+#: dom0 NIC MACs per host (left, right, migration link); the domU keeps the router's own MACs
+HOST_MACS = {
+    "R1": ("52:54:00:c6:31:01", "52:54:00:c6:31:02", "52:54:00:c6:31:03"),
+    "R2": ("52:54:00:c6:32:01", "52:54:00:c6:32:02", "52:54:00:c6:32:03"),
+}
+MIG_TAP, MIG_BRIDGE = "tapM", "brM"
+CFG_PATH = "/etc/xen/vrmig-router.cfg"
+DOMU_CONSOLE_LOG = f"/var/log/xen/console/guest-{DOMAIN}.log"
+SHUTDOWN_TIMEOUT_S = 10.0
+
+
+def real_dom0() -> bool:
+    """True when this machine is itself a Xen dom0 with xl."""
+    try:
+        caps = Path("/proc/xen/capabilities").read_text()
+    except OSError:
+        return False
+    return "control_d" in caps and shutil.which("xl") is not None
+
+
+def domu_config(scenario: Scenario, kernel: str, ramdisk: str, cmdline: str) -> str:
+    """The router domU's xl configuration (PVH, the router's MACs, vifs on xenbrL/xenbrR)."""
+    vifs = ", ".join(f'"mac={p.mac},bridge=xenbr{p.segment},script=/usr/sbin/vrmig-vif"' for p in topo.ROUTER_PORTS)
+    return "\n".join(
+        [
+            f'name = "{DOMAIN}"',
+            f'type = "{scenario.xen_guest}"',
+            f'kernel = "{kernel}"',
+            f'ramdisk = "{ramdisk}"',
+            f'cmdline = "{cmdline}"',
+            f"memory = {scenario.mem_mib}",
+            f"maxmem = {scenario.mem_mib}",
+            f"vcpus = {scenario.vcpus}",
+            'tsc_mode = "native"',  # without it TCG's SVM emulation fails on RDTSCP in the guest
+            'on_crash = "preserve"',
+            f"vif = [ {vifs} ]",
+            "",
+        ]
+    )
+
+
+def host_qemu_argv(
+    *,
+    name: str,
+    accel: str,
+    mem_mib: int,
+    xen: Path,
+    kernel: Path,
+    initrd: Path,
+    dom0_args: str,
+    console: Path,
+    ctl: Path,
+    logport: Path,
+    qmp: Path,
+    nic: str,
+    macs: tuple[str, str, str],
+    taps: tuple[str, str, str] = ("tapL", "tapR", MIG_TAP),
+) -> list[str]:
+    """QEMU argv of one nested Xen host: Xen as the multiboot kernel, dom0's kernel and initrd as
+    modules (no commas allowed in ``dom0_args``: QEMU splits -initrd at them)."""
+    if "," in dom0_args or "," in str(kernel) or "," in str(initrd):
+        raise ConfigError(f"dom0 command line and image paths must not contain commas: {dom0_args!r}")
+    argv = [
+        QEMU,
+        "-name", name,
+        "-accel", accel,
+        "-cpu", "host" if accel == "kvm" else "max",
+        "-m", str(mem_mib),
+        "-smp", "1",
+        "-nodefaults", "-no-user-config", "-display", "none", "-vga", "none", "-no-reboot",
+        "-msg", "timestamp=on",
+        "-chardev", f"file,id=con,path={console}", "-serial", "chardev:con",
+        "-kernel", str(xen), "-append", XEN_APPEND,
+        "-initrd", f"{kernel} console=hvc0 {dom0_args},{initrd}",
+        "-qmp", f"unix:{qmp},server=on,wait=off",
+        "-device", "virtio-serial-pci",
+        "-chardev", f"socket,id=ctl,path={ctl},server=on,wait=off",
+        "-device", "virtserialport,chardev=ctl,name=vrmig.ctl",
+        "-chardev", f"socket,id=log,path={logport},server=on,wait=off",
+        "-device", "virtserialport,chardev=log,name=vrmig.log",
+    ]  # fmt: skip
+    for i, (tap, mac) in enumerate(zip(taps, macs, strict=True)):
+        argv += [
+            "-netdev", f"tap,id=n{i},ifname={tap},script=no,downscript=no",
+            "-device", f"{NIC_MODELS[nic]},netdev=n{i},mac={mac},romfile=",
+        ]  # fmt: skip
+    return argv
+
+
+class XenDriver(Driver):
+    """xl migrate between two Xen hosts (nested under QEMU by default)."""
+
+    name = "xen"
+
+    def __init__(self, ctx: RunContext, facts: dict[str, Any]) -> None:
+        super().__init__(ctx, facts)
+        self.nested: bool = facts["nested"]
+        self.accel = facts.get("accel")
+        self.procs: dict[str, Proc] = {}
+        self.dom0: dict[str, AgentDom0 | ShellDom0] = {}
+        self.streams = StreamLog(ctx.run_dir / XEN_LOG)
+        self.boot_s: dict[str, float] = {}
+        self._described: dict[str, Any] = {}
+
+    # -- preflight -------------------------------------------------------------------------
+    @classmethod
+    def preflight(cls, scenario: Scenario) -> dict[str, Any]:
+        """Nested: QEMU, the router guest image and the nested Xen host image; real: xl."""
+        if scenario.xen_guest == "pv":
+            raise ConfigError(XEN_PV_REFUSAL)
+        if scenario.mode != "precopy":
+            raise ConfigError("HV=xen supports MODE=precopy only (xl migrate); stop-and-copy is not implemented")
+        from routers.errors import RouterError
+        from routers.guest import guest_image
+        from routers.xen import xen_image
+
+        try:
+            image = guest_image(scenario.router)
+        except RouterError as err:
+            raise DependencyError(str(err)) from err
+        if real_dom0() and os.environ.get("XEN_PEER"):
+            return {"nested": False, "xen_guest_type": scenario.xen_guest, "peer": os.environ["XEN_PEER"],
+                    "accel": None, "guest_image": dict(image.manifest)}  # fmt: skip
+        if shutil.which(QEMU) is None:
+            raise DependencyError(f"{QEMU} not found: run `make setup`")
+        try:
+            ximage = xen_image()
+        except RouterError as err:
+            raise DependencyError(str(err)) from err
+        auto, reason = detect_accel()
+        if scenario.accel == "kvm" and auto != "kvm":
+            raise DependencyError(f"ACCEL=kvm requested but KVM is unusable here: {reason}")
+        accel = auto if scenario.accel == "auto" else scenario.accel
+        return {
+            "nested": True,
+            "xen_guest_type": scenario.xen_guest,
+            "qemu": qemu_version(),
+            "accel": accel,
+            "accel_reason": reason if scenario.accel == "auto" else f"forced by ACCEL={scenario.accel} ({reason})",
+            "xen_image": {
+                "dir": str(ximage.xen.parent),
+                "hypervisor": ximage.manifest.get("hypervisor"),
+                "tools": ximage.manifest.get("tools"),
+                "dom0_kernel": ximage.manifest.get("dom0_kernel"),
+                "built_at": ximage.manifest.get("built_at"),
+            },
+            "guest_image": {"kernel": str(image.kernel), "initrd": str(image.initrd), **image.manifest},
+        }
+
+    # -- nested hosts ----------------------------------------------------------------------
+    def _mig_bridge(self, host: str) -> None:
+        """In ``host``'s namespace: bridge ``mig0`` with the nested host's tap; the dom0s own the
+        link's addresses now (the namespace's address is removed)."""
+        with IPRoute(netns=self.ctx.testbed.ns(host)) as ipr:
+            ipr.link("add", ifname=MIG_BRIDGE, kind="bridge", br_stp_state=0, br_forward_delay=0)
+            ipr.link("add", ifname=MIG_TAP, kind="tuntap", mode="tap")
+            br = ipr.link_lookup(ifname=MIG_BRIDGE)[0]
+            mig = ipr.link_lookup(ifname=topo.MIGRATION_IF)[0]
+            a, plen = topo.MIGRATION_ADDR[host].split("/")
+            ipr.addr("del", index=mig, address=a, prefixlen=int(plen))
+            for port in (topo.MIGRATION_IF, MIG_TAP):
+                ipr.link("set", index=ipr.link_lookup(ifname=port)[0], master=br, state="up")
+            ipr.link("set", index=br, state="up")
+
+    def _boot_host(self, host: str) -> None:
+        from routers.xen import host_initrd, xen_image
+
+        s, reg = self.ctx.scenario, self.ctx.registry
+        image = xen_image(verify=False)
+        macs = HOST_MACS[host]
+        dom0_args = (
+            f"vrmig.macL={macs[0]} vrmig.macR={macs[1]} vrmig.macM={macs[2]} "
+            f"vrmig.addr={topo.MIGRATION_ADDR[host]} vrmig.mtu={s.xen_mig_mtu}"
+        )
+        argv = host_qemu_argv(
+            name=f"vrmig-{self.ctx.testbed.prefix}-xen-{host}",
+            accel=self.accel,
+            mem_mib=DOM0_MEM_MIB + s.mem_mib + QEMU_HEADROOM_MIB,
+            xen=image.xen,
+            kernel=image.kernel,
+            initrd=host_initrd(s.router),
+            dom0_args=dom0_args,
+            console=self.ctx.run_dir / f"console-{host}.log",
+            ctl=reg.dir / f"xenctl-{host}.sock",
+            logport=reg.dir / f"xenlog-{host}.sock",
+            qmp=reg.dir / f"qmp-{host}.sock",
+            nic=s.nic,
+            macs=macs,
+        )
+        proc = Proc(f"qemu-xen-{host}", argv, reg, self.ctx.run_dir, netns=self.ctx.testbed.ns(host))
+        proc.start()
+        self.procs[host] = proc
+        self.dom0[host] = AgentDom0(host, reg.dir / f"xenctl-{host}.sock", reg.dir / f"xenlog-{host}.sock",
+                                    self.streams, proc.alive)  # fmt: skip
+
+    def _wait_dom0(self, host: str, t0: float) -> None:
+        """Wait for dom0's READY (or FAIL) line on the host's serial console."""
+        console = self.ctx.run_dir / f"console-{host}.log"
+        proc = self.procs[host]
+        deadline = time.monotonic() + self.ctx.scenario.boot_timeout_s
+        while True:
+            text = console.read_text(errors="replace") if console.exists() else ""
+            if DOM0_READY in text:
+                self.boot_s[host] = round(time.monotonic() - t0, 2)
+                self.ctx.recorder.action("dom0-ready", host=host, boot_s=self.boot_s[host])
+                return
+            why = None
+            if DOM0_FAIL in text:
+                why = "dom0 reported a failure"
+            elif not proc.alive():
+                why = f"its QEMU exited (status {proc.returncode()}: {proc.stderr_tail()})"
+            elif time.monotonic() > deadline:
+                why = f"no {DOM0_READY} within {self.ctx.scenario.boot_timeout_s:.0f} s"
+            elif self.ctx.abort and self.ctx.abort():
+                why = "interrupted"
+            if why:
+                raise GuestError(f"nested Xen host {host} did not boot: {why}; console: {_excerpt(text)}")
+            time.sleep(0.05)
+
+    def _run(self, host: str, cmd: str, timeout_s: float = 30.0, check: bool = True) -> str:
+        rc, out = self.dom0[host].run(cmd, timeout_s)
+        if check and rc != 0:
+            raise GuestError(f"{host} dom0: `{cmd.splitlines()[0]}` failed (exit {rc}): {_excerpt(out)}")
+        return out
+
+    def _check_tools(self, host: str) -> dict[str, Any]:
+        """The dom0 tools the driver needs are there; xl info's main figures."""
+        missing = self._run(host, "for t in xl socat xenstore-read xenstore-watch; do "
+                                  "command -v $t >/dev/null || echo $t; done", check=False).split()  # fmt: skip
+        if missing:
+            raise DependencyError(f"{host} dom0 lacks {', '.join(missing)}: rebuild with `make xen`")
+        info = parse_xl_info(self._run(host, "xl info"))
+        return {k: info.get(k) for k in ("xen_version", "virt_caps", "total_memory", "free_memory", "xen_commandline")}
+
+    # -- phases ----------------------------------------------------------------------------
+    def start_source(self) -> None:
+        """Boot both nested hosts (concurrently), then the router domU on R1; wait for READY."""
+        rec = self.ctx.recorder
+        t0 = time.monotonic()
+        if self.nested:
+            for host in topo.HYPERVISOR_HOSTS:
+                self._mig_bridge(host)
+            for host in topo.HYPERVISOR_HOSTS:
+                rec.action("boot-host", host=host)
+                self._boot_host(host)
+            for host in topo.HYPERVISOR_HOSTS:
+                self._wait_dom0(host, t0)
+        else:
+            self.dom0["R1"] = ShellDom0("R1", self.streams)
+            self.dom0["R2"] = ShellDom0("R2", self.streams, ["ssh", self.facts["peer"]])
+        self._described["hosts"] = {h: self._check_tools(h) for h in topo.HYPERVISOR_HOSTS}
+        self._described["host_boot_s"] = dict(self.boot_s)
+        self._create_domu()
+
+    def _create_domu(self) -> None:
+        from routers.guest import READY_MARKER, kernel_cmdline
+        from routers.xen import DOMU_DIR
+
+        s, rec = self.ctx.scenario, self.ctx.recorder
+        left, right = (topo.router_port(seg) for seg in topo.SEGMENTS)
+        cmdline = kernel_cmdline(s.router, [left.ipv4, left.ipv6], [right.ipv4, right.ipv6], console="hvc0")
+        cfg = domu_config(s, f"{DOMU_DIR}/vmlinuz", f"{DOMU_DIR}/initrd.img", cmdline)
+        (self.ctx.run_dir / "xen-domu.cfg").write_text(cfg)
+        self._run("R1", f"cat > {CFG_PATH} <<'VRMIG_EOF'\n{cfg}VRMIG_EOF")
+        # the domU's console as xenconsoled logs it, streamed (readiness is observed there)
+        self.dom0["R1"].stream("con", f"touch {DOMU_CONSOLE_LOG}; exec tail -n +1 -F {DOMU_CONSOLE_LOG}")
+        rec.action("boot", host="R1", domain=DOMAIN, type=s.xen_guest)
+        self._run("R1", f"xl create {CFG_PATH}", timeout_s=120.0)
+        hit = self.streams.wait("R1", "con", (READY_MARKER, "VRMIG-FAIL"), s.boot_timeout_s, self.procs["R1"].alive
+                                if "R1" in self.procs else None)  # fmt: skip
+        if hit is None or READY_MARKER not in hit["line"]:
+            tail = " | ".join(self.streams.tail("R1", "con"))
+            raise GuestError(f"router domU not ready on R1: {hit['line'] if hit else 'no READY line'}; console: {tail}")
+        rec.action("router-ready", host="R1")
+
+    def prepare_destination(self) -> None:
+        """R2: xl migrate-receive behind a socat listener on the migration link."""
+        port = topo.MIGRATION_PORT
+        addr = topo.addr(topo.MIGRATION_ADDR["R2"])
+        self.dom0["R2"].stream(
+            "recv", f"exec socat TCP-LISTEN:{port},bind={addr},reuseaddr EXEC:'xl -vvv migrate-receive'"
+        )
+        deadline = time.monotonic() + 30.0
+        while f":{port} " not in self._run("R2", "netstat -ltn", check=False):
+            if time.monotonic() > deadline:
+                raise MigrationError(f"R2: socat did not listen on {addr}:{port}: {self.streams.tail('R2', 'recv')}")
+            time.sleep(0.1)
+        self.dom0["R2"].stream("con", f"touch {DOMU_CONSOLE_LOG}; exec tail -n +1 -F {DOMU_CONSOLE_LOG}")
+        self.ctx.recorder.action("incoming", host="R2", uri=f"tcp:{addr}:{port}")
+
+    def migrate(self) -> MigrationOutcome:
+        """xl migrate R1 -> R2; block until xl exits (or the timeout)."""
+        s, rec = self.ctx.scenario, self.ctx.recorder
+        addr = topo.addr(topo.MIGRATION_ADDR["R2"])
+        transport = f"socat - TCP:{addr}:{topo.MIGRATION_PORT}"
+        cmd = f"xl -vvv migrate -s '' {DOMAIN} {shlex.quote(transport)}"
+        n0 = len(self.streams.lines)
+        before = self._mig_counters()
+        rec.action("migrate", side="src", command=cmd, mode=s.mode)
+        self.dom0["R1"].stream("send", f"echo $$ > /run/vrmig/send.pid; exec {cmd}")
+        alive = self.procs["R1"].alive if "R1" in self.procs else None
+        hit = self.streams.wait("R1", "send", (EXIT_MARK,), s.migrate_timeout_s, alive)
+        if hit is None:
+            rec.action("migration-end", side="src", status="failed", reason="timeout or host died")
+            with_excerpt = " | ".join(self.streams.tail("R1", "send"))
+            if alive is not None and not alive():
+                raise MigrationError(f"nested host R1 died during the migration; xl: {with_excerpt}")
+            self._run("R1", "kill $(cat /run/vrmig/send.pid)", check=False)
+            raise MigrationError(f"xl migrate did not finish within {s.migrate_timeout_s:.0f} s; xl: {with_excerpt}")
+        rc = int(hit["line"].split()[-1])
+        status = "completed" if rc == 0 else "failed"
+        rec.action("migration-end", t_ns=hit["t_ns"], side="src", status=status, exit_status=rc)
+        self._write_counters(before, self._mig_counters())
+        sent = [r for r in self.streams.lines[n0:] if r["host"] == "R1" and r["tag"] == "send"]
+        if rc != 0:
+            errors = [r["line"] for r in sent if "error" in r["line"].lower() or "fail" in r["line"].lower()]
+            excerpt = " | ".join((errors or [r["line"] for r in sent])[-6:])
+            raise MigrationError(f"xl migrate failed (exit {rc}): {excerpt}")
+        return MigrationOutcome(completed=True, hypervisor={"xl_exit_status": rc})
+
+    def _mig_counters(self) -> dict[str, int | None]:
+        """dom0's own byte counters of the migration NIC (R1 tx, R2 rx)."""
+        out: dict[str, int | None] = {}
+        for host, key, what in (("R1", "tx", "tx_bytes"), ("R2", "rx", "rx_bytes")):
+            rc, text = self.dom0[host].run(f"cat /sys/class/net/ethM/statistics/{what}", 15.0)
+            out[key] = int(text.strip()) if rc == 0 and text.strip().isdigit() else None
+        return out
+
+    def _write_counters(self, before: dict[str, int | None], after: dict[str, int | None]) -> None:
+        def delta(k: str) -> int | None:
+            a, b = before.get(k), after.get(k)
+            return b - a if a is not None and b is not None else None
+
+        data = {"dom0_mig_tx_bytes": delta("tx"), "dom0_mig_rx_bytes_dst": delta("rx"), "before": before,
+                "after": after, "nic": "ethM"}  # fmt: skip
+        (self.ctx.run_dir / "xen.json").write_text(json.dumps(data, indent=1) + "\n")
+
+    def verify(self) -> dict[str, Any]:
+        """Where the domain runs (``xl list`` on both hosts)."""
+        out: dict[str, Any] = {}
+        for side, host in (("src", "R1"), ("dst", "R2")):
+            try:
+                rc, text = self.dom0[host].run(f"xl list {DOMAIN}", 15.0)
+                dom = parse_xl_list(text).get(DOMAIN) if rc == 0 else None
+                out[f"{side}_status"] = "running" if dom else "absent"
+                out[f"{side}_xl_list"] = dom
+            except (Dom0Error, KeyError) as err:
+                out[f"{side}_status"] = f"unknown ({err})"
+        return out
+
+    def source_running(self) -> bool:
+        """The domain still exists on R1 (xl keeps it there after a failed migration)."""
+        try:
+            rc, text = self.dom0["R1"].run(f"xl list {DOMAIN}", 15.0)
+        except (Dom0Error, KeyError):
+            return False
+        return rc == 0 and DOMAIN in parse_xl_list(text)
+
+    def fault_targets(self) -> dict[str, Any]:
+        """Nested hosts that chaos runs kill mid-migration."""
+        from migrate.faults import kill_pid
+
+        return {
+            "dst-qemu-dies": kill_pid(lambda: self.procs["R2"].pid if "R2" in self.procs else None),
+            "src-qemu-dies": kill_pid(lambda: self.procs["R1"].pid if "R1" in self.procs else None),
+        }
+
+    def describe(self) -> dict[str, Any]:
+        """Xen facts for meta.json: guest type, nesting, accelerator, the hosts' xl info."""
+        return {
+            **self._described,
+            "xen_guest_type": self.ctx.scenario.xen_guest,
+            "nested": self.nested,
+            "accel": self.accel,
+            "accel_reason": self.facts.get("accel_reason"),
+            "xen_log": XEN_LOG,
+            "migration_link_mtu": self.ctx.scenario.xen_mig_mtu,
+        }
+
+    def stop(self) -> None:
+        """Stop the nested hosts (their QEMUs, by PID) and close the channels."""
+        for host, d in self.dom0.items():
+            try:
+                d.close()
+            except OSError as err:
+                log.debug("%s: close: %s", host, err)
+        for proc in self.procs.values():
+            proc.stop(timeout_s=SHUTDOWN_TIMEOUT_S)
+        self.streams.close()
+
+
+def _excerpt(text: str, n: int = 12) -> str:
+    lines = [ln for ln in text.replace("\r", "").splitlines() if ln.strip()]
+    return " | ".join(lines[-n:])
+
+
+def parse_xl_list(text: str) -> dict[str, dict[str, Any]]:
+    """``xl list`` output -> {name: {id, mem_mib, vcpus, state, time_s}}."""
+    out: dict[str, dict[str, Any]] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 6 or parts[0] == "Name" or not parts[1].isdigit():
+            continue
+        out[parts[0]] = {
+            "id": int(parts[1]),
+            "mem_mib": int(parts[2]),
+            "vcpus": int(parts[3]),
+            "state": parts[4],
+            "time_s": float(parts[5]),
+        }
+    return out
+
+
+def parse_xl_info(text: str) -> dict[str, str]:
+    """``xl info`` output -> {key: value}."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
