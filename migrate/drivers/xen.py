@@ -211,9 +211,10 @@ class XenDriver(Driver):
             mig = ipr.link_lookup(ifname=topo.MIGRATION_IF)[0]
             a, plen = topo.MIGRATION_ADDR[host].split("/")
             ipr.addr("del", index=mig, address=a, prefixlen=int(plen))
+            mtu = self.ctx.scenario.xen_mig_mtu
             for port in (topo.MIGRATION_IF, MIG_TAP):
-                ipr.link("set", index=ipr.link_lookup(ifname=port)[0], master=br, state="up")
-            ipr.link("set", index=br, state="up")
+                ipr.link("set", index=ipr.link_lookup(ifname=port)[0], master=br, mtu=mtu, state="up")
+            ipr.link("set", index=br, mtu=mtu, state="up")
 
     def _boot_host(self, host: str) -> None:
         from routers.xen import host_initrd, xen_image

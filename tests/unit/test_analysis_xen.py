@@ -1,0 +1,121 @@
+"""HV=xen: parsing of xl's output (real captures in tests/fixtures/xen) and the driver's pure parts."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from analysis.window import migration_window
+from analysis.xen import exit_status, load_xen, xen_figures, xl_phases
+from migrate.drivers.xen import domu_config, host_qemu_argv, parse_xl_info, parse_xl_list
+from migrate.errors import ConfigError
+from migrate.scenario import Scenario
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "xen"
+
+
+def _jsonl(name):
+    return [json.loads(line) for line in (FIX / name).read_text().splitlines() if line.strip()]
+
+
+def _run(kind):
+    lines = _jsonl(f"xen_log-{kind}.jsonl")
+    window = migration_window(_jsonl(f"actions-{kind}.jsonl"), [], [], "precopy")
+    return lines, window
+
+
+def test_completed_run_figures():
+    lines, window = _run("completed-128M")
+    meta = {"scenario": {"mem_mib": 128}, "hypervisor": {"xen_guest_type": "pvh", "nested": True}}
+    fig = xen_figures(lines, {"dom0_mig_tx_bytes": 150_000_000}, window, meta)
+    assert fig.status == "completed"
+    # suspended on R1 ("guest has suspended") -> started on R2 ("Domain started successsfully")
+    assert fig.downtime_s == pytest.approx(4.521, abs=0.01)
+    # "Saving to migration stream" -> "Migration successful"
+    assert fig.total_time_s == pytest.approx(231.77, abs=0.05)
+    assert fig.ram_transferred_bytes == 150_000_000
+    assert fig.ram_total_bytes == 128 * 2**20
+    assert fig.command_to_end_s == pytest.approx(238.73, abs=0.05)
+    assert fig.xen["xl_exit_status"] == 0 and fig.xen["nested"] is True
+    assert fig.xen["xen_guest_type"] == "pvh"
+
+
+def test_completed_run_phases_in_order():
+    lines, window = _run("completed-128M")
+    phases = [p["phase"] for p in xl_phases(lines, window.migrate_ns)]
+    order = [("stream-start", "suspend-request"), ("suspend-request", "suspended"), ("suspended", "permission-given")]
+    order += [("permission-got", "started"), ("started", "successful")]
+    for a, b in order:
+        assert phases.index(a) < phases.index(b)
+    assert "ready" in phases and "restore-complete" in phases
+
+
+def test_timeout_run_has_no_figures_but_the_status():
+    lines, window = _run("timeout")
+    fig = xen_figures(lines, {}, window, {"scenario": {"mem_mib": 256}})
+    assert exit_status(lines) == 143  # xl killed by the driver after MIGRATE_TIMEOUT
+    assert fig.status == "failed"
+    assert fig.downtime_s is None and fig.total_time_s is None
+    assert any("suspended" in n for n in fig.xen["notes"])
+    assert window.end_status == "failed"
+
+
+def test_no_data():
+    assert xen_figures([], {}, None) is None
+
+
+def test_load_xen_notes_missing(tmp_path):
+    notes = []
+    assert load_xen(tmp_path, notes) == ([], {})
+    assert notes == ["xen_log.jsonl missing"]
+
+
+def test_parse_xl_list_captured():
+    doms = parse_xl_list((FIX / "xl-list.txt").read_text())
+    assert doms["vrmig-router"] == {"id": 1, "mem_mib": 256, "vcpus": 1, "state": "------", "time_s": 0.8}
+    assert doms["Domain-0"]["state"] == "r-----"
+
+
+def test_parse_xl_info():
+    info = parse_xl_info("xen_version            : 4.17.7\nvirt_caps              : pv hvm hap gnttab-v1\n")
+    assert info == {"xen_version": "4.17.7", "virt_caps": "pv hvm hap gnttab-v1"}
+
+
+def test_domu_config_is_pvh_with_router_macs():
+    cfg = domu_config(Scenario(hv="xen", mem_mib=256, rate_bps=1_000_000), "/k", "/i", "console=hvc0")
+    assert 'type = "pvh"' in cfg and "memory = 256" in cfg and 'tsc_mode = "native"' in cfg
+    assert "mac=52:54:00:c6:12:01,bridge=xenbrL" in cfg and "mac=52:54:00:c6:12:02,bridge=xenbrR" in cfg
+
+
+def test_pv_guest_is_refused_with_the_reason():
+    with pytest.raises(ConfigError, match=r"shadow paging.*XEN_GUEST=pvh"):
+        Scenario(hv="xen", xen_guest="pv")
+
+
+def test_stopcopy_refused_for_xen():
+    with pytest.raises(ConfigError, match="precopy"):
+        Scenario(hv="xen", mode="stopcopy")
+
+
+def _argv(**kw):
+    base = dict(name="n", accel="tcg", mem_mib=1664, xen=Path("/x/xen.elf"), kernel=Path("/x/k"),
+                initrd=Path("/x/i"), dom0_args="vrmig.addr=198.19.255.1/30", console=Path("/r/c.log"),
+                ctl=Path("/r/ctl"), logport=Path("/r/log"), qmp=Path("/r/q"), nic="virtio",
+                macs=("52:54:00:c6:31:01", "52:54:00:c6:31:02", "52:54:00:c6:31:03"))  # fmt: skip
+    return host_qemu_argv(**{**base, **kw})
+
+
+def test_host_argv_three_taps_and_no_commas():
+    argv = _argv()
+    assert argv[argv.index("-cpu") + 1] == "max"
+    assert argv[argv.index("-initrd") + 1] == "/x/k console=hvc0 vrmig.addr=198.19.255.1/30,/x/i"
+    taps = [a for a in argv if a.startswith("tap,")]
+    assert [t.split("ifname=")[1].split(",")[0] for t in taps] == ["tapL", "tapR", "tapM"]
+    assert "smap=0 smep=0" in argv[argv.index("-append") + 1]
+    with pytest.raises(ConfigError, match="commas"):
+        _argv(dom0_args="a=1,2")
+
+
+def test_host_argv_kvm_uses_host_cpu():
+    argv = _argv(accel="kvm")
+    assert argv[argv.index("-cpu") + 1] == "host"
