@@ -71,19 +71,34 @@ def real_dom0() -> bool:
     return "control_d" in caps and shutil.which("xl") is not None
 
 
-def domu_config(scenario: Scenario, kernel: str, ramdisk: str, cmdline: str) -> str:
+ROUTER_MACS: tuple[str, str] = (topo.ROUTER_PORTS[0].mac, topo.ROUTER_PORTS[1].mac)
+
+
+def domu_config(
+    kernel: str,
+    ramdisk: str,
+    cmdline: str,
+    *,
+    mem_mib: int,
+    vcpus: int = 1,
+    guest_type: str = "pvh",
+    macs: tuple[str, str] = ROUTER_MACS,
+) -> str:
     """The router domU's xl configuration (PVH, the router's MACs, vifs on xenbrL/xenbrR)."""
-    vifs = ", ".join(f'"mac={p.mac},bridge=xenbr{p.segment},script=/usr/sbin/vrmig-vif"' for p in topo.ROUTER_PORTS)
+    vifs = ", ".join(
+        f'"mac={mac},bridge=xenbr{seg},script=/usr/sbin/vrmig-vif"'
+        for seg, mac in zip(topo.SEGMENTS, macs, strict=True)
+    )
     return "\n".join(
         [
             f'name = "{DOMAIN}"',
-            f'type = "{scenario.xen_guest}"',
+            f'type = "{guest_type}"',
             f'kernel = "{kernel}"',
             f'ramdisk = "{ramdisk}"',
             f'cmdline = "{cmdline}"',
-            f"memory = {scenario.mem_mib}",
-            f"maxmem = {scenario.mem_mib}",
-            f"vcpus = {scenario.vcpus}",
+            f"memory = {mem_mib}",
+            f"maxmem = {mem_mib}",
+            f"vcpus = {vcpus}",
             'tsc_mode = "native"',  # without it TCG's SVM emulation fails on RDTSCP in the guest
             'on_crash = "preserve"',
             f"vif = [ {vifs} ]",
@@ -307,24 +322,14 @@ class XenDriver(Driver):
         self._create_domu()
 
     def _create_domu(self) -> None:
-        from routers.guest import READY_MARKER, kernel_cmdline
-        from routers.xen import DOMU_DIR
-
         s, rec = self.ctx.scenario, self.ctx.recorder
         left, right = (topo.router_port(seg) for seg in topo.SEGMENTS)
-        cmdline = kernel_cmdline(s.router, [left.ipv4, left.ipv6], [right.ipv4, right.ipv6], console="hvc0")
-        cfg = domu_config(s, f"{DOMU_DIR}/vmlinuz", f"{DOMU_DIR}/initrd.img", cmdline)
-        (self.ctx.run_dir / "xen-domu.cfg").write_text(cfg)
-        self._run("R1", f"cat > {CFG_PATH} <<'VRMIG_EOF'\n{cfg}VRMIG_EOF")
-        # the domU's console as xenconsoled logs it, streamed (readiness is observed there)
-        self.dom0["R1"].stream("con", f"touch {DOMU_CONSOLE_LOG}; exec tail -n +1 -F {DOMU_CONSOLE_LOG}")
         rec.action("boot", host="R1", domain=DOMAIN, type=s.xen_guest)
-        self._run("R1", f"xl create {CFG_PATH}", timeout_s=120.0)
-        hit = self.streams.wait("R1", "con", (READY_MARKER, "VRMIG-FAIL"), s.boot_timeout_s, self.procs["R1"].alive
-                                if "R1" in self.procs else None)  # fmt: skip
-        if hit is None or READY_MARKER not in hit["line"]:
-            tail = " | ".join(self.streams.tail("R1", "con"))
-            raise GuestError(f"router domU not ready on R1: {hit['line'] if hit else 'no READY line'}; console: {tail}")
+        create_router_domu(
+            self.dom0["R1"], self.streams, "R1", s.router, ([left.ipv4, left.ipv6], [right.ipv4, right.ipv6]),
+            mem_mib=s.mem_mib, vcpus=s.vcpus, guest_type=s.xen_guest, timeout_s=s.boot_timeout_s,
+            alive=self.procs["R1"].alive if "R1" in self.procs else None, save_cfg=self.ctx.run_dir / "xen-domu.cfg",
+        )  # fmt: skip
         rec.action("router-ready", host="R1")
 
     def prepare_destination(self) -> None:
@@ -441,6 +446,46 @@ class XenDriver(Driver):
         for proc in self.procs.values():
             proc.stop(timeout_s=SHUTDOWN_TIMEOUT_S)
         self.streams.close()
+
+
+def create_router_domu(
+    dom0: AgentDom0 | ShellDom0,
+    streams: StreamLog,
+    host: str,
+    profile: str,
+    cidrs: tuple[list[str], list[str]],
+    *,
+    mem_mib: int,
+    vcpus: int = 1,
+    guest_type: str = "pvh",
+    macs: tuple[str, str] = ROUTER_MACS,
+    timeout_s: float = 120.0,
+    alive: Any = None,
+    save_cfg: Path | None = None,
+) -> str:
+    """Write the domU's config into ``host``'s dom0, stream its console, ``xl create`` it and wait
+    for the router's READY line (returned); GuestError with the console's tail otherwise."""
+    from routers.guest import FAIL_MARKER, READY_MARKER, kernel_cmdline
+    from routers.xen import DOMU_DIR
+
+    cmdline = kernel_cmdline(profile, cidrs[0], cidrs[1], console="hvc0")
+    cfg = domu_config(f"{DOMU_DIR}/vmlinuz", f"{DOMU_DIR}/initrd.img", cmdline, mem_mib=mem_mib, vcpus=vcpus,
+                      guest_type=guest_type, macs=macs)  # fmt: skip
+    if save_cfg is not None:
+        save_cfg.write_text(cfg)
+    rc, out = dom0.run(f"cat > {CFG_PATH} <<'VRMIG_EOF'\n{cfg}VRMIG_EOF")
+    if rc != 0:
+        raise GuestError(f"{host} dom0: cannot write {CFG_PATH}: {_excerpt(out)}")
+    # the domU's console as xenconsoled logs it, streamed (readiness is observed there)
+    dom0.stream("con", f"touch {DOMU_CONSOLE_LOG}; exec tail -n +1 -F {DOMU_CONSOLE_LOG}")
+    rc, out = dom0.run(f"xl create {CFG_PATH}", 120.0)
+    if rc != 0:
+        raise GuestError(f"{host} dom0: xl create failed (exit {rc}): {_excerpt(out)}")
+    hit = streams.wait(host, "con", (READY_MARKER, FAIL_MARKER), timeout_s, alive)
+    if hit is None or READY_MARKER not in hit["line"]:
+        tail = " | ".join(streams.tail(host, "con"))
+        raise GuestError(f"router domU not ready on {host}: {hit['line'] if hit else 'no READY line'}; console: {tail}")
+    return str(hit["line"])
 
 
 def _excerpt(text: str, n: int = 12) -> str:

@@ -82,7 +82,7 @@ def test_parse_xl_info():
 
 
 def test_domu_config_is_pvh_with_router_macs():
-    cfg = domu_config(Scenario(hv="xen", mem_mib=256, rate_bps=1_000_000), "/k", "/i", "console=hvc0")
+    cfg = domu_config("/k", "/i", "console=hvc0", mem_mib=256)
     assert 'type = "pvh"' in cfg and "memory = 256" in cfg and 'tsc_mode = "native"' in cfg
     assert "mac=52:54:00:c6:12:01,bridge=xenbrL" in cfg and "mac=52:54:00:c6:12:02,bridge=xenbrR" in cfg
 
