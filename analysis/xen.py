@@ -10,8 +10,12 @@ migration NIC before and after ``xl migrate``.
 They become the same ``HypervisorFigures`` as QEMU's query-migrate reply does:
 
 * ``downtime_s`` = resumed on the destination − suspended on the source: from the source's libxl
-  line announcing that the guest has suspended (:data:`SUSPENDED`) to the destination's line
-  reporting the domain unpaused/started (:data:`RESUMED`);
+  line announcing that the guest has suspended (:data:`SUSPENDED`) to the earlier of the
+  destination's "Domain started" line (:data:`RESUMED`, printed right after the unpause) and the
+  source's "Target reports successful startup" (:data:`RESUMED_SRC`, which the destination sends
+  after the unpause).  Both are upper bounds of the resume moment as received here; each dom0's
+  channel delivers with its own delay (R2's lagged R1's by up to ~1 s on a loaded machine), so
+  the earlier one is the tighter bound;
 * ``total_time_s`` = xl's migration on the source: its first line (:data:`STREAM_START`, "Saving
   to migration stream") to "Migration successful" (or, failing that, its exit);
 * ``ram_transferred_bytes`` = bytes dom0 R1 sent on its migration NIC during ``xl migrate``
@@ -56,6 +60,7 @@ PHASES: tuple[tuple[str, str, str], ...] = (
 STREAM_START = "Saving to migration stream"
 SUSPENDED = ("guest has suspended", "Domain has suspended")
 RESUMED = ("migration target: Domain started successsfully", "migration target: Domain started successfully")
+RESUMED_SRC = ("migration sender: Target reports successful startup",)
 SUCCESS = "Migration successful"
 
 
@@ -143,7 +148,9 @@ def xen_figures(
     success = _first(lines, "send", (SUCCESS,), after)
     end_exit = _first(lines, "send", (EXIT_MARK,), after)
     suspended = _first(lines, "send", SUSPENDED, after)
-    resumed = _first(lines, "recv", RESUMED, after)
+    resumed_dst = _first(lines, "recv", RESUMED, after)
+    resumed_src = _first(lines, "send", RESUMED_SRC, after)
+    resumed = min((t for t in (resumed_dst, resumed_src) if t is not None), default=None)
     completed = rc == 0
     downtime = (resumed - suspended) / 1e9 if completed and suspended and resumed and resumed > suspended else None
     end = success if success is not None else end_exit
@@ -156,7 +163,7 @@ def xen_figures(
     if suspended is None:
         notes.append("no 'guest has suspended' line from libxl on R1: no suspend moment")
     if resumed is None:
-        notes.append("no 'Domain started' line from xl migrate-receive on R2: no resume moment")
+        notes.append("neither R2's 'Domain started' nor R1's 'Target reports successful startup': no resume moment")
     return XenFigures(
         status="completed" if completed else ("failed" if rc is not None else None),
         downtime_s=downtime,
@@ -171,6 +178,8 @@ def xen_figures(
             "xl_exit_status": rc,
             "suspended_ns": suspended,
             "resumed_ns": resumed,
+            "resumed_dst_line_ns": resumed_dst,
+            "resumed_src_line_ns": resumed_src,
             "stream_start_ns": start,
             "successful_ns": success,
             "phases": xl_phases(lines, window.migrate_ns if window is not None else None),
