@@ -16,6 +16,7 @@ from typing import Any
 from migrate import meta as metamod
 from migrate import topology as topo
 from migrate.atomic import write_json
+from migrate.console import crash_in
 from migrate.drivers.base import Driver, RunContext, load_driver
 from migrate.errors import ConfigError, DependencyError, Interrupted, MigrationError, VrmigError
 from migrate.faults import FaultInjector, kill_pid, link_cap, link_down
@@ -220,6 +221,9 @@ def _execute(
                     f"the hypervisor reported the migration complete, but the router did not forward "
                     f"from R2 within {AFTER_MIGRATION_OBSERVE_S:.0f} s (R2 tapR rx did not grow)"
                 )
+                crash = crash_in(run_dir / "console-R2.log")
+                if crash:
+                    meta["failure"] += f"; the router crashed on R2: {crash}"
                 log.error("%s", meta["failure"])
         except MigrationError as err:
             meta["status"], meta["failure"] = "failed", str(err)
