@@ -132,8 +132,16 @@ def preflight(spec: BaselineSpec) -> dict[str, Any]:
     }
     if "criu" in spec.hvs:
         facts.update(_criu_facts(spec, image.rootfs))
-    if "kvm" in spec.hvs:
+    if "kvm" in spec.hvs or "xen" in spec.hvs:
         facts.update(_kvm_facts(spec))
+    if "xen" in spec.hvs:
+        from routers.xen import xen_image
+
+        try:
+            facts["xen_image"] = xen_image(verify=False).manifest.get("hypervisor")
+        except RouterError as err:
+            raise DependencyError(str(err)) from err
+    if "kvm" in spec.hvs:
         if "e1000" in spec.nics:
             _check_e1000(image.manifest, spec.router)
     return facts

@@ -71,6 +71,14 @@ class ConfigRun:
             return NsRouter(s, ns, self.spec.router, self.registry, self.out)
         if self.config.hv == "criu":
             return CtRouter(s, bed.tb.ns("R1"), self.spec.router, self.registry, self.out, self._ct_work())
+        if self.config.hv == "xen":
+            from migrate.baseline_xen import XenRouter
+
+            return XenRouter(
+                s, bed.add_router_taps(s), r1_ns=bed.tb.ns("R1"), prefix=self.registry.prefix, profile=self.spec.router,
+                nic=self.config.nic, accel=self.facts["accel"], mem_mib=self.spec.mem_mib, registry=self.registry,
+                out_dir=self.out,
+            )  # fmt: skip
         return VmRouter(
             s, bed.add_router_taps(s), r1_ns=bed.tb.ns("R1"), prefix=self.registry.prefix, profile=self.spec.router,
             nic=self.config.nic, accel=self.facts["accel"], mem_mib=self.spec.mem_mib, registry=self.registry,
@@ -92,7 +100,7 @@ class ConfigRun:
             else:
                 r.start()
         for r in routers:
-            if isinstance(r, VmRouter):
+            if isinstance(r, VmRouter) or type(r).__name__ == "XenRouter":
                 r.wait_ready(self.spec.boot_timeout_s, abort=self.abort)
 
     def _proc(self, what: str, argv: list[str], role: str, **kw: Any) -> Proc:

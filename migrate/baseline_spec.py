@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from migrate.errors import ConfigError
 from migrate.units import format_rate, parse_rate_bps
 
-HVS = ("none", "kvm", "criu")
+HVS = ("none", "kvm", "criu", "xen")
 NICS = ("virtio", "e1000")
 LOADS = ("none", "idle", "cpu", "smallpkts")
 SEARCHES = ("none", "ndr")
@@ -249,6 +249,9 @@ def validate(s: BaselineSpec) -> None:
         _require(1 <= n <= MAX_ROUTERS, f"ROUTERS: {n} is outside 1..{MAX_ROUTERS}")
     for load in s.loads:
         _require(load in LOADS, f"LOAD={load!r} is unknown: choose from {', '.join(LOADS)}")
+    if "xen" in s.hvs:
+        _require(s.routers == (1,) and s.loads == ("none",),
+                 "HV=xen baselines one nested Xen host: use ROUTERS=1 LOAD=none")  # fmt: skip
     _require(1 <= s.reps <= 1000, f"REPS={s.reps} must be 1..1000")
     _require(s.search in SEARCHES, f"SEARCH={s.search!r} is unknown: choose none or ndr")
     if s.search == "ndr":

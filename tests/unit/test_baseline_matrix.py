@@ -48,7 +48,8 @@ def test_criu_is_one_nic_less_configuration_per_router_count_and_load():
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"hv": "xen"}, "HV: 'xen' is unknown: choose from none, kvm, criu"),
+        ({"hv": "vmware"}, "HV: 'vmware' is unknown: choose from none, kvm, criu, xen"),
+        ({"hv": "xen", "routers": "1,2"}, "HV=xen baselines one nested Xen host: use ROUTERS=1 LOAD=none"),
         ({"hv": "criu,criu"}, "more than once"),
         ({"hv": "openvz"}, "HV: 'openvz' is unknown"),
         ({"sizes": ""}, "SIZES is empty"),
