@@ -16,8 +16,11 @@ socat on R2 stream their messages here, timestamped on receipt (``xen_log.jsonl`
 
 Real Xen hosts: when the suite runs in a dom0 (``xl`` present, ``/proc/xen/capabilities`` says
 control_d) and ``XEN_PEER`` names the destination (``ssh`` transport), the same phases run xl
-directly (:class:`migrate.xenhost.ShellDom0`).  Not the default here and not tested on this
-machine (it has no Xen)."""
+directly (:class:`migrate.xenhost.ShellDom0`); ``XEN_MIG_ADDR`` is the destination's address on
+the migration link, ``XEN_MIG_IF`` the dom0 NIC whose counters give the volume.  The hosts must
+provide what the nested image does: the domU's kernel and initrd under ``/xen/domu``, the
+``vrmig-vif`` hotplug script, xenconsoled logging guest consoles, socat.  Not the default here and
+not exercised on this machine (it has no Xen)."""
 
 from __future__ import annotations
 
@@ -168,6 +171,11 @@ class XenDriver(Driver):
         self.dom0: dict[str, AgentDom0 | ShellDom0] = {}
         self.streams = StreamLog(ctx.run_dir / XEN_LOG)
         self.boot_s: dict[str, float] = {}
+        # real hosts: the destination's address on the migration link and dom0's NIC there
+        self.mig_addr = os.environ.get("XEN_MIG_ADDR", topo.addr(topo.MIGRATION_ADDR["R2"]))
+        self.mig_if = os.environ.get("XEN_MIG_IF", "ethM") if not self.nested else "ethM"
+        if self.nested:
+            self.mig_addr = topo.addr(topo.MIGRATION_ADDR["R2"])
         self._described: dict[str, Any] = {}
 
     # -- preflight -------------------------------------------------------------------------
@@ -335,12 +343,12 @@ class XenDriver(Driver):
     def prepare_destination(self) -> None:
         """R2: xl migrate-receive behind a socat listener on the migration link."""
         port = topo.MIGRATION_PORT
-        addr = topo.addr(topo.MIGRATION_ADDR["R2"])
+        addr = self.mig_addr
         self.dom0["R2"].stream(
             "recv", f"exec socat TCP-LISTEN:{port},bind={addr},reuseaddr EXEC:'xl -vvv migrate-receive'"
         )
         deadline = time.monotonic() + 30.0
-        while f":{port} " not in self._run("R2", "netstat -ltn", check=False):
+        while f":{port} " not in self._run("R2", "ss -ltn 2>/dev/null || netstat -ltn", check=False):
             if time.monotonic() > deadline:
                 raise MigrationError(f"R2: socat did not listen on {addr}:{port}: {self.streams.tail('R2', 'recv')}")
             time.sleep(0.1)
@@ -350,13 +358,13 @@ class XenDriver(Driver):
     def migrate(self) -> MigrationOutcome:
         """xl migrate R1 -> R2; block until xl exits (or the timeout)."""
         s, rec = self.ctx.scenario, self.ctx.recorder
-        addr = topo.addr(topo.MIGRATION_ADDR["R2"])
+        addr = self.mig_addr
         transport = f"socat - TCP:{addr}:{topo.MIGRATION_PORT}"
         cmd = f"xl -vvv migrate -s '' {DOMAIN} {shlex.quote(transport)}"
         n0 = len(self.streams.lines)
         before = self._mig_counters()
         rec.action("migrate", side="src", command=cmd, mode=s.mode)
-        self.dom0["R1"].stream("send", f"echo $$ > /run/vrmig/send.pid; exec {cmd}")
+        self.dom0["R1"].stream("send", f"mkdir -p /run/vrmig; echo $$ > /run/vrmig/send.pid; exec {cmd}")
         alive = self.procs["R1"].alive if "R1" in self.procs else None
         hit = self.streams.wait("R1", "send", (EXIT_MARK,), s.migrate_timeout_s, alive)
         if hit is None:
@@ -381,7 +389,7 @@ class XenDriver(Driver):
         """dom0's own byte counters of the migration NIC (R1 tx, R2 rx)."""
         out: dict[str, int | None] = {}
         for host, key, what in (("R1", "tx", "tx_bytes"), ("R2", "rx", "rx_bytes")):
-            rc, text = self.dom0[host].run(f"cat /sys/class/net/ethM/statistics/{what}", 15.0)
+            rc, text = self.dom0[host].run(f"cat /sys/class/net/{self.mig_if}/statistics/{what}", 15.0)
             out[key] = int(text.strip()) if rc == 0 and text.strip().isdigit() else None
         return out
 
@@ -391,7 +399,7 @@ class XenDriver(Driver):
             return b - a if a is not None and b is not None else None
 
         data = {"dom0_mig_tx_bytes": delta("tx"), "dom0_mig_rx_bytes_dst": delta("rx"), "before": before,
-                "after": after, "nic": "ethM"}  # fmt: skip
+                "after": after, "nic": self.mig_if}  # fmt: skip
         (self.ctx.run_dir / "xen.json").write_text(json.dumps(data, indent=1) + "\n")
 
     def verify(self) -> dict[str, Any]:
