@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyroute2 import IPRoute, netns
+from pyroute2 import IPRoute
 
 from migrate.errors import ConfigError, DependencyError
 from migrate.procs import Proc, ProcessError
@@ -72,8 +72,7 @@ def measure(needs: Iterable[tuple[int, int, int]], scratch: Path) -> dict[tuple[
     ns = f"{reg.prefix}-CAL"
     caps: dict[tuple[int, int], Capability] = {}
     try:
-        reg.add_netns(ns)
-        netns.create(ns)
+        reg.create_netns(ns)
         with IPRoute(netns=ns) as ipr:
             ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
         for (ip, frame), bps in sorted(wanted.items()):

@@ -102,6 +102,22 @@ class Registry:
         self.namespaces.append(name)
         self._save()
 
+    def create_netns(self, name: str) -> None:
+        """Record a namespace, then create it with SIGINT/SIGTERM held until it exists.
+
+        pyroute2 creates it in a child process and waits for it; a signal raising Interrupted in
+        that wait would let teardown run first and the child mount the namespace after it (a
+        leak seen when a sweep was SIGTERMed while building its testbed)."""
+        from pyroute2 import netns
+
+        self.add_netns(name)
+        held = {signal.SIGINT, signal.SIGTERM}
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+        try:
+            netns.create(name)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
     def add_process(self, pid: int, what: str) -> None:
         """Record a process just started (PID and start time, so PID reuse is detected)."""
         self.processes.append({"pid": pid, "starttime": proc_starttime(pid), "what": what})

@@ -8,7 +8,7 @@ import secrets
 import subprocess
 from dataclasses import dataclass
 
-from pyroute2 import IPRoute, netns
+from pyroute2 import IPRoute
 
 from migrate import topology as topo
 from migrate.errors import TestbedError
@@ -90,8 +90,7 @@ class TestbedBuilder:
 
     def _netns(self, role: str) -> None:
         name = self.tb.ns(role)
-        self.registry.add_netns(name)
-        netns.create(name)
+        self.registry.create_netns(name)
         sysctls = list(_COMMON_SYSCTLS)
         if role == topo.SWITCH or role in topo.HYPERVISOR_HOSTS:
             sysctls += _L2_SYSCTLS

@@ -72,3 +72,41 @@ def test_clean_stale_only_touches_dead_owners(state_root, tmp_path):
     finally:
         victim.kill()
         victim.wait()
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def test_a_signal_during_namespace_creation_surfaces_only_after_it_exists(state_root, monkeypatch):
+    """pyroute2 creates a namespace in a child process; a SIGTERM that interrupted the wait let
+    teardown run before the child mounted the namespace (a leaked ``<prefix>-SW``).  Here a fake
+    create signals its own process halfway: the interrupt must arrive after creation finished."""
+    import os
+    import signal
+
+    from pyroute2 import netns
+
+    created: list[str] = []
+
+    def fake_create(name):
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered now, unless held
+        for _ in range(1000):  # Python runs pending handlers between bytecodes
+            pass
+        created.append(name)
+
+    def handler(signum, frame):
+        raise _Interrupted(f"seen with {list(created)}")
+
+    monkeypatch.setattr(netns, "create", fake_create)
+    old = signal.signal(signal.SIGTERM, handler)
+    reg = regmod.Registry("vmtest03")
+    reg.open()
+    try:
+        with pytest.raises(_Interrupted, match=r"seen with \['vmtest03-SW'\]"):
+            reg.create_netns("vmtest03-SW")
+        assert json.loads(reg.state_file.read_text())["namespaces"] == ["vmtest03-SW"]
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        reg.namespaces.clear()
+        reg.teardown()
