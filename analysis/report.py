@@ -43,6 +43,8 @@ def format_table(summary: Summary | Mapping[str, Any]) -> str:
     who, who_volume = ("libvirt", "libvirt memory processed") if via_libvirt else ("QEMU", "QEMU ram.transferred")
     if _d(hv, "reply_source") == "criu":  # HV=criu: CRIU's own statistics (analysis.criu)
         who, who_volume = "CRIU", "CRIU pages written"
+    if _d(hv, "reply_source") == "xl":  # HV=xen: xl's messages, dom0's NIC bytes (analysis.xen)
+        who, who_volume = "xl", "dom0 migration NIC bytes"
     lines = [
         head,
         f"  downtime [s]     counters {_f(_d(s, 'downtime_s', 'counters'))} (±{_f(_d(dc, 'resolution_s'))})"
