@@ -171,11 +171,11 @@ class XenDriver(Driver):
         self.dom0: dict[str, AgentDom0 | ShellDom0] = {}
         self.streams = StreamLog(ctx.run_dir / XEN_LOG)
         self.boot_s: dict[str, float] = {}
-        # real hosts: the destination's address on the migration link and dom0's NIC there
-        self.mig_addr = os.environ.get("XEN_MIG_ADDR", topo.addr(topo.MIGRATION_ADDR["R2"]))
-        self.mig_if = os.environ.get("XEN_MIG_IF", "ethM") if not self.nested else "ethM"
-        if self.nested:
-            self.mig_addr = topo.addr(topo.MIGRATION_ADDR["R2"])
+        # the destination's address on the migration link and dom0's NIC there (real hosts: from
+        # the environment; nested: the testbed's /30 and dom0-init's ethM)
+        nested_addr = topo.addr(topo.MIGRATION_ADDR["R2"])
+        self.mig_addr = nested_addr if self.nested else os.environ.get("XEN_MIG_ADDR", nested_addr)
+        self.mig_if = "ethM" if self.nested else os.environ.get("XEN_MIG_IF", "ethM")
         self._described: dict[str, Any] = {}
 
     # -- preflight -------------------------------------------------------------------------
