@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from migrate.atomic import write_json
+from migrate.sighold import held_signals
 
 log = logging.getLogger(__name__)
 
@@ -111,12 +112,8 @@ class Registry:
         from pyroute2 import netns
 
         self.add_netns(name)
-        held = {signal.SIGINT, signal.SIGTERM}
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-        try:
+        with held_signals():
             netns.create(name)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def add_process(self, pid: int, what: str) -> None:
         """Record a process just started (PID and start time, so PID reuse is detected)."""
