@@ -28,6 +28,11 @@ def _rtt(phase: Mapping[str, Any] | None) -> str:
     return f"{_f(_d(phase, 'median'), '.2f')}/{_f(_d(phase, 'p99'), '.2f')} (lost {_f(_d(phase, 'lost'), 'd')})"
 
 
+def _sent_lost(d: Mapping[str, Any] | None, ratio: bool = False) -> str:
+    out = f"{_f(_d(d, 'lost'), 'd')} of {_f(_d(d, 'sent'), 'd')}"
+    return f"{out} ({_f(_d(d, 'loss_ratio'), '.3f', 100)} %)" if ratio else out
+
+
 def format_table(summary: Summary | Mapping[str, Any]) -> str:
     """Headline metrics of a run, one per line (accepts a Summary or its summary.json dict)."""
     s = summary.to_dict() if isinstance(summary, Summary) else summary
@@ -37,7 +42,10 @@ def format_table(summary: Summary | Mapping[str, Any]) -> str:
     head = f"{s.get('hv')} {s.get('mode')} {rate} {s.get('frame_bytes')} B accel={s.get('accel')}: {s.get('status')}"
     if s.get("failure"):
         head += f" ({s['failure']})"
-    lost_gap = _d(dp, "lost_in_gap")
+    stl = det.get("send_time_loss")
+    # packets sent during the gap that never arrived (send stamps); else the sequence numbers around it
+    gap_loss = f"{_sent_lost(_d(stl, 'outage'))} sent in gap lost" if _d(stl, "outage") else None
+    gap_loss = gap_loss or f"{_f(_d(dp, 'lost_in_gap'), 'd')} lost in gap"
     cross = s.get("cross_traffic") or {}
     via_libvirt = str(_d(hv, "reply_source") or "").startswith("libvirt")  # DRIVER=libvirt
     who, who_volume = ("libvirt", "libvirt memory processed") if via_libvirt else ("QEMU", "QEMU ram.transferred")
@@ -48,7 +56,7 @@ def format_table(summary: Summary | Mapping[str, Any]) -> str:
     lines = [
         head,
         f"  downtime [s]     counters {_f(_d(s, 'downtime_s', 'counters'))} (±{_f(_d(dc, 'resolution_s'))})"
-        f"   packets {_f(_d(s, 'downtime_s', 'packets'))} ({_f(lost_gap, 'd')} lost in gap)"
+        f"   packets {_f(_d(s, 'downtime_s', 'packets'))} ({gap_loss})"
         f"   {who} {_f(_d(s, 'downtime_s', 'hypervisor'))}",
         f"  duration [s]     link {_f(_d(s, 'duration_s', 'link'))}   {who} {_f(_d(s, 'duration_s', 'hypervisor'))}"
         f"   migrate→end {_f(_d(hv, 'command_to_end_s'))}",
@@ -61,6 +69,11 @@ def format_table(summary: Summary | Mapping[str, Any]) -> str:
         f"   forwarded {_f(cross.get('forwarded_bps'), '.1f', 1e-6)} Mbit/s"
         f"   lost {_f(cross.get('lost_packets'), 'd')} ({_f(cross.get('loss_ratio'), '.3f', 100)} %)",
     ]
+    if stl:
+        lines.append(
+            f"  send-time loss   migration {_sent_lost(stl.get('migration'), True)}"
+            f"   outside {_sent_lost(stl.get('outside'), True)}   excess {_f(stl.get('excess_lost'), '.0f')}"
+        )
     if _d(hv, "stop_to_cont_s") is not None:
         lines.insert(2, f"  guest paused [s] stop→cont {_f(hv['stop_to_cont_s'])} (orchestrator)")
     smp = det.get("sampler")

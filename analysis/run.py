@@ -25,6 +25,7 @@ from analysis.link import link_activity
 from analysis.load import Counters, load_counters, load_irtt, read_json, read_jsonl, sink_gaps
 from analysis.plot import PlotData, Series, plot_run
 from analysis.rtt import rtt_phases
+from analysis.sendloss import SendTimeLoss, loss_from_raw, send_time_loss
 from analysis.summary import Summary
 from analysis.window import Spans, Window, migration_window, spans
 from analysis.xen import load_xen, xen_figures
@@ -143,6 +144,17 @@ def _downtimes(
     return dc, dp
 
 
+def _send_loss(raw: _Raw, span: Spans, dp: PacketsDowntime | None, notes: list[str]) -> SendTimeLoss | None:
+    """Loss by send time over the migration span and the packet-gap outage (builtin generator)."""
+    per_ms = _metric(notes, "send-time loss", loss_from_raw, raw.gen, raw.sink)
+    if per_ms is None:
+        return None
+    outage = None
+    if dp is not None and dp.t_before_ns is not None and dp.t_after_ns is not None:
+        outage = (dp.t_before_ns, dp.t_after_ns)
+    return _metric(notes, "send-time loss", send_time_loss, per_ms, (span.search_lo_ns, span.search_hi_ns), outage)
+
+
 def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
     notes: list[str] = []
     raw = _read_raw(Path(run_dir), notes)
@@ -185,6 +197,7 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
     else:
         hv = _metric(notes, "hypervisor", hypervisor_figures, raw.samples, window, hv_meta.get("final"))
     cross = _metric(notes, "cross traffic", cross_traffic, raw.gen, raw.sink, b_eth0)
+    send_loss = _send_loss(raw, span, dp, notes) if span is not None and rate != 0 else None
     sampler = None
     if c is not None and period_ns and c.series:
         ref = b_eth0 if b_eth0 is not None else next(iter(c.series.values()))
@@ -209,6 +222,7 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
         link=link,
         rtt=rtt,
         cross=cross,
+        send_loss=send_loss,
         sampler=sampler,
         notes=tuple(notes),
     )

@@ -15,6 +15,7 @@ from analysis.downtime import CountersDowntime, PacketsDowntime
 from analysis.hypervisor import HypervisorFigures
 from analysis.link import LinkActivity
 from analysis.rtt import RttPhases, RttStats
+from analysis.sendloss import SendTimeLoss
 from analysis.window import Window
 
 SUMMARY_FORMAT_VERSION = 1
@@ -68,6 +69,7 @@ class Summary:
     link: LinkActivity | None = None
     rtt: RttPhases | None = None
     cross: CrossTraffic | None = None
+    send_loss: SendTimeLoss | None = None
     sampler: SamplerHealth | None = None
     notes: tuple[str, ...] = ()
 
@@ -99,6 +101,9 @@ class Summary:
                 "forwarded_counters_bps": _get(cross, "forwarded_counters_bps"),
                 "lost_packets": _get(cross, "lost_packets"),
                 "loss_ratio": _get(cross, "loss_ratio"),
+                "migration_sent_packets": _get(_get(self.send_loss, "migration"), "sent"),
+                "migration_lost_packets": _get(_get(self.send_loss, "migration"), "lost"),
+                "outage_lost_packets": _get(_get(self.send_loss, "outage"), "lost"),
             },
             "details": {
                 "summary_format_version": SUMMARY_FORMAT_VERSION,
@@ -111,6 +116,7 @@ class Summary:
                 "link": self.link,
                 "rtt": rtt,
                 "cross_traffic": cross,
+                "send_time_loss": self.send_loss,
                 "sampler": self.sampler,
                 "notes": list(self.notes),
             },

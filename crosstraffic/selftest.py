@@ -173,6 +173,10 @@ class SelfTest:
             check(s["packets"] == g["packets"] and s["lost"] == 0, f"sink {s['packets']} vs gen {g['packets']}")
             check(s["frame_bytes"] == frame and s["timestamps"] == "kernel", f"sink: {s}")
             check(sum(s["hist_ms"]) == s["received"] - s["malformed"], "histogram does not add up")
+            # no loss: every send-ms bucket of the generator is received in full, by the same stamps
+            check(g["sent_hist_dropped"] == 0 and sum(g["sent_hist_ms"]) == g["packets"], "gen sent_hist_ms")
+            check((s["tx_hist_start_ms"], s["tx_hist_ms"]) == (g["sent_hist_start_ms"], g["sent_hist_ms"]),
+                  "sink tx_hist_ms differs from gen sent_hist_ms without loss")  # fmt: skip
             check(0 <= s["owd_ns"]["min"] <= s["owd_ns"]["median"] <= s["owd_ns"]["max"], f"owd {s['owd_ns']}")
             if log:
                 data = logf.read_bytes()
@@ -195,6 +199,11 @@ class SelfTest:
             s = self.stop_sink(sink)
         check(g["requested_bps"] == 0 and g["packets"] > 1000, f"gen: {g}")
         check(s["received"] + s["socket_drops"] >= g["packets"] - s["lost"], f"sink: {s}")
+        unreceived = sum(g["sent_hist_ms"]) - sum(s["tx_hist_ms"])  # loss by send time, in total
+        check(
+            unreceived == g["packets"] - s["packets"],
+            f"send-time loss {unreceived}, want {g['packets'] - s['packets']}",
+        )
 
     def _gso(self, sink_args: tuple[str, ...]) -> dict:
         port = free_udp_port()

@@ -179,4 +179,77 @@ static inline void ct_json_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
+/* ---- per-millisecond histogram (counts per CLOCK_REALTIME ms from start_ms; grows on demand,
+ * at most max_len buckets: anything further away is counted in dropped) ---- */
+struct ct_hist {
+    uint32_t *c;
+    int64_t start_ms;
+    size_t len, cap, max_len;
+    uint64_t dropped;
+};
+
+/* floor(t_ns / 1 ms), also for negative times */
+static inline int64_t ct_ms_floor(int64_t t_ns)
+{
+    return t_ns >= 0 ? t_ns / 1000000 : (t_ns - 999999) / 1000000;
+}
+
+static inline void ct_hist_grow(struct ct_hist *h, size_t need)
+{
+    if (need <= h->cap)
+        return;
+    size_t nc = h->cap;
+    while (nc < need)
+        nc *= 2;
+    uint32_t *n = realloc(h->c, nc * sizeof *n);
+    if (!n)
+        ct_die("out of memory");
+    memset(n + h->cap, 0, (nc - h->cap) * sizeof *n);
+    h->c = n;
+    h->cap = nc;
+}
+
+/* Add n to the bucket of millisecond ms. */
+static inline void ct_hist_add(struct ct_hist *h, int64_t ms, uint32_t n)
+{
+    if (h->cap == 0) {
+        h->cap = 65536;
+        h->c = calloc(h->cap, sizeof *h->c);
+        if (!h->c)
+            ct_die("out of memory");
+        h->start_ms = ms;
+        h->len = 1;
+    }
+    if (ms < h->start_ms) { /* earlier than the first one: shift right */
+        size_t shift = (size_t)(h->start_ms - ms);
+        if (h->len + shift > h->max_len) {
+            h->dropped += n;
+            return;
+        }
+        ct_hist_grow(h, h->len + shift);
+        memmove(h->c + shift, h->c, h->len * sizeof *h->c);
+        memset(h->c, 0, shift * sizeof *h->c);
+        h->len += shift;
+        h->start_ms = ms;
+    }
+    size_t i = (size_t)(ms - h->start_ms);
+    if (i >= h->max_len) {
+        h->dropped += n;
+        return;
+    }
+    ct_hist_grow(h, i + 1);
+    if (i >= h->len)
+        h->len = i + 1;
+    h->c[i] += n;
+}
+
+/* JSON members "<key>_start_ms": N, "<key>_ms": [...] (no separator around them). */
+static inline void ct_hist_print(FILE *f, const struct ct_hist *h, const char *key)
+{
+    fprintf(f, "\"%s_start_ms\": %" PRId64 ", \"%s_ms\": [", key, h->len ? h->start_ms : 0, key);
+    for (size_t i = 0; i < h->len; i++)
+        fprintf(f, i ? ",%u" : "%u", h->c[i]);
+    fputc(']', f);
+}
+
 #endif

@@ -9,7 +9,8 @@
  * no drift).  The generator sleeps with clock_nanosleep(TIMER_ABSTIME) (optionally spinning the
  * last --spin-us) and sends every packet that is due in one sendmmsg() batch.
  *
- * At exit (duration reached, SIGINT or SIGTERM) prints one gen.json object on stdout.
+ * At exit (duration reached, SIGINT or SIGTERM) prints one gen.json object on stdout, with the
+ * packets sent per ms of their send stamp (sent_hist_ms; vrsink counts the same stamps received).
  */
 #define _GNU_SOURCE
 #include "common.h"
@@ -28,6 +29,7 @@
 #define LATE_EVENTS_MAX 100000
 #define GSO_SEGS 64     /* UDP_MAX_SEGMENTS of older kernels */
 #define GSO_BYTES 65000 /* stay below the 64 KiB IP datagram limit */
+#define SENT_HIST_MAX_S 7200 /* span of sent_hist_ms (per-ms send counts) */
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
 #endif
@@ -296,6 +298,7 @@ int main(int argc, char **argv)
     int64_t start_rt = ct_now_ns(CLOCK_REALTIME);
     int64_t t_end_mono = dur_ns > 0 ? t0 + dur_ns : INT64_MAX;
     int64_t prev_send = t0;
+    struct ct_hist sent_hist = {.max_len = (size_t)SENT_HIST_MAX_S * 1000}; /* by send stamp */
 
     while (k < end_k) {
         if (g_stop) {
@@ -370,6 +373,8 @@ int main(int argc, char **argv)
             done += iov[j].iov_len / unit;
         k += done;
         packets += done;
+        if (done)
+            ct_hist_add(&sent_hist, ct_ms_floor(ts), (uint32_t)done);
     }
 
     int64_t end_rt = ct_now_ns(CLOCK_REALTIME);
@@ -421,11 +426,15 @@ int main(int argc, char **argv)
                late[i].sent_ns);
     double cpu_user, cpu_sys;
     ct_cpu_times(&cpu_user, &cpu_sys);
-    printf("], \"cpu_user_s\": %.3f, \"cpu_sys_s\": %.3f}\n", cpu_user, cpu_sys);
+    printf("], ");
+    ct_hist_print(stdout, &sent_hist, "sent_hist");
+    printf(", \"sent_hist_dropped\": %" PRIu64 ", \"cpu_user_s\": %.3f, \"cpu_sys_s\": %.3f}\n", sent_hist.dropped,
+           cpu_user, cpu_sys);
     fflush(stdout);
     free(bufs);
     free(msgs);
     free(iov);
     free(late);
+    free(sent_hist.c);
     return 0;
 }

@@ -3,7 +3,8 @@
  * Receives with recvmmsg() and kernel software receive timestamps (SO_TIMESTAMPNS, CLOCK_REALTIME),
  * tracks loss / reordering / duplicates by sequence number in a sliding bitmap window (constant
  * memory at any rate and duration), records every inter-arrival gap above --gap-us, a per-ms arrival
- * histogram and one-way delay statistics (log-linear histogram, 0.1 % resolution), and optionally
+ * histogram, a per-ms histogram of the packets received by their send time (vrgen's stamp; with
+ * vrgen's sent_hist_ms it gives loss by send time) and one-way delay statistics (log-linear histogram, 0.1 % resolution), and optionally
  * logs every packet as little-endian (u64 seq, i64 t_ns) records.
  *
  * Prints "READY" on stderr once bound; runs until SIGINT/SIGTERM or --duration; then drains what is
@@ -256,65 +257,6 @@ static int64_t owd_quantile(const struct owd *o, double q)
     return o->max;
 }
 
-/* ---- per-millisecond arrival histogram ---- */
-struct hist {
-    uint32_t *c;
-    int64_t start_ms;
-    size_t len, cap, max_len;
-    uint64_t dropped;
-};
-
-static void hist_add(struct hist *h, int64_t ms)
-{
-    if (h->len == 0 && h->cap == 0) {
-        h->cap = 65536;
-        h->c = calloc(h->cap, sizeof *h->c);
-        if (!h->c)
-            ct_die("out of memory");
-        h->start_ms = ms;
-        h->len = 1;
-    }
-    if (ms < h->start_ms) { /* an earlier timestamp than the first one: shift right */
-        size_t shift = (size_t)(h->start_ms - ms);
-        if (h->len + shift > h->max_len) {
-            h->dropped++;
-            return;
-        }
-        if (h->len + shift > h->cap) {
-            size_t nc = h->cap;
-            while (nc < h->len + shift)
-                nc *= 2;
-            uint32_t *n = realloc(h->c, nc * sizeof *n);
-            if (!n)
-                ct_die("out of memory");
-            h->c = n;
-            h->cap = nc;
-        }
-        memmove(h->c + shift, h->c, h->len * sizeof *h->c);
-        memset(h->c, 0, shift * sizeof *h->c);
-        h->len += shift;
-        h->start_ms = ms;
-    }
-    size_t i = (size_t)(ms - h->start_ms);
-    if (i >= h->max_len) {
-        h->dropped++;
-        return;
-    }
-    if (i >= h->cap) {
-        size_t nc = h->cap;
-        while (nc <= i)
-            nc *= 2;
-        uint32_t *n = realloc(h->c, nc * sizeof *n);
-        if (!n)
-            ct_die("out of memory");
-        memset(n + h->cap, 0, (nc - h->cap) * sizeof *n);
-        h->c = n;
-        h->cap = nc;
-    }
-    if (i >= h->len)
-        h->len = i + 1;
-    h->c[i]++;
-}
 
 /* ---- --seq-crt: the sequence number as residues modulo pairwise coprime byte-sized moduli ----
  * Byte i of the payload is seq mod CRT_MOD[i]; a generator with only independent one-byte
@@ -360,6 +302,9 @@ static int crt_decode(const unsigned char *p, uint64_t *out)
     return 0;
 }
 
+/* a send stamp further than this from the arrival time is not ours (foreign payload) */
+#define TX_PLAUSIBLE_NS (60LL * 1000000000LL)
+
 struct gap {
     int64_t t0, t1;
     uint64_t s0, s1;
@@ -368,7 +313,8 @@ struct gap {
 struct state {
     struct seqtrack seq;
     struct owd owd;
-    struct hist hist;
+    struct ct_hist hist;    /* arrivals per ms of arrival time */
+    struct ct_hist tx_hist; /* unique packets received per ms of their send time */
     struct gap *gaps;
     size_t n_gaps, gaps_cap;
     uint64_t gaps_dropped;
@@ -437,6 +383,8 @@ static void on_packet(struct state *st, const unsigned char *p, int len, int64_t
                 o->negative++;
             else
                 o->h[owd_index((uint64_t)d)]++;
+            if (d > -TX_PLAUSIBLE_NS && d < TX_PLAUSIBLE_NS) /* a send stamp of this clock */
+                ct_hist_add(&st->tx_hist, ct_ms_floor(tx), 1);
         }
     }
 
@@ -466,7 +414,7 @@ static void on_packet(struct state *st, const unsigned char *p, int len, int64_t
         st->prev_t = t;
         st->prev_seq = seq;
     }
-    hist_add(&st->hist, t >= 0 ? t / 1000000 : (t - 999999) / 1000000);
+    ct_hist_add(&st->hist, ct_ms_floor(t), 1);
 }
 
 static void print_json(const struct state *st, const struct opts *o, int fam, const char *bind, int rcvbuf,
@@ -493,12 +441,13 @@ static void print_json(const struct state *st, const struct opts *o, int fam, co
         fprintf(f, "%s[%" PRId64 ", %" PRId64 ", %" PRIu64 ", %" PRIu64 "]", i ? ", " : "", g->t0, g->t1, g->s0,
                 g->s1);
     }
-    fprintf(f, "], \"hist_start_ms\": %" PRId64 ", \"hist_ms\": [", st->hist.len ? st->hist.start_ms : 0);
-    for (size_t i = 0; i < st->hist.len; i++)
-        fprintf(f, i ? ",%u" : "%u", st->hist.c[i]);
+    fputs("], ", f);
+    ct_hist_print(f, &st->hist, "hist");
+    fputs(", ", f);
+    ct_hist_print(f, &st->tx_hist, "tx_hist");
     const struct owd *w = &st->owd;
     fprintf(f,
-            "], \"owd_ns\": {\"min\": %" PRId64 ", \"median\": %" PRId64 ", \"max\": %" PRId64 ", \"p99\": %" PRId64
+            ", \"owd_ns\": {\"min\": %" PRId64 ", \"median\": %" PRId64 ", \"max\": %" PRId64 ", \"p99\": %" PRId64
             ", \"p999\": %" PRId64 ", \"mean\": %.0f, \"count\": %" PRIu64 ", \"negative\": %" PRIu64 "}, ",
             w->count ? w->min : 0, owd_quantile(w, 0.5), w->count ? w->max : 0, owd_quantile(w, 0.99),
             owd_quantile(w, 0.999), w->count ? (double)(w->sum / w->count) : 0.0, w->count, w->negative);
@@ -507,10 +456,10 @@ static void print_json(const struct state *st, const struct opts *o, int fam, co
             "\"received\": %" PRIu64 ", \"stale\": %" PRIu64 ", \"malformed\": %" PRIu64 ", \"truncated\": %" PRIu64
             ", \"user_timestamps\": %" PRIu64 ", \"gro_segments\": %" PRIu64 ", \"socket_drops\": %u, \"payload_bytes_min\": %d, "
             "\"payload_bytes_max\": %d, \"rx_pps\": %.3f, \"gaps_dropped\": %" PRIu64 ", \"hist_dropped\": %" PRIu64
-            ", ",
+            ", \"tx_hist_dropped\": %" PRIu64 ", ",
             st->received, s->stale, st->malformed, st->truncated, st->user_ts, st->gro_segments, st->drops,
             valid ? st->payload_min : 0, valid ? st->payload_max : 0, dur > 0 ? (double)(s->unique - 1) / dur : 0.0,
-            st->gaps_dropped, st->hist.dropped);
+            st->gaps_dropped, st->hist.dropped, st->tx_hist.dropped);
     fprintf(f, "\"seq_format\": \"%s\", ", st->seq_crt ? "crt8" : "le64+send_ns");
     fprintf(f, "\"family\": %d, \"bind\": ", fam == AF_INET6 ? 6 : 4);
     ct_json_str(f, bind);
@@ -556,7 +505,7 @@ int main(int argc, char **argv)
     st.seq.mask = st.seq.W - 1;
     st.seq.bits = calloc((size_t)(st.seq.W / 64), sizeof(uint64_t));
     st.owd.h = calloc(OWD_BUCKETS, sizeof(uint64_t));
-    st.hist.max_len = (size_t)(o.hist_max_s * 1000);
+    st.hist.max_len = st.tx_hist.max_len = (size_t)(o.hist_max_s * 1000);
     const size_t slot_bytes = o.no_gro ? SLOT_BYTES : GRO_SLOT_BYTES;
     unsigned char *slots = malloc((size_t)o.batch * slot_bytes);
     unsigned char *ctrl = malloc((size_t)o.batch * CTRL_BYTES);
@@ -677,6 +626,7 @@ int main(int argc, char **argv)
     free(st.owd.h);
     free(st.gaps);
     free(st.hist.c);
+    free(st.tx_hist.c);
     free(slots);
     free(ctrl);
     free(msgs);

@@ -47,6 +47,12 @@ def test_precopy_run_metrics(tmp_path):
     assert ct["lost_packets"] == e["total_lost"] == 1417 + 17  # the 2 ms gap at +1.5 s lost 17
     assert ct["forwarded_bps"] == pytest.approx(e["received_packets"] * 1500 * 8 / 10.99992, rel=1e-9)
     assert ct["forwarded_counters_bps"] == pytest.approx(ct["forwarded_bps"], rel=2e-3)
+    # by send time: the stall's packets are the migration's; the 2 ms gap at +1.5 s is outside it
+    assert ct["migration_lost_packets"] == ct["outage_lost_packets"] == e["stall_lost"] == 1417
+    stl = s["details"]["send_time_loss"]
+    assert stl["outside"]["lost"] == 17 and stl["inconsistent_ms"] == 0
+    assert stl["migration"]["sent"] + stl["outside"]["sent"] == e["sent_packets"]
+    assert stl["excess_lost"] == pytest.approx(1417 - stl["migration"]["sent"] * 17 / stl["outside"]["sent"])
     d = s["details"]
     assert d["downtime_packets"]["lost_in_gap"] == e["lost_in_gap"] == 1417
     assert d["downtime_counters"]["resolution_s"] == pytest.approx(0.010)
@@ -72,6 +78,7 @@ def test_stopcopy_run_downtime_covers_the_pause(tmp_path):
     assert d["hypervisor"]["stop_to_cont_s"] == pytest.approx(2.050)
     assert d["window"]["end_source"] == "cont" and d["window"]["announce_ns"] == run.expect["end_ns"] + MS
     assert s["rtt_ms"]["during"]["lost"] == run.expect["lost_probes"] == 205
+    assert s["cross_traffic"]["outage_lost_packets"] == run.expect["stall_lost"] > 17000
 
 
 def test_analyse_and_write_writes_summary_and_plot(tmp_path):
@@ -121,7 +128,8 @@ def test_report_table_and_module_entry_point(tmp_path, capsys):
     run = write_run(tmp_path, "stopcopy")
     assert main([str(run.run_dir)]) == 0
     out = capsys.readouterr().out
-    assert "counters 2.070 (±0.010)" in out and "packets 2.060 (17166 lost in gap)" in out
+    assert "counters 2.070 (±0.010)" in out and "packets 2.060 (17166 of 17175 sent in gap lost)" in out
+    assert "send-time loss   migration 17166 of 33759 (50.849 %)   outside 17 of 57908" in out
     assert "stop→cont 2.050" in out
     table = format_table(json.loads((run.run_dir / "summary.json").read_text()))
     assert table.splitlines()[0] == "kvm stopcopy 100 Mbit/s 1500 B accel=tcg: completed"
