@@ -90,6 +90,12 @@ METRICS: tuple[Metric, ...] = (
            "forwarded_bps / offered_bps of each run"),
     Metric("loss_ratio", "1", "loss ratio", lambda s: _num(_d(s, "cross_traffic", "loss_ratio")),
            "cross_traffic.loss_ratio (sequence numbers never received / sent)"),
+    Metric("migration_lost_packets", "packets", "lost (migration)",
+           lambda s: _num(_d(s, "cross_traffic", "migration_lost_packets")),
+           "cross_traffic.migration_lost_packets (sent from migration start to end + 2 s, never received)"),
+    Metric("outage_lost_packets", "packets", "lost (outage)",
+           lambda s: _num(_d(s, "cross_traffic", "outage_lost_packets")),
+           "cross_traffic.outage_lost_packets (sent during the packet-downtime gap, never received)"),
 )  # fmt: skip
 METRIC_BY_NAME = {m.name: m for m in METRICS}
 
