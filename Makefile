@@ -19,7 +19,7 @@ MIGRATE_FLAGS = $(call flag,HV,hv) $(call flag,DRIVER,driver) $(call flag,MODE,m
   $(call flag,MIGLINK,miglink) $(call flag,DOWNTIME_LIMIT,downtime-limit) $(call flag,MIGBW,max-bandwidth) \
   $(call flag,AUTO_CONVERGE,auto-converge) $(call flag,XBZRLE,xbzrle) $(call flag,POSTCOPY,postcopy) \
   $(call flag,MIGRATE_TIMEOUT,migrate-timeout) $(call flag,BOOT_TIMEOUT,boot-timeout) \
-  $(call flag,XEN_GUEST,xen-guest) $(call flag,XEN_MIG_MTU,xen-mig-mtu) \
+  $(call flag,XEN_GUEST,xen-guest) $(call flag,XEN_MIG_MTU,xen-mig-mtu) $(call flag,CRIU_HOST,criu-host) \
   $(call flag,FAULT,fault) --results $(RESULTS)
 
 .PHONY: chaos setup apt venv helpers guest migrate test test-unit test-integration lint clean-testbed clean \
@@ -53,6 +53,7 @@ check-helpers:
 .PHONY: criu
 criu: venv
 	$(PY) -m migrate.criu_setup
+	$(PY) -m routers criuvm
 
 guest: venv
 	$(PY) -m routers build --profile frr

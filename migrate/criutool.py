@@ -20,7 +20,8 @@ MODE_FEATURES = {
         "mem_dirty_track",
         "MODE=precopy (criu pre-dump --track-mem) needs the kernel's soft-dirty page tracking, "
         'which this kernel lacks (CONFIG_MEM_SOFT_DIRTY is not set; criu: "Dirty tracking is OFF"): '
-        "use MODE=stopcopy, or a kernel built with CONFIG_MEM_SOFT_DIRTY=y",
+        "use CRIU_HOST=vm (the experiment runs in a VM booting Debian's kernel, which has it), "
+        "MODE=stopcopy, or a kernel built with CONFIG_MEM_SOFT_DIRTY=y",
     ),
 }
 

@@ -116,8 +116,13 @@ def preflight(scenario: Scenario) -> tuple[type[Driver], dict[str, Any]]:
     return driver_cls, driver_cls.preflight(scenario)
 
 
-def run(scenario: Scenario, results_root: Path) -> Path:
-    """Execute one migration experiment and return its results directory."""
+def run(scenario: Scenario, results_root: Path, extra_meta: dict[str, Any] | None = None) -> Path:
+    """Execute one migration experiment and return its results directory (``extra_meta`` is
+    merged into meta.json: how the CRIU host VM ran it)."""
+    from migrate import criuvm
+
+    if scenario.criu_host == "vm" and not criuvm.in_vm():
+        return criuvm.run_in_vm(scenario, results_root)
     check_results_root(results_root)
     driver_cls, facts = preflight(scenario)
     for prefix in clean_stale():
@@ -137,6 +142,7 @@ def run(scenario: Scenario, results_root: Path) -> Path:
             "git_commit": metamod.git_commit(),
             "host": metamod.host_facts(),
             "clock": {"timestamps": "CLOCK_REALTIME ns", "offset_start_ns": metamod.clock_offset_ns()},
+            **(extra_meta or {}),
         }
         write_json(run_dir / "meta.json", meta)
         registry = Registry(new_prefix(), run_dir=str(run_dir.resolve()))

@@ -16,6 +16,7 @@ ACCELS = ("auto", "kvm", "tcg")
 GENS = ("builtin",)  # make migrate measures with vrgen/vrsink; other backends serve the benchmarks
 FAULTS = ("dst-qemu-dies", "src-qemu-dies", "link-down", "link-cap", "guest-never-ready", "gen-dies")
 XEN_GUESTS = ("pvh", "pv")
+CRIU_HOSTS = ("local", "vm")  # HV=criu: here, or in a VM booting Debian's kernel (migrate/criuvm.py)
 XEN_PV_REFUSAL = (
     "XEN_GUEST=pv cannot be live-migrated with Debian's Xen 4.17: the hypervisor is built without "
     "shadow paging (CONFIG_SHADOW_PAGING unset), and a PV guest's log-dirty tracking needs it "
@@ -59,6 +60,7 @@ class Scenario:
     driver: str = "qmp"
     xen_guest: str = "pvh"  # HV=xen: the domU type (pv is refused: see XEN_PV_REFUSAL)
     xen_mig_mtu: int = 1500  # HV=xen nested: MTU of the dom0s' migration link NICs
+    criu_host: str = "local"  # HV=criu: "vm" runs the experiment in a VM with a soft-dirty kernel
 
     def __post_init__(self) -> None:
         validate(self)
@@ -67,6 +69,7 @@ class Scenario:
     def name(self) -> str:
         """Name derived from the parameters, used in the results directory name."""
         hv = self.hv if self.driver == "qmp" else f"{self.hv}-{self.driver}"
+        hv = f"{hv}-vm" if self.criu_host == "vm" else hv
         return f"{hv}-{self.mode}-{format_rate(self.rate_bps)}-{self.frame_bytes}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -128,5 +131,7 @@ def validate(s: Scenario) -> None:
     _require(s.xen_guest in XEN_GUESTS, f"XEN_GUEST={s.xen_guest!r} must be pvh (or pv, which is refused)")
     _require(not (s.hv == "xen" and s.xen_guest == "pv"), XEN_PV_REFUSAL)
     _require(s.hv != "xen" or s.mode == "precopy", "HV=xen supports MODE=precopy only (xl migrate)")
+    _require(s.criu_host in CRIU_HOSTS, f"CRIU_HOST={s.criu_host!r} must be one of {', '.join(CRIU_HOSTS)}")
+    _require(s.criu_host == "local" or s.hv == "criu", f"CRIU_HOST={s.criu_host} needs HV=criu (not HV={s.hv})")
     _require(576 <= s.xen_mig_mtu <= 9000, f"XEN_MIG_MTU={s.xen_mig_mtu} must be 576-9000 bytes")
     _require(s.fault is None or s.fault in FAULTS, f"FAULT={s.fault!r} is unknown: choose one of {', '.join(FAULTS)}")

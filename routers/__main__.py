@@ -5,6 +5,7 @@
     python -m routers check [--profile P] [--timeout S]     # boot it under QEMU until VRMIG-READY
     python -m routers profiles                               # the registry and what is available
     python -m routers xen [--cache DIR] [--force] [--profiles frr bird]  # nested Xen host (make xen)
+    python -m routers criuvm [--cache DIR] [--force]  # CRIU host VM for CRIU_HOST=vm (make criu)
     python -m routers host-packages                          # Debian packages the build needs
 
 Errors print one line and exit non-zero (3: something missing, e.g. XORP or the image).
@@ -54,6 +55,15 @@ def _cmd_xen(a: argparse.Namespace) -> int:
     print(f"xen: {state}: {image.xen.parent} (dom0 initrd {_mb(image.manifest['files']['dom0-initrd.img']['bytes'])})")
     for name in a.profiles:
         print(f"xen: router {name}: {xen.host_initrd(name, a.cache)}")
+    return 0
+
+
+def _cmd_criuvm(a: argparse.Namespace) -> int:
+    from routers import criuvm
+
+    image, built, seconds = criuvm.build(a.cache, force=a.force)
+    state = f"built in {seconds:.1f} s" if built else "up to date"
+    print(f"criu-vm: {state}: {image.kernel.parent} (kernel {image.release}, modules {image.modules_dir})")
     return 0
 
 
@@ -119,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     x.add_argument("--force", action="store_true", help="rebuild even if up to date")
     x.add_argument("--profiles", nargs="*", default=["frr"], help="router domUs to put into dom0 (default frr)")
     x.set_defaults(func=_cmd_xen)
+    v = sub.add_parser("criuvm", help="build the CRIU host VM image (Debian kernel with soft-dirty; idempotent)")
+    v.add_argument("--cache", type=Path, default=None)
+    v.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    v.set_defaults(func=_cmd_criuvm)
     sub.add_parser("profiles", help="list the router profiles").set_defaults(func=_cmd_profiles)
     sub.add_parser("host-packages", help="Debian packages the build needs").set_defaults(func=_cmd_host_packages)
     a = p.parse_args(argv)

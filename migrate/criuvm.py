@@ -1,0 +1,266 @@
+"""CRIU_HOST=vm: run a whole ``HV=criu`` experiment inside a VM that boots Debian's generic kernel.
+
+Why: ``criu pre-dump --track-mem`` (MODE=precopy) needs soft-dirty page tracking
+(``CONFIG_MEM_SOFT_DIRTY``), which some host kernels lack (this machine's 6.18 among them).  The VM
+(:mod:`routers.criuvm`) boots Debian's kernel, which has it, with *this machine's own root file
+system* read-only over 9p under a tmpfs overlay: the suite, its venv, criu and the router rootfs
+are the host's; only the kernel differs.  The results root is shared read-write, so the run's
+directory appears where a local run would put it.
+
+Outer side (:func:`run_in_vm`, on the host): writes the job (scenario, results root, the host's
+facts) into the run's private state directory, boots QEMU with four 9p exports (hostroot, modules,
+results, job), follows the VM's console (``criuvm-console.log`` in the run directory at the end),
+and stops QEMU by PID in ``finally``.  Inside the VM, ``python -m migrate.criuvm <job>``
+(:func:`main`) runs the usual :func:`migrate.run.run`: the whole testbed (namespaces, container,
+traffic, probes, sampler) lives in the VM, on the VM's one clock, and ``meta.json`` says so
+(``criu_host``).  Everything in the VM is emulated where the host has no KVM, so its figures
+describe that VM, not this machine's kernel."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from migrate import meta as metamod
+from migrate.drivers.accel import detect_accel
+from migrate.errors import ConfigError, DependencyError, Interrupted, MigrationError, VrmigError
+from migrate.procs import Proc
+from migrate.registry import Registry, mark_dead_run
+from migrate.scenario import Scenario
+
+log = logging.getLogger(__name__)
+
+INNER_ENV = "VRMIG_CRIUVM_INNER"  # set by the VM's /init: run() executes locally there
+BOOT_MARK, EXIT_MARK, FAIL_MARK = "VRMIG-CRIUVM-BOOT", "VRMIG-CRIUVM-EXIT", "VRMIG-CRIUVM-FAIL"
+RUNDIR_MARK, ERROR_MARK = "VRMIG-CRIUVM-RUNDIR", "VRMIG-CRIUVM-ERROR"
+CONSOLE_NAME = "criuvm-console.log"
+VM_MEM_MIB = 3072
+VM_CPUS_MAX = 4
+BOOT_TIMEOUT_S = 180.0  # kernel + modules + 9p root under TCG: ~10 s here
+OVERHEAD_S = 900.0  # Python start-up over 9p, testbed, analysis and plot inside the VM (TCG)
+POLL_S = 0.05
+ERRORS: dict[int, type[VrmigError]] = {2: ConfigError, 3: DependencyError, 130: Interrupted}
+
+
+def in_vm() -> bool:
+    """True inside the CRIU host VM (``run()`` then executes locally)."""
+    return os.environ.get(INNER_ENV) == "1"
+
+
+def _qemu_argv(image: Any, accel: str, job_dir: Path, results_root: Path, repo: Path) -> list[str]:
+    cpus = max(1, min(os.cpu_count() or 1, VM_CPUS_MAX))
+    p9 = "security_model=none,multidevs=remap"
+    exports = (
+        ("hostroot", Path("/"), True),
+        ("modules", image.modules_dir, True),
+        ("job", job_dir, True),
+        ("results", results_root, False),
+    )
+    argv = [
+        "qemu-system-x86_64", "-name", "vrmig-criu-host", "-machine", "q35",
+        "-accel", "kvm" if accel == "kvm" else "tcg,thread=multi", "-cpu", "host" if accel == "kvm" else "max",
+        "-m", str(VM_MEM_MIB), "-smp", str(cpus), "-nodefaults", "-no-user-config", "-display", "none",
+        "-vga", "none", "-no-reboot", "-serial", "stdio", "-monitor", "none",
+        "-kernel", str(image.kernel), "-initrd", str(image.initrd),
+        "-append", f"console=ttyS0 panic=-1 quiet vrmig.repo={repo} vrmig.python={sys.executable} "
+                   f"vrmig.results={results_root}",
+    ]  # fmt: skip
+    for i, (tag, path, ro) in enumerate(exports):
+        argv += ["-fsdev", f"local,id=fs{i},path={path},{p9}" + (",readonly=on" if ro else "")]
+        argv += ["-device", f"virtio-9p-pci,fsdev=fs{i},mount_tag={tag}"]
+    return argv
+
+
+@contextmanager
+def _interruptible() -> Iterator[None]:
+    def handler(signum: int, _frame: Any) -> None:
+        raise Interrupted(f"interrupted by {signal.Signals(signum).name}")
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+class _Console:
+    """The VM's console file, followed line by line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+        self.lines: list[str] = []
+
+    def new_lines(self) -> list[str]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                chunk = fh.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(chunk)
+        data = self.partial + chunk
+        *complete, self.partial = data.split(b"\n")
+        out = [c.decode(errors="replace").rstrip("\r") for c in complete]
+        self.lines += out
+        return out
+
+    def tail(self, n: int = 8) -> str:
+        return " | ".join(line for line in self.lines[-n:] if line.strip())
+
+
+def run_in_vm(scenario: Scenario, results_root: Path) -> Path:
+    """Run ``scenario`` inside the CRIU host VM; return its results directory (on the host)."""
+    from migrate.run import check_results_root
+    from routers.criuvm import criuvm_image
+    from routers.errors import NotBuiltError
+
+    if os.geteuid() != 0:
+        raise DependencyError("vrmig must run as root (it creates network namespaces): run it as root")
+    check_results_root(results_root)
+    try:
+        image = criuvm_image()
+    except NotBuiltError as err:
+        raise DependencyError(str(err)) from None
+    if shutil.which("qemu-system-x86_64") is None:
+        raise DependencyError("qemu-system-x86_64 not found: run `make setup`")
+    accel, why = detect_accel()
+    results_root = results_root.resolve()
+    results_root.mkdir(parents=True, exist_ok=True)
+    from migrate.run import RESULTS_ROOT_MARKER
+    from migrate.testbed import new_prefix
+
+    marker = results_root / RESULTS_ROOT_MARKER
+    if not marker.exists():
+        marker.write_text("vrmig results root\n")
+    before = {p.name for p in results_root.iterdir()}
+    registry = Registry(new_prefix())
+    registry.open()
+    job_dir = registry.dir  # exported read-only: the job, the state file and the console log
+    job = {
+        "scenario": scenario.to_dict(),
+        "results_root": str(results_root),
+        "env": {k: v for k, v in os.environ.items() if k in ("VRMIG_CACHE", "VRMIG_STATE")},
+        "criu_host": {
+            "kind": "vm",
+            "why": "criu pre-dump needs soft-dirty page tracking; the VM boots a kernel that has it",
+            "kernel": image.manifest["kernel"],
+            "accel": accel,
+            "accel_reason": why,
+            "vm_mem_mib": VM_MEM_MIB,
+            "root": "this machine's root file system, read-only over 9p under a tmpfs overlay",
+            "outer_host": metamod.host_facts(),
+        },
+    }
+    (job_dir / "job.json").write_text(json.dumps(job, indent=1))
+    argv = _qemu_argv(image, accel, job_dir, results_root, metamod.REPO)
+    console = _Console(registry.dir / "console.log")
+    run_dir: Path | None = None
+    error: tuple[int, str] | None = None
+    status: int | None = None
+    fail: str | None = None
+    deadline = time.monotonic() + BOOT_TIMEOUT_S
+    try:
+        with _interruptible():
+            log.info("booting the CRIU host VM (kernel %s, accel=%s)", image.release, accel)
+            proc = Proc("criu-host-vm", argv, registry, registry.dir, stdout_name="console.log").start()
+            booted = False
+            while True:
+                for line in console.new_lines():
+                    if line.startswith(BOOT_MARK):
+                        booted = True
+                        deadline = time.monotonic() + scenario.boot_timeout_s + scenario.duration_s
+                        deadline += scenario.migrate_timeout_s + OVERHEAD_S
+                        log.info("CRIU host VM up: %s", line.removeprefix(BOOT_MARK).strip())
+                    elif line.startswith(RUNDIR_MARK):
+                        run_dir = Path(line.removeprefix(RUNDIR_MARK).strip())
+                    elif line.startswith(ERROR_MARK):
+                        code, _, msg = line.removeprefix(ERROR_MARK).strip().partition(" ")
+                        error = (int(code) if code.isdigit() else 1, msg)
+                    elif line.startswith(FAIL_MARK):
+                        fail = line.removeprefix(FAIL_MARK).strip()
+                    elif line.startswith(EXIT_MARK):
+                        status = int(line.split()[-1]) if line.split()[-1].isdigit() else 1
+                    elif booted and line.strip():
+                        log.info("vm: %s", line)
+                if not proc.alive():
+                    console.new_lines()
+                    break
+                if time.monotonic() > deadline:
+                    what = "boot" if not booted else "finish"
+                    fail = fail or f"the CRIU host VM did not {what} in time ({console.tail()})"
+                    break
+                time.sleep(POLL_S)
+    except Interrupted as err:
+        _mark_new_runs(results_root, before)
+        raise Interrupted(f"{err}; the CRIU host VM was stopped") from None
+    finally:
+        console.new_lines()
+        console_bytes = console.path.read_bytes() if console.path.exists() else b""
+        problems = registry.teardown()
+        if problems:
+            log.warning("CRIU host VM teardown: %s", "; ".join(problems))
+    if run_dir is None:
+        run_dir = _new_run_dir(results_root, before)
+    if run_dir is None:
+        if error is not None:
+            raise ERRORS.get(error[0], VrmigError)(error[1])
+        raise MigrationError(f"the CRIU host VM produced no run: {fail or console.tail()}")
+    _mark_new_runs(results_root, before)  # a run the VM left 'running' (VM died, timed out)
+    (run_dir / CONSOLE_NAME).write_bytes(console_bytes)
+    if status not in (0, 4) and fail:
+        log.error("CRIU host VM: %s", fail)
+    return run_dir
+
+
+def _new_run_dir(results_root: Path, before: set[str]) -> Path | None:
+    new = sorted(p for p in results_root.iterdir() if p.name not in before and (p / "meta.json").exists())
+    return new[-1] if new else None
+
+
+def _mark_new_runs(results_root: Path, before: set[str]) -> None:
+    for p in results_root.iterdir():
+        if p.name in before or not (p / "meta.json").exists():
+            continue
+        try:
+            status = json.loads((p / "meta.json").read_text()).get("status")
+        except (OSError, ValueError):
+            status = None
+        if status in (None, "running"):
+            mark_dead_run(p)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Inside the VM: run the job's scenario with :func:`migrate.run.run`."""
+    args = sys.argv[1:] if argv is None else argv
+    logging.basicConfig(level=logging.INFO, format="vrmig: %(message)s", stream=sys.stdout)
+    logging.getLogger("pyroute2").setLevel(logging.WARNING)
+    if len(args) != 1 or not in_vm():
+        print("usage: python -m migrate.criuvm <job.json> (inside the CRIU host VM only)", file=sys.stderr)
+        return 2
+    job = json.loads(Path(args[0]).read_text())
+    os.environ.update(job.get("env") or {})
+    from migrate.run import run
+
+    try:
+        run_dir = run(Scenario(**job["scenario"]), Path(job["results_root"]), {"criu_host": job["criu_host"]})
+    except VrmigError as err:
+        print(f"{ERROR_MARK} {err.exit_code} {err}", flush=True)
+        return err.exit_code
+    print(f"{RUNDIR_MARK} {run_dir}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

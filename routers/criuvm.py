@@ -1,0 +1,195 @@
+"""The CRIU host VM image (``python -m routers criuvm``, part of ``make criu``), from Debian packages.
+
+``CRIU_HOST=vm`` runs a whole ``HV=criu`` experiment inside one QEMU VM that boots Debian's
+generic kernel (``linux-image-amd64``: soft-dirty page tracking, which ``criu pre-dump`` needs and
+some host kernels lack) with *this machine's own root file system*, read-only over 9p under a
+tmpfs overlay.  The suite, its venv, criu and the router rootfs are the ones on the host; only the
+kernel differs.  Output in ``<cache>/criu-vm/``::
+
+    vmlinuz         the generic Debian kernel
+    initrd.img      busybox, the virtio/9p/overlay modules, /init (routers/criuvmfs/init)
+    manifest.json   versions, hashes and ``modules_dir``: the kernel package's unpacked
+                    ``lib/modules/<release>`` (depmod run on it), exported to the VM read-only
+
+Idempotent: nothing is done when the manifest records the same inputs."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from routers import cpio, debs, paths
+from routers.build import BUSYBOX_PACKAGE, Rootfs, _add_busybox, _lock, apt_state, kernel_image_package
+from routers.build import resolve_modules as _resolve_modules
+from routers.errors import BuildError, NotBuiltError
+from routers.guest import sha256_file
+
+log = logging.getLogger(__name__)
+
+CRIUVM_FORMAT = 1
+KERNEL_META = "linux-image-amd64"
+#: modules /init loads before it can mount the root (the rest come from the exported modules_dir)
+BOOT_MODULES = ("virtio_pci", "9pnet_virtio", "9p", "overlay")
+INIT = Path(__file__).resolve().parent / "criuvmfs" / "init"
+KERNEL, INITRD, MANIFEST = "vmlinuz", "initrd.img", "manifest.json"
+
+
+@dataclass(frozen=True)
+class CriuVmImage:
+    """A built CRIU host VM image."""
+
+    kernel: Path
+    initrd: Path
+    modules_dir: Path
+    manifest: dict[str, Any]
+
+    @property
+    def release(self) -> str:
+        """The VM kernel's release (``uname -r``)."""
+        return str(self.manifest["kernel"]["release"])
+
+
+def criuvm_dir(cache: Path | str | None = None) -> Path:
+    """``<cache>/criu-vm``."""
+    return paths.cache_dir(cache) / "criu-vm"
+
+
+def criuvm_image(cache: Path | str | None = None) -> CriuVmImage:
+    """The built image, or NotBuiltError naming the command that builds it."""
+    d = criuvm_dir(cache)
+    files = [d / n for n in (KERNEL, INITRD, MANIFEST)]
+    missing = [p.name for p in files if not p.is_file()]
+    if missing:
+        raise NotBuiltError(f"the CRIU host VM image is not built ({', '.join(missing)} missing in {d}): "
+                            "run `make criu` (part of `make setup`)")  # fmt: skip
+    try:
+        manifest = json.loads((d / MANIFEST).read_text())
+    except (OSError, ValueError) as err:
+        raise NotBuiltError(f"{d / MANIFEST} is unreadable ({err}): run `make criu`") from None
+    if manifest.get("format") != CRIUVM_FORMAT:
+        raise NotBuiltError(f"{d} was built by another vrmig version: run `make criu`")
+    modules_dir = Path(manifest.get("modules_dir", ""))
+    if not (modules_dir / "modules.dep").is_file():
+        raise NotBuiltError(f"{modules_dir}/modules.dep is missing: run `python -m routers criuvm --force`")
+    return CriuVmImage(kernel=files[0], initrd=files[1], modules_dir=modules_dir, manifest=manifest)
+
+
+def resolve_inputs(cdir: Path) -> dict[str, Any]:
+    """Pinned package versions (cached per apt state) and the recipe's hash."""
+    key = {"apt_state": apt_state(), "format": CRIUVM_FORMAT}
+    cache_file = cdir / "resolved-criuvm.json"
+    value = None
+    try:
+        cached = json.loads(cache_file.read_text())
+        if cached.get("key") == key:
+            value = cached["value"]
+    except (OSError, ValueError):
+        pass
+    if value is None:
+        kpkg = kernel_image_package(KERNEL_META)
+        value = {"kernel_package": kpkg, "packages": debs.candidates({kpkg, BUSYBOX_PACKAGE})}
+        cdir.mkdir(parents=True, exist_ok=True)
+        cache_file.write_text(json.dumps({"key": key, "value": value}, indent=1, sort_keys=True))
+    recipe = hashlib.sha256(Path(__file__).read_bytes() + INIT.read_bytes() + repr(BOOT_MODULES).encode())
+    return {**value, "format": CRIUVM_FORMAT, "recipe_sha256": recipe.hexdigest()}
+
+
+def build(cache: Path | str | None = None, *, force: bool = False) -> tuple[CriuVmImage, bool, float]:
+    """Build (or confirm up to date) the image; returns (image, built, seconds)."""
+    t0 = time.monotonic()
+    cdir = paths.cache_dir(cache)
+    with _lock(cdir / ".build-criuvm.lock"):
+        inputs = resolve_inputs(cdir)
+        fingerprint = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+        if not force:
+            try:
+                image = criuvm_image(cdir)
+                if image.manifest.get("inputs_sha256") == fingerprint:
+                    return image, False, time.monotonic() - t0
+            except NotBuiltError:
+                pass
+        _build(cdir, inputs, fingerprint, t0)
+    return criuvm_image(cdir), True, time.monotonic() - t0
+
+
+def _build(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float) -> None:
+    pinned: dict[str, str] = inputs["packages"]
+    deb_files = debs.download(pinned, cdir / "debs")
+    pools = {p: debs.extract(deb, cdir / "pool" / deb.name.removesuffix(".deb")) for p, deb in deb_files.items()}
+    kroot = pools[inputs["kernel_package"]]
+    kvers = sorted(p.name for p in (kroot / "lib" / "modules").iterdir())
+    vmlinuz = sorted((kroot / "boot").glob("vmlinuz-*"))
+    if len(kvers) != 1 or len(vmlinuz) != 1:
+        raise BuildError(f"{inputs['kernel_package']}: expected one kernel, found {kvers}")
+    kver = kvers[0]
+    config = (kroot / "boot" / f"config-{kver}").read_text().splitlines()
+    if "CONFIG_MEM_SOFT_DIRTY=y" not in config:
+        raise BuildError(f"{kver} has no CONFIG_MEM_SOFT_DIRTY: criu pre-dump would not work in the VM either")
+    moddir = kroot / "lib" / "modules" / kver
+    # the VM loads the rest of its modules on demand (veth, bridge, tbf, nf_tables, ...)
+    subprocess.run(["depmod", "-b", str(kroot), kver], check=True, capture_output=True)
+
+    out = criuvm_dir(cdir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=".criu-vm.new.", dir=out.parent))
+    try:
+        os.chmod(stage, 0o755)
+        shutil.copyfile(vmlinuz[0], stage / KERNEL)
+        root = stage / "rootfs"
+        root.mkdir()
+        rootfs = Rootfs(root)
+        _add_busybox(rootfs, pools[BUSYBOX_PACKAGE])
+        order, builtin, missing = _resolve_modules(moddir, BOOT_MODULES)
+        if missing:
+            raise BuildError(f"{kver} lacks the boot modules {', '.join(missing)}")
+        for ko in order:
+            rel = ko.relative_to(moddir).as_posix()
+            dst = rootfs.host(f"/lib/modules/{kver}/{rel}")
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ko, dst)
+        rootfs.write("/etc/vrmig/modules", "".join(f"{ko.relative_to(moddir).as_posix()}\n" for ko in order))
+        (root / "init").unlink()  # busybox's init symlink: this image has its own /init
+        rootfs.write("/init", INIT.read_bytes(), 0o755)
+        raw = io.BytesIO()
+        cpio.write(raw, [*cpio.tree_entries(root), cpio.char_device("dev/console", 5, 1, 0o600)])
+        (stage / INITRD).write_bytes(gzip.compress(raw.getvalue(), compresslevel=6, mtime=0))
+        shutil.rmtree(root)
+        manifest = {
+            "format": CRIUVM_FORMAT,
+            "built_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+            "build_seconds": round(time.monotonic() - t0, 1),
+            "inputs_sha256": fingerprint,
+            "kernel": {
+                "package": inputs["kernel_package"],
+                "version": pinned[inputs["kernel_package"]],
+                "release": kver,
+                "soft_dirty": True,
+            },
+            "boot_modules": {"load_order": [ko.name.removesuffix(".ko") for ko in order], "builtin": builtin},
+            "modules_dir": str(moddir),
+            "packages": pinned,
+            "files": {
+                n: {"sha256": sha256_file(stage / n), "bytes": (stage / n).stat().st_size} for n in (KERNEL, INITRD)
+            },
+        }
+        (stage / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        old = out.parent / f".criu-vm.old.{os.getpid()}"
+        if out.exists():
+            out.rename(old)
+        stage.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if stage.exists():
+            shutil.rmtree(stage, ignore_errors=True)
