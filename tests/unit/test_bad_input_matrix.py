@@ -24,6 +24,8 @@ BAD_INPUTS = [
     ("MIGLINK", ["run", "--miglink", "1k"]),
     ("MIGLINK", ["run", "--miglink", "fast"]),
     ("FAULT", ["run", "--fault", "meteor"]),
+    ("CRIU_HOST", ["run", "--hv", "criu", "--criu-host", "cloud"]),
+    ("CRIU_HOST", ["run", "--hv", "kvm", "--criu-host", "vm"]),
     ("REPS", ["sweep", "--rates", "100M", "--sizes", "1500", "--reps", "0"]),
     ("RATES", ["sweep", "--rates", "100M,fast", "--sizes", "1500", "--reps", "2"]),
     ("RATES", ["sweep", "--rates", "", "--sizes", "1500", "--reps", "2"]),

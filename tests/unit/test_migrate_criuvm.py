@@ -1,0 +1,112 @@
+"""CRIU_HOST=vm: the scenario, the QEMU command line, and the host side's reading of the VM's
+console, driven by a stand-in process that prints what the VM's /init and migrate.criuvm print
+(no VM boots here; tests/integration/test_migrate_criu.py boots the real one)."""
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import migrate.criuvm as criuvm
+import migrate.registry as regmod
+from migrate.errors import ConfigError, DependencyError, MigrationError
+from migrate.scenario import Scenario
+
+
+def test_scenario_criu_host():
+    s = Scenario(hv="criu", router="bird", criu_host="vm")
+    assert s.name == "criu-vm-precopy-100M-1500"
+    assert Scenario(**s.to_dict()) == s  # the job carries the scenario as JSON
+    with pytest.raises(ConfigError, match="CRIU_HOST=vm needs HV=criu"):
+        Scenario(hv="kvm", criu_host="vm")
+    with pytest.raises(ConfigError, match="CRIU_HOST='cloud'"):
+        Scenario(hv="criu", criu_host="cloud")
+
+
+def test_qemu_argv_exports_and_accelerator(tmp_path):
+    image = SimpleNamespace(kernel=Path("/k/vmlinuz"), initrd=Path("/k/initrd.img"), modules_dir=Path("/m"))
+    argv = criuvm._qemu_argv(image, "tcg", tmp_path / "job", tmp_path / "res", Path("/repo"))
+    fsdevs = [argv[i + 1] for i, a in enumerate(argv) if a == "-fsdev"]
+    tags = [argv[i + 1].rsplit("mount_tag=", 1)[1] for i, a in enumerate(argv) if a == "-device"]
+    assert tags == ["hostroot", "modules", "job", "results"]
+    assert [("readonly=on" in f) for f in fsdevs] == [True, True, True, False]  # only results is writable
+    assert fsdevs[0].startswith("local,id=fs0,path=/,")
+    assert argv[argv.index("-accel") + 1] == "tcg,thread=multi"
+    append = argv[argv.index("-append") + 1]
+    assert f"vrmig.results={tmp_path / 'res'}" in append and "vrmig.repo=/repo" in append
+    kvm = criuvm._qemu_argv(image, "kvm", tmp_path, tmp_path, Path("/repo"))
+    assert kvm[kvm.index("-accel") + 1] == "kvm" and kvm[kvm.index("-cpu") + 1] == "host"
+
+
+def test_console_follows_partial_lines(tmp_path):
+    path = tmp_path / "console.log"
+    con = criuvm._Console(path)
+    assert con.new_lines() == []
+    path.write_bytes(b"VRMIG-CRIUVM-BOOT kernel=6.1\r\nhalf")
+    assert con.new_lines() == ["VRMIG-CRIUVM-BOOT kernel=6.1"]
+    with open(path, "ab") as fh:
+        fh.write(b" a line\n")
+    assert con.new_lines() == ["half a line"]
+
+
+def test_main_refuses_to_run_outside_the_vm(monkeypatch, capsys):
+    monkeypatch.delenv(criuvm.INNER_ENV, raising=False)
+    assert criuvm.main(["job.json"]) == 2
+    assert "inside the CRIU host VM only" in capsys.readouterr().err
+
+
+@pytest.fixture
+def fake_vm(tmp_path, monkeypatch):
+    """run_in_vm with a shell script in QEMU's place; returns (results root, set the script)."""
+    monkeypatch.setattr(regmod, "STATE_ROOT", tmp_path / "state")
+    monkeypatch.setattr(criuvm.os, "geteuid", lambda: 0)
+    image = SimpleNamespace(kernel=Path("/k"), initrd=Path("/i"), modules_dir=Path("/m"), release="6.1.0-test",
+                            manifest={"kernel": {"release": "6.1.0-test"}})  # fmt: skip
+    monkeypatch.setattr("routers.criuvm.criuvm_image", lambda: image)
+    monkeypatch.setattr(criuvm, "detect_accel", lambda: ("tcg", "test"))
+    monkeypatch.setattr(criuvm.shutil, "which", lambda _name: "/usr/bin/qemu-system-x86_64")
+    results = tmp_path / "results"
+    script: list[str] = []
+    monkeypatch.setattr(criuvm, "_qemu_argv", lambda *_a: ["sh", "-c", script[0]])
+    return results, script
+
+
+def _run_dir(results: Path, name: str, status: str) -> Path:
+    d = results / name
+    return d, f"mkdir -p {d} && echo '{json.dumps({'status': status})}' > {d}/meta.json"
+
+
+def test_the_run_directory_the_vm_names_is_returned_with_its_console(fake_vm):
+    results, script = fake_vm
+    d, make = _run_dir(results, "20990101T000000Z-criu-vm-precopy-10M-1500", "completed")
+    script.append(f"echo VRMIG-CRIUVM-BOOT kernel=6.1.0-test; {make}; echo vrmig: migrating; "
+                  f"echo VRMIG-CRIUVM-RUNDIR {d}; echo VRMIG-CRIUVM-EXIT 0")  # fmt: skip
+    assert criuvm.run_in_vm(Scenario(hv="criu", router="bird", criu_host="vm"), results) == d
+    console = (d / criuvm.CONSOLE_NAME).read_text()
+    assert "vrmig: migrating" in console and "VRMIG-CRIUVM-EXIT 0" in console
+    assert json.loads((d / "meta.json").read_text())["status"] == "completed"
+    assert not list((regmod.STATE_ROOT).iterdir()), "the run's private state was left behind"
+
+
+def test_an_error_before_any_run_keeps_its_kind(fake_vm):
+    results, script = fake_vm
+    script.append("echo VRMIG-CRIUVM-BOOT kernel=x; echo 'VRMIG-CRIUVM-ERROR 3 forky criu does not work'; "
+                  "echo VRMIG-CRIUVM-EXIT 3")  # fmt: skip
+    with pytest.raises(DependencyError, match="forky criu does not work"):
+        criuvm.run_in_vm(Scenario(hv="criu", router="bird", criu_host="vm"), results)
+
+
+def test_a_vm_that_dies_mid_run_leaves_the_run_marked_interrupted(fake_vm):
+    results, script = fake_vm
+    d, make = _run_dir(results, "20990101T000000Z-criu-vm-stopcopy-10M-1500", "running")
+    script.append(f"echo VRMIG-CRIUVM-BOOT kernel=x; {make}; echo 'Kernel panic'")
+    assert criuvm.run_in_vm(Scenario(hv="criu", router="bird", criu_host="vm"), results) == d
+    assert json.loads((d / "meta.json").read_text())["status"] == "interrupted"
+
+
+def test_a_vm_that_fails_to_mount_its_root_says_why(fake_vm):
+    results, script = fake_vm
+    script.append("echo VRMIG-CRIUVM-BOOT kernel=x; echo 'VRMIG-CRIUVM-FAIL cannot mount the host root'")
+    with pytest.raises(MigrationError, match="cannot mount the host root"):
+        criuvm.run_in_vm(Scenario(hv="criu", router="bird", criu_host="vm"), results)
