@@ -14,6 +14,7 @@ from pathlib import Path
 
 from migrate.errors import VrmigError
 from migrate.registry import Registry
+from migrate.sighold import held_signals
 from migrate.testbed import netns_exec
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,9 @@ class Proc:
     def start(self) -> Proc:
         """Start the process in its own session (a terminal Ctrl-C reaches only the orchestrator)."""
         log.debug("start %s: %s", self.what, " ".join(self.argv))
-        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+        # held until the PID is recorded (an interrupt in between would leave an unrecorded child);
+        # Python-level only: the child must not inherit a blocked SIGTERM
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err, held_signals(mask=False):
             try:
                 self.popen = subprocess.Popen(
                     self.argv,
@@ -65,7 +68,7 @@ class Proc:
                 )
             except OSError as e:
                 raise ProcessError(f"cannot start {self.what} ({self.argv[0]}): {e}") from e
-        self.registry.add_process(self.popen.pid, self.what)
+            self.registry.add_process(self.popen.pid, self.what)
         return self
 
     @property

@@ -22,9 +22,14 @@ HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextmanager
-def held_signals() -> Iterator[None]:
+def held_signals(mask: bool = True) -> Iterator[None]:
     """Defer SIGINT/SIGTERM until the ``with`` body has finished (main thread only; elsewhere
-    the body simply runs, as Python cannot install handlers there)."""
+    the body simply runs, as Python cannot install handlers there).
+
+    ``mask=False`` holds them at the Python level only: a blocked mask is inherited across fork
+    and exec, so a body that starts long-lived children (which must stay stoppable by SIGTERM)
+    must not block it; a body whose forked helper should finish its job (pyroute2's namespace
+    creator) should."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
@@ -41,11 +46,12 @@ def held_signals() -> Iterator[None]:
         seen.append(signum)
 
     old = {s: signal.signal(s, record) for s in HELD_SIGNALS}
-    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS) if mask else None
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)  # a pending one is recorded here
+        if old_mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)  # a pending one is recorded here
         for s, h in old.items():
             signal.signal(s, h)
         if seen:

@@ -142,3 +142,42 @@ def test_a_signal_during_namespace_creation_surfaces_only_after_it_exists(state_
         signal.signal(signal.SIGTERM, old)
         reg.namespaces.clear()
         reg.teardown()
+
+
+def test_a_signal_while_starting_a_helper_surfaces_once_its_pid_is_recorded(state_root, tmp_path, monkeypatch):
+    """Proc.start: an interrupt between fork and add_process would leave a child no teardown
+    knows of.  The hold is Python-level only: the child must not inherit SIGTERM blocked."""
+    import signal
+    import subprocess as sp
+
+    from migrate import procs
+
+    real_popen = sp.Popen
+    recorded: list[list[int]] = []
+
+    def popen_then_signal(*a, **k):
+        p = real_popen(*a, **k)
+        _signal_main_thread(signal.SIGTERM)  # after the fork, before the PID is recorded
+        for _ in range(1000):
+            pass
+        return p
+
+    def handler(signum, frame):
+        recorded.append([p["pid"] for p in reg.processes])
+        raise _Interrupted("stop")
+
+    monkeypatch.setattr(procs.subprocess, "Popen", popen_then_signal)
+    old = signal.signal(signal.SIGTERM, handler)
+    reg = regmod.Registry("vmtest04")
+    reg.open()
+    try:
+        proc = procs.Proc("sleeper", ["sh", "-c", "grep SigBlk /proc/self/status; exec sleep 60"], reg, tmp_path)
+        with pytest.raises(_Interrupted):
+            proc.start()
+        assert recorded == [[proc.pid]], "the interrupt surfaced before the PID was recorded"
+        proc.wait_for("SigBlk", timeout_s=10, path=proc.stdout_path)
+        blocked = int(proc.stdout_path.read_text().split()[1], 16)
+        assert not blocked & (1 << (signal.SIGTERM - 1)), "the helper inherited a blocked SIGTERM"
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        assert reg.teardown() == []
