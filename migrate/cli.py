@@ -94,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--boot-timeout", type=_float("BOOT_TIMEOUT"), default=120.0)
     r.add_argument("--xen-guest", default="pvh", help="HV=xen domU type (XEN_GUEST): pvh (pv is refused)")
     r.add_argument("--xen-mig-mtu", type=_int("XEN_MIG_MTU"), default=1500, help="HV=xen: migration link MTU")
+    r.add_argument("--rib-routes", type=_int("RIB_ROUTES"), default=0, help="routes in the router's RIB (bird)")
     r.add_argument("--criu-host", default="local", help="HV=criu: local, or vm (a VM whose kernel has soft-dirty)")
     r.add_argument("--fault", default=None, help="inject a fault (chaos testing): " + ", ".join(FAULTS))
     r.add_argument("--results", type=Path, default=Path("results"), help="results root directory")
@@ -128,6 +129,7 @@ def scenario_from_args(a: argparse.Namespace) -> Scenario:
         postcopy=a.postcopy, migrate_timeout_s=mig_timeout, boot_timeout_s=a.boot_timeout,
         fault=a.fault, driver=a.driver, xen_guest=getattr(a, "xen_guest", "pvh"),
         xen_mig_mtu=getattr(a, "xen_mig_mtu", 1500), criu_host=getattr(a, "criu_host", "local"),
+        rib_routes=getattr(a, "rib_routes", 0),
     )  # fmt: skip
 
 

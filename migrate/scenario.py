@@ -23,6 +23,7 @@ XEN_PV_REFUSAL = (
     "(xl fails: 'Failed to enable logdirty: 95 ... domain did not respond to suspend request'); "
     "use XEN_GUEST=pvh (the default), whose log-dirty uses hardware-assisted paging (HAP)"
 )
+MAX_RIB_ROUTES = 2_000_000  # about twice an Internet BGP table
 MIN_FRAME_BYTES = 64
 MAX_FRAME_BYTES = 1518
 MIN_IPV6_FRAME_BYTES = 82  # 14 Eth + 40 IPv6 + 8 UDP + 16 B payload (seq, timestamp) + 4 FCS
@@ -61,6 +62,7 @@ class Scenario:
     xen_guest: str = "pvh"  # HV=xen: the domU type (pv is refused: see XEN_PV_REFUSAL)
     xen_mig_mtu: int = 1500  # HV=xen nested: MTU of the dom0s' migration link NICs
     criu_host: str = "local"  # HV=criu: "vm" runs the experiment in a VM with a soft-dirty kernel
+    rib_routes: int = 0  # routes held in the router's RIB (ROUTER=bird): routing state to migrate
 
     def __post_init__(self) -> None:
         validate(self)
@@ -133,5 +135,7 @@ def validate(s: Scenario) -> None:
     _require(s.hv != "xen" or s.mode == "precopy", "HV=xen supports MODE=precopy only (xl migrate)")
     _require(s.criu_host in CRIU_HOSTS, f"CRIU_HOST={s.criu_host!r} must be one of {', '.join(CRIU_HOSTS)}")
     _require(s.criu_host == "local" or s.hv == "criu", f"CRIU_HOST={s.criu_host} needs HV=criu (not HV={s.hv})")
+    _require(0 <= s.rib_routes <= MAX_RIB_ROUTES, f"RIB_ROUTES={s.rib_routes} must be 0-{MAX_RIB_ROUTES} routes")
+    _require(s.rib_routes == 0 or s.router == "bird", f"RIB_ROUTES needs ROUTER=bird (not ROUTER={s.router})")
     _require(576 <= s.xen_mig_mtu <= 9000, f"XEN_MIG_MTU={s.xen_mig_mtu} must be 576-9000 bytes")
     _require(s.fault is None or s.fault in FAULTS, f"FAULT={s.fault!r} is unknown: choose one of {', '.join(FAULTS)}")

@@ -75,7 +75,12 @@ def _addresses(name: str, cidrs: Sequence[str]) -> str:
 
 
 def kernel_cmdline(
-    profile: str, if0: list[str], if1: list[str], extra: Sequence[str] = DEFAULT_EXTRA_ARGS, console: str = "ttyS0"
+    profile: str,
+    if0: list[str],
+    if1: list[str],
+    extra: Sequence[str] = DEFAULT_EXTRA_ARGS,
+    console: str = "ttyS0",
+    rib_routes: int = 0,
 ) -> str:
     """The guest kernel command line.
 
@@ -93,6 +98,7 @@ vrmig.if1=198.18.2.1/24,2001:2:0:2::1/64 quiet'
         f"vrmig.router={profile}",
         f"vrmig.if0={_addresses('if0', if0)}",
         f"vrmig.if1={_addresses('if1', if1)}",
+        *([f"vrmig.rib={rib_routes}"] if rib_routes else []),
     ]
     for arg in extra:
         if not arg or any(c.isspace() for c in arg):

@@ -258,7 +258,7 @@ class CriuDriver(Driver):
         if0, if1 = self._addresses()
         try:
             self.src.start(
-                container_argv(rootfs, self.ctx.scenario.router, if0, if1),
+                container_argv(rootfs, self.ctx.scenario.router, if0, if1, self.ctx.scenario.rib_routes),
                 self.ctx.scenario.boot_timeout_s,
                 self.ctx.abort,
             )

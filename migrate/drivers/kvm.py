@@ -102,7 +102,7 @@ class KvmDriver(Driver):
         from routers.guest import kernel_cmdline
 
         left, right = (topo.router_port(seg) for seg in topo.SEGMENTS)
-        append = kernel_cmdline(s.router, [left.ipv4, left.ipv6], [right.ipv4, right.ipv6])
+        append = kernel_cmdline(s.router, [left.ipv4, left.ipv6], [right.ipv4, right.ipv6], rib_routes=s.rib_routes)
         qmp_path = self.ctx.registry.dir / f"qmp-{host}.sock"
         initrd = self.image.initrd
         if s.fault == "guest-never-ready" and not incoming:

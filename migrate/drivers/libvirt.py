@@ -227,7 +227,7 @@ class LibvirtDriver(Driver):
             vcpus=s.vcpus,
             kernel=self.image.kernel,
             initrd=initrd,
-            cmdline=kernel_cmdline(s.router, [left.ipv4, left.ipv6], [right.ipv4, right.ipv6]),
+            cmdline=kernel_cmdline(s.router, [left.ipv4, left.ipv6], [right.ipv4, right.ipv6], rib_routes=s.rib_routes),
             console=self.ctx.run_dir / "console-R1.log",
             nic_model=s.nic,
         )

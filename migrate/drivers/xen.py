@@ -337,6 +337,7 @@ class XenDriver(Driver):
             self.dom0["R1"], self.streams, "R1", s.router, ([left.ipv4, left.ipv6], [right.ipv4, right.ipv6]),
             mem_mib=s.mem_mib, vcpus=s.vcpus, guest_type=s.xen_guest, timeout_s=s.boot_timeout_s,
             alive=self.procs["R1"].alive if "R1" in self.procs else None, save_cfg=self.ctx.run_dir / "xen-domu.cfg",
+            rib_routes=s.rib_routes,
         )  # fmt: skip
         rec.action("router-ready", host="R1")
 
@@ -468,6 +469,7 @@ def create_router_domu(
     guest_type: str = "pvh",
     macs: tuple[str, str] = ROUTER_MACS,
     timeout_s: float = 120.0,
+    rib_routes: int = 0,
     alive: Any = None,
     save_cfg: Path | None = None,
 ) -> str:
@@ -476,7 +478,7 @@ def create_router_domu(
     from routers.guest import FAIL_MARKER, READY_MARKER, kernel_cmdline
     from routers.xen import DOMU_DIR
 
-    cmdline = kernel_cmdline(profile, cidrs[0], cidrs[1], console="hvc0")
+    cmdline = kernel_cmdline(profile, cidrs[0], cidrs[1], console="hvc0", rib_routes=rib_routes)
     cfg = domu_config(f"{DOMU_DIR}/vmlinuz", f"{DOMU_DIR}/initrd.img", cmdline, mem_mib=mem_mib, vcpus=vcpus,
                       guest_type=guest_type, macs=macs)  # fmt: skip
     if save_cfg is not None:

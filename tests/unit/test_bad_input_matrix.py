@@ -26,6 +26,8 @@ BAD_INPUTS = [
     ("FAULT", ["run", "--fault", "meteor"]),
     ("CRIU_HOST", ["run", "--hv", "criu", "--criu-host", "cloud"]),
     ("CRIU_HOST", ["run", "--hv", "kvm", "--criu-host", "vm"]),
+    ("RIB_ROUTES", ["run", "--router", "bird", "--rib-routes", "-1"]),
+    ("RIB_ROUTES", ["run", "--router", "frr", "--rib-routes", "1000"]),
     ("REPS", ["sweep", "--rates", "100M", "--sizes", "1500", "--reps", "0"]),
     ("RATES", ["sweep", "--rates", "100M,fast", "--sizes", "1500", "--reps", "2"]),
     ("RATES", ["sweep", "--rates", "", "--sizes", "1500", "--reps", "2"]),

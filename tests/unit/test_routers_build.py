@@ -268,3 +268,19 @@ def test_guest_readiness_check_on_real_daemon_output(profile, version):
 def test_guest_scripts_are_valid_sh():
     for name in ("vrmig-router", "vrmig-boot"):
         subprocess.run(["sh", "-n", str(Path(build.GUESTFS) / name)], check=True)
+
+
+def test_rib_conf_holds_n_distinct_routes_in_the_benchmarking_range():
+    """vrmig-router rib=N: N unreachable /128s in 2001:2:0:ff::/64 for BIRD's static protocol."""
+    import ipaddress
+
+    r = _script('rib_conf "$N"', N="70000")
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0, r.stderr
+    assert lines[0] == "protocol static rib6 { ipv6;" and lines[-1] == "}"
+    routes = [ln.split()[1] for ln in lines[1:-1]]
+    assert len(routes) == len(set(routes)) == 70000
+    net = ipaddress.ip_network("2001:2:0:ff::/64")  # inside RFC 5180's 2001:2::/48
+    assert all(ipaddress.ip_network(x).subnet_of(net) and x.endswith("/128") for x in routes)
+    assert all(ln.endswith(" unreachable;") for ln in lines[1:-1])
+    assert _script("rib_conf 0").stdout.splitlines() == ["protocol static rib6 { ipv6;", "}"]

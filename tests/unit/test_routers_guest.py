@@ -142,3 +142,9 @@ def test_supports_nic_from_manifest(tmp_path):
     _fake_image(tmp_path, modules={"load_order": ["virtio", "virtio_net"], "builtin": [], "missing": ["e1000"]})
     img = guest.guest_image("frr", tmp_path)
     assert img.supports_nic("virtio") and not img.supports_nic("e1000") and not img.supports_nic("rtl8139")
+
+
+def test_cmdline_carries_the_rib_size_only_when_asked():
+    base = guest.kernel_cmdline("bird", ["198.18.1.1/24"], ["198.18.2.1/24"])
+    assert "vrmig.rib" not in base
+    assert "vrmig.rib=500000" in guest.kernel_cmdline("bird", ["198.18.1.1/24"], ["198.18.2.1/24"], rib_routes=500000)
