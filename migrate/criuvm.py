@@ -203,7 +203,7 @@ def run_in_vm(scenario: Scenario, results_root: Path) -> Path:
                     break
                 time.sleep(POLL_S)
     except Interrupted as err:
-        _mark_new_runs(results_root, before)
+        _mark_new_runs(results_root, before, f"{err}: the CRIU host VM was stopped mid-run")
         raise Interrupted(f"{err}; the CRIU host VM was stopped") from None
     finally:
         console.new_lines()
@@ -217,7 +217,8 @@ def run_in_vm(scenario: Scenario, results_root: Path) -> Path:
         if error is not None:
             raise ERRORS.get(error[0], VrmigError)(error[1])
         raise MigrationError(f"the CRIU host VM produced no run: {fail or console.tail()}")
-    _mark_new_runs(results_root, before)  # a run the VM left 'running' (VM died, timed out)
+    # a run the VM left 'running' (the VM died or timed out)
+    _mark_new_runs(results_root, before, f"the CRIU host VM ended mid-run: {fail or console.tail(3)}")
     (run_dir / CONSOLE_NAME).write_bytes(console_bytes)
     if status not in (0, 4) and fail:
         log.error("CRIU host VM: %s", fail)
@@ -229,7 +230,7 @@ def _new_run_dir(results_root: Path, before: set[str]) -> Path | None:
     return new[-1] if new else None
 
 
-def _mark_new_runs(results_root: Path, before: set[str]) -> None:
+def _mark_new_runs(results_root: Path, before: set[str], why: str) -> None:
     for p in results_root.iterdir():
         if p.name in before or not (p / "meta.json").exists():
             continue
@@ -238,7 +239,7 @@ def _mark_new_runs(results_root: Path, before: set[str]) -> None:
         except (OSError, ValueError):
             status = None
         if status in (None, "running"):
-            mark_dead_run(p)
+            mark_dead_run(p, why)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -199,9 +199,13 @@ def teardown_state(state: dict[str, Any]) -> list[str]:
     return problems
 
 
-def mark_dead_run(run_dir: Path) -> None:
+DEAD_RUN_WHY = "the orchestrator died (e.g. SIGKILL); resources were removed by clean-testbed"
+
+
+def mark_dead_run(run_dir: Path, why: str = DEAD_RUN_WHY) -> None:
     """A run whose orchestrator died (SIGKILL, power loss) left meta.json at 'running': mark it
-    'interrupted' so that every results directory is complete, failed or interrupted."""
+    'interrupted' (``why`` becomes its failure) so that every results directory is complete,
+    failed or interrupted."""
     meta_path = run_dir / "meta.json"
     try:
         meta = json.loads(meta_path.read_text())
@@ -210,7 +214,7 @@ def mark_dead_run(run_dir: Path) -> None:
         return
     if meta.get("status") == "running":
         meta["status"] = "interrupted"
-        meta["failure"] = "the orchestrator died (e.g. SIGKILL); resources were removed by clean-testbed"
+        meta["failure"] = why
         write_json(meta_path, meta)
 
 

@@ -145,11 +145,12 @@ def _precopy_host():
         return "vm"
 
 
-#: routes in the router's RIB for the pre-copy comparison (~150 MB in BIRD): pre-copy can only
-#: shorten the outage by the memory it moves ahead of the freeze, and a 1 MB router has none to
-#: move (measured in the CRIU host VM: 8.4 s stop-and-copy vs 9.2 s pre-copy without a RIB,
-#: 11.1 s vs 7.9 s with this one)
-RIB_ROUTES = 500_000
+#: routes in the router's RIB for the pre-copy comparison: an Internet-sized table (~290 MB in
+#: BIRD).  Pre-copy can only shorten the outage by the memory it moves ahead of the freeze, and a
+#: 1 MB router has none to move.  Measured in the CRIU host VM (TCG): without a RIB 8.4 s
+#: stop-and-copy vs 9.2 s pre-copy; with 500 k routes 10-14 s vs 7-13 s (the emulated machine's
+#: speed drifts by ~25 % between runs); with 1 M routes 14.7 s vs 8.7 s.
+RIB_ROUTES = 1_000_000
 
 
 def test_precopy_makes_rounds_and_beats_stopcopy(tmp_path, no_leftovers):

@@ -102,7 +102,8 @@ def test_a_vm_that_dies_mid_run_leaves_the_run_marked_interrupted(fake_vm):
     d, make = _run_dir(results, "20990101T000000Z-criu-vm-stopcopy-10M-1500", "running")
     script.append(f"echo VRMIG-CRIUVM-BOOT kernel=x; {make}; echo 'Kernel panic'")
     assert criuvm.run_in_vm(Scenario(hv="criu", router="bird", criu_host="vm"), results) == d
-    assert json.loads((d / "meta.json").read_text())["status"] == "interrupted"
+    meta = json.loads((d / "meta.json").read_text())
+    assert meta["status"] == "interrupted" and "CRIU host VM ended mid-run" in meta["failure"], meta
 
 
 def test_a_vm_that_fails_to_mount_its_root_says_why(fake_vm):
