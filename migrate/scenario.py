@@ -72,7 +72,8 @@ class Scenario:
         """Name derived from the parameters, used in the results directory name."""
         hv = self.hv if self.driver == "qmp" else f"{self.hv}-{self.driver}"
         hv = f"{hv}-vm" if self.criu_host == "vm" else hv
-        return f"{hv}-{self.mode}-{format_rate(self.rate_bps)}-{self.frame_bytes}"
+        rib = f"-rib{self.rib_routes}" if self.rib_routes else ""
+        return f"{hv}-{self.mode}-{format_rate(self.rate_bps)}-{self.frame_bytes}{rib}"
 
     def to_dict(self) -> dict[str, Any]:
         """All parameters as a JSON-ready dict."""

@@ -17,6 +17,7 @@ from migrate.scenario import Scenario
 def test_scenario_criu_host():
     s = Scenario(hv="criu", router="bird", criu_host="vm")
     assert s.name == "criu-vm-precopy-100M-1500"
+    assert Scenario(hv="criu", router="bird", rib_routes=1000).name == "criu-precopy-100M-1500-rib1000"
     assert Scenario(**s.to_dict()) == s  # the job carries the scenario as JSON
     with pytest.raises(ConfigError, match="CRIU_HOST=vm needs HV=criu"):
         Scenario(hv="kvm", criu_host="vm")
