@@ -22,11 +22,8 @@ import json
 import logging
 import os
 import shutil
-import signal
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +33,7 @@ from migrate.errors import ConfigError, DependencyError, Interrupted, MigrationE
 from migrate.procs import Proc
 from migrate.registry import Registry, mark_dead_run
 from migrate.scenario import Scenario
+from migrate.sighold import interruptible
 
 log = logging.getLogger(__name__)
 
@@ -78,19 +76,6 @@ def _qemu_argv(image: Any, accel: str, job_dir: Path, results_root: Path, repo: 
         argv += ["-fsdev", f"local,id=fs{i},path={path},{p9}" + (",readonly=on" if ro else "")]
         argv += ["-device", f"virtio-9p-pci,fsdev=fs{i},mount_tag={tag}"]
     return argv
-
-
-@contextmanager
-def _interruptible() -> Iterator[None]:
-    def handler(signum: int, _frame: Any) -> None:
-        raise Interrupted(f"interrupted by {signal.Signals(signum).name}")
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 class _Console:
@@ -172,7 +157,7 @@ def run_in_vm(scenario: Scenario, results_root: Path) -> Path:
     fail: str | None = None
     deadline = time.monotonic() + BOOT_TIMEOUT_S
     try:
-        with _interruptible():
+        with interruptible():
             log.info("booting the CRIU host VM (kernel %s, accel=%s)", image.release, accel)
             proc = Proc("criu-host-vm", argv, registry, registry.dir, stdout_name="console.log").start()
             booted = False

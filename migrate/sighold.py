@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
+from migrate.errors import Interrupted
+
 HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -65,3 +67,19 @@ def _replay(signum: int, handler: Callable[[int, FrameType | None], Any] | int |
     elif handler == signal.SIG_DFL:
         signal.raise_signal(signum)
     # SIG_IGN (or a handler not installed from Python): nothing to do
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """SIGINT/SIGTERM raise Interrupted in the main thread while the ``with`` body runs (between
+    sweep runs, around the CRIU host VM; ``migrate.run.run`` installs its own handlers)."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        raise Interrupted(f"interrupted by {signal.Signals(signum).name}")
+
+    old = {s: signal.signal(s, handler) for s in HELD_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

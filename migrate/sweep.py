@@ -17,7 +17,6 @@ import logging
 import os
 import random
 import secrets
-import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +29,7 @@ from migrate import sweepdir as sd
 from migrate.atomic import write_json
 from migrate.errors import ConfigError, Interrupted, VrmigError
 from migrate.scenario import Scenario
+from migrate.sighold import interruptible
 from migrate.units import format_rate, parse_rate_bps
 
 if TYPE_CHECKING:
@@ -192,21 +192,6 @@ def locked(sweep_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-@contextlib.contextmanager
-def _interruptible() -> Iterator[None]:
-    """Between runs, SIGINT/SIGTERM raise Interrupted (run() installs its own handlers during a run)."""
-
-    def handler(signum: int, _frame: Any) -> None:
-        raise Interrupted(f"interrupted by {signal.Signals(signum).name}")
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
 def _run_meta(run_dir: Path) -> dict[str, Any]:
     try:
         return sd.read_json(run_dir / "meta.json", "run")
@@ -298,7 +283,7 @@ def execute(
     log.info("sweep %s: %d of %d runs to do", sweep_dir.name, len(pending), len(order))
     t_start = time.monotonic()
     elapsed: list[float] = [r["elapsed_s"] for r in state["runs"].values() if isinstance(r.get("elapsed_s"), float)]
-    with _interruptible():
+    with interruptible():
         for item in pending:
             mean = sum(elapsed) / len(elapsed) if elapsed else 0.0
             if deadline_mono is not None and time.monotonic() + mean > deadline_mono:

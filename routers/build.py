@@ -32,14 +32,14 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from routers import cpio, debs, elf, paths, profiles
-from routers.errors import BuildError
+from routers.errors import BuildError, NotBuiltError
 from routers.guest import GUEST_FORMAT, GuestImage, guest_image, sha256_file
 
 log = logging.getLogger(__name__)
@@ -118,6 +118,37 @@ def _lock(path: Path) -> Iterator[None]:
             log.info("another build holds %s; waiting", path)
             fcntl.flock(fh, fcntl.LOCK_EX)
         yield
+
+
+ImageT = TypeVar("ImageT")
+
+
+def cached_build(
+    cdir: Path,
+    name: str,
+    resolve: Callable[[Path], dict[str, Any]],
+    current: Callable[[Path], ImageT],
+    make: Callable[[Path, dict[str, Any], str, float], None],
+    *,
+    force: bool = False,
+) -> tuple[ImageT, bool, float]:
+    """Build an image once per set of inputs (host images: nested Xen, CRIU VM).
+
+    Under ``<cdir>/.build-<name>.lock``: ``resolve(cdir)`` gives the inputs, whose fingerprint
+    ``current(cdir)``'s manifest must record as ``inputs_sha256`` for the build to be skipped
+    (unless ``force``); else ``make(cdir, inputs, fingerprint, t0)`` builds it.  Returns
+    (image, built, seconds)."""
+    t0 = time.monotonic()
+    with _lock(cdir / f".build-{name}.lock"):
+        inputs = resolve(cdir)
+        fingerprint = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+        if not force:
+            with contextlib.suppress(NotBuiltError):
+                image = current(cdir)
+                if getattr(image, "manifest", {}).get("inputs_sha256") == fingerprint:
+                    return image, False, time.monotonic() - t0
+        make(cdir, inputs, fingerprint, t0)
+    return current(cdir), True, time.monotonic() - t0
 
 
 def _resolve_in_root(root: Path, abs_path: str, limit: int = 40) -> tuple[str, list[tuple[str, str]]]:

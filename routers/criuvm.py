@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from routers import cpio, debs, paths
-from routers.build import BUSYBOX_PACKAGE, Rootfs, _add_busybox, _lock, apt_state, kernel_image_package
+from routers.build import BUSYBOX_PACKAGE, Rootfs, _add_busybox, apt_state, cached_build, kernel_image_package
 from routers.build import resolve_modules as _resolve_modules
 from routers.errors import BuildError, NotBuiltError
 from routers.guest import sha256_file
@@ -108,20 +108,7 @@ def resolve_inputs(cdir: Path) -> dict[str, Any]:
 
 def build(cache: Path | str | None = None, *, force: bool = False) -> tuple[CriuVmImage, bool, float]:
     """Build (or confirm up to date) the image; returns (image, built, seconds)."""
-    t0 = time.monotonic()
-    cdir = paths.cache_dir(cache)
-    with _lock(cdir / ".build-criuvm.lock"):
-        inputs = resolve_inputs(cdir)
-        fingerprint = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
-        if not force:
-            try:
-                image = criuvm_image(cdir)
-                if image.manifest.get("inputs_sha256") == fingerprint:
-                    return image, False, time.monotonic() - t0
-            except NotBuiltError:
-                pass
-        _build(cdir, inputs, fingerprint, t0)
-    return criuvm_image(cdir), True, time.monotonic() - t0
+    return cached_build(paths.cache_dir(cache), "criuvm", resolve_inputs, criuvm_image, _build, force=force)
 
 
 def _build(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float) -> None:

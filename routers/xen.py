@@ -43,8 +43,8 @@ from routers.build import (
     Rootfs,
     _add_busybox,
     _atomic_write,
-    _lock,
     apt_state,
+    cached_build,
     kernel_image_package,
     resolve_modules,
 )
@@ -157,22 +157,10 @@ def resolve_inputs(cdir: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------ build
 def build(cache: Path | str | None = None, *, force: bool = False) -> tuple[XenImage, bool, float]:
     """Build (or confirm up to date) the image; returns (image, built, seconds)."""
-    t0 = time.monotonic()
-    cdir = paths.cache_dir(cache)
-    with _lock(cdir / ".build-xen.lock"):
-        inputs = resolve_inputs(cdir)
-        fingerprint = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
-        if not force:
-            try:
-                image = xen_image(cdir)
-                if image.manifest.get("inputs_sha256") == fingerprint:
-                    return image, False, time.monotonic() - t0
-            except NotBuiltError:
-                pass
-        _build(cdir, inputs, fingerprint, t0)
-    image = xen_image(cdir)
-    log.info("built the nested Xen host image in %.1f s", time.monotonic() - t0)
-    return image, True, time.monotonic() - t0
+    image, built, seconds = cached_build(paths.cache_dir(cache), "xen", resolve_inputs, xen_image, _build, force=force)
+    if built:
+        log.info("built the nested Xen host image in %.1f s", seconds)
+    return image, built, seconds
 
 
 def _hypervisor_config(text: str) -> dict[str, Any]:
