@@ -393,26 +393,33 @@ def apt_state() -> str:
     return h.hexdigest()
 
 
-def _resolve_packages(profile: profiles.Profile, kernel_package: str, cdir: Path) -> dict[str, Any]:
-    """Pinned versions of the kernel, busybox and router packages; cached per apt state
-    (``apt-cache`` can take a second per call, and it needs several)."""
-    state = apt_state()
-    key = {"apt_state": state, "profile": profile.name, "kernel_meta_package": kernel_package}
-    cache_file = cdir / f"resolved-{profile.name}.json"
+def cached_resolution(cache_file: Path, key: dict[str, Any], compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``compute()``'s value, kept in ``cache_file`` for as long as ``key`` (apt state, format,
+    ...) is the same: ``apt-cache`` can take a second per call, and a resolution needs several."""
     with contextlib.suppress(OSError, ValueError):
         cached = json.loads(cache_file.read_text())
         if cached.get("key") == key:
             return cached["value"]
-    kpkg = kernel_image_package(kernel_package)
-    router_pkgs = debs.library_closure(profile.package) if profile.package else []
-    value = {
-        "kernel_meta_package": kernel_package,
-        "kernel_package": kpkg,
-        "packages": debs.candidates([kpkg, BUSYBOX_PACKAGE, *router_pkgs]),
-    }
-    cdir.mkdir(parents=True, exist_ok=True)
+    value = compute()
+    cache_file.parent.mkdir(parents=True, exist_ok=True)
     _atomic_write(cache_file, json.dumps({"key": key, "value": value}, indent=1, sort_keys=True).encode())
     return value
+
+
+def _resolve_packages(profile: profiles.Profile, kernel_package: str, cdir: Path) -> dict[str, Any]:
+    """Pinned versions of the kernel, busybox and router packages; cached per apt state."""
+
+    def compute() -> dict[str, Any]:
+        kpkg = kernel_image_package(kernel_package)
+        router_pkgs = debs.library_closure(profile.package) if profile.package else []
+        return {
+            "kernel_meta_package": kernel_package,
+            "kernel_package": kpkg,
+            "packages": debs.candidates([kpkg, BUSYBOX_PACKAGE, *router_pkgs]),
+        }
+
+    key = {"apt_state": apt_state(), "profile": profile.name, "kernel_meta_package": kernel_package}
+    return cached_resolution(cdir / f"resolved-{profile.name}.json", key, compute)
 
 
 def resolve_inputs(profile: profiles.Profile, kernel_package: str, cdir: Path) -> dict[str, Any]:

@@ -31,7 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from routers import cpio, debs, paths
-from routers.build import BUSYBOX_PACKAGE, Rootfs, _add_busybox, apt_state, cached_build, kernel_image_package
+from routers.build import (
+    BUSYBOX_PACKAGE,
+    Rootfs,
+    _add_busybox,
+    apt_state,
+    cached_build,
+    cached_resolution,
+    kernel_image_package,
+)
 from routers.build import resolve_modules as _resolve_modules
 from routers.errors import BuildError, NotBuiltError
 from routers.guest import sha256_file
@@ -88,20 +96,13 @@ def criuvm_image(cache: Path | str | None = None) -> CriuVmImage:
 
 def resolve_inputs(cdir: Path) -> dict[str, Any]:
     """Pinned package versions (cached per apt state) and the recipe's hash."""
-    key = {"apt_state": apt_state(), "format": CRIUVM_FORMAT}
-    cache_file = cdir / "resolved-criuvm.json"
-    value = None
-    try:
-        cached = json.loads(cache_file.read_text())
-        if cached.get("key") == key:
-            value = cached["value"]
-    except (OSError, ValueError):
-        pass
-    if value is None:
+
+    def compute() -> dict[str, Any]:
         kpkg = kernel_image_package(KERNEL_META)
-        value = {"kernel_package": kpkg, "packages": debs.candidates({kpkg, BUSYBOX_PACKAGE})}
-        cdir.mkdir(parents=True, exist_ok=True)
-        cache_file.write_text(json.dumps({"key": key, "value": value}, indent=1, sort_keys=True))
+        return {"kernel_package": kpkg, "packages": debs.candidates({kpkg, BUSYBOX_PACKAGE})}
+
+    key = {"apt_state": apt_state(), "format": CRIUVM_FORMAT}
+    value = cached_resolution(cdir / "resolved-criuvm.json", key, compute)
     recipe = hashlib.sha256(Path(__file__).read_bytes() + INIT.read_bytes() + repr(BOOT_MODULES).encode())
     return {**value, "format": CRIUVM_FORMAT, "recipe_sha256": recipe.hexdigest()}
 

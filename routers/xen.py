@@ -45,6 +45,7 @@ from routers.build import (
     _atomic_write,
     apt_state,
     cached_build,
+    cached_resolution,
     kernel_image_package,
     resolve_modules,
 )
@@ -130,16 +131,8 @@ def _recipe_sha256() -> str:
 
 def resolve_inputs(cdir: Path) -> dict[str, Any]:
     """Pinned package versions (cached per apt state) and the recipe's hash."""
-    key = {"apt_state": apt_state(), "format": XEN_FORMAT}
-    cache_file = cdir / "resolved-xen.json"
-    value = None
-    try:
-        cached = json.loads(cache_file.read_text())
-        if cached.get("key") == key:
-            value = cached["value"]
-    except (OSError, ValueError):
-        pass
-    if value is None:
+
+    def compute() -> dict[str, Any]:
         kpkg = kernel_image_package(DOM0_KERNEL_META)
         libs: set[str] = set()
         for top in (UTILS_PACKAGE, XENSTORE_PACKAGE, SOCAT_PACKAGE):
@@ -148,9 +141,10 @@ def resolve_inputs(cdir: Path) -> dict[str, Any]:
         if pinned[HYPERVISOR_PACKAGE] != pinned[UTILS_PACKAGE]:
             raise BuildError(f"{HYPERVISOR_PACKAGE} {pinned[HYPERVISOR_PACKAGE]} and {UTILS_PACKAGE} "
                              f"{pinned[UTILS_PACKAGE]} differ: the tools must match the hypervisor")  # fmt: skip
-        value = {"kernel_package": kpkg, "packages": pinned}
-        cdir.mkdir(parents=True, exist_ok=True)
-        _atomic_write(cache_file, json.dumps({"key": key, "value": value}, indent=1, sort_keys=True).encode())
+        return {"kernel_package": kpkg, "packages": pinned}
+
+    key = {"apt_state": apt_state(), "format": XEN_FORMAT}
+    value = cached_resolution(cdir / "resolved-xen.json", key, compute)
     return {**value, "format": XEN_FORMAT, "recipe_sha256": _recipe_sha256()}
 
 
