@@ -123,6 +123,24 @@ def _lock(path: Path) -> Iterator[None]:
 ImageT = TypeVar("ImageT")
 
 
+def read_manifest(
+    d: Path, names: tuple[str, ...], manifest_name: str, fmt: int, what: str, make: str
+) -> dict[str, Any]:
+    """The manifest of a built host image in ``d`` (Xen host, CRIU VM) whose files ``names`` all
+    exist and whose format is ``fmt``; NotBuiltError naming ``make`` (the target that builds it)."""
+    missing = [n for n in (*names, manifest_name) if not (d / n).is_file()]
+    if missing:
+        raise NotBuiltError(f"the {what} image is not built ({', '.join(missing)} missing in {d}): "
+                            f"run `{make}` (part of `make setup`)")  # fmt: skip
+    try:
+        manifest: dict[str, Any] = json.loads((d / manifest_name).read_text())
+    except (OSError, ValueError) as err:
+        raise NotBuiltError(f"{d / manifest_name} is unreadable ({err}): run `{make}`") from None
+    if manifest.get("format") != fmt:
+        raise NotBuiltError(f"{d} was built by another vrmig version: run `{make}`")
+    return manifest
+
+
 def cached_build(
     cdir: Path,
     name: str,

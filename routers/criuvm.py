@@ -39,6 +39,7 @@ from routers.build import (
     cached_build,
     cached_resolution,
     kernel_image_package,
+    read_manifest,
 )
 from routers.build import resolve_modules as _resolve_modules
 from routers.errors import BuildError, NotBuiltError
@@ -77,21 +78,11 @@ def criuvm_dir(cache: Path | str | None = None) -> Path:
 def criuvm_image(cache: Path | str | None = None) -> CriuVmImage:
     """The built image, or NotBuiltError naming the command that builds it."""
     d = criuvm_dir(cache)
-    files = [d / n for n in (KERNEL, INITRD, MANIFEST)]
-    missing = [p.name for p in files if not p.is_file()]
-    if missing:
-        raise NotBuiltError(f"the CRIU host VM image is not built ({', '.join(missing)} missing in {d}): "
-                            "run `make criu` (part of `make setup`)")  # fmt: skip
-    try:
-        manifest = json.loads((d / MANIFEST).read_text())
-    except (OSError, ValueError) as err:
-        raise NotBuiltError(f"{d / MANIFEST} is unreadable ({err}): run `make criu`") from None
-    if manifest.get("format") != CRIUVM_FORMAT:
-        raise NotBuiltError(f"{d} was built by another vrmig version: run `make criu`")
+    manifest = read_manifest(d, (KERNEL, INITRD), MANIFEST, CRIUVM_FORMAT, "CRIU host VM", "make criu")
     modules_dir = Path(manifest.get("modules_dir", ""))
     if not (modules_dir / "modules.dep").is_file():
         raise NotBuiltError(f"{modules_dir}/modules.dep is missing: run `python -m routers criuvm --force`")
-    return CriuVmImage(kernel=files[0], initrd=files[1], modules_dir=modules_dir, manifest=manifest)
+    return CriuVmImage(kernel=d / KERNEL, initrd=d / INITRD, modules_dir=modules_dir, manifest=manifest)
 
 
 def resolve_inputs(cdir: Path) -> dict[str, Any]:

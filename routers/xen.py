@@ -47,6 +47,7 @@ from routers.build import (
     cached_build,
     cached_resolution,
     kernel_image_package,
+    read_manifest,
     resolve_modules,
 )
 from routers.errors import BuildError, NotBuiltError
@@ -102,19 +103,12 @@ def xen_dir(cache: Path | str | None = None) -> Path:
 def xen_image(cache: Path | str | None = None, verify: bool = True) -> XenImage:
     """The built image, or NotBuiltError ("run `make xen`")."""
     d = xen_dir(cache)
-    files = [d / n for n in (XEN_ELF, DOM0_KERNEL, DOM0_INITRD, MANIFEST)]
-    missing = [p.name for p in files if not p.is_file()]
-    if missing:
-        raise NotBuiltError(f"the nested Xen host image is not built ({', '.join(missing)} missing in {d}): "
-                            "run `make xen` (part of `make setup`)")  # fmt: skip
-    try:
-        manifest = json.loads((d / MANIFEST).read_text())
-    except (OSError, ValueError) as err:
-        raise NotBuiltError(f"{d / MANIFEST} is unreadable ({err}): run `make xen`") from None
-    if manifest.get("format") != XEN_FORMAT:
-        raise NotBuiltError(f"{d} was built by another vrmig version: run `make xen`")
+    files = [d / n for n in (XEN_ELF, DOM0_KERNEL, DOM0_INITRD)]
+    manifest = read_manifest(
+        d, (XEN_ELF, DOM0_KERNEL, DOM0_INITRD), MANIFEST, XEN_FORMAT, "nested Xen host", "make xen"
+    )
     if verify:
-        for p in files[:3]:
+        for p in files:
             if manifest.get("files", {}).get(p.name, {}).get("sha256") != sha256_file(p):
                 raise NotBuiltError(f"{p} does not match its manifest: run `python -m routers xen --force`")
     return XenImage(xen=files[0], kernel=files[1], initrd=files[2], manifest=manifest)

@@ -112,3 +112,23 @@ def test_a_vm_that_fails_to_mount_its_root_says_why(fake_vm):
     script.append("echo VRMIG-CRIUVM-BOOT kernel=x; echo 'VRMIG-CRIUVM-FAIL cannot mount the host root'")
     with pytest.raises(MigrationError, match="cannot mount the host root"):
         criuvm.run_in_vm(Scenario(hv="criu", router="bird", criu_host="vm"), results)
+
+
+def test_the_vm_image_says_how_to_build_it(tmp_path):
+    from routers.criuvm import CRIUVM_FORMAT, criuvm_image
+    from routers.errors import NotBuiltError
+
+    with pytest.raises(NotBuiltError, match=r"CRIU host VM image is not built .*run `make criu`"):
+        criuvm_image(tmp_path)
+    d = tmp_path / "criu-vm"
+    d.mkdir()
+    for name in ("vmlinuz", "initrd.img"):
+        (d / name).write_bytes(b"x")
+    (d / "manifest.json").write_text(json.dumps({"format": CRIUVM_FORMAT + 1}))
+    with pytest.raises(NotBuiltError, match="another vrmig version"):
+        criuvm_image(tmp_path)
+    (d / "manifest.json").write_text(json.dumps({"format": CRIUVM_FORMAT, "modules_dir": str(tmp_path)}))
+    with pytest.raises(NotBuiltError, match=r"modules\.dep is missing"):
+        criuvm_image(tmp_path)
+    (tmp_path / "modules.dep").write_text("")
+    assert criuvm_image(tmp_path).modules_dir == tmp_path
