@@ -30,7 +30,7 @@ from typing import Any
 from migrate import meta as metamod
 from migrate.drivers.accel import detect_accel
 from migrate.errors import ConfigError, DependencyError, Interrupted, MigrationError, VrmigError
-from migrate.procs import Proc
+from migrate.procs import LineTail, Proc
 from migrate.registry import Registry, mark_dead_run
 from migrate.scenario import Scenario
 from migrate.sighold import interruptible
@@ -78,33 +78,6 @@ def _qemu_argv(image: Any, accel: str, job_dir: Path, results_root: Path, repo: 
     return argv
 
 
-class _Console:
-    """The VM's console file, followed line by line."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self.partial = b""
-        self.lines: list[str] = []
-
-    def new_lines(self) -> list[str]:
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                chunk = fh.read()
-        except FileNotFoundError:
-            return []
-        self.offset += len(chunk)
-        data = self.partial + chunk
-        *complete, self.partial = data.split(b"\n")
-        out = [c.decode(errors="replace").rstrip("\r") for c in complete]
-        self.lines += out
-        return out
-
-    def tail(self, n: int = 8) -> str:
-        return " | ".join(line for line in self.lines[-n:] if line.strip())
-
-
 def run_in_vm(scenario: Scenario, results_root: Path) -> Path:
     """Run ``scenario`` inside the CRIU host VM; return its results directory (on the host)."""
     from migrate.run import check_results_root
@@ -150,10 +123,14 @@ def run_in_vm(scenario: Scenario, results_root: Path) -> Path:
     }
     (job_dir / "job.json").write_text(json.dumps(job, indent=1))
     argv = _qemu_argv(image, accel, job_dir, results_root, metamod.REPO)
-    console = _Console(registry.dir / "console.log")
+    console = LineTail(registry.dir / "console.log")
+    seen: list[str] = []  # every console line, for messages
+
+    def last(n: int = 8) -> str:
+        return " | ".join(line for line in seen[-n:] if line.strip())
+
     run_dir: Path | None = None
     error: tuple[int, str] | None = None
-    status: int | None = None
     fail: str | None = None
     deadline = time.monotonic() + BOOT_TIMEOUT_S
     try:
@@ -162,7 +139,9 @@ def run_in_vm(scenario: Scenario, results_root: Path) -> Path:
             proc = Proc("criu-host-vm", argv, registry, registry.dir, stdout_name="console.log").start()
             booted = False
             while True:
-                for line in console.new_lines():
+                alive = proc.alive()  # read after this: the lines of an exited VM are all there
+                for line in console.new_lines(final=not alive):
+                    seen.append(line)
                     if line.startswith(BOOT_MARK):
                         booted = True
                         deadline = time.monotonic() + scenario.boot_timeout_s + scenario.duration_s
@@ -175,23 +154,19 @@ def run_in_vm(scenario: Scenario, results_root: Path) -> Path:
                         error = (int(code) if code.isdigit() else 1, msg)
                     elif line.startswith(FAIL_MARK):
                         fail = line.removeprefix(FAIL_MARK).strip()
-                    elif line.startswith(EXIT_MARK):
-                        status = int(line.split()[-1]) if line.split()[-1].isdigit() else 1
-                    elif booted and line.strip():
+                    elif booted and line.strip() and not line.startswith(EXIT_MARK):
                         log.info("vm: %s", line)
-                if not proc.alive():
-                    console.new_lines()
+                if not alive:
                     break
                 if time.monotonic() > deadline:
                     what = "boot" if not booted else "finish"
-                    fail = fail or f"the CRIU host VM did not {what} in time ({console.tail()})"
+                    fail = fail or f"the CRIU host VM did not {what} in time ({last()})"
                     break
                 time.sleep(POLL_S)
     except Interrupted as err:
         _mark_new_runs(results_root, before, f"{err}: the CRIU host VM was stopped mid-run")
         raise Interrupted(f"{err}; the CRIU host VM was stopped") from None
     finally:
-        console.new_lines()
         console_bytes = console.path.read_bytes() if console.path.exists() else b""
         problems = registry.teardown()
         if problems:
@@ -201,11 +176,11 @@ def run_in_vm(scenario: Scenario, results_root: Path) -> Path:
     if run_dir is None:
         if error is not None:
             raise ERRORS.get(error[0], VrmigError)(error[1])
-        raise MigrationError(f"the CRIU host VM produced no run: {fail or console.tail()}")
+        raise MigrationError(f"the CRIU host VM produced no run: {fail or last()}")
     # a run the VM left 'running' (the VM died or timed out)
-    _mark_new_runs(results_root, before, f"the CRIU host VM ended mid-run: {fail or console.tail(3)}")
+    _mark_new_runs(results_root, before, f"the CRIU host VM ended mid-run: {fail or last(3)}")
     (run_dir / CONSOLE_NAME).write_bytes(console_bytes)
-    if status not in (0, 4) and fail:
+    if fail:
         log.error("CRIU host VM: %s", fail)
     return run_dir
 

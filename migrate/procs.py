@@ -147,3 +147,25 @@ class Proc:
             return self.popen.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             return None
+
+
+class LineTail:
+    """New complete lines of a growing file, e.g. a helper's output (the rest is kept until its
+    newline arrives)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.partial = path, 0, b""
+
+    def new_lines(self, final: bool = False) -> list[str]:
+        """Lines completed since the last call (``final``: also an unterminated last line)."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        *done, self.partial = (self.partial + data).split(b"\n")
+        if final and self.partial:
+            done, self.partial = [*done, self.partial], b""
+        return [d.decode(errors="replace").rstrip("\r") for d in done]

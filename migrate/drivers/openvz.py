@@ -33,7 +33,7 @@ from typing import Any
 from migrate import topology as topo
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.errors import DependencyError, GuestError, MigrationError
-from migrate.procs import Proc
+from migrate.procs import LineTail, Proc
 from migrate.scenario import Scenario
 
 log = logging.getLogger(__name__)
@@ -78,27 +78,6 @@ def parse_status(text: str) -> dict[str, str | bool]:
     """``vzctl status`` ("CTID 101 exist mounted running") -> {exists, mounted, running}."""
     words = text.split()
     return {"exists": "exist" in words, "mounted": "mounted" in words, "running": "running" in words}
-
-
-class _Tail:
-    """New complete lines of a growing file (the rest is kept until its newline arrives)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path, self.offset, self.partial = path, 0, b""
-
-    def new_lines(self, final: bool = False) -> list[str]:
-        """Lines completed since the last call (``final``: also an unterminated last line)."""
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read()
-        except FileNotFoundError:
-            return []
-        self.offset += len(data)
-        *done, self.partial = (self.partial + data).split(b"\n")
-        if final and self.partial:
-            done, self.partial = [*done, self.partial], b""
-        return [d.decode(errors="replace").rstrip("\r") for d in done]
 
 
 class OpenvzDriver(Driver):
@@ -164,7 +143,7 @@ class OpenvzDriver(Driver):
         self.ctx.recorder.action("migrate", argv=argv)
         started = time.time()
         proc = self.proc = Proc("vzmigrate", argv, self.ctx.registry, self.ctx.run_dir).start()
-        tails = [_Tail(proc.stdout_path), _Tail(proc.stderr_path)]
+        tails = [LineTail(proc.stdout_path), LineTail(proc.stderr_path)]
         lines: list[tuple[float, str]] = []
         deadline = time.monotonic() + s.migrate_timeout_s
         with open(self.log_path, "w") as out:
