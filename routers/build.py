@@ -123,6 +123,28 @@ def _lock(path: Path) -> Iterator[None]:
 ImageT = TypeVar("ImageT")
 
 
+@contextlib.contextmanager
+def staged_dir(out: Path) -> Iterator[Path]:
+    """A fresh 0755 staging directory next to ``out`` that replaces ``out`` when the ``with`` body
+    succeeds and is removed when it fails.  Staging leftovers of an interrupted build are removed
+    first (the caller holds the build lock)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for stale in [*out.parent.glob(f".{out.name}.new.*"), *out.parent.glob(f".{out.name}.old.*")]:
+        shutil.rmtree(stale, ignore_errors=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.new.", dir=out.parent))
+    try:
+        os.chmod(stage, 0o755)
+        yield stage
+        old = out.parent / f".{out.name}.old.{os.getpid()}"
+        if out.exists():
+            out.rename(old)
+        stage.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if stage.exists():
+            shutil.rmtree(stage, ignore_errors=True)
+
+
 def read_manifest(
     d: Path, names: tuple[str, ...], manifest_name: str, fmt: int, what: str, make: str
 ) -> dict[str, Any]:
@@ -592,12 +614,7 @@ def _build(prof: profiles.Profile, cdir: Path, inputs: dict[str, Any], fingerpri
     kver = kvers[0]
 
     gdir = paths.guest_dir(prof.name, cdir)
-    gdir.parent.mkdir(parents=True, exist_ok=True)
-    for stale in [*gdir.parent.glob(f".{prof.name}.new.*"), *gdir.parent.glob(f".{prof.name}.old.*")]:
-        shutil.rmtree(stale, ignore_errors=True)  # left by an interrupted build (we hold the lock)
-    stage = Path(tempfile.mkdtemp(prefix=f".{prof.name}.new.", dir=gdir.parent))
-    try:
-        os.chmod(stage, 0o755)
+    with staged_dir(gdir) as stage:
         (stage / paths.ROOTFS_NAME).mkdir(mode=0o755)
         rootfs = Rootfs(stage / paths.ROOTFS_NAME)
         _add_busybox(rootfs, pools[BUSYBOX_PACKAGE])
@@ -624,14 +641,6 @@ def _build(prof: profiles.Profile, cdir: Path, inputs: dict[str, Any], fingerpri
         manifest = _manifest(prof, inputs, fingerprint, t0, kver, modules, (router_version, upstream), stage, gdir)
         manifest["files"][paths.INITRD_NAME]["uncompressed_bytes"] = raw_size
         (stage / paths.MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
-        old = gdir.parent / f".{prof.name}.old.{os.getpid()}"
-        if gdir.exists():
-            gdir.rename(old)
-        stage.rename(gdir)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        if stage.exists():
-            shutil.rmtree(stage, ignore_errors=True)
     return manifest
 
 

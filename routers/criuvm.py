@@ -20,10 +20,8 @@ import hashlib
 import io
 import json
 import logging
-import os
 import shutil
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -40,6 +38,7 @@ from routers.build import (
     cached_resolution,
     kernel_image_package,
     read_manifest,
+    staged_dir,
 )
 from routers.build import resolve_modules as _resolve_modules
 from routers.errors import BuildError, NotBuiltError
@@ -120,11 +119,7 @@ def _build(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float) -> N
     # the VM loads the rest of its modules on demand (veth, bridge, tbf, nf_tables, ...)
     subprocess.run(["depmod", "-b", str(kroot), kver], check=True, capture_output=True)
 
-    out = criuvm_dir(cdir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=".criu-vm.new.", dir=out.parent))
-    try:
-        os.chmod(stage, 0o755)
+    with staged_dir(criuvm_dir(cdir)) as stage:
         shutil.copyfile(vmlinuz[0], stage / KERNEL)
         root = stage / "rootfs"
         root.mkdir()
@@ -164,11 +159,3 @@ def _build(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float) -> N
             },
         }
         (stage / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        old = out.parent / f".criu-vm.old.{os.getpid()}"
-        if out.exists():
-            out.rename(old)
-        stage.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        if stage.exists():
-            shutil.rmtree(stage, ignore_errors=True)

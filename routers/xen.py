@@ -27,9 +27,7 @@ import hashlib
 import io
 import json
 import logging
-import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -49,6 +47,7 @@ from routers.build import (
     kernel_image_package,
     read_manifest,
     resolve_modules,
+    staged_dir,
 )
 from routers.errors import BuildError, NotBuiltError
 from routers.guest import guest_image, sha256_file
@@ -177,13 +176,7 @@ def _build(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float) -> N
         raise BuildError(f"{HYPERVISOR_PACKAGE}: expected one xen-*-amd64.gz in /boot, found {[p.name for p in gz]}")
     hyp_facts = _hypervisor_config(cfg[0].read_text()) if cfg else {}
 
-    out = xen_dir(cdir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    for stale in [*out.parent.glob(".xen.new.*"), *out.parent.glob(".xen.old.*")]:
-        shutil.rmtree(stale, ignore_errors=True)
-    stage = Path(tempfile.mkdtemp(prefix=".xen.new.", dir=out.parent))
-    try:
-        os.chmod(stage, 0o755)
+    with staged_dir(xen_dir(cdir)) as stage:
         (stage / XEN_ELF).write_bytes(gzip.decompress(gz[0].read_bytes()))
         shutil.copyfile(vmlinuz[0], stage / DOM0_KERNEL)
         root = stage / "rootfs"
@@ -235,14 +228,6 @@ def _build(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float) -> N
             "files": files,
         }
         (stage / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        old = out.parent / f".xen.old.{os.getpid()}"
-        if out.exists():
-            out.rename(old)
-        stage.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        if stage.exists():
-            shutil.rmtree(stage, ignore_errors=True)
 
 
 def _add_modules(rootfs: Rootfs, kroot: Path, kver: str) -> dict[str, Any]:
