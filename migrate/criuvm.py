@@ -24,6 +24,7 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -78,15 +79,59 @@ def _qemu_argv(image: Any, accel: str, job_dir: Path, results_root: Path, repo: 
     return argv
 
 
-def run_in_vm(scenario: Scenario, results_root: Path) -> Path:
-    """Run ``scenario`` inside the CRIU host VM; return its results directory (on the host)."""
-    from migrate.run import check_results_root
+@dataclass
+class _Watch:
+    """What the host saw on the VM's console."""
+
+    lines: list[str] = field(default_factory=list)
+    run_dir: Path | None = None
+    error: tuple[int, str] | None = None  # (exit code, message) of a VRMIG-CRIUVM-ERROR line
+    fail: str | None = None
+
+    def last(self, n: int = 8) -> str:
+        """The last ``n`` console lines, for messages."""
+        return " | ".join(line for line in self.lines[-n:] if line.strip())
+
+
+def _watch(proc: Proc, console: LineTail, scenario: Scenario) -> _Watch:
+    """Follow the VM's console until QEMU exits (or the VM overruns its time): markers are
+    recorded, the suite's own lines logged."""
+    w = _Watch()
+    booted = False
+    deadline = time.monotonic() + BOOT_TIMEOUT_S
+    while True:
+        alive = proc.alive()  # read after this: the lines of an exited VM are all there
+        for line in console.new_lines(final=not alive):
+            w.lines.append(line)
+            if line.startswith(BOOT_MARK):
+                booted = True
+                deadline = time.monotonic() + scenario.boot_timeout_s + scenario.duration_s
+                deadline += scenario.migrate_timeout_s + OVERHEAD_S
+                log.info("CRIU host VM up: %s", line.removeprefix(BOOT_MARK).strip())
+            elif line.startswith(RUNDIR_MARK):
+                w.run_dir = Path(line.removeprefix(RUNDIR_MARK).strip())
+            elif line.startswith(ERROR_MARK):
+                code, _, msg = line.removeprefix(ERROR_MARK).strip().partition(" ")
+                w.error = (int(code) if code.isdigit() else 1, msg)
+            elif line.startswith(FAIL_MARK):
+                w.fail = line.removeprefix(FAIL_MARK).strip()
+            elif booted and line.strip() and not line.startswith(EXIT_MARK):
+                log.info("vm: %s", line)
+        if not alive:
+            return w
+        if time.monotonic() > deadline:
+            w.fail = w.fail or f"the CRIU host VM did not {'finish' if booted else 'boot'} in time ({w.last()})"
+            return w
+        time.sleep(POLL_S)
+
+
+def _image_and_accel() -> tuple[Any, str, str]:
+    """Checks before anything is created: root, the VM image, QEMU; the accelerator and why."""
     from routers.criuvm import criuvm_image
     from routers.errors import NotBuiltError
 
     if os.geteuid() != 0:
         raise DependencyError("vrmig must run as root (it creates network namespaces): run it as root")
-    check_results_root(results_root)
     try:
         image = criuvm_image()
     except NotBuiltError as err:
@@ -94,75 +139,44 @@ def run_in_vm(scenario: Scenario, results_root: Path) -> Path:
     if shutil.which("qemu-system-x86_64") is None:
         raise DependencyError("qemu-system-x86_64 not found: run `make setup`")
     accel, why = detect_accel()
-    results_root = results_root.resolve()
-    results_root.mkdir(parents=True, exist_ok=True)
-    from migrate.run import RESULTS_ROOT_MARKER
+    return image, accel, why
+
+
+def run_in_vm(scenario: Scenario, results_root: Path) -> Path:
+    """Run ``scenario`` inside the CRIU host VM; return its results directory (on the host)."""
+    from migrate.run import check_results_root, mark_results_root
     from migrate.testbed import new_prefix
 
-    marker = results_root / RESULTS_ROOT_MARKER
-    if not marker.exists():
-        marker.write_text("vrmig results root\n")
+    check_results_root(results_root)
+    image, accel, why = _image_and_accel()
+    results_root = results_root.resolve()
+    mark_results_root(results_root)
     before = {p.name for p in results_root.iterdir()}
     registry = Registry(new_prefix())
-    registry.open()
-    job_dir = registry.dir  # exported read-only: the job, the state file and the console log
-    job = {
-        "scenario": scenario.to_dict(),
-        "results_root": str(results_root),
-        "env": {k: v for k, v in os.environ.items() if k in ("VRMIG_CACHE", "VRMIG_STATE")},
-        "criu_host": {
-            "kind": "vm",
-            "why": "criu pre-dump needs soft-dirty page tracking; the VM boots a kernel that has it",
-            "kernel": image.manifest["kernel"],
-            "accel": accel,
-            "accel_reason": why,
-            "vm_mem_mib": VM_MEM_MIB,
-            "root": "this machine's root file system, read-only over 9p under a tmpfs overlay",
-            "outer_host": metamod.host_facts(),
-        },
-    }
-    (job_dir / "job.json").write_text(json.dumps(job, indent=1))
-    argv = _qemu_argv(image, accel, job_dir, results_root, metamod.REPO)
+    registry.open()  # private (0700); exported read-only as the job: job.json, state, console log
     console = LineTail(registry.dir / "console.log")
-    seen: list[str] = []  # every console line, for messages
-
-    def last(n: int = 8) -> str:
-        return " | ".join(line for line in seen[-n:] if line.strip())
-
-    run_dir: Path | None = None
-    error: tuple[int, str] | None = None
-    fail: str | None = None
-    deadline = time.monotonic() + BOOT_TIMEOUT_S
     try:
+        job = {
+            "scenario": scenario.to_dict(),
+            "results_root": str(results_root),
+            "env": {k: v for k, v in os.environ.items() if k in ("VRMIG_CACHE", "VRMIG_STATE")},
+            "criu_host": {
+                "kind": "vm",
+                "why": "criu pre-dump needs soft-dirty page tracking; the VM boots a kernel that has it",
+                "kernel": image.manifest["kernel"],
+                "accel": accel,
+                "accel_reason": why,
+                "vm_mem_mib": VM_MEM_MIB,
+                "root": "this machine's root file system, read-only over 9p under a tmpfs overlay",
+                "outer_host": metamod.host_facts(),
+            },
+        }
+        (registry.dir / "job.json").write_text(json.dumps(job, indent=1))
+        argv = _qemu_argv(image, accel, registry.dir, results_root, metamod.REPO)
         with interruptible():
             log.info("booting the CRIU host VM (kernel %s, accel=%s)", image.release, accel)
             proc = Proc("criu-host-vm", argv, registry, registry.dir, stdout_name="console.log").start()
-            booted = False
-            while True:
-                alive = proc.alive()  # read after this: the lines of an exited VM are all there
-                for line in console.new_lines(final=not alive):
-                    seen.append(line)
-                    if line.startswith(BOOT_MARK):
-                        booted = True
-                        deadline = time.monotonic() + scenario.boot_timeout_s + scenario.duration_s
-                        deadline += scenario.migrate_timeout_s + OVERHEAD_S
-                        log.info("CRIU host VM up: %s", line.removeprefix(BOOT_MARK).strip())
-                    elif line.startswith(RUNDIR_MARK):
-                        run_dir = Path(line.removeprefix(RUNDIR_MARK).strip())
-                    elif line.startswith(ERROR_MARK):
-                        code, _, msg = line.removeprefix(ERROR_MARK).strip().partition(" ")
-                        error = (int(code) if code.isdigit() else 1, msg)
-                    elif line.startswith(FAIL_MARK):
-                        fail = line.removeprefix(FAIL_MARK).strip()
-                    elif booted and line.strip() and not line.startswith(EXIT_MARK):
-                        log.info("vm: %s", line)
-                if not alive:
-                    break
-                if time.monotonic() > deadline:
-                    what = "boot" if not booted else "finish"
-                    fail = fail or f"the CRIU host VM did not {what} in time ({last()})"
-                    break
-                time.sleep(POLL_S)
+            w = _watch(proc, console, scenario)
     except Interrupted as err:
         _mark_new_runs(results_root, before, f"{err}: the CRIU host VM was stopped mid-run")
         raise Interrupted(f"{err}; the CRIU host VM was stopped") from None
@@ -171,17 +185,16 @@ def run_in_vm(scenario: Scenario, results_root: Path) -> Path:
         problems = registry.teardown()
         if problems:
             log.warning("CRIU host VM teardown: %s", "; ".join(problems))
+    run_dir = w.run_dir or _new_run_dir(results_root, before)
     if run_dir is None:
-        run_dir = _new_run_dir(results_root, before)
-    if run_dir is None:
-        if error is not None:
-            raise ERRORS.get(error[0], VrmigError)(error[1])
-        raise MigrationError(f"the CRIU host VM produced no run: {fail or last()}")
+        if w.error is not None:
+            raise ERRORS.get(w.error[0], VrmigError)(w.error[1])
+        raise MigrationError(f"the CRIU host VM produced no run: {w.fail or w.last()}")
     # a run the VM left 'running' (the VM died or timed out)
-    _mark_new_runs(results_root, before, f"the CRIU host VM ended mid-run: {fail or last(3)}")
+    _mark_new_runs(results_root, before, f"the CRIU host VM ended mid-run: {w.fail or w.last(3)}")
     (run_dir / CONSOLE_NAME).write_bytes(console_bytes)
-    if fail:
-        log.error("CRIU host VM: %s", fail)
+    if w.fail:
+        log.error("CRIU host VM: %s", w.fail)
     return run_dir
 
 

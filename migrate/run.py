@@ -8,8 +8,6 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from migrate.faults import FaultInjector, kill_pid, link_cap, link_down
 from migrate.recorder import Recorder
 from migrate.registry import Registry, clean_stale
 from migrate.scenario import Scenario
+from migrate.sighold import signal_handlers
 from migrate.testbed import Testbed, TestbedBuilder, new_prefix
 from migrate.traffic import Instruments, rx_packets
 
@@ -56,16 +55,6 @@ class _Abort:
             raise Interrupted(f"interrupted by {signal.Signals(signum).name}")
 
 
-@contextmanager
-def _signals(abort: _Abort) -> Iterator[None]:
-    old = {s: signal.signal(s, abort.handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
 def check_results_root(results_root: Path) -> None:
     """The results root must be ours (absent, empty, or carrying our marker) and have room."""
     if results_root.exists():
@@ -93,13 +82,18 @@ def check_results_root(results_root: Path) -> None:
         )
 
 
-def make_run_dir(results_root: Path, scenario: Scenario) -> Path:
-    """Create ``results/<UTC time>-<name>/`` (fails if it exists) and mark it as ours."""
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")[:-4] + "Z"
+def mark_results_root(results_root: Path) -> None:
+    """Create ``results_root`` if needed and mark it as a vrmig results root."""
     results_root.mkdir(parents=True, exist_ok=True)
     marker = results_root / RESULTS_ROOT_MARKER
     if not marker.exists():
         marker.write_text("vrmig results root\n")
+
+
+def make_run_dir(results_root: Path, scenario: Scenario) -> Path:
+    """Create ``results/<UTC time>-<name>/`` (fails if it exists) and mark it as ours."""
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")[:-4] + "Z"
+    mark_results_root(results_root)
     run_dir = results_root / f"{stamp}-{scenario.name}"
     run_dir.mkdir()
     (run_dir / RESULTS_MARKER).write_text("vrmig run directory\n")
@@ -129,7 +123,7 @@ def run(scenario: Scenario, results_root: Path, extra_meta: dict[str, Any] | Non
         log.warning("removed leftovers of crashed run %s", prefix)
 
     abort = _Abort()
-    with _signals(abort):
+    with signal_handlers(abort.handler):
         run_dir = make_run_dir(results_root, scenario)
         meta: dict[str, Any] = {
             "format_version": metamod.FORMAT_VERSION,

@@ -21,6 +21,7 @@ from typing import Any
 from migrate.errors import Interrupted
 
 HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+Handler = Callable[[int, FrameType | None], Any] | int | None  # what signal.signal takes and returns
 
 
 @contextmanager
@@ -47,26 +48,38 @@ def held_signals(mask: bool = True) -> Iterator[None]:
             return
         seen.append(signum)
 
-    old = {s: signal.signal(s, record) for s in HELD_SIGNALS}
-    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS) if mask else None
     try:
-        yield
+        with signal_handlers(record) as old:
+            old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS) if mask else None
+            try:
+                yield
+            finally:
+                if old_mask is not None:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)  # a pending one is recorded here
     finally:
-        if old_mask is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)  # a pending one is recorded here
-        for s, h in old.items():
-            signal.signal(s, h)
         if seen:
             _replay(seen[0], old[seen[0]])
 
 
-def _replay(signum: int, handler: Callable[[int, FrameType | None], Any] | int | None) -> None:
+def _replay(signum: int, handler: Handler) -> None:
     """Deliver ``signum`` to ``handler`` as the kernel would have."""
     if callable(handler):
         handler(signum, None)
     elif handler == signal.SIG_DFL:
         signal.raise_signal(signum)
     # SIG_IGN (or a handler not installed from Python): nothing to do
+
+
+@contextmanager
+def signal_handlers(handler: Handler) -> Iterator[dict[int, Handler]]:
+    """``handler`` for SIGINT and SIGTERM while the ``with`` body runs; yields the previous
+    handlers, which are put back afterwards."""
+    old = {s: signal.signal(s, handler) for s in HELD_SIGNALS}
+    try:
+        yield old
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 @contextmanager
@@ -77,9 +90,5 @@ def interruptible() -> Iterator[None]:
     def handler(signum: int, _frame: FrameType | None) -> None:
         raise Interrupted(f"interrupted by {signal.Signals(signum).name}")
 
-    old = {s: signal.signal(s, handler) for s in HELD_SIGNALS}
-    try:
+    with signal_handlers(handler):
         yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
