@@ -27,7 +27,8 @@ from migrate.baseline_config import ConfigRun
 from migrate.baseline_spec import LOAD_FRAME_BYTES, UNPACED, BaselineSpec, Config
 from migrate.errors import DependencyError, Interrupted, VrmigError
 from migrate.registry import clean_stale
-from migrate.run import RESULTS_MARKER, RESULTS_ROOT_MARKER, _Abort, _signals, check_results_root
+from migrate.run import RESULTS_MARKER, RESULTS_ROOT_MARKER, _Abort, check_results_root
+from migrate.sighold import signal_handlers
 
 log = logging.getLogger(__name__)
 
@@ -273,7 +274,7 @@ def run_baseline(spec: BaselineSpec, results_root: Path, resume_dir: Path | None
     for prefix in clean_stale():
         log.warning("removed leftovers of crashed run %s", prefix)
     abort = _Abort()
-    with _signals(abort):
+    with signal_handlers(abort.handler):
         if resume_dir is not None:
             run_dir = resume_dir
             meta = json.loads((run_dir / "meta.json").read_text())
