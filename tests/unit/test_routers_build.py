@@ -284,3 +284,9 @@ def test_rib_conf_holds_n_distinct_routes_in_the_benchmarking_range():
     assert all(ipaddress.ip_network(x).subnet_of(net) and x.endswith("/128") for x in routes)
     assert all(ln.endswith(" unreachable;") for ln in lines[1:-1])
     assert _script("rib_conf 0").stdout.splitlines() == ["protocol static rib6 { ipv6;", "}"]
+
+
+def test_criu_vm_init_is_valid_sh():
+    from routers.criuvm import INIT
+
+    subprocess.run(["sh", "-n", str(INIT)], check=True)
