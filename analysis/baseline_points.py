@@ -99,6 +99,15 @@ def _rtt(point_dir: Path, record: dict[str, Any], start_ns: int, end_ns: int) ->
     return {"rtt_median_ms": st.median_ms, "rtt_p99_ms": st.p99_ms, "rtt_lost": st.lost}
 
 
+def _gen_cpu(gen: dict[str, Any], span_s: float) -> float | None:
+    """vrgen's user+system CPU seconds per second of sending; None when either figure is missing
+    (an older vrgen or another backend: unknown, not 0)."""
+    user, sys_s = gen.get("cpu_user_s"), gen.get("cpu_sys_s")
+    if not isinstance(user, int | float) or not isinstance(sys_s, int | float) or span_s <= 0:
+        return None
+    return (user + sys_s) / span_s
+
+
 def _flow(point_dir: Path, flow: dict[str, Any], frame_bytes: int) -> dict[str, Any] | None:
     gen, sink = _read_json(point_dir / flow["gen"]), _read_json(point_dir / flow["sink"])
     if gen is None or sink is None:
@@ -119,7 +128,7 @@ def _flow(point_dir: Path, flow: dict[str, Any], frame_bytes: int) -> dict[str, 
         "owd_median_ms": owd / 1e6 if owd is not None and recv else None,
         "start_ns": int(gen["start_ns"]),
         "end_ns": int(gen["end_ns"]),
-        "gen_cpu": (gen.get("cpu_user_s", 0.0) + gen.get("cpu_sys_s", 0.0)) / span_s if span_s > 0 else None,
+        "gen_cpu": _gen_cpu(gen, span_s),
     }
 
 
@@ -178,7 +187,7 @@ def analyse_point(point_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]
             else None
         ),
         cpu_neighbour=_sum([v for n, v in procs.items() if n.startswith(NEIGHBOUR_PREFIX)]),
-        cpu_gen=_sum([f["gen_cpu"] for f in fl]),
+        cpu_gen=None if any(f["gen_cpu"] is None for f in fl) else _sum([f["gen_cpu"] for f in fl]),
         jain_throughput=jain_index([f["forwarded_bps"] for f in fl]),
         jain_cpu=jain_index(list(per_router_cpu.values())),
     )

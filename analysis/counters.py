@@ -15,6 +15,7 @@ Sample k is read at ``t_ns[k]``; interval k is (t_ns[k], t_ns[k+1]] and its incr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -127,15 +128,27 @@ class SamplerHealth:
     late_p50_ms: float | None
     late_p99_ms: float | None
     late_max_ms: float | None
+    missed_rounds: int | None = None
+    read_errors: int | None = None
 
 
-def sampler_health(t_ns: np.ndarray, late_ns: np.ndarray, period_ns: int) -> SamplerHealth:
-    """Lateness percentiles (ms, over all rows' ``late_ns``) and irregular intervals of one series ``t_ns``."""
+def _tail_int(tail: Mapping[str, float] | None, key: str) -> int | None:
+    v = (tail or {}).get(key)
+    return int(v) if isinstance(v, int | float) else None
+
+
+def sampler_health(
+    t_ns: np.ndarray, late_ns: np.ndarray, period_ns: int, tail: Mapping[str, float] | None = None
+) -> SamplerHealth:
+    """Lateness percentiles (ms, over all rows' ``late_ns``) and irregular intervals of one series
+    ``t_ns``; missed rounds and read errors from the sampler's closing line ``tail`` (None when
+    the sampler did not write it: unknown, not 0)."""
     late = np.asarray(late_ns, dtype=np.float64) / 1e6
     t = np.asarray(t_ns, dtype=np.int64)
     irregular = int(np.count_nonzero(np.diff(t) > IRREGULAR_FACTOR * period_ns)) if t.size > 1 else 0
+    missed, errors = _tail_int(tail, "missed"), _tail_int(tail, "read_errors")
     if late.size == 0:
-        return SamplerHealth(period_ns / 1e9, int(t.size), irregular, None, None, None)
+        return SamplerHealth(period_ns / 1e9, int(t.size), irregular, None, None, None, missed, errors)
     return SamplerHealth(
         period_s=period_ns / 1e9,
         samples=int(t.size),
@@ -143,4 +156,6 @@ def sampler_health(t_ns: np.ndarray, late_ns: np.ndarray, period_ns: int) -> Sam
         late_p50_ms=float(np.percentile(late, 50)),
         late_p99_ms=float(np.percentile(late, 99)),
         late_max_ms=float(late.max()),
+        missed_rounds=missed,
+        read_errors=errors,
     )

@@ -17,7 +17,8 @@ keeps one schema:
 * ``total_time_s`` = the time CRIU spent on the migration by its own clocks: per pre-dump
   freezing + frozen + memory write (written after the tasks resumed), for the final dump freezing
   + frozen, plus the restore time;
-* ``ram_transferred_bytes`` = memory pages CRIU wrote over all rounds x page size;
+* ``ram_transferred_bytes`` = memory pages CRIU wrote over all rounds x page size (None when a
+  round lacks ``pages_written``: a missing statistic is unknown, not 0 pages);
 * ``ram_total_bytes`` = pages the final dump scanned x page size."""
 
 from __future__ import annotations
@@ -136,7 +137,9 @@ def criu_figures(record: Mapping[str, Any] | None, window: Window | None) -> Cri
         total = sum(t for t in times if t is not None) + restore_s
     page = record.get("page_size_bytes")
     written = [r.get("pages_written") for r in rounds]
-    transferred = sum(w for w in written if isinstance(w, int)) * page if isinstance(page, int) and rounds else None
+    complete = bool(rounds) and all(isinstance(w, int) and not isinstance(w, bool) for w in written)
+    # a round without pages_written is unknown, not 0 pages: then the sum is unknown too
+    transferred = sum(w for w in written if isinstance(w, int)) * page if isinstance(page, int) and complete else None
     scanned = fst.get("memory_pages_scanned")
     cmd_end = stop_cont = None
     if window is not None:
@@ -144,6 +147,12 @@ def criu_figures(record: Mapping[str, Any] | None, window: Window | None) -> Cri
             cmd_end = (window.completed_ns - window.migrate_ns) / 1e9
         if window.stop_ns is not None and window.cont_ns is not None:
             stop_cont = (window.cont_ns - window.stop_ns) / 1e9
+    absent: dict[str, str] = {}
+    if downtime is None or total is None:
+        why = "not_completed" if not completed else "not_reported"
+        absent.update({k: why for k, v in (("downtime_s", downtime), ("total_time_s", total)) if v is None})
+    if transferred is None:
+        absent["ram_transferred_bytes"] = "criu_pages_written_missing" if rounds else "not_reported"
     return CriuFigures(
         status=record.get("status"),
         downtime_s=downtime,
@@ -154,5 +163,6 @@ def criu_figures(record: Mapping[str, Any] | None, window: Window | None) -> Cri
         command_to_end_s=cmd_end,
         stop_to_cont_s=stop_cont,
         reply_source="criu",
+        absent=absent or None,
         criu=criu_details(record) if record else None,
     )

@@ -16,10 +16,14 @@ STRAY_MIN_EXPECTED = 20  # ... are ignored only when an interval normally carrie
 
 @dataclass(frozen=True)
 class CountersDowntime:
-    """Downtime seen in B eth0's rx_packets counter (see ``counters_downtime``)."""
+    """Downtime seen in B eth0's rx_packets counter (see ``counters_downtime``).
 
-    downtime_s: float
-    lower_s: float
+    ``downtime_s`` is None when no stall qualified (flag ``no_stall``) or when only a lower bound
+    is known (``open_*``/``clipped_*``): then ``lower_s`` holds the bound."""
+
+    downtime_s: float | None
+    extent_s: float | None
+    lower_s: float | None
     upper_s: float | None
     resolution_s: float
     threshold_s: float
@@ -31,9 +35,16 @@ class CountersDowntime:
 
 @dataclass(frozen=True)
 class PacketsDowntime:
-    """Downtime seen by the sink (see ``packets_downtime``)."""
+    """Downtime seen by the sink (see ``packets_downtime``).
 
-    downtime_s: float
+    ``downtime_s`` is None when no gap was found (flag ``no_gap``, or ``gaps_dropped`` when the
+    sink's gap list was full before the window) or when only a lower bound is known
+    (``open_end``/``clipped_*``/``gaps_dropped``): then ``lower_s`` holds the bound."""
+
+    downtime_s: float | None
+    lower_s: float | None
+    upper_s: float | None
+    threshold_s: float | None
     lost_in_gap: int | None
     t_before_ns: int | None
     t_after_ns: int | None
@@ -87,14 +98,16 @@ def counters_downtime(
     intervals more at each end, ≤ 0.1 period).
 
     Selection: among stalls whose idle span [t_a, t_b+1] overlaps the search span
-    [migration start, min(end + margin, traffic-stop)), the one with the largest downtime_s,
-    counted only if downtime_s > threshold_s = max(period, k × expected packet interval), k = 3
-    (flag ``low_rate`` when the second term wins: idle intervals are then normal between
-    packets).  None qualifies: downtime_s = 0, flag ``no_stall``, upper_s = threshold + period (the
-    longest outage that can go unseen).  A side not bounded by an active interval (trace start or
-    end, counter reset) is ``open_start``/``open_end`` and taken at the idle span's edge; a side
-    beyond the clip span [start − margin, search end] is cut there (``clipped_start`` /
-    ``clipped_end``); then downtime_s is a lower bound, upper_s None and resolution_s the nominal
+    [migration start, min(end + margin, traffic-stop)), the one with the largest extent_s (the
+    value above, with an open or clipped side taken at the edge), counted only if extent_s >
+    threshold_s = max(period, k × expected packet interval), k = 3 (flag ``low_rate`` when the
+    second term wins: idle intervals are then normal between packets).  None qualifies:
+    downtime_s, extent_s and lower_s None, flag ``no_stall``, upper_s = threshold + period (the
+    longest outage that can go unseen) — no outage found is not an outage of 0 s.  A side not
+    bounded by an active interval (trace start or end, counter reset) is ``open_start`` /
+    ``open_end`` and taken at the idle span's edge; a side beyond the clip span [start − margin,
+    search end] is cut there (``clipped_start`` / ``clipped_end``); then only a bound is known:
+    downtime_s None, lower_s = the (clipped) idle span, upper_s None and resolution_s the nominal
     period.  Returns None when no sampling interval overlaps the clip span."""
     t = np.asarray(t_ns, dtype=np.int64)
     if t.size < 2 or not ((t[1:] > span.clip_lo_ns) & (t[:-1] < span.clip_hi_ns)).any():
@@ -116,11 +129,12 @@ def counters_downtime(
         if not (iv.t0_ns[a] < span.search_hi_ns and iv.t1_ns[b] > span.search_lo_ns):
             continue
         stall = _stall(iv, a, b, iv.delta > stray, span, period_s, theta_s, base_flags)
-        if stall.downtime_s > theta_s and (best is None or stall.downtime_s > best.downtime_s):
+        assert stall.extent_s is not None
+        if stall.extent_s > theta_s and (best is None or stall.extent_s > (best.extent_s or 0.0)):
             best = stall
     if best is None:
         flags = (*base_flags, "no_stall")
-        return CountersDowntime(0.0, 0.0, theta_s + period_s, period_s, theta_s, None, None, 0, flags)
+        return CountersDowntime(None, None, None, theta_s + period_s, period_s, theta_s, None, None, 0, flags)
     return best
 
 
@@ -151,7 +165,8 @@ def _stall(
     exact = closed_start and closed_end and not {"clipped_start", "clipped_end"} & set(flags)
     dt = iv.dt_ns
     return CountersDowntime(
-        downtime_s=(e - s) / 1e9,
+        downtime_s=(e - s) / 1e9 if exact else None,
+        extent_s=(e - s) / 1e9,
         lower_s=(min(hi_ns, span.clip_hi_ns) - max(lo_ns, span.clip_lo_ns)) / 1e9,
         upper_s=(int(iv.t1_ns[b + 1]) - int(iv.t0_ns[a - 1])) / 1e9 if exact else None,
         resolution_s=(int(dt[a - 1]) + int(dt[b + 1])) / 2e9 if exact else period_s,
@@ -169,38 +184,62 @@ def packets_downtime(
     last_ns: int | None = None,
     traffic_end_ns: int | None = None,
     gap_threshold_ns: int | None = None,
+    gaps_dropped: int = 0,
 ) -> PacketsDowntime:
     """Downtime from the sink's inter-arrival gaps ``[t_before_ns, t_after_ns, seq_before, seq_after]``.
 
     Definition: the longest gap (t_after − t_before, in s) among the sink's recorded gaps (every
     inter-arrival gap above its threshold, max(1 ms, 3 packet intervals)) that overlaps the search
     span [migration start, min(end + margin, traffic-stop)); lost_in_gap = seq_after − seq_before − 1
-    (0 if reordered).  Parts beyond the clip span [start − margin, search end] are cut
-    (``clipped_start``/``clipped_end``).  If the generator went on sending (until
-    ``traffic_end_ns``, gen.json end_ns) for more than the gap threshold after the sink's last packet
-    (``last_ns``), the traffic never came back: that open gap [last_ns, traffic_end_ns] is a
-    candidate too (``open_end``, lost_in_gap None, a lower bound).  No gap: downtime_s = 0, flag
-    ``no_gap``."""
+    (0 if reordered).  A closed gap inside the clip span is exact: downtime_s = lower_s = upper_s.
+    Parts beyond the clip span [start − margin, search end] are cut (``clipped_start`` /
+    ``clipped_end``).  If the generator went on sending (until ``traffic_end_ns``, gen.json end_ns)
+    for more than the gap threshold after the sink's last packet (``last_ns``), the traffic never
+    came back: that open gap [last_ns, traffic_end_ns] is a candidate too (``open_end``,
+    lost_in_gap None).  The sink records its gaps in arrival order until its list is full
+    (``gaps_dropped`` > 0 counts the rest): if the last recorded gap ends before the search span
+    does, gaps of the window may be missing (flag ``gaps_dropped``).  A clipped, open or possibly
+    incomplete result is a lower bound: downtime_s None, lower_s = its length, upper_s None.
+    No gap: downtime_s and lower_s None, flag ``no_gap`` (or ``gaps_dropped`` if the list may
+    have lost them), upper_s = the gap threshold (no inter-arrival gap in the window was longer)."""
     g = np.asarray(gaps, dtype=np.int64).reshape(-1, 4)
     rows: list[tuple[int, int, int | None, int | None, tuple[str, ...]]] = [
         (int(r[0]), int(r[1]), int(r[2]), int(r[3]), ()) for r in g
     ]
     threshold = gap_threshold_ns or 0
+    threshold_s = gap_threshold_ns / 1e9 if gap_threshold_ns else None
+    truncated = gaps_dropped > 0 and (g.shape[0] == 0 or int(g[:, 1].max()) < span.search_hi_ns)
     if last_ns is not None and traffic_end_ns is not None and traffic_end_ns - last_ns > threshold:
         rows.append((int(last_ns), int(traffic_end_ns), None, None, ("open_end",)))
     hits = [r for r in rows if r[0] < span.search_hi_ns and r[1] > span.search_lo_ns]
-    best: PacketsDowntime | None = None
+    best: tuple[float, int, int, int | None, int | None, list[str]] | None = None
     for t0, t1, s0, s1, extra in hits:
         flags = list(extra)
         if t0 < span.clip_lo_ns:
             t0, flags = span.clip_lo_ns, [*flags, "clipped_start"]
         if t1 > span.clip_hi_ns:
             t1, flags = span.clip_hi_ns, [*flags, "clipped_end"]
-        downtime_s = (t1 - t0) / 1e9
-        if best is not None and downtime_s <= best.downtime_s:
-            continue
-        lost = max(s1 - s0 - 1, 0) if s0 is not None and s1 is not None else None
-        best = PacketsDowntime(downtime_s, lost, t0, t1, s0, s1, len(hits), tuple(flags))
+        length_s = (t1 - t0) / 1e9
+        if best is None or length_s > best[0]:
+            best = (length_s, t0, t1, s0, s1, flags)
     if best is None:
-        return PacketsDowntime(0.0, 0, None, None, None, None, 0, ("no_gap",))
-    return best
+        flag = "gaps_dropped" if truncated else "no_gap"
+        return PacketsDowntime(None, None, threshold_s, threshold_s, None, None, None, None, None, 0, (flag,))
+    length_s, t0, t1, s0, s1, flags = best
+    if truncated:
+        flags.append("gaps_dropped")
+    lost = max(s1 - s0 - 1, 0) if s0 is not None and s1 is not None else None
+    exact = not flags
+    return PacketsDowntime(
+        downtime_s=length_s if exact else None,
+        lower_s=length_s,
+        upper_s=length_s if exact else None,
+        threshold_s=threshold_s,
+        lost_in_gap=lost,
+        t_before_ns=t0,
+        t_after_ns=t1,
+        seq_before=s0,
+        seq_after=s1,
+        gaps_in_window=len(hits),
+        flags=tuple(flags),
+    )

@@ -99,10 +99,10 @@ def libvirt_details(jobinfo: Mapping[str, Any], events: list[Mapping[str, Any]])
     arrived, in s after the first one) and the error of a failed job."""
     stats = jobinfo.get("stats") if isinstance(jobinfo.get("stats"), Mapping) else {}
     iters = sorted(
-        (int(e["t_ns"]), int((e.get("data") or {}).get("iteration", 0)))
-        for e in events
-        if e.get("side") == "src" and e.get("event") == "migration-iteration" and isinstance(e.get("t_ns"), int)
-    )
+        ((int(e["t_ns"]), _int(e.get("data") or {}, "iteration")) for e in events
+         if e.get("side") == "src" and e.get("event") == "migration-iteration" and isinstance(e.get("t_ns"), int)),
+        key=lambda ti: ti[0],
+    )  # fmt: skip
     t0 = iters[0][0] if iters else 0
     return {
         "source": jobinfo.get("source"),
@@ -144,15 +144,25 @@ def libvirt_figures(
     cmd_end = None
     if window is not None and window.completed_ns is not None:
         cmd_end = (window.completed_ns - window.migrate_ns) / 1e9
+    times = {
+        "downtime_s": _num(stats, "downtime", 1e3) if completed else None,
+        "total_time_s": _num(stats, "time_elapsed", 1e3) if completed else None,
+        "setup_time_s": _num(stats, "setup_time", 1e3) if completed else None,
+    }
+    why = "not_completed" if jobinfo and not completed else ("not_reported" if jobinfo else "no_hypervisor_data")
+    absent = {k: why for k, v in times.items() if v is None}
+    if _int(stats, "memory_processed") is None:
+        absent["ram_transferred_bytes"] = "not_reported" if jobinfo else "no_hypervisor_data"
     return HypervisorFigures(
         status=status,
-        downtime_s=_num(stats, "downtime", 1e3) if completed else None,
-        total_time_s=_num(stats, "time_elapsed", 1e3) if completed else None,
-        setup_time_s=_num(stats, "setup_time", 1e3) if completed else None,
+        downtime_s=times["downtime_s"],
+        total_time_s=times["total_time_s"],
+        setup_time_s=times["setup_time_s"],
         ram_transferred_bytes=_int(stats, "memory_processed"),
         ram_total_bytes=_int(stats, "memory_total"),
         command_to_end_s=cmd_end,
         stop_to_cont_s=None,
         reply_source=f"libvirt:{jobinfo.get('source')}" if jobinfo else "libvirt:no-job-record",
         libvirt=libvirt_details(jobinfo, events),
+        absent=absent or None,
     )

@@ -10,7 +10,7 @@ import gzip
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,9 @@ class Counters:
     period_ns: int | None
     series: Mapping[tuple[str, str], IfSeries]
     late_ns: np.ndarray
+    #: the sampler's closing line (``# cpu_user_s=... missed=... read_errors=...``), numbers only;
+    #: empty when the sampler was killed before writing it
+    tail: Mapping[str, float] = field(default_factory=dict)
 
     def get(self, role: str, ifname: str) -> IfSeries | None:
         """The series of ``ifname`` in namespace role ``role``, or None."""
@@ -112,13 +115,29 @@ def _counter_table(lines: list[str], columns: list[str]) -> np.ndarray:
         return np.array(rows, dtype=dtype)
 
 
+def _tail(lines: list[str]) -> dict[str, float]:
+    """key=number pairs of vrsampler's closing comment line (the last one starting ``# cpu_user_s=``)."""
+    for line in reversed(lines):
+        if line.startswith("#") and "cpu_user_s=" in line:
+            out: dict[str, float] = {}
+            for tok in line.lstrip("#").split():
+                key, _, value = tok.partition("=")
+                try:
+                    out[key] = float(value)
+                except ValueError:
+                    continue
+            return out
+    return {}
+
+
 def load_counters(path: Path) -> Counters:
     """Read a vrsampler ``counters.tsv`` into per-(role, ifname) uint64 series sorted by t_ns.
 
     Header ``# vrmig-sampler 1 clock=CLOCK_REALTIME period_ns=<n>`` gives the period; the column
-    line (with or without a leading '#') maps the columns by name.  Lines with the wrong number of
-    fields or non-numeric counters are skipped, and so is a last line without its newline (the
-    sampler was killed while writing it)."""
+    line (with or without a leading '#') maps the columns by name; the closing comment line's
+    numbers (CPU seconds, rounds, missed rounds, read errors) are kept in ``tail``.  Lines with
+    the wrong number of fields or non-numeric counters are skipped, and so is a last line without
+    its newline (the sampler was killed while writing it)."""
     lines = _complete_lines(_open_text(path))
     period_ns: int | None = None
     columns = list(COUNTER_COLUMNS)
@@ -149,7 +168,7 @@ def load_counters(path: Path) -> Counters:
         series[(role_of(netns), ifname)] = IfSeries(
             **{n: np.ascontiguousarray(table[n][sel]) for n in COUNTER_COLUMNS if n not in ("netns", "ifname")}
         )
-    return Counters(period_ns, series, np.ascontiguousarray(table["late_ns"]))
+    return Counters(period_ns, series, np.ascontiguousarray(table["late_ns"]), _tail(lines))
 
 
 def _lost(value: Any) -> bool:

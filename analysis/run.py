@@ -20,12 +20,13 @@ from analysis.criu import criu_figures, load_criu
 from analysis.cross import cross_traffic
 from analysis.downtime import CountersDowntime, PacketsDowntime, counters_downtime, packets_downtime
 from analysis.hypervisor import hypervisor_figures
+from analysis.instruments import DROP_COUNTERS, instruments
 from analysis.libvirt import libvirt_figures, load_libvirt, window_events
 from analysis.link import link_activity
 from analysis.load import Counters, load_counters, load_irtt, read_json, read_jsonl, sink_gaps
 from analysis.plot import PlotData, Series, plot_run
 from analysis.rtt import rtt_phases
-from analysis.sendloss import SendTimeLoss, loss_from_raw, send_time_loss
+from analysis.sendloss import SendTimeLoss, loss_from_raw, send_time_loss, unavailable_reason
 from analysis.summary import Summary
 from analysis.window import Spans, Window, migration_window, spans
 from analysis.xen import load_xen, xen_figures
@@ -122,9 +123,10 @@ def _clock_note(meta: dict[str, Any], notes: list[str]) -> None:
 
 
 def _downtimes(
-    raw: _Raw, scenario: dict[str, Any], span: Spans, period_ns: int | None, notes: list[str]
+    raw: _Raw, scenario: dict[str, Any], span: Spans, period_ns: int | None, notes: list[str], why: dict[str, str]
 ) -> tuple[CountersDowntime | None, PacketsDowntime | None]:
-    """Counters- and packets-based downtime (None where the data or the cross-traffic is missing)."""
+    """Counters- and packets-based downtime (None where the data or the cross-traffic is missing;
+    ``why`` gets the reason)."""
     if scenario.get("rate_bps") == 0:
         notes.append("no cross-traffic (rate 0): no data-plane downtime")
         return None, None
@@ -132,22 +134,43 @@ def _downtimes(
     b_eth0 = raw.counters.get("B", "eth0") if raw.counters else None
     if b_eth0 is not None and period_ns:
         pkt_s = _packet_interval_s(raw.gen, scenario)
+        n = len(notes)
         dc = _metric(
             notes, "counters downtime", counters_downtime, b_eth0.t_ns, b_eth0.rx_packets, period_ns, span, pkt_s
         )
-    elif raw.counters is not None:
-        notes.append("no B eth0 counters: no counters downtime")
-    if raw.sink is not None:
-        sink, gen_end = raw.sink, (raw.gen or {}).get("end_ns")
+        if dc is None:
+            why["downtime_counters"] = "failed" if len(notes) > n else "no_samples_in_span"
+    else:
+        why["downtime_counters"] = "no_counters"
+        if raw.counters is not None:
+            notes.append("no B eth0 counters: no counters downtime")
+    sink = raw.sink
+    if sink is None:
+        why["downtime_packets"] = "no_sink"
+    elif not sink.get("packets"):
+        why["downtime_packets"] = "no_packets_received"
+    else:
+        gen_end = (raw.gen or {}).get("end_ns")
+        dropped = sink.get("gaps_dropped")
         args = (sink_gaps(sink), span, sink.get("last_ns"), gen_end, sink.get("gap_threshold_ns"))
-        dp = _metric(notes, "packets downtime", packets_downtime, *args)
+        dp = _metric(notes, "packets downtime", packets_downtime, *args, gaps_dropped=_int(dropped))
+        if dp is None:
+            why["downtime_packets"] = "failed"
     return dc, dp
 
 
-def _send_loss(raw: _Raw, span: Spans, dp: PacketsDowntime | None, notes: list[str]) -> SendTimeLoss | None:
+def _int(v: Any) -> int:
+    """A non-negative count from a JSON value (anything else: 0, for counters that only matter when > 0)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
+
+
+def _send_loss(
+    raw: _Raw, span: Spans, dp: PacketsDowntime | None, notes: list[str], why: dict[str, str]
+) -> SendTimeLoss | None:
     """Loss by send time over the migration span and the packet-gap outage (builtin generator)."""
     per_ms = _metric(notes, "send-time loss", loss_from_raw, raw.gen, raw.sink)
     if per_ms is None:
+        why["send_loss"] = unavailable_reason(raw.gen, raw.sink) or "failed"
         return None
     outage = None
     if dp is not None and dp.t_before_ns is not None and dp.t_after_ns is not None:
@@ -179,14 +202,24 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
     rate = scenario.get("rate_bps")
 
     dc = dp = link = rtt = None
+    why: dict[str, str] = {}
     if span is not None:
-        dc, dp = _downtimes(raw, scenario, span, period_ns, notes)
+        dc, dp = _downtimes(raw, scenario, span, period_ns, notes, why)
+    else:
+        why.update(downtime_counters="no_window", downtime_packets="no_window", link="no_window", rtt="no_window")
+        why["send_loss"] = "no_window"
     if span is not None and mig0 is not None and period_ns:
         link = _metric(notes, "link activity", link_activity, mig0.t_ns, mig0.tx_bytes, period_ns, span)
         if link is None and not any(n.startswith("link activity") for n in notes):
             notes.append("no migration traffic above the noise threshold on R1 mig0")
+        if link is None:
+            why["link"] = "failed" if any(n.startswith("link activity") for n in notes) else "no_link_activity"
+    elif span is not None:
+        why["link"] = "no_link_counters"
     if window is not None and window.end_ns is not None and raw.irtt is not None:
         rtt = _metric(notes, "rtt", rtt_phases, raw.irtt.send_ns, raw.irtt.rtt_ns, window.start_ns, window.end_ns)
+    elif window is not None:
+        why["rtt"] = "no_irtt" if raw.irtt is None else "no_window"
     if lv is not None:
         hv = _metric(notes, "hypervisor", libvirt_figures, lv.jobinfo, lv.events, window)
     elif scenario.get("hv") == "xen":
@@ -197,11 +230,17 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
     else:
         hv = _metric(notes, "hypervisor", hypervisor_figures, raw.samples, window, hv_meta.get("final"))
     cross = _metric(notes, "cross traffic", cross_traffic, raw.gen, raw.sink, b_eth0)
-    send_loss = _send_loss(raw, span, dp, notes) if span is not None and rate != 0 else None
+    if cross is None:
+        why["cross"] = "no_generator" if raw.gen is None else "failed"
+    send_loss = _send_loss(raw, span, dp, notes, why) if span is not None and rate != 0 else None
     sampler = None
     if c is not None and period_ns and c.series:
         ref = b_eth0 if b_eth0 is not None else next(iter(c.series.values()))
-        sampler = _metric(notes, "sampler", sampler_health, ref.t_ns, c.late_ns, period_ns)
+        sampler = _metric(notes, "sampler", sampler_health, ref.t_ns, c.late_ns, period_ns, c.tail)
+    ins = _metric(notes, "instruments", instruments, meta, raw.gen, raw.sink)
+    for key, n in (ins.dropped if ins is not None else {}).items():
+        who, counter = key.split(".", 1)
+        notes.append(f"incomplete record: {who} {counter}={n}; affects {DROP_COUNTERS[(who, counter)]}")
     if status == "completed" and window is not None and window.end_status not in (None, "completed"):
         notes.append(f"run completed but QEMU's last status is {window.end_status}")
 
@@ -214,6 +253,7 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
         rate_bps=rate,
         frame_bytes=scenario.get("frame_bytes"),
         run_status=run_status,
+        failure_class=meta.get("failure_class") if isinstance(meta.get("failure_class"), str) else None,
         window=window,
         downtime_counters=dc,
         downtime_packets=dp,
@@ -224,6 +264,8 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
         cross=cross,
         send_loss=send_loss,
         sampler=sampler,
+        instruments=ins,
+        why_absent=why,
         notes=tuple(notes),
     )
     return summary, _plot_data(raw, window, summary)

@@ -108,15 +108,32 @@ def _int_list(d: Mapping[str, Any], key: str) -> Sequence[int] | None:
     return None
 
 
-def loss_from_raw(gen: Mapping[str, Any] | None, sink: Mapping[str, Any] | None) -> LossPerMs | None:
-    """LossPerMs from gen.json and sink.json (None where either lacks its histogram: other
-    backends, older vrgen/vrsink, ``--seq-crt`` payloads without send stamps)."""
-    if not gen or not sink:
-        return None
+def unavailable_reason(gen: Mapping[str, Any] | None, sink: Mapping[str, Any] | None) -> str | None:
+    """Why ``loss_from_raw`` gives None (a reason code of analysis.qualify), or None if it does not."""
+    if not gen:
+        return "no_generator"
+    if not sink:
+        return "no_sink"
     sent, rx = _int_list(gen, "sent_hist_ms"), _int_list(sink, "tx_hist_ms")
     s0, r0 = gen.get("sent_hist_start_ms"), sink.get("tx_hist_start_ms")
     if sent is None or rx is None or not isinstance(s0, int) or not isinstance(r0, int):
+        return "no_send_histograms"
+    if gen.get("sent_hist_dropped"):
+        return "sent_hist_dropped"
+    if sink.get("tx_hist_dropped"):
+        return "tx_hist_dropped"
+    return None
+
+
+def loss_from_raw(gen: Mapping[str, Any] | None, sink: Mapping[str, Any] | None) -> LossPerMs | None:
+    """LossPerMs from gen.json and sink.json (None where either lacks its histogram: other
+    backends, older vrgen/vrsink, ``--seq-crt`` payloads without send stamps; or where a histogram
+    overflowed its span, ``sent_hist_dropped``/``tx_hist_dropped`` > 0: the counts are incomplete).
+    :func:`unavailable_reason` says which."""
+    if unavailable_reason(gen, sink) is not None:
         return None
-    if gen.get("sent_hist_dropped") or sink.get("tx_hist_dropped"):
-        return None  # a run longer than the histograms' span: the counts are incomplete
+    assert gen is not None and sink is not None
+    sent, rx = _int_list(gen, "sent_hist_ms"), _int_list(sink, "tx_hist_ms")
+    s0, r0 = gen["sent_hist_start_ms"], sink["tx_hist_start_ms"]
+    assert sent is not None and rx is not None
     return lost_per_ms(s0, np.asarray(sent), r0, np.asarray(rx))

@@ -1,24 +1,27 @@
-"""The metrics of one run as a frozen dataclass, and its summary.json form."""
+"""The metrics of one run as a frozen dataclass, and its summary.json form (schema:
+docs/data-formats.md; version 2: absent and censored figures are null, with ``qualifiers``)."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from analysis import qualify as q
 from analysis.counters import SamplerHealth
 from analysis.cross import CrossTraffic
 from analysis.downtime import CountersDowntime, PacketsDowntime
 from analysis.hypervisor import HypervisorFigures
+from analysis.instruments import Instruments
 from analysis.link import LinkActivity
 from analysis.rtt import RttPhases, RttStats
 from analysis.sendloss import SendTimeLoss
 from analysis.window import Window
 
-SUMMARY_FORMAT_VERSION = 1
+SUMMARY_FORMAT_VERSION = 2
 
 
 def _jsonable(obj: Any) -> Any:
@@ -51,7 +54,12 @@ def _rtt(stats: RttStats | None) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Summary:
-    """Everything analysis computes for one run (None = not available; ``notes`` say why)."""
+    """Everything analysis computes for one run (None = not available; ``why_absent`` and
+    ``notes`` say why).
+
+    ``why_absent`` maps a figure group whose object is None ("downtime_counters",
+    "downtime_packets", "hypervisor", "link", "rtt", "cross", "send_loss") to a reason code of
+    analysis.qualify."""
 
     status: str
     failure: str | None
@@ -61,6 +69,7 @@ class Summary:
     rate_bps: float | None
     frame_bytes: int | None
     run_status: str | None = None
+    failure_class: str | None = None
     window: Window | None = None
     downtime_counters: CountersDowntime | None = None
     downtime_packets: PacketsDowntime | None = None
@@ -71,17 +80,128 @@ class Summary:
     cross: CrossTraffic | None = None
     send_loss: SendTimeLoss | None = None
     sampler: SamplerHealth | None = None
+    instruments: Instruments | None = None
+    why_absent: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
+    def _why(self, group: str, default: str) -> str:
+        if self.rate_bps == 0 and group in ("downtime_counters", "downtime_packets", "cross", "send_loss"):
+            return "no_cross_traffic"
+        return self.why_absent.get(group, default)
+
+    def qualifiers(self) -> dict[str, q.Qualifier]:
+        """Headline path -> Qualifier for every headline figure that is None or incomplete."""
+        out: dict[str, q.Qualifier] = {}
+        out.update(self._q_downtime())
+        out.update(self._q_hypervisor())
+        if self.link is None:
+            why = q.absent(self._why("link", "no_link_activity"))
+            out["duration_s.link"] = out["volume_bytes.link"] = why
+        out.update(self._q_rtt())
+        out.update(self._q_cross())
+        ins = self.instruments
+        for name in ("total_cpu_s", "core_share"):
+            code = (ins.absent or {}).get(name) if ins is not None else "no_instrument_cpu"
+            if code:
+                out[f"instruments.{name}"] = q.absent(code)
+        return out
+
+    def _q_downtime(self) -> dict[str, q.Qualifier]:
+        out: dict[str, q.Qualifier] = {}
+        dc, dp, cross = self.downtime_counters, self.downtime_packets, self.cross
+        if dc is None:
+            out["downtime_s.counters"] = q.absent(self._why("downtime_counters", "no_counters"))
+        elif dc.downtime_s is None and "no_stall" in dc.flags:
+            upper = dc.upper_s
+            text = f"no stall longer than θ = {dc.threshold_s * 1e3:g} ms found"
+            text += f" (an outage up to {upper * 1e3:g} ms can go unseen)" if upper else ""
+            out["downtime_s.counters"] = q.absent("no_stall", upper=upper, text=text)
+        elif dc.downtime_s is None and dc.lower_s is not None:
+            out["downtime_s.counters"] = q.censored(dc.lower_s, _bound_flags(dc.flags))
+        if dp is None:
+            out["downtime_s.packets"] = q.absent(self._why("downtime_packets", "no_sink"))
+        elif dp.downtime_s is None and dp.lower_s is None:
+            theta = f" = {dp.threshold_s * 1e3:g} ms" if dp.threshold_s else ""
+            text = f"no gap longer than θ{theta} found" if "no_gap" in dp.flags else ""
+            out["downtime_s.packets"] = q.absent(*dp.flags[-1:], upper=dp.upper_s, text=text)
+        elif dp.downtime_s is None and dp.lower_s is not None:
+            out["downtime_s.packets"] = q.censored(dp.lower_s, _bound_flags(dp.flags))
+        elif cross is not None and cross.sink_socket_drops:
+            out["downtime_s.packets"] = q.incomplete(
+                "sink_socket_drops", detail=f"{cross.sink_socket_drops} packets: a gap may be the sink's"
+            )
+        return out
+
+    def _q_hypervisor(self) -> dict[str, q.Qualifier]:
+        hv, out = self.hypervisor, {}
+        for path, name in (
+            ("downtime_s.hypervisor", "downtime_s"),
+            ("duration_s.hypervisor", "total_time_s"),
+            ("volume_bytes.hypervisor", "ram_transferred_bytes"),
+        ):
+            if hv is None:
+                out[path] = q.absent(self._why("hypervisor", "no_hypervisor_data"))
+            elif getattr(hv, name) is None:
+                code = (hv.absent or {}).get(name, "not_reported")
+                out[path] = q.absent(code, detail=f"status {hv.status}" if code == "not_completed" else "")
+        return out
+
+    def _q_rtt(self) -> dict[str, q.Qualifier]:
+        out: dict[str, q.Qualifier] = {}
+        for phase in ("before", "during", "after"):
+            st = _get(self.rtt, phase)
+            if st is None:
+                why = q.absent(self._why("rtt", "no_irtt"))
+            elif st.median_ms is None:
+                why = q.absent("no_probes") if not st.sent else q.absent("all_probes_lost", detail=f"{st.lost} probes")
+            else:
+                continue
+            out[f"rtt_ms.{phase}.median"] = out[f"rtt_ms.{phase}.p99"] = why
+        return out
+
+    def _q_cross(self) -> dict[str, q.Qualifier]:
+        out: dict[str, q.Qualifier] = {}
+        c, stl, dp = self.cross, self.send_loss, self.downtime_packets
+        no_data = q.absent(self._why("cross", "no_generator"))
+        for name in ("offered_bps", "forwarded_bps", "lost_packets", "loss_ratio"):
+            if c is None or self.rate_bps == 0:
+                out[f"cross_traffic.{name}"] = no_data
+            elif getattr(c, name) is None:
+                code = "no_generator" if name == "offered_bps" or c.sent_packets is None else "no_sink"
+                if name == "forwarded_bps" and c.received_packets == 0:
+                    code = "no_packets_received"
+                out[f"cross_traffic.{name}"] = q.absent(code)
+            elif name in ("lost_packets", "loss_ratio") and "inconsistent_counts" in c.flags:
+                out[f"cross_traffic.{name}"] = q.incomplete("inconsistent_counts")
+        drops = c.sink_socket_drops if c is not None else None
+        for name in ("migration_sent_packets", "migration_lost_packets", "outage_lost_packets"):
+            path = f"cross_traffic.{name}"
+            if stl is None:
+                out[path] = q.absent(self._why("send_loss", "no_send_histograms"))
+            elif name == "outage_lost_packets" and stl.outage is None:
+                out[path] = q.absent("no_outage")
+            elif name == "outage_lost_packets" and dp is not None and dp.downtime_s is None and dp.lower_s is not None:
+                assert stl.outage is not None
+                out[path] = q.censored(float(stl.outage.lost), _bound_flags(dp.flags), detail="over a bounded gap")
+            elif drops and name != "migration_sent_packets":
+                out[path] = q.incomplete("sink_socket_drops", detail=f"{drops} packets")
+        return out
+
     def to_dict(self) -> dict[str, Any]:
-        """The summary.json object: the headline metrics, then ``details``."""
-        hv, rtt, cross = self.hypervisor, self.rtt, self.cross
+        """The summary.json object: the headline metrics, ``qualifiers``, then ``details``."""
+        hv, rtt, cross, ins = self.hypervisor, self.rtt, self.cross, self.instruments
         window = None
         if self.window is not None:
             window = {**_jsonable(self.window), "duration_s": self.window.duration_s}
+        mig = _get(self.send_loss, "migration")
+        quals = self.qualifiers()
+        outage_lost = _get(_get(self.send_loss, "outage"), "lost")
+        if _get(quals.get("cross_traffic.outage_lost_packets"), "state") == q.CENSORED:
+            outage_lost = None  # a count over a bounded gap is a bound: carried in qualifiers
         out = {
             "status": self.status,
             "failure": self.failure,
+            "failure_class": self.failure_class,
             "hv": self.hv,
             "mode": self.mode,
             "accel": self.accel,
@@ -99,12 +219,25 @@ class Summary:
                 "offered_bps": _get(cross, "offered_bps"),
                 "forwarded_bps": _get(cross, "forwarded_bps"),
                 "forwarded_counters_bps": _get(cross, "forwarded_counters_bps"),
+                "sent_packets": _get(cross, "sent_packets"),
+                "received_packets": _get(cross, "received_packets"),
                 "lost_packets": _get(cross, "lost_packets"),
                 "loss_ratio": _get(cross, "loss_ratio"),
-                "migration_sent_packets": _get(_get(self.send_loss, "migration"), "sent"),
-                "migration_lost_packets": _get(_get(self.send_loss, "migration"), "lost"),
-                "outage_lost_packets": _get(_get(self.send_loss, "outage"), "lost"),
+                "gen_send_errors": _get(cross, "gen_send_errors"),
+                "sink_socket_drops": _get(cross, "sink_socket_drops"),
+                "migration_sent_packets": _get(mig, "sent"),
+                "migration_lost_packets": _get(mig, "lost"),
+                "outage_lost_packets": outage_lost,
             },
+            "instruments": {
+                "cpu_s": _get(ins, "cpu_s"),
+                "total_cpu_s": _get(ins, "total_cpu_s"),
+                "wall_s": _get(ins, "wall_s"),
+                "wall_source": _get(ins, "wall_source"),
+                "core_share": _get(ins, "core_share"),
+                "dropped": _get(ins, "dropped") or {},
+            },
+            "qualifiers": {path: qual.to_dict() for path, qual in sorted(quals.items())},
             "details": {
                 "summary_format_version": SUMMARY_FORMAT_VERSION,
                 "run_status": self.run_status,
@@ -118,7 +251,12 @@ class Summary:
                 "cross_traffic": cross,
                 "send_time_loss": self.send_loss,
                 "sampler": self.sampler,
+                "instruments": ins,
                 "notes": list(self.notes),
             },
         }
         return _jsonable(out)
+
+
+def _bound_flags(flags: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(f for f in flags if f in q.LOWER_BOUND_FLAGS) or ("bound",)

@@ -164,6 +164,10 @@ def xen_figures(
         notes.append("no 'guest has suspended' line from libxl on R1: no suspend moment")
     if resumed is None:
         notes.append("neither R2's 'Domain started' nor R1's 'Target reports successful startup': no resume moment")
+    why = "not_reported" if completed else "not_completed"
+    absent = {k: why for k, v in (("downtime_s", downtime), ("total_time_s", total)) if v is None}
+    if not isinstance(tx, int | float):
+        absent["ram_transferred_bytes"] = "not_reported"
     return XenFigures(
         status="completed" if completed else ("failed" if rc is not None else None),
         downtime_s=downtime,
@@ -174,6 +178,7 @@ def xen_figures(
         command_to_end_s=cmd_end,
         stop_to_cont_s=None,
         reply_source="xl",
+        absent=absent or None,
         xen={
             "xl_exit_status": rc,
             "suspended_ns": suspended,

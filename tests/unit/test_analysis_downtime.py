@@ -49,10 +49,10 @@ def test_any_alignment_is_within_one_period(shift_us):
     assert d.lower_s <= true <= d.upper_s
 
 
-def test_no_stall_is_zero():
+def test_no_stall_is_absent_not_zero():
     t, c, _ = _trace([])
     d = counters_downtime(t, c, P, SPAN, PKT / 1e9)
-    assert d.downtime_s == 0.0
+    assert d.downtime_s is None and d.lower_s is None and d.extent_s is None  # nothing found is not 0 s
     assert d.flags == ("no_stall",)
     assert d.upper_s == pytest.approx(0.020)  # an outage shorter than threshold + period can go unseen
 
@@ -70,7 +70,9 @@ def test_stall_reaching_before_the_clip_span_is_clipped_and_flagged():
     t, c, _ = _trace([stall])
     d = counters_downtime(t, c, P, SPAN, PKT / 1e9)
     assert "clipped_start" in d.flags
-    assert d.downtime_s == pytest.approx((3_205 - 1_000) / 1e3, abs=1e-12)  # clip start → mid(3.200..3.210)
+    assert d.downtime_s is None  # only a bound is known: never a value
+    assert d.extent_s == pytest.approx((3_205 - 1_000) / 1e3, abs=1e-12)  # clip start → mid(3.200..3.210)
+    assert d.lower_s == pytest.approx((3_200 - 1_000) / 1e3, abs=1e-12)  # no packet in (clip start, 3.20]
     assert d.upper_s is None
 
 
@@ -79,7 +81,9 @@ def test_stall_until_end_of_trace_is_open_and_a_lower_bound():
     t, c, _ = _trace([stall])
     d = counters_downtime(t, c, P, SPAN, PKT / 1e9)
     assert {"open_end", "clipped_end"} <= set(d.flags)
-    assert d.downtime_s == pytest.approx(9.0 - 8.495, abs=1e-12)  # last packet +8.499965 s: mid(8.49..8.50)
+    assert d.downtime_s is None
+    assert d.extent_s == pytest.approx(9.0 - 8.495, abs=1e-12)  # last packet +8.499965 s: mid(8.49..8.50)
+    assert d.lower_s == pytest.approx(9.0 - 8.50, abs=1e-12)  # idle from 8.50 s to the clip end at least
     assert d.t_after_ns is None and d.upper_s is None
 
 
@@ -131,7 +135,7 @@ def test_missing_samples_during_traffic_invent_no_stall():
     keep = np.ones(t.size, dtype=bool)
     keep[400:430] = False  # 300 ms without samples while packets flow
     d = counters_downtime(t[keep], c[keep], P, SPAN, PKT / 1e9)
-    assert d.downtime_s == 0.0 and "no_stall" in d.flags
+    assert d.downtime_s is None and "no_stall" in d.flags
 
 
 def test_counter_reset_is_unknown_not_a_stall():
@@ -139,7 +143,7 @@ def test_counter_reset_is_unknown_not_a_stall():
     c = c.copy()
     c[500:] -= c[500] - np.uint64(3)  # interface re-created at +5.0 s: counter restarts near 0
     d = counters_downtime(t, c, P, SPAN, PKT / 1e9)
-    assert d.downtime_s == 0.0
+    assert d.downtime_s is None and "no_stall" in d.flags
     assert "counter_reset" in d.flags
 
 
@@ -147,7 +151,7 @@ def test_low_rate_needs_the_packet_interval_threshold():
     low = 12 * MS  # 1 Mbit/s of 1500 B frames: idle 10 ms intervals are normal
     t, c, _ = _trace([], interval=low, first=T0 + 3 * MS)
     d = counters_downtime(t, c, P, SPAN, low / 1e9)
-    assert d.downtime_s == 0.0
+    assert d.downtime_s is None
     assert d.threshold_s == pytest.approx(0.036)
     assert set(d.flags) == {"low_rate", "no_stall"}
     naive = counters_downtime(t, c, P, SPAN, None)  # without it, packet spacing looks like a stall
@@ -188,28 +192,32 @@ GAPS = np.array(
 def test_packets_longest_gap_overlapping_the_window():
     d = packets_downtime(GAPS, SPAN)
     assert d.downtime_s == pytest.approx(0.17016, abs=1e-12)
+    assert d.lower_s == d.upper_s == d.downtime_s  # kernel receive stamps: exact
     assert d.lost_in_gap == 58_959 - 57_541 - 1
     assert (d.seq_before, d.seq_after) == (57_541, 58_959)
     assert d.gaps_in_window == 3
     assert d.flags == ()
 
 
-def test_packets_no_gap_is_zero():
-    d = packets_downtime(GAPS[:1], SPAN)
-    assert (d.downtime_s, d.lost_in_gap, d.flags) == (0.0, 0, ("no_gap",))
-    assert packets_downtime(np.zeros((0, 4)), SPAN).downtime_s == 0.0
+def test_packets_no_gap_is_absent_not_zero():
+    d = packets_downtime(GAPS[:1], SPAN, gap_threshold_ns=3_600_000)
+    assert (d.downtime_s, d.lower_s, d.lost_in_gap, d.flags) == (None, None, None, ("no_gap",))
+    assert d.upper_s == d.threshold_s == 0.0036  # no inter-arrival gap in the window was longer
+    assert packets_downtime(np.zeros((0, 4)), SPAN).downtime_s is None
 
 
 def test_packets_gap_clipped_at_the_clip_span():
     gaps = np.array([[T0 + 500 * MS, T0 + 3_100 * MS, 1, 2]])
     d = packets_downtime(gaps, SPAN)
-    assert d.downtime_s == pytest.approx(2.1, abs=1e-12)
+    assert d.downtime_s is None and d.upper_s is None  # a bound, not a value
+    assert d.lower_s == pytest.approx(2.1, abs=1e-12)
     assert d.flags == ("clipped_start",)
 
 
 def test_packets_traffic_that_never_came_back():
     d = packets_downtime(GAPS[:2], SPAN, last_ns=T0 + 6_500 * MS, traffic_end_ns=T0 + 8_000 * MS, gap_threshold_ns=MS)
-    assert d.downtime_s == pytest.approx(1.5)
+    assert d.downtime_s is None
+    assert d.lower_s == pytest.approx(1.5)
     assert d.flags == ("open_end",)
     assert d.lost_in_gap is None
 
@@ -233,3 +241,22 @@ def test_stray_tolerance_is_off_at_low_rate():
     c[700:] += np.uint64(1)
     d = counters_downtime(t, c, P, SPAN, low / 1e9)
     assert d.downtime_s == pytest.approx(0.090, abs=1e-12)  # split: 6.905 .. 6.995
+
+
+# -- the sink's gap list was full (vrsink gaps_dropped) -----------------------------------
+def test_gaps_dropped_before_the_window_make_a_found_gap_a_lower_bound():
+    # the list filled up at +4.02 s (last recorded gap); the stall at +6.9 s was never recorded
+    d = packets_downtime(GAPS[:2], SPAN, gaps_dropped=5)
+    assert d.downtime_s is None and d.lower_s == pytest.approx(0.020)
+    assert d.flags == ("gaps_dropped",)
+
+
+def test_gaps_dropped_with_no_gap_recorded_in_the_window_is_absent_for_that_reason():
+    d = packets_downtime(GAPS[:1], SPAN, gaps_dropped=1)
+    assert (d.downtime_s, d.lower_s, d.flags) == (None, None, ("gaps_dropped",))
+
+
+def test_gaps_dropped_after_the_window_change_nothing():
+    later = np.vstack([GAPS, [[T0 + 9_500 * MS, T0 + 9_502 * MS, 90_000, 90_016]]])
+    d = packets_downtime(later, SPAN, gaps_dropped=7)  # the list was full only after +9.5 s
+    assert d.downtime_s == pytest.approx(0.17016, abs=1e-12) and d.flags == ()

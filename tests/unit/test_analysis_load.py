@@ -115,4 +115,4 @@ def test_vrsink_vrgen_captured_real_output():
     c = cross_traffic(gen, sink, None)
     assert c.offered_bps == 10_005_000.0
     assert c.forwarded_bps == pytest.approx(667 * 1500 * 8 / 0.799222132)
-    assert (c.lost_packets, c.loss_ratio, c.unreceived_ratio) == (0, 0.0, 0.0)
+    assert (c.lost_packets, c.loss_ratio, c.gen_send_errors, c.sink_lost_seq) == (0, 0.0, 0, 0)

@@ -22,6 +22,9 @@ SCHEMA = {
     "volume_bytes",
     "rtt_ms",
     "cross_traffic",
+    "failure_class",
+    "instruments",
+    "qualifiers",
     "details",
 }
 

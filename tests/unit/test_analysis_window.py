@@ -130,7 +130,29 @@ def test_cross_traffic_rates_and_loss():
     assert c.offered_bps == 100e6
     assert c.forwarded_bps == pytest.approx(9_000 * 1500 * 8 / 1.0)
     assert c.forwarded_counters_bps == pytest.approx(4500 * 1500 * 8)  # samples +0.01 .. +1.00 s, FCS added back
-    assert c.lost_packets == 900
-    assert c.loss_ratio == pytest.approx(900 / 9_900)
-    assert c.unreceived_ratio == pytest.approx(0.1)
+    # one loss definition: lost = sent − received (also the 100 sent after the sink's last sequence
+    # number), ratio = lost / sent; the sink's own sequence-gap count is kept for reference
+    assert (c.sent_packets, c.received_packets, c.lost_packets, c.sink_lost_seq) == (10_000, 9_000, 1_000, 900)
+    assert c.loss_ratio == pytest.approx(0.1)
     assert cross_traffic(None, None, None) is None
+
+
+def test_send_errors_are_not_router_loss():
+    """SYNTHETIC: vrgen skipped 50 sequence numbers on send errors; the sink counts them as lost."""
+    gen = {"achieved_bps": 1e6, "packets": 10_000, "send_errors": 50, "frame_bytes": 1500}
+    sink = {"packets": 9_000, "lost": 1_050, "first_seq": 0, "last_seq": 10_049, "frame_bytes": 1500}
+    c = cross_traffic(gen, sink, None)
+    assert (c.lost_packets, c.gen_send_errors, c.sink_lost_seq) == (1_000, 50, 1_050)
+    assert c.loss_ratio == pytest.approx(1_000 / 10_000)
+    assert c.flags == ()
+
+
+def test_sink_socket_drops_are_not_router_loss_and_flagged():
+    """SYNTHETIC: the sink's socket dropped 30 packets the router had forwarded."""
+    gen = {"achieved_bps": 1e6, "packets": 10_000, "send_errors": 0, "frame_bytes": 1500}
+    sink = {"packets": 9_900, "lost": 100, "socket_drops": 30, "frame_bytes": 1500}
+    c = cross_traffic(gen, sink, None)
+    assert (c.lost_packets, c.sink_socket_drops, c.flags) == (70, 30, ("sink_socket_drops",))
+    assert c.loss_ratio == pytest.approx(0.007)
+    odd = cross_traffic({**gen, "packets": 9_000}, sink, None)  # more received than sent
+    assert odd.lost_packets == 0 and "inconsistent_counts" in odd.flags
