@@ -75,14 +75,14 @@ def _median(recs: list[dict[str, Any]], metric: str) -> list[float]:
 
 def compare_table(recs_a: list[dict[str, Any]], recs_b: list[dict[str, Any]]) -> rh.Table:
     """Per grid point and metric: medians of A and B, ratio B/A and a two-sided exact Mann–Whitney U p."""
-    keys_a = {(r.get("rate_bps"), r.get("frame_bytes")) for r in recs_a}
-    keys_b = {(r.get("rate_bps"), r.get("frame_bytes")) for r in recs_b}
-    keys = sorted(keys_a & keys_b, key=lambda k: (-(k[1] or 0), k[0] or 0))
+    keys_a = {(r.get("accel"), r.get("rate_bps"), r.get("frame_bytes")) for r in recs_a}
+    keys_b = {(r.get("accel"), r.get("rate_bps"), r.get("frame_bytes")) for r in recs_b}
+    keys = sorted(keys_a & keys_b, key=lambda k: (str(k[0]), -(k[2] or 0), k[1] or 0))
     header = ["rate [Mbit/s]", "frame [B]", "metric", "A median", "B median", "B/A", "p (two-sided)", "n A", "n B"]
     rows, classes = [], []
-    for rate, frame in keys:
-        pa = [r for r in recs_a if (r.get("rate_bps"), r.get("frame_bytes")) == (rate, frame)]
-        pb = [r for r in recs_b if (r.get("rate_bps"), r.get("frame_bytes")) == (rate, frame)]
+    for accel, rate, frame in keys:
+        pa = [r for r in recs_a if (r.get("accel"), r.get("rate_bps"), r.get("frame_bytes")) == (accel, rate, frame)]
+        pb = [r for r in recs_b if (r.get("accel"), r.get("rate_bps"), r.get("frame_bytes")) == (accel, rate, frame)]
         for metric, label, scale in COMPARE_METRICS:
             a, b = _median(pa, metric), _median(pb, metric)
             ma = float(np.median(a)) * scale if a else None
@@ -111,6 +111,9 @@ def compare(a: Path, b: Path, results_root: Path, out: Path | None = None) -> Ou
         raise ConfigError("A and B are the same directory")
     src_a, src_b = load_source(Path(a), "A", "A"), load_source(Path(b), "B", "B")
     col_a, col_b = collect(src_a), collect(src_b)
+    from migrate.reporting import check_same_accelerator  # a point never mixes accelerators, nor does A vs B
+
+    check_same_accelerator(col_a[0], col_b[0])
     out_dir = _out_dir(results_root, "compare", out)
     title = f"vrmig compare: A = {src_a.path.name} vs B = {src_b.path.name}"
     return build_outputs(

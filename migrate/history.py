@@ -3,8 +3,13 @@ summary metric, every scenario parameter and the versions, plus the nights, the 
 promotions and the regression checks.  Query it with any SQLite client, e.g.
 
     sqlite3 results/nightly/history.sqlite \\
-      "SELECT night_id, point, AVG(downtime_counters_s) FROM runs GROUP BY night_id, point"
-"""
+      "SELECT night_id, point, accel_used, COUNT(downtime_counters_s), AVG(downtime_counters_s)
+       FROM runs WHERE status = 'completed' GROUP BY night_id, point, accel_used"
+
+A metric is NULL when the run did not measure it or only a bound is known (``<metric>_lower``
+holds the bound, ``qualifiers_json`` says why): AVG() then averages the measured runs only, and
+COUNT(<metric>) says how many.  ``failure_class`` is the orchestrator's (setup, migration,
+post-migration, interrupted; NULL for completed runs and older rows)."""
 
 from __future__ import annotations
 
@@ -22,10 +27,12 @@ from migrate.scenario import Scenario
 
 SCHEMA_VERSION = 1
 METRIC_NAMES = tuple(m.name for m in METRICS)
+#: lower bounds of the censorable metrics (the metric itself is NULL when only its bound is known)
+LOWER_NAMES = tuple(f"{m.name}_lower" for m in METRICS if m.censorable)
 RUN_COLUMNS = (
-    "night_id", "run_id", "point", "rep", "point_fingerprint", "run_dir", "status", "failure",
+    "night_id", "run_id", "point", "rep", "point_fingerprint", "run_dir", "status", "failure", "failure_class",
     "migration_attempted", "started_utc", "finished_utc", "elapsed_s", "accel_used", "qemu", "router_version",
-    "guest_kernel", "host_kernel", "hostname", "git_commit",
+    "guest_kernel", "host_kernel", "hostname", "git_commit", "qualifiers_json",
 )  # fmt: skip
 NIGHT_COLUMNS = (
     "night_id", "night_dir", "started_utc", "finished_utc", "status", "n_runs", "n_failed", "n_regressions",
@@ -44,12 +51,30 @@ def _q(name: str) -> str:
 
 def scenario_column(field: str) -> str:
     """Column of a scenario parameter (prefixed only if it would clash with another column)."""
-    return f"scenario_{field}" if field in RUN_COLUMNS or field in METRIC_NAMES else field
+    return f"scenario_{field}" if field in RUN_COLUMNS or field in METRIC_NAMES or field in LOWER_NAMES else field
 
 
 def run_columns() -> list[str]:
-    """All columns of the runs table: identity, versions, scenario parameters, metrics, raw summary."""
-    return [*RUN_COLUMNS, *(scenario_column(f) for f in Scenario.field_names()), *METRIC_NAMES, "summary_json"]
+    """All columns of the runs table: identity, versions, scenario parameters, metrics (NULL when
+    absent or known only as a bound), the bounds, raw summary."""
+    return [
+        *RUN_COLUMNS,
+        *(scenario_column(f) for f in Scenario.field_names()),
+        *METRIC_NAMES,
+        *LOWER_NAMES,
+        "summary_json",
+    ]
+
+
+def history_fields(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The columns of a runs row that come from an analysis.aggregate run record: every metric,
+    the lower bounds, the failure class and the qualifiers (JSON: metric -> why it is NULL or
+    incomplete)."""
+    out = {name: record.get(name) for name in METRIC_NAMES}
+    out.update({name: record.get(name) for name in LOWER_NAMES})
+    out["failure_class"] = record.get("failure_class")
+    out["qualifiers_json"] = json.dumps(record.get("quals") or {}, sort_keys=True)
+    return out
 
 
 class History:

@@ -28,7 +28,7 @@ from migrate import sweep as sw
 from migrate import sweepdir as sd
 from migrate.atomic import write_text
 from migrate.errors import ConfigError
-from migrate.history import History, scenario_column
+from migrate.history import History, history_fields, scenario_column
 from migrate.meta import REPO
 from migrate.scenario import Scenario
 from migrate.units import format_rate, parse_rate_bps
@@ -190,7 +190,7 @@ def _run_row(night_id: str, fps: dict[str, str], item: dict[str, Any], run_dir: 
     }  # fmt: skip
     fields = Scenario.field_names()
     row.update({scenario_column(k): v for k, v in (meta.get("scenario") or {}).items() if k in fields})
-    row.update({name: flat[name] for name in METRIC_BY_NAME})
+    row.update(history_fields(flat))  # metrics (NULL when absent or a bound), bounds, failure class, qualifiers
     row["summary_json"] = json.dumps(summary)
     return row
 
@@ -204,7 +204,8 @@ def judge(hist: History, night_id: str, matrix: Matrix, baseline: str | None) ->
     for p in matrix.points:
         fp = fingerprint(p.scenario)
         cand = [r for r in tonight if r["point"] == p.label]
-        ref = [r for r in base if r["point"] == p.label and r["point_fingerprint"] == fp]
+        ref = [r for r in base if r["point"] == p.label and r["point_fingerprint"] == fp
+               and r["accel_used"] in {c["accel_used"] for c in cand}]  # fmt: skip
         skip = None
         if baseline is None:
             skip = "no baseline yet: run `make nightly-accept` to promote a night"

@@ -14,8 +14,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from analysis import qualify as q
 from analysis import report_html as rh
-from analysis.aggregate import AGGREGATE_DEFINITIONS, RUN_COLUMNS, PointStats, aggregate, point_columns, point_row
+from analysis.aggregate import (
+    AGGREGATE_DEFINITIONS,
+    RUN_COLUMNS,
+    PointStats,
+    Stats,
+    aggregate,
+    mixed_accelerators,
+    point_columns,
+    point_row,
+)
 from analysis.aggregate import run_record as make_record
 from analysis.sweep_plot import FIGURES, render_all
 from migrate import sweepdir as sd
@@ -174,12 +184,26 @@ def _f(x: Any, scale: float = 1.0, fmt: str = ".3g") -> str:
     return "–" if x is None else format(x * scale, fmt)
 
 
-def _ms(st: Any, scale: float, fmt: str = ".3g") -> str:
-    if st is None or st.mean is None:
+def _extra(st: Stats, scale: float, fmt: str = ".3g") -> str:
+    """What the mean leaves out: '; 2 ≥ 1.5 censored; 1 absent; 1 incomplete'."""
+    out = ""
+    if st.n_censored:
+        out += f"; {st.n_censored} censored ≥ {_f(st.lower_max, scale, fmt)}"
+    if st.n_absent:
+        out += f"; {st.n_absent} absent"
+    if st.n_incomplete:
+        out += f"; {st.n_incomplete} incomplete"
+    return out
+
+
+def _ms(st: Stats | None, scale: float, fmt: str = ".3g") -> str:
+    if st is None:
         return "–"
+    if st.mean is None:
+        return f"– (n=0{_extra(st, scale, fmt)})"
     half = st.ci_half
     pm = f" ± {_f(half, scale, fmt)}" if half is not None else ""
-    return f"{_f(st.mean, scale, fmt)}{pm} (med {_f(st.median, scale, fmt)}, n={st.n})"
+    return f"{_f(st.mean, scale, fmt)}{pm} (med {_f(st.median, scale, fmt)}, n={st.n}{_extra(st, scale, fmt)})"
 
 
 POINT_TABLE = (
@@ -193,12 +217,25 @@ POINT_TABLE = (
     ("RTT increase median [ms]", "rtt_increase_median_ms", 1.0),
     ("offered [Mbit/s]", "offered_bps", 1e-6),
     ("forwarded [Mbit/s]", "forwarded_bps", 1e-6),
+    ("loss ratio [%]", "loss_ratio", 100.0),
 )
 
 
+def _classes(p: PointStats) -> str:
+    parts = [
+        (p.failed_setup, "setup"),
+        (p.failed_migration, "migration"),
+        (p.failed_post_migration, "post-migration"),
+        (p.failed_unclassified, "unclassified"),
+        (p.failed_interrupted, "interrupted"),
+    ]
+    return ", ".join(f"{n} {name}" for n, name in parts if n) or "–"
+
+
 def points_table(points: Sequence[PointStats]) -> rh.Table:
-    """Per-point table: failure rate and mean ± 95 % CI half-width (median, n)."""
-    header = ["series", "rate [Mbit/s]", "frame [B]", "runs", "failed", "failure rate [%] (95 % CI)"]
+    """Per-point table: failure rate over migration attempts and mean ± 95 % CI half-width (median, n)."""
+    header = ["series", "accel", "rate [Mbit/s]", "frame [B]", "runs", "attempts", "failed attempts",
+              "failure rate [%] (95 % CI)", "failed runs by class"]  # fmt: skip
     header += [h for h, _, _ in POINT_TABLE]
     rows, classes = [], []
     for p in points:
@@ -206,29 +243,42 @@ def points_table(points: Sequence[PointStats]) -> rh.Table:
         fr = "–" if p.failure_rate is None else f"{p.failure_rate * 100:.0f}"
         if ci is not None:
             fr += f" ({ci[0] * 100:.0f}–{ci[1] * 100:.0f})"
-        row = [p.series, _f(p.rate_bps, 1e-6, "g"), p.frame_bytes, p.n_runs, p.n_failed, fr]
+        row = [p.series, p.accel, _f(p.rate_bps, 1e-6, "g"), p.frame_bytes, p.n_runs, p.n_attempts, p.n_failed, fr,
+               _classes(p)]  # fmt: skip
         row += [_ms(p.stats.get(m), s) for _, m, s in POINT_TABLE]
         rows.append(row)
         classes.append("failed" if p.n_failed else "")
     note = (
-        "Cells: mean ± half-width of the 95 % CI of the mean (Student t), median and n over the completed runs. "
-        "Rows with failed runs are shaded."
+        "Cells: mean ± half-width of the 95 % CI of the mean (Student t), median and n = the completed runs the "
+        "mean is over; runs known only by a lower bound are never averaged ('k censored ≥ x': the largest bound), "
+        "'absent' runs had no figure (e.g. no stall found). The failure rate is over migration attempts "
+        "(set-up failures and interrupted runs are not attempts). Rows with failed attempts are shaded."
     )
     return rh.Table("Grid points", header, rows, classes, note, id="points")
 
 
+def _run_cell(r: dict[str, Any], name: str, scale: float, fmt: str = ".3g") -> str:
+    """A run's figure: its value (incomplete marked), '>= bound (why)' or '– (why)'."""
+    qual = (r.get("quals") or {}).get(name)
+    if r.get(name) is not None:
+        mark = f" (incomplete: {', '.join(qual.get('reasons') or [])})" if qual else ""
+        return f"{_f(r[name], scale, fmt)}{mark}"
+    return q.short(qual, scale, fmt) if qual else "–"
+
+
 def runs_table(records: Sequence[dict[str, Any]]) -> rh.Table:
     """One row per run."""
-    header = ["run", "series", "rate [Mbit/s]", "frame [B]", "status", "downtime counters [ms]",
-              "downtime packets [ms]", "duration link [s]", "volume link [MB]", "RTT increase [ms]",
-              "forwarded [Mbit/s]", "failure / notes", "directory"]  # fmt: skip
+    header = ["run", "series", "accel", "rate [Mbit/s]", "frame [B]", "status", "failure class",
+              "downtime counters [ms]", "downtime packets [ms]", "duration link [s]", "volume link [MB]",
+              "RTT increase [ms]", "forwarded [Mbit/s]", "failure / notes", "directory"]  # fmt: skip
     rows, classes = [], []
     for r in sorted(records, key=lambda r: (r.get("order") is None, r.get("order") or 0, r.get("run_id"))):
         rows.append([
-            r.get("run_id"), r.get("series"), _f(r.get("rate_bps"), 1e-6, "g"), r.get("frame_bytes"), r.get("status"),
-            _f(r.get("downtime_counters_s"), 1e3), _f(r.get("downtime_packets_s"), 1e3),
-            _f(r.get("duration_link_s")), _f(r.get("volume_link_bytes"), 1e-6),
-            _f(r.get("rtt_increase_median_ms")), _f(r.get("forwarded_bps"), 1e-6),
+            r.get("run_id"), r.get("series"), r.get("accel"), _f(r.get("rate_bps"), 1e-6, "g"), r.get("frame_bytes"),
+            r.get("status"), r.get("failure_class") or "",
+            _run_cell(r, "downtime_counters_s", 1e3), _run_cell(r, "downtime_packets_s", 1e3),
+            _run_cell(r, "duration_link_s", 1.0), _run_cell(r, "volume_link_bytes", 1e-6),
+            _run_cell(r, "rtt_increase_median_ms", 1.0), _run_cell(r, "forwarded_bps", 1e-6),
             (r.get("failure") or r.get("notes") or "")[:200], r.get("run_dir"),
         ])  # fmt: skip
         classes.append("" if r.get("status") == "completed" else "failed")
@@ -244,6 +294,9 @@ def definitions() -> list[tuple[str, str]]:
         out.append(("Metrics of one run (README.md)", section))
     else:
         out.append(("Metrics of one run", "README.md's *Metric definitions* section was not found."))
+    metrics_md = REPO / "docs" / "metrics.md"
+    if metrics_md.exists():
+        out.append(("Absent figures, bounds, loss and failure classes (docs/metrics.md)", metrics_md.read_text()))
     out.append(("Aggregation over repetitions", AGGREGATE_DEFINITIONS))
     return out
 
@@ -255,6 +308,27 @@ class Outputs:
     out_dir: Path
     records: list[dict[str, Any]]
     points: list[PointStats]
+
+
+def check_accelerators(records: Sequence[dict[str, Any]]) -> None:
+    """Refuse (ConfigError, one line) a report in which one point would mix accelerators."""
+    mixed = mixed_accelerators(records)
+    if mixed:
+        more = f" (and {len(mixed) - 1} more)" if len(mixed) > 1 else ""
+        raise ConfigError(
+            f"{mixed[0]}{more}: a point must not mix accelerators; report each accelerator's runs separately"
+        )
+
+
+def check_same_accelerator(recs_a: Sequence[dict[str, Any]], recs_b: Sequence[dict[str, Any]]) -> None:
+    """Refuse (ConfigError, one line) comparing runs made with different accelerators."""
+    acc_a = sorted({str(r["accel"]) for r in recs_a if r.get("accel") is not None})
+    acc_b = sorted({str(r["accel"]) for r in recs_b if r.get("accel") is not None})
+    if acc_a and acc_b and acc_a != acc_b:
+        raise ConfigError(
+            f"A ran with accel={','.join(acc_a)}, B with accel={','.join(acc_b)}: "
+            "a comparison across accelerators is refused (compare runs of the same accelerator)"
+        )
 
 
 def build_outputs(
@@ -275,6 +349,7 @@ def build_outputs(
         recs, metas = collected[i] if collected is not None else collect(src)
         records += recs
         meta_sections.append((f"{src.label or 'source'}: {src.path.name}", source_metadata(src, recs, metas)))
+    check_accelerators(records)
     points = aggregate(records)
     write_text(out_dir / "runs.csv", csv_text(RUN_COLUMNS, records))
     write_text(out_dir / "points.csv", csv_text(point_columns(), [point_row(p) for p in points]))
@@ -316,23 +391,28 @@ def write_sweep_outputs(sweep_dir: Path) -> Outputs:
 
 def _cell(p: PointStats, name: str, scale: float) -> str:
     s = p.stats.get(name)
-    if s is None or s.mean is None:
+    if s is None:
         return "–"
+    bound = f" +{s.n_censored}≥{s.lower_max * scale:.3g}" if s.n_censored and s.lower_max is not None else ""
+    if s.mean is None:
+        return f"– n=0{bound}"
     half = "" if s.ci_half is None else f" ± {s.ci_half * scale:.3g}"
-    return f"{s.mean * scale:.3g}{half}"
+    return f"{s.mean * scale:.3g}{half} n={s.n}{bound}"
 
 
 def format_points(points: Sequence[PointStats]) -> str:
-    """Terminal table of the grid points."""
+    """Terminal table of the grid points: failure rate over migration attempts, then per metric the
+    mean ± CI half-width, n = runs in the mean and '+k≥x' for k runs known only by a lower bound."""
     lines = [
-        f"{'series':<18} {'rate':>9} {'frame':>5} {'runs':>4} {'fail%':>5}  {'downtime ms (counters)':>26}"
-        f"  {'duration s (link)':>20}  {'volume MB (link)':>20}  {'RTT+ ms':>8}"
+        f"{'series':<18} {'accel':<5} {'rate':>9} {'frame':>5} {'runs':>4} {'fail':>7}  {'downtime ms (counters)':>30}"
+        f"  {'duration s (link)':>24}  {'volume MB (link)':>24}  {'RTT+ ms':>16}"
     ]
     for p in points:
-        fr = "–" if p.failure_rate is None else f"{p.failure_rate * 100:.0f}"
+        fr = "–" if p.failure_rate is None else f"{p.n_failed}/{p.n_attempts}"
         lines.append(
-            f"{p.series:<18} {_f(p.rate_bps, 1e-6, 'g') + 'M':>9} {p.frame_bytes!s:>5} {p.n_runs:>4} {fr:>5}"
-            f"  {_cell(p, 'downtime_counters_s', 1e3):>26}  {_cell(p, 'duration_link_s', 1.0):>20}"
-            f"  {_cell(p, 'volume_link_bytes', 1e-6):>20}  {_cell(p, 'rtt_increase_median_ms', 1.0):>8}"
+            f"{p.series:<18} {p.accel or '–':<5} {_f(p.rate_bps, 1e-6, 'g') + 'M':>9} {p.frame_bytes!s:>5}"
+            f" {p.n_runs:>4} {fr:>7}  {_cell(p, 'downtime_counters_s', 1e3):>30}"
+            f"  {_cell(p, 'duration_link_s', 1.0):>24}  {_cell(p, 'volume_link_bytes', 1e-6):>24}"
+            f"  {_cell(p, 'rtt_increase_median_ms', 1.0):>16}"
         )
     return "\n".join(lines)

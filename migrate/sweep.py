@@ -227,6 +227,7 @@ def reconcile(
                 "point": current.get("point"),
                 "rep": current.get("rep"),
                 "failure": rmeta.get("failure"),
+                "failure_class": rmeta.get("failure_class"),
                 "started_utc": rmeta.get("created_utc"),
                 "finished_utc": rmeta.get("finished_utc"),
                 "note": "adopted: finished just before the sweep process stopped",
@@ -256,11 +257,18 @@ def _fmt_s(seconds: float) -> str:
 def _progress(state: dict[str, Any], total: int, elapsed: list[float], t_start: float) -> str:
     done = len(state["runs"])
     failed = sum(1 for r in state["runs"].values() if r["status"] == "failed")
+    classes: dict[str, int] = {}
+    for r in state["runs"].values():
+        if r["status"] == "failed":
+            cls = str(r.get("failure_class") or "unclassified")
+            classes[cls] = classes.get(cls, 0) + 1
+    by_class = ": " + ", ".join(f"{n} {c}" for c, n in sorted(classes.items())) if failed else ""
     mean = sum(elapsed) / len(elapsed) if elapsed else None
     eta = _fmt_s(mean * (total - done)) if mean is not None else "?"
     width = 20
     bar = "#" * int(width * done / total) + "." * (width - int(width * done / total))
-    return f"[{bar}] {done}/{total} runs ({failed} failed) | elapsed {_fmt_s(time.monotonic() - t_start)} | ETA {eta}"
+    elapsed_s = _fmt_s(time.monotonic() - t_start)
+    return f"[{bar}] {done}/{total} runs ({failed} failed{by_class}) | elapsed {elapsed_s} | ETA {eta}"
 
 
 def execute(
@@ -312,6 +320,7 @@ def execute(
                 "point": item["point"],
                 "rep": item["rep"],
                 "failure": rmeta.get("failure"),
+                "failure_class": rmeta.get("failure_class"),
                 "started_utc": state["current"]["started_utc"],
                 "finished_utc": sd.now_utc(),
                 "elapsed_s": round(time.monotonic() - t0, 3),
@@ -372,6 +381,30 @@ def new_sweep(plan: Plan, results_root: Path) -> Path:
     return create_sweep_dir(results_root, name, plan_meta(plan, vers, sys.argv))
 
 
+def recorded_accels(sweep_dir: Path, state: dict[str, Any]) -> dict[str, int]:
+    """Accelerator -> number of recorded runs of the sweep that used it (from their meta.json)."""
+    out: dict[str, int] = {}
+    for rec in state["runs"].values():
+        accel = _run_meta(sweep_dir / rec["run_dir"]).get("accel")
+        if accel:
+            out[str(accel)] = out.get(str(accel), 0) + 1
+    return out
+
+
+def check_accel(sweep_dir: Path, state: dict[str, Any], vers: dict[str, Any]) -> None:
+    """Refuse to continue a sweep whose runs used another accelerator than this machine would use
+    now: its points would mix accelerators (ConfigError, one line)."""
+    now = (vers.get("hypervisor") or {}).get("accel")
+    used = recorded_accels(sweep_dir, state)
+    other = {a: n for a, n in used.items() if a != now}
+    if now and other:
+        was = ", ".join(f"accel={a} ({n} runs)" for a, n in sorted(other.items()))
+        raise ConfigError(
+            f"RESUME={sweep_dir} ran with {was} but would now run with accel={now}: its points would mix "
+            "accelerators; resume it where that accelerator is used (ACCEL=) or start a new sweep"
+        )
+
+
 def run_sweep(sweep_dir: Path) -> Outputs:
     """Run (or resume) the sweep in ``sweep_dir`` to the end and write its outputs."""
     from migrate.registry import clean_stale
@@ -382,6 +415,7 @@ def run_sweep(sweep_dir: Path) -> Outputs:
         _scenario(p)
     with locked(sweep_dir):
         vers = versions(_scenario(meta["points"][0]))
+        check_accel(sweep_dir, state, vers)
         for prefix in clean_stale():
             log.warning("removed leftovers of crashed run %s", prefix)
         meta, state = sd.open_sweep(sweep_dir)
