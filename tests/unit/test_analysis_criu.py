@@ -103,3 +103,13 @@ def test_table_names_criu():
     )  # fmt: skip
     table = format_table(s)
     assert "CRIU 0.759" in table and "CRIU pages written 0.9" in table and "QEMU" not in table
+
+
+def test_missing_pages_written_is_unknown_not_zero_pages():
+    """SYNTHETIC: a pre-dump round whose statistics lack pages_written."""
+    pre = {"index": 1, "kind": "pre-dump", "stats": {"freezing_time_us": 1000, "frozen_time_us": 20000}}
+    rec = {**RECORD, "rounds": [pre, {**RECORD["rounds"][0], "index": 2, "pages_written": 30}]}
+    hv = criu_figures(rec, None)
+    assert hv.ram_transferred_bytes is None  # not 30 pages
+    assert hv.absent["ram_transferred_bytes"] == "criu_pages_written_missing"
+    assert criu_figures(RECORD, None).ram_transferred_bytes == 218 * 4096

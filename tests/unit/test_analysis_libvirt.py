@@ -140,3 +140,14 @@ def test_failed_job_record_synthetic():
     hv = libvirt_figures(jobinfo, [], None)
     assert hv.status == "failed" and hv.downtime_s is None and hv.total_time_s is None
     assert hv.libvirt["error"] == "SYNTHETIC: link down"
+
+
+def test_iteration_event_without_a_number_is_none_not_0():
+    """SYNTHETIC: a migration-iteration event whose data lacks the iteration number."""
+    from analysis.libvirt import libvirt_details
+
+    events = [
+        {"t_ns": 1_000, "side": "src", "event": "migration-iteration", "data": {"iteration": 1}},
+        {"t_ns": 2_000_001_000, "side": "src", "event": "migration-iteration", "data": {}},
+    ]
+    assert libvirt_details({}, events)["iteration_events_s"] == [[1, 0.0], [None, 2.0]]

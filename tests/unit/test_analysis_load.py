@@ -116,3 +116,20 @@ def test_vrsink_vrgen_captured_real_output():
     assert c.offered_bps == 10_005_000.0
     assert c.forwarded_bps == pytest.approx(667 * 1500 * 8 / 0.799222132)
     assert (c.lost_packets, c.loss_ratio, c.gen_send_errors, c.sink_lost_seq) == (0, 0.0, 0, 0)
+
+
+def test_vrsampler_closing_line_missed_rounds_and_read_errors(tmp_path):
+    from analysis.counters import sampler_health
+
+    c = load_counters(FIXTURES / "vrsampler_loopback_300ms.tsv")
+    assert (c.tail["rounds"], c.tail["missed"], c.tail["read_errors"]) == (29, 0, 0)
+    lo = c.get(".", "lo")
+    h = sampler_health(lo.t_ns, c.late_ns, c.period_ns, c.tail)
+    assert (h.missed_rounds, h.read_errors) == (0, 0)
+    text = (FIXTURES / "vrsampler_loopback_300ms.tsv").read_text()
+    killed = tmp_path / "killed.tsv"  # killed before the closing line: unknown, not 0
+    killed.write_text("\n".join(ln for ln in text.splitlines() if "cpu_user_s=" not in ln) + "\n")
+    k = load_counters(killed)
+    assert k.tail == {}
+    h = sampler_health(lo.t_ns, k.late_ns, k.period_ns, k.tail)
+    assert (h.missed_rounds, h.read_errors) == (None, None)

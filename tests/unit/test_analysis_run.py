@@ -153,3 +153,137 @@ def test_rate_zero_and_no_migrate_action(tmp_path):
     assert s["details"]["window"] is None and s["duration_s"]["link"] is None
     assert s["duration_s"]["hypervisor"] == pytest.approx(3.999)  # QEMU's own figure needs no window
     assert "no migrate action recorded: no migration window" in s["details"]["notes"]
+
+
+# -- absent figures are null with a reason, bounds are bounds (SYNTHETIC runs) ------------------------
+def test_no_outage_is_absent_with_the_threshold_not_zero(tmp_path):
+    run = write_run(tmp_path, "precopy", outage="none")
+    s = analyse_run(run.run_dir).to_dict()
+    assert s["downtime_s"]["counters"] is None and s["downtime_s"]["packets"] is None
+    assert s["downtime_s"]["hypervisor"] == pytest.approx(0.045)  # QEMU's own figure is still there
+    qc, qp = s["qualifiers"]["downtime_s.counters"], s["qualifiers"]["downtime_s.packets"]
+    assert (qc["state"], qc["reasons"], qc["upper"]) == ("absent", ["no_stall"], pytest.approx(0.020))
+    assert qc["text"] == "no stall longer than θ = 10 ms found (an outage up to 20 ms can go unseen)"
+    assert (qp["state"], qp["reasons"], qp["upper"]) == ("absent", ["no_gap"], 0.001)
+    assert qp["text"] == "no gap longer than θ = 1 ms found"
+    assert s["cross_traffic"]["outage_lost_packets"] is None
+    assert s["qualifiers"]["cross_traffic.outage_lost_packets"]["reasons"] == ["no_outage"]
+    assert "downtime_s.hypervisor" not in s["qualifiers"]
+    table = format_table(s)
+    line = next(ln for ln in table.splitlines() if ln.startswith("  downtime"))
+    assert "counters –, no stall longer than θ = 10 ms found" in line
+    assert "packets –, no gap longer than θ = 1 ms found" in line
+    assert " 0.000" not in line
+
+
+def test_traffic_that_never_came_back_is_a_lower_bound(tmp_path):
+    run = write_run(tmp_path, "precopy", outage="never_back")
+    s = analyse_run(run.run_dir).to_dict()
+    assert s["downtime_s"]["counters"] is None and s["downtime_s"]["packets"] is None
+    qc, qp = s["qualifiers"]["downtime_s.counters"], s["qualifiers"]["downtime_s.packets"]
+    assert qc["state"] == qp["state"] == "censored"
+    assert {"open_end", "clipped_end"} <= set(qc["reasons"]) and "open_end" in qp["reasons"]
+    # search end = completion + 2 s = +9.001 s; the last packet was sent just before +6.905 s
+    assert qp["lower"] == pytest.approx(9.001 - 6.90492, abs=1e-4)
+    assert qc["lower"] == pytest.approx(9.001 - 6.91, abs=0.011)
+    assert s["details"]["downtime_packets"]["lower_s"] == qp["lower"]
+    table = format_table(s)
+    assert f"packets >= {qp['lower']:.3f} (open_end, clipped_end)" in table
+    assert "counters >= " in table
+
+
+def test_send_time_loss_reason_when_a_histogram_overflowed(tmp_path):
+    run = write_run(tmp_path, "precopy")
+    gen = json.loads((run.run_dir / "gen.json").read_text())
+    gen["sent_hist_dropped"] = 12
+    (run.run_dir / "gen.json").write_text(json.dumps(gen))
+    s = analyse_run(run.run_dir).to_dict()
+    assert s["cross_traffic"]["migration_lost_packets"] is None
+    q = s["qualifiers"]["cross_traffic.migration_lost_packets"]
+    assert (q["state"], q["reasons"]) == ("absent", ["sent_hist_dropped"])
+    assert s["instruments"]["dropped"] == {"gen.sent_hist_dropped": 12}
+    assert any(n.startswith("incomplete record: gen sent_hist_dropped=12") for n in s["details"]["notes"])
+    assert "send-time loss   –, vrgen's send histogram overflowed (sent_hist_dropped)" in format_table(s)
+
+
+def test_sink_gaps_dropped_make_the_packet_downtime_a_bound(tmp_path):
+    run = write_run(tmp_path, "precopy")
+    sink = json.loads((run.run_dir / "sink.json").read_text())
+    sink["gaps"], sink["gaps_dropped"] = sink["gaps"][:1], 1  # the list was full after the +1.5 s gap
+    (run.run_dir / "sink.json").write_text(json.dumps(sink))
+    s = analyse_run(run.run_dir).to_dict()
+    assert s["downtime_s"]["packets"] is None
+    assert s["qualifiers"]["downtime_s.packets"]["reasons"] == ["gaps_dropped"]
+    assert s["downtime_s"]["counters"] == pytest.approx(0.170, abs=1e-12)  # the counters do not depend on it
+    assert s["instruments"]["dropped"] == {"sink.gaps_dropped": 1}
+
+
+def test_sink_socket_drops_mark_the_sink_figures_incomplete(tmp_path):
+    run = write_run(tmp_path, "stopcopy")
+    sink = json.loads((run.run_dir / "sink.json").read_text())
+    sink["socket_drops"] = 9
+    (run.run_dir / "sink.json").write_text(json.dumps(sink))
+    s = analyse_run(run.run_dir).to_dict()
+    ct = s["cross_traffic"]
+    assert ct["sink_socket_drops"] == 9 and ct["lost_packets"] == run.expect["total_lost"] - 9
+    assert s["downtime_s"]["packets"] == pytest.approx(2.06004, abs=1e-12)  # kept, but flagged
+    assert s["qualifiers"]["downtime_s.packets"]["state"] == "incomplete"
+    assert s["qualifiers"]["cross_traffic.outage_lost_packets"]["reasons"] == ["sink_socket_drops"]
+    table = format_table(s)
+    assert "(incomplete: sink_socket_drops)" in table and "sink socket drops 9 (not in the loss)" in table
+
+
+def test_send_errors_are_shown_apart_and_not_counted_as_lost(tmp_path):
+    """SYNTHETIC: vrgen skipped 40 sequence numbers on send errors, which the sink saw as lost."""
+    run = write_run(tmp_path, "precopy")
+    gen = json.loads((run.run_dir / "gen.json").read_text())
+    gen["send_errors"], gen["packets"] = 40, gen["packets"] - 40  # 40 of the sink's missing numbers were never sent
+    (run.run_dir / "gen.json").write_text(json.dumps(gen))
+    s = analyse_run(run.run_dir).to_dict()
+    ct = s["cross_traffic"]
+    assert ct["gen_send_errors"] == 40
+    assert ct["lost_packets"] == run.expect["total_lost"] - 40
+    assert ct["loss_ratio"] == pytest.approx(ct["lost_packets"] / ct["sent_packets"])
+    assert "send errors 40 (never sent; not in the loss)" in format_table(s)
+
+
+def test_failure_class_and_instruments_from_meta(tmp_path):
+    run = write_run(tmp_path, "precopy")
+    meta = json.loads((run.run_dir / "meta.json").read_text())
+    meta.update(status="failed", failure="SYNTHETIC: guest panicked on R2", failure_class="post-migration")
+    meta["instruments_cpu_s"] = {"gen": 1.5, "sink": 0.6, "sampler": 0.2, "prober": None}
+    (run.run_dir / "meta.json").write_text(json.dumps(meta))
+    s = analyse_run(run.run_dir).to_dict()
+    assert s["failure_class"] == "post-migration"
+    ins = s["instruments"]
+    assert ins["cpu_s"] == {"gen": 1.5, "sink": 0.6, "sampler": 0.2, "prober": None}
+    assert ins["total_cpu_s"] == pytest.approx(2.3)
+    # no wall span in meta.json: the generator's start..end from gen.json (10.999995 s)
+    assert ins["wall_source"] == "gen.json" and ins["wall_s"] == pytest.approx(10.999995)
+    assert ins["core_share"] == pytest.approx(2.3 / 10.999995)
+    table = format_table(s)
+    assert table.splitlines()[0].endswith("failed [post-migration] (SYNTHETIC: guest panicked on R2)")
+    assert "instruments      CPU 2.30 s = 20.9 % of a core over 11.0 s (gen.json span;" in table
+    meta["instruments_wall_s"] = 23.0
+    (run.run_dir / "meta.json").write_text(json.dumps(meta))
+    ins = analyse_run(run.run_dir).to_dict()["instruments"]
+    assert (ins["wall_source"], ins["core_share"]) == ("meta", pytest.approx(2.3 / 23.0))
+
+
+def test_instruments_cpu_absent_is_null_with_a_reason(tmp_path):
+    run = write_run(tmp_path, "precopy")
+    s = analyse_run(run.run_dir).to_dict()
+    assert s["instruments"]["total_cpu_s"] is None and s["instruments"]["core_share"] is None
+    assert s["qualifiers"]["instruments.core_share"]["reasons"] == ["no_instrument_cpu"]
+    assert "instruments      CPU –, meta.json has no instruments_cpu_s" in format_table(s)
+
+
+def test_rate_zero_reasons(tmp_path):
+    run = write_run(tmp_path, "precopy")
+    meta = json.loads((run.run_dir / "meta.json").read_text())
+    meta["scenario"]["rate_bps"] = 0
+    (run.run_dir / "meta.json").write_text(json.dumps(meta))
+    s = analyse_run(run.run_dir).to_dict()
+    for path in ("downtime_s.counters", "downtime_s.packets", "cross_traffic.loss_ratio"):
+        assert s["qualifiers"][path]["reasons"] == ["no_cross_traffic"], path
+    assert "cross-traffic    none (rate 0)" in format_table(s)

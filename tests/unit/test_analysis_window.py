@@ -156,3 +156,26 @@ def test_sink_socket_drops_are_not_router_loss_and_flagged():
     assert c.loss_ratio == pytest.approx(0.007)
     odd = cross_traffic({**gen, "packets": 9_000}, sink, None)  # more received than sent
     assert odd.lost_packets == 0 and "inconsistent_counts" in odd.flags
+
+
+def test_qemu_total_time_0_is_not_computed_not_zero():
+    """SYNTHETIC: QEMU 7.2 answers 'completed' with total-time 0 and downtime 0 before it computes them."""
+    early = {**COMPLETED, "total-time": 0, "downtime": 0}
+    hv = hypervisor_figures([_sample(200, early)], None)
+    assert hv.status == "completed"
+    assert (hv.total_time_s, hv.downtime_s) == (None, None)
+    assert hv.absent == {"downtime_s": "qemu_not_computed", "total_time_s": "qemu_not_computed"}
+    assert hv.ram_transferred_bytes == 140_000_000
+    # a later reply with the computed figures wins, even when a 0 reply follows it
+    hv = hypervisor_figures([_sample(200, early), _sample(210, COMPLETED), _sample(220, early)], None)
+    assert (hv.total_time_s, hv.downtime_s, hv.absent) == (3.999, 0.045, None)
+    # meta.json's final reply (read after settling) beats an unsettled sample
+    hv = hypervisor_figures([_sample(200, early)], None, fallback=COMPLETED)
+    assert (hv.total_time_s, hv.reply_source) == (3.999, "meta")
+    # a computed downtime of 0 ms is QEMU's figure (< 1 ms), not absent
+    assert hypervisor_figures([_sample(200, {**COMPLETED, "downtime": 0})], None).downtime_s == 0.0
+
+
+def test_failed_migration_figures_say_why():
+    hv = hypervisor_figures([_sample(100, {"status": "failed"})], None)
+    assert hv.absent == dict.fromkeys(("downtime_s", "total_time_s", "setup_time_s"), "not_completed")
