@@ -8,6 +8,15 @@ For 64 B and 1500 B IPv4 frames and every backend (builtin = vrgen/vrsink over a
 * maximum rate: unpaced (``requested_bps`` 0), ``--reps`` times, the variants interleaved;
 * rate accuracy: 10M, 100M and 500M (``--rates``), once each.
 
+Per run: the generator's CPU time per packet (``wait4``: its user and system time, which on a
+veth includes the receive path that runs on the sender's CPU), and at paced rates the schedule
+deviation of the packets (p50/p99/max µs): ``gen_dev_*`` from the generator's own send stamps
+(vrgen: against its exact absolute schedule; D-ITG: its send log's µs stamps against the ideal
+schedule anchored at its earliest packet), ``arr_dev_*`` from the sink's receive stamps against
+the ideal schedule anchored at the earliest packet (vrsink ``--log`` kernel stamps for vrgen and
+trafgen, ITGRecv's user-space stamps for D-ITG).  iperf3 reports no per-packet times: no
+deviation.
+
 Generators run on CPU 0, sinks on CPU 1; RPS moves the receive path behind the first veth to
 CPU 1 (``--rx-cpu``, see :mod:`crosstraffic.benchbed`).  Rates count Ethernet-frame bits
 (frame incl. FCS).  ``loss_ratio`` = 1 - received / sent with both counts from the tools
@@ -39,6 +48,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from crosstraffic import get_backend
 from crosstraffic.backend import Backend, TrafficError
 from crosstraffic.benchbed import BedError, BridgeBed, bridge_bed
@@ -55,6 +66,10 @@ GEN_GRACE_S = 60.0
 RATE_ERROR_TARGET = 0.01
 TARGET_X_IPERF3 = 2.5
 TARGET_X_TRAFGEN = 1.2
+PACED_RATE_ERROR_TARGET = 0.001  # vrgen at 10M/100M
+PACED_TARGET_RATES_BPS = (10_000_000, 100_000_000)
+SINK_LOG = "sink-packets.bin"
+SINK_LOG_DTYPE = np.dtype([("seq", "<u8"), ("t_ns", "<i8")])  # vrsink --log records
 
 
 @dataclass(frozen=True)
@@ -131,6 +146,89 @@ class Row:
     rep: int
     loadavg_1m: float
     started_unix_s: float
+    cpu_us_per_packet: float | None = None  # generator CPU time (wait4) / sent packets
+    gen_dev_p50_us: float | None = None  # send time - scheduled time, generator's own stamps
+    gen_dev_p99_us: float | None = None
+    gen_dev_max_us: float | None = None
+    gen_dev_source: str = ""  # "vrgen schedule" | "ditg send log, anchored" | ""
+    arr_dev_p50_us: float | None = None  # sink receive time - ideal schedule, anchored at the earliest packet
+    arr_dev_p99_us: float | None = None
+    arr_dev_max_us: float | None = None
+    arr_dev_source: str = ""  # "vrsink kernel stamps" | "ditg recv log (user space)" | ""
+    send_call_p99_us: float | None = None  # vrgen: p99 duration of a sendmmsg call = bound on a stamp's error
+    sink_gaps: int | None = None  # inter-arrival gaps > 1 ms at vrsink (bursts as long as that show up here)
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """Schedule deviation of a run's packets, in µs."""
+
+    p50_us: float
+    p99_us: float
+    max_us: float
+    count: int
+
+
+def anchored_deviation(seq: np.ndarray, t_ns: np.ndarray, interval_ns: float) -> Deviation | None:
+    """How far each packet's time lies behind an ideal schedule ``t_first + (seq - seq_first) *
+    interval_ns`` whose origin is chosen so that the earliest packet has deviation 0.
+
+    For tools that do not report their schedule's origin (and for receive stamps, which carry a
+    path delay): it measures the spread around a constant-rate schedule, not absolute lateness.
+    Duplicates count once (their first occurrence); ``None`` for fewer than two packets."""
+    seq = np.asarray(seq, dtype=np.uint64)
+    t = np.asarray(t_ns, dtype=np.int64)
+    if seq.shape != t.shape:
+        raise ValueError(f"seq and t_ns differ in length ({seq.size} vs {t.size})")
+    if interval_ns <= 0:
+        raise ValueError(f"interval_ns must be > 0, got {interval_ns}")
+    _, first = np.unique(seq, return_index=True)
+    if first.size < 2:
+        return None
+    seq, t = seq[first], t[first]
+    x = (t - t[0]).astype(np.float64) - (seq - seq[0]).astype(np.float64) * interval_ns
+    dev = (x - x.min()) / 1e3
+    return Deviation(
+        p50_us=float(np.percentile(dev, 50)),
+        p99_us=float(np.percentile(dev, 99)),
+        max_us=float(dev.max()),
+        count=int(dev.size),
+    )
+
+
+def read_sink_log(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """``vrsink --log``: little-endian (u64 seq, i64 t_ns) records -> (seq, t_ns)."""
+    rec = np.fromfile(path, dtype=SINK_LOG_DTYPE)
+    return rec["seq"], rec["t_ns"]
+
+
+def parse_itgdec_octave(text: str, rx: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``ITGDec LOG -o FILE`` lines ``seq txH txM txS rxH rxM rxS size`` -> (seq, t_ns) of the send
+    (or with ``rx`` the receive) time; wall-clock times of day (µs), unwrapped across midnight."""
+    seqs: list[int] = []
+    us: list[int] = []
+    col = 4 if rx else 1
+    for line in text.splitlines():
+        f = line.split()
+        if not f:
+            continue
+        if len(f) != 8:
+            raise ValueError(f"ITGDec -o line has {len(f)} fields, want 8: {line!r}")
+        h, m, sec = int(f[col]), int(f[col + 1]), float(f[col + 2])
+        seqs.append(int(f[0]))
+        us.append((h * 3600 + m * 60) * 1_000_000 + round(sec * 1e6))
+    t = np.asarray(us, dtype=np.int64)
+    if t.size > 1:  # a run across midnight: the time of day falls back by a day
+        t = t + np.concatenate(([0], np.cumsum(np.diff(t) < -43_200_000_000))) * 86_400_000_000
+    return np.asarray(seqs, dtype=np.uint64), t * 1000
+
+
+def schedule_interval_ns(backend: str, mode: str, rate_bps: int, frame_bytes: int) -> float:
+    """The requested packet interval: trafgen ``--rate`` sends a whole number of packets per second."""
+    pps = rate_bps / (frame_bytes * 8)
+    if backend == "trafgen" and mode != "gap":
+        pps = round(pps)
+    return 1e9 / pps
 
 
 def loadavg() -> list[float]:
@@ -198,17 +296,25 @@ def _decoded(argv: list[str] | None, own_stdout: str) -> str:
 
 
 def run_one(
-    v: Variant, b: Backend, bed: BridgeBed, kids: Children, rate: int, frame: int, duration_s: float, rep: int
+    v: Variant,
+    b: Backend,
+    bed: BridgeBed,
+    kids: Children,
+    rate: int,
+    frame: int,
+    duration_s: float,
+    rep: int,
+    workdir: Path,
+    gen_extra: Sequence[str] = (),
 ) -> Row:
-    """One generator -> sink run of one variant."""
+    """One generator -> sink run of one variant (``workdir``: the sink's packet log, D-ITG's logs;
+    ``gen_extra``: more generator arguments)."""
     started, la = time.time(), loadavg()[0]
-    sink = kids.start(b.sink_argv(port=PORT, bind=bed.b4, cpu=SINK_CPU), bed.b)
+    sink_log = workdir / SINK_LOG if rate and b.capabilities.packet_log else None
+    sink = kids.start(b.sink_argv(port=PORT, bind=bed.b4, cpu=SINK_CPU, log=sink_log), bed.b)
     _wait_ready(b, sink, bed.b)
-    gen = kids.start(
-        b.gen_argv(dst=bed.b4, port=PORT, rate_bps=rate, frame_bytes=frame, duration_s=duration_s, cpu=GEN_CPU),
-        bed.a,
-        gen=True,
-    )
+    gen_argv = b.gen_argv(dst=bed.b4, port=PORT, rate_bps=rate, frame_bytes=frame, duration_s=duration_s, cpu=GEN_CPU)
+    gen = kids.start([*gen_argv, *gen_extra], bed.a, gen=True)
     rc, gen_out, gen_err, gen_cpu = finish_with_rusage(gen, duration_s + GEN_GRACE_S)
     if not b.gen_exit_ok(rc):
         raise RunError(f"{v.label} generator exited with {rc}: {gen_err.strip()[-300:]}")
@@ -218,6 +324,7 @@ def run_one(
     g = b.parse_gen(_decoded(b.gen_decode_argv(), gen_out))
     s = b.parse_sink(_decoded(b.sink_decode_argv(), sf.stdout))
     elapsed = (g.end_ns - g.start_ns) / 1e9
+    gen_dev, arr_dev = _deviations(v, b, g.raw, rate, frame, sink_log) if rate else (None, None)
     return Row(
         backend=v.backend,
         mode=v.mode,
@@ -239,7 +346,63 @@ def run_one(
         rep=rep,
         loadavg_1m=la,
         started_unix_s=round(started, 3),
+        cpu_us_per_packet=round(gen_cpu / g.packets * 1e6, 2) if g.packets else None,
+        gen_dev_p50_us=gen_dev[0].p50_us if gen_dev else None,
+        gen_dev_p99_us=gen_dev[0].p99_us if gen_dev else None,
+        gen_dev_max_us=gen_dev[0].max_us if gen_dev else None,
+        gen_dev_source=gen_dev[1] if gen_dev else "",
+        arr_dev_p50_us=arr_dev[0].p50_us if arr_dev else None,
+        arr_dev_p99_us=arr_dev[0].p99_us if arr_dev else None,
+        arr_dev_max_us=arr_dev[0].max_us if arr_dev else None,
+        arr_dev_source=arr_dev[1] if arr_dev else "",
+        send_call_p99_us=_send_call_p99_us(g.raw) if v.backend == "builtin" else None,
+        sink_gaps=len(s.gaps) if s.gaps is not None else None,
     )
+
+
+def _rounded(d: Deviation) -> Deviation:
+    return Deviation(round(d.p50_us, 1), round(d.p99_us, 1), round(d.max_us, 1), d.count)
+
+
+def _send_call_p99_us(raw: Any) -> float | None:
+    d = raw.get("send_call_ns") if hasattr(raw, "get") else None
+    return round(d["p99"] / 1e3, 1) if d and d.get("count") else None
+
+
+def _vrgen_deviation(raw: Any) -> Deviation | None:
+    d = raw.get("sched_dev_ns") if hasattr(raw, "get") else None
+    if not d or not d.get("count"):
+        return None  # unpaced, or a vrgen without the field
+    return Deviation(d["p50"] / 1e3, d["p99"] / 1e3, d["max"] / 1e3, int(d["count"]))
+
+
+def _ditg_log(dec: str, log_path: Path, rx: bool, interval_ns: float) -> Deviation | None:
+    """Decode one D-ITG log with ``ITGDec -o`` and measure its anchored deviation."""
+    out = Path(f"{log_path}.txt")
+    f = run([dec, str(log_path), "-o", str(out)], timeout_s=300)
+    if f.returncode != 0 or not out.exists():
+        raise RunError(f"{dec} {log_path} -o: exit {f.returncode}: {f.stderr.strip()[-300:]}")
+    return anchored_deviation(*parse_itgdec_octave(out.read_text(), rx=rx), interval_ns)
+
+
+def _deviations(
+    v: Variant, b: Backend, gen_raw: Any, rate: int, frame: int, sink_log: Path | None
+) -> tuple[tuple[Deviation, str] | None, tuple[Deviation, str] | None]:
+    """(generator-side, sink-side) schedule deviation of one paced run, each with its source."""
+    interval = schedule_interval_ns(v.backend, v.mode, rate, frame)
+    gen = arr = None
+    if v.backend == "builtin" and (d := _vrgen_deviation(gen_raw)):
+        gen = (_rounded(d), "vrgen schedule")
+    if sink_log is not None and sink_log.exists() and (d := anchored_deviation(*read_sink_log(sink_log), interval)):
+        arr = (_rounded(d), "vrsink kernel stamps")
+    if v.backend == "ditg":
+        dec = b.executables()["decoder"]
+        send_log, recv_log = getattr(b, "send_log", None), getattr(b, "recv_log", None)
+        if send_log is not None and Path(send_log).exists() and (d := _ditg_log(dec, send_log, False, interval)):
+            gen = (_rounded(d), "ditg send log, anchored")
+        if recv_log is not None and Path(recv_log).exists() and (d := _ditg_log(dec, recv_log, True, interval)):
+            arr = (_rounded(d), "ditg recv log (user space)")
+    return gen, arr
 
 
 def plan(variants: Sequence[Variant], frames: Sequence[int], rates: Sequence[int], reps: int) -> list[tuple]:
@@ -318,9 +481,56 @@ def summarize(rows: Sequence[Row]) -> list[dict[str, Any]]:
                 "loss_ratio": _median([r.loss_ratio for r in rs]),
                 "sink_socket_drops": max(drops) if drops else None,
                 "max_gap_ms": max(gaps) if (gaps := [r.max_gap_ms for r in rs if r.max_gap_ms is not None]) else None,
+                "cpu_us_per_packet": _median_or_none([r.cpu_us_per_packet for r in rs]),
+                **{
+                    f"{side}_dev_{q}_us": _median_or_none([getattr(r, f"{side}_dev_{q}_us") for r in rs])
+                    for side in ("gen", "arr")
+                    for q in ("p50", "p99", "max")
+                },
+                "send_call_p99_us": _median_or_none([r.send_call_p99_us for r in rs]),
+                "sink_gaps": _median_or_none([r.sink_gaps for r in rs]),
+                "gen_dev_source": rs[0].gen_dev_source,
+                "arr_dev_source": rs[0].arr_dev_source,
             }
         )
     return out
+
+
+def _median_or_none(xs: Sequence[float | None]) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return statistics.median(vals) if vals else None
+
+
+def _dev_cell(s: dict[str, Any], side: str) -> str:
+    vals = [s.get(f"{side}_dev_{q}_us") for q in ("p50", "p99", "max")]
+    if any(v is None for v in vals):
+        return "–"
+    return " / ".join(f"{v:,.0f}" if v >= 10 else f"{v:.1f}" for v in vals)
+
+
+def pacing_markdown(summary: Sequence[dict[str, Any]]) -> str:
+    """The paced runs: CPU per packet, rate error and schedule deviation, side by side."""
+    lines = [
+        "| backend | mode | frame B | requested | achieved Mbit/s | rate error | gen CPU µs/pkt "
+        "| send − schedule p50 / p99 / max µs | arrival − schedule (anchored) p50 / p99 / max µs "
+        "| sendmmsg p99 µs | sink gaps > 1 ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in summary:
+        if not s["requested_bps"]:
+            continue
+        err = "–" if s["rate_error"] is None else f"{s['rate_error'] * 100:+.3f} %"
+        cpu = "–" if s["cpu_us_per_packet"] is None else f"{s['cpu_us_per_packet']:.2f}"
+        gsrc = {"vrgen schedule": "", "ditg send log, anchored": " (anchored, µs stamps)"}.get(s["gen_dev_source"], "")
+        gaps = "–" if s.get("sink_gaps") is None else f"{s['sink_gaps']:g}"
+        call = "–" if s.get("send_call_p99_us") is None else f"{s['send_call_p99_us']:,.1f}"
+        asrc = {"ditg recv log (user space)": " (user-space stamps)"}.get(s["arr_dev_source"], "")
+        lines.append(
+            f"| {s['backend']} | {s['mode']} | {s['frame_bytes']} | {s['requested_bps'] / 1e6:g}M "
+            f"| {s['achieved_bps'] / 1e6:,.2f} | {err} | {cpu} | {_dev_cell(s, 'gen')}{gsrc} "
+            f"| {_dev_cell(s, 'arr')}{asrc} | {call} | {gaps} |"
+        )
+    return "\n".join(lines)
 
 
 def markdown(summary: Sequence[dict[str, Any]]) -> str:
@@ -373,12 +583,46 @@ def targets(summary: Sequence[dict[str, Any]]) -> list[str]:
         bad = [f"{f} B/{r / 1e6:g}M {e * 100:+.2f} %" for f, r, e in errs if e is None or abs(e) > RATE_ERROR_TARGET]
         if errs:
             out.append(f"builtin/{mode} rate error <= 1 %: {'met' if not bad else 'NOT met at ' + ', '.join(bad)}")
+    out += pacing_targets(summary)
     drops = [s["sink_socket_drops"] for s in summary if s["backend"] in ("builtin", "trafgen")]
     if drops:
         out.append(
             f"vrsink socket drops (sink-caused loss): max {max(d or 0 for d in drops)} "
             f"({'met' if not any(drops) else 'NOT met'})"
         )
+    return out
+
+
+def pacing_targets(summary: Sequence[dict[str, Any]]) -> list[str]:
+    """vrgen at 10M/100M: rate error <= 0.1 % and CPU per packet <= trafgen's, per point and mode."""
+    at = {(s["backend"], s["mode"], s["frame_bytes"], s["requested_bps"]): s for s in summary}
+    out = []
+    for mode in ("udp", "packet"):
+        points = sorted((f, r) for (b, m, f, r) in at if b == "builtin" and m == mode and r in PACED_TARGET_RATES_BPS)
+        if not points:
+            continue
+        errs = [(f, r, at["builtin", mode, f, r]["rate_error"]) for f, r in points]
+        bad = [
+            f"{f} B/{r / 1e6:g}M {'–' if e is None else f'{e * 100:+.3f} %'}"
+            for f, r, e in errs
+            if e is None or abs(e) > PACED_RATE_ERROR_TARGET
+        ]
+        out.append(
+            f"builtin/{mode} rate error <= 0.1 % at 10M/100M: {'met' if not bad else 'NOT met at ' + ', '.join(bad)}"
+        )
+        for tmode in ("counter", "gap"):
+            cells, missed, compared = [], 0, 0
+            for f, r in points:
+                me, other = at["builtin", mode, f, r]["cpu_us_per_packet"], at.get(("trafgen", tmode, f, r))
+                ot = other["cpu_us_per_packet"] if other else None
+                if me is None or ot is None:
+                    cells.append(f"{f} B/{r / 1e6:g}M n/a")
+                    continue
+                missed += me > ot
+                compared += 1
+                cells.append(f"{f} B/{r / 1e6:g}M {me:.2f} vs {ot:.2f}{'' if me <= ot else ' (NOT met)'}")
+            verdict = "not measured" if not compared else "met" if not missed else "NOT met"
+            out.append(f"builtin/{mode} CPU µs/packet <= trafgen/{tmode}'s: {verdict} ({', '.join(cells)})")
     return out
 
 
@@ -428,6 +672,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frames", default=",".join(str(f) for f in FRAMES), help="frame sizes, comma-separated")
     ap.add_argument("--only", default="", help="comma-separated variant labels (default: all)")
     ap.add_argument(
+        "--vrgen-quantum-us",
+        type=int,
+        default=None,
+        help="pass --quantum-us N to vrgen (builtin variants; default: vrgen's own default)",
+    )
+    ap.add_argument(
         "--rx-cpu",
         default="none",
         help="move the receive path behind the first veth to this CPU with RPS (default 'none': a veth "
@@ -459,6 +709,10 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.vrgen_quantum_us is not None and args.vrgen_quantum_us < 0:
+        print("bench-traffic: --vrgen-quantum-us must be >= 0 (0 = one wakeup per packet)", file=sys.stderr)
+        return 2
+    vrgen_extra = () if args.vrgen_quantum_us is None else ("--quantum-us", str(args.vrgen_quantum_us))
     if os.geteuid() != 0:
         print("bench-traffic: needs root (creates network namespaces)", file=sys.stderr)
         return 2
@@ -479,6 +733,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_model": _cpu_model(),
         "versions": tool_versions(),
         "duration_s": args.duration,
+        "vrgen_extra_args": list(vrgen_extra),
         "reps_unpaced": args.reps,
         "gen_cpu": GEN_CPU,
         "sink_cpu": SINK_CPU,
@@ -503,7 +758,8 @@ def main(argv: list[str] | None = None) -> int:
                 for f in workdir.iterdir():
                     f.unlink()
                 try:
-                    row = run_one(v, b, bed, kids, rate, frame, args.duration, rep)
+                    extra = vrgen_extra if v.backend == "builtin" else ()
+                    row = run_one(v, b, bed, kids, rate, frame, args.duration, rep, workdir, extra)
                 except (RunError, TrafficError) as e:
                     log.warning("[%d/%d] %s %d B %s: failed: %s", i, len(todo), v.label, frame, rate or "max", e)
                     meta.setdefault("failures", []).append(f"{v.label} {frame} B {rate}: {e}")
@@ -552,6 +808,8 @@ def main(argv: list[str] | None = None) -> int:
         f"after {la1[0]:.2f} (shared machine: numbers vary between runs)\n"
     )
     print(markdown(summary))
+    print()
+    print(pacing_markdown(summary))
     print()
     for t in meta["targets"]:
         print(f"- {t}")

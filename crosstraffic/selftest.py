@@ -1,8 +1,9 @@
 """Quick self-test of vrgen/vrsink over loopback (``make -C crosstraffic check``).
 
 Runs the (sanitizer-instrumented) binaries through argument errors, paced and unpaced IPv4/IPv6
-runs, signal stops and crafted sequence numbers, and fails on any wrong result or any
-AddressSanitizer / LeakSanitizer / UndefinedBehaviorSanitizer report.  Needs no root.
+runs, the pacing schedule (every payload's send stamp against vrgen's schedule), signal stops and
+crafted sequence numbers, and fails on any wrong result or any AddressSanitizer / LeakSanitizer /
+UndefinedBehaviorSanitizer report.  Needs no root.
 
     python -m crosstraffic.selftest --bin crosstraffic/bin/san
 """
@@ -18,13 +19,60 @@ import struct
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from crosstraffic.runner import BIN_DIR, Child, Finished, RunError, free_udp_port, run
 
 SANITIZER_MARKERS = ("AddressSanitizer", "LeakSanitizer", "UndefinedBehaviorSanitizer", "runtime error:")
 READY_TIMEOUT_S = 10.0
+EARLY_TOLERANCE_NS = 1_000  # CLOCK_REALTIME stamps vs a schedule kept on CLOCK_MONOTONIC
+RECV_IDLE_S = 0.5
+
+
+@dataclass(frozen=True)
+class PacingCheck:
+    """Received payloads (seq, CLOCK_REALTIME send stamp) against vrgen's schedule: packet k is due
+    at ``start_ns + k * frame_bits * 1e9 // rate_bps`` (integer ns)."""
+
+    received: int  # distinct sequence numbers
+    missing: int  # of 0 .. expected - 1
+    early: int  # packets stamped more than EARLY_TOLERANCE_NS before they were due
+    dev_p50_ns: int  # stamp - due time
+    dev_max_ns: int
+    bursts: int  # runs of consecutive sequence numbers with one stamp
+    burst_median: float  # packets per burst
+
+
+def pacing_check(
+    records: Sequence[tuple[int, int]], start_ns: int, frame_bytes: int, rate_bps: int, expected: int
+) -> PacingCheck:
+    """Compare each packet's send stamp with its due time; group packets into bursts (consecutive
+    sequence numbers sharing one stamp)."""
+    first: dict[int, int] = {}
+    for seq, stamp in records:
+        first.setdefault(seq, stamp)
+    bits_ns = frame_bytes * 8 * 1_000_000_000
+    devs = sorted(stamp - (start_ns + seq * bits_ns // rate_bps) for seq, stamp in first.items())
+    sizes: list[int] = []
+    prev: tuple[int, int] | None = None
+    for seq in sorted(first):
+        if prev is not None and seq == prev[0] + 1 and first[seq] == prev[1]:
+            sizes[-1] += 1
+        else:
+            sizes.append(1)
+        prev = (seq, first[seq])
+    sizes.sort()
+    return PacingCheck(
+        received=len(first),
+        missing=sum(1 for k in range(expected) if k not in first),
+        early=sum(1 for d in devs if d < -EARLY_TOLERANCE_NS),
+        dev_p50_ns=devs[len(devs) // 2] if devs else 0,
+        dev_max_ns=devs[-1] if devs else 0,
+        bursts=len(sizes),
+        burst_median=float(sizes[len(sizes) // 2]) if sizes else 0.0,
+    )
 
 
 class Failure(AssertionError):
@@ -169,7 +217,9 @@ class SelfTest:
                 s = self.stop_sink(sink)
             check(g["packets"] > 0 and g["send_errors"] == 0, f"gen: {g}")
             err = abs(g["achieved_bps"] - g["requested_bps"]) / g["requested_bps"]
-            check(err < 0.01, f"rate error {err:.4f}")
+            check(err < 0.001, f"rate error {err:.5f}")
+            d = g["sched_dev_ns"]  # never before the due time; every packet counted
+            check(d["count"] == g["packets"] and d["min"] >= 0 and d["p50"] <= d["p99"] <= d["max"], f"{d}")
             check(s["packets"] == g["packets"] and s["lost"] == 0, f"sink {s['packets']} vs gen {g['packets']}")
             check(s["frame_bytes"] == frame and s["timestamps"] == "kernel", f"sink: {s}")
             check(sum(s["hist_ms"]) == s["received"] - s["malformed"], "histogram does not add up")
@@ -183,6 +233,53 @@ class SelfTest:
                 check(len(data) == 16 * s["received"], f"log size {len(data)} for {s['received']} packets")
                 seqs = [struct.unpack_from("<Q", data, i)[0] for i in range(0, len(data), 16)]
                 check(sorted(seqs) == list(range(g["packets"])), "log sequence numbers")
+
+    def case_pacing_schedule(self) -> None:
+        """Bursts of the packets due within --quantum-us, none sent before it is due, at the rate.
+
+        1M of 64 B frames (512 µs apart) with a 5 ms quantum: bursts of 9 packets, the first of which
+        waited 8 intervals; the payloads are read here, not by vrsink, to see every send stamp."""
+        rate, frame, quantum_us, duration_s = 1_000_000, 64, 5000, 1.0
+        interval_ns = frame * 8 * 1_000_000_000 // rate
+        per_burst = quantum_us * 1000 // interval_ns  # packets due within the quantum: 9
+        expected = (int(duration_s * 1e9) - 1) * rate // (frame * 8 * 1_000_000_000) + 1  # due before the end
+        records: list[tuple[int, int]] = []
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx:
+            rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+            rx.bind(("127.0.0.1", 0))
+            rx.settimeout(RECV_IDLE_S)
+            port = rx.getsockname()[1]
+            gen = Child([self.gen, "--dst", "127.0.0.1", "--port", str(port), "--rate", str(rate), "--frame",
+                         str(frame), "--duration", str(duration_s), "--quantum-us", str(quantum_us),
+                         "--late-us", "20000"])  # fmt: skip
+            try:
+                while True:
+                    try:
+                        data = rx.recv(2048)
+                    except TimeoutError:
+                        if gen.popen.poll() is not None:
+                            break
+                        continue
+                    records.append(struct.unpack_from("<Qq", data))
+                f = clean(gen.finish(10))
+            finally:
+                gen.kill()
+        check(f.returncode == 0, f"vrgen exit {f.returncode}: {f.stderr}")
+        g = json.loads(f.stdout)
+        check(g["quantum_packets"] == per_burst, f"quantum_packets {g['quantum_packets']}, want {per_burst}")
+        err = abs(g["achieved_bps"] - g["requested_bps"]) / g["requested_bps"]
+        check(g["packets"] == expected and err <= 0.001, f"sent {g['packets']} (want {expected}), rate error {err}")
+        c = pacing_check(records, g["start_ns"], frame, rate, expected)
+        check(c.received == expected and c.missing == 0, f"received {c.received} of {expected}")
+        check(c.early == 0, f"{c.early} packets stamped before they were due")
+        # bursts happened (not one wakeup per packet) and kept the schedule: half of the packets
+        # waited less than the quantum (wakeup latency allowed for), the median burst is full
+        check(c.burst_median >= per_burst, f"median burst {c.burst_median} packets, want >= {per_burst}")
+        check(1_000_000 <= c.dev_p50_ns <= quantum_us * 1000 + 2_000_000, f"median deviation {c.dev_p50_ns} ns")
+        d = g["sched_dev_ns"]
+        check(d["count"] == g["packets"] and d["min"] >= 0, f"sched_dev_ns {d}")
+        check(c.dev_p50_ns - 2000 <= d["p50"] <= c.dev_p50_ns * 1.01 + 2000, f"p50 {d['p50']} vs {c.dev_p50_ns}")
+        check(c.dev_max_ns - 2000 <= d["max"] <= c.dev_max_ns + 2000, f"max {d['max']} vs {c.dev_max_ns}")
 
     def case_paced_v4_64(self) -> None:
         self._paced(socket.AF_INET, "127.0.0.1", "10M", 64, log=True)

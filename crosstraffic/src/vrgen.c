@@ -6,8 +6,17 @@
  * CLOCK_REALTIME send time in ns (little endian).
  *
  * Pacing: packet k is due at t0 + k * frame_bits / rate on CLOCK_MONOTONIC (absolute schedule,
- * no drift).  The generator sleeps with clock_nanosleep(TIMER_ABSTIME) (optionally spinning the
- * last --spin-us) and sends every packet that is due in one sendmmsg() batch.
+ * no drift).  No packet is sent before it is due.  The generator sends in bursts: it sleeps with
+ * clock_nanosleep(TIMER_ABSTIME) (optionally spinning the last --spin-us) until the last packet of
+ * the next burst is due -- a burst is the packets due within --quantum-us, at most --batch -- and
+ * then sends every packet due by then with sendmmsg() (calls of at most --batch packets).  A
+ * wakeup costs far more CPU than sending a packet (a context switch; 12-18 us of CPU on a nested
+ * VM), so the quantum trades CPU for schedule deviation, which is recorded per packet: send stamp
+ * minus due time (sched_dev_ns).  When behind (CPU contention) it catches up at once, in calls of
+ * --batch, keeping the schedule.
+ *
+ * Send stamps: every packet of a burst carries the CLOCK_REALTIME time read just before its
+ * sendmmsg() call; a packet leaves at most the call's duration later (send_call_ns).
  *
  * At exit (duration reached, SIGINT or SIGTERM) prints one gen.json object on stdout, with the
  * packets sent per ms of their send stamp (sent_hist_ms; vrsink counts the same stamps received).
@@ -30,6 +39,7 @@
 #define GSO_SEGS 64     /* UDP_MAX_SEGMENTS of older kernels */
 #define GSO_BYTES 65000 /* stay below the 64 KiB IP datagram limit */
 #define SENT_HIST_MAX_S 7200 /* span of sent_hist_ms (per-ms send counts) */
+#define QUANTUM_US_DEFAULT 500 /* burst span: see --quantum-us */
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
 #endif
@@ -80,7 +90,9 @@ static void usage(FILE *f)
             "  --cpu N         pin to CPU N\n"
             "  --batch N       max packets per sendmmsg (default 64, max %d)\n"
             "  --spin-us N     busy-wait the last N us before a due time instead of sleeping (default 0)\n"
-            "  --quantum-us N  sleep until at least N us worth of packets are due (default 20; 0 = per packet)\n"
+            "  --quantum-us N  send in bursts: sleep until the packets due within N us are due, then send\n"
+            "                  them (default %d; 0 = wake per packet); the first packet of a burst\n"
+            "                  waits up to N us (gen.json sched_dev_ns), each wakeup costs CPU\n"
             "  --late-us N     record a late event when the generator was silent for > N us while packets\n"
             "                  were due for > N us (default 1000)\n"
             "  --sndbuf BYTES  socket send buffer (default 4194304, SO_SNDBUFFORCE when permitted)\n"
@@ -94,7 +106,7 @@ static void usage(FILE *f)
             "                  IFNAME must be the route's interface, needs CAP_NET_RAW)\n"
             "  --dst-mac MAC   next-hop MAC address for --packet\n"
             "Prints gen.json on stdout at exit.  Bad arguments: exit 2.\n",
-            CT_FRAME_MIN, CT_FRAME_MAX, BATCH_MAX, GSO_SEGS);
+            CT_FRAME_MIN, CT_FRAME_MAX, BATCH_MAX, QUANTUM_US_DEFAULT, GSO_SEGS);
 }
 
 static void parse_args(int argc, char **argv, struct opts *o)
@@ -112,7 +124,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
     };
     int have_rate = 0;
     *o = (struct opts){.port = -1, .frame = 64, .duration_s = 10, .cpu = -1, .batch = 64, .spin_us = 0,
-                       .quantum_us = 20, .late_us = 1000, .sndbuf = 4 << 20};
+                       .quantum_us = QUANTUM_US_DEFAULT, .late_us = 1000, .sndbuf = 4 << 20};
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
@@ -168,6 +180,78 @@ static inline uint64_t sched_due(const struct sched *s, int64_t off)
     if (off < 0)
         return 0;
     return (uint64_t)(((unsigned __int128)off * s->rate) / s->bits_ns) + 1;
+}
+
+/* Log-linear histogram of non-negative ns values: exact below 2^DH_SUB_BITS, then 2^DH_SUB_BITS
+ * buckets per power of two (0.8 % resolution); exact count, min, max and sum. */
+#define DH_SUB_BITS 7
+#define DH_SUB (1 << DH_SUB_BITS)
+#define DH_BUCKETS (DH_SUB + (63 - DH_SUB_BITS) * DH_SUB)
+struct devhist {
+    uint64_t n[DH_BUCKETS];
+    uint64_t count;
+    int64_t min, max;
+    double sum;
+};
+
+static inline int dh_index(uint64_t v)
+{
+    if (v < DH_SUB)
+        return (int)v;
+    int e = 63 - __builtin_clzll(v); /* >= DH_SUB_BITS */
+    return DH_SUB + (e - DH_SUB_BITS) * DH_SUB + (int)((v >> (e - DH_SUB_BITS)) - DH_SUB);
+}
+
+/* Largest value of bucket i. */
+static inline uint64_t dh_upper(int i)
+{
+    if (i < DH_SUB)
+        return (uint64_t)i;
+    int e = DH_SUB_BITS + (i - DH_SUB) / DH_SUB;
+    uint64_t m = (uint64_t)(DH_SUB + (i - DH_SUB) % DH_SUB);
+    return ((m + 1) << (e - DH_SUB_BITS)) - 1;
+}
+
+/* Add n values v (negative values count as 0 in the buckets; min keeps them). */
+static inline void dh_add(struct devhist *h, int64_t v, uint64_t n)
+{
+    if (h->count == 0 || v < h->min)
+        h->min = v;
+    if (h->count == 0 || v > h->max)
+        h->max = v;
+    h->count += n;
+    h->sum += (double)v * (double)n;
+    h->n[dh_index(v > 0 ? (uint64_t)v : 0)] += n;
+}
+
+/* Upper bound of the q-quantile (the bucket's largest value, at most the exact maximum). */
+static inline int64_t dh_quantile(const struct devhist *h, double q)
+{
+    uint64_t rank = (uint64_t)ceil(q * (double)h->count);
+    if (rank < 1)
+        rank = 1;
+    uint64_t cum = 0;
+    for (int i = 0; i < DH_BUCKETS; i++) {
+        cum += h->n[i];
+        if (cum >= rank) {
+            int64_t u = (int64_t)dh_upper(i);
+            return u < h->max ? u : h->max;
+        }
+    }
+    return h->max;
+}
+
+static void dh_print(FILE *f, const struct devhist *h, const char *key)
+{
+    if (h->count == 0) {
+        fprintf(f, "\"%s\": null", key);
+        return;
+    }
+    fprintf(f,
+            "\"%s\": {\"count\": %" PRIu64 ", \"min\": %" PRId64 ", \"p50\": %" PRId64 ", \"p90\": %" PRId64
+            ", \"p99\": %" PRId64 ", \"p999\": %" PRId64 ", \"max\": %" PRId64 ", \"mean\": %.1f}",
+            key, h->count, h->min, dh_quantile(h, 0.5), dh_quantile(h, 0.9), dh_quantile(h, 0.99),
+            dh_quantile(h, 0.999), h->max, h->sum / (double)h->count);
 }
 
 /* Sleep (and optionally spin) until CLOCK_MONOTONIC reaches t; returns early on a stop request. */
@@ -283,16 +367,18 @@ int main(int argc, char **argv)
         quantum = sched_due(&sc, (int64_t)o.quantum_us * 1000) - 1;
         if (quantum < 1)
             quantum = 1;
-        if (quantum > (uint64_t)o.batch * (uint64_t)segs)
+        if (quantum > (uint64_t)o.batch * (uint64_t)segs) /* a burst is at most one sendmmsg call */
             quantum = (uint64_t)o.batch * (uint64_t)segs;
     }
     const int64_t spin_ns = (int64_t)o.spin_us * 1000;
     const int64_t late_ns = (int64_t)o.late_us * 1000;
 
-    uint64_t k = 0, packets = 0, send_errors = 0, batches = 0, n_late = 0, late_dropped = 0;
+    uint64_t k = 0, packets = 0, send_errors = 0, batches = 0, waits = 0, n_late = 0, late_dropped = 0;
+    uint64_t burst_end = 0; /* first packet after the burst being sent */
     int64_t max_late = 0;
     int is_late = 0, last_errno = 0;
     const char *stopped_by = "duration";
+    static struct devhist dev, call; /* send - due time per packet; duration of each sendmmsg call */
 
     int64_t t0 = ct_now_ns(CLOCK_MONOTONIC);
     int64_t start_rt = ct_now_ns(CLOCK_REALTIME);
@@ -308,17 +394,24 @@ int main(int argc, char **argv)
         int64_t now = ct_now_ns(CLOCK_MONOTONIC);
         uint64_t n;
         if (paced) {
-            uint64_t due = sched_due(&sc, now - t0);
-            if (due > end_k)
-                due = end_k;
-            if (due <= k) {
+            if (k >= burst_end) {
+                /* the next burst: wait until its last packet k+quantum-1 is due, then take every
+                 * packet due by then (when behind, that is at once: catch-up) */
                 uint64_t kk = k + quantum - 1;
                 if (kk >= end_k)
                     kk = end_k - 1;
-                wait_until(t0 + sched_off(&sc, kk), spin_ns);
-                continue;
+                int64_t burst_due = t0 + sched_off(&sc, kk);
+                if (now < burst_due) {
+                    wait_until(burst_due, spin_ns);
+                    waits++;
+                    continue;
+                }
+                uint64_t due = sched_due(&sc, now - t0);
+                if (due > end_k)
+                    due = end_k;
+                burst_end = due > kk ? due : kk + 1; /* kk is due at `now` (sched_due rounds down) */
             }
-            n = due - k;
+            n = burst_end - k; /* sent in calls of at most --batch packets, each with its own stamp */
             int64_t lateness = now - (t0 + sched_off(&sc, k));
             if (lateness > max_late)
                 max_late = lateness;
@@ -357,7 +450,9 @@ int main(int argc, char **argv)
             iov[j].iov_len = (size_t)(in < (uint64_t)segs ? in : (uint64_t)segs) * unit;
         }
         int sent = sendmmsg(fd, msgs, nmsg, 0);
+        int64_t after = ct_now_ns(CLOCK_MONOTONIC);
         batches++;
+        dh_add(&call, after - now, 1);
         if (sent < 0) {
             if (errno == EINTR)
                 continue;
@@ -371,6 +466,9 @@ int main(int argc, char **argv)
         uint64_t done = 0;
         for (int j = 0; j < sent; j++)
             done += iov[j].iov_len / unit;
+        if (paced) /* the stamp (read at `now`, on the other clock) minus each packet's due time */
+            for (uint64_t i = 0; i < done; i++)
+                dh_add(&dev, now - (t0 + sched_off(&sc, k + i)), 1);
         k += done;
         packets += done;
         if (done)
@@ -406,7 +504,11 @@ int main(int argc, char **argv)
            ", \"spin_us\": %d, \"cpu\": %d, \"gso_segments\": %d, \"fifo\": %d, ",
            paced ? (double)o.rate_bps / (double)frame_bits : 0.0, elapsed, stopped_by, k, batches, o.batch,
            quantum, o.spin_us, o.cpu, o.gso ? segs : 0, o.fifo);
-    printf("\"send_mode\": \"%s\", ", o.pkt_dev ? "packet" : "udp");
+    printf("\"quantum_us\": %d, \"waits\": %" PRIu64 ", \"stamp\": \"burst\", ", paced ? o.quantum_us : 0, waits);
+    dh_print(stdout, &dev, "sched_dev_ns");
+    printf(", ");
+    dh_print(stdout, &call, "send_call_ns");
+    printf(", \"send_mode\": \"%s\", ", o.pkt_dev ? "packet" : "udp");
     if (o.pkt_dev) {
         printf("\"ifname\": ");
         ct_json_str(stdout, o.pkt_dev);
