@@ -6,8 +6,10 @@ Definitions (rates count Ethernet-frame bits incl. FCS, as vrgen/vrsink and the 
 * ``offered_bps``/``offered_pps``: sum over the routers' generators of their achieved rate;
 * ``forwarded_pps``: per flow, packets received at its sink / the generator's send span, summed;
   ``forwarded_bps`` = that x frame bits;
-* ``loss_ratio``: 1 - received / sent over all flows (packets the generator sent, so packets lost
-  before the sink's first sequence number count too);
+* ``loss_ratio``: lost / sent over all flows, the suite's one loss definition (docs/metrics.md,
+  ``analysis.cross.loss``): lost = packets the generator sent (send errors excluded) − packets
+  received − the sink socket's own drops, so packets lost before the sink's first sequence
+  number count too;
 * ``rtt_*``: irtt C -> D through router 0, probes sent while the generators ran;
 * CPU in CPU-seconds per second between the two snapshots around the generators:
   ``cpu_host`` = busy time of all CPUs (user+nice+system+irq+softirq+steal) — on a shared machine
@@ -30,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from analysis.baseline import jain_index
+from analysis.cross import loss
 from analysis.load import load_irtt
 from analysis.rtt import rtt_stats
 
@@ -114,6 +117,8 @@ def _flow(point_dir: Path, flow: dict[str, Any], frame_bytes: int) -> dict[str, 
         return None
     span_s = (gen["end_ns"] - gen["start_ns"]) / 1e9
     sent, recv = int(gen["packets"]), int(sink["packets"])
+    drops = sink.get("socket_drops") if isinstance(sink.get("socket_drops"), int) else None
+    lost, ratio, _ = loss(sent, recv, drops)
     fwd_pps = recv / span_s if span_s > 0 else 0.0
     owd = (sink.get("owd_ns") or {}).get("median")
     return {
@@ -123,8 +128,8 @@ def _flow(point_dir: Path, flow: dict[str, Any], frame_bytes: int) -> dict[str, 
         "forwarded_pps": fwd_pps,
         "forwarded_bps": fwd_pps * frame_bytes * 8,
         "sent": sent,
-        "received": min(recv, sent),
-        "loss_ratio": 1.0 - min(recv, sent) / sent if sent else None,
+        "lost": lost,
+        "loss_ratio": ratio,
         "owd_median_ms": owd / 1e6 if owd is not None and recv else None,
         "start_ns": int(gen["start_ns"]),
         "end_ns": int(gen["end_ns"]),
@@ -176,7 +181,7 @@ def analyse_point(point_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]
         offered_pps=math.fsum(f["offered_pps"] for f in fl),
         forwarded_bps=math.fsum(f["forwarded_bps"] for f in fl),
         forwarded_pps=math.fsum(f["forwarded_pps"] for f in fl),
-        loss_ratio=1.0 - sum(f["received"] for f in fl) / sent if sent else None,
+        loss_ratio=sum(f["lost"] for f in fl) / sent if sent else None,
         owd_median_ms=fl[0]["owd_median_ms"],
         cpu_host=cpu["host"],
         cpu_softirq=cpu["softirq"],

@@ -81,12 +81,23 @@ def _inline(text: str) -> str:
     return out
 
 
+def _md_table(rows: list[str]) -> str:
+    cells = [[c.strip() for c in r.strip().strip("|").split("|")] for r in rows]
+    body = [r for r in cells[1:] if not all(set(c) <= set("-: ") for c in r)]
+    head = "".join(f'<th class="l">{_inline(c)}</th>' for c in cells[0])
+    trs = "".join("<tr>" + "".join(f'<td class="l">{_inline(c)}</td>' for c in r) + "</tr>" for r in body)
+    return f"<table><tr>{head}</tr>{trs}</table>"
+
+
 def markdown_to_html(md: str) -> str:
-    """Tiny Markdown subset: paragraphs, ``-`` bullet lists (with continuation lines), inline code,
-    bold and italics.  Enough for the README's metric definitions."""
+    """Tiny Markdown subset: paragraphs, ``-`` bullet lists (with continuation lines), headings
+    (as h3/h4), fenced code blocks, pipe tables, inline code, bold and italics.  Enough for the
+    README's metric definitions and docs/metrics.md."""
     blocks: list[str] = []
     items: list[str] = []
     para: list[str] = []
+    table: list[str] = []
+    code: list[str] | None = None
 
     def flush() -> None:
         if items:
@@ -95,21 +106,43 @@ def markdown_to_html(md: str) -> str:
         if para:
             blocks.append(f"<p>{_inline(' '.join(para))}</p>")
             para.clear()
+        if table:
+            blocks.append(_md_table(table))
+            table.clear()
 
     for raw in md.splitlines():
         line = raw.rstrip()
-        if not line.strip():
+        if line.startswith("```"):
+            if code is None:
+                flush()
+                code = []
+            else:
+                blocks.append(f"<pre>{esc(chr(10).join(code))}</pre>")
+                code = None
+        elif code is not None:
+            code.append(raw)
+        elif not line.strip():
             flush()
+        elif heading := re.match(r"^(#+)\s+(.*)$", line):
+            flush()
+            tag = "h3" if len(heading.group(1)) <= 2 else "h4"
+            blocks.append(f"<{tag}>{_inline(heading.group(2))}</{tag}>")
+        elif line.lstrip().startswith("|"):
+            if items or para:
+                flush()
+            table.append(line)
         elif line.lstrip().startswith("- "):
-            if para:
+            if para or table:
                 flush()
             items.append(line.lstrip()[2:].strip())
         elif items and raw.startswith("  "):
             items[-1] += " " + line.strip()
         else:
-            if items:
+            if items or table:
                 flush()
             para.append(line.strip())
+    if code is not None:
+        blocks.append(f"<pre>{esc(chr(10).join(code))}</pre>")
     flush()
     return "\n".join(blocks)
 

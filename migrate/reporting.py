@@ -395,14 +395,15 @@ def _cell(p: PointStats, name: str, scale: float) -> str:
         return "–"
     bound = f" +{s.n_censored}≥{s.lower_max * scale:.3g}" if s.n_censored and s.lower_max is not None else ""
     if s.mean is None:
-        return f"– n=0{bound}"
+        return f"– n=0{bound}" + (f" ({s.n_absent} absent)" if s.n_absent else "")
     half = "" if s.ci_half is None else f" ± {s.ci_half * scale:.3g}"
     return f"{s.mean * scale:.3g}{half} n={s.n}{bound}"
 
 
 def format_points(points: Sequence[PointStats]) -> str:
-    """Terminal table of the grid points: failure rate over migration attempts, then per metric the
-    mean ± CI half-width, n = runs in the mean and '+k≥x' for k runs known only by a lower bound."""
+    """Terminal table of the grid points: failed / migration attempts, then per metric the mean ±
+    CI half-width, n = runs in the mean, '+k≥x' for k runs known only by a lower bound (largest
+    bound x) and, where no run measured it, how many completed runs had no figure."""
     lines = [
         f"{'series':<18} {'accel':<5} {'rate':>9} {'frame':>5} {'runs':>4} {'fail':>7}  {'downtime ms (counters)':>30}"
         f"  {'duration s (link)':>24}  {'volume MB (link)':>24}  {'RTT+ ms':>16}"

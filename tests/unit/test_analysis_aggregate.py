@@ -209,3 +209,14 @@ def test_nightly_compares_only_baseline_runs_of_tonights_accelerator(tmp_path):
         assert {v.status for _, v in across} == {"skipped"}  # a KVM baseline says nothing about TCG
         same = nt.judge(h, "tonight", m, "tcg-base")
         assert any(v.regression for _, v in same)
+
+
+def test_baseline_flow_loss_uses_the_one_definition(tmp_path):
+    from analysis.baseline_points import _flow
+
+    gen = {"start_ns": 0, "end_ns": 10**9, "packets": 1000, "send_errors": 25, "achieved_bps": 1e6,
+           "achieved_pps": 1000.0}  # fmt: skip
+    (tmp_path / "gen.json").write_text(json.dumps(gen))  # SYNTHETIC
+    (tmp_path / "sink.json").write_text(json.dumps({"packets": 950, "lost": 75, "socket_drops": 10}))
+    flow = _flow(tmp_path, {"router": 0, "gen": "gen.json", "sink": "sink.json"}, 1500)
+    assert flow["lost"] == 40 and flow["loss_ratio"] == pytest.approx(40 / 1000)  # not 75, not 50

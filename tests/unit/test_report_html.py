@@ -143,3 +143,18 @@ def test_render_escapes_and_marks_rows():
     assert "<title>&lt;t&gt;</title>" in text and "&lt;x&gt;" in text
     assert '<tr class="regression">' in text
     json.dumps(text)
+
+
+def test_markdown_headings_tables_and_code_blocks():
+    md = "## H\n\n| a | b |\n|---|---|\n| `x` | y |\n\n```\nx < 2\n```\n- item\n"
+    html_text = markdown_to_html(md)
+    assert html_text.startswith("<h3>H</h3>")
+    assert '<table><tr><th class="l">a</th>' in html_text and '<td class="l"><code>x</code></td>' in html_text
+    assert "<pre>x &lt; 2</pre>" in html_text and "<li>item</li>" in html_text
+
+
+def test_report_carries_the_metric_definitions_of_docs(tmp_path):
+    sweep = write_sweep(tmp_path)
+    write_sweep_outputs(sweep)
+    text = (sweep / "report.html").read_text()
+    assert "Cross-traffic loss (one definition)" in text and "<pre>sent_packets" in text
