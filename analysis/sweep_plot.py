@@ -115,7 +115,9 @@ class LineValues:
 def _values(ps: list[PointStats], metric: str, scale: float) -> LineValues:
     xs, ys, err_lo, err_hi, ns, bx, by = [], [], [], [], [], [], []
     for p in ps:
-        x = (p.rate_bps or 0) / 1e6
+        if p.rate_bps is None:
+            continue  # a point of unknown rate has no place on the rate axis
+        x = p.rate_bps / 1e6
         if metric == "failure_rate":
             if p.failure_rate is None:
                 continue
