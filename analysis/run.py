@@ -184,6 +184,8 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
     meta = raw.meta
     scenario = meta.get("scenario") if isinstance(meta.get("scenario"), dict) else {}
     hv_meta = meta.get("hypervisor") if isinstance(meta.get("hypervisor"), dict) else {}
+    if scenario.get("rate_bps") == 0 and "gen.json missing" in notes:
+        notes.remove("gen.json missing")  # no cross-traffic: no generator ran
     status, failure, run_status = _status(meta)
     _clock_note(meta, notes)
     mode = scenario.get("mode")

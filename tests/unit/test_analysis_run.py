@@ -287,3 +287,5 @@ def test_rate_zero_reasons(tmp_path):
     for path in ("downtime_s.counters", "downtime_s.packets", "cross_traffic.loss_ratio"):
         assert s["qualifiers"][path]["reasons"] == ["no_cross_traffic"], path
     assert "cross-traffic    none (rate 0)" in format_table(s)
+    (run.run_dir / "gen.json").unlink()  # no generator runs at rate 0: its absence is no news
+    assert "gen.json missing" not in analyse_run(run.run_dir).notes
