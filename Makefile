@@ -79,6 +79,15 @@ BASELINE_FLAGS = $(call flag,HV,hv) $(call flag,NIC,nic) $(call flag,IP,ip) $(ca
 baseline:
 	$(PY) -m migrate baseline $(BASELINE_FLAGS)
 
+# make calibrate: every downtime estimator against cuts and pauses of known length (docs/metrics.md "Calibration")
+CALIBRATE_FLAGS = $(call flag,HV,hv) $(call flag,DRIVER,driver) $(call flag,KIND,kind) \
+  $(call flag,DURATIONS,durations) $(call flag,REPS,reps) $(call flag,RATE,rate) $(call flag,SIZE,size) \
+  $(call flag,ROUTER,router) $(call flag,ACCEL,accel) $(call flag,MEM,mem) $(call flag,SAMPLE_MS,sample-ms) \
+  $(call flag,BOOT_TIMEOUT,boot-timeout) $(call flag,SEED,seed) --results $(RESULTS)
+.PHONY: calibrate
+calibrate:
+	$(PY) -m migrate calibrate $(CALIBRATE_FLAGS)
+
 .PHONY: sweep report compare nightly nightly-accept
 sweep:
 	@if [ -n "$(RATE)$(SIZE)" ]; then echo "make sweep: use RATES=... SIZES=... (RATE and SIZE are for make migrate)" >&2; exit 2; fi

@@ -105,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     from migrate.sweep_cli import add_parsers as add_sweep_parsers
 
     add_sweep_parsers(sub, r)
+    from migrate.calibrate import add_parser as add_calibrate_parser
+
+    add_calibrate_parser(sub)
     return p
 
 

@@ -188,7 +188,9 @@ def teardown_state(state: dict[str, Any]) -> list[str]:
     for p in reversed(state.get("paths", [])):
         path = Path(p)
         try:
-            if path.is_dir() and not path.is_symlink():
+            if path.is_dir() and not path.is_symlink() and (path / "cgroup.procs").exists():  # a cgroup
+                path.rmdir()
+            elif path.is_dir() and not path.is_symlink():
                 for child in sorted(path.rglob("*"), reverse=True):
                     child.rmdir() if child.is_dir() and not child.is_symlink() else child.unlink()
                 path.rmdir()

@@ -536,6 +536,36 @@ class CriuDriver(Driver):
         """The source container survived the failed migration."""
         return self.src is not None and self.src.alive()
 
+    # -- pause (make calibrate): the cgroup v2 freezer, as container managers pause ----------
+    freezer: Any = None  # migrate.freezer.Freezer once prepare_pause() ran
+
+    def prepare_pause(self) -> None:
+        """Move the router container's processes into a cgroup of their own (registered), whose
+        freezer ``pause`` uses; done once, before any pause, so no pause pays for it."""
+        from migrate.container import process_tree
+        from migrate.freezer import Freezer
+
+        assert self.src is not None and self.src.pid is not None
+        self.freezer = Freezer.create(self.ctx.registry, f"vrmig-{self.ctx.registry.prefix}-router")
+        pid = self.src.pid
+        members = self.freezer.adopt(lambda: process_tree(pid))
+        self.ctx.recorder.action("freezer-ready", host="R1", cgroup=str(self.freezer.path), pids=sorted(members))
+
+    def pause(self) -> None:
+        """Freeze the router container (returns once the kernel reports every task frozen)."""
+        assert self.freezer is not None, "prepare_pause() first"
+        self.freezer.freeze()
+
+    def resume(self) -> None:
+        """Thaw the frozen router container (returns once the kernel reports it thawed)."""
+        assert self.freezer is not None, "prepare_pause() first"
+        self.freezer.thaw()
+
+    def release_pause(self) -> None:
+        """Remove the freezer's cgroup once the container is gone (after ``stop``)."""
+        if self.freezer is not None:
+            self.freezer.remove()
+
     def fault_targets(self) -> dict[str, Any]:
         """No CRIU-specific faults (the testbed's link faults apply before the final dump)."""
         return {}

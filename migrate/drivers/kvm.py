@@ -347,6 +347,16 @@ class KvmDriver(Driver):
         except QMPError:
             return False
 
+    def pause(self) -> None:
+        """Pause the router VM on R1 (QMP ``stop``: returns once QEMU has stopped the vCPUs)."""
+        assert self.qsrc is not None
+        self.qsrc.cmd("stop")
+
+    def resume(self) -> None:
+        """Resume the paused router VM on R1 (QMP ``cont``)."""
+        assert self.qsrc is not None
+        self.qsrc.cmd("cont")
+
     def describe(self) -> dict[str, Any]:
         """Effective migration parameters and capabilities."""
         return {**self._described, "accel": self.accel, "accel_reason": self.accel_reason}

@@ -441,6 +441,21 @@ class LibvirtDriver(Driver):
         """The domain still runs under R1's libvirtd (libvirt resumed it after the failure)."""
         return self._state(topo.HYPERVISOR_HOSTS[0]) == "running"
 
+    def pause(self) -> None:
+        """Pause the router domain on R1 (``virDomainSuspend``: returns once libvirt has paused it)."""
+        self._suspend_or_resume("suspend")
+
+    def resume(self) -> None:
+        """Resume the paused router domain on R1 (``virDomainResume``)."""
+        self._suspend_or_resume("resume")
+
+    def _suspend_or_resume(self, call: str) -> None:
+        src = topo.HYPERVISOR_HOSTS[0]
+        try:
+            getattr(self.conns[src].lookupByName(self.domain), call)()
+        except self.lv.libvirtError as err:
+            raise GuestError(f"libvirt on {src} could not {call} the router domain: {err}") from err
+
     def describe(self) -> dict[str, Any]:
         """Daemon URIs and host UUIDs, the domain, the migration flags and parameters."""
         lv: dict[str, Any] = {"hosts": {}, **self._described}

@@ -424,6 +424,14 @@ class XenDriver(Driver):
             return False
         return rc == 0 and DOMAIN in parse_xl_list(text)
 
+    def pause(self) -> None:
+        """Pause the router domU on R1 (``xl pause`` in dom0; returns when xl has exited)."""
+        self._run("R1", f"xl pause {DOMAIN}")
+
+    def resume(self) -> None:
+        """Unpause the router domU on R1 (``xl unpause``)."""
+        self._run("R1", f"xl unpause {DOMAIN}")
+
     def fault_targets(self) -> dict[str, Any]:
         """Nested hosts that chaos runs kill mid-migration."""
         from migrate.faults import kill_pid

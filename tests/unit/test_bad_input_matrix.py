@@ -33,6 +33,13 @@ BAD_INPUTS = [
     ("RATES", ["sweep", "--rates", "", "--sizes", "1500", "--reps", "2"]),
     ("SIZES", ["sweep", "--rates", "100M", "--sizes", "1500,9000", "--reps", "2"]),
     ("SIZES", ["sweep", "--rates", "100M", "--sizes", "", "--reps", "2"]),
+    ("DURATIONS", ["calibrate", "--durations", "0"]),
+    ("DURATIONS", ["calibrate", "--durations", "20,20000"]),
+    ("DURATIONS", ["calibrate", "--durations", "fast"]),
+    ("KIND", ["calibrate", "--kind", "teleport"]),
+    ("KIND", ["calibrate", "--hv", "openvz", "--kind", "pause"]),
+    ("REPS", ["calibrate", "--reps", "0"]),
+    ("RATE", ["calibrate", "--rate", "0"]),
 ]
 
 

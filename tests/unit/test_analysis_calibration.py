@@ -1,0 +1,302 @@
+"""analysis.calibration on synthetic traces (a CBR stream at B with outages placed by hand, the
+10 ms counter sampled from it), and the pure parts of migrate.calibrate (plan, parsing, the
+netlink request)."""
+
+import csv
+import itertools
+import struct
+
+import numpy as np
+import pytest
+
+from analysis.calibration import (
+    Edge,
+    Event,
+    calibrate,
+    departure_interval_s,
+    event_spans,
+    events_from_actions,
+    send_timing,
+    stream_gap_s,
+    write_outputs,
+)
+from analysis.window import Spans
+
+MS = 1_000_000
+T0 = 1_795_000_000_000_000_000
+PPS = 8333.0  # 100 Mbit/s of 1500 B frames
+PERIOD_NS = 10 * MS
+GAP_THRESHOLD_NS = 1 * MS
+
+
+def synthetic_arrivals(duration_s: float, outages: list[tuple[int, int]], pps: float = PPS) -> np.ndarray:
+    """Synthetic CBR arrival times at B (ns) with no packet inside any outage [a, b)."""
+    t = T0 + np.round(np.arange(int(duration_s * pps)) * (1e9 / pps)).astype(np.int64)
+    keep = np.ones(t.size, bool)
+    for a, b in outages:
+        keep &= ~((t >= a) & (t < b))
+    return t[keep], np.flatnonzero(keep)
+
+
+def synthetic_gaps(t: np.ndarray, seq: np.ndarray, threshold_ns: int = GAP_THRESHOLD_NS) -> np.ndarray:
+    """What vrsink records: every inter-arrival gap above its threshold."""
+    d = np.diff(t)
+    i = np.flatnonzero(d > threshold_ns)
+    return np.stack([t[i], t[i + 1], seq[i], seq[i + 1]], axis=1)
+
+
+def synthetic_counters(t: np.ndarray, duration_s: float, phase_ns: int = 3 * MS) -> tuple[np.ndarray, np.ndarray]:
+    """B eth0 rx_packets sampled every 10 ms (with a phase against the stream)."""
+    ts = T0 + phase_ns + np.arange(int(duration_s * 1e9 / PERIOD_NS)) * PERIOD_NS
+    return ts, np.searchsorted(t, ts, side="right").astype(np.uint64)
+
+
+def synthetic_event(i: int, kind: str, nominal_ms: float, start_ns: int, width_ns: int = 60_000) -> Event:
+    """An event whose edges are ``width_ns`` wide and whose midpoints are nominal_ms apart."""
+    end_ns = start_ns + int(nominal_ms * MS)
+    return Event(
+        index=i,
+        kind=kind,
+        nominal_ms=nominal_ms,
+        rep=i // 3,
+        start=Edge(start_ns - width_ns // 2, start_ns + width_ns // 2),
+        end=Edge(end_ns - width_ns // 2, end_ns + width_ns // 2),
+    )
+
+
+def synthetic_run(kind: str = "cut", extra_ns: int = 0, durations=(20.0, 50.0, 200.0), reps: int = 2):
+    """Events 1.5 s apart; each outage at B is the event's [mid(start), mid(end) + extra_ns)."""
+    events, outages = [], []
+    start = T0 + 2 * 10**9 + 137_000  # off the packet and sample grids
+    for i, d in enumerate([d for _ in range(reps) for d in durations]):
+        ev = synthetic_event(i, kind, d, start)
+        events.append(ev)
+        outages.append((ev.start.mid_ns, ev.end.mid_ns + extra_ns))
+        start += 1_500 * MS + i * 7_777
+    duration_s = (start - T0) / 1e9 + 2
+    t, seq = synthetic_arrivals(duration_s, outages)
+    ts, rx = synthetic_counters(t, duration_s)
+    return events, ts, rx, synthetic_gaps(t, seq)
+
+
+def test_synthetic_cuts_meet_their_targets():
+    events, ts, rx, gaps = synthetic_run("cut")
+    cal = calibrate(events, ts, rx, PERIOD_NS, gaps, 1 / PPS)
+    assert cal.passed is True
+    assert len(cal.rows) == 6 and all(r.passed for r in cal.rows)
+    for e in cal.estimates:
+        assert e.detected
+        if e.estimator == "packets":  # the gap can only exceed the outage, by under 2 packet intervals
+            assert 0 <= e.error_s < 2 / PPS + 1e-6, e
+            assert e.lost_in_gap == pytest.approx(e.event.nominal_ms * PPS / 1e3, abs=2)
+        else:
+            assert abs(e.error_s) < PERIOD_NS / 1e9
+    by = {(r.estimator, r.nominal_ms): r for r in cal.rows}
+    assert by[("packets", 200.0)].target_s == pytest.approx(2 / PPS + 60e-6, abs=1e-9)
+    assert by[("counters", 50.0)].target_s == pytest.approx(0.010 + 60e-6, abs=1e-9)
+    assert by[("packets", 20.0)].n == 2
+
+
+@pytest.mark.parametrize("extra_ms", [3, -3])
+def test_synthetic_outage_unlike_the_cut_fails_the_packets_target(extra_ms):
+    """A B-side outage 3 ms longer (shorter) than the cut: 25 packet intervals off, within one period."""
+    events, ts, rx, gaps = synthetic_run("cut", extra_ns=extra_ms * MS)
+    cal = calibrate(events, ts, rx, PERIOD_NS, gaps, 1 / PPS)
+    assert cal.passed is False
+    for r in cal.rows:
+        assert r.passed is (r.estimator == "counters"), r
+        if r.estimator == "packets":
+            assert r.median_error_s == pytest.approx(extra_ms / 1e3, abs=2 / PPS)
+
+
+def test_synthetic_cut_not_seen_fails_and_is_not_a_zero():
+    events, *_ = synthetic_run("cut", durations=(50.0,), reps=1)
+    t, seq = synthetic_arrivals(6.0, [])  # the trace of a path that was never cut
+    ts, rx = synthetic_counters(t, 6.0)
+    cal = calibrate(events, ts, rx, PERIOD_NS, synthetic_gaps(t, seq), 1 / PPS)
+    assert cal.passed is False
+    for e in cal.estimates:
+        assert e.measured_s is None and e.error_s is None and e.passed is False
+        assert set(e.flags) & {"no_gap", "no_stall"}
+    assert all(r.detected == 0 and r.median_error_s is None and "cut not seen" in r.note for r in cal.rows)
+
+
+def test_synthetic_pauses_report_the_excess_and_get_no_verdict():
+    events, ts, rx, gaps = synthetic_run("pause", extra_ns=5 * MS)
+    cal = calibrate(events, ts, rx, PERIOD_NS, gaps, 1 / PPS)
+    assert cal.passed is None
+    assert all(e.passed is None and e.target_s is None and e.detected for e in cal.estimates)
+    for r in cal.rows:
+        assert r.kind == "pause" and r.passed is None and r.target_s is None and r.passed_stream is None
+        if r.estimator == "packets":
+            assert r.median_error_s == pytest.approx(0.005, abs=2 / PPS)
+        else:
+            assert r.median_error_s == pytest.approx(0.005, abs=0.010)
+
+
+def test_synthetic_burst_departures_widen_the_packets_target():
+    """A generator sending bursts every 500 µs: two quanta, not two packet intervals."""
+    events, ts, rx, gaps = synthetic_run("cut", durations=(50.0,), reps=1)
+    cal = calibrate(events, ts, rx, PERIOD_NS, gaps, 1 / PPS, send_quantum_s=0.0005)
+    assert cal.departure_interval_s == 0.0005
+    packets = next(r for r in cal.rows if r.estimator == "packets")
+    assert packets.resolution_s == pytest.approx(0.001)
+
+
+def test_departure_interval_and_send_timing():
+    assert departure_interval_s(0.00012, None) == 0.00012
+    assert departure_interval_s(0.00012, 0.0005) == 0.0005
+    assert departure_interval_s(0.0012, 0.0005) == 0.0012  # one packet per quantum: the interval
+    assert send_timing({"achieved_pps": 8000.0, "quantum_us": 500, "quantum_packets": 4}) == (1 / 8000, 0.0005)
+    assert send_timing({"achieved_pps": 8000.0, "quantum_us": 500, "quantum_packets": 1}) == (1 / 8000, None)
+    assert send_timing({"achieved_pps": 0}) == (None, None)
+
+
+def test_true_duration_and_uncertainty_come_from_edge_midpoints():
+    ev = Event(0, "cut", 20.0, 0, Edge(1_000, 3_000), Edge(20_001_000, 20_101_000))
+    assert ev.start.mid_ns == 2_000 and ev.end.mid_ns == 20_051_000
+    assert ev.true_s == pytest.approx(0.020049)
+    assert ev.uncertainty_s == pytest.approx((2_000 + 100_000) / 2e9)
+
+
+def test_events_from_actions_pairs_edges_and_leaves_out_incomplete_ones():
+    def edge(action, i, kind, b, a, **kw):
+        return {"t_ns": b, "action": action, "index": i, "kind": kind, "nominal_ms": 20.0, "rep": 0,
+                "before_ns": b, "after_ns": a, **kw}  # fmt: skip
+
+    actions = [
+        {"t_ns": 1, "action": "traffic-start"},
+        edge("cut", 0, "cut", 100, 110),
+        edge("restore", 0, "cut", 20_000_100, 20_000_120),
+        edge("pause", 1, "pause", 30_000_000, 30_000_500),
+        edge("resume", 1, "pause", 50_000_000, 50_000_900),
+        edge("cut", 2, "cut", 60_000_000, 60_000_010),
+        edge("restore", 2, "cut", 60_500_000, 60_500_010, reason="teardown"),  # interrupted: not a planned end
+    ]
+    events, notes = events_from_actions(actions)
+    assert [(e.index, e.kind) for e in events] == [(0, "cut"), (1, "pause")]
+    assert events[1].end == Edge(50_000_000, 50_000_900)
+    assert len(notes) == 1 and "event 2" in notes[0]
+
+
+def test_event_spans_never_overlap_and_clip_at_the_neighbours():
+    events = [synthetic_event(i, "cut", 100.0, T0 + i * 400 * MS) for i in range(3)]
+    spans = event_spans(events, clip_s=5.0)
+    for ev, sp in zip(events, spans, strict=True):
+        assert (sp.search_lo_ns, sp.search_hi_ns) == (ev.start.before_ns, ev.end.after_ns)
+    for a, b in itertools.pairwise(spans):
+        assert a.search_hi_ns < b.search_lo_ns
+        assert a.clip_hi_ns <= b.search_lo_ns and b.clip_lo_ns >= a.search_hi_ns
+    assert spans[0].clip_lo_ns == events[0].start.before_ns - 5 * 10**9
+
+
+def test_stream_gap_is_the_longest_other_gap_near_the_event():
+    span = Spans(T0 + 1000 * MS, T0 + 1100 * MS, T0, T0 + 10_000 * MS)
+    gaps = np.array(
+        [
+            [T0 + 500 * MS, T0 + 503 * MS, 1, 2],  # 3 ms, within 1 s before
+            [T0 + 999 * MS, T0 + 1101 * MS, 3, 900],  # the outage itself
+            [T0 + 1500 * MS, T0 + 1502 * MS, 901, 902],  # 2 ms after
+            [T0 + 3000 * MS, T0 + 3009 * MS, 903, 904],  # 9 ms, too far away
+        ]
+    )
+    assert stream_gap_s(gaps, span, (T0 + 999 * MS, T0 + 1101 * MS)) == pytest.approx(0.003)
+    assert stream_gap_s(gaps[1:2], span, (T0 + 999 * MS, T0 + 1101 * MS)) is None
+
+
+def test_stream_allowance_is_informational_and_covers_a_bursty_stream():
+    """Synthetic stream with a natural 2 ms gap near each event and outages 1.5 ms longer than the
+    cuts: the a-priori target fails, the stream allowance holds."""
+    events, ts, rx, gaps = synthetic_run("cut", extra_ns=int(1.5 * MS), durations=(50.0,), reps=2)
+    natural = np.array([[ev.start.before_ns - 300 * MS, ev.start.before_ns - 298 * MS, 0, 1] for ev in events])
+    cal = calibrate(events, ts, rx, PERIOD_NS, np.concatenate([gaps, natural]), 1 / PPS)
+    packets = next(r for r in cal.rows if r.estimator == "packets")
+    assert packets.passed is False and packets.passed_stream is True
+    assert packets.stream_gap_s == pytest.approx(0.002)
+    assert cal.passed is False  # the verdict is the a-priori target's
+
+
+def test_write_outputs_rows_and_events(tmp_path):
+    events, ts, rx, gaps = synthetic_run("cut", durations=(20.0,), reps=2)
+    pauses, *_ = synthetic_run("pause", durations=(20.0,), reps=1)
+    cal = calibrate(events, ts, rx, PERIOD_NS, gaps, 1 / PPS)
+    cal_p = calibrate(pauses, ts, rx, PERIOD_NS, gaps, 1 / PPS)
+    write_outputs(tmp_path, cal, "kvm")
+    rows = list(csv.DictReader((tmp_path / "calibration.csv").open()))
+    need = {"hv", "kind", "estimator", "pause_ms", "n", "median_error_ms", "p95_error_ms", "resolution_ms",
+            "target_ms", "pass"}  # fmt: skip
+    assert need <= set(rows[0])
+    assert [(r["kind"], r["estimator"], r["pause_ms"], r["n"], r["pass"]) for r in rows] == [
+        ("cut", "packets", "20", "2", "true"),
+        ("cut", "counters", "20", "2", "true"),
+    ]
+    assert len(list(csv.DictReader((tmp_path / "calibration_events.csv").open()))) == 4
+    write_outputs(tmp_path, cal_p, "kvm")
+    rows = list(csv.DictReader((tmp_path / "calibration.csv").open()))
+    assert {r["pass"] for r in rows} == {""} and {r["target_ms"] for r in rows} == {""}
+
+
+# -- migrate.calibrate: the pure parts ------------------------------------------------------------
+
+
+def test_brport_state_request_is_bridge_link_set_state():
+    """The request `bridge link set dev <ifindex 7> state 0` sends (iproute2 bridge/link.c)."""
+    from migrate.calibrate import brport_state_request
+
+    msg = brport_state_request(7, 0, 42)
+    length, kind, flags, seq, pid = struct.unpack_from("=IHHII", msg)
+    assert (length, kind, flags, seq, pid) == (len(msg), 19, 0x5, 42, 0) and length == 44
+    family, _pad, _type, index, ifi_flags, change = struct.unpack_from("=BBHiII", msg, 16)
+    assert (family, index, ifi_flags, change) == (7, 7, 0, 0)  # AF_BRIDGE: no admin state touched
+    assert struct.unpack_from("=HH", msg, 32) == (12, 12 | 0x8000)  # IFLA_PROTINFO, nested
+    assert struct.unpack_from("=HHB", msg, 36) == (5, 1, 0)  # IFLA_BRPORT_STATE = disabled
+    assert brport_state_request(7, 3, 43)[40] == 3  # forwarding
+
+
+def test_netlink_ack_parsing():
+    from migrate.calibrate import netlink_ack_error
+
+    def ack(seq: int, error: int) -> bytes:
+        return struct.pack("=IHHIIi", 36, 2, 0, seq, 0, error) + b"\0" * 16
+
+    assert netlink_ack_error(ack(5, 0), 5) == 0
+    assert netlink_ack_error(ack(5, -19), 5) == 19
+    assert netlink_ack_error(ack(4, 0), 5) is None
+
+
+def test_plan_runs_every_duration_once_per_rep_and_kind_in_seeded_order():
+    from migrate.calibrate import CalibrationSpec, plan
+
+    spec = CalibrationSpec(durations_ms=(20.0, 50.0, 100.0), reps=3, seed=7)
+    events = plan(spec)
+    assert [e.index for e in events] == list(range(18))
+    for rep in range(3):
+        for kind in ("cut", "pause"):
+            got = sorted(e.nominal_ms for e in events if e.rep == rep and e.kind == kind)
+            assert got == [20.0, 50.0, 100.0]
+    assert plan(spec) == events
+    assert [e.nominal_ms for e in plan(CalibrationSpec(durations_ms=(20.0, 50.0, 100.0), reps=3, seed=8))] != [
+        e.nominal_ms for e in events
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "msg"),
+    [("0", "outside 1 ms-10 s"), ("10001", "outside"), ("fast", "not a number"), ("20,,50", "without empty")],
+)
+def test_bad_durations_are_refused(text, msg):
+    from migrate.calibrate import CalibrationSpec, parse_durations
+    from migrate.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=msg):
+        CalibrationSpec(durations_ms=parse_durations(text))
+
+
+def test_kinds_parse():
+    from migrate.calibrate import parse_kinds
+    from migrate.errors import ConfigError
+
+    assert parse_kinds("pause,cut") == ("cut", "pause") == parse_kinds("both")
+    assert parse_kinds("pause") == ("pause",)
+    with pytest.raises(ConfigError, match="KIND"):
+        parse_kinds("cut,teleport")
