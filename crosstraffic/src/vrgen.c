@@ -88,7 +88,7 @@ static void usage(FILE *f)
             "                  frame-66 (IPv6); payload starts with u64 seq + i64 CLOCK_REALTIME ns (LE)\n"
             "  --duration S    seconds to send (default 10; 0 = until SIGINT/SIGTERM)\n"
             "  --cpu N         pin to CPU N\n"
-            "  --batch N       max packets per sendmmsg (default 64, max %d)\n"
+            "  --batch N       max packets per sendmmsg and per burst (default 64, max %d)\n"
             "  --spin-us N     busy-wait the last N us before a due time instead of sleeping (default 0)\n"
             "  --quantum-us N  send in bursts: sleep until the packets due within N us are due, then send\n"
             "                  them (default %d; 0 = wake per packet); the first packet of a burst\n"

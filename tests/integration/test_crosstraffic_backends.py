@@ -268,9 +268,15 @@ def test_bench_traffic_smoke(tmp_path):
     assert {(r["backend"], r["requested_bps"]) for r in rows} == {
         (b, r) for b in ("builtin", "iperf3", "trafgen") for r in ("0", "10000000")
     }
+    paced = {r["backend"]: r for r in rows if r["requested_bps"] != "0"}
+    assert all(float(r["cpu_us_per_packet"]) > 0 for r in rows)
+    assert paced["builtin"]["gen_dev_source"] == "vrgen schedule" and float(paced["builtin"]["gen_dev_p50_us"]) >= 0
+    assert paced["builtin"]["arr_dev_source"] == paced["trafgen"]["arr_dev_source"] == "vrsink kernel stamps"
+    assert float(paced["trafgen"]["arr_dev_max_us"]) >= float(paced["trafgen"]["arr_dev_p50_us"]) >= 0
+    assert paced["iperf3"]["gen_dev_p50_us"] == paced["iperf3"]["arr_dev_p50_us"] == ""  # no per-packet times
     meta = json.loads((tmp_path / "traffic.meta.json").read_text())
     assert len(meta["loadavg_before"]) == 3 and "trafgen" in meta["versions"]["trafgen"]
-    assert "| backend | mode |" in f.stdout
+    assert "| backend | mode |" in f.stdout and "| send − schedule p50 / p99 / max µs |" in f.stdout
     assert _bed_namespaces() == before
     assert set(Path(tempfile.gettempdir()).glob("vrt-bt-work-*")) <= work_before
 
@@ -286,4 +292,22 @@ def test_bench_traffic_bad_input_creates_nothing(tmp_path):
         check=False,
     )
     assert f.returncode == 2 and len(f.stderr.strip().splitlines()) == 1 and "unknown --only" in f.stderr
+    assert not (tmp_path / "x.csv").exists() and _bed_namespaces() == before
+    f = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "crosstraffic.bench_traffic",
+            "--out",
+            str(tmp_path / "x.csv"),
+            "--vrgen-quantum-us",
+            "-1",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert f.returncode == 2 and len(f.stderr.strip().splitlines()) == 1 and "--vrgen-quantum-us" in f.stderr
     assert not (tmp_path / "x.csv").exists() and _bed_namespaces() == before
