@@ -415,6 +415,51 @@ class SelfTest:
             j = self.stop_sink(sink)
         check(j["first_seq"] == j["last_seq"] == top and j["packets"] == 1, f"--seq-crt top: {j['last_seq']}")
 
+    def case_state_and_after_file(self) -> None:
+        """--state: the live state file; --after-file: the first packet sent at or after a threshold
+        given while running (read late: found in the ring), its count against tx_hist_ms, and a
+        threshold the ring no longer reaches back to ("complete": false)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            state, after = Path(tmp) / "state.json", Path(tmp) / "after"
+            port = free_udp_port()
+            sink = self.start_sink("--port", str(port), "--bind", "127.0.0.1", "--state", str(state),
+                                   "--state-ms", "5", "--after-file", str(after))  # fmt: skip
+            try:
+                g = self.gen_json("--dst", "127.0.0.1", "--port", str(port), "--rate", "10M", "--frame", "1000",
+                                  "--duration", "0.6")  # fmt: skip
+                threshold = (g["start_ns"] + g["end_ns"]) // 2
+                after.write_text(f"{threshold}\n")  # after the last packet: every one comes from the ring
+                deadline = time.monotonic() + READY_TIMEOUT_S
+                while (live := json.loads(state.read_text()))["after"] is None:
+                    check(time.monotonic() < deadline, f"state never showed the threshold: {live}")
+                    time.sleep(0.005)
+            finally:
+                s = self.stop_sink(sink)
+            a = s["after"]
+            check(live["after"] == a and live["packets"] == s["packets"] == g["packets"], f"state {live} vs {s}")
+            check(a["threshold_ns"] == threshold and a["complete"] is True, f"after: {a}")
+            first = a["first"] or {}
+            check(first.get("tx_ns", -1) >= threshold and first["rx_ns"] >= first["tx_ns"], f"first: {a}")
+            b = threshold // 1_000_000 - s["tx_hist_start_ms"]  # the threshold's send-ms bucket
+            later, from_bucket = sum(s["tx_hist_ms"][b + 1 :]), sum(s["tx_hist_ms"][b:])
+            check(later <= a["packets"] <= from_bucket and a["packets"] > 0, f"after {a['packets']} vs {later}..")
+            check(s["max_tx"]["seq"] == g["packets"] - 1 and s["state_writes"] > 0 == s["state_errors"], f"{s}")
+            # more packets than the ring holds arrive after the threshold, before it is given
+            after.unlink()
+            port = free_udp_port()
+            sink = self.start_sink("--port", str(port), "--bind", "127.0.0.1", "--after-file", str(after))
+            try:
+                threshold = time.clock_gettime_ns(time.CLOCK_REALTIME)
+                g = self.gen_json("--dst", "127.0.0.1", "--port", str(port), "--rate", "0", "--frame", "64",
+                                  "--duration", "1.5")  # fmt: skip
+                after.write_text(str(threshold))
+                time.sleep(0.1)  # the stimulus: a threshold in place before the stop (read every 10 ms)
+            finally:
+                s = self.stop_sink(sink)
+            a = s["after"]
+            check(s["packets"] > 2**17, f"only {s['packets']} packets: the ring was not overrun")
+            check(a["complete"] is False and a["packets"] == 2**17, f"overrun ring: {a}")
+
     def case_sink_duration(self) -> None:
         f = clean(run([self.sink, "--port", str(free_udp_port()), "--duration", "0.2"], timeout_s=10))
         check(f.returncode == 0 and "READY" in f.stderr, f"vrsink --duration: {f}")

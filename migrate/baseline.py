@@ -212,6 +212,7 @@ def _initial_meta(spec: BaselineSpec, facts: dict[str, Any], gen: dict[str, Any]
         "created_utc": dt.datetime.now(dt.UTC).isoformat(),
         "status": "running",
         "failure": None,
+        "failure_class": None,  # a failed baseline never migrates: "setup"; or "interrupted"
         "spec": spec.to_dict(),
         "accel": accel,
         "hypervisor": {k: v for k, v in facts.items() if k != "router_image"},
@@ -279,7 +280,7 @@ def run_baseline(spec: BaselineSpec, results_root: Path, resume_dir: Path | None
             run_dir = resume_dir
             meta = json.loads((run_dir / "meta.json").read_text())
             meta["resumed_utc"] = [*meta.get("resumed_utc", []), dt.datetime.now(dt.UTC).isoformat()]
-            meta["status"], meta["failure"] = "running", None
+            meta["status"], meta["failure"], meta["failure_class"] = "running", None, None
             meta.setdefault("generator_capability_resumed", []).append(gen)
         else:
             run_dir = _new_run_dir(results_root, spec)
@@ -291,8 +292,10 @@ def run_baseline(spec: BaselineSpec, results_root: Path, resume_dir: Path | None
             failed = [n for n, c in meta["configs"].items() if c.get("status") != "completed"]
             meta["status"] = "failed" if failed else "completed"
             meta["failure"] = f"configuration(s) failed: {', '.join(failed)}" if failed else None
+            meta["failure_class"] = "setup" if failed else None
         except Interrupted as err:
             meta["status"], meta["failure"] = "interrupted", f"{err}; resume with RESUME={run_dir}"
+            meta["failure_class"] = "interrupted"
         finally:
             abort.armed = False
             meta["finished_utc"] = dt.datetime.now(dt.UTC).isoformat()

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from migrate import meta as metamod
+from migrate.atomic import write_json
 from migrate.drivers.accel import detect_accel
 from migrate.errors import ConfigError, DependencyError, Interrupted, MigrationError, VrmigError
 from migrate.procs import LineTail, Proc
@@ -178,7 +179,7 @@ def run_in_vm(scenario: Scenario, results_root: Path) -> Path:
             proc = Proc("criu-host-vm", argv, registry, registry.dir, stdout_name="console.log").start()
             w = _watch(proc, console, scenario)
     except Interrupted as err:
-        _mark_new_runs(results_root, before, f"{err}: the CRIU host VM was stopped mid-run")
+        _mark_new_runs(results_root, before, f"{err}: the CRIU host VM was stopped mid-run", interrupted=True)
         raise Interrupted(f"{err}; the CRIU host VM was stopped") from None
     finally:
         console_bytes = console.path.read_bytes() if console.path.exists() else b""
@@ -203,16 +204,44 @@ def _new_run_dir(results_root: Path, before: set[str]) -> Path | None:
     return new[-1] if new else None
 
 
-def _mark_new_runs(results_root: Path, before: set[str], why: str) -> None:
+def reached_phase(run_dir: Path, mode: str | None) -> str:
+    """The phase a run had reached by its records (its failure class if it ended there), with the
+    migration window of ``analysis.window``: no ``migrate`` action yet: setup; no completed end
+    yet: migration; else post-migration."""
+    from analysis.load import read_jsonl
+    from analysis.window import migration_window
+
+    def rows(name: str) -> list[dict[str, Any]]:
+        try:
+            return read_jsonl(run_dir / name)
+        except OSError:
+            return []
+
+    window = migration_window(rows("actions.jsonl"), rows("qmp_events.jsonl"), rows("qmp_samples.jsonl"), mode)
+    if window is None:
+        return "setup"
+    if window.end_ns is None or window.end_status != "completed" or window.end_source == "last-sample":
+        return "migration"
+    return "post-migration"
+
+
+def _mark_new_runs(results_root: Path, before: set[str], why: str, interrupted: bool = False) -> None:
+    """Close the runs the VM left 'running': interrupted (an operator stop) or failed (the VM died
+    or overran its time), classed by the phase their records reached."""
     for p in results_root.iterdir():
         if p.name in before or not (p / "meta.json").exists():
             continue
         try:
-            status = json.loads((p / "meta.json").read_text()).get("status")
+            meta = json.loads((p / "meta.json").read_text())
         except (OSError, ValueError):
-            status = None
-        if status in (None, "running"):
-            mark_dead_run(p, why)
+            meta = None
+        if not isinstance(meta, dict):
+            mark_dead_run(p, why)  # logs why it cannot
+        elif meta.get("status") in (None, "running"):
+            mode = (meta.get("scenario") or {}).get("mode")
+            cls = "interrupted" if interrupted else reached_phase(p, mode)
+            meta.update(status="interrupted" if interrupted else "failed", failure=why, failure_class=cls)
+            write_json(p / "meta.json", meta)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,8 +1,10 @@
 """Fault injection for ``make chaos`` and for studying failed migrations (``--fault``).
 
 Each fault is real: a process killed by PID, the migration link taken down or throttled, a
-guest that cannot boot.  The run must end as ``status: failed`` with a specific reason within a
-bounded time, and where QEMU recovers the run records whether the router kept forwarding on R1.
+guest that cannot boot, a destination whose network is not wired up (the router arrives there
+and runs, but nothing it sends reaches segment R).  The run must end as ``status: failed`` with a
+specific reason within a bounded time, and where QEMU recovers the run records whether the
+router kept forwarding on R1.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from migrate.scenario import FAULTS
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FAULTS", "FaultInjector", "kill_pid", "link_cap", "link_down"]
+__all__ = ["FAULTS", "FaultInjector", "kill_pid", "link_cap", "link_down", "unplug"]
 #: faults fired once the migration has moved this much RAM (so they hit it mid-flight)
 TRIGGER_TRANSFERRED_BYTES = 8 * 2**20
 LINK_CAP_BPS = 8_000  # "capped to near zero"
@@ -83,5 +85,18 @@ def link_cap(ns: str) -> Callable[[], None]:
         with IPRoute(netns=ns) as ipr:
             idx = ipr.link_lookup(ifname=topo.MIGRATION_IF)[0]
             ipr.tc("replace", "tbf", index=idx, handle="1:", rate=f"{LINK_CAP_BPS}bit", burst=1600, latency="50ms")
+
+    return act
+
+
+def unplug(ns: str, ifname: str) -> Callable[[], None]:
+    """A fault action that takes ``ifname`` (R2's tapR: the router's link to segment R on the
+    destination) out of its bridge.  Fired mid-migration, while the source still forwards: the
+    router arrives on R2 and runs and sends on that link (the tap's rx counter grows), but nothing
+    it sends reaches the segment, as on a destination host whose network is not wired up."""
+
+    def act() -> None:
+        with IPRoute(netns=ns) as ipr:
+            ipr.link("set", index=ipr.link_lookup(ifname=ifname)[0], master=0)
 
     return act

@@ -217,6 +217,7 @@ def mark_dead_run(run_dir: Path, why: str = DEAD_RUN_WHY) -> None:
     if meta.get("status") == "running":
         meta["status"] = "interrupted"
         meta["failure"] = why
+        meta["failure_class"] = "interrupted"
         write_json(meta_path, meta)
 
 

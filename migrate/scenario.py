@@ -14,7 +14,7 @@ MODES = ("precopy", "stopcopy")
 ROUTERS = ("frr", "bird", "xorp")
 ACCELS = ("auto", "kvm", "tcg")
 GENS = ("builtin",)  # make migrate measures with vrgen/vrsink; other backends serve the benchmarks
-FAULTS = ("dst-qemu-dies", "src-qemu-dies", "link-down", "link-cap", "guest-never-ready", "gen-dies")
+FAULTS = ("dst-qemu-dies", "src-qemu-dies", "link-down", "link-cap", "guest-never-ready", "gen-dies", "dst-unplugged")
 XEN_GUESTS = ("pvh", "pv")
 CRIU_HOSTS = ("local", "vm")  # HV=criu: here, or in a VM booting Debian's kernel (migrate/criuvm.py)
 XEN_PV_REFUSAL = (

@@ -7,6 +7,13 @@
  * vrgen's sent_hist_ms it gives loss by send time) and one-way delay statistics (log-linear histogram, 0.1 % resolution), and optionally
  * logs every packet as little-endian (u64 seq, i64 t_ns) records.
  *
+ * Live state (--state FILE): every --state-ms the packets so far, the packet with the highest send
+ * stamp and the --after-file report, written atomically (FILE.tmp, rename) for a reader polling it.
+ * --after-file FILE: once FILE holds a CLOCK_REALTIME ns threshold (e.g. when a migration
+ * completed), the first received packet sent at or after it (lowest send stamp) and how many such
+ * packets arrived; packets received before the threshold was read are found in a ring of the
+ * recent ones ("complete": false if the ring no longer reached back to the threshold).
+ *
  * Prints "READY" on stderr once bound; runs until SIGINT/SIGTERM or --duration; then drains what is
  * already queued and prints one sink.json object on stdout.
  */
@@ -29,6 +36,7 @@
 #define WAIT_SLICE_US 50000     /* blocking receive wakes at least every 50 ms */
 #define DRAIN_LIMIT_NS 500000000LL /* at stop, drain the queue for at most 0.5 s */
 #define GAPS_MAX 1000000
+#define AFTER_RING_LOG2 17 /* recent unique packets kept until the --after-file threshold is read */
 
 static volatile sig_atomic_t g_stop;
 
@@ -53,6 +61,9 @@ struct opts {
     int busy;
     int no_gro;
     int seq_crt;
+    const char *state;
+    const char *after_file;
+    int state_ms;
 };
 
 static void usage(FILE *f)
@@ -60,7 +71,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: vrsink --port N [--bind ADDR] [-6] [--gap-us N] [--duration S] [--log FILE]\n"
             "              [--batch N] [--rcvbuf BYTES] [--window-log2 N] [--hist-max-s S] [--cpu N] [--busy]\n"
-            "              [--no-gro] [--seq-crt]\n"
+            "              [--no-gro] [--seq-crt] [--state FILE] [--state-ms N] [--after-file FILE]\n"
             "Receives vrgen UDP traffic; prints READY on stderr once bound, sink.json on stdout at exit\n"
             "(SIGINT/SIGTERM or --duration).\n"
             "  --bind ADDR      local address (family from it); default 0.0.0.0, or :: with -6\n"
@@ -78,6 +89,10 @@ static void usage(FILE *f)
             "  --seq-crt        payload bytes 0..7 carry seq mod 256,255,253,251,247,241,239,233 (one byte\n"
             "                   each, e.g. trafgen dinc() counters) instead of u64 seq + i64 send time;\n"
             "                   no one-way delay is computed\n"
+            "  --state FILE     every --state-ms write the live state (one JSON object) to FILE atomically\n"
+            "  --state-ms N     state period in ms, also how often --after-file is checked (default 10, 1..1000)\n"
+            "  --after-file F   once F holds a CLOCK_REALTIME ns threshold: report the first packet sent at or\n"
+            "                   after it and count those packets (\"after\" in the state and in sink.json)\n"
             "Timestamps: kernel software receive time (SO_TIMESTAMPNS, CLOCK_REALTIME ns).  Bad arguments: exit 2.\n",
             BATCH_MAX);
 }
@@ -92,10 +107,12 @@ static void parse_args(int argc, char **argv, struct opts *o)
         {"hist-max-s", required_argument, 0, 'H'}, {"help", no_argument, 0, 'h'},
         {"cpu", required_argument, 0, 'c'},      {"busy", no_argument, 0, 'y'},
         {"no-gro", no_argument, 0, 'n'},        {"seq-crt", no_argument, 0, 'C'},
+        {"state", required_argument, 0, 'S'},    {"state-ms", required_argument, 0, 'm'},
+        {"after-file", required_argument, 0, 'A'},
         {0, 0, 0, 0},
     };
     *o = (struct opts){.port = -1, .gap_ns = 1000000, .batch = 64, .rcvbuf = 64 << 20, .window_log2 = 24,
-                       .hist_max_s = 7200, .cpu = -1};
+                       .hist_max_s = 7200, .cpu = -1, .state_ms = 10};
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h6", lo, NULL)) != -1) {
@@ -114,6 +131,9 @@ static void parse_args(int argc, char **argv, struct opts *o)
         case 'y': o->busy = 1; break;
         case 'n': o->no_gro = 1; break;
         case 'C': o->seq_crt = 1; break;
+        case 'S': o->state = optarg; break;
+        case 'm': o->state_ms = (int)ct_parse_int("--state-ms", optarg, 1, 1000); break;
+        case 'A': o->after_file = optarg; break;
         case 'h': usage(stdout); exit(0);
         case ':': ct_usage_error("option %s needs a value", argv[optind - 1]);
         default: ct_usage_error("unknown option '%s'", argv[optind - 1]);
@@ -123,6 +143,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
         ct_usage_error("unexpected argument '%s'", argv[optind]);
     if (o->port < 0)
         ct_usage_error("--port N is required");
+    if (o->seq_crt && o->after_file)
+        ct_usage_error("--after-file needs send stamps: not with --seq-crt");
 }
 
 /* ---- sequence tracking: sliding bitmap over (max_seq - W, max_seq] ---- */
@@ -310,6 +332,107 @@ struct gap {
     uint64_t s0, s1;
 };
 
+/* ---- --after-file: the first packet sent at or after a threshold given while running ---- */
+struct txrec {
+    uint64_t seq;
+    int64_t tx, rx;
+};
+
+struct after {
+    const char *path;
+    int known;            /* the threshold has been read */
+    int64_t threshold_ns; /* CLOCK_REALTIME send stamp */
+    int64_t read_ns;      /* when it was read */
+    uint64_t packets;     /* unique packets sent at or after the threshold */
+    int have_first, complete;
+    struct txrec first;   /* the lowest send stamp among them */
+    struct txrec *ring;   /* recent unique packets, until the threshold is known */
+    size_t ring_n, ring_pos;
+    uint64_t ring_used;
+    int64_t evicted_max_rx; /* latest receive time pushed out of the ring */
+};
+
+static void after_count(struct after *a, uint64_t seq, int64_t tx, int64_t rx)
+{
+    a->packets++;
+    if (!a->have_first || tx < a->first.tx) {
+        a->have_first = 1;
+        a->first = (struct txrec){seq, tx, rx};
+    }
+}
+
+/* One unique packet with a plausible send stamp. */
+static void after_add(struct after *a, uint64_t seq, int64_t tx, int64_t rx)
+{
+    if (!a->path)
+        return;
+    if (a->known) {
+        if (tx >= a->threshold_ns)
+            after_count(a, seq, tx, rx);
+        return;
+    }
+    struct txrec *r = &a->ring[a->ring_pos];
+    if (a->ring_used >= a->ring_n && r->rx > a->evicted_max_rx)
+        a->evicted_max_rx = r->rx;
+    *r = (struct txrec){seq, tx, rx};
+    a->ring_pos = (a->ring_pos + 1) & (a->ring_n - 1);
+    a->ring_used++;
+}
+
+/* Read the threshold if the file now holds one (a whole decimal number, optional newline); the
+ * packets already received are taken from the ring.  A packet is received after it was sent (one
+ * clock), so the count is complete if nothing received at or after the threshold left the ring. */
+static void after_poll(struct after *a)
+{
+    if (!a->path || a->known)
+        return;
+    FILE *f = fopen(a->path, "re");
+    if (!f)
+        return;
+    char buf[32];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *end;
+    errno = 0;
+    long long v = strtoll(buf, &end, 10);
+    if (errno || end == buf || (*end != '\0' && strcmp(end, "\n") != 0))
+        return; /* not (yet) a threshold */
+    a->known = 1;
+    a->threshold_ns = v;
+    a->read_ns = ct_now_ns(CLOCK_REALTIME);
+    a->complete = a->evicted_max_rx < v;
+    size_t used = a->ring_used < a->ring_n ? (size_t)a->ring_used : a->ring_n;
+    for (size_t i = 0; i < used; i++)
+        if (a->ring[i].tx >= v)
+            after_count(a, a->ring[i].seq, a->ring[i].tx, a->ring[i].rx);
+    free(a->ring);
+    a->ring = NULL;
+}
+
+static void txrec_print(FILE *f, const struct txrec *r, int have)
+{
+    if (have)
+        fprintf(f, "{\"seq\": %" PRIu64 ", \"tx_ns\": %" PRId64 ", \"rx_ns\": %" PRId64 "}", r->seq, r->tx, r->rx);
+    else
+        fputs("null", f);
+}
+
+/* The "after" member's value: null until a threshold was read. */
+static void after_print(FILE *f, const struct after *a)
+{
+    if (!a->known) {
+        fputs("null", f);
+        return;
+    }
+    fprintf(f,
+            "{\"threshold_ns\": %" PRId64 ", \"read_ns\": %" PRId64 ", \"packets\": %" PRIu64
+            ", \"complete\": %s, \"first\": ",
+            a->threshold_ns, a->read_ns, a->packets, a->complete ? "true" : "false");
+    txrec_print(f, &a->first, a->have_first);
+    fputc('}', f);
+}
+
 struct state {
     struct seqtrack seq;
     struct owd owd;
@@ -328,6 +451,10 @@ struct state {
     int payload_min, payload_max;
     FILE *log;
     int seq_crt;
+    struct after after;
+    int have_max_tx;
+    struct txrec max_tx; /* the received packet with the highest send stamp */
+    uint64_t state_writes, state_errors;
 };
 
 static void on_packet(struct state *st, const unsigned char *p, int len, int64_t t)
@@ -383,8 +510,14 @@ static void on_packet(struct state *st, const unsigned char *p, int len, int64_t
                 o->negative++;
             else
                 o->h[owd_index((uint64_t)d)]++;
-            if (d > -TX_PLAUSIBLE_NS && d < TX_PLAUSIBLE_NS) /* a send stamp of this clock */
+            if (d > -TX_PLAUSIBLE_NS && d < TX_PLAUSIBLE_NS) { /* a send stamp of this clock */
                 ct_hist_add(&st->tx_hist, ct_ms_floor(tx), 1);
+                if (!st->have_max_tx || tx > st->max_tx.tx) {
+                    st->have_max_tx = 1;
+                    st->max_tx = (struct txrec){seq, tx, t};
+                }
+                after_add(&st->after, seq, tx, t);
+            }
         }
     }
 
@@ -415,6 +548,34 @@ static void on_packet(struct state *st, const unsigned char *p, int len, int64_t
         st->prev_seq = seq;
     }
     ct_hist_add(&st->hist, ct_ms_floor(t), 1);
+}
+
+/* --state: write the live state to a temporary file and rename it over FILE. */
+static void state_write(struct state *st, const char *path)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        st->state_errors++;
+        return;
+    }
+    FILE *f = fopen(tmp, "we");
+    if (!f) {
+        st->state_errors++;
+        return;
+    }
+    fprintf(f, "{\"t_ns\": %" PRId64 ", \"packets\": %" PRIu64 ", \"received\": %" PRIu64 ", \"last_rx_ns\": %" PRId64
+            ", \"max_tx\": ",
+            ct_now_ns(CLOCK_REALTIME), st->seq.unique, st->received, st->received > st->malformed ? st->last_ns : 0);
+    txrec_print(f, &st->max_tx, st->have_max_tx);
+    fputs(", \"after\": ", f);
+    after_print(f, &st->after);
+    fputs("}\n", f);
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        st->state_errors++;
+        unlink(tmp);
+        return;
+    }
+    st->state_writes++;
 }
 
 static void print_json(const struct state *st, const struct opts *o, int fam, const char *bind, int rcvbuf,
@@ -461,6 +622,11 @@ static void print_json(const struct state *st, const struct opts *o, int fam, co
             valid ? st->payload_min : 0, valid ? st->payload_max : 0, dur > 0 ? (double)(s->unique - 1) / dur : 0.0,
             st->gaps_dropped, st->hist.dropped, st->tx_hist.dropped);
     fprintf(f, "\"seq_format\": \"%s\", ", st->seq_crt ? "crt8" : "le64+send_ns");
+    fputs("\"max_tx\": ", f);
+    txrec_print(f, &st->max_tx, st->have_max_tx);
+    fputs(", \"after\": ", f);
+    after_print(f, &st->after);
+    fprintf(f, ", \"state_writes\": %" PRIu64 ", \"state_errors\": %" PRIu64 ", ", st->state_writes, st->state_errors);
     fprintf(f, "\"family\": %d, \"bind\": ", fam == AF_INET6 ? 6 : 4);
     ct_json_str(f, bind);
     fprintf(f,
@@ -511,6 +677,13 @@ int main(int argc, char **argv)
     unsigned char *ctrl = malloc((size_t)o.batch * CTRL_BYTES);
     struct mmsghdr *msgs = calloc((size_t)o.batch, sizeof *msgs);
     struct iovec *iov = calloc((size_t)o.batch, sizeof *iov);
+    if (o.after_file) {
+        st.after = (struct after){.path = o.after_file, .ring_n = (size_t)1 << AFTER_RING_LOG2,
+                                  .evicted_max_rx = INT64_MIN};
+        st.after.ring = calloc(st.after.ring_n, sizeof *st.after.ring);
+        if (!st.after.ring)
+            ct_die("out of memory");
+    }
     if (!st.seq.bits || !st.owd.h || !slots || !ctrl || !msgs || !iov)
         ct_die("out of memory");
 
@@ -531,7 +704,10 @@ int main(int argc, char **argv)
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &o.rcvbuf, sizeof o.rcvbuf);
     int kernel_ts = setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one) == 0;
     int gro = !o.no_gro && setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
-    struct timeval tv = {.tv_sec = 0, .tv_usec = WAIT_SLICE_US};
+    const int ticking = o.state || o.after_file;
+    const int64_t tick_ns = (int64_t)o.state_ms * 1000000;
+    struct timeval tv = {.tv_sec = 0, .tv_usec = ticking && o.state_ms * 1000 < WAIT_SLICE_US ? o.state_ms * 1000
+                                                                                             : WAIT_SLICE_US};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     if (bind(fd, (struct sockaddr *)&addr, alen) != 0)
         ct_die("bind %s port %d: %s", bind_str, o.port, strerror(errno));
@@ -548,8 +724,17 @@ int main(int argc, char **argv)
 
     const char *stopped_by = "signal";
     int draining = 0, reinit = o.batch;
-    int64_t drain_until = 0;
+    int64_t drain_until = 0, next_tick = 0;
     for (;;) {
+        if (ticking) {
+            int64_t now = ct_now_ns(CLOCK_MONOTONIC);
+            if (now >= next_tick) {
+                after_poll(&st.after);
+                if (o.state)
+                    state_write(&st, o.state);
+                next_tick = now + tick_ns;
+            }
+        }
         if (!draining) {
             if (g_stop || ct_now_ns(CLOCK_MONOTONIC) >= deadline) {
                 if (!g_stop)
@@ -621,12 +806,16 @@ int main(int argc, char **argv)
     close(fd);
     if (st.log && fclose(st.log) != 0)
         ct_die("--log %s: %s", o.log, strerror(errno));
+    after_poll(&st.after);
+    if (o.state)
+        state_write(&st, o.state);
     print_json(&st, &o, fam, bind_str, rcvbuf, start_ns, end_ns, stopped_by);
     free(st.seq.bits);
     free(st.owd.h);
     free(st.gaps);
     free(st.hist.c);
     free(st.tx_hist.c);
+    free(st.after.ring);
     free(slots);
     free(ctrl);
     free(msgs);

@@ -100,13 +100,37 @@ def test_an_error_before_any_run_keeps_its_kind(fake_vm):
         criuvm.run_in_vm(Scenario(hv="criu", router="bird", criu_host="vm"), results)
 
 
-def test_a_vm_that_dies_mid_run_leaves_the_run_marked_interrupted(fake_vm):
+@pytest.mark.parametrize(
+    ("actions", "failure_class"),
+    [
+        ([], "setup"),
+        ([{"t_ns": 1, "action": "migrate", "side": "src"}], "migration"),
+        (
+            [
+                {"t_ns": 1, "action": "migrate", "side": "src"},
+                {"t_ns": 2, "action": "migration-end", "side": "dst", "status": "completed"},
+            ],
+            "post-migration",
+        ),
+        (
+            [
+                {"t_ns": 1, "action": "migrate", "side": "src"},
+                {"t_ns": 2, "action": "migration-end", "side": "src", "status": "failed"},
+            ],
+            "migration",
+        ),
+    ],
+)
+def test_a_vm_that_dies_mid_run_leaves_the_run_failed_in_the_phase_it_reached(fake_vm, actions, failure_class):
     results, script = fake_vm
     d, make = _run_dir(results, "20990101T000000Z-criu-vm-stopcopy-10M-1500", "running")
-    script.append(f"echo VRMIG-CRIUVM-BOOT kernel=x; {make}; echo 'Kernel panic'")
+    lines = "".join(json.dumps(a) + "\n" for a in actions)  # the records the run wrote (SYNTHETIC)
+    script.append(f"echo VRMIG-CRIUVM-BOOT kernel=x; {make}; printf '%s' '{lines}' > {d}/actions.jsonl; "
+                  "echo 'Kernel panic'")  # fmt: skip
     assert criuvm.run_in_vm(Scenario(hv="criu", router="bird", criu_host="vm"), results) == d
     meta = json.loads((d / "meta.json").read_text())
-    assert meta["status"] == "interrupted" and "CRIU host VM ended mid-run" in meta["failure"], meta
+    assert meta["status"] == "failed" and "CRIU host VM ended mid-run" in meta["failure"], meta
+    assert meta["failure_class"] == failure_class
 
 
 def test_a_vm_that_fails_to_mount_its_root_says_why(fake_vm):

@@ -1,0 +1,335 @@
+"""How a run's outcome is decided (no root): failure classes by phase, the proof that the router
+forwards after the migration (cross-traffic sent after the completion reached B; RTT probes at
+RATE=0), the instruments' CPU time, and post-completion faults.
+
+Fakes stand in for the driver and the instruments; sink.json/state objects written here are
+SYNTHETIC; the irtt trace is a real capture (tests/fixtures/probes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from migrate import run as runmod
+from migrate.drivers.base import MigrationOutcome
+from migrate.errors import Interrupted, MigrationError, TestbedError
+from migrate.faults import FaultInjector
+from migrate.scenario import Scenario
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+T_COMPLETED = 1_800_000_000_000_000_000
+
+
+class FakeDriver:
+    """A driver whose migrate() returns or raises what it is told."""
+
+    def __init__(self, outcome: MigrationOutcome | Exception, source_running: bool = True) -> None:
+        self.outcome, self.running = outcome, source_running
+
+    def migrate(self) -> MigrationOutcome:
+        if isinstance(self.outcome, Exception):
+            raise self.outcome
+        return self.outcome
+
+    def source_running(self) -> bool:
+        return self.running
+
+
+class FakeInstruments:
+    """Instruments whose sink state and liveness are scripted."""
+
+    def __init__(self, rate_bps: int, states: list[dict[str, Any] | None], dead: str | None = None) -> None:
+        self.s = SimpleNamespace(rate_bps=rate_bps)
+        self.states, self.dead_what = list(states), dead
+        self.after_ns: int | None = None
+        self.actions: list[tuple[str, dict[str, Any]]] = []
+        self.rec = SimpleNamespace(action=lambda name, **kw: self.actions.append((name, kw)))
+        self.probes = iter([100, 101, 102, 104, 110])
+
+    def dead(self) -> str | None:
+        return self.dead_what
+
+    def mark_after(self, t_ns: int) -> None:
+        self.after_ns = t_ns
+
+    def sink_state(self) -> dict[str, Any] | None:
+        return self.states.pop(0) if len(self.states) > 1 else self.states[0]
+
+    def probes_at_d(self) -> int | None:
+        return next(self.probes, 110)
+
+
+def _state(after: dict[str, Any] | None = None, max_tx_ns: int = 0) -> dict[str, Any]:
+    """A vrsink --state object (SYNTHETIC)."""
+    return {"t_ns": 0, "packets": 10, "received": 10, "last_rx_ns": 0,
+            "max_tx": {"seq": 9, "tx_ns": max_tx_ns, "rx_ns": max_tx_ns + 1000}, "after": after}  # fmt: skip
+
+
+def _after(packets: int, tx_ns: int = T_COMPLETED + 500_000) -> dict[str, Any]:
+    return {"threshold_ns": T_COMPLETED, "read_ns": T_COMPLETED + 10**7, "packets": packets, "complete": True,
+            "first": {"seq": 4242, "tx_ns": tx_ns, "rx_ns": tx_ns + 80_000} if packets else None}  # fmt: skip
+
+
+def _migrate(tmp_path, monkeypatch, driver, instruments, mode="precopy"):
+    """Run the migration phase of migrate.run with fakes; returns (meta, phase)."""
+    monkeypatch.setattr(runmod, "AFTER_MIGRATION_OBSERVE_S", 0.2)
+    monkeypatch.setattr(runmod, "RECOVERY_OBSERVE_S", 0.2)
+    monkeypatch.setattr(runmod, "completion_ns", lambda run_dir, s, returned: (T_COMPLETED, "window end (event)"))
+    meta: dict[str, Any] = {"status": "running", "failure": None, "failure_class": None, "hypervisor": {}}
+    phase = runmod.Phase()
+    s = Scenario(mode=mode, rate_bps=instruments.s.rate_bps)
+    runmod._migrate(s, driver, instruments, tmp_path, meta, phase)
+    return meta, phase
+
+
+# ---------------------------------------------------------------- failure classes
+
+
+def test_failed_migration_is_class_migration_and_recovery_uses_sent_after_failure(tmp_path, monkeypatch):
+    now = time.time_ns()
+    inst = FakeInstruments(10_000_000, [_state(max_tx_ns=now - 10**9), _state(max_tx_ns=now + 10**9)])
+    meta, phase = _migrate(tmp_path, monkeypatch, FakeDriver(MigrationError("migration did not complete")), inst)
+    assert (meta["status"], meta["failure_class"], phase.current) == ("failed", "migration", "migration")
+    assert meta["failure"] == "migration did not complete"
+    rec = meta["recovery"]
+    # the first state's highest send stamp predates the failure: only the second proves forwarding
+    assert rec["source_running"] is True and rec["forwarding_on_R1"] is True and rec["sent_ns"] == now + 10**9
+
+
+def test_recovery_not_claimed_from_packets_sent_before_the_failure(tmp_path, monkeypatch):
+    inst = FakeInstruments(10_000_000, [_state(max_tx_ns=time.time_ns() - 10**9)])
+    meta, _ = _migrate(tmp_path, monkeypatch, FakeDriver(MigrationError("cancelled")), inst)
+    assert meta["recovery"]["forwarding_on_R1"] is False
+
+
+def test_outcome_not_completed_without_exception_is_a_failed_migration(tmp_path, monkeypatch):
+    """A driver may report failure in its outcome (HV=openvz) instead of raising."""
+    inst = FakeInstruments(10_000_000, [_state()])
+    driver = FakeDriver(MigrationOutcome(completed=False, failure="vzmigrate exited 1"), source_running=False)
+    meta, _ = _migrate(tmp_path, monkeypatch, driver, inst)
+    assert (meta["status"], meta["failure_class"], meta["failure"]) == ("failed", "migration", "vzmigrate exited 1")
+    assert "after_migration" not in meta
+
+
+def test_completed_but_nothing_sent_after_completion_reaches_b_is_post_migration(tmp_path, monkeypatch):
+    """The hypervisor says completed; the sink sees packets, but none sent after the completion."""
+    inst = FakeInstruments(10_000_000, [None, _state(_after(0), max_tx_ns=T_COMPLETED - 1)])
+    meta, phase = _migrate(tmp_path, monkeypatch, FakeDriver(MigrationOutcome(completed=True)), inst)
+    assert inst.after_ns == T_COMPLETED  # vrsink was given the completion time
+    assert (meta["status"], meta["failure_class"], phase.current) == ("failed", "post-migration", "post-migration")
+    assert "did not forward from R2" in meta["failure"] and "no cross-traffic packet sent after" in meta["failure"]
+    assert meta["after_migration"]["forwarding"] is False and meta["after_migration"]["live"]["seen"] is False
+
+
+def test_completed_and_forwarding_records_the_first_packet_sent_after(tmp_path, monkeypatch):
+    inst = FakeInstruments(10_000_000, [_state(None), _state(_after(0)), _state(_after(3))])
+    meta, phase = _migrate(tmp_path, monkeypatch, FakeDriver(MigrationOutcome(completed=True)), inst)
+    assert meta["status"] == "running" and meta["failure_class"] is None and phase.current == "post-migration"
+    after = meta["after_migration"]
+    assert after["forwarding"] is True and after["proof"] == "cross-traffic"
+    assert (after["completed_ns"], after["completed_source"]) == (T_COMPLETED, "window end (event)")
+    live = after["live"]
+    assert live["first_sent_ns"] == T_COMPLETED + 500_000 and live["first_received_ns"] == T_COMPLETED + 580_000
+    assert live["packets"] == 3 and live["first_seq"] == 4242
+    assert inst.actions[0][0] == "forwarding-observed"
+
+
+def test_instrument_dead_at_completion_is_class_migration(tmp_path, monkeypatch):
+    inst = FakeInstruments(10_000_000, [_state()], dead="gen (exit status -9)")
+    meta, _ = _migrate(tmp_path, monkeypatch, FakeDriver(MigrationOutcome(completed=True)), inst)
+    assert (meta["failure_class"], meta["failure"]) == (
+        "migration",
+        "instrument died during the run (before the migration completed): gen (exit status -9)",
+    )
+
+
+def test_rate_0_live_readiness_counts_probes_at_d(tmp_path, monkeypatch):
+    inst = FakeInstruments(0, [None])
+    meta, _ = _migrate(tmp_path, monkeypatch, FakeDriver(MigrationOutcome(completed=True)), inst)
+    live = meta["after_migration"]["live"]
+    assert meta["after_migration"]["proof"] == "rtt-probes" and inst.after_ns is None
+    assert live["seen"] is True and live["probes_at_D"] >= runmod.PROBES_MIN
+
+
+def test_record_failure_keeps_the_first_failure_and_its_class():
+    meta: dict[str, Any] = {"status": "running"}
+    runmod.record_failure(meta, "migration", "migration did not complete")
+    runmod.record_failure(meta, "post-migration", "instrument died")
+    assert (
+        meta["failure_class"] == "migration" and meta["failure"] == "migration did not complete; then: instrument died"
+    )
+    runmod.record_interrupted(meta, "interrupted by SIGINT")
+    assert (
+        meta["status"] == meta["failure_class"] == "interrupted"
+        and "after: migration did not complete" in meta["failure"]
+    )
+
+
+def _run_with(tmp_path, monkeypatch, execute):
+    """migrate.run.run() with its side effects replaced: ``execute(phase, meta)`` plays _execute."""
+    monkeypatch.setattr(runmod, "preflight", lambda s: (object, {}))
+    monkeypatch.setattr(runmod, "clean_stale", lambda: [])
+    monkeypatch.setattr(runmod, "_analyse", lambda run_dir: None)
+    monkeypatch.setattr(
+        runmod, "_execute", lambda s, cls, facts, reg, run_dir, meta, abort, phase: execute(phase, meta)
+    )
+    try:
+        run_dir = runmod.run(Scenario(), tmp_path / "results")
+    except Interrupted:
+        run_dir = next((tmp_path / "results").glob("*-kvm-*"))
+    return json.loads((run_dir / "meta.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("phase", "error", "status", "cls", "failure"),
+    [
+        ("setup", TestbedError("ip link add failed"), "failed", "setup", "ip link add failed"),
+        ("setup", KeyError("x"), "failed", "setup", "internal error: KeyError: 'x'"),
+        ("migration", RuntimeError("boom"), "failed", "migration", "internal error: RuntimeError: boom"),
+        ("post-migration", ValueError("odd"), "failed", "post-migration", "internal error: ValueError: odd"),
+        ("migration", Interrupted("interrupted by SIGINT"), "interrupted", "interrupted", "interrupted by SIGINT"),
+        ("post-migration", None, "completed", None, None),
+    ],
+)
+def test_run_classes_failures_by_phase(tmp_path, monkeypatch, phase, error, status, cls, failure):
+    def execute(ph, meta):
+        ph.current = phase
+        if error is not None:
+            raise error
+        meta["status"] = "completed"
+
+    meta = _run_with(tmp_path, monkeypatch, execute)
+    assert (meta["status"], meta["failure_class"], meta["failure"]) == (status, cls, failure)
+
+
+def test_signal_surfacing_as_another_error_is_interrupted(tmp_path, monkeypatch):
+    def execute(ph, meta):
+        ph.current = "migration"
+        signal.raise_signal(signal.SIGTERM)  # the handler raises Interrupted ...
+
+    meta = _run_with(tmp_path, monkeypatch, execute)
+    assert (meta["status"], meta["failure_class"]) == ("interrupted", "interrupted")
+
+
+# ---------------------------------------------------------------- the definitive record
+
+
+def test_after_record_from_sink_json(tmp_path):
+    last = {"seq": 9000, "tx_ns": T_COMPLETED + 5 * 10**9, "rx_ns": T_COMPLETED + 5 * 10**9 + 70_000}
+    sink = {"tool": "vrsink", "after": _after(57), "max_tx": last}  # SYNTHETIC sink.json (the fields used)
+    (tmp_path / "sink.json").write_text(json.dumps(sink))
+    rec = runmod.after_record(tmp_path, 10_000_000, T_COMPLETED)
+    assert rec == {
+        "first": {"seq": 4242, "sent_ns": T_COMPLETED + 500_000, "received_ns": T_COMPLETED + 580_000},
+        "packets": 57,
+        "complete": True,
+        "last": {"seq": 9000, "sent_ns": last["tx_ns"], "received_ns": last["rx_ns"]},
+    }
+    assert runmod.after_record(tmp_path, 10_000_000, T_COMPLETED + 1)["packets"] is None  # another threshold
+    (tmp_path / "sink.json").write_text('{"tool": "vrsink", "pack')  # a sink killed mid-write
+    assert "unreadable" in runmod.after_record(tmp_path, 10_000_000, T_COMPLETED)["error"]
+
+
+def test_after_record_rate_0_counts_answered_probes_sent_after(tmp_path):
+    """Real irtt output: probes 54.. were lost upstream while a blackhole route was in place."""
+    from probes.irtt import load_irtt
+
+    shutil.copy(FIXTURES / "probes" / "irtt_10ms_loss.json.gz", tmp_path / "irtt.json.gz")
+    trace = load_irtt(tmp_path / "irtt.json.gz")
+    t54 = int(trace.send_ns[trace.seqno == 54][0])
+    rec = runmod.after_record(tmp_path, 0, t54)
+    after = trace.send_ns >= t54
+    assert rec["sent"] == int(after.sum()) and rec["packets"] == int((after & trace.received).sum())
+    first = rec["first"]
+    assert first["seq"] > 54 and first["sent_ns"] > t54 and first["received_ns"] > first["sent_ns"]
+    assert not trace.received[(trace.seqno >= 54) & (trace.seqno < first["seq"])].any()  # all lost before it
+    assert runmod.after_record(tmp_path, 0, int(trace.send_ns[-1]) + 1) == {"first": None, "packets": 0, "sent": 0}
+
+
+def test_confirm_fails_a_run_whose_record_shows_nothing_sent_after(tmp_path):
+    (tmp_path / "sink.json").write_text(json.dumps({"after": _after(0)}))  # SYNTHETIC
+    meta: dict[str, Any] = {
+        "status": "running",
+        "after_migration": {"completed_ns": T_COMPLETED, "live": {"seen": True}},
+    }
+    runmod._confirm_forwarding(Scenario(rate_bps=10_000_000), tmp_path, meta)
+    assert (meta["status"], meta["failure_class"]) == ("failed", "post-migration")
+    assert meta["after_migration"]["forwarding"] is False and "record shows no cross-traffic packet" in meta["failure"]
+
+
+# ---------------------------------------------------------------- instruments' CPU
+
+
+def test_stop_measured_counts_cpu_spent_while_exiting(tmp_path):
+    """A child burns CPU in its SIGTERM handler: its time is read after it exited, before reaping."""
+    from migrate.procs import Proc
+    from migrate.traffic import proc_cpu_s, stop_measured
+
+    code = (
+        "import signal, sys, time\n"
+        "def bye(*_):\n"
+        "    t = time.process_time()\n"
+        "    while time.process_time() - t < 0.3: pass\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        "print('READY', file=sys.stderr, flush=True)\n"
+        "while True: time.sleep(0.01)\n"
+    )
+    reg = SimpleNamespace(prefix="vm000000", add_process=lambda pid, what: None)
+    p = Proc("busy", [sys.executable, "-c", code], reg, tmp_path)  # type: ignore[arg-type]
+    p.start()
+    p.wait_for("READY", 10)
+    before = proc_cpu_s(p.pid)
+    cpu = stop_measured(p, signal.SIGTERM)
+    assert before is not None and cpu is not None and cpu >= before + 0.25, (before, cpu)
+    assert p.returncode() == 0
+    assert stop_measured(p, signal.SIGTERM) is None  # reaped: unknown, not 0
+
+
+def test_cpu_report_groups_the_prober_and_keeps_unknown_as_null():
+    from migrate.traffic import Instruments
+
+    inst = Instruments.__new__(Instruments)
+    inst.procs = {k: object() for k in ("sink", "sampler", "irtt-client", "irtt-server")}  # no gen: RATE=0
+    inst.cpu_by_proc = {"sink": 0.5, "sampler": 0.25, "irtt-client": 0.125, "irtt-server": 0.0625}
+    inst.t_start, inst.t_stop = 100.0, 111.5
+    cpu, wall, parts = inst.cpu_report()
+    assert cpu == {"gen": None, "sink": 0.5, "sampler": 0.25, "prober": 0.188} and wall == 11.5
+    assert parts["irtt-server"] == 0.0625
+    inst.cpu_by_proc["irtt-server"] = None  # killed after ignoring its signal: the sum is unknown
+    assert inst.cpu_report()[0]["prober"] is None
+
+
+def test_proc_cpu_s_of_this_process_and_of_none():
+    from migrate.traffic import proc_cpu_s
+
+    t = time.process_time()
+    while time.process_time() - t < 0.05:
+        pass
+    assert proc_cpu_s(os.getpid()) >= 0.04
+    assert proc_cpu_s(2**22 + 12345) is None
+
+
+# ---------------------------------------------------------------- dst-unplugged
+
+
+def test_dst_unplugged_fires_mid_migration_and_is_a_known_fault():
+    from migrate.scenario import FAULTS
+
+    fired: list[str] = []
+    inj = FaultInjector("dst-unplugged", lambda *a, **k: 0)
+    inj.targets = {"dst-unplugged": lambda: fired.append("unplugged")}
+    inj.on_progress({"status": "active", "ram": {"transferred": 1 * 2**20}})
+    assert fired == []
+    inj.on_progress({"status": "active", "ram": {"transferred": 10 * 2**20}})
+    inj.on_progress({"status": "active", "ram": {"transferred": 20 * 2**20}})
+    assert fired == ["unplugged"] and "dst-unplugged" in FAULTS
