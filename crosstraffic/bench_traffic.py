@@ -36,6 +36,7 @@ import json
 import logging
 import os
 import platform
+import selectors
 import shutil
 import signal
 import statistics
@@ -263,19 +264,35 @@ def finish_with_rusage(child: Child, timeout_s: float) -> tuple[int, str, str, f
     """Wait for ``child`` with wait4() to get its CPU time (user + system, its own and that of the
     children it waited for: trafgen's worker, timeout's trafgen); returns (rc, stdout, stderr, cpu_s).
 
-    The generator's stdout is small (a summary), so the pipe cannot fill up while we poll."""
+    Reads stdout and stderr while it waits: a long run's gen.json (a per-ms histogram, late events)
+    is larger than a pipe's buffer, and a generator blocked writing it would never exit."""
+    assert child.popen.stdout is not None and child.popen.stderr is not None
     deadline = time.monotonic() + timeout_s
-    while True:
-        pid, status, ru = os.wait4(child.pid, os.WNOHANG)
-        if pid == child.pid:
-            break
-        if time.monotonic() > deadline:
-            child.kill()
-            raise RunError(f"{' '.join(child.argv)} did not exit within {timeout_s:.0f} s")
-        time.sleep(0.02)  # polling the exit, not waiting for readiness
-    child.popen.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
-    out, err = child.popen.communicate()
-    return child.popen.returncode, out.decode(errors="replace"), err.decode(errors="replace"), ru.ru_utime + ru.ru_stime
+    out = {child.popen.stdout.fileno(): bytearray(), child.popen.stderr.fileno(): bytearray()}
+    status: int | None = None
+    cpu_s = 0.0
+    with selectors.DefaultSelector() as sel:
+        for fd in out:
+            sel.register(fd, selectors.EVENT_READ)
+        while status is None or sel.get_map():
+            if status is None:
+                pid, st, ru = os.wait4(child.pid, os.WNOHANG)
+                if pid == child.pid:
+                    status, cpu_s = st, ru.ru_utime + ru.ru_stime
+                    child.popen.returncode = os.waitstatus_to_exitcode(st)  # reaped: Popen must not wait or kill
+            if time.monotonic() > deadline:
+                child.kill()
+                raise RunError(f"{' '.join(child.argv)} did not exit within {timeout_s:.0f} s")
+            for key, _ in sel.select(0.02):  # polling the exit, not waiting for readiness
+                chunk = os.read(key.fd, 65536)
+                if chunk:
+                    out[key.fd] += chunk
+                else:
+                    sel.unregister(key.fd)
+    child.popen.stdout.close()
+    child.popen.stderr.close()
+    stdout, stderr = (bytes(b).decode(errors="replace") for b in out.values())
+    return int(child.popen.returncode), stdout, stderr, cpu_s
 
 
 def _wait_ready(b: Backend, sink: Child, netns: str) -> None:

@@ -4,17 +4,21 @@ schedule (synthetic inputs, named as such)."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
 from crosstraffic.bench_traffic import (
     Deviation,
     anchored_deviation,
+    finish_with_rusage,
     pacing_markdown,
     pacing_targets,
     parse_itgdec_octave,
     schedule_interval_ns,
 )
+from crosstraffic.runner import Child, RunError
 from crosstraffic.selftest import pacing_check
 
 T_NS = 51_200.0  # 64 B frames at 10 Mbit/s
@@ -165,3 +169,18 @@ def test_pacing_check_catches_early_and_missing_packets():
 def test_pacing_check_duplicates_count_once():
     c = pacing_check([(0, 5), (1, 512_005), (1, 9), (2, 1_024_005)], 0, 64, 1_000_000, 3)
     assert c.received == 3 and c.early == 0 and c.bursts == 3
+
+
+def test_finish_with_rusage_reads_a_large_summary_while_waiting():
+    """A generator whose summary is larger than a pipe buffer (1 MiB here) must not block on it."""
+    code = "import sys; sys.stdout.write('x' * (1 << 20)); sys.stderr.write('done'); sum(range(10**6))"
+    child = Child([sys.executable, "-c", code])
+    rc, out, err, cpu_s = finish_with_rusage(child, timeout_s=20)
+    assert rc == 0 and len(out) == 1 << 20 and err == "done" and cpu_s > 0
+
+
+def test_finish_with_rusage_times_out_and_kills():
+    child = Child([sys.executable, "-c", "import time; time.sleep(30)"])
+    with pytest.raises(RunError, match="did not exit within"):
+        finish_with_rusage(child, timeout_s=0.3)
+    assert child.popen.poll() is not None
