@@ -140,3 +140,32 @@ def test_calibrate_criu_interrupted_while_frozen_leaves_nothing(tmp_path, no_lef
     for r in rows:
         if r["kind"] == "cut":  # the kernel path through the container: the a-priori targets hold
             assert r["detected"] == "1" and abs(float(r["median_error_ms"])) <= float(r["target_ms"]), r
+
+
+def test_teardown_after_a_crash_kills_a_frozen_process_and_removes_its_cgroup(tmp_path, monkeypatch):
+    """What clean-testbed does for a run SIGKILLed while the router was frozen: the frozen process
+    is killed all the same (a fatal signal reaches a frozen task; one with a SIGTERM handler, like
+    the container's init, gets SIGKILL after the grace period) and the registered cgroup removed."""
+    require_root_and()
+    from migrate import registry as regmod
+    from migrate.freezer import Freezer
+
+    monkeypatch.setattr(regmod, "STATE_ROOT", tmp_path / "state")
+    reg = regmod.Registry("vmcal000")
+    reg.open()
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        reg.add_process(proc.pid, "sleep")
+        freezer = Freezer.create(reg, f"vrmig-{reg.prefix}-{proc.pid}-test")
+        assert freezer.adopt(lambda: [proc.pid]) == {proc.pid}
+        freezer.freeze()
+        assert freezer.frozen()
+        state = json.loads(reg.state_file.read_text())
+        assert state["paths"] == [str(freezer.path)]
+        assert regmod.teardown_state(state) == []
+        assert proc.wait(timeout=5) in (-signal.SIGTERM, -signal.SIGKILL)
+        assert not freezer.path.exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
