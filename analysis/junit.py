@@ -1,6 +1,7 @@
 """JUnit XML of a night's regression checks (pure): one test case per matrix point and metric,
-<failure> for a regression, <skipped> when a check could not be made, so CI systems show
-regressions natively."""
+<failure> for a regression, <error> for runs that failed before their migration (a setup
+problem, not a regression), <skipped> when a check could not be made, so CI systems show them
+natively."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def junit_xml(
     """The JUnit XML document for ``checks`` = [(point label, verdict), ...]."""
     failures = sum(1 for _, v in checks if v.status == "regression")
     skipped = sum(1 for _, v in checks if v.status == "skipped")
-    counts = {"tests": str(len(checks)), "failures": str(failures), "errors": "0", "skipped": str(skipped)}
+    errors = sum(1 for _, v in checks if v.status == "error")
+    counts = {"tests": str(len(checks)), "failures": str(failures), "errors": str(errors), "skipped": str(skipped)}
     root = ET.Element("testsuites", {"name": suite, **counts, "time": f"{time_s:.1f}"})
     ts = ET.SubElement(
         root,
@@ -41,10 +43,13 @@ def junit_xml(
         if v.status == "regression":
             fail = ET.SubElement(case, "failure", {"type": "regression", "message": v.reason})
             fail.text = (
-                f"metric {v.metric} at {point}\nbaseline: n={v.n_base} median={_fmt(v.median_base)}\n"
+                f"check {v.metric} at {point}\naccepted: n={v.n_base} median={_fmt(v.median_base)}\n"
                 f"tonight:  n={v.n_cand} median={_fmt(v.median_cand)}\n"
                 f"worse by {_fmt(v.worse_by)} (relative {_fmt(v.worse_by_rel)}), p={_fmt(v.p_value)}\n"
             )
+        elif v.status == "error":
+            err = ET.SubElement(case, "error", {"type": "setup", "message": v.reason})
+            err.text = f"{v.metric} at {point}: {v.reason}\n"
         elif v.status == "skipped":
             ET.SubElement(case, "skipped", {"message": v.reason})
         out = ET.SubElement(case, "system-out")

@@ -1,33 +1,45 @@
-"""Regression detection for small samples (pure functions).
+"""The nightly regression decision (pure functions): tonight's runs of each matrix point against
+the pooled runs of every accepted night of that point.
 
-A metric of tonight's runs at one matrix point regresses against the baseline's runs when BOTH
-  1. the exact one-sided Mann–Whitney U test (rank-sum permutation test, ties handled exactly)
-     says tonight is worse with p <= alpha, and
-  2. the medians differ by at least the metric's minimum effect: tonight's median is worse than
-     the baseline's by >= ``min_abs`` (in the metric's unit) AND by >= ``min_rel`` of the
-     baseline median.
-The test bounds the false-positive rate of each check by alpha whatever the noise distribution;
-the minimum effect keeps statistically clear but operationally irrelevant shifts (a few ms, a
-few percent) from failing the night.  Failure rates use Fisher's exact test instead.
+Metric checks.  A metric of a point regresses when BOTH
+  1. the one-sided Mann–Whitney U test (``scipy.stats.mannwhitneyu``: exact distribution without
+     ties, normal approximation with the tie correction otherwise) says tonight's runs are worse
+     than the accepted ones, significant after Holm's step-down procedure over all metric checks
+     of the night at family-wise level ``alpha``, and
+  2. tonight's median is worse than the accepted median by at least the rule's minimum effect,
+     ``min_abs`` (the metric's unit) AND ``min_rel`` (fraction of the accepted median).
+With exchangeable runs the test bounds the false-alarm rate by ``alpha`` whatever the noise
+distribution; the minimum effect keeps shifts that do not matter, and the drift between nights
+that a pooled test over runs does not model, from failing a night.
 
-A night makes many checks; :func:`holm` re-decides them together (Holm's step-down procedure)
-so that the probability that pure noise fails a night at all stays below alpha, whatever the
-correlation between the checks."""
+Migration failures.  Only migration attempts count (completed runs and runs that failed in the
+migration or after it, meta.json ``failure_class`` ``migration``/``post-migration``; a failed run
+without a class counts as ``migration``).  A point fails the night when tonight has at least
+``min_failures`` failed attempts and, with the accepted failure rate of the point taken as at
+least ``min_rate``, that many failures or more in tonight's attempts have binomial probability
+``scipy.stats.binom.sf(k - 1, n, rate) <= alpha``.  Runs that failed before a migration
+(``setup``) are not attempts: they make an ``error`` verdict (a JUnit error), never a regression.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
-from analysis.stats import fisher_greater, mann_whitney_greater, min_p_value
+from analysis.aggregate import ATTEMPT_CLASSES
 
 WORSE = ("higher", "lower")
 MIN_N = 2
-FAILURE_RATE = "failure_rate"
+FAILURES = "migration_failures"
+SETUP = "setup_failures"
+#: a failed run without failure_class (recorded before the field existed) counts as this class
+DEFAULT_FAILURE_CLASS = "migration"
+SETUP_CLASS = "setup"
 
 
 @dataclass(frozen=True)
@@ -47,8 +59,23 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class FailureRule:
+    """When migration failures fail a night (see the module docstring)."""
+
+    min_failures: int = 2
+    alpha: float = 0.01
+    min_rate: float = 0.02
+
+    def __post_init__(self) -> None:
+        if self.min_failures < 1:
+            raise ValueError(f"min_failures={self.min_failures} must be at least 1")
+        if not 0 < self.alpha < 1 or not 0 <= self.min_rate < 1:
+            raise ValueError("alpha must be in (0, 1) and min_rate in [0, 1)")
+
+
+@dataclass(frozen=True)
 class Verdict:
-    """Outcome of one check: 'pass', 'regression' or 'skipped' (with the numbers behind it)."""
+    """Outcome of one check: 'pass', 'regression', 'error' or 'skipped' (with the numbers behind it)."""
 
     metric: str
     status: str
@@ -70,6 +97,18 @@ class Verdict:
         return self.status == "regression"
 
 
+@dataclass(frozen=True)
+class PointRuns:
+    """One matrix point: its rules, the accepted runs, tonight's runs (history row mappings with
+    ``status``, ``failure_class`` and the metric columns) and why it cannot be compared, if so."""
+
+    label: str
+    rules: tuple[Rule, ...]
+    accepted: Sequence[Mapping[str, Any]]
+    tonight: Sequence[Mapping[str, Any]]
+    skip: str | None = None
+
+
 def _clean(values: Sequence[Any]) -> list[float]:
     out = []
     for v in values:
@@ -82,27 +121,38 @@ def _fmt(x: float | None) -> str:
     return "–" if x is None else f"{x:.4g}"
 
 
-def check_metric(rule: Rule, baseline: Sequence[Any], tonight: Sequence[Any], alpha: float) -> Verdict:
-    """Judge one metric (None/NaN values are ignored)."""
-    base, cand = _clean(baseline), _clean(tonight)
+def min_p_value(n_cand: int, n_base: int) -> float:
+    """Smallest p-value the exact one-sided rank-sum test reaches with these sample sizes."""
+    return 1.0 / math.comb(n_cand + n_base, n_cand)
+
+
+def detectable(n_base: int, n_cand: int, alpha: float) -> bool:
+    """Whether the exact rank-sum test can reach p <= alpha at all with these sample sizes."""
+    return n_base > 0 and n_cand > 0 and min_p_value(n_cand, n_base) <= alpha
+
+
+def check_metric(rule: Rule, accepted: Sequence[Any], tonight: Sequence[Any], alpha: float) -> Verdict:
+    """Judge one metric at one point (None/NaN values are ignored)."""
+    base, cand = _clean(accepted), _clean(tonight)
     common = {"metric": rule.metric, "n_base": len(base), "n_cand": len(cand)}
     if len(base) < MIN_N or len(cand) < MIN_N:
-        reason = f"not enough data (baseline n={len(base)}, tonight n={len(cand)}; need {MIN_N} each)"
+        reason = f"not enough data (accepted n={len(base)}, tonight n={len(cand)}; need {MIN_N} each)"
         return Verdict(status="skipped", reason=reason, **common)
     if not detectable(len(base), len(cand), alpha):
         reason = (
-            f"samples too small for alpha {alpha}: the exact test cannot go below p="
-            f"{min_p_value(len(cand), len(base)):.4f} (baseline n={len(base)}, tonight n={len(cand)})"
+            f"samples too small for alpha {alpha:g}: the rank test cannot go below p="
+            f"{min_p_value(len(cand), len(base)):.4f} (accepted n={len(base)}, tonight n={len(cand)}); "
+            "accept more nights"
         )
         return Verdict(status="skipped", reason=reason, **common)
     mb, mc = float(np.median(base)), float(np.median(cand))
     sign = 1.0 if rule.worse == "higher" else -1.0
     worse_by = sign * (mc - mb)
     worse_rel = worse_by / abs(mb) if mb != 0 else (math.inf if worse_by > 0 else 0.0)
-    _, p = mann_whitney_greater([sign * v for v in cand], [sign * v for v in base])
+    p = float(stats.mannwhitneyu(sign * np.asarray(cand), sign * np.asarray(base), alternative="greater").pvalue)
     effect = worse_by >= rule.min_abs and worse_rel >= rule.min_rel and worse_by > 0
     rel = f"{worse_rel:+.0%}" if math.isfinite(worse_rel) else "new"
-    desc = f"median {_fmt(mc)} vs baseline {_fmt(mb)} (worse by {_fmt(worse_by)}, {rel}), U-test p={p:.3g}"
+    desc = f"median {_fmt(mc)} vs accepted {_fmt(mb)} (worse by {_fmt(worse_by)}, {rel}), U-test p={p:.3g}"
     nums = {"median_base": mb, "median_cand": mc, "worse_by": worse_by, "worse_by_rel": worse_rel, "p_value": p}
     min_effect = f"+{rule.min_abs:g} and {rule.min_rel:+.0%}"
     v = Verdict(status="pass", reason="", effect=effect, desc=desc, min_effect=min_effect, **common, **nums)
@@ -147,20 +197,105 @@ def holm(verdicts: Sequence[Verdict], alpha: float) -> list[Verdict]:
     return out
 
 
-def check_failures(rule: Rule, base_failed: int, base_n: int, cand_failed: int, cand_n: int, alpha: float) -> Verdict:
-    """Judge the failure rate with Fisher's exact test and a minimum absolute increase."""
-    common = {"metric": rule.metric, "n_base": base_n, "n_cand": cand_n}
-    if base_n < 1 or cand_n < 1:
-        return Verdict(status="skipped", reason=f"no runs (baseline n={base_n}, tonight n={cand_n})", **common)
-    rb, rc = base_failed / base_n, cand_failed / cand_n
-    p = fisher_greater(cand_failed, cand_n, base_failed, base_n)
-    nums = {"median_base": rb, "median_cand": rc, "worse_by": rc - rb, "p_value": p}
-    desc = f"failed {cand_failed}/{cand_n} vs baseline {base_failed}/{base_n}, Fisher exact p={p:.3g}"
-    effect = rc - rb >= rule.min_abs and rc > rb
-    v = Verdict(status="pass", reason="", effect=effect, desc=desc, min_effect=f"+{rule.min_abs:g}", **common, **nums)
-    return _decide(v, alpha)
+def run_class(run: Mapping[str, Any]) -> str | None:
+    """'completed', the failure class of a failed run ('migration' when it has none), or None
+    for a run that is neither (interrupted by the operator)."""
+    status = run.get("status")
+    if status == "completed":
+        return "completed"
+    if status != "failed":
+        return None
+    cls = run.get("failure_class")
+    return cls if isinstance(cls, str) and cls else DEFAULT_FAILURE_CLASS
 
 
-def detectable(n_base: int, n_cand: int, alpha: float) -> bool:
-    """Whether the exact test can reach p <= alpha at all with these sample sizes."""
-    return n_base > 0 and n_cand > 0 and min_p_value(n_cand, n_base) <= alpha
+@dataclass(frozen=True)
+class Attempts:
+    """Migration attempts of a set of runs and how many failed; setup failures apart."""
+
+    n: int
+    failed: int
+    setup_failed: int
+
+
+def count_attempts(runs: Sequence[Mapping[str, Any]]) -> Attempts:
+    """Count migration attempts (completed + failed in or after the migration) and failures."""
+    classes = [run_class(r) for r in runs]
+    failed = sum(c in ATTEMPT_CLASSES for c in classes)
+    return Attempts(failed + classes.count("completed"), failed, classes.count(SETUP_CLASS))
+
+
+def check_failures(rule: FailureRule, accepted: Attempts, tonight: Attempts) -> Verdict:
+    """Judge tonight's migration failures of one point against the accepted failure rate."""
+    common = {"metric": FAILURES, "n_base": accepted.n, "n_cand": tonight.n}
+    if accepted.n < 1 or tonight.n < 1:
+        why = f"no migration attempts (accepted n={accepted.n}, tonight n={tonight.n})"
+        return Verdict(status="skipped", reason=why, **common)
+    k, n = tonight.failed, tonight.n
+    rate_acc = accepted.failed / accepted.n
+    rate = max(rate_acc, rule.min_rate)
+    p = float(stats.binom.sf(k - 1, n, rate)) if k > 0 else 1.0
+    desc = (
+        f"{k} of {n} migration attempts failed; accepted {accepted.failed}/{accepted.n}, rate taken as "
+        f"{rate:.3g} (at least {rule.min_rate:g}): P(>= {k} failures) = {p:.3g}"
+    )
+    nums = {"median_base": rate_acc, "median_cand": k / n, "worse_by": k / n - rate_acc, "p_value": p}
+    v = Verdict(status="pass", reason="", effect=k >= rule.min_failures, desc=desc, **common, **nums)
+    if v.effect and p <= rule.alpha:
+        return replace(v, status="regression", reason=f"REGRESSION: {desc} <= {rule.alpha:g}")
+    why = f"fewer than {rule.min_failures} failures" if not v.effect else f"p > {rule.alpha:g}"
+    return replace(v, reason=f"{desc}: {why}")
+
+
+def check_setup(runs: Sequence[Mapping[str, Any]]) -> Verdict | None:
+    """An 'error' verdict when runs failed before their migration (never a regression); None
+    when none did."""
+    failed = [r for r in runs if run_class(r) == SETUP_CLASS]
+    if not failed:
+        return None
+    first = str(failed[0].get("failure") or "no reason recorded")
+    reason = f"{len(failed)} of {len(runs)} runs failed before the migration (setup; not attempts): {first}"
+    return Verdict(SETUP, "error", reason, n_cand=len(runs))
+
+
+def _values(rule: Rule, runs: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """The metric of the completed runs; for a higher-is-worse metric known only as a lower bound
+    (``<metric>_lower``), the bound: the run was at least that bad."""
+    out = []
+    for r in runs:
+        if r.get("status") != "completed":
+            continue
+        v = r.get(rule.metric)
+        if v is None and rule.worse == "higher":
+            v = r.get(f"{rule.metric}_lower")
+        out.append(v)
+    return out
+
+
+def decide_night(points: Sequence[PointRuns], alpha: float, failures: FailureRule) -> list[tuple[str, Verdict]]:
+    """Every check of a night: per point its metric rules, ``migration_failures`` and, when runs
+    failed before their migration, ``setup_failures`` (an error).  The metric checks of all
+    points are decided together by Holm at ``alpha``; each point's failure check has its own
+    level ``failures.alpha``."""
+    out: list[tuple[str, Verdict]] = []
+    metric_idx: list[int] = []
+    for p in points:
+        for rule in p.rules:
+            if p.skip:
+                out.append((p.label, Verdict(rule.metric, "skipped", p.skip, n_cand=len(p.tonight))))
+                continue
+            metric_idx.append(len(out))
+            v = check_metric(rule, _values(rule, p.accepted), _values(rule, p.tonight), alpha)
+            out.append((p.label, v))
+        tonight = count_attempts(p.tonight)
+        if p.skip:
+            out.append((p.label, Verdict(FAILURES, "skipped", p.skip, n_cand=tonight.n)))
+        else:
+            out.append((p.label, check_failures(failures, count_attempts(p.accepted), tonight)))
+        setup = check_setup(p.tonight)
+        if setup is not None:
+            out.append((p.label, setup))
+    decided = holm([out[i][1] for i in metric_idx], alpha)
+    for i, v in zip(metric_idx, decided, strict=True):
+        out[i] = (out[i][0], v)
+    return out
