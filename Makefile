@@ -126,8 +126,10 @@ bench-traffic: helpers
 	mkdir -p $(RESULTS)/bench
 	$(PY) -m crosstraffic.bench_traffic --out $(RESULTS)/bench/traffic.csv
 
+# make chaos HVS=kvm,kvm-libvirt,criu,xen TRIALS=10 XEN_TRIALS=2 SEED=1 (TRIALS per HV; xen ~2 min a trial)
 chaos:
-	$(PY) -m migrate.chaos --trials $(or $(TRIALS),30) --seed $(or $(SEED),1) --results $(RESULTS)/chaos
+	$(PY) -m migrate.chaos --trials $(or $(TRIALS),10) --xen-trials $(or $(XEN_TRIALS),2) --seed $(or $(SEED),1) \
+	  --hvs $(or $(HVS),kvm,kvm-libvirt,criu,xen) --results $(RESULTS)/chaos
 
 bench-sampler: venv
 	$(MAKE) -C probes

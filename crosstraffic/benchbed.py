@@ -81,7 +81,8 @@ def _mac(ns: str, ifname: str) -> str:
 def _set_rps(ns: str, ifname: str, cpu: int) -> None:
     """Steer the receive processing of ``ifname`` (in ``ns``) to ``cpu`` (RPS; sysfs of that netns)."""
     mask = format(1 << cpu, "x")
-    r = _in_ns(ns, "sh", "-c", f'echo {mask} > "/sys/class/net/{ifname}/queues/rx-0/rps_cpus"')
+    # a fixed script; mask and interface name only as positional arguments
+    r = _in_ns(ns, "sh", "-c", 'echo "$1" > "/sys/class/net/$2/queues/rx-0/rps_cpus"', "sh", mask, ifname)
     if r.returncode != 0:
         raise BedError(f"RPS on {ns}:{ifname} -> CPU {cpu}: {r.stderr.strip()}")
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from migrate.errors import VrmigError
-from migrate.registry import Registry
+from migrate.registry import RUN_ENV, Registry
 from migrate.sighold import held_signals
 from migrate.testbed import netns_exec
 
@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.01
 PDEATHSIG_PREFIX = ("setpriv", "--pdeathsig", "KILL", "--")
-RUN_ENV = "VRMIG_RUN_PREFIX"  # every child carries its run's prefix (for leak *detection* in tests only)
+__all__ = ["PDEATHSIG_PREFIX", "RUN_ENV", "LineTail", "Proc", "ProcessError"]  # RUN_ENV: from migrate.registry
 
 
 class ProcessError(VrmigError):

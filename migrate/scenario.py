@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
+import os
+import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -132,6 +136,8 @@ def validate(s: Scenario) -> None:
     _require(s.migrate_timeout_s > 0, "MIGRATE_TIMEOUT must be > 0 seconds")
     _require(s.boot_timeout_s > 0, "BOOT_TIMEOUT must be > 0 seconds")
     _require(s.xen_guest in XEN_GUESTS, f"XEN_GUEST={s.xen_guest!r} must be pvh (or pv, which is refused)")
+    if s.hv == "xen":
+        xen_host_env(os.environ)
     _require(not (s.hv == "xen" and s.xen_guest == "pv"), XEN_PV_REFUSAL)
     _require(s.hv != "xen" or s.mode == "precopy", "HV=xen supports MODE=precopy only (xl migrate)")
     _require(s.criu_host in CRIU_HOSTS, f"CRIU_HOST={s.criu_host!r} must be one of {', '.join(CRIU_HOSTS)}")
@@ -140,3 +146,32 @@ def validate(s: Scenario) -> None:
     _require(s.rib_routes == 0 or s.router == "bird", f"RIB_ROUTES needs ROUTER=bird (not ROUTER={s.router})")
     _require(576 <= s.xen_mig_mtu <= 9000, f"XEN_MIG_MTU={s.xen_mig_mtu} must be 576-9000 bytes")
     _require(s.fault is None or s.fault in FAULTS, f"FAULT={s.fault!r} is unknown: choose one of {', '.join(FAULTS)}")
+
+
+_IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
+_SSH_DEST = re.compile(r"[A-Za-z0-9_.@:%\[\]-]+")
+
+
+def xen_host_env(environ: Mapping[str, str]) -> dict[str, str | None]:
+    """HV=xen on real dom0s: ``XEN_PEER`` (ssh destination of R2's dom0), ``XEN_MIG_ADDR`` (its
+    address on the migration link) and ``XEN_MIG_IF`` (dom0's NIC there), checked; unset ones are
+    None.  They end up in commands run in dom0 (``xl migrate``'s transport is run by ``sh``), so
+    anything but an IP address, an interface name and an ssh destination is refused."""
+    peer, addr, ifname = (environ.get(k) for k in ("XEN_PEER", "XEN_MIG_ADDR", "XEN_MIG_IF"))
+    if addr is not None:
+        try:
+            addr = str(ipaddress.ip_address(addr))
+        except ValueError:
+            raise ConfigError(
+                f"XEN_MIG_ADDR={addr!r} is not an IP address: give R2's dom0 address on the migration link, "
+                "e.g. 198.19.255.2"
+            ) from None
+    _require(
+        ifname is None or (_IFNAME.fullmatch(ifname) is not None and ifname not in (".", "..")),
+        f"XEN_MIG_IF={ifname!r} is not a network interface name (1-15 letters, digits, '.', '_', '-'), e.g. ethM",
+    )
+    _require(
+        peer is None or (_SSH_DEST.fullmatch(peer) is not None and not peer.startswith("-")),
+        f"XEN_PEER={peer!r} is not an ssh destination: use [user@]host, e.g. root@dom0-b",
+    )
+    return {"peer": peer, "mig_addr": addr, "mig_if": ifname}

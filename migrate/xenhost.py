@@ -7,7 +7,12 @@
 * :class:`ShellDom0`: a real dom0 (the suite runs in dom0 itself, or reaches the other dom0 with
   ``ssh``): the same two calls, with local subprocesses.
 
-Both write every streamed line to ``xen_log.jsonl`` (``t_ns``, ``host``, ``tag``, ``line``)."""
+Both write every streamed line to ``xen_log.jsonl`` (``t_ns``, ``host``, ``tag``, ``line``).
+
+Commands are argv lists.  Where a shell cannot be avoided (the agent runs each request with
+``sh``; ``ssh`` hands its command line to the remote shell) the argv is quoted with
+``shlex.join``, so every argument arrives as one inert word.  A step that needs shell syntax is a
+fixed script with its parameters as positional arguments (``["sh", "-c", SCRIPT, "sh", ARG...]``)."""
 
 from __future__ import annotations
 
@@ -20,11 +25,12 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from migrate.errors import VrmigError
+from migrate.procs import PDEATHSIG_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +41,20 @@ XEN_LOG = "xen_log.jsonl"
 
 class Dom0Error(VrmigError):
     """The dom0 channel failed (no connection, no reply in time, host gone)."""
+
+
+def _checked(argv: Sequence[str]) -> list[str]:
+    """``argv`` as a list of strings; a single string (a shell command line) is refused."""
+    if isinstance(argv, str | bytes) or not argv or not all(isinstance(a, str) for a in argv):
+        raise TypeError(f"dom0 commands are argv lists of strings, not {argv!r}")
+    return list(argv)
+
+
+def agent_script(argv: Sequence[str]) -> str:
+    """What the dom0 agent (which runs every request with ``sh``) gets for ``argv``: ``exec`` and
+    the argv quoted word by word, so the shell runs exactly that program with exactly those
+    arguments."""
+    return "exec " + shlex.join(_checked(argv))
 
 
 class StreamLog:
@@ -141,16 +161,20 @@ class AgentDom0:
                 tag, _, line = text.partition(" ")
                 self.streams.add(self.host, tag, line, t_ns)
 
-    def run(self, cmd: str, timeout_s: float = 30.0) -> tuple[int, str]:
-        """Run ``cmd`` (sh) in dom0; return (exit status, stdout+stderr)."""
+    def run(self, argv: Sequence[str], timeout_s: float = 30.0) -> tuple[int, str]:
+        """Run ``argv`` in dom0; return (exit status, stdout+stderr)."""
+        cmd = agent_script(argv)
         with self._lock:
             self._next += 1
             rid = self._next
             req = f"{rid} run {base64.b64encode(cmd.encode()).decode()}\n"
             return self._request(rid, req, timeout_s, cmd)
 
-    def stream(self, tag: str, cmd: str) -> None:
-        """Start ``cmd`` in dom0's background; its lines arrive tagged ``tag``, last ``VRMIG-EXIT <rc>``."""
+    def stream(self, tag: str, argv: Sequence[str]) -> None:
+        """Start ``argv`` in dom0's background; its lines arrive tagged ``tag``, last ``VRMIG-EXIT <rc>``."""
+        if not tag.isalnum():
+            raise ValueError(f"stream tag must be alphanumeric: {tag!r}")
+        cmd = agent_script(argv)
         with self._lock:
             self._next += 1
             rid = self._next
@@ -190,8 +214,11 @@ class AgentDom0:
 
 
 class ShellDom0:
-    """A real dom0: commands run with ``sh -c`` here (``prefix`` empty) or through a transport
-    such as ``["ssh", "root@dom0-b"]``.  Streams are local subprocesses read by a thread."""
+    """A real dom0: ``argv`` runs here as is (``prefix`` empty) or through a transport such as
+    ``["ssh", "root@dom0-b"]``, which gets it as one ``shlex.join``-quoted command line (ssh hands
+    its arguments to the remote shell).  Local processes die with the orchestrator (parent-death
+    signal); a process started on the remote dom0 does not (README: real Xen hosts).  Streams are
+    local subprocesses read by a thread."""
 
     def __init__(self, host: str, streams: StreamLog, prefix: list[str] | None = None) -> None:
         self.host = host
@@ -199,21 +226,23 @@ class ShellDom0:
         self.prefix = prefix or []
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def _argv(self, cmd: str) -> list[str]:
-        return [*self.prefix, "sh", "-c", shlex.quote(cmd) if self.prefix else cmd]
+    def argv(self, argv: Sequence[str]) -> list[str]:
+        """The local argv that runs ``argv`` on this dom0."""
+        args = _checked(argv)
+        return [*PDEATHSIG_PREFIX, *self.prefix, shlex.join(args)] if self.prefix else [*PDEATHSIG_PREFIX, *args]
 
-    def run(self, cmd: str, timeout_s: float = 30.0) -> tuple[int, str]:
-        """Run ``cmd``; return (exit status, stdout+stderr)."""
+    def run(self, argv: Sequence[str], timeout_s: float = 30.0) -> tuple[int, str]:
+        """Run ``argv``; return (exit status, stdout+stderr)."""
         try:
-            res = subprocess.run(self._argv(cmd), capture_output=True, timeout=timeout_s, check=False)
+            res = subprocess.run(self.argv(argv), capture_output=True, timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired:
-            raise Dom0Error(f"{self.host}: {cmd!r} did not finish within {timeout_s:.0f} s") from None
+            raise Dom0Error(f"{self.host}: {shlex.join(argv)!r} did not finish within {timeout_s:.0f} s") from None
         return res.returncode, (res.stdout + res.stderr).decode(errors="replace")
 
-    def stream(self, tag: str, cmd: str) -> None:
-        """Start ``cmd``; its lines are recorded tagged ``tag``, last ``VRMIG-EXIT <rc>``."""
+    def stream(self, tag: str, argv: Sequence[str]) -> None:
+        """Start ``argv``; its lines are recorded tagged ``tag``, last ``VRMIG-EXIT <rc>``."""
         p = subprocess.Popen(
-            self._argv(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            self.argv(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
         self.procs.append(p)
 

@@ -168,9 +168,16 @@ class CriuDriver(Driver):
         return [left.ipv4, left.ipv6], [right.ipv4, right.ipv6]
 
     def _stage(self, host: str) -> Path:
+        """``host``'s rootfs copy, recorded as a container root: every process whose root it is
+        (the container started on it or restored onto it, PID-recorded or not yet) is stopped
+        at teardown, and by the reaper if the orchestrator dies.  (The init cannot simply die
+        with its launcher, ``unshare --kill-child``: CRIU checkpoints the death signal and it
+        fires on the restored init as soon as ``criu restore`` exits.)"""
         from routers.container import stage_rootfs
 
-        return stage_rootfs(self.ctx.scenario.router, self._dir(f"rootfs-{host}"))
+        rootfs = stage_rootfs(self.ctx.scenario.router, self._dir(f"rootfs-{host}"))
+        self.ctx.registry.add_root(rootfs)
+        return rootfs
 
     def _env(self, side: str) -> list[str]:
         ports = " ".join(f"{outer}@{br}" for _i, outer, br in veth_specs()) if LOCK_DATA_PLANE else ""

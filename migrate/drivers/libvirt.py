@@ -242,6 +242,7 @@ class LibvirtDriver(Driver):
         xml = self._xml()
         (self.ctx.run_dir / "libvirt-domain.xml").write_text(xml)
         self.ctx.recorder.action("boot", host=src)
+        self.daemons[src].register_domain(self.domain)
         try:
             dom = conn.createXML(xml, 0)
         except self.lv.libvirtError as err:
@@ -261,6 +262,7 @@ class LibvirtDriver(Driver):
         incoming migration pays for it); R2's QEMU is created by libvirt during the migration."""
         dst = topo.HYPERVISOR_HOSTS[1]
         conn = self._start_daemon(dst)
+        self.daemons[dst].register_domain(self.domain)  # created here by the incoming migration
         try:
             conn.getDomainCapabilities(None, "x86_64", "q35", "kvm" if self.accel == "kvm" else "qemu", 0)
         except self.lv.libvirtError as err:

@@ -216,13 +216,24 @@ class NamespacedLibvirtd:
             return " | ".join(lines[-n:]) or "(empty)"
         return "(no log)"
 
+    def pidfile(self, domain: str) -> Path:
+        """Where this daemon writes the PID of ``domain``'s QEMU."""
+        return self.base / "run" / "qemu" / f"{domain}.pid"
+
+    def register_domain(self, domain: str) -> None:
+        """Record ``domain`` on this host with the run before it is created or received here: its
+        QEMU is libvirt's child, not the orchestrator's, and is started with a cleared environment
+        (no VRMIG_RUN_PREFIX), so teardown and the reaper of a killed orchestrator find it by
+        domain name (through the daemon) or by the pid file checked against ``-name guest=``."""
+        self.registry.add_domain(domain, self.uri, self.pidfile(domain))
+
     def qemu_pid(self, domain: str) -> int | None:
         """PID of the QEMU this daemon runs for ``domain`` (from its pid file), registered with
         the run the first time it is seen."""
         if domain in self._qemu_pids:
             return self._qemu_pids[domain]
         try:
-            pid = int((self.base / "run" / "qemu" / f"{domain}.pid").read_text().strip())
+            pid = int(self.pidfile(domain).read_text().strip())
         except (OSError, ValueError):
             return None
         self._qemu_pids[domain] = pid

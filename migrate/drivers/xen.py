@@ -40,8 +40,9 @@ from migrate.drivers.accel import detect_accel
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.drivers.kvm import NIC_MODELS, QEMU, qemu_version
 from migrate.errors import ConfigError, DependencyError, GuestError, MigrationError
+from migrate.nsock import NetDevCounters, netns_path
 from migrate.procs import Proc
-from migrate.scenario import XEN_PV_REFUSAL, Scenario
+from migrate.scenario import XEN_PV_REFUSAL, Scenario, xen_host_env
 from migrate.xenhost import EXIT_MARK, XEN_LOG, AgentDom0, Dom0Error, ShellDom0, StreamLog
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,15 @@ HOST_MACS = {
 MIG_TAP, MIG_BRIDGE = "tapM", "brM"
 CFG_PATH = "/etc/xen/vrmig-router.cfg"
 DOMU_CONSOLE_LOG = f"/var/log/xen/console/guest-{DOMAIN}.log"
+SEND_PIDFILE = "/run/vrmig/send.pid"  # in R1's dom0: the xl migrate to stop on timeout
+#: dom0 steps that need shell syntax: fixed scripts, parameters only as positional arguments
+MISSING_TOOLS_SH = 'for t in "$@"; do command -v "$t" >/dev/null || echo "$t"; done'
+LISTENING_SH = "ss -ltn 2>/dev/null || netstat -ltn"
+FOLLOW_SH = 'touch "$1" && exec tail -n +1 -F "$1"'
+WRITE_FILE_SH = 'printf "%s" "$2" > "$1"'
+PIDFILE_EXEC_SH = 'mkdir -p "${1%/*}" && echo $$ > "$1" && shift && exec "$@"'
+KILL_PIDFILE_SH = 'kill "$(cat "$1")"'
+PROGRESS_POLL_S = 0.2  # mig0 counters for the fault injector while xl migrate runs
 SHUTDOWN_TIMEOUT_S = 10.0
 
 
@@ -173,9 +183,11 @@ class XenDriver(Driver):
         self.boot_s: dict[str, float] = {}
         # the destination's address on the migration link and dom0's NIC there (real hosts: from
         # the environment; nested: the testbed's /30 and dom0-init's ethM)
+        # (checked by the scenario: an IP address and an interface name, see xen_host_env)
+        env = xen_host_env(os.environ)
         nested_addr = topo.addr(topo.MIGRATION_ADDR["R2"])
-        self.mig_addr = nested_addr if self.nested else os.environ.get("XEN_MIG_ADDR", nested_addr)
-        self.mig_if = "ethM" if self.nested else os.environ.get("XEN_MIG_IF", "ethM")
+        self.mig_addr: str = nested_addr if self.nested else (env["mig_addr"] or nested_addr)
+        self.mig_if: str = "ethM" if self.nested else (env["mig_if"] or "ethM")
         self._described: dict[str, Any] = {}
 
     # -- preflight -------------------------------------------------------------------------
@@ -194,8 +206,9 @@ class XenDriver(Driver):
             image = guest_image(scenario.router)
         except RouterError as err:
             raise DependencyError(str(err)) from err
-        if real_dom0() and os.environ.get("XEN_PEER"):
-            return {"nested": False, "xen_guest_type": scenario.xen_guest, "peer": os.environ["XEN_PEER"],
+        peer = xen_host_env(os.environ)["peer"]
+        if real_dom0() and peer:
+            return {"nested": False, "xen_guest_type": scenario.xen_guest, "peer": peer,
                     "accel": None, "guest_image": dict(image.manifest)}  # fmt: skip
         if shutil.which(QEMU) is None:
             raise DependencyError(f"{QEMU} not found: run `make setup`")
@@ -294,19 +307,19 @@ class XenDriver(Driver):
                 raise GuestError(f"nested Xen host {host} did not boot: {why}; console: {_excerpt(text)}")
             time.sleep(0.05)
 
-    def _run(self, host: str, cmd: str, timeout_s: float = 30.0, check: bool = True) -> str:
-        rc, out = self.dom0[host].run(cmd, timeout_s)
+    def _run(self, host: str, argv: list[str], timeout_s: float = 30.0, check: bool = True) -> str:
+        rc, out = self.dom0[host].run(argv, timeout_s)
         if check and rc != 0:
-            raise GuestError(f"{host} dom0: `{cmd.splitlines()[0]}` failed (exit {rc}): {_excerpt(out)}")
+            raise GuestError(f"{host} dom0: `{shlex.join(argv)[:120]}` failed (exit {rc}): {_excerpt(out)}")
         return out
 
     def _check_tools(self, host: str) -> dict[str, Any]:
         """The dom0 tools the driver needs are there; xl info's main figures."""
-        missing = self._run(host, "for t in xl socat xenstore-read xenstore-watch; do "
-                                  "command -v $t >/dev/null || echo $t; done", check=False).split()  # fmt: skip
+        tools = ["xl", "socat", "xenstore-read", "xenstore-watch"]
+        missing = self._run(host, ["sh", "-c", MISSING_TOOLS_SH, "sh", *tools], check=False).split()
         if missing:
             raise DependencyError(f"{host} dom0 lacks {', '.join(missing)}: rebuild with `make xen`")
-        info = parse_xl_info(self._run(host, "xl info"))
+        info = parse_xl_info(self._run(host, ["xl", "info"]))
         return {k: info.get(k) for k in ("xen_version", "virt_caps", "total_memory", "free_memory", "xen_commandline")}
 
     # -- phases ----------------------------------------------------------------------------
@@ -345,35 +358,31 @@ class XenDriver(Driver):
         """R2: xl migrate-receive behind a socat listener on the migration link."""
         port = topo.MIGRATION_PORT
         addr = self.mig_addr
-        self.dom0["R2"].stream(
-            "recv", f"exec socat TCP-LISTEN:{port},bind={addr},reuseaddr EXEC:'xl -vvv migrate-receive'"
-        )
+        self.dom0["R2"].stream("recv", receiver_argv(addr, port))
         deadline = time.monotonic() + 30.0
-        while f":{port} " not in self._run("R2", "ss -ltn 2>/dev/null || netstat -ltn", check=False):
+        while f":{port} " not in self._run("R2", ["sh", "-c", LISTENING_SH], check=False):
             if time.monotonic() > deadline:
                 raise MigrationError(f"R2: socat did not listen on {addr}:{port}: {self.streams.tail('R2', 'recv')}")
             time.sleep(0.1)
-        self.dom0["R2"].stream("con", f"touch {DOMU_CONSOLE_LOG}; exec tail -n +1 -F {DOMU_CONSOLE_LOG}")
+        self.dom0["R2"].stream("con", ["sh", "-c", FOLLOW_SH, "sh", DOMU_CONSOLE_LOG])
         self.ctx.recorder.action("incoming", host="R2", uri=f"tcp:{addr}:{port}")
 
     def migrate(self) -> MigrationOutcome:
         """xl migrate R1 -> R2; block until xl exits (or the timeout)."""
         s, rec = self.ctx.scenario, self.ctx.recorder
-        addr = self.mig_addr
-        transport = f"socat - TCP:{addr}:{topo.MIGRATION_PORT}"
-        cmd = f"xl -vvv migrate -s '' {DOMAIN} {shlex.quote(transport)}"
+        argv = sender_argv(self.mig_addr, topo.MIGRATION_PORT)
         n0 = len(self.streams.lines)
         before = self._mig_counters()
-        rec.action("migrate", side="src", command=cmd, mode=s.mode)
-        self.dom0["R1"].stream("send", f"mkdir -p /run/vrmig; echo $$ > /run/vrmig/send.pid; exec {cmd}")
+        rec.action("migrate", side="src", command=shlex.join(argv), mode=s.mode)
+        self.dom0["R1"].stream("send", ["sh", "-c", PIDFILE_EXEC_SH, "sh", SEND_PIDFILE, *argv])
         alive = self.procs["R1"].alive if "R1" in self.procs else None
-        hit = self.streams.wait("R1", "send", (EXIT_MARK,), s.migrate_timeout_s, alive)
+        hit = self._wait_sent(s.migrate_timeout_s, alive)
         if hit is None:
             rec.action("migration-end", side="src", status="failed", reason="timeout or host died")
             with_excerpt = " | ".join(self.streams.tail("R1", "send"))
             if alive is not None and not alive():
                 raise MigrationError(f"nested host R1 died during the migration; xl: {with_excerpt}")
-            self._run("R1", "kill $(cat /run/vrmig/send.pid)", check=False)
+            self._run("R1", ["sh", "-c", KILL_PIDFILE_SH, "sh", SEND_PIDFILE], check=False)
             raise MigrationError(f"xl migrate did not finish within {s.migrate_timeout_s:.0f} s; xl: {with_excerpt}")
         rc = int(hit["line"].split()[-1])
         status = "completed" if rc == 0 else "failed"
@@ -386,11 +395,32 @@ class XenDriver(Driver):
             raise MigrationError(f"xl migrate failed (exit {rc}): {excerpt}")
         return MigrationOutcome(completed=True, hypervisor={"xl_exit_status": rc})
 
+    def _wait_sent(self, timeout_s: float, alive: Any) -> dict[str, Any] | None:
+        """Wait for xl migrate's exit line; meanwhile (nested hosts, with a fault to inject) feed the
+        fault injector the bytes R1 sent on ``mig0`` since the start, as QEMU's ``ram.transferred``
+        feeds it for HV=kvm (the stream's headers included)."""
+        faults = self.ctx.faults
+        if not self.nested or faults is None or not faults.fault:
+            return self.streams.wait("R1", "send", (EXIT_MARK,), timeout_s, alive)
+        counters = NetDevCounters(netns_path(self.ctx.testbed.ns("R1")))
+        try:
+            tx0 = counters.tx_bytes(topo.MIGRATION_IF)
+            deadline = time.monotonic() + timeout_s
+            while True:
+                left = deadline - time.monotonic()
+                hit = self.streams.wait("R1", "send", (EXIT_MARK,), max(0.0, min(PROGRESS_POLL_S, left)), alive)
+                if hit is not None or left <= 0 or (alive is not None and not alive()):
+                    return hit
+                sent = counters.tx_bytes(topo.MIGRATION_IF) - tx0
+                faults.on_progress({"status": "active", "ram": {"transferred": sent}})
+        finally:
+            counters.close()
+
     def _mig_counters(self) -> dict[str, int | None]:
         """dom0's own byte counters of the migration NIC (R1 tx, R2 rx)."""
         out: dict[str, int | None] = {}
         for host, key, what in (("R1", "tx", "tx_bytes"), ("R2", "rx", "rx_bytes")):
-            rc, text = self.dom0[host].run(f"cat /sys/class/net/{self.mig_if}/statistics/{what}", 15.0)
+            rc, text = self.dom0[host].run(["cat", f"/sys/class/net/{self.mig_if}/statistics/{what}"], 15.0)
             out[key] = int(text.strip()) if rc == 0 and text.strip().isdigit() else None
         return out
 
@@ -408,7 +438,7 @@ class XenDriver(Driver):
         out: dict[str, Any] = {}
         for side, host in (("src", "R1"), ("dst", "R2")):
             try:
-                rc, text = self.dom0[host].run(f"xl list {DOMAIN}", 15.0)
+                rc, text = self.dom0[host].run(["xl", "list", DOMAIN], 15.0)
                 dom = parse_xl_list(text).get(DOMAIN) if rc == 0 else None
                 out[f"{side}_status"] = "running" if dom else "absent"
                 out[f"{side}_xl_list"] = dom
@@ -419,18 +449,18 @@ class XenDriver(Driver):
     def source_running(self) -> bool:
         """The domain still exists on R1 (xl keeps it there after a failed migration)."""
         try:
-            rc, text = self.dom0["R1"].run(f"xl list {DOMAIN}", 15.0)
+            rc, text = self.dom0["R1"].run(["xl", "list", DOMAIN], 15.0)
         except (Dom0Error, KeyError):
             return False
         return rc == 0 and DOMAIN in parse_xl_list(text)
 
     def pause(self) -> None:
         """Pause the router domU on R1 (``xl pause`` in dom0; returns when xl has exited)."""
-        self._run("R1", f"xl pause {DOMAIN}")
+        self._run("R1", ["xl", "pause", DOMAIN])
 
     def resume(self) -> None:
         """Unpause the router domU on R1 (``xl unpause``)."""
-        self._run("R1", f"xl unpause {DOMAIN}")
+        self._run("R1", ["xl", "unpause", DOMAIN])
 
     def fault_targets(self) -> dict[str, Any]:
         """Nested hosts that chaos runs kill mid-migration."""
@@ -491,12 +521,12 @@ def create_router_domu(
                       guest_type=guest_type, macs=macs)  # fmt: skip
     if save_cfg is not None:
         save_cfg.write_text(cfg)
-    rc, out = dom0.run(f"cat > {CFG_PATH} <<'VRMIG_EOF'\n{cfg}VRMIG_EOF")
+    rc, out = dom0.run(["sh", "-c", WRITE_FILE_SH, "sh", CFG_PATH, cfg])
     if rc != 0:
         raise GuestError(f"{host} dom0: cannot write {CFG_PATH}: {_excerpt(out)}")
     # the domU's console as xenconsoled logs it, streamed (readiness is observed there)
-    dom0.stream("con", f"touch {DOMU_CONSOLE_LOG}; exec tail -n +1 -F {DOMU_CONSOLE_LOG}")
-    rc, out = dom0.run(f"xl create {CFG_PATH}", 120.0)
+    dom0.stream("con", ["sh", "-c", FOLLOW_SH, "sh", DOMU_CONSOLE_LOG])
+    rc, out = dom0.run(["xl", "create", CFG_PATH], 120.0)
     if rc != 0:
         raise GuestError(f"{host} dom0: xl create failed (exit {rc}): {_excerpt(out)}")
     hit = streams.wait(host, "con", (READY_MARKER, FAIL_MARKER), timeout_s, alive)
@@ -504,6 +534,20 @@ def create_router_domu(
         tail = " | ".join(streams.tail(host, "con"))
         raise GuestError(f"router domU not ready on {host}: {hit['line'] if hit else 'no READY line'}; console: {tail}")
     return str(hit["line"])
+
+
+def receiver_argv(addr: str, port: int) -> list[str]:
+    """R2's listener: socat accepts one connection on ``addr``:``port`` and runs
+    ``xl -vvv migrate-receive`` on it (socat's EXEC splits its own words; no shell)."""
+    return ["socat", f"TCP-LISTEN:{port},bind={addr},reuseaddr", "EXEC:xl -vvv migrate-receive"]
+
+
+def sender_argv(addr: str, port: int) -> list[str]:
+    """R1's ``xl migrate``.  With an empty ``-s`` xl runs its host argument with ``sh -c`` as the
+    transport, so that argument is a shell command line: built with shlex.join, the address
+    stays one word whatever it contains."""
+    transport = shlex.join(["socat", "-", f"TCP:{addr}:{port}"])
+    return ["xl", "-vvv", "migrate", "-s", "", DOMAIN, transport]
 
 
 def _excerpt(text: str, n: int = 12) -> str:

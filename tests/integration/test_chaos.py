@@ -1,5 +1,6 @@
-"""Short chaos run (CI): faults and signals leave nothing behind and lose no result; plus a check
-that the leak detector itself sees what a SIGKILLed run leaves before clean-testbed runs."""
+"""Short chaos run (CI): faults and signals leave nothing behind and lose no result; a SIGKILLed
+orchestrator's run (QEMU over QMP, libvirt's QEMU, a CRIU container) disappears by itself; if its
+reaper is killed too, the leftovers are detected and removed from the state file."""
 
 import json
 import os
@@ -11,48 +12,104 @@ import time
 import pytest
 
 from migrate import chaos
+from migrate.registry import REAPER_WHY, clean_stale, pid_alive
 from tests.integration.conftest import require_root_and
 
 pytestmark = pytest.mark.integration
 TOOLS = ("qemu-system-x86_64", "irtt", "crosstraffic/bin/vrgen", "probes/bin/vrsampler")
+HV_TOOLS = {"kvm": (), "kvm-libvirt": ("libvirtd",), "criu": ("iptables", "unshare")}
+BOOT_WAIT_S = 180
 
 
-def _guest():
+def _guest(profile: str = "frr"):
     from routers.errors import RouterError
     from routers.guest import guest_image
 
     try:
-        guest_image("frr")
+        guest_image(profile)
     except RouterError as err:
         pytest.skip(str(err))
 
 
-def test_sigkill_leaves_detectable_leftovers_that_clean_testbed_removes(tmp_path):
-    require_root_and(*TOOLS)
-    _guest()
-    argv = [sys.executable, "-m", "migrate", "run", *chaos.RUN_FLAGS, "--results", str(tmp_path)]
+def _needs(hv: str) -> None:
+    require_root_and(*TOOLS, *HV_TOOLS[hv])
+    _guest("bird" if hv == "criu" else "frr")
+    if hv == "kvm-libvirt":
+        pytest.importorskip("libvirt", reason="the libvirt binding: run `make setup`")
+    if hv == "criu":
+        from migrate.criutool import locate
+        from migrate.errors import DependencyError
+
+        try:
+            locate()
+        except DependencyError as err:
+            pytest.skip(str(err))
+
+
+def _start_until_running(hv: str, tmp_path):
+    """Start a chaos trial's run and return once the router runs (observed in its action log):
+    (orchestrator, run directory, prefix, state file contents)."""
+    argv = chaos.trial_argv(hv, "SIGKILL", tmp_path)
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    deadline = time.monotonic() + 120
-    # kill it once the router is booting: observed from the run's own action log
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + BOOT_WAIT_S
+    while True:
         actions = list(tmp_path.glob("*/actions.jsonl"))
-        if actions and "boot" in actions[0].read_text():
+        if actions and '"router-ready"' in actions[0].read_text():
             break
         assert proc.poll() is None, proc.stderr.read().decode()
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"{hv}: the router did not run within {BOOT_WAIT_S} s")
         time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
     run_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
     prefix = json.loads((run_dir / "meta.json").read_text())["testbed"]["prefix"]
-    before = chaos.run_leaks(prefix, grace_s=0)
-    assert any(x.startswith(f"{prefix}-") for x in before), before  # namespaces survive a SIGKILL
-    # processes do not: every child was started with PDEATHSIG=KILL (setpriv), so none escapes,
-    # not even one forked before its PID reached the state file
-    deadline = time.monotonic() + 5
-    while chaos.run_processes(prefix) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert chaos.run_processes(prefix) == {}, chaos.run_processes(prefix)
-    subprocess.run([sys.executable, "-m", "migrate", "clean-testbed"], check=True, capture_output=True)
+    state = json.loads((chaos.STATE_ROOT / prefix / "state.json").read_text())
+    return proc, run_dir, prefix, state
+
+
+def _router_seen(hv: str, running: dict[int, str]) -> bool:
+    """The detector saw the router itself, however it was started."""
+    if hv == "kvm-libvirt":  # libvirt's child, with a cleared environment: found by -name
+        return any("guest=vrmig-" in cmd for cmd in running.values())
+    if hv == "criu":  # the container's init: empty environment, found by its root
+        return any("vrmig-ct-init" in cmd for cmd in running.values())
+    return any("qemu-system" in cmd for cmd in running.values())
+
+
+@pytest.mark.parametrize("hv", ["kvm", "kvm-libvirt", "criu"])
+def test_a_sigkilled_run_disappears_by_itself(hv, tmp_path):
+    """Nothing outlives the orchestrator: its helpers die with it (parent-death signal), its
+    reaper stops libvirt's QEMU / the container and removes namespaces and state, and marks the
+    run interrupted; no clean-testbed runs."""
+    _needs(hv)
+    proc, run_dir, prefix, state = _start_until_running(hv, tmp_path)
+    running = chaos.run_processes(prefix)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert _router_seen(hv, running), running
+    assert chaos.run_leaks(prefix, grace_s=chaos.REAPER_GRACE_S) == []
+    assert not pid_alive(state["reaper"]["pid"], state["reaper"]["starttime"])
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["status"] == "interrupted" and meta["failure"] == REAPER_WHY
+
+
+def test_leftovers_of_a_run_whose_reaper_died_too_are_found_and_cleaned(tmp_path):
+    """SIGKILL the orchestrator and its reaper at once (DRIVER=libvirt): libvirt's QEMU and the
+    namespaces stay, the detector finds the QEMU by its -name, and clean_stale() (what the next run
+    and `make clean-testbed` do) removes exactly that run's leftovers from its state file."""
+    _needs("kvm-libvirt")
+    proc, run_dir, prefix, state = _start_until_running("kvm-libvirt", tmp_path)
+    os.kill(state["reaper"]["pid"], signal.SIGKILL)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    try:
+        time.sleep(1.0)  # the helpers' parent-death signals
+        left = chaos.run_leaks(prefix, grace_s=0)
+        assert any(x.startswith(f"{prefix}-") for x in left), left  # namespaces
+        assert any("guest=vrmig-" in x for x in left), left  # libvirt's QEMU, not tagged, found by name
+        assert not any("libvirtd" in x for x in left), left  # the daemons died with the orchestrator
+    finally:
+        assert clean_stale(only={prefix}) == [prefix]
     assert chaos.run_leaks(prefix) == []
     assert json.loads((run_dir / "meta.json").read_text())["status"] == "interrupted"
 
@@ -60,7 +117,7 @@ def test_sigkill_leaves_detectable_leftovers_that_clean_testbed_removes(tmp_path
 def test_process_detector_sees_a_tagged_process():
     """The leak detector is able to fail: a process carrying a run's tag is found."""
     require_root_and()
-    tag = "vmfeed01"
+    tag = "vm0feed1"
     proc = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(30)"], env={**os.environ, "VRMIG_RUN_PREFIX": tag}
     )
@@ -76,12 +133,30 @@ def test_process_detector_sees_a_tagged_process():
     assert chaos.run_leaks(tag) == []
 
 
+def test_trial_leak_check_needs_no_prefix():
+    """A trial that died before naming its prefix is still checked: anything new that names a
+    run prefix and has no live orchestrator is a leak."""
+    require_root_and()
+    before = chaos.Artefacts.now()
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "vrmig-vm0feed2-R1"])
+    try:
+        deadline = time.monotonic() + 5
+        while not chaos.trial_leaks(before, None, grace_s=0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert any(str(proc.pid) in x for x in chaos.trial_leaks(before, None, grace_s=0))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert chaos.trial_leaks(before, None, grace_s=chaos.LEAK_GRACE_S) == []
+
+
 def test_short_chaos_run_has_no_leaks_and_no_lost_results(tmp_path):
     require_root_and(*TOOLS)
     _guest()
     trials = int(os.environ.get("CHAOS_TRIALS", "3"))
-    totals = chaos.run_chaos(trials, seed=int(os.environ.get("CHAOS_SEED", "7")), results=tmp_path)
-    print(f"chaos: trials {totals.trials}, leaks {totals.leaks}, lost results {totals.lost_results}")
-    assert totals.trials == trials
+    hvs = tuple(os.environ.get("CHAOS_HVS", "kvm").split(","))
+    totals = chaos.run_chaos(trials, seed=int(os.environ.get("CHAOS_SEED", "7")), results=tmp_path, hvs=hvs)
+    print(totals.line("chaos"))
+    assert totals.trials == trials * len(hvs)
     assert totals.leaks == 0, totals.problems
     assert totals.lost_results == 0, totals.problems

@@ -210,3 +210,20 @@ def test_missing_binding_breaks_nothing_else(monkeypatch):
     with pytest.raises(DependencyError, match="libvirt"):
         drv.LibvirtDriver.preflight(Scenario(driver="libvirt"))
     assert load_driver("kvm").__name__ == "KvmDriver"
+
+
+def test_domain_is_registered_with_its_daemon_uri_and_pid_file(tmp_path, monkeypatch):
+    """libvirt starts QEMU with a cleared environment (no VRMIG_RUN_PREFIX) as its own child, so
+    the run records the domain: name (carrying the run's prefix), daemon URI and the pid file
+    the daemon writes; teardown and the reaper of a killed orchestrator use exactly these."""
+    from migrate import registry as regmod
+
+    monkeypatch.setattr(regmod, "STATE_ROOT", tmp_path / "state")
+    reg = regmod.Registry("vm0d0a01")
+    reg.open(reaper=False)
+    d = lvd.NamespacedLibvirtd("R2", "vm0d0a01-R2", "198.19.255.2", reg, tmp_path)
+    d.register_domain("vrmig-vm0d0a01")
+    dom = json.loads(reg.state_file.read_text())["domains"]
+    assert dom == [{"name": "vrmig-vm0d0a01", "uri": d.uri, "pidfile": str(d.pidfile("vrmig-vm0d0a01"))}]
+    assert dom[0]["pidfile"] == f"{reg.dir}/libvirt-R2/run/qemu/vrmig-vm0d0a01.pid"
+    assert reg.teardown() == []

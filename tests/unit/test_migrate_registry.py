@@ -181,3 +181,136 @@ def test_a_signal_while_starting_a_helper_surfaces_once_its_pid_is_recorded(stat
     finally:
         signal.signal(signal.SIGTERM, old)
         assert reg.teardown() == []
+
+
+# -- the reaper, libvirt domains and container roots --------------------------------------------
+
+_OWNER = r"""
+import json, subprocess, sys, time
+from pathlib import Path
+from migrate.registry import Registry
+run_dir, leftover = Path(sys.argv[1]), Path(sys.argv[2])
+reg = Registry("vmreap01", run_dir=str(run_dir))
+reg.open()
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+reg.add_process(child.pid, "sleeper")  # no parent-death signal: only the reaper can stop it
+reg.add_path(leftover)
+leftover.write_text("x")
+print(child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def _wait_until(cond, timeout_s=15.0):
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_reaper_tears_down_the_run_of_a_killed_orchestrator(tmp_path):
+    """SIGKILL the owner: its reaper kills what the state file lists, removes the paths and the
+    state directory, and marks the run interrupted, with no further run or clean-testbed."""
+    import os
+    import signal
+
+    state_root = tmp_path / "state"
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "meta.json").write_text(json.dumps({"status": "running"}))
+    leftover = tmp_path / "leftover"
+    env = {**os.environ, "VRMIG_STATE": str(state_root)}
+    owner = subprocess.Popen([sys.executable, "-c", _OWNER, str(run_dir), str(leftover)], env=env,
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    child = int(owner.stdout.readline())
+    try:
+        state = json.loads((state_root / "vmreap01" / "state.json").read_text())
+        reaper = state["reaper"]["pid"]
+        assert regmod.pid_alive(reaper, state["reaper"]["starttime"]) and regmod.pid_alive(child, None)
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+        _wait_until(lambda: not (state_root / "vmreap01").exists())
+        assert not regmod.pid_alive(child, None), "the recorded child outlived its orchestrator"
+        assert not leftover.exists()
+        meta = json.loads((run_dir / "meta.json").read_text())
+        assert meta["status"] == "interrupted" and meta["failure"] == regmod.REAPER_WHY
+        _wait_until(lambda: not regmod.pid_alive(reaper, state["reaper"]["starttime"]))
+    finally:
+        owner.kill()
+        owner.wait()
+        if regmod.pid_alive(child, None):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_reaper_leaves_when_the_run_ends_and_touches_nothing(state_root, tmp_path):
+    keep = _sleeper()
+    try:
+        reg = regmod.Registry("vmreap02")
+        reg.open()
+        reaper = reg.reaper
+        assert reaper is not None and reaper.poll() is None
+        assert reg.teardown() == []
+        assert reaper.returncode == 0 and reg.reaper is None
+        assert keep.poll() is None
+    finally:
+        keep.kill()
+        keep.wait()
+
+
+def _named(name):
+    return subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "-name", f"guest={name},debug-threads=on"]
+    )
+
+
+def test_domain_qemu_is_killed_by_its_pid_file_only_if_it_is_that_domain(tmp_path):
+    """The daemon is gone (nothing answers on its socket): the pid file names the QEMU, which is
+    killed only if its command line says -name guest=<domain>."""
+    qemu, decoy = _named("vrmig-vmdom001"), _named("someone-else")
+    try:
+        pid_ok, pid_decoy = tmp_path / "ok.pid", tmp_path / "decoy.pid"
+        pid_ok.write_text(f"{qemu.pid}\n")
+        pid_decoy.write_text(f"{decoy.pid}\n")
+        uri = f"qemu+unix:///system?socket={tmp_path / 'gone.sock'}"
+        state = {"domains": [{"name": "vrmig-vmdom001", "uri": uri, "pidfile": str(pid_ok)},
+                             {"name": "vrmig-vmdom002", "uri": uri, "pidfile": str(pid_decoy)}]}  # fmt: skip
+        assert regmod.qemu_named(qemu.pid, "vrmig-vmdom001") and not regmod.qemu_named(decoy.pid, "vrmig-vmdom002")
+        assert regmod.teardown_state(state) == []
+        assert qemu.wait(timeout=5) is not None
+        assert decoy.poll() is None, "a process not named after the domain was killed"
+        assert regmod.process_prefixes(qemu.pid) == set()
+    finally:
+        for p in (qemu, decoy):
+            p.kill()
+            p.wait()
+
+
+def test_container_root_stops_processes_rooted_there(tmp_path):
+    """A recorded container root: every process whose root is that directory is stopped, found
+    by device and inode (here a chroot), whoever its parent is; others are left alone."""
+    import os
+    import shutil
+
+    if os.geteuid() != 0:
+        pytest.skip("chroot needs root")
+    root = tmp_path / "vrmig-vm0c0f01-criu" / "rootfs-R1"
+    (root / "bin").mkdir(parents=True)
+    busybox = shutil.which("busybox")
+    if busybox is None:
+        pytest.skip("busybox not installed")
+    shutil.copy(busybox, root / "bin" / "busybox")
+    inside = subprocess.Popen(["chroot", str(root), "/bin/busybox", "sleep", "60"])
+    outside = _sleeper()
+    try:
+        _wait_until(lambda: inside.pid in regmod.processes_with_root(root.stat().st_dev, root.stat().st_ino))
+        assert "vm0c0f01" in regmod.process_prefixes(inside.pid)  # detection: the root mount's path
+        st = root.stat()
+        assert regmod.teardown_state({"roots": [{"path": str(root), "dev": st.st_dev, "ino": st.st_ino}]}) == []
+        assert inside.wait(timeout=5) is not None
+        assert outside.poll() is None
+    finally:
+        for p in (inside, outside):
+            p.kill()
+            p.wait()

@@ -2,8 +2,10 @@
 speaking the protocol of routers/xenfs/vrmig-agent over two UNIX sockets (synthetic, no root)."""
 
 import base64
+import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -43,16 +45,17 @@ def test_run_and_stream(tmp_path):
     def replies(kind, rest):
         if kind == "run":
             cmd = base64.b64decode(rest[0]).decode()
-            return (3, "", []) if cmd == "false" else (0, f"ran {cmd}\n", [])
+            return (3, "", []) if cmd == "exec false" else (0, f"ran {cmd}\n", [])  # argv -> "exec <quoted words>"
         return 0, "started 42\n", [f"{rest[0]} hello\n{rest[0]} wor", f"ld\n{rest[0]} VRMIG-EXIT 0\n"]
 
     _fake_agent(tmp_path / "ctl", tmp_path / "log", replies)
     streams = StreamLog(tmp_path / "xen_log.jsonl")
     d = AgentDom0("R1", tmp_path / "ctl", tmp_path / "log", streams, lambda: True)
     try:
-        assert d.run("xl list") == (0, "ran xl list\n")
-        assert d.run("false") == (3, "")
-        d.stream("send", "xl migrate")
+        assert d.run(["xl", "list"]) == (0, "ran exec xl list\n")
+        assert d.run(["false"]) == (3, "")
+        assert d.run(["echo", "a b", "$x"]) == (0, "ran exec echo 'a b' '$x'\n")
+        d.stream("send", ["xl", "migrate"])
         hit = streams.wait("R1", "send", ("VRMIG-EXIT",), 5.0)
         assert hit is not None and hit["line"] == "VRMIG-EXIT 0"
         assert streams.tail("R1", "send") == ["hello", "world", "VRMIG-EXIT 0"]  # a line split across reads
@@ -93,3 +96,144 @@ def test_real_agent_script_frames_output_and_status(tmp_path):
     finally:
         p.kill()
         p.wait()
+
+
+# -- no shell strings: hostile parameters stay inert --------------------------------------------
+
+FAKE_BIN = {
+    # xl records its arguments; `xl migrate -s '' DOM RUNE` runs RUNE with sh -c, as the real xl does
+    "xl": '[ "$1" = -vvv ] && shift\n[ "$1" = migrate ] && { sh -c "$5"; echo "Migration successful"; }\nexit 0\n',
+    "socat": '{ printf "%s\\n" "$@"; echo ---; } >> "$FAKE_LOG/socat.args"\n',
+    "ss": 'echo "LISTEN 0 5 0.0.0.0:4444 0.0.0.0:*"\n',
+    "tail": "exit 0\n",
+    "cat": "exit 1\n",  # dom0's NIC counters: absent here
+}
+
+
+def _script_agent(sock_dir, host_env, cwd):
+    """A stand-in dom0 agent on two UNIX sockets that, like routers/xenfs/vrmig-agent, runs every
+    request's script with sh (here with stand-in xl/socat/ss/tail first in PATH)."""
+    ctl_path, log_path = sock_dir / "ctl", sock_dir / "log"
+    ctl = socket.socket(socket.AF_UNIX)
+    ctl.bind(str(ctl_path))
+    ctl.listen(1)
+    logs = socket.socket(socket.AF_UNIX)
+    logs.bind(str(log_path))
+    logs.listen(1)
+
+    def sh(script):
+        return subprocess.run(["sh", "-c", script], env=host_env, cwd=cwd, capture_output=True, timeout=20)
+
+    def serve():
+        c, _ = ctl.accept()
+        lg, _ = logs.accept()
+        f = c.makefile("rwb")
+        for line in f:
+            rid, kind, *rest = line.decode().split()
+            script = base64.b64decode(rest[-1]).decode()
+            if kind == "run":
+                res = sh(script)
+                rc, out = res.returncode, (res.stdout + res.stderr).decode()
+            else:
+                tag = rest[0]
+                res = sh(script)
+                text = "".join(f"{tag} {ln}\n" for ln in (res.stdout + res.stderr).decode().splitlines())
+                lg.sendall(f"{text}{tag} VRMIG-EXIT {res.returncode}\n".encode())
+                rc, out = 0, "started\n"
+            f.write(f"VRMIG-RC {rid} {rc} {base64.b64encode(out.encode()).decode()}\n".encode())
+            f.flush()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return ctl_path, log_path
+
+
+def test_xen_driver_passes_a_hostile_migration_address_as_one_inert_argument(tmp_path, monkeypatch):
+    """Even past the scenario's check, the address reaches socat as one argument, in R2's
+    listener and in the transport that xl hands to sh: no shell ever runs what it contains."""
+    from types import SimpleNamespace
+
+    from migrate.drivers import xen
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name, body in FAKE_BIN.items():
+        (fake / name).write_text("#!/bin/sh\n" + body)
+        (fake / name).chmod(0o755)
+    marker = tmp_path / "pwned"
+    hostile = f"198.19.255.2$(touch {marker});touch {marker}"
+    monkeypatch.setattr(xen, "DOMU_CONSOLE_LOG", str(tmp_path / "console.log"))
+    monkeypatch.setattr(xen, "SEND_PIDFILE", str(tmp_path / "dom0run" / "send.pid"), raising=False)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "FAKE_LOG": str(tmp_path)}
+    streams = StreamLog(tmp_path / "xen_log.jsonl")
+    dom0 = {}
+    for host in ("R1", "R2"):
+        (tmp_path / host).mkdir()
+        ctl, log_port = _script_agent(tmp_path / host, env, tmp_path / host)
+        dom0[host] = AgentDom0(host, ctl, log_port, streams, lambda: True)
+    actions = []
+    drv = xen.XenDriver.__new__(xen.XenDriver)
+    drv.ctx = SimpleNamespace(
+        scenario=SimpleNamespace(migrate_timeout_s=15.0, mode="precopy"),
+        recorder=SimpleNamespace(action=lambda *a, **k: actions.append((a, k))),
+        run_dir=tmp_path, faults=None, testbed=None,
+    )  # fmt: skip
+    drv.nested, drv.procs, drv.dom0, drv.streams = False, {}, dom0, streams
+    drv.mig_addr, drv.mig_if = hostile, "ethM"
+    try:
+        drv.prepare_destination()
+        drv.migrate()
+    finally:
+        for d in dom0.values():
+            d.close()
+        streams.close()
+    calls = (tmp_path / "socat.args").read_text().split("---\n")
+    assert not marker.exists(), "the address was run by a shell"
+    assert calls[0].splitlines() == [f"TCP-LISTEN:4444,bind={hostile},reuseaddr", "EXEC:xl -vvv migrate-receive"]
+    assert calls[1].splitlines() == ["-", f"TCP:{hostile}:4444"]
+
+
+def test_shell_dom0_keeps_each_argument_one_word(tmp_path):
+    """Locally the argv is exec'd as is; through a transport that hands its command line to a
+    shell (as ssh does; here `sh -c`) it is shlex-quoted, so the shell sees the same words."""
+    from migrate.xenhost import ShellDom0
+
+    marker = tmp_path / "pwned"
+    hostile = f"x; touch {marker}; $(touch {marker}) `touch {marker}` '\""
+    streams = StreamLog(tmp_path / "xen_log.jsonl")
+    try:
+        for prefix in (None, ["sh", "-c"]):
+            rc, out = ShellDom0("R2", streams, prefix).run(["printf", "%s|", hostile, "two words"])
+            assert (rc, out) == (0, f"{hostile}|two words|")
+        with pytest.raises(TypeError, match="argv lists"):
+            ShellDom0("R2", streams).run(f"printf {hostile}")
+    finally:
+        streams.close()
+    assert not marker.exists()
+
+
+def test_scenario_refuses_a_migration_address_that_is_not_an_ip(tmp_path, monkeypatch):
+    """XEN_MIG_ADDR (and XEN_MIG_IF, XEN_PEER) are checked before anything starts: one line, exit 2."""
+    from migrate.errors import ConfigError
+    from migrate.scenario import Scenario
+
+    marker = tmp_path / "pwned"
+    for value in (f"198.19.255.2; touch {marker}", f"$(touch {marker})", "198.19.255.2 -v"):
+        monkeypatch.setenv("XEN_MIG_ADDR", value)
+        with pytest.raises(ConfigError, match=r"^XEN_MIG_ADDR=.* is not an IP address") as err:
+            Scenario(hv="xen")
+        assert "\n" not in str(err.value)
+    monkeypatch.setenv("XEN_MIG_ADDR", "198.19.255.2")
+    assert Scenario(hv="xen").hv == "xen"
+    for var, value in (("XEN_MIG_IF", "ethM/../../x"), ("XEN_PEER", "-oProxyCommand=touch x")):
+        monkeypatch.setenv(var, value)
+        with pytest.raises(ConfigError, match=f"^{var}="):
+            Scenario(hv="xen")
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("XEN_MIG_ADDR", f"1.2.3.4;touch {marker}")
+    res = subprocess.run(
+        [sys.executable, "-m", "migrate", "run", "--hv", "xen", "--results", str(tmp_path / "res")],
+        capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().count("\n") == 0 and "XEN_MIG_ADDR" in res.stderr
+    assert not (tmp_path / "res").exists() and not marker.exists()
