@@ -286,17 +286,13 @@ def runs_table(records: Sequence[dict[str, Any]]) -> rh.Table:
 
 
 def definitions() -> list[tuple[str, str]]:
-    """The README's metric definitions and the aggregation rules."""
+    """The metric definitions (docs/metrics.md) and the aggregation rules."""
     out = []
-    readme = REPO / "README.md"
-    section = rh.extract_section(readme.read_text(), "Metric definitions") if readme.exists() else None
-    if section:
-        out.append(("Metrics of one run (README.md)", section))
-    else:
-        out.append(("Metrics of one run", "README.md's *Metric definitions* section was not found."))
     metrics_md = REPO / "docs" / "metrics.md"
     if metrics_md.exists():
-        out.append(("Absent figures, bounds, loss and failure classes (docs/metrics.md)", metrics_md.read_text()))
+        out.append(("Metric definitions (docs/metrics.md)", metrics_md.read_text()))
+    else:
+        out.append(("Metric definitions", "docs/metrics.md was not found."))
     out.append(("Aggregation over repetitions", AGGREGATE_DEFINITIONS))
     return out
 

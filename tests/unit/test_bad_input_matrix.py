@@ -1,5 +1,6 @@
 """Every user-facing parameter: one clear line on stderr naming it, exit != 0, nothing created.
-The README's bad-input table is generated from BAD_INPUTS (``python -m tests.unit.test_bad_input_matrix``)."""
+The bad-input table of docs/bad-input.md is generated from BAD_INPUTS
+(``python -m tests.unit.test_bad_input_matrix``)."""
 
 import os
 import sys
@@ -88,7 +89,7 @@ def test_results_path_that_is_a_file_is_refused(tmp_path):
 
 
 def markdown_table() -> str:
-    """The README's bad-input table, from the real messages."""
+    """The bad-input table of docs/bad-input.md, from the real messages."""
     import contextlib
     import io
     import tempfile
