@@ -2,10 +2,11 @@
 the pooled runs of every accepted night of that point.
 
 Metric checks.  A metric of a point regresses when BOTH
-  1. the one-sided Mann–Whitney U test (``scipy.stats.mannwhitneyu``: exact distribution without
-     ties, normal approximation with the tie correction otherwise) says tonight's runs are worse
-     than the accepted ones, significant after Holm's step-down procedure over all metric checks
-     of the night at family-wise level ``alpha``, and
+  1. the one-sided Mann–Whitney U test (``scipy.stats.mannwhitneyu``, ``method="exact"``: the
+     exact null distribution of U; tied values count ½ in U and are then judged against the
+     distribution without ties, which is conservative: it rejects less often than its level) says
+     tonight's runs are worse than the accepted ones, significant after Holm's step-down
+     procedure over all metric checks of the night at family-wise level ``alpha``, and
   2. tonight's median is worse than the accepted median by at least the rule's minimum effect,
      ``min_abs`` (the metric's unit) AND ``min_rel`` (fraction of the accepted median).
 With exchangeable runs the test bounds the false-alarm rate by ``alpha`` whatever the noise
@@ -131,8 +132,12 @@ def detectable(n_base: int, n_cand: int, alpha: float) -> bool:
     return n_base > 0 and n_cand > 0 and min_p_value(n_cand, n_base) <= alpha
 
 
-def check_metric(rule: Rule, accepted: Sequence[Any], tonight: Sequence[Any], alpha: float) -> Verdict:
-    """Judge one metric at one point (None/NaN values are ignored)."""
+def check_metric(
+    rule: Rule, accepted: Sequence[Any], tonight: Sequence[Any], alpha: float, tonight_bounds: int = 0
+) -> Verdict:
+    """Judge one metric at one point (None/NaN values are ignored).  ``tonight_bounds`` says how
+    many of tonight's values are lower bounds of a higher-is-worse metric (so tonight's median is
+    itself a lower bound, and the check can only understate a regression)."""
     base, cand = _clean(accepted), _clean(tonight)
     common = {"metric": rule.metric, "n_base": len(base), "n_cand": len(cand)}
     if len(base) < MIN_N or len(cand) < MIN_N:
@@ -149,10 +154,17 @@ def check_metric(rule: Rule, accepted: Sequence[Any], tonight: Sequence[Any], al
     sign = 1.0 if rule.worse == "higher" else -1.0
     worse_by = sign * (mc - mb)
     worse_rel = worse_by / abs(mb) if mb != 0 else (math.inf if worse_by > 0 else 0.0)
-    p = float(stats.mannwhitneyu(sign * np.asarray(cand), sign * np.asarray(base), alternative="greater").pvalue)
+    p = float(
+        stats.mannwhitneyu(
+            sign * np.asarray(cand), sign * np.asarray(base), alternative="greater", method="exact"
+        ).pvalue
+    )
     effect = worse_by >= rule.min_abs and worse_rel >= rule.min_rel and worse_by > 0
     rel = f"{worse_rel:+.0%}" if math.isfinite(worse_rel) else "new"
-    desc = f"median {_fmt(mc)} vs accepted {_fmt(mb)} (worse by {_fmt(worse_by)}, {rel}), U-test p={p:.3g}"
+    at_least = ">= " if tonight_bounds else ""
+    desc = f"median {at_least}{_fmt(mc)} vs accepted {_fmt(mb)} (worse by {_fmt(worse_by)}, {rel}), U-test p={p:.3g}"
+    if tonight_bounds:
+        desc += f" ({tonight_bounds} of tonight's {len(cand)} values are lower bounds)"
     nums = {"median_base": mb, "median_cand": mc, "worse_by": worse_by, "worse_by_rel": worse_rel, "p_value": p}
     min_effect = f"+{rule.min_abs:g} and {rule.min_rel:+.0%}"
     v = Verdict(status="pass", reason="", effect=effect, desc=desc, min_effect=min_effect, **common, **nums)
@@ -258,18 +270,21 @@ def check_setup(runs: Sequence[Mapping[str, Any]]) -> Verdict | None:
     return Verdict(SETUP, "error", reason, n_cand=len(runs))
 
 
-def _values(rule: Rule, runs: Sequence[Mapping[str, Any]]) -> list[Any]:
-    """The metric of the completed runs; for a higher-is-worse metric known only as a lower bound
-    (``<metric>_lower``), the bound: the run was at least that bad."""
-    out = []
+def _values(rule: Rule, runs: Sequence[Mapping[str, Any]], bounds: bool = False) -> tuple[list[Any], int]:
+    """The metric of the completed runs and how many of them are lower bounds: with ``bounds``
+    (tonight's runs only), a higher-is-worse metric known only as a lower bound
+    (``<metric>_lower``) counts as its bound, since the run was at least that bad; accepted runs
+    never contribute a bound."""
+    out, n_bounds = [], 0
     for r in runs:
         if r.get("status") != "completed":
             continue
         v = r.get(rule.metric)
-        if v is None and rule.worse == "higher":
+        if v is None and bounds and rule.worse == "higher" and r.get(f"{rule.metric}_lower") is not None:
             v = r.get(f"{rule.metric}_lower")
+            n_bounds += 1
         out.append(v)
-    return out
+    return out, n_bounds
 
 
 def decide_night(points: Sequence[PointRuns], alpha: float, failures: FailureRule) -> list[tuple[str, Verdict]]:
@@ -285,13 +300,14 @@ def decide_night(points: Sequence[PointRuns], alpha: float, failures: FailureRul
                 out.append((p.label, Verdict(rule.metric, "skipped", p.skip, n_cand=len(p.tonight))))
                 continue
             metric_idx.append(len(out))
-            v = check_metric(rule, _values(rule, p.accepted), _values(rule, p.tonight), alpha)
+            tonight, n_bounds = _values(rule, p.tonight, bounds=True)
+            v = check_metric(rule, _values(rule, p.accepted)[0], tonight, alpha, n_bounds)
             out.append((p.label, v))
-        tonight = count_attempts(p.tonight)
+        attempts = count_attempts(p.tonight)
         if p.skip:
-            out.append((p.label, Verdict(FAILURES, "skipped", p.skip, n_cand=tonight.n)))
+            out.append((p.label, Verdict(FAILURES, "skipped", p.skip, n_cand=attempts.n)))
         else:
-            out.append((p.label, check_failures(failures, count_attempts(p.accepted), tonight)))
+            out.append((p.label, check_failures(failures, count_attempts(p.accepted), attempts)))
         setup = check_setup(p.tonight)
         if setup is not None:
             out.append((p.label, setup))

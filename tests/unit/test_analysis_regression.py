@@ -108,15 +108,16 @@ def test_holm_known_answer():
     assert "not significant after Holm over 4 checks" in out[0].reason
 
 
-def test_mann_whitney_is_scipys():
-    """The p-value is scipy.stats.mannwhitneyu's one-sided one (exact without ties: 1/C(10,5))."""
+def test_mann_whitney_is_scipys_exact_test():
+    """The p-value is scipy.stats.mannwhitneyu's one-sided exact one (1/C(10,5) for separated
+    samples), also with ties (U counts them ½)."""
     v = check_metric(DOWNTIME, [0.100, 0.101, 0.102, 0.103, 0.104], [0.2, 0.21, 0.22, 0.23, 0.24], ALPHA)
     assert v.p_value == pytest.approx(1 / 252)
     lower = check_metric(FORWARDED, [0.95, 0.96, 0.97, 0.98, 0.99], [0.5, 0.9, 0.91, 0.92, 0.97], 0.05)
-    ref = stats.mannwhitneyu(
-        [-0.5, -0.9, -0.91, -0.92, -0.97], [-0.95, -0.96, -0.97, -0.98, -0.99], alternative="greater"
-    )
-    assert lower.p_value == pytest.approx(ref.pvalue)
+    x, y = [-0.5, -0.9, -0.91, -0.92, -0.97], [-0.95, -0.96, -0.97, -0.98, -0.99]
+    assert lower.p_value == pytest.approx(stats.mannwhitneyu(x, y, alternative="greater", method="exact").pvalue)
+    tied = check_metric(DOWNTIME, [0.81] * 8 + [0.73, 0.95], [1.2, 1.2, 1.3, 1.2, 1.2], ALPHA)  # ties within groups
+    assert tied.p_value == pytest.approx(1 / math.comb(15, 5))
 
 
 def test_significant_but_tiny_shift_is_not_a_regression():
@@ -195,12 +196,16 @@ def test_only_migration_attempts_count_and_setup_failures_are_errors():
     assert decide_night([PointRuns("p", (), ok * 4, old)], 0.03, RULE)[0][1].regression
 
 
-def test_a_lower_bound_counts_for_a_higher_is_worse_metric():
-    """SYNTHETIC: downtime known only as a bound (the outage outlasted the window) is at least that bad."""
+def test_tonights_lower_bounds_count_for_a_higher_is_worse_metric():
+    """SYNTHETIC: tonight's downtime known only as a bound (the outage outlasted the window) is at
+    least that bad; the verdict says the median is a bound.  Accepted bounds are never used."""
     ok = [{"status": "completed", "downtime_counters_s": 0.1 + i / 1000} for i in range(20)]
     tonight = [{"status": "completed", "downtime_counters_s": None, "downtime_counters_s_lower": 3.0}] * 5
     (v, _) = [v for _, v in decide_night([PointRuns("p", (DOWNTIME,), ok, tonight)], 0.03, RULE)]
     assert v.regression and v.n_cand == 5 and v.median_cand == 3.0
+    assert "median >= 3 vs accepted" in v.reason and "5 of tonight's 5 values are lower bounds" in v.reason
+    (v, _) = [v for _, v in decide_night([PointRuns("p", (DOWNTIME,), ok + tonight, ok[:5])], 0.03, RULE)]
+    assert v.n_base == 20 and not v.regression
 
 
 def test_junit_xml_has_one_case_per_check():
