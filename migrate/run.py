@@ -1,5 +1,10 @@
 """One migration run: scenario -> checks -> testbed -> router -> traffic -> migration ->
-raw data -> analysis.  Everything created is registered and removed in ``finally``."""
+raw data -> analysis.  Everything created is registered and removed in ``finally``.
+
+A run that does not complete carries the phase it ended in as meta.json ``failure_class``
+(setup, migration, post-migration, interrupted).  A migration the hypervisor reports completed
+counts only once cross-traffic sent after the completion reached B (at RATE=0: RTT probes sent
+after it were answered), seen live and in the instruments' records (docs/data-formats.md)."""
 
 from __future__ import annotations
 
@@ -303,7 +308,7 @@ def _migrate(
     except MigrationError as err:
         outcome = MigrationOutcome(completed=False, failure=str(err))
     returned_ns = time.time_ns()
-    if outcome.hypervisor:
+    if outcome.completed or outcome.hypervisor:
         meta["hypervisor"]["final"] = outcome.hypervisor
     if not outcome.completed:
         record_failure(meta, MIGRATION, outcome.failure or "the hypervisor reported the migration not completed")
