@@ -68,7 +68,7 @@ xen: guest
 migrate:
 	$(PY) -m migrate run $(MIGRATE_FLAGS)
 
-# make baseline: forwarding performance without migration (README "make baseline")
+# make baseline: forwarding performance without migration (docs/campaigns.md "make baseline")
 BASELINE_FLAGS = $(call flag,HV,hv) $(call flag,NIC,nic) $(call flag,IP,ip) $(call flag,SIZES,sizes) \
   $(call flag,RATES,rates) $(call flag,ROUTERS,routers) $(call flag,LOAD,load) $(call flag,REPS,reps) \
   $(call flag,SEARCH,search) $(call flag,RESUME,resume) $(call flag,DURATION,duration) \

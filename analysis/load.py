@@ -1,4 +1,4 @@
-"""Loaders: raw run files -> numpy arrays and plain dicts (formats in README "Raw data formats").
+"""Loaders: raw run files -> numpy arrays and plain dicts (formats: docs/data-formats.md).
 
 Loaders are tolerant of what a killed instrument leaves behind (a truncated last line) but
 never invent data: a malformed line is skipped, a missing file raises ``FileNotFoundError``.

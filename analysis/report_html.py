@@ -91,8 +91,8 @@ def _md_table(rows: list[str]) -> str:
 
 def markdown_to_html(md: str) -> str:
     """Tiny Markdown subset: paragraphs, ``-`` bullet lists (with continuation lines), headings
-    (as h3/h4), fenced code blocks, pipe tables, inline code, bold and italics.  Enough for the
-    README's metric definitions and docs/metrics.md."""
+    (as h3/h4), fenced code blocks, pipe tables, inline code, bold and italics.  Enough for
+    docs/metrics.md."""
     blocks: list[str] = []
     items: list[str] = []
     para: list[str] = []

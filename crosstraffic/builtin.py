@@ -1,6 +1,6 @@
 """The default backend: ``crosstraffic/bin/vrgen`` and ``crosstraffic/bin/vrsink`` (C, this directory).
 
-Formats: gen.json / sink.json as fixed in the README; everything the README lists is required,
+Formats: gen.json / sink.json as fixed in docs/data-formats.md; everything listed there is required,
 extra fields are kept in ``raw``.
 """
 

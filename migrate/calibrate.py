@@ -54,7 +54,8 @@ EDGE_ACTIONS = {"cut": ("cut", "restore"), "pause": ("pause", "resume")}
 MIN_DURATION_MS, MAX_DURATION_MS = 1.0, 10_000.0
 MAX_REPS = 100
 DEFAULT_DURATIONS_MS = (20.0, 50.0, 100.0, 200.0, 500.0)
-#: HV=xen: the nested router forwards ~10 Mbit/s of 1500 B frames without loss (README, HV=xen)
+#: HV=xen: the nested router forwards ~10 Mbit/s of 1500 B frames without loss
+#: (docs/measurements/2026-11-23-xen-baseline.md)
 XEN_DEFAULT_RATE_BPS = 10_000_000
 XEN_BOOT_TIMEOUT_S = 300.0
 SPACING_S = 1.0  # normal forwarding between one event's end (forwarding seen again) and the next

@@ -217,7 +217,7 @@ class ShellDom0:
     """A real dom0: ``argv`` runs here as is (``prefix`` empty) or through a transport such as
     ``["ssh", "root@dom0-b"]``, which gets it as one ``shlex.join``-quoted command line (ssh hands
     its arguments to the remote shell).  Local processes die with the orchestrator (parent-death
-    signal); a process started on the remote dom0 does not (README: real Xen hosts).  Streams are
+    signal); a process started on the remote dom0 does not (docs/hypervisors.md: real Xen hosts).  Streams are
     local subprocesses read by a thread."""
 
     def __init__(self, host: str, streams: StreamLog, prefix: list[str] | None = None) -> None:

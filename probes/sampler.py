@@ -1,5 +1,5 @@
 """The 10 ms interface-counter sampler: command line for ``probes/bin/vrsampler`` and a pure,
-numpy-based loader for the ``counters.tsv`` it writes (format: README, "Raw data formats").
+numpy-based loader for the ``counters.tsv`` it writes (format: docs/data-formats.md, "Raw data formats").
 
 ``analysis/`` imports :func:`load_counters`; nothing here starts processes or touches namespaces.
 """

@@ -20,7 +20,7 @@ from routers.errors import RouterError
 from routers.guest import BOOT_MARKER, FAIL_MARKER, READY_MARKER, GuestImage, guest_image, kernel_cmdline
 
 QEMU = "qemu-system-x86_64"
-#: The router port addresses of the testbed (README): eth0 left, eth1 right.
+#: The router port addresses of the testbed (docs/testbed.md): eth0 left, eth1 right.
 IF0 = ["198.18.1.1/24", "2001:2:0:1::1/64"]
 IF1 = ["198.18.2.1/24", "2001:2:0:2::1/64"]
 #: Two NICs on isolated user-mode networks (no root needed, nothing reachable).

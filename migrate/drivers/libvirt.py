@@ -3,7 +3,7 @@
 
 On the embedded testbed each hypervisor-host namespace (R1, R2) runs its own libvirtd
 (``libvirt_daemon``); the driver itself only talks to libvirt URIs, so the same code drives real
-hosts (``qemu+ssh://…``, ``qemu+tls://…``; see README "DRIVER=libvirt").
+hosts (``qemu+ssh://…``, ``qemu+tls://…``; see docs/testbed.md "Real libvirt hosts").
 
 Raw records in the run directory (the ``hypervisor`` figures of summary.json come from them):
 

@@ -6,7 +6,7 @@ Only usable where those tools exist: :meth:`OpenvzDriver.preflight` looks for ``
 otherwise stops with one line saying what is missing — without side effects.  On such a host:
 
 * the router is an existing container ``VRMIG_OPENVZ_CTID`` (default 101) whose interfaces are
-  bridged to the two traffic segments on both hosts (see README "HV=openvz");
+  bridged to the two traffic segments on both hosts (see docs/hypervisors.md "HV=openvz");
 * start_source: ``vzctl start <CTID>`` unless it runs, then wait until ``vzctl status`` says
   running (polled, bounded by BOOT_TIMEOUT);
 * migrate: ``vzmigrate [--online] -v <R2's migration-link address> <CTID>`` (MODE=precopy ->

@@ -25,7 +25,8 @@ from crosstraffic.backend import RATE_CONVENTION
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "crosstraffic"
 
-# Field lists of the README contract (gen.json / sink.json); the tools may add fields, never drop these.
+# Field lists of the gen.json / sink.json contract (docs/data-formats.md); the tools may add fields,
+# never drop these.
 README_GEN_FIELDS = {
     "tool", "version", "clock", "rate_convention", "family", "dst", "port", "frame_bytes", "payload_bytes",
     "requested_bps", "duration_s", "start_ns", "end_ns", "packets", "send_errors", "achieved_pps", "achieved_bps",

@@ -83,7 +83,7 @@ def test_sweep_report_from_fixture(tmp_path):
     html_text = (sweep / "report.html").read_text()
     assert_self_contained_report(sweep / "report.html")
     assert "SYNTHETIC" in html_text  # the host/QEMU metadata of the fixture runs
-    assert "downtime_s.counters" in html_text  # README's metric definitions
+    assert "downtime_s.counters" in html_text  # docs/metrics.md
     assert "Student t" in html_text
     assert not list(sweep.glob(".*tmp*"))
 
