@@ -247,10 +247,9 @@ def check_failures(rule: FailureRule, accepted: Attempts, tonight: Attempts) -> 
     rate_acc = accepted.failed / accepted.n
     rate = max(rate_acc, rule.min_rate)
     p = float(stats.binom.sf(k - 1, n, rate)) if k > 0 else 1.0
-    desc = (
-        f"{k} of {n} migration attempts failed; accepted {accepted.failed}/{accepted.n}, rate taken as "
-        f"{rate:.3g} (at least {rule.min_rate:g}): P(>= {k} failures) = {p:.3g}"
-    )
+    desc = f"{k} of {n} migration attempts failed; accepted {accepted.failed}/{accepted.n}"
+    if k > 0:
+        desc += f", rate taken as {rate:.3g} (at least {rule.min_rate:g}): P(>= {k} failures) = {p:.3g}"
     nums = {"median_base": rate_acc, "median_cand": k / n, "worse_by": k / n - rate_acc, "p_value": p}
     v = Verdict(status="pass", reason="", effect=k >= rule.min_failures, desc=desc, **common, **nums)
     if v.effect and p <= rule.alpha:
@@ -290,8 +289,9 @@ def _values(rule: Rule, runs: Sequence[Mapping[str, Any]], bounds: bool = False)
 def decide_night(points: Sequence[PointRuns], alpha: float, failures: FailureRule) -> list[tuple[str, Verdict]]:
     """Every check of a night: per point its metric rules, ``migration_failures`` and, when runs
     failed before their migration, ``setup_failures`` (an error).  The metric checks of all
-    points are decided together by Holm at ``alpha``; each point's failure check has its own
-    level ``failures.alpha``."""
+    points are decided together by Holm at ``alpha`` (a check whose sample sizes cannot reach
+    Holm's first level, alpha / checks, is skipped: too few accepted nights); each point's
+    failure check has its own level ``failures.alpha``."""
     out: list[tuple[str, Verdict]] = []
     metric_idx: list[int] = []
     for p in points:
@@ -311,6 +311,18 @@ def decide_night(points: Sequence[PointRuns], alpha: float, failures: FailureRul
         setup = check_setup(p.tonight)
         if setup is not None:
             out.append((p.label, setup))
+    tested = [i for i in metric_idx if out[i][1].p_value is not None]
+    first = alpha / max(1, len(tested))
+    for i in tested:
+        v = out[i][1]
+        if not detectable(v.n_base, v.n_cand, first):
+            why = (
+                f"accepted n={v.n_base} and tonight n={v.n_cand} cannot reach Holm's first level {first:.3g} "
+                f"over {len(tested)} checks (the rank test's smallest p is {min_p_value(v.n_cand, v.n_base):.3g}): "
+                f"accept more nights; {v.desc}"
+            )
+            out[i] = (out[i][0], replace(v, status="skipped", reason=why, p_value=None))
+    metric_idx = [i for i in metric_idx if out[i][1].p_value is not None]
     decided = holm([out[i][1] for i in metric_idx], alpha)
     for i, v in zip(metric_idx, decided, strict=True):
         out[i] = (out[i][0], v)

@@ -164,6 +164,7 @@ def test_judge_pools_the_accepted_nights_flags_a_regression_and_passes_noise(tmp
         # with one accepted night, 5 vs 5 runs cannot reach the first Holm level: nothing fails
         one = nt.judge(h, "worse", m, "a1")
         assert not any(v.regression for _, v in one)
+        assert all("accept more nights" in v.reason for _, v in one if v.metric == "downtime_packets_s")
         capped = nt.judge(h, "same", dataclasses.replace(m, history_nights=1))
         assert {v.n_base for _, v in capped if v.metric == "downtime_packets_s"} == {5}
 
