@@ -43,20 +43,10 @@ def _run(root, **kw):
     return run_dir, json.loads((run_dir / "meta.json").read_text()), json.loads((run_dir / "summary.json").read_text())
 
 
-def _forwarded_by_r2_after(run_dir, t_after_ns):
-    from probes.sampler import load_counters
-
-    c = load_counters(run_dir / "counters.tsv")
-    prefix = json.loads((run_dir / "meta.json").read_text())["testbed"]["prefix"]
-    s = c.series(f"{prefix}-R2", "tapR")  # frames nested host R2 sends toward B
-    after = s.t_ns >= t_after_ns
-    return int(s.rx_packets[after][-1] - s.rx_packets[after][0]) if after.sum() > 1 else 0
-
-
 def test_xl_migrate_moves_the_router_to_r2(tmp_path, no_leftovers):
     _require()
     run_dir, meta, summary = _run(tmp_path)
-    assert meta["status"] == "completed", meta.get("failure")
+    assert meta["status"] == "completed" and meta["failure_class"] is None, meta.get("failure")
     v = meta["verify"]
     assert (v["src_status"], v["dst_status"]) == ("absent", "running"), v  # xl list on both dom0s
     hv = meta["hypervisor"]
@@ -64,12 +54,15 @@ def test_xl_migrate_moves_the_router_to_r2(tmp_path, no_leftovers):
 
     end_ns = next(json.loads(x)["t_ns"] for x in (run_dir / "actions.jsonl").read_text().splitlines()
                   if json.loads(x)["action"] == "migration-end")  # fmt: skip
-    assert meta["after_migration"]["forwarding"], meta["after_migration"]
-    assert _forwarded_by_r2_after(run_dir, end_ns) > 10, "R2 did not forward after the migration"
+    # forwarding from R2: cross-traffic sent after the migration's end reached B
+    after = meta["after_migration"]
+    assert after["forwarding"] is True and after["completed_ns"] == end_ns, after
+    assert end_ns <= after["first"]["sent_ns"] < after["first"]["received_ns"] and after["packets"] > 10, after
 
     assert summary["status"] == "completed" and summary["hv"] == "xen"
-    assert summary["downtime_s"]["packets"] > 0, summary["downtime_s"]
-    assert summary["downtime_s"]["hypervisor"] > 0, summary["details"]["hypervisor"]
+    pkt, own = summary["downtime_s"]["packets"], summary["downtime_s"]["hypervisor"]
+    assert pkt is not None and pkt > 0, summary["downtime_s"]
+    assert own is not None and own > 0, summary["details"]["hypervisor"]
     assert summary["volume_bytes"]["link"] >= MEM_MIB * 2**20, summary["volume_bytes"]
     assert summary["duration_s"]["hypervisor"] > 0
     # the nested router carried the rate: every lost packet fell into the migration's gap
@@ -82,6 +75,6 @@ def test_xl_migrate_moves_the_router_to_r2(tmp_path, no_leftovers):
 def test_nested_host_that_does_not_boot_fails_with_its_console(tmp_path, no_leftovers):
     _require()
     _run_dir, meta, summary = _run(tmp_path, boot_timeout_s=4)
-    assert meta["status"] == "failed"
+    assert meta["status"] == "failed" and meta["failure_class"] == "setup", meta.get("failure")
     assert "nested Xen host R1 did not boot" in meta["failure"] and "console:" in meta["failure"], meta["failure"]
     assert summary["status"] == "failed"
