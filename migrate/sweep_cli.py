@@ -144,8 +144,8 @@ def cmd_nightly_accept(a: argparse.Namespace) -> int:
 
     row = accept(a.results, a.history, a.night)
     print(
-        f"baseline is now night {row['night_id']} ({row['n_completed']} completed runs, status {row['status']}; "
-        f"previous baseline {row.get('previous_baseline') or '(none)'})"
+        f"accepted night {row['night_id']} ({row['n_completed']} completed runs, status {row['status']}); "
+        f"{row['n_accepted']} accepted night(s) now pooled as the history"
     )
     print(row["night_dir"])
     return 0
