@@ -44,7 +44,7 @@ log = logging.getLogger("vrmig.chaos")
 
 SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT")
 TRIAL_TIMEOUT_S = 240.0
-SIGNAL_WINDOW_S = (0.3, 16.0)  # covers setup, boot, warm-up, migration and analysis (HV=kvm)
+SIGNAL_WINDOW_S = (0.3, 10.0)  # covers setup, boot, warm-up, migration and analysis (HV=kvm: ~10 s a run)
 RUN_FLAGS = ["--rate", "10M", "--duration", "5", "--migrate-at", "2", "--after", "1",
              "--migrate-timeout", "15", "--boot-timeout", "60"]  # fmt: skip
 FINAL_STATES = ("completed", "failed", "interrupted")
@@ -73,10 +73,12 @@ XEN_FLAGS = ("--hv", "xen", "--mem", "128", "--rate", "1M", "--duration", "5", "
              "--migrate-timeout", "150", "--boot-timeout", "240")  # fmt: skip
 HV_PROFILES: dict[str, HvProfile] = {
     "kvm": HvProfile(tuple(RUN_FLAGS), FAULTS),
-    "kvm-libvirt": HvProfile(("--driver", "libvirt", *RUN_FLAGS), FAULTS, (0.3, 20.0)),
-    "criu": HvProfile(("--hv", "criu", "--router", "bird", "--mode", "stopcopy", *RUN_FLAGS), _TESTBED_FAULTS),
-    # nested Xen under TCG: ~40 s to boot both hosts, 128 MiB migrate in ~30-60 s
-    "xen": HvProfile(XEN_FLAGS, ("dst-qemu-dies", "src-qemu-dies", *_TESTBED_FAULTS), (0.3, 100.0), 600.0),
+    # signal windows: about a whole run of that HV here (libvirt ~25 s, CRIU ~7 s, nested Xen ~50 s)
+    "kvm-libvirt": HvProfile(("--driver", "libvirt", *RUN_FLAGS), FAULTS, (0.3, 25.0)),
+    "criu": HvProfile(
+        ("--hv", "criu", "--router", "bird", "--mode", "stopcopy", *RUN_FLAGS), _TESTBED_FAULTS, (0.3, 7.0)
+    ),
+    "xen": HvProfile(XEN_FLAGS, ("dst-qemu-dies", "src-qemu-dies", *_TESTBED_FAULTS), (0.3, 50.0), 600.0),
 }
 DEFAULT_HVS = ("kvm", "kvm-libvirt", "criu", "xen")
 DEFAULT_XEN_TRIALS = 2
@@ -90,6 +92,7 @@ class Totals:
     faults: int = 0
     faults_injected: int = 0
     signals: int = 0
+    signals_sent: int = 0  # the run was still going when its signal came (the others had ended)
     leaks: int = 0
     lost_results: int = 0
     wall_s: float = 0.0
@@ -97,7 +100,16 @@ class Totals:
 
     def add(self, other: Totals) -> None:
         """Accumulate ``other`` into these totals."""
-        for name in ("trials", "faults", "faults_injected", "signals", "leaks", "lost_results", "wall_s"):
+        for name in (
+            "trials",
+            "faults",
+            "faults_injected",
+            "signals",
+            "signals_sent",
+            "leaks",
+            "lost_results",
+            "wall_s",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.problems += other.problems
 
@@ -105,7 +117,8 @@ class Totals:
         """The summary line printed for ``label``."""
         return (
             f"{label}: trials {self.trials}, faults {self.faults} ({self.faults_injected} injected mid-run), "
-            f"signals {self.signals}, leaks {self.leaks}, lost results {self.lost_results}, "
+            f"signals {self.signals} ({self.signals_sent} while running), leaks {self.leaks}, "
+            f"lost results {self.lost_results}, "
             f"wall {self.wall_s:.0f} s"
         )
 
@@ -226,9 +239,11 @@ def fault_injected(results: Path, before: set[str], kind: str) -> bool:
     """Did the trial's run actually inject its fault (a 'fault' action, or for an unbootable guest
     the boot failure)?"""
     for d in _new_run_dirs(results, before):
-        if kind == "guest-never-ready":
-            meta = json.loads((d / "meta.json").read_text())
-            return "not ready" in (meta.get("failure") or "")
+        if (
+            kind == "guest-never-ready"
+        ):  # QMP: "router guest not ready: ..."; libvirt: "... did not print 'VRMIG-READY'"
+            failure = json.loads((d / "meta.json").read_text()).get("failure") or ""
+            return "not ready" in failure or "did not print 'VRMIG-READY'" in failure
         actions = d / "actions.jsonl"
         return actions.exists() and '"action": "fault"' in actions.read_text()
     return False
@@ -281,21 +296,25 @@ def trial_argv(hv: str, kind: str, results: Path) -> list[str]:
     return argv + (["--fault", kind] if kind in FAULTS else [])
 
 
-def _trial(hv: str, kind: str, delay_s: float, results: Path) -> None:
+def _trial(hv: str, kind: str, delay_s: float, results: Path) -> bool:
+    """Run one trial; True if its signal hit the running orchestrator."""
     proc = subprocess.Popen(
         trial_argv(hv, kind, results), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
+    sent = False
     try:
         if kind in SIGNALS:
             try:
                 proc.wait(timeout=delay_s)
             except subprocess.TimeoutExpired:
                 os.kill(proc.pid, getattr(signal, kind))
+                sent = True
         proc.wait(timeout=HV_PROFILES[hv].timeout_s)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    return sent
 
 
 def trial_kinds(hv: str) -> list[str]:
@@ -321,15 +340,16 @@ def run_hv(hv: str, trials: int, rng: random.Random, results: Path) -> Totals:
         before_files = snapshot(results)
         before = Artefacts.now()
         t0 = time.monotonic()
-        _trial(hv, kind, delay, results)
+        sent = _trial(hv, kind, delay, results)
         totals.trials += 1
         totals.faults += kind in FAULTS
         totals.signals += kind in SIGNALS
+        totals.signals_sent += sent
         prefix = new_run_prefix(results, before_dirs)
         if kind in FAULTS and fault_injected(results, before_dirs, kind):
             totals.faults_injected += 1
         # measured before anything else cleans: a SIGKILLed run must clean itself (reaper)
-        leaks = trial_leaks(before, prefix, REAPER_GRACE_S if kind == "SIGKILL" else LEAK_GRACE_S)
+        leaks = trial_leaks(before, prefix, REAPER_GRACE_S if kind == "SIGKILL" and sent else LEAK_GRACE_S)
         if leaks and prefix:
             cleaned = clean_stale(only={prefix})  # then remove them, as the next run would
             log.warning("trial %d left %d leftovers; clean_stale(%s) -> %s", i + 1, len(leaks), prefix, cleaned)
@@ -342,7 +362,8 @@ def run_hv(hv: str, trials: int, rng: random.Random, results: Path) -> Totals:
             totals.problems.append(f"{hv} trial {i + 1} ({kind}): {what}")
         log.info(
             "%s trial %d/%d %-18s %s %.0f s: leaks %d, lost %d",
-            hv, i + 1, trials, kind, f"at {delay:.1f} s" if kind in SIGNALS else "", time.monotonic() - t0,
+            hv, i + 1, trials, kind, f"at {delay:.1f} s{'' if sent else ' (run had ended)'}" if kind in SIGNALS else "",
+            time.monotonic() - t0,
             len(leaks), len(changed) + len(bad),
         )  # fmt: skip
     totals.wall_s = time.monotonic() - t_hv
