@@ -50,10 +50,10 @@ check-helpers:
 	$(MAKE) -C probes check
 
 # HV=criu: a criu that works on this kernel (system's, else Debian trixie's/forky's unpacked into
-# ~/.cache/vrmig/criu with a private apt configuration; see migrate/criu_setup.py)
+# ~/.cache/vrmig/criu with a private apt configuration; see migrate/drivers/criu/setup.py)
 .PHONY: criu
 criu: venv
-	$(PY) -m migrate.criu_setup
+	$(PY) -m migrate.drivers.criu.setup
 	$(PY) -m routers criuvm
 
 guest: venv
@@ -128,7 +128,7 @@ bench-traffic: helpers
 
 # make chaos HVS=kvm,kvm-libvirt,criu,xen TRIALS=10 XEN_TRIALS=2 SEED=1 (TRIALS per HV; xen ~2 min a trial)
 chaos:
-	$(PY) -m migrate.chaos --trials $(or $(TRIALS),10) --xen-trials $(or $(XEN_TRIALS),2) --seed $(or $(SEED),1) \
+	$(PY) -m migrate.campaigns.chaos --trials $(or $(TRIALS),10) --xen-trials $(or $(XEN_TRIALS),2) --seed $(or $(SEED),1) \
 	  --hvs $(or $(HVS),kvm,kvm-libvirt,criu,xen) --results $(RESULTS)/chaos
 
 bench-sampler: venv

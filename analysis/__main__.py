@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from analysis.report import format_table
+from analysis.present.table import format_table
 from analysis.run import analyse_and_write
 
 

@@ -19,7 +19,7 @@ CENSORED = "censored"
 INCOMPLETE = "incomplete"
 STATES = (ABSENT, CENSORED, INCOMPLETE)
 
-#: estimator flags that make a found figure a lower bound (analysis.downtime)
+#: estimator flags that make a found figure a lower bound (analysis.metrics.downtime)
 LOWER_BOUND_FLAGS = ("clipped_start", "clipped_end", "open_start", "open_end", "gaps_dropped")
 
 #: one line per reason code, for tables and summary.json ``text``

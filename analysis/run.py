@@ -15,21 +15,21 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from analysis.counters import FCS_BYTES, rate_series, sampler_health
-from analysis.criu import criu_figures, load_criu
-from analysis.cross import cross_traffic
-from analysis.downtime import CountersDowntime, PacketsDowntime, counters_downtime, packets_downtime
-from analysis.hypervisor import hypervisor_figures
-from analysis.instruments import DROP_COUNTERS, instruments
-from analysis.libvirt import libvirt_figures, load_libvirt, window_events
-from analysis.link import link_activity
+from analysis.hypervisors.criu import criu_figures, load_criu
+from analysis.hypervisors.libvirt import libvirt_figures, load_libvirt, window_events
+from analysis.hypervisors.qemu import hypervisor_figures
+from analysis.hypervisors.xen import load_xen, xen_figures
 from analysis.load import Counters, load_counters, load_irtt, read_json, read_jsonl, sink_gaps
-from analysis.plot import PlotData, Series, plot_run
-from analysis.rtt import rtt_phases
-from analysis.sendloss import SendTimeLoss, loss_from_raw, send_time_loss, unavailable_reason
+from analysis.metrics.counters import FCS_BYTES, rate_series, sampler_health
+from analysis.metrics.cross import cross_traffic
+from analysis.metrics.downtime import CountersDowntime, PacketsDowntime, counters_downtime, packets_downtime
+from analysis.metrics.instruments import DROP_COUNTERS, instruments
+from analysis.metrics.link import link_activity
+from analysis.metrics.rtt import rtt_phases
+from analysis.metrics.sendloss import SendTimeLoss, loss_from_raw, send_time_loss, unavailable_reason
+from analysis.metrics.window import Spans, Window, migration_window, spans
+from analysis.present.run_plot import PlotData, Series, plot_run
 from analysis.summary import Summary
-from analysis.window import Spans, Window, migration_window, spans
-from analysis.xen import load_xen, xen_figures
 
 log = logging.getLogger(__name__)
 

@@ -11,15 +11,15 @@ from typing import Any
 import numpy as np
 
 from analysis import qualify as q
-from analysis.counters import SamplerHealth
-from analysis.cross import CrossTraffic
-from analysis.downtime import CountersDowntime, PacketsDowntime
-from analysis.hypervisor import HypervisorFigures
-from analysis.instruments import Instruments
-from analysis.link import LinkActivity
-from analysis.rtt import RttPhases, RttStats
-from analysis.sendloss import SendTimeLoss
-from analysis.window import Window
+from analysis.hypervisors.qemu import HypervisorFigures
+from analysis.metrics.counters import SamplerHealth
+from analysis.metrics.cross import CrossTraffic
+from analysis.metrics.downtime import CountersDowntime, PacketsDowntime
+from analysis.metrics.instruments import Instruments
+from analysis.metrics.link import LinkActivity
+from analysis.metrics.rtt import RttPhases, RttStats
+from analysis.metrics.sendloss import SendTimeLoss
+from analysis.metrics.window import Window
 
 SUMMARY_FORMAT_VERSION = 2
 

@@ -2,6 +2,6 @@
 
 import sys
 
-from migrate.cli import main
+from migrate.cli.main import main
 
 sys.exit(main())

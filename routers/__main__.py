@@ -48,7 +48,7 @@ def _cmd_build(a: argparse.Namespace) -> int:
 
 
 def _cmd_xen(a: argparse.Namespace) -> int:
-    from routers import xen
+    from routers import xen_image as xen
 
     image, built, seconds = xen.build(a.cache, force=a.force)
     state = f"built in {seconds:.1f} s" if built else "up to date"
@@ -59,7 +59,7 @@ def _cmd_xen(a: argparse.Namespace) -> int:
 
 
 def _cmd_criuvm(a: argparse.Namespace) -> int:
-    from routers import criuvm
+    from routers import criu_vm_image as criuvm
 
     image, built, seconds = criuvm.build(a.cache, force=a.force)
     state = f"built in {seconds:.1f} s" if built else "up to date"

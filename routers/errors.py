@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from migrate.errors import DependencyError, VrmigError
+from migrate.core.errors import DependencyError, VrmigError
 
 
 class RouterError(VrmigError):

@@ -9,20 +9,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from migrate.errors import ConfigError
-from migrate.recorder import Recorder
-from migrate.registry import Registry
-from migrate.scenario import Scenario
-from migrate.testbed import Testbed
+from migrate.core.errors import ConfigError
+from migrate.core.registry import Registry
+from migrate.experiment.recorder import Recorder
+from migrate.experiment.scenario import Scenario
+from migrate.testbed.builder import Testbed
 
 #: (HV, DRIVER) -> "module:class", imported only when chosen
 DRIVERS = {
-    ("kvm", "qmp"): "migrate.drivers.kvm:KvmDriver",
-    ("kvm", "libvirt"): "migrate.drivers.libvirt:LibvirtDriver",
+    ("kvm", "qmp"): "migrate.drivers.kvm.driver:KvmDriver",
+    ("kvm", "libvirt"): "migrate.drivers.libvirt.driver:LibvirtDriver",
     # DRIVER only varies for kvm; other HVs are registered under the default DRIVER
-    ("criu", "qmp"): "migrate.drivers.criu:CriuDriver",
+    ("criu", "qmp"): "migrate.drivers.criu.driver:CriuDriver",
     ("openvz", "qmp"): "migrate.drivers.openvz:OpenvzDriver",
-    ("xen", "qmp"): "migrate.drivers.xen:XenDriver",
+    ("xen", "qmp"): "migrate.drivers.xen.driver:XenDriver",
 }
 
 
@@ -36,7 +36,7 @@ class RunContext:
     run_dir: Path
     recorder: Recorder
     abort: Any = None  # callable -> bool, true once an interruption was requested
-    faults: Any = None  # migrate.faults.FaultInjector (on_progress(reply) per source sample)
+    faults: Any = None  # migrate.experiment.faults.FaultInjector (on_progress(reply) per source sample)
 
 
 @dataclass

@@ -13,7 +13,7 @@ otherwise stops with one line saying what is missing — without side effects.  
   ``--online``, vzmigrate's live migration: rsync, suspend, dump, copy, undump, resume;
   MODE=stopcopy -> offline: stop, rsync, start), ssh as its transport (keys set up beforehand);
   every output line is stored with the host time it was received (``vzmigrate.log``) and parsed
-  by :mod:`analysis.openvz` into phases, vzmigrate's ``--times`` table and errors;
+  by :mod:`analysis.hypervisors.openvz` into phases, vzmigrate's ``--times`` table and errors;
 * hypervisor figures: downtime from vzmigrate's own ``Total suspended time`` if printed, else from
   phase timestamps; duration = command start -> exit; volume None (vzmigrate prints no sizes).
   The data-plane figures come from the common code, as for every driver.
@@ -30,11 +30,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from migrate import topology as topo
+from migrate.core.errors import DependencyError, GuestError, MigrationError
+from migrate.core.procs import LineTail, Proc
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
-from migrate.errors import DependencyError, GuestError, MigrationError
-from migrate.procs import LineTail, Proc
-from migrate.scenario import Scenario
+from migrate.experiment.scenario import Scenario
+from migrate.testbed import topology as topo
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ class OpenvzDriver(Driver):
     def migrate(self) -> MigrationOutcome:
         """Run vzmigrate (a registered child, by PID), timestamping each output line when it is
         read from its stdout/stderr files (polled every POLL_S); parse the lines."""
-        from analysis.openvz import hypervisor_figures, parse_output
+        from analysis.hypervisors.openvz import hypervisor_figures, parse_output
 
         s = self.ctx.scenario
         argv = vzmigrate_argv(topo.addr(topo.MIGRATION_ADDR["R2"]), self.ctid, online=s.mode == "precopy")

@@ -39,7 +39,7 @@ def _live_owner(prefix: str) -> bool:
     """A run whose orchestrator still lives (another test or session running concurrently)."""
     import json
 
-    from migrate.registry import pid_alive
+    from migrate.core.registry import pid_alive
 
     try:
         state = json.loads((Path("/run/vrmig") / prefix / "state.json").read_text())

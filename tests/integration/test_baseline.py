@@ -61,7 +61,7 @@ def test_tiny_baseline_with_the_router_container(tmp_path):
     """HV=none,criu: the containerised router (own rootfs, namespaces, pivot_root) forwards 1500 B
     at 10 Mbit/s without loss, its processes' CPU is measured, and nothing of it is left."""
     require_root_and("irtt", "unshare", "chroot", "crosstraffic/bin/vrgen")
-    from migrate.registry import pid_alive
+    from migrate.core.registry import pid_alive
     from routers.errors import RouterError
     from routers.guest import guest_image
 

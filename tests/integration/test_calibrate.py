@@ -83,8 +83,8 @@ def test_calibrate_kvm_cuts_and_pauses(tmp_path, no_leftovers):
 
 
 def _criu_ready() -> None:
-    from migrate.criutool import locate
-    from migrate.errors import DependencyError
+    from migrate.core.errors import DependencyError
+    from migrate.drivers.criu.tool import locate
 
     try:
         locate()
@@ -147,8 +147,8 @@ def test_teardown_after_a_crash_kills_a_frozen_process_and_removes_its_cgroup(tm
     is killed all the same (a fatal signal reaches a frozen task; one with a SIGTERM handler, like
     the container's init, gets SIGKILL after the grace period) and the registered cgroup removed."""
     require_root_and()
-    from migrate import registry as regmod
-    from migrate.freezer import Freezer
+    from migrate.core import registry as regmod
+    from migrate.drivers.criu.freezer import Freezer
 
     monkeypatch.setattr(regmod, "STATE_ROOT", tmp_path / "state")
     reg = regmod.Registry("vmcal000")

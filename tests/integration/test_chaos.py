@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from migrate import chaos
-from migrate.registry import REAPER_WHY, clean_stale, pid_alive
+from migrate.campaigns import chaos
+from migrate.core.registry import REAPER_WHY, clean_stale, pid_alive
 from tests.integration.conftest import require_root_and
 
 pytestmark = pytest.mark.integration
@@ -37,8 +37,8 @@ def _needs(hv: str) -> None:
     if hv == "kvm-libvirt":
         pytest.importorskip("libvirt", reason="the libvirt binding: run `make setup`")
     if hv == "criu":
-        from migrate.criutool import locate
-        from migrate.errors import DependencyError
+        from migrate.core.errors import DependencyError
+        from migrate.drivers.criu.tool import locate
 
         try:
             locate()

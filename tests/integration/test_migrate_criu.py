@@ -26,8 +26,8 @@ WORK_DIRS = Path("/dev/shm")
 
 
 def _criu():
-    from migrate.criutool import locate
-    from migrate.errors import DependencyError
+    from migrate.core.errors import DependencyError
+    from migrate.drivers.criu.tool import locate
 
     try:
         return locate()
@@ -54,8 +54,8 @@ def _require():
 
 
 def _run(root, mode, router="bird", criu_host="local", rib_routes=0, miglink_bps=None):
-    from migrate.run import run
-    from migrate.scenario import Scenario
+    from migrate.experiment.run import run
+    from migrate.experiment.scenario import Scenario
 
     s = Scenario(
         hv="criu", mode=mode, router=router, rate_bps=RATE, frame_bytes=FRAME, duration_s=6, migrate_at_s=2,
@@ -133,9 +133,9 @@ def test_stopcopy_moves_the_container_to_r2_and_is_measured(stopcopy, no_leftove
 def _precopy_host():
     """'local' where this kernel has soft-dirty tracking (criu pre-dump), else 'vm': CRIU_HOST=vm
     runs the experiment in a VM booting Debian's kernel, which has it."""
-    from migrate.criutool import require_mode
-    from migrate.errors import DependencyError
-    from routers.criuvm import criuvm_image
+    from migrate.core.errors import DependencyError
+    from migrate.drivers.criu.tool import require_mode
+    from routers.criu_vm_image import criuvm_image
     from routers.errors import NotBuiltError
 
     try:
@@ -190,7 +190,7 @@ def test_failed_dump_leaves_the_router_forwarding_on_r1(tmp_path, no_leftovers, 
     CRIU's own words and the router keeps forwarding on R1 (CRIU resumed it, the lock was undone)."""
     _require()
     _image("frr")
-    import migrate.drivers.criu as criu_driver
+    import migrate.drivers.criu.driver as criu_driver
 
     monkeypatch.setattr(criu_driver, "UNSUPPORTED_ROUTERS", {})  # let preflight pass to reach the real dump
     _, meta, summary = _run(tmp_path, "stopcopy", router="frr")

@@ -33,8 +33,8 @@ def _ready() -> None:
 
 
 def _run(results: Path, driver: str, **kw):
-    from migrate.run import run
-    from migrate.scenario import Scenario
+    from migrate.experiment.run import run
+    from migrate.experiment.scenario import Scenario
 
     timing = {"duration_s": 8, "migrate_at_s": 3, "after_s": 3, **kw}
     s = Scenario(driver=driver, rate_bps=RATE, frame_bytes=1500, **timing)
@@ -115,7 +115,7 @@ def test_libvirt_migration_moves_router_and_matches_qmp_schema(tmp_path):
 
 def test_refused_migration_is_failed_with_libvirts_message(tmp_path, monkeypatch):
     _ready()
-    import migrate.drivers.libvirt_daemon as lvd
+    import migrate.drivers.libvirt.daemon as lvd
 
     same = uuid.uuid4()
     monkeypatch.setattr(lvd.uuid, "uuid4", lambda: same)  # both daemons claim to be the same host

@@ -24,7 +24,7 @@ def _require():
     require_root_and("qemu-system-x86_64", "irtt", "crosstraffic/bin/vrgen", "probes/bin/vrsampler")
     from routers.errors import RouterError
     from routers.guest import guest_image
-    from routers.xen import xen_image
+    from routers.xen_image import xen_image
 
     try:
         guest_image("frr", verify=False)
@@ -34,8 +34,8 @@ def _require():
 
 
 def _run(root, **kw):
-    from migrate.run import run
-    from migrate.scenario import Scenario
+    from migrate.experiment.run import run
+    from migrate.experiment.scenario import Scenario
 
     s = Scenario(hv="xen", router="frr", rate_bps=RATE, frame_bytes=FRAME, mem_mib=MEM_MIB, duration_s=10,
                  migrate_at_s=3, after_s=3, migrate_timeout_s=900, **kw)  # fmt: skip

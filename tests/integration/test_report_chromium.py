@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from migrate.compare import compare
-from migrate.reporting import write_sweep_outputs
+from migrate.campaigns.compare import compare
+from migrate.campaigns.reporting import write_sweep_outputs
 from tests.fixtures.analysis.synthetic_sweep import write_sweep
 
 pytestmark = pytest.mark.integration

@@ -151,7 +151,7 @@ def test_sweep_killed_twice_and_resumed(tmp_path):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=120)
-        from migrate.registry import clean_stale
+        from migrate.core.registry import clean_stale
 
         clean_stale()  # only if a failed assertion left a SIGKILLed run behind
 

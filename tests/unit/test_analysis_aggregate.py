@@ -7,9 +7,16 @@ import sqlite3
 
 import pytest
 
-from analysis.aggregate import aggregate, describe_metric, mixed_accelerators, point_columns, point_row, run_record
-from migrate.errors import ConfigError
-from migrate.reporting import format_points, write_sweep_outputs
+from analysis.stats.aggregate import (
+    aggregate,
+    describe_metric,
+    mixed_accelerators,
+    point_columns,
+    point_row,
+    run_record,
+)
+from migrate.campaigns.reporting import format_points, write_sweep_outputs
+from migrate.core.errors import ConfigError
 from tests.fixtures.analysis.synthetic_sweep import write_sweep
 
 
@@ -120,7 +127,7 @@ def test_sweep_report_with_bounds_classes_and_n(tmp_path):
 
 
 def test_report_refuses_to_mix_accelerators_in_a_point(tmp_path, capsys):
-    from migrate.cli import main
+    from migrate.cli.main import main
 
     sweep = write_sweep(tmp_path, failed=(), accel={"100M-1500-r01": "kvm"})
     with pytest.raises(ConfigError, match="point kvm precopy 100M 1500 B mixes accelerators"):
@@ -132,7 +139,7 @@ def test_report_refuses_to_mix_accelerators_in_a_point(tmp_path, capsys):
 
 
 def test_compare_refuses_different_accelerators(tmp_path):
-    from migrate.compare import compare
+    from migrate.campaigns.compare import compare
 
     a = write_sweep(tmp_path / "a", failed=())
     ids = [f"{r}-1500-r0{k}" for r in ("100M", "200M") for k in (1, 2)]
@@ -143,8 +150,8 @@ def test_compare_refuses_different_accelerators(tmp_path):
 
 
 def test_resuming_a_sweep_with_another_accelerator_is_refused(tmp_path):
-    from migrate.sweep import check_accel, recorded_accels
-    from migrate.sweepdir import open_sweep
+    from migrate.campaigns.sweep import check_accel, recorded_accels
+    from migrate.campaigns.sweepdir import open_sweep
 
     sweep = write_sweep(tmp_path, failed=())
     _, state = open_sweep(sweep)
@@ -155,7 +162,7 @@ def test_resuming_a_sweep_with_another_accelerator_is_refused(tmp_path):
 
 
 def test_history_keeps_bounds_failure_class_and_qualifiers(tmp_path):
-    from migrate.history import History, history_fields, run_columns
+    from migrate.campaigns.history import History, history_fields, run_columns
 
     rec = run_record(_summary(lower=3.0), _meta("failed", "post-migration"))
     fields = history_fields(rec)
@@ -171,7 +178,7 @@ def test_history_keeps_bounds_failure_class_and_qualifiers(tmp_path):
 
 
 def test_baseline_generator_cpu_missing_is_unknown(tmp_path):
-    from analysis.baseline_points import _flow
+    from analysis.baseline.points import _flow
 
     gen = {"start_ns": 0, "end_ns": 2 * 10**9, "packets": 100, "achieved_bps": 1e6, "achieved_pps": 50.0}
     (tmp_path / "gen.json").write_text(json.dumps(gen))  # SYNTHETIC: an older vrgen without CPU figures
@@ -184,7 +191,7 @@ def test_baseline_generator_cpu_missing_is_unknown(tmp_path):
 
 
 def test_plot_values_keep_bounds_apart_and_carry_n():
-    from analysis.sweep_plot import _values
+    from analysis.present.sweep_plot import _values
 
     recs = [run_record(_summary(d), _meta()) for d in (0.1, 0.3)] + [run_record(_summary(lower=4.0), _meta())]
     (p,) = aggregate(recs)
@@ -194,8 +201,8 @@ def test_plot_values_keep_bounds_apart_and_carry_n():
 
 
 def test_nightly_compares_only_baseline_runs_of_tonights_accelerator(tmp_path):
-    from migrate import nightly as nt
-    from migrate.history import History
+    from migrate.campaigns import nightly as nt
+    from migrate.campaigns.history import History
 
     m = nt.load_matrix(nt.DEFAULT_MATRIX)
     with History(tmp_path / "h.sqlite") as h:
@@ -212,7 +219,7 @@ def test_nightly_compares_only_baseline_runs_of_tonights_accelerator(tmp_path):
 
 
 def test_baseline_flow_loss_uses_the_one_definition(tmp_path):
-    from analysis.baseline_points import _flow
+    from analysis.baseline.points import _flow
 
     gen = {"start_ns": 0, "end_ns": 10**9, "packets": 1000, "send_errors": 25, "achieved_bps": 1e6,
            "achieved_pps": 1000.0}  # fmt: skip

@@ -1,5 +1,5 @@
-"""analysis.calibration on synthetic traces (a CBR stream at B with outages placed by hand, the
-10 ms counter sampled from it), and the pure parts of migrate.calibrate (plan, parsing, the
+"""analysis.metrics.calibration on synthetic traces (a CBR stream at B with outages placed by hand, the
+10 ms counter sampled from it), and the pure parts of migrate.experiment.calibrate (plan, parsing, the
 netlink request)."""
 
 import csv
@@ -9,7 +9,7 @@ import struct
 import numpy as np
 import pytest
 
-from analysis.calibration import (
+from analysis.metrics.calibration import (
     Edge,
     Event,
     calibrate,
@@ -20,7 +20,7 @@ from analysis.calibration import (
     stream_gap_s,
     write_outputs,
 )
-from analysis.window import Spans
+from analysis.metrics.window import Spans
 
 MS = 1_000_000
 T0 = 1_795_000_000_000_000_000
@@ -236,12 +236,12 @@ def test_write_outputs_rows_and_events(tmp_path):
     assert {r["pass"] for r in rows} == {""} and {r["target_ms"] for r in rows} == {""}
 
 
-# -- migrate.calibrate: the pure parts ------------------------------------------------------------
+# -- migrate.experiment.calibrate: the pure parts ------------------------------------------------------------
 
 
 def test_brport_state_request_is_bridge_link_set_state():
     """The request `bridge link set dev <ifindex 7> state 0` sends (iproute2 bridge/link.c)."""
-    from migrate.calibrate import brport_state_request
+    from migrate.experiment.calibrate import brport_state_request
 
     msg = brport_state_request(7, 0, 42)
     length, kind, flags, seq, pid = struct.unpack_from("=IHHII", msg)
@@ -254,7 +254,7 @@ def test_brport_state_request_is_bridge_link_set_state():
 
 
 def test_netlink_ack_parsing():
-    from migrate.calibrate import netlink_ack_error
+    from migrate.experiment.calibrate import netlink_ack_error
 
     def ack(seq: int, error: int) -> bytes:
         return struct.pack("=IHHIIi", 36, 2, 0, seq, 0, error) + b"\0" * 16
@@ -265,7 +265,7 @@ def test_netlink_ack_parsing():
 
 
 def test_plan_runs_every_duration_once_per_rep_and_kind_in_seeded_order():
-    from migrate.calibrate import CalibrationSpec, plan
+    from migrate.experiment.calibrate import CalibrationSpec, plan
 
     spec = CalibrationSpec(durations_ms=(20.0, 50.0, 100.0), reps=3, seed=7)
     events = plan(spec)
@@ -285,16 +285,16 @@ def test_plan_runs_every_duration_once_per_rep_and_kind_in_seeded_order():
     [("0", "outside 1 ms-10 s"), ("10001", "outside"), ("fast", "not a number"), ("20,,50", "without empty")],
 )
 def test_bad_durations_are_refused(text, msg):
-    from migrate.calibrate import CalibrationSpec, parse_durations
-    from migrate.errors import ConfigError
+    from migrate.core.errors import ConfigError
+    from migrate.experiment.calibrate import CalibrationSpec, parse_durations
 
     with pytest.raises(ConfigError, match=msg):
         CalibrationSpec(durations_ms=parse_durations(text))
 
 
 def test_kinds_parse():
-    from migrate.calibrate import parse_kinds
-    from migrate.errors import ConfigError
+    from migrate.core.errors import ConfigError
+    from migrate.experiment.calibrate import parse_kinds
 
     assert parse_kinds("pause,cut") == ("cut", "pause") == parse_kinds("both")
     assert parse_kinds("pause") == ("pause",)

@@ -2,10 +2,10 @@
 
 import pytest
 
-from analysis.criu import criu_figures
-from analysis.report import format_table
+from analysis.hypervisors.criu import criu_figures
+from analysis.metrics.window import migration_window
+from analysis.present.table import format_table
 from analysis.summary import Summary
-from analysis.window import migration_window
 
 MS = 1_000_000
 T0 = 1_700_000_000_000_000_000

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from analysis.downtime import counters_downtime, packets_downtime, stall_threshold_s
-from analysis.window import Spans
+from analysis.metrics.downtime import counters_downtime, packets_downtime, stall_threshold_s
+from analysis.metrics.window import Spans
 from tests.fixtures.analysis.synthetic import MS, T_BASE_NS, arrivals, cumulative, sample_times
 
 P = 10 * MS

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from analysis.libvirt import libvirt_figures, window_events
+from analysis.hypervisors.libvirt import libvirt_figures, window_events
 from analysis.load import read_json, read_jsonl
-from analysis.report import format_table
+from analysis.metrics.window import migration_window
+from analysis.present.table import format_table
 from analysis.run import analyse_run
-from analysis.window import migration_window
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "libvirt"
 
@@ -144,7 +144,7 @@ def test_failed_job_record_synthetic():
 
 def test_iteration_event_without_a_number_is_none_not_0():
     """SYNTHETIC: a migration-iteration event whose data lacks the iteration number."""
-    from analysis.libvirt import libvirt_details
+    from analysis.hypervisors.libvirt import libvirt_details
 
     events = [
         {"t_ns": 1_000, "side": "src", "event": "migration-iteration", "data": {"iteration": 1}},

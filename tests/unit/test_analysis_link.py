@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from analysis.link import link_activity
-from analysis.window import Spans
+from analysis.metrics.link import link_activity
+from analysis.metrics.window import Spans
 from tests.fixtures.analysis.synthetic import MS, T_BASE_NS, sample_times
 
 P = 10 * MS

@@ -101,10 +101,10 @@ def test_vrsampler_captured_real_output():
 
 
 def test_vrsink_vrgen_captured_real_output():
-    from analysis.cross import cross_traffic
-    from analysis.downtime import packets_downtime
     from analysis.load import read_json
-    from analysis.window import Spans
+    from analysis.metrics.cross import cross_traffic
+    from analysis.metrics.downtime import packets_downtime
+    from analysis.metrics.window import Spans
 
     sink = read_json(FIXTURES / "sink_loopback_gen_paused.json")
     gen = read_json(FIXTURES / "gen_loopback_gen_paused.json")
@@ -119,7 +119,7 @@ def test_vrsink_vrgen_captured_real_output():
 
 
 def test_vrsampler_closing_line_missed_rounds_and_read_errors(tmp_path):
-    from analysis.counters import sampler_health
+    from analysis.metrics.counters import sampler_health
 
     c = load_counters(FIXTURES / "vrsampler_loopback_300ms.tsv")
     assert (c.tail["rounds"], c.tail["missed"], c.tail["read_errors"]) == (29, 0, 0)

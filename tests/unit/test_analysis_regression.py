@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from analysis.junit import junit_xml
-from analysis.regression import (
+from analysis.present.junit import junit_xml
+from analysis.stats.regression import (
     FAILURES,
     SETUP,
     Attempts,
@@ -29,7 +29,7 @@ from analysis.regression import (
 from tests.fixtures.nightly import power
 
 ALPHA = 0.01
-N = 5  # runs per point tonight, as in migrate/nightly.toml
+N = 5  # runs per point tonight, as in migrate/campaigns/nightly.toml
 TRIALS = 3000
 DOWNTIME = Rule("downtime_counters_s", "higher", min_rel=0.25, min_abs=0.030)
 FORWARDED = Rule("forwarded_ratio", "lower", min_rel=0.05, min_abs=0.02)

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from analysis.__main__ import main
-from analysis.report import format_table
+from analysis.present.table import format_table
 from analysis.run import analyse_and_write, analyse_run
 from tests.fixtures.analysis.synthetic import MS, write_run
 

@@ -1,9 +1,9 @@
-"""analysis.sendloss on SYNTHETIC per-ms histograms with known answers."""
+"""analysis.metrics.sendloss on SYNTHETIC per-ms histograms with known answers."""
 
 import numpy as np
 import pytest
 
-from analysis.sendloss import loss_from_raw, lost_per_ms, send_time_loss
+from analysis.metrics.sendloss import loss_from_raw, lost_per_ms, send_time_loss
 
 MS = 1_000_000
 T0_MS = 1_700_000_000_000  # a CLOCK_REALTIME millisecond

@@ -1,12 +1,12 @@
-"""analysis.stats and analysis.aggregate on SYNTHETIC data with known answers."""
+"""analysis.stats.inference and analysis.stats.aggregate on SYNTHETIC data with known answers."""
 
 import math
 
 import numpy as np
 import pytest
 
-from analysis.aggregate import METRICS, aggregate, describe, point_columns, point_row, run_record
-from analysis.stats import (
+from analysis.stats.aggregate import METRICS, aggregate, describe, point_columns, point_row, run_record
+from analysis.stats.inference import (
     betainc,
     fisher_greater,
     mann_whitney_greater,

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from analysis.cross import cross_traffic
-from analysis.hypervisor import hypervisor_figures
+from analysis.hypervisors.qemu import hypervisor_figures
 from analysis.load import IfSeries
-from analysis.rtt import rtt_phases, rtt_stats
-from analysis.window import migration_window, spans
+from analysis.metrics.cross import cross_traffic
+from analysis.metrics.rtt import rtt_phases, rtt_stats
+from analysis.metrics.window import migration_window, spans
 
 MS = 1_000_000
 T0 = 1_700_000_000_000_000_000

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from analysis.window import migration_window
-from analysis.xen import exit_status, load_xen, xen_figures, xl_phases
-from migrate.drivers.xen import domu_config, host_qemu_argv, parse_xl_info, parse_xl_list
-from migrate.errors import ConfigError
-from migrate.scenario import Scenario
+from analysis.hypervisors.xen import exit_status, load_xen, xen_figures, xl_phases
+from analysis.metrics.window import migration_window
+from migrate.core.errors import ConfigError
+from migrate.drivers.xen.driver import domu_config, host_qemu_argv, parse_xl_info, parse_xl_list
+from migrate.experiment.scenario import Scenario
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "xen"
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from migrate.cli import main
+from migrate.cli.main import main
 
 BAD_INPUTS = [
     ("HV", ["run", "--hv", "vmware"]),
@@ -55,9 +55,9 @@ def test_bad_input_is_one_clear_line(param, argv, capsys, tmp_path, monkeypatch)
     def must_not_start(*_a, **_k):
         raise AssertionError(f"bad input {argv} reached the testbed")
 
-    import migrate.testbed
+    import migrate.testbed.builder
 
-    monkeypatch.setattr(migrate.testbed.TestbedBuilder, "build", must_not_start)
+    monkeypatch.setattr(migrate.testbed.builder.TestbedBuilder, "build", must_not_start)
     before = _netns()
     rc = main([*argv, "--results", str(tmp_path / "results")])
     err = capsys.readouterr().err.strip().splitlines()
@@ -69,8 +69,8 @@ def test_bad_input_is_one_clear_line(param, argv, capsys, tmp_path, monkeypatch)
 
 
 def test_results_dir_that_is_not_ours_is_refused(tmp_path):
-    from migrate.errors import ConfigError
-    from migrate.run import check_results_root
+    from migrate.core.errors import ConfigError
+    from migrate.experiment.run import check_results_root
 
     (tmp_path / "precious.txt").write_text("not vrmig's")
     with pytest.raises(ConfigError, match="not a vrmig results directory"):
@@ -79,8 +79,8 @@ def test_results_dir_that_is_not_ours_is_refused(tmp_path):
 
 
 def test_results_path_that_is_a_file_is_refused(tmp_path):
-    from migrate.errors import ConfigError
-    from migrate.run import check_results_root
+    from migrate.core.errors import ConfigError
+    from migrate.experiment.run import check_results_root
 
     f = tmp_path / "file"
     f.write_text("x")

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from analysis.baseline_points import analyse_point, cpu_rates
-from analysis.baseline_summary import csv_text, summarise
-from migrate.baseline_cli import resume_spec
-from migrate.baseline_plan import MAX_SLOTS, check_slot0_matches_testbed, slot
-from migrate.baseline_spec import UNPACED, BaselineSpec, Config, spec_from_strings
-from migrate.errors import ConfigError
+from analysis.baseline.points import analyse_point, cpu_rates
+from analysis.baseline.summary import csv_text, summarise
+from migrate.baseline.plan import MAX_SLOTS, check_slot0_matches_testbed, slot
+from migrate.baseline.spec import UNPACED, BaselineSpec, Config, spec_from_strings
+from migrate.cli.baseline import resume_spec
+from migrate.core.errors import ConfigError
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "baseline" / "kvm_tcg_64B_50M"
 
@@ -78,7 +78,7 @@ def test_spec_round_trips_through_meta_json():
 
 
 def _args(*flags):
-    from migrate.cli import build_parser
+    from migrate.cli.main import build_parser
 
     return build_parser().parse_args(["baseline", "--resume", "/nonexistent", *flags])
 
@@ -171,8 +171,8 @@ def test_a_generator_limited_pass_proves_only_the_offered_rate():
 
 
 def test_router_containers_get_their_slots_ports_macs_and_own_rootfs(tmp_path):
-    from migrate.baseline_routers import CtRouter
-    from migrate.container import PortWiring, default_wiring
+    from migrate.baseline.routers import CtRouter
+    from migrate.drivers.criu.container import PortWiring, default_wiring
 
     r0 = CtRouter(slot(0), "vmx-R1", "frr", None, tmp_path, tmp_path / "ct")  # type: ignore[arg-type]
     assert r0.ct.ports == default_wiring()  # router 0 is exactly the migrate testbed's (tapL/tapR)
@@ -186,7 +186,7 @@ def test_router_containers_get_their_slots_ports_macs_and_own_rootfs(tmp_path):
 
 
 def test_busy_loop_enters_the_neighbour_container_without_a_pid_namespace(tmp_path):
-    from migrate.baseline_routers import BusyLoop
+    from migrate.baseline.routers import BusyLoop
 
     argv = BusyLoop(None, None, tmp_path, enter_pid=4242).proc.argv  # type: ignore[arg-type]
     i = argv.index("nsenter")
@@ -200,7 +200,7 @@ def test_process_tree_lists_a_process_and_its_descendants():
     import subprocess
     import time
 
-    from migrate.container import process_tree
+    from migrate.drivers.criu.container import process_tree
 
     child = subprocess.Popen(["sh", "-c", "sleep 30 & wait"])
     try:

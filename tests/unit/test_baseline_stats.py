@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from analysis.baseline import (
+from analysis.baseline.ndr import (
     LOSS_FREE_RATIO,
     describe,
     efficiency,

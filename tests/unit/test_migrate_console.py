@@ -3,7 +3,7 @@ after a precopy migration QEMU reported completed, nightly 20261123T184447Z r03)
 
 from pathlib import Path
 
-from migrate.console import crash_excerpt, crash_in
+from migrate.experiment.console import crash_excerpt, crash_in
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "console" / "kvm_tcg_panic_after_precopy.log"
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from migrate import announce, imgxfer
-from migrate.criu_stats import error_excerpt, parse_display_stats
-from migrate.drivers import criu_rounds
-from migrate.nsock import parse_net_dev
+from migrate.drivers.criu import announce, imgxfer
+from migrate.drivers.criu import rounds as criu_rounds
+from migrate.drivers.criu.nsock import parse_net_dev
+from migrate.drivers.criu.stats import error_excerpt, parse_display_stats
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "criu"
 REPO = Path(__file__).resolve().parents[2]
@@ -178,7 +178,7 @@ def test_parse_net_dev_captured():
 
 # -- container command line and scripts ----------------------------------------------------------
 def test_container_argv(tmp_path):
-    from routers.container import container_argv
+    from routers.container_image import container_argv
 
     argv = container_argv(tmp_path, "bird", ["198.18.1.1/24", "2001:2:0:1::1/64"], ["198.18.2.1/24"])
     assert argv[0] == "unshare" and {"--mount", "--uts", "--ipc", "--net", "--pid", "--fork"} <= set(argv)
@@ -192,7 +192,7 @@ def test_container_argv(tmp_path):
 
 @pytest.mark.parametrize(
     "script",
-    ["routers/containerfs/vrmig-ct-setup", "routers/containerfs/vrmig-ct-init", "migrate/drivers/criu_action.sh"],
+    ["routers/containerfs/vrmig-ct-setup", "routers/containerfs/vrmig-ct-init", "migrate/drivers/criu/action.sh"],
 )
 def test_shell_scripts_parse(script):
     subprocess.run(["sh", "-n", str(REPO / script)], check=True)
@@ -201,7 +201,7 @@ def test_shell_scripts_parse(script):
 def test_action_script_records_hooks_and_ignores_others(tmp_path):
     events = tmp_path / "events"
     env = {"PATH": "/usr/bin:/bin", "VRMIG_CRIU_EVENTS": str(events), "VRMIG_SIDE": "dst"}
-    script = str(REPO / "migrate/drivers/criu_action.sh")
+    script = str(REPO / "migrate/drivers/criu/action.sh")
     for hook in ("pre-restore", "setup-namespaces", "network-unlock"):
         subprocess.run([script], env={**env, "CRTOOLS_SCRIPT_ACTION": hook}, check=True)
     lines = events.read_text().splitlines()
@@ -212,7 +212,7 @@ def test_action_script_records_hooks_and_ignores_others(tmp_path):
 # -- driver registration and preflight -----------------------------------------------------------
 def test_criu_is_a_registered_hv():
     from migrate.drivers.base import load_driver
-    from migrate.scenario import Scenario
+    from migrate.experiment.scenario import Scenario
 
     s = Scenario(hv="criu", router="bird", mode="stopcopy")
     assert load_driver(s.hv, s.driver).name == "criu"
@@ -220,9 +220,9 @@ def test_criu_is_a_registered_hv():
 
 
 def test_preflight_refuses_frr_before_anything_else():
-    from migrate.drivers.criu import CriuDriver
-    from migrate.errors import DependencyError
-    from migrate.scenario import Scenario
+    from migrate.core.errors import DependencyError
+    from migrate.drivers.criu.driver import CriuDriver
+    from migrate.experiment.scenario import Scenario
 
     with pytest.raises(DependencyError, match="ROUTER=bird") as err:
         CriuDriver.preflight(Scenario(hv="criu", router="frr"))

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from migrate import criu_setup, criutool
-from migrate.errors import DependencyError
+from migrate.core.errors import DependencyError
+from migrate.drivers.criu import setup as criu_setup
+from migrate.drivers.criu import tool as criutool
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "criu"
 

@@ -1,5 +1,5 @@
 """CRIU_HOST=vm: the scenario, the QEMU command line, and the host side's reading of the VM's
-console, driven by a stand-in process that prints what the VM's /init and migrate.criuvm print
+console, driven by a stand-in process that prints what the VM's /init and migrate.drivers.criu.hostvm print
 (no VM boots here; tests/integration/test_migrate_criu.py boots the real one)."""
 
 import json
@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-import migrate.criuvm as criuvm
-import migrate.registry as regmod
-from migrate.errors import ConfigError, DependencyError, MigrationError
-from migrate.scenario import Scenario
+import migrate.core.registry as regmod
+import migrate.drivers.criu.hostvm as criuvm
+from migrate.core.errors import ConfigError, DependencyError, MigrationError
+from migrate.experiment.scenario import Scenario
 
 
 def test_scenario_criu_host():
@@ -41,7 +41,7 @@ def test_qemu_argv_exports_and_accelerator(tmp_path):
 
 
 def test_console_follows_partial_lines(tmp_path):
-    from migrate.procs import LineTail
+    from migrate.core.procs import LineTail
 
     path = tmp_path / "console.log"
     con = LineTail(path)  # how run_in_vm follows the VM's console
@@ -66,7 +66,7 @@ def fake_vm(tmp_path, monkeypatch):
     monkeypatch.setattr(criuvm.os, "geteuid", lambda: 0)
     image = SimpleNamespace(kernel=Path("/k"), initrd=Path("/i"), modules_dir=Path("/m"), release="6.1.0-test",
                             manifest={"kernel": {"release": "6.1.0-test"}})  # fmt: skip
-    monkeypatch.setattr("routers.criuvm.criuvm_image", lambda: image)
+    monkeypatch.setattr("routers.criu_vm_image.criuvm_image", lambda: image)
     monkeypatch.setattr(criuvm, "detect_accel", lambda: ("tcg", "test"))
     monkeypatch.setattr(criuvm.shutil, "which", lambda _name: "/usr/bin/qemu-system-x86_64")
     results = tmp_path / "results"
@@ -141,7 +141,7 @@ def test_a_vm_that_fails_to_mount_its_root_says_why(fake_vm):
 
 
 def test_the_vm_image_says_how_to_build_it(tmp_path):
-    from routers.criuvm import CRIUVM_FORMAT, criuvm_image
+    from routers.criu_vm_image import CRIUVM_FORMAT, criuvm_image
     from routers.errors import NotBuiltError
 
     with pytest.raises(NotBuiltError, match=r"CRIU host VM image is not built .*run `make criu`"):

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from migrate.drivers.accel import cpu_flags, detect_accel
-from migrate.drivers.kvm import qemu_argv
+from migrate.drivers.kvm.accel import cpu_flags, detect_accel
+from migrate.drivers.kvm.driver import qemu_argv
 
 
 def _argv(**kw):
@@ -57,7 +57,7 @@ def test_settle_waits_for_qemu_final_figures():
     """QEMU 7.2 can answer 'completed' with total-time 0 before it computes the figures."""
     from types import SimpleNamespace
 
-    from migrate.drivers.kvm import KvmDriver
+    from migrate.drivers.kvm.driver import KvmDriver
 
     replies = iter([{"status": "completed", "total-time": 0}, {"status": "completed", "total-time": 812}])
     samples = []
@@ -72,7 +72,7 @@ def test_settle_waits_for_qemu_final_figures():
 def test_settle_returns_at_once_when_figures_are_there():
     from types import SimpleNamespace
 
-    from migrate.drivers.kvm import KvmDriver
+    from migrate.drivers.kvm.driver import KvmDriver
 
     drv = KvmDriver.__new__(KvmDriver)
     drv.qsrc = SimpleNamespace(cmd=lambda name: pytest.fail("no extra query expected"))

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from migrate import topology as topo
-from migrate.cli import build_parser, scenario_from_args
-from migrate.drivers import libvirt_daemon as lvd
-from migrate.drivers import libvirt_flags as lf
+from migrate.cli.main import build_parser, scenario_from_args
+from migrate.core.errors import ConfigError, DependencyError
 from migrate.drivers.base import load_driver
-from migrate.drivers.libvirt_xml import domain_facts, domain_xml, router_nics, with_console
-from migrate.errors import ConfigError, DependencyError
-from migrate.scenario import Scenario
+from migrate.drivers.libvirt import daemon as lvd
+from migrate.drivers.libvirt import flags as lf
+from migrate.drivers.libvirt.domain_xml import domain_facts, domain_xml, router_nics, with_console
+from migrate.experiment.scenario import Scenario
+from migrate.testbed import topology as topo
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "libvirt"
 
@@ -104,7 +104,7 @@ def test_flag_values_match_the_binding():
     assert libvirt.VIR_MIGRATE_PARAM_DEST_XML == lf.PARAM_DEST_XML
     assert libvirt.VIR_MIGRATE_PARAM_BANDWIDTH == lf.PARAM_BANDWIDTH
     assert libvirt.VIR_MIGRATE_PARAM_COMPRESSION == lf.PARAM_COMPRESSION
-    from migrate.drivers import libvirt as drv
+    from migrate.drivers.libvirt import driver as drv
 
     assert libvirt.VIR_DOMAIN_EVENT_ID_JOB_COMPLETED == drv.EVENT_JOB_COMPLETED
     assert libvirt.VIR_DOMAIN_EVENT_ID_MIGRATION_ITERATION == drv.EVENT_MIGRATION_ITERATION
@@ -193,7 +193,7 @@ def test_cli_driver_flag():
 
 
 def test_driver_registry_selects_by_hv_and_driver():
-    from migrate.drivers.kvm import KvmDriver
+    from migrate.drivers.kvm.driver import KvmDriver
 
     assert load_driver("kvm") is KvmDriver and load_driver("kvm", "qmp") is KvmDriver
     assert load_driver("kvm", "libvirt").__name__ == "LibvirtDriver"
@@ -203,7 +203,7 @@ def test_driver_registry_selects_by_hv_and_driver():
 
 def test_missing_binding_breaks_nothing_else(monkeypatch):
     monkeypatch.setitem(sys.modules, "libvirt", None)  # import libvirt -> ImportError
-    from migrate.drivers import libvirt as drv
+    from migrate.drivers.libvirt import driver as drv
 
     with pytest.raises(DependencyError, match=r"make setup"):
         drv.import_libvirt()
@@ -216,7 +216,7 @@ def test_domain_is_registered_with_its_daemon_uri_and_pid_file(tmp_path, monkeyp
     """libvirt starts QEMU with a cleared environment (no VRMIG_RUN_PREFIX) as its own child, so
     the run records the domain: name (carrying the run's prefix), daemon URI and the pid file
     the daemon writes; teardown and the reaper of a killed orchestrator use exactly these."""
-    from migrate import registry as regmod
+    from migrate.core import registry as regmod
 
     monkeypatch.setattr(regmod, "STATE_ROOT", tmp_path / "state")
     reg = regmod.Registry("vm0d0a01")

@@ -5,10 +5,10 @@ import sqlite3
 
 import pytest
 
-from migrate import nightly as nt
-from migrate.errors import ConfigError
-from migrate.history import History, run_columns
-from migrate.scenario import Scenario
+from migrate.campaigns import nightly as nt
+from migrate.campaigns.history import History, run_columns
+from migrate.core.errors import ConfigError
+from migrate.experiment.scenario import Scenario
 
 
 def test_checked_in_matrix_is_valid_and_fits_its_budget():
@@ -239,7 +239,7 @@ def test_night_outputs_mark_regressions_and_setup_errors(tmp_path):
     import json
     import xml.etree.ElementTree as ET
 
-    from analysis.regression import Verdict
+    from analysis.stats.regression import Verdict
     from tests.fixtures.analysis.synthetic_sweep import write_sweep
 
     night = write_sweep(tmp_path)

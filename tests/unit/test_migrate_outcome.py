@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from migrate import run as runmod
+from migrate.core.errors import Interrupted, MigrationError, TestbedError
 from migrate.drivers.base import MigrationOutcome
-from migrate.errors import Interrupted, MigrationError, TestbedError
-from migrate.faults import FaultInjector
-from migrate.scenario import Scenario
+from migrate.experiment import run as runmod
+from migrate.experiment.faults import FaultInjector
+from migrate.experiment.scenario import Scenario
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 T_COMPLETED = 1_800_000_000_000_000_000
@@ -80,7 +80,7 @@ def _after(packets: int, tx_ns: int = T_COMPLETED + 500_000) -> dict[str, Any]:
 
 
 def _migrate(tmp_path, monkeypatch, driver, instruments, mode="precopy"):
-    """Run the migration phase of migrate.run with fakes; returns (meta, phase)."""
+    """Run the migration phase of migrate.experiment.run with fakes; returns (meta, phase)."""
     monkeypatch.setattr(runmod, "AFTER_MIGRATION_OBSERVE_S", 0.2)
     monkeypatch.setattr(runmod, "RECOVERY_OBSERVE_S", 0.2)
     monkeypatch.setattr(runmod, "completion_ns", lambda run_dir, s, returned: (T_COMPLETED, "window end (event)"))
@@ -175,7 +175,7 @@ def test_record_failure_keeps_the_first_failure_and_its_class():
 
 
 def _run_with(tmp_path, monkeypatch, execute):
-    """migrate.run.run() with its side effects replaced: ``execute(phase, meta)`` plays _execute."""
+    """migrate.experiment.run.run() with its side effects replaced: ``execute(phase, meta)`` plays _execute."""
     monkeypatch.setattr(runmod, "preflight", lambda s: (object, {}))
     monkeypatch.setattr(runmod, "clean_stale", lambda: [])
     monkeypatch.setattr(runmod, "_analyse", lambda run_dir: None)
@@ -271,8 +271,8 @@ def test_confirm_fails_a_run_whose_record_shows_nothing_sent_after(tmp_path):
 
 def test_stop_measured_counts_cpu_spent_while_exiting(tmp_path):
     """A child burns CPU in its SIGTERM handler: its time is read after it exited, before reaping."""
-    from migrate.procs import Proc
-    from migrate.traffic import proc_cpu_s, stop_measured
+    from migrate.core.procs import Proc
+    from migrate.experiment.instruments import proc_cpu_s, stop_measured
 
     code = (
         "import signal, sys, time\n"
@@ -296,7 +296,7 @@ def test_stop_measured_counts_cpu_spent_while_exiting(tmp_path):
 
 
 def test_cpu_report_groups_the_prober_and_keeps_unknown_as_null():
-    from migrate.traffic import Instruments
+    from migrate.experiment.instruments import Instruments
 
     inst = Instruments.__new__(Instruments)
     inst.procs = {k: object() for k in ("sink", "sampler", "irtt-client", "irtt-server")}  # no gen: RATE=0
@@ -310,7 +310,7 @@ def test_cpu_report_groups_the_prober_and_keeps_unknown_as_null():
 
 
 def test_proc_cpu_s_of_this_process_and_of_none():
-    from migrate.traffic import proc_cpu_s
+    from migrate.experiment.instruments import proc_cpu_s
 
     t = time.process_time()
     while time.process_time() - t < 0.05:
@@ -323,7 +323,7 @@ def test_proc_cpu_s_of_this_process_and_of_none():
 
 
 def test_dst_unplugged_fires_mid_migration_and_is_a_known_fault():
-    from migrate.scenario import FAULTS
+    from migrate.experiment.scenario import FAULTS
 
     fired: list[str] = []
     inj = FaultInjector("dst-unplugged", lambda *a, **k: 0)

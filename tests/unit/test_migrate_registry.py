@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from migrate import registry as regmod
+from migrate.core import registry as regmod
 
 
 @pytest.fixture
@@ -150,7 +150,7 @@ def test_a_signal_while_starting_a_helper_surfaces_once_its_pid_is_recorded(stat
     import signal
     import subprocess as sp
 
-    from migrate import procs
+    from migrate.core import procs
 
     real_popen = sp.Popen
     recorded: list[list[int]] = []
@@ -188,7 +188,7 @@ def test_a_signal_while_starting_a_helper_surfaces_once_its_pid_is_recorded(stat
 _OWNER = r"""
 import json, subprocess, sys, time
 from pathlib import Path
-from migrate.registry import Registry
+from migrate.core.registry import Registry
 run_dir, leftover = Path(sys.argv[1]), Path(sys.argv[2])
 reg = Registry("vmreap01", run_dir=str(run_dir))
 reg.open()

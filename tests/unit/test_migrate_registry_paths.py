@@ -1,7 +1,7 @@
 """Registered directories are removed whole, symlinks to directories included (a rootfs tree
 has bin -> usr/bin); the link target outside the tree is never touched (no root)."""
 
-from migrate.registry import teardown_state
+from migrate.core.registry import teardown_state
 
 
 def test_teardown_removes_tree_with_symlinks_to_dirs(tmp_path):

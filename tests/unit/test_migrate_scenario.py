@@ -2,10 +2,10 @@
 
 import pytest
 
-from migrate.cli import build_parser, scenario_from_args
-from migrate.errors import ConfigError
-from migrate.scenario import Scenario
-from migrate.units import format_rate, parse_rate_bps
+from migrate.cli.main import build_parser, scenario_from_args
+from migrate.core.errors import ConfigError
+from migrate.core.units import format_rate, parse_rate_bps
+from migrate.experiment.scenario import Scenario
 
 
 @pytest.mark.parametrize(

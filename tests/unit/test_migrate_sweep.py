@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from migrate import sweep as sw
-from migrate import sweepdir as sd
-from migrate.cli import main
-from migrate.errors import ConfigError
-from migrate.scenario import Scenario
+from migrate.campaigns import sweep as sw
+from migrate.campaigns import sweepdir as sd
+from migrate.cli.main import main
+from migrate.core.errors import ConfigError
+from migrate.experiment.scenario import Scenario
 
 
 def _plan(reps=3, seed=7):
@@ -112,7 +112,7 @@ def test_corrupted_or_foreign_sweep_dirs_are_refused_untouched(tmp_path, capsys,
 
 
 def _fake_run_dir(sweep, name, scenario, status):
-    """A run directory as migrate.run leaves it (only meta.json matters to reconcile)."""
+    """A run directory as migrate.experiment.run leaves it (only meta.json matters to reconcile)."""
     d = sweep / "runs" / name
     d.mkdir()
     (d / "meta.json").write_text(json.dumps({"status": status, "scenario": scenario}))
@@ -158,7 +158,7 @@ def test_reconcile_adopts_a_finished_run_and_keeps_abandoned_attempts(tmp_path):
 def test_state_writes_are_atomic(tmp_path, monkeypatch):
     path, _ = _make_sweep(tmp_path)
     good = (path / "state.json").read_text()
-    import migrate.atomic as atomic
+    import migrate.core.atomic as atomic
 
     def boom(*_a, **_k):
         raise OSError("disk full")

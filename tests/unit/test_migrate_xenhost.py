@@ -1,4 +1,4 @@
-"""migrate.xenhost: the dom0 command channel's framing and the streamed log, against a fake agent
+"""migrate.drivers.xen.dom0: the dom0 command channel's framing and the streamed log, against a fake agent
 speaking the protocol of routers/xenfs/vrmig-agent over two UNIX sockets (synthetic, no root)."""
 
 import base64
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from migrate.xenhost import AgentDom0, Dom0Error, StreamLog
+from migrate.drivers.xen.dom0 import AgentDom0, Dom0Error, StreamLog
 
 AGENT = Path(__file__).resolve().parents[2] / "routers" / "xenfs" / "vrmig-agent"
 
@@ -152,7 +152,7 @@ def test_xen_driver_passes_a_hostile_migration_address_as_one_inert_argument(tmp
     listener and in the transport that xl hands to sh: no shell ever runs what it contains."""
     from types import SimpleNamespace
 
-    from migrate.drivers import xen
+    from migrate.drivers.xen import driver as xen
 
     fake = tmp_path / "bin"
     fake.mkdir()
@@ -195,7 +195,7 @@ def test_xen_driver_passes_a_hostile_migration_address_as_one_inert_argument(tmp
 def test_shell_dom0_keeps_each_argument_one_word(tmp_path):
     """Locally the argv is exec'd as is; through a transport that hands its command line to a
     shell (as ssh does; here `sh -c`) it is shlex-quoted, so the shell sees the same words."""
-    from migrate.xenhost import ShellDom0
+    from migrate.drivers.xen.dom0 import ShellDom0
 
     marker = tmp_path / "pwned"
     hostile = f"x; touch {marker}; $(touch {marker}) `touch {marker}` '\""
@@ -213,8 +213,8 @@ def test_shell_dom0_keeps_each_argument_one_word(tmp_path):
 
 def test_scenario_refuses_a_migration_address_that_is_not_an_ip(tmp_path, monkeypatch):
     """XEN_MIG_ADDR (and XEN_MIG_IF, XEN_PEER) are checked before anything starts: one line, exit 2."""
-    from migrate.errors import ConfigError
-    from migrate.scenario import Scenario
+    from migrate.core.errors import ConfigError
+    from migrate.experiment.scenario import Scenario
 
     marker = tmp_path / "pwned"
     for value in (f"198.19.255.2; touch {marker}", f"$(touch {marker})", "198.19.255.2 -v"):

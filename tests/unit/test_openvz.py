@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.openvz import downtime, hypervisor_figures, parse_line, parse_output
+from analysis.hypervisors.openvz import downtime, hypervisor_figures, parse_line, parse_output
 from migrate.drivers.openvz import missing_tools, parse_status, vzctl_argv, vzmigrate_argv
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "openvz"
@@ -131,13 +131,13 @@ def test_run_hv_openvz_here_is_one_line_exit_3_and_creates_nothing(tmp_path, mon
     prerequisite satisfied): one line about the missing tools, exit 3, nothing created."""
     import shutil as sh
 
-    import migrate.run
-    from migrate.cli import main
+    import migrate.experiment.run
+    from migrate.cli.main import main
 
     if any(sh.which(t) for t in ("vzmigrate", "vzctl", "prlctl")):
         pytest.skip("this machine has OpenVZ/Virtuozzo tools")
     monkeypatch.setattr(os, "geteuid", lambda: 0)  # the root check comes first; it is not what is tested
-    monkeypatch.setattr(migrate.run.Instruments, "check", staticmethod(lambda _s: None))
+    monkeypatch.setattr(migrate.experiment.run.Instruments, "check", staticmethod(lambda _s: None))
     netns_before = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
     rc = main(["run", "--hv", "openvz", "--results", str(tmp_path / "results")])
     err = capsys.readouterr().err.strip().splitlines()

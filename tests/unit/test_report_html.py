@@ -8,10 +8,10 @@ from html.parser import HTMLParser
 
 import pytest
 
-from analysis.report_html import Plot, Report, Table, extract_section, markdown_to_html, render
-from migrate.compare import compare, report
-from migrate.errors import ConfigError
-from migrate.reporting import write_sweep_outputs
+from analysis.present.html import Plot, Report, Table, extract_section, markdown_to_html, render
+from migrate.campaigns.compare import compare, report
+from migrate.campaigns.reporting import write_sweep_outputs
+from migrate.core.errors import ConfigError
 from tests.fixtures.analysis.synthetic_sweep import write_sweep
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -287,6 +287,6 @@ def test_rib_conf_holds_n_distinct_routes_in_the_benchmarking_range():
 
 
 def test_criu_vm_init_is_valid_sh():
-    from routers.criuvm import INIT
+    from routers.criu_vm_image import INIT
 
     subprocess.run(["sh", "-n", str(INIT)], check=True)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from migrate.errors import DependencyError, VrmigError
+from migrate.core.errors import DependencyError, VrmigError
 from routers import guest, profiles
 from routers.errors import NotBuiltError, ProfileUnavailableError, RouterError, UnknownProfileError
 
@@ -33,7 +33,7 @@ def test_cmdline_normalises_ipv6():
 
 
 def test_cmdline_topology_addresses_work():
-    from migrate import topology as topo
+    from migrate.testbed import topology as topo
 
     left, right = (topo.router_port(seg) for seg in topo.SEGMENTS)
     line = guest.kernel_cmdline("frr", [left.ipv4, left.ipv6], [right.ipv4, right.ipv6])

@@ -26,7 +26,7 @@ def test_registry_has_the_three_profiles_default_first():
 
 
 def test_registry_matches_the_orchestrators_choices():
-    from migrate.scenario import ROUTERS
+    from migrate.experiment.scenario import ROUTERS
 
     assert tuple(profiles.names()) == ROUTERS
 
@@ -102,7 +102,7 @@ def test_xorp_available_from_xorp_root(monkeypatch, tmp_path):
 
 def test_host_packages_readable_with_plain_python():
     """The Makefile reads HOST_PACKAGES with the system python3 before the venv exists:
-    routers.build must import only the standard library (and migrate.errors)."""
+    routers.build must import only the standard library (and migrate.core.errors)."""
     code = (
         "import sys; sys.path.insert(0, '.'); from routers.build import HOST_PACKAGES; "
         "mods = [m for m in sys.modules if m.split('.')[0] not in (*sys.stdlib_module_names, '__main__')]; "

@@ -1,0 +1,1 @@
+"""``make baseline`` analysis: NDR search, points, summary, plot."""

@@ -1,0 +1,212 @@
+"""Raw baseline point (point.json, gen-<k>.json, sink-<k>.json, irtt.json.gz) -> one tidy row
+for baseline.csv and one row per router for baseline_routers.csv.
+
+Definitions (rates count Ethernet-frame bits incl. FCS, as vrgen/vrsink and the papers do):
+
+* ``offered_bps``/``offered_pps``: sum over the routers' generators of their achieved rate;
+* ``forwarded_pps``: per flow, packets received at its sink / the generator's send span, summed;
+  ``forwarded_bps`` = that x frame bits;
+* ``loss_ratio``: lost / sent over all flows, the suite's one loss definition (docs/metrics.md,
+  ``analysis.metrics.cross.loss``): lost = packets the generator sent (send errors excluded) − packets
+  received − the sink socket's own drops, so packets lost before the sink's first sequence
+  number count too;
+* ``rtt_*``: irtt C -> D through router 0, probes sent while the generators ran;
+* CPU in CPU-seconds per second between the two snapshots around the generators:
+  ``cpu_host`` = busy time of all CPUs (user+nice+system+irq+softirq+steal) — on a shared machine
+  it includes everybody's work; ``cpu_softirq`` = the host's softirq time (forwarding between
+  namespaces runs in softirq context of whichever CPU sends, so it cannot be attributed to the
+  router's namespace); ``cpu_hv`` = the QEMU processes (HV=kvm only); ``cpu_router_daemons`` =
+  the router's own processes where they are host processes: HV=none's daemons, HV=criu's whole
+  container (init, daemons, helpers); ``cpu_gen`` = the
+  generators' own user+system time per second of sending (HV=none: the sender's softirq often
+  forwards the packet through the whole namespace chain inside vrgen's system time).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from analysis.baseline.ndr import jain_index
+from analysis.load import load_irtt
+from analysis.metrics.cross import loss
+from analysis.metrics.rtt import rtt_stats
+
+GEN_SHORTFALL = 0.05  # a paced point whose offered rate is > 5 % below the requested one is generator-limited
+BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq", "steal")
+LOAD_FRAME_BYTES = 64
+NEIGHBOUR_PREFIX = "nb-"  # CPU snapshot names of the LOAD neighbour's processes (QEMU, daemons, busy loop)
+#: set-ups whose router runs as host processes (HV=none: router<k>-daemon<i>; HV=criu: every
+#: process of the container, router<k>-ct<pid>)
+PROCESS_ROUTER_HVS = ("none", "criu")
+
+ROW_COLUMNS = (
+    "hv", "nic", "ip", "frame_bytes", "routers", "load", "rate_bps", "phase", "rep",
+    "offered_bps", "offered_pps", "forwarded_bps", "forwarded_pps", "loss_ratio",
+    "rtt_median_ms", "rtt_p99_ms", "rtt_lost", "owd_median_ms",
+    "cpu_host", "cpu_softirq", "cpu_hv", "cpu_router_daemons", "cpu_gen", "cpu_neighbour",
+    "jain_throughput", "jain_cpu", "load_offered_bps", "load_forwarded_bps", "gen_limited", "status",
+)  # fmt: skip
+ROUTER_COLUMNS = (
+    "hv", "nic", "ip", "frame_bytes", "routers", "load", "rate_bps", "phase", "rep", "router",
+    "offered_bps", "forwarded_bps", "forwarded_pps", "loss_ratio", "owd_median_ms", "cpu_router",
+)  # fmt: skip
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def cpu_rates(t0: dict[str, Any], t1: dict[str, Any]) -> dict[str, Any]:
+    """CPU-seconds per second between two :func:`migrate.core.cpustat.snapshot` readings: ``host``
+    (busy), ``softirq`` and ``procs`` {name: value or None if the process was missing}."""
+    dt = (t1["mono_ns"] - t0["mono_ns"]) / 1e9
+    hz = float(t0["user_hz"])
+    if dt <= 0:
+        return {"host": None, "softirq": None, "procs": {}, "interval_s": dt}
+    h0, h1 = t0["host"], t1["host"]
+    busy = sum(h1[f] - h0[f] for f in BUSY_FIELDS)
+    procs: dict[str, float | None] = {}
+    for name, v0 in t0["procs"].items():
+        v1 = t1["procs"].get(name)
+        procs[name] = None if v0 is None or v1 is None else (sum(v1) - sum(v0)) / hz / dt
+    return {
+        "host": busy / hz / dt,
+        "softirq": (h1["softirq"] - h0["softirq"]) / hz / dt,
+        "procs": procs,
+        "interval_s": dt,
+    }
+
+
+def _sum(values: list[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return math.fsum(vals) if vals else None
+
+
+def _rtt(point_dir: Path, record: dict[str, Any], start_ns: int, end_ns: int) -> dict[str, Any]:
+    if not record.get("irtt") or not (point_dir / record["irtt"]).exists():
+        return {"rtt_median_ms": None, "rtt_p99_ms": None, "rtt_lost": None}
+    try:
+        trace = load_irtt(point_dir / record["irtt"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return {"rtt_median_ms": None, "rtt_p99_ms": None, "rtt_lost": None}
+    during = (trace.send_ns >= start_ns) & (trace.send_ns <= end_ns)
+    st = rtt_stats(np.asarray(trace.rtt_ns)[during])
+    return {"rtt_median_ms": st.median_ms, "rtt_p99_ms": st.p99_ms, "rtt_lost": st.lost}
+
+
+def _gen_cpu(gen: dict[str, Any], span_s: float) -> float | None:
+    """vrgen's user+system CPU seconds per second of sending; None when either figure is missing
+    (an older vrgen or another backend: unknown, not 0)."""
+    user, sys_s = gen.get("cpu_user_s"), gen.get("cpu_sys_s")
+    if not isinstance(user, int | float) or not isinstance(sys_s, int | float) or span_s <= 0:
+        return None
+    return (user + sys_s) / span_s
+
+
+def _flow(point_dir: Path, flow: dict[str, Any], frame_bytes: int) -> dict[str, Any] | None:
+    gen, sink = _read_json(point_dir / flow["gen"]), _read_json(point_dir / flow["sink"])
+    if gen is None or sink is None:
+        return None
+    span_s = (gen["end_ns"] - gen["start_ns"]) / 1e9
+    sent, recv = int(gen["packets"]), int(sink["packets"])
+    drops = sink.get("socket_drops") if isinstance(sink.get("socket_drops"), int) else None
+    lost, ratio, _ = loss(sent, recv, drops)
+    fwd_pps = recv / span_s if span_s > 0 else 0.0
+    owd = (sink.get("owd_ns") or {}).get("median")
+    return {
+        "router": flow["router"],
+        "offered_bps": float(gen["achieved_bps"]),
+        "offered_pps": float(gen["achieved_pps"]),
+        "forwarded_pps": fwd_pps,
+        "forwarded_bps": fwd_pps * frame_bytes * 8,
+        "sent": sent,
+        "lost": lost,
+        "loss_ratio": ratio,
+        "owd_median_ms": owd / 1e6 if owd is not None and recv else None,
+        "start_ns": int(gen["start_ns"]),
+        "end_ns": int(gen["end_ns"]),
+        "gen_cpu": _gen_cpu(gen, span_s),
+    }
+
+
+def _load_rates(record: dict[str, Any], interval_s: float | None) -> tuple[float | None, float | None]:
+    c0, c1 = record.get("load_counters_t0"), record.get("load_counters_t1")
+    if not c0 or not c1 or not interval_s:
+        return None, None
+    bits = LOAD_FRAME_BYTES * 8
+
+    def span_s(what: str) -> float:
+        if f"{what}_mono_ns" in c0 and f"{what}_mono_ns" in c1:
+            return (c1[f"{what}_mono_ns"] - c0[f"{what}_mono_ns"]) / 1e9
+        return interval_s  # older points: the CPU snapshots' interval
+
+    offered = (c1["source_rx_tx"][1] - c0["source_rx_tx"][1]) / span_s("source") * bits
+    forwarded = (c1["sink_rx_tx"][0] - c0["sink_rx_tx"][0]) / span_s("sink") * bits
+    return offered, forwarded
+
+
+def analyse_point(point_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    """(row, per-router rows) of one point directory; None if it has no point.json."""
+    record = _read_json(point_dir / "point.json")
+    if record is None:
+        return None
+    key = record["key"]
+    row: dict[str, Any] = {c: None for c in ROW_COLUMNS}
+    row.update({k: key[k] for k in ("hv", "nic", "ip", "frame_bytes", "routers", "load", "rate_bps", "phase", "rep")})
+    row["status"] = record.get("status")
+    flows = [_flow(point_dir, f, key["frame_bytes"]) for f in record.get("flows", [])]
+    if record.get("status") != "ok" or not flows or any(f is None for f in flows):
+        row["status"] = "failed" if record.get("status") == "ok" else record.get("status")
+        return row, []
+    fl: list[dict[str, Any]] = [f for f in flows if f is not None]
+    sent = sum(f["sent"] for f in fl)
+    cpu = cpu_rates(record["cpu_t0"], record["cpu_t1"])
+    procs = cpu["procs"]
+    per_router_cpu = {
+        f["router"]: _sum(
+            [v for n, v in procs.items() if n == f"qemu{f['router']}" or n.startswith(f"router{f['router']}-")]
+        )
+        for f in fl
+    }
+    row.update(
+        offered_bps=math.fsum(f["offered_bps"] for f in fl),
+        offered_pps=math.fsum(f["offered_pps"] for f in fl),
+        forwarded_bps=math.fsum(f["forwarded_bps"] for f in fl),
+        forwarded_pps=math.fsum(f["forwarded_pps"] for f in fl),
+        loss_ratio=sum(f["lost"] for f in fl) / sent if sent else None,
+        owd_median_ms=fl[0]["owd_median_ms"],
+        cpu_host=cpu["host"],
+        cpu_softirq=cpu["softirq"],
+        cpu_hv=_sum([v for n, v in procs.items() if n.startswith("qemu")]) if key["hv"] == "kvm" else None,
+        cpu_router_daemons=(
+            _sum([v for n, v in procs.items() if n.startswith("router") and ("-daemon" in n or "-ct" in n)])
+            if key["hv"] in PROCESS_ROUTER_HVS
+            else None
+        ),
+        cpu_neighbour=_sum([v for n, v in procs.items() if n.startswith(NEIGHBOUR_PREFIX)]),
+        cpu_gen=None if any(f["gen_cpu"] is None for f in fl) else _sum([f["gen_cpu"] for f in fl]),
+        jain_throughput=jain_index([f["forwarded_bps"] for f in fl]),
+        jain_cpu=jain_index(list(per_router_cpu.values())),
+    )
+    row.update(_rtt(point_dir, record, min(f["start_ns"] for f in fl), max(f["end_ns"] for f in fl)))
+    row["load_offered_bps"], row["load_forwarded_bps"] = _load_rates(record, cpu.get("interval_s"))
+    requested = key["rate_bps"] * len(fl)
+    row["gen_limited"] = bool(requested and row["offered_bps"] < (1 - GEN_SHORTFALL) * requested)
+    routers = []
+    for f in fl:
+        r = {c: row[c] for c in ROUTER_COLUMNS if c in row}
+        r.update(
+            router=f["router"], offered_bps=f["offered_bps"], forwarded_bps=f["forwarded_bps"],
+            forwarded_pps=f["forwarded_pps"], loss_ratio=f["loss_ratio"], owd_median_ms=f["owd_median_ms"],
+            cpu_router=per_router_cpu[f["router"]],
+        )  # fmt: skip
+        routers.append(r)
+    return row, routers

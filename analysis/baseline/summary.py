@@ -1,0 +1,247 @@
+"""A baseline results directory -> baseline.csv, baseline_routers.csv, summary.json and the plots.
+
+``python -m analysis.baseline.summary <dir>`` recomputes everything from the raw points.
+
+summary.json holds, per configuration (hv, nic, ip, frame size, routers, load):
+
+* ``points``: per requested rate of the sweep, mean / std / 95 % CI (Student's t over the
+  repetitions) of offered and forwarded rate, loss, RTT, CPU and Jain indices;
+* ``max_forwarded``: the sweep rate with the highest mean forwarded rate (paper 001 Fig. 4: it
+  need not be the highest offered rate);
+* ``sweep_loss_free_bps``: the highest swept rate (per router) up to which every rate's mean loss
+  is <= 0.1 % (the mean offered rate instead where the generator fell short of it);
+* ``ndr`` (SEARCH=ndr): the RFC 2544-style maximum loss-free offered rate per router, per repetition
+  and aggregated (``at_upper_bound``: repetitions in which even the highest rate of RATES passed);
+* ``efficiency``: E = R_aggregate / R_classical, R = max_forwarded mean (and routers x NDR mean), R_classical
+  from HV=none with one router, the same IP version, frame size and load (else load=none).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import logging
+import os
+import sys
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from analysis.baseline.ndr import LOSS_FREE_RATIO, describe, efficiency, ndr_result
+from analysis.baseline.points import ROUTER_COLUMNS, ROW_COLUMNS, analyse_point
+
+log = logging.getLogger(__name__)
+
+CSV_NAME = "baseline.csv"
+ROUTERS_CSV_NAME = "baseline_routers.csv"
+SUMMARY_NAME = "summary.json"
+SUMMARY_FORMAT = 1
+CONFIG_KEYS = ("hv", "nic", "ip", "frame_bytes", "routers", "load")
+STAT_COLUMNS = (
+    "offered_bps", "offered_pps", "forwarded_bps", "forwarded_pps", "loss_ratio", "rtt_median_ms", "rtt_p99_ms",
+    "owd_median_ms", "cpu_host", "cpu_softirq", "cpu_hv", "cpu_router_daemons", "cpu_gen", "cpu_neighbour",
+    "jain_throughput", "jain_cpu", "load_offered_bps", "load_forwarded_bps",
+)  # fmt: skip
+
+
+def collect(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Rows and per-router rows of every point under ``run_dir/points``, in a stable order."""
+    rows, routers = [], []
+    for point_dir in sorted((run_dir / "points").glob("*/*")):
+        res = analyse_point(point_dir)
+        if res is not None:
+            rows.append(res[0])
+            routers += res[1]
+    rows.sort(key=_row_order)
+    routers.sort(key=lambda r: (*_row_order(r), r["router"]))
+    return rows, routers
+
+
+def _order(config_key: tuple) -> tuple:
+    """HV=none first, then as given."""
+    return (config_key[0] != "none", *(str(x) if isinstance(x, str) else x for x in config_key))
+
+
+def _row_order(r: dict[str, Any]) -> tuple:
+    return (*_order(_config_key(r)), r["phase"] != "sweep", r["rate_bps"] == 0, r["rate_bps"], r["rep"])
+
+
+def csv_text(rows: Iterable[dict[str, Any]], columns: tuple[str, ...]) -> str:
+    """CSV with a header; None -> empty cell; floats with up to 9 significant digits."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    for r in rows:
+        w.writerow(["" if r.get(c) is None else (f"{r[c]:.9g}" if isinstance(r[c], float) else r[c]) for c in columns])
+    return buf.getvalue()
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write via a temporary file and rename (a crash leaves the previous file)."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _config_key(r: dict[str, Any]) -> tuple:
+    return tuple(r[k] for k in CONFIG_KEYS)
+
+
+def _stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"reps": len(rows), "gen_limited": sum(1 for r in rows if r.get("gen_limited"))}
+    for c in STAT_COLUMNS:
+        st = describe(r.get(c) for r in rows)
+        out[c] = st.to_dict() if st else None
+    return out
+
+
+def _mean(d: dict[str, Any] | None) -> float | None:
+    return None if d is None else d["mean"]
+
+
+def _trial_rate(r: dict[str, Any]) -> int:
+    """Rate a search trial stands for: the requested per-router rate, or what the generator really
+    offered per router when it fell short (a loss-free point proves no more than that)."""
+    if r.get("gen_limited") and r.get("offered_bps") is not None:
+        return min(r["rate_bps"], int(r["offered_bps"] / r["routers"]))
+    return r["rate_bps"]
+
+
+def summarise_config(rows: list[dict[str, Any]], ndr: bool = False) -> dict[str, Any]:
+    """Everything summary.json says about one configuration (its rows: all phases and reps);
+    ``ndr``: the run searched the NDR (sweep points are its first trials)."""
+    ok = [r for r in rows if r["status"] == "ok"]
+    sweep = [r for r in ok if r["phase"] == "sweep"]
+    by_rate: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in sweep:
+        by_rate[r["rate_bps"]].append(r)
+    points = [
+        {"rate_bps": rate, **_stats(rs)} for rate, rs in sorted(by_rate.items(), key=lambda kv: (kv[0] == 0, kv[0]))
+    ]
+    out: dict[str, Any] = {
+        "points": points,
+        "failed_points": sum(1 for r in rows if r["status"] != "ok"),
+        "max_forwarded": None,
+        "sweep_loss_free_bps": None,
+        "ndr": None,
+    }
+    best = max(points, key=lambda p: _mean(p["forwarded_bps"]) or -1.0, default=None)
+    if best is not None and best["forwarded_bps"] is not None:
+        out["max_forwarded"] = {
+            "rate_bps": best["rate_bps"],
+            "forwarded_bps": best["forwarded_bps"],
+            "forwarded_pps": best["forwarded_pps"],
+        }
+    lossfree = 0
+    for p in (p for p in points if p["rate_bps"] > 0):
+        if p["loss_ratio"] is None or p["loss_ratio"]["mean"] > LOSS_FREE_RATIO:
+            break
+        lossfree = p["rate_bps"]
+        if p["gen_limited"] and p["offered_bps"]:  # the generator fell short: only what it offered is proven
+            lossfree = min(lossfree, int(p["offered_bps"]["mean"] / rows[0]["routers"]))
+    out["sweep_loss_free_bps"] = lossfree
+    if ndr or any(r["phase"] == "ndr" for r in ok):
+        per_rep = []
+        for rep in sorted({r["rep"] for r in ok}):
+            trials = [(_trial_rate(r), r["loss_ratio"]) for r in ok if r["rep"] == rep and r["loss_ratio"] is not None]
+            res = ndr_result(trials)
+            per_rep.append(
+                {"rep": rep, "ndr_bps": res.rate_bps, "lowest_fail_bps": res.lowest_fail_bps, "trials": res.trials}
+            )
+        st = describe(p["ndr_bps"] for p in per_rep)
+        out["ndr"] = {
+            "loss_threshold": LOSS_FREE_RATIO,
+            "per_rep": per_rep,
+            "ndr_bps": st.to_dict() if st else None,
+            "at_upper_bound": sum(1 for p in per_rep if p["lowest_fail_bps"] is None),
+            "generator_limited_trials": sum(1 for r in ok if r["rate_bps"] > 0 and r.get("gen_limited")),
+        }
+    return out
+
+
+def _classical(configs: dict[tuple, dict[str, Any]], key: tuple) -> dict[str, Any] | None:
+    ip, frame, load = key[2], key[3], key[5]
+    for want in ((ip, frame, load), (ip, frame, "none")):
+        for k, c in configs.items():
+            if k[0] == "none" and k[4] == 1 and (k[2], k[3], k[5]) == want:
+                return c
+    return None
+
+
+def _max_fwd(c: dict[str, Any] | None) -> float | None:
+    return _mean(c["max_forwarded"]["forwarded_bps"]) if c and c["max_forwarded"] else None
+
+
+def _ndr_aggregate(c: dict[str, Any] | None, routers: int) -> float | None:
+    """All routers' loss-free rate: the NDR is a per-router offered rate."""
+    mean = _mean(c["ndr"]["ndr_bps"]) if c and c["ndr"] and c["ndr"]["ndr_bps"] else None
+    return None if mean is None else mean * routers
+
+
+def summarise(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """summary.json of a baseline run."""
+    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[_config_key(r)].append(r)
+    ndr = ((meta or {}).get("spec") or {}).get("search") == "ndr"
+    configs = {k: summarise_config(v, ndr) for k, v in sorted(groups.items(), key=lambda kv: _order(kv[0]))}
+    for k, c in configs.items():
+        cl = _classical(configs, k)
+        c["efficiency"] = {
+            "classical": None if cl is None else "HV=none, 1 router, same IP, frame size and load (else load=none)",
+            "max_forwarded": efficiency(_max_fwd(c), _max_fwd(cl)),
+            "ndr": efficiency(_ndr_aggregate(c, k[4]), _ndr_aggregate(cl, 1)),
+        }
+    return {
+        "format": SUMMARY_FORMAT,
+        "kind": "baseline",
+        "accel": (meta or {}).get("accel"),
+        "loss_free_ratio": LOSS_FREE_RATIO,
+        "points_total": len(rows),
+        "points_failed": sum(1 for r in rows if r["status"] != "ok"),
+        "configs": [dict(zip(CONFIG_KEYS, k, strict=True), **v) for k, v in configs.items()],
+    }
+
+
+def analyse_baseline(run_dir: Path) -> dict[str, Any]:
+    """Write baseline.csv, baseline_routers.csv, summary.json and the plots; return the summary."""
+    meta_path = run_dir / "meta.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
+    rows, routers = collect(run_dir)
+    write_text(run_dir / CSV_NAME, csv_text(rows, ROW_COLUMNS))
+    write_text(run_dir / ROUTERS_CSV_NAME, csv_text(routers, ROUTER_COLUMNS))
+    summary = summarise(rows, meta)
+    try:
+        from analysis.baseline.plot import plot_all
+
+        summary["plots"] = [p.name for p in plot_all(run_dir, summary, routers, meta)]
+    except Exception as err:  # a plot must never lose the tables
+        log.exception("plotting failed: %s", err)
+        summary["plots"] = []
+        summary["plot_error"] = str(err)
+    write_text(run_dir / SUMMARY_NAME, json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Re-analyse baseline results directories."""
+    p = argparse.ArgumentParser(prog="python -m analysis.baseline.summary", description=__doc__)
+    p.add_argument("run_dirs", nargs="+", type=Path)
+    a = p.parse_args(argv)
+    for d in a.run_dirs:
+        if not (d / "points").is_dir():
+            print(f"analysis: {d} is not a baseline results directory (no points/)", file=sys.stderr)
+            return 2
+        analyse_baseline(d)
+        print(d)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Each hypervisor's own figures (QEMU, libvirt, CRIU, Xen, OpenVZ)."""

@@ -1,0 +1,1 @@
+"""Per-run metrics from raw traces (pure functions)."""

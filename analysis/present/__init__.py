@@ -1,0 +1,1 @@
+"""Presentation: the printed table, HTML reports, JUnit XML, plots."""

@@ -1,0 +1,162 @@
+"""The short terminal table of a run's metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from analysis.summary import Summary
+
+NA = "–"
+
+
+def _f(value: Any, fmt: str = ".3f", scale: float = 1.0) -> str:
+    if value is None:
+        return NA
+    return format(value * scale if scale != 1.0 else value, fmt)
+
+
+def _d(d: Mapping[str, Any] | None, *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(d, Mapping):
+            return None
+        d = d.get(k)
+    return d
+
+
+def _fig(s: Mapping[str, Any], path: str, fmt: str = ".3f", scale: float = 1.0) -> str:
+    """A headline figure: its value, '>= bound (why)' when censored, '–, why' when absent; an
+    incomplete value gets '(incomplete: why)'."""
+    value = _d(s, *path.split("."))
+    qual = _d(s, "qualifiers", path)
+    if value is not None:
+        out = _f(value, fmt, scale)
+        if isinstance(qual, Mapping) and qual.get("state") == "incomplete":
+            out += f" (incomplete: {', '.join(qual.get('reasons') or [])})"
+        return out
+    if not isinstance(qual, Mapping):
+        return NA
+    if qual.get("state") == "censored" and qual.get("lower") is not None:
+        return f">= {_f(qual['lower'], fmt, scale)} ({', '.join(qual.get('reasons') or [])})"
+    return f"{NA}, {qual.get('text') or ', '.join(qual.get('reasons') or [])}"
+
+
+def _rtt(s: Mapping[str, Any], phase: str) -> str:
+    p = _d(s, "rtt_ms", phase)
+    lost = f"lost {_f(_d(p, 'lost'), 'd')}"
+    if _d(p, "median") is None and isinstance(_d(s, "qualifiers", f"rtt_ms.{phase}.median"), Mapping):
+        return f"{phase} –/– ({_d(s, 'qualifiers', f'rtt_ms.{phase}.median', 'text')}; {lost})"
+    return f"{phase} {_f(_d(p, 'median'), '.2f')}/{_f(_d(p, 'p99'), '.2f')} ({lost})"
+
+
+def _sent_lost(d: Mapping[str, Any] | None, ratio: bool = False) -> str:
+    out = f"{_f(_d(d, 'lost'), 'd')} of {_f(_d(d, 'sent'), 'd')}"
+    return f"{out} ({_f(_d(d, 'loss_ratio'), '.3f', 100)} %)" if ratio else out
+
+
+def _who(hv: Mapping[str, Any] | None) -> tuple[str, str]:
+    """Name of the hypervisor's own figures and of its volume figure in the table."""
+    source = str(_d(hv, "reply_source") or "")
+    if source.startswith("libvirt"):  # DRIVER=libvirt
+        return "libvirt", "libvirt memory processed"
+    if source == "criu":  # HV=criu: CRIU's own statistics (analysis.hypervisors.criu)
+        return "CRIU", "CRIU pages written"
+    if source == "xl":  # HV=xen: xl's messages, dom0's NIC bytes (analysis.hypervisors.xen)
+        return "xl", "dom0 migration NIC bytes"
+    return "QEMU", "QEMU ram.transferred"
+
+
+def _downtime_line(s: Mapping[str, Any], who: str) -> str:
+    det = s.get("details") or {}
+    dc, dp, stl = det.get("downtime_counters"), det.get("downtime_packets"), det.get("send_time_loss")
+    counters = _fig(s, "downtime_s.counters")
+    if _d(s, "downtime_s", "counters") is not None:
+        counters += f" (±{_f(_d(dc, 'resolution_s'))})"
+    packets = _fig(s, "downtime_s.packets")
+    if _d(dp, "lower_s") is not None:
+        # packets sent during the gap that never arrived (send stamps); else the sequence numbers around it
+        gap_loss = f"{_sent_lost(_d(stl, 'outage'))} sent in gap lost" if _d(stl, "outage") else None
+        packets += f" ({gap_loss or _f(_d(dp, 'lost_in_gap'), 'd') + ' lost in gap'})"
+    return f"  downtime [s]     counters {counters}   packets {packets}   {who} {_fig(s, 'downtime_s.hypervisor')}"
+
+
+def _cross_line(s: Mapping[str, Any]) -> str:
+    cross = s.get("cross_traffic") or {}
+    if s.get("rate_bps") == 0:
+        return "  cross-traffic    none (rate 0)"
+    line = (
+        f"  cross-traffic    offered {_fig(s, 'cross_traffic.offered_bps', '.1f', 1e-6)}"
+        f"   forwarded {_fig(s, 'cross_traffic.forwarded_bps', '.1f', 1e-6)} Mbit/s"
+        f"   lost {_fig(s, 'cross_traffic.lost_packets', 'd')} of {_f(cross.get('sent_packets'), 'd')} sent"
+        f" ({_fig(s, 'cross_traffic.loss_ratio', '.3f', 100)} %)"
+    )
+    if cross.get("gen_send_errors"):
+        line += f"   send errors {cross['gen_send_errors']} (never sent; not in the loss)"
+    if cross.get("sink_socket_drops"):
+        line += f"   sink socket drops {cross['sink_socket_drops']} (not in the loss)"
+    return line
+
+
+def _instruments_line(s: Mapping[str, Any]) -> str:
+    ins = s.get("instruments") or {}
+    share = ins.get("core_share")
+    if share is None:
+        why = _d(s, "qualifiers", "instruments.core_share", "text") or "not available"
+        return f"  instruments      CPU –, {why}"
+    cpu = ins.get("cpu_s") or {}
+    parts = ", ".join(f"{k} {_f(v, '.2f')}" for k, v in cpu.items())
+    return (
+        f"  instruments      CPU {_f(ins.get('total_cpu_s'), '.2f')} s = {_f(share, '.1f', 100)} % of a core"
+        f" over {_f(ins.get('wall_s'), '.1f')} s ({ins.get('wall_source')} span; {parts} s)"
+    )
+
+
+def format_table(summary: Summary | Mapping[str, Any]) -> str:
+    """Headline metrics of a run, one per line (accepts a Summary or its summary.json dict).
+
+    A figure that is absent shows '–, <why>', a lower bound '>= x (<why>)', a value computed from
+    incomplete records '(incomplete: <why>)'."""
+    s = summary.to_dict() if isinstance(summary, Summary) else summary
+    det = s.get("details") or {}
+    dc, dp, hv = det.get("downtime_counters"), det.get("downtime_packets"), det.get("hypervisor")
+    rate = f"{s['rate_bps'] / 1e6:g} Mbit/s" if s.get("rate_bps") is not None else NA
+    head = f"{s.get('hv')} {s.get('mode')} {rate} {s.get('frame_bytes')} B accel={s.get('accel')}: {s.get('status')}"
+    if s.get("failure_class"):
+        head += f" [{s['failure_class']}]"
+    if s.get("failure"):
+        head += f" ({s['failure']})"
+    stl = det.get("send_time_loss")
+    who, who_volume = _who(hv)
+    lines = [
+        head,
+        _downtime_line(s, who),
+        f"  duration [s]     link {_fig(s, 'duration_s.link')}   {who} {_fig(s, 'duration_s.hypervisor')}"
+        f"   migrate→end {_f(_d(hv, 'command_to_end_s'))}",
+        f"  volume [MB]      link {_fig(s, 'volume_bytes.link', '.1f', 1e-6)}"
+        f"   {who_volume} {_fig(s, 'volume_bytes.hypervisor', '.1f', 1e-6)}",
+        "  RTT median/p99   " + "   ".join(_rtt(s, p) for p in ("before", "during", "after")) + " [ms]",
+        _cross_line(s),
+    ]
+    if stl:
+        lines.append(
+            f"  send-time loss   migration {_sent_lost(stl.get('migration'), True)}"
+            f"   outside {_sent_lost(stl.get('outside'), True)}   excess {_f(stl.get('excess_lost'), '.0f')}"
+        )
+    elif s.get("rate_bps") != 0 and isinstance(_d(s, "qualifiers", "cross_traffic.migration_lost_packets"), Mapping):
+        lines.append(f"  send-time loss   {_fig(s, 'cross_traffic.migration_lost_packets', 'd')}")
+    if _d(hv, "stop_to_cont_s") is not None:
+        lines.insert(2, f"  guest paused [s] stop→cont {_f(hv['stop_to_cont_s'])} (orchestrator)")
+    smp = det.get("sampler")
+    if smp:
+        late = "/".join(_f(smp.get(k), ".2f") for k in ("late_p50_ms", "late_p99_ms", "late_max_ms"))
+        line = f"  sampler          period {_f(smp.get('period_s'), 'g', 1e3)} ms, late p50/p99/max {late} ms"
+        if smp.get("missed_rounds") or smp.get("read_errors"):
+            line += f", missed rounds {smp.get('missed_rounds')}, read errors {smp.get('read_errors')}"
+        lines.append(line)
+    if "instruments" in s:
+        lines.append(_instruments_line(s))
+    flags = sorted({*(_d(dc, "flags") or []), *(_d(dp, "flags") or [])})
+    if flags:
+        lines.append(f"  flags            {', '.join(flags)}")
+    lines += [f"  note: {n}" for n in det.get("notes") or []]
+    return "\n".join(lines)

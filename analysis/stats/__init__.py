@@ -1,0 +1,1 @@
+"""Statistics over repeated runs: intervals, tests, aggregates, regression decisions."""

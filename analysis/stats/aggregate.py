@@ -1,0 +1,469 @@
+"""Repeated runs -> per-grid-point statistics (pure functions).
+
+A run is a flat *record* (:func:`run_record`: parameters, status, failure class and the headline
+metrics of its summary.json, with their qualifiers).  Records are grouped into grid points by
+(series, hv, accel, mode, rate, frame size); a point never mixes accelerators
+(:func:`mixed_accelerators`).  Each point gets its failure rate over its migration attempts (with
+a Wilson 95 % interval) and per-class failure counts, and, over its completed runs, the mean,
+median, standard deviation and Student-t 95 % confidence interval of the mean of every metric in
+:data:`METRICS` — over the runs that measured it: a lower bound (censored) or an absent figure is
+never averaged as a point; each metric says how many runs its mean is over (``n``), how many were
+censored (with the largest bound) and how many had no figure."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from analysis import qualify as q
+from analysis.stats.inference import t_quantile, wilson_interval
+
+CONFIDENCE = 0.95
+DONE_STATUSES = ("completed", "failed")  # outcomes that are data; 'interrupted' is an operator stop
+#: meta.json failure_class values (the orchestrator's); None = completed run, or a run older than the field
+FAILURE_CLASSES = ("setup", "migration", "post-migration", "interrupted")
+#: failed runs of these classes are failed migration attempts; 'setup' and 'interrupted' are not attempts
+ATTEMPT_CLASSES = ("migration", "post-migration")
+
+
+def _d(obj: Any, *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(k)
+    return obj
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    return float(x) if math.isfinite(x) else None
+
+
+def _diff(a: Any, b: Any) -> float | None:
+    a, b = _num(a), _num(b)
+    return None if a is None or b is None else a - b
+
+
+def _ratio(a: Any, b: Any) -> float | None:
+    a, b = _num(a), _num(b)
+    return None if a is None or b is None or b == 0 else a / b
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One aggregated metric: column name, unit, label, how to read it from summary.json, and the
+    headline paths it is made of (their qualifiers in summary.json ``qualifiers`` apply to it);
+    ``censorable``: it can be a lower bound (then runs.csv has ``<name>_lower``)."""
+
+    name: str
+    unit: str
+    label: str
+    get: Callable[[Mapping[str, Any]], float | None]
+    definition: str
+    paths: tuple[str, ...] = ()
+    censorable: bool = False
+
+
+def _path(path: str) -> Callable[[Mapping[str, Any]], float | None]:
+    return lambda s: _num(_d(s, *path.split(".")))
+
+
+def _m(name: str, unit: str, label: str, path: str, definition: str, censorable: bool = False) -> Metric:
+    return Metric(name, unit, label, _path(path), definition, (path,), censorable)
+
+
+METRICS: tuple[Metric, ...] = (
+    _m("downtime_counters_s", "s", "downtime (counters)", "downtime_s.counters",
+       "downtime_s.counters of each run (B eth0 rx_packets sampled every SAMPLE_MS)", True),
+    _m("downtime_packets_s", "s", "downtime (packets)", "downtime_s.packets",
+       "downtime_s.packets (longest gap between received cross-traffic packets in the window)", True),
+    _m("downtime_hypervisor_s", "s", "downtime (QEMU)", "downtime_s.hypervisor",
+       "downtime_s.hypervisor (QEMU's own downtime figure)"),
+    _m("duration_link_s", "s", "duration (link)", "duration_s.link",
+       "duration_s.link (first to last byte of the migration stream on R1 mig0)"),
+    _m("duration_hypervisor_s", "s", "duration (QEMU)", "duration_s.hypervisor",
+       "duration_s.hypervisor (QEMU total-time)"),
+    _m("volume_link_bytes", "B", "volume (link)", "volume_bytes.link",
+       "volume_bytes.link (R1 mig0 tx_bytes while the stream was active)"),
+    _m("volume_hypervisor_bytes", "B", "volume (QEMU)", "volume_bytes.hypervisor",
+       "volume_bytes.hypervisor (QEMU ram.transferred)"),
+    _m("rtt_before_median_ms", "ms", "RTT before", "rtt_ms.before.median",
+       "median RTT of the probes sent before the migration window"),
+    _m("rtt_during_median_ms", "ms", "RTT during", "rtt_ms.during.median",
+       "median RTT of the probes sent during the migration window"),
+    Metric("rtt_increase_median_ms", "ms", "RTT increase (median)",
+           lambda s: _diff(_d(s, "rtt_ms", "during", "median"), _d(s, "rtt_ms", "before", "median")),
+           "RTT increase = median RTT during the window − median RTT before it, per run",
+           ("rtt_ms.during.median", "rtt_ms.before.median")),
+    Metric("rtt_increase_p99_ms", "ms", "RTT increase (p99)",
+           lambda s: _diff(_d(s, "rtt_ms", "during", "p99"), _d(s, "rtt_ms", "before", "p99")),
+           "p99 RTT during the window − p99 RTT before it, per run", ("rtt_ms.during.p99", "rtt_ms.before.p99")),
+    _m("offered_bps", "bit/s", "offered", "cross_traffic.offered_bps",
+       "cross_traffic.offered_bps (generator's achieved rate, Ethernet frame bits)"),
+    _m("forwarded_bps", "bit/s", "forwarded", "cross_traffic.forwarded_bps",
+       "cross_traffic.forwarded_bps (received at B, Ethernet frame bits over the receive span)"),
+    Metric("forwarded_ratio", "1", "forwarded / offered",
+           lambda s: _ratio(_d(s, "cross_traffic", "forwarded_bps"), _d(s, "cross_traffic", "offered_bps")),
+           "forwarded_bps / offered_bps of each run", ("cross_traffic.forwarded_bps", "cross_traffic.offered_bps")),
+    _m("loss_ratio", "1", "loss ratio", "cross_traffic.loss_ratio",
+       "cross_traffic.loss_ratio = lost / sent: packets the generator sent (send errors excluded) that "
+       "did not reach the sink's socket, over the packets it sent (docs/metrics.md)"),
+    _m("migration_lost_packets", "packets", "lost (migration)", "cross_traffic.migration_lost_packets",
+       "cross_traffic.migration_lost_packets (sent from migration start to end + 2 s, never received)"),
+    _m("outage_lost_packets", "packets", "lost (outage)", "cross_traffic.outage_lost_packets",
+       "cross_traffic.outage_lost_packets (sent during the packet-downtime gap, never received)", True),
+)  # fmt: skip
+METRIC_BY_NAME = {m.name: m for m in METRICS}
+
+AGGREGATE_DEFINITIONS = (
+    "Each grid point (series, hypervisor, accelerator, mode, rate, frame size; a point never mixes "
+    "accelerators) aggregates its repetitions. Failed migrations are data: the **failure rate** is failed "
+    "migration attempts / migration attempts, with a Wilson 95 % interval. Migration attempts are the completed "
+    "runs and the runs that failed in the migration or after it (meta.json `failure_class` `migration` or "
+    "`post-migration`); runs that failed in the set-up (`setup`) or were stopped by the operator "
+    "(`interrupted`) are not attempts and are only counted per class. A failed run without a failure class "
+    "(older results) counts as a failed migration attempt (`failed_unclassified`). Metrics are aggregated over "
+    "the *completed* runs of the point that measured them: **mean**, **median**, sample standard deviation and "
+    "the **95 % CI of the mean**, mean ± t(0.975, n−1)·sd/√n (Student t; needs n ≥ 2); **n** is the number of "
+    "runs each mean is over. A figure known only as a lower bound (*censored*: a stall cut by the trace or "
+    "the analysed span, traffic that never came back) is never averaged as a point: `n_censored` counts such "
+    "runs and `lower_max` gives their largest bound (the figure was at least that in one run); `n_absent` "
+    "counts completed runs without the figure (e.g. no stall found), `n_incomplete` the averaged values built "
+    "from incomplete instrument records. Plots show the mean with that CI as error bars and censored runs as "
+    "open triangles at their bound."
+)
+
+
+def _qualifier(summary: Mapping[str, Any], m: Metric, value: float | None) -> dict[str, Any] | None:
+    """The qualifier that applies to metric ``m`` of a run: of the first absent/censored input
+    path when the value is None, of the first incomplete input otherwise."""
+    quals = summary.get("qualifiers") if isinstance(summary.get("qualifiers"), Mapping) else {}
+    for path in m.paths:
+        qual = quals.get(path)
+        if not isinstance(qual, Mapping):
+            continue
+        if value is None and qual.get("state") in (q.ABSENT, q.CENSORED):
+            return dict(qual)
+        if value is not None and qual.get("state") == q.INCOMPLETE:
+            return dict(qual)
+    return None
+
+
+def qualifiers_text(quals: Mapping[str, Mapping[str, Any]]) -> str:
+    """runs.csv ``qualifiers``: 'metric: >= 1.2 (open_end); metric: – (no_stall)'."""
+    return "; ".join(f"{name}: {q.short(qual, fmt='.6g')}" for name, qual in quals.items())
+
+
+def run_record(summary: Mapping[str, Any], meta: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
+    """Flatten one run (its summary.json and meta.json dicts) into a record; ``extra`` (run_id,
+    point, rep, series, run_dir, ...) is added as is.  Each metric is its value or None;
+    censorable metrics also have ``<name>_lower`` (the bound when only a bound is known);
+    ``quals`` maps metric names to their qualifier dicts, ``qualifiers`` is the same as text."""
+    scenario = meta.get("scenario") if isinstance(meta.get("scenario"), Mapping) else {}
+    status = meta.get("status") or summary.get("status")
+    hv_meta = meta.get("hypervisor") if isinstance(meta.get("hypervisor"), Mapping) else {}
+    fclass = meta.get("failure_class", summary.get("failure_class"))
+    rec: dict[str, Any] = {
+        **extra,
+        "status": status,
+        "failure": meta.get("failure") or summary.get("failure"),
+        "failure_class": fclass if isinstance(fclass, str) else None,
+        "migration_attempted": _d(summary, "details", "window") is not None,
+        "hv": scenario.get("hv", summary.get("hv")),
+        "mode": scenario.get("mode", summary.get("mode")),
+        "accel": meta.get("accel") or summary.get("accel"),
+        "rate_bps": scenario.get("rate_bps", summary.get("rate_bps")),
+        "frame_bytes": scenario.get("frame_bytes", summary.get("frame_bytes")),
+        "qemu": hv_meta.get("qemu"),
+        "created_utc": meta.get("created_utc"),
+    }
+    quals: dict[str, dict[str, Any]] = {}
+    for m in METRICS:
+        value = m.get(summary)
+        rec[m.name] = value
+        qual = _qualifier(summary, m, value)
+        if qual is not None:
+            quals[m.name] = qual
+        if m.censorable:
+            rec[f"{m.name}_lower"] = _num(qual.get("lower")) if qual and qual.get("state") == q.CENSORED else None
+    rec["quals"] = quals
+    rec["qualifiers"] = qualifiers_text(quals)
+    return rec
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Descriptive statistics of one metric at one point (None where undefined).
+
+    n: runs the mean is over; n_censored: runs where only a lower bound is known (not in the
+    mean), lower_max: the largest of those bounds; n_absent: completed runs without the figure;
+    n_incomplete: values in the mean built from incomplete instrument records."""
+
+    n: int
+    mean: float | None = None
+    median: float | None = None
+    sd: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n_censored: int = 0
+    lower_max: float | None = None
+    n_absent: int = 0
+    n_incomplete: int = 0
+
+    @property
+    def ci_half(self) -> float | None:
+        """Half-width of the confidence interval."""
+        return None if self.ci_high is None or self.mean is None else self.ci_high - self.mean
+
+
+def describe(values: Iterable[Any], confidence: float = CONFIDENCE) -> Stats:
+    """Mean, median, sd and the Student-t CI of the mean of the finite numbers in ``values``."""
+    x = np.array([v for v in (_num(v) for v in values) if v is not None], dtype=float)
+    n = int(x.size)
+    if n == 0:
+        return Stats(0)
+    mean, median = float(x.mean()), float(np.median(x))
+    if n == 1:
+        return Stats(1, mean, median)
+    sd = float(x.std(ddof=1))
+    half = t_quantile(0.5 + confidence / 2.0, n - 1) * sd / math.sqrt(n)
+    return Stats(n, mean, median, sd, mean - half, mean + half)
+
+
+def describe_metric(records: Sequence[Mapping[str, Any]], name: str, confidence: float = CONFIDENCE) -> Stats:
+    """``describe`` of metric ``name`` over ``records``, with the censored, absent and incomplete counts
+    (a censored value is None in its record, so it never enters the mean)."""
+    st = describe((r.get(name) for r in records), confidence)
+    quals = [_d(r, "quals", name) for r in records]
+    lowers = [_num(_d(qu, "lower")) for qu in quals if _d(qu, "state") == q.CENSORED]
+    n_censored = len(lowers)
+    values = [_num(r.get(name)) for r in records]
+    bounds = [b for b in lowers if b is not None]
+    return Stats(
+        **{k: getattr(st, k) for k in ("n", "mean", "median", "sd", "ci_low", "ci_high")},
+        n_censored=n_censored,
+        lower_max=max(bounds) if bounds else None,
+        n_absent=sum(1 for v in values if v is None) - n_censored,
+        n_incomplete=sum(
+            1 for v, qu in zip(values, quals, strict=True) if v is not None and _d(qu, "state") == q.INCOMPLETE
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class PointStats:
+    """One grid point: its identity, run counts, failure rate and per-metric statistics.
+
+    n_attempts: migration attempts (completed + failed_migration + failed_post_migration +
+    failed_unclassified); n_failed: failed attempts; failed_*: failed runs per failure class
+    (failed_unclassified: failed runs without a class, counted as migration attempts);
+    n_excluded: runs that are not attempts (set-up failures, interrupted, unknown status);
+    n_failed_before_migration: failed runs without a migration window (for information only:
+    the failure rate uses the failure classes)."""
+
+    series: str
+    hv: str | None
+    accel: str | None
+    mode: str | None
+    rate_bps: float | None
+    frame_bytes: int | None
+    n_runs: int
+    n_completed: int
+    n_attempts: int
+    n_failed: int
+    failed_setup: int
+    failed_migration: int
+    failed_post_migration: int
+    failed_interrupted: int
+    failed_unclassified: int
+    n_excluded: int
+    n_failed_before_migration: int
+    failure_rate: float | None
+    failure_ci: tuple[float, float] | None
+    stats: dict[str, Stats] = field(default_factory=dict)
+    run_ids: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """(series, hv, accel, mode, rate_bps, frame_bytes)."""
+        return (self.series, self.hv, self.accel, self.mode, self.rate_bps, self.frame_bytes)
+
+
+def _base_key(rec: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (rec.get("series", ""), rec.get("hv"), rec.get("mode"), rec.get("rate_bps"), rec.get("frame_bytes"))
+
+
+def point_key(rec: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The grid point a record belongs to: (series, hv, accel, mode, rate_bps, frame_bytes)."""
+    series, hv, mode, rate, frame = _base_key(rec)
+    return (series, hv, rec.get("accel"), mode, rate, frame)
+
+
+def _point_name(base: tuple[Any, ...]) -> str:
+    series, hv, mode, rate, frame = base
+    rate_s = "?" if rate is None else f"{rate / 1e6:g}M"
+    return " ".join(str(x) for x in (series or f"{hv} {mode}", rate_s, f"{frame} B"))
+
+
+def mixed_accelerators(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """One line per point whose runs used more than one accelerator (runs without a recorded
+    accelerator, e.g. set-up failures, do not count); empty when no point mixes."""
+    seen: dict[tuple[Any, ...], dict[str, int]] = {}
+    for r in records:
+        if r.get("accel") is not None:
+            acc = seen.setdefault(_base_key(r), {})
+            acc[str(r["accel"])] = acc.get(str(r["accel"]), 0) + 1
+    return [
+        f"point {_point_name(k)} mixes accelerators ({', '.join(f'{a}: {n} runs' for a, n in sorted(v.items()))})"
+        for k, v in seen.items()
+        if len(v) > 1
+    ]
+
+
+def _sort_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    series, hv, accel, mode, rate, frame = key
+    return (
+        str(series), str(hv), str(accel), str(mode), -1 if frame is None else -frame, -1 if rate is None else rate
+    )  # fmt: skip
+
+
+def failure_class_counts(records: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Per-class counts of failed runs (``failed_setup``, ``failed_migration``, ``failed_post_migration``,
+    ``failed_interrupted``, ``failed_unclassified``) and ``n_attempts``/``n_failed`` (see PointStats)."""
+    out = dict.fromkeys(
+        ("failed_setup", "failed_migration", "failed_post_migration", "failed_interrupted", "failed_unclassified"), 0
+    )
+    completed = 0
+    for r in records:
+        cls, status = r.get("failure_class"), r.get("status")
+        if status == "completed":
+            completed += 1
+        elif cls == "interrupted":
+            out["failed_interrupted"] += 1
+        elif status != "failed":
+            continue
+        elif cls in FAILURE_CLASSES:
+            out[f"failed_{str(cls).replace('-', '_')}"] += 1
+        else:
+            out["failed_unclassified"] += 1
+    failed = out["failed_migration"] + out["failed_post_migration"] + out["failed_unclassified"]
+    return {**out, "n_attempts": completed + failed, "n_failed": failed}
+
+
+def aggregate_point(key: tuple[Any, ...], records: Sequence[Mapping[str, Any]]) -> PointStats:
+    """Statistics of the records of one point."""
+    completed = [r for r in records if r.get("status") == "completed"]
+    counts = failure_class_counts(records)
+    attempts, failed = counts.pop("n_attempts"), counts.pop("n_failed")
+    series, hv, accel, mode, rate_bps, frame = key
+    return PointStats(
+        series=series,
+        hv=hv,
+        accel=accel,
+        mode=mode,
+        rate_bps=rate_bps,
+        frame_bytes=frame,
+        n_runs=len(records),
+        n_completed=len(completed),
+        n_attempts=attempts,
+        n_failed=failed,
+        **counts,
+        n_excluded=len(records) - attempts,
+        n_failed_before_migration=sum(
+            1 for r in records if r.get("status") == "failed" and not r.get("migration_attempted")
+        ),
+        failure_rate=failed / attempts if attempts else None,
+        failure_ci=wilson_interval(failed, attempts),
+        stats={m.name: describe_metric(completed, m.name) for m in METRICS},
+        run_ids=tuple(str(r.get("run_id", "")) for r in records),
+    )
+
+
+def aggregate(records: Iterable[Mapping[str, Any]]) -> list[PointStats]:
+    """Group records into points and describe each; sorted by series, accelerator, frame size, rate.
+
+    A run without a recorded accelerator joins its point's accelerator; a point whose runs used
+    two accelerators raises ValueError (see :func:`mixed_accelerators`)."""
+    records = list(records)
+    mixed = mixed_accelerators(records)
+    if mixed:
+        raise ValueError(mixed[0])
+    accel_of = {_base_key(r): r["accel"] for r in records if r.get("accel") is not None}
+    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    for rec in records:
+        series, hv, _, mode, rate, frame = point_key(rec)
+        key = (series, hv, accel_of.get(_base_key(rec)), mode, rate, frame)
+        groups.setdefault(key, []).append(rec)
+    return [aggregate_point(k, groups[k]) for k in sorted(groups, key=_sort_key)]
+
+
+POINT_ID_COLUMNS = ("series", "hv", "accel", "mode", "rate_bps", "frame_bytes")
+POINT_COUNT_COLUMNS = (
+    "n_runs",
+    "n_completed",
+    "n_attempts",
+    "n_failed",
+    "failed_setup",
+    "failed_migration",
+    "failed_post_migration",
+    "failed_interrupted",
+    "failed_unclassified",
+    "n_excluded",
+    "n_failed_before_migration",
+    "failure_rate",
+    "failure_rate_ci95_low",
+    "failure_rate_ci95_high",
+)
+STAT_SUFFIXES = ("n", "mean", "median", "sd", "ci95_low", "ci95_high", "n_censored", "lower_max", "n_absent",
+                 "n_incomplete")  # fmt: skip
+
+
+def point_columns() -> list[str]:
+    """Column names of points.csv."""
+    cols = [*POINT_ID_COLUMNS, *POINT_COUNT_COLUMNS]
+    for m in METRICS:
+        cols += [f"{m.name}_{s}" for s in STAT_SUFFIXES]
+    return cols
+
+
+def point_row(p: PointStats) -> dict[str, Any]:
+    """One points.csv row."""
+    ci = p.failure_ci or (None, None)
+    row: dict[str, Any] = {c: getattr(p, c) for c in (*POINT_ID_COLUMNS, *POINT_COUNT_COLUMNS[:-3])}
+    row.update(failure_rate=p.failure_rate, failure_rate_ci95_low=ci[0], failure_rate_ci95_high=ci[1])
+    for name, st in p.stats.items():
+        values = (st.n, st.mean, st.median, st.sd, st.ci_low, st.ci_high, st.n_censored, st.lower_max, st.n_absent,
+                  st.n_incomplete)  # fmt: skip
+        for suffix, value in zip(STAT_SUFFIXES, values, strict=True):
+            row[f"{name}_{suffix}"] = value
+    return row
+
+
+RUN_COLUMNS = (
+    "run_id",
+    "series",
+    "point",
+    "rep",
+    "order",
+    "status",
+    "failure_class",
+    "failure",
+    "notes",
+    "migration_attempted",
+    "hv",
+    "mode",
+    "accel",
+    "rate_bps",
+    "frame_bytes",
+    "qemu",
+    "created_utc",
+    *(m.name for m in METRICS),
+    *(f"{m.name}_lower" for m in METRICS if m.censorable),
+    "qualifiers",
+    "run_dir",
+)

@@ -1,0 +1,1 @@
+"""``make baseline``: forwarding performance without migration (paper 004 Fig. 2)."""

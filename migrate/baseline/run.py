@@ -1,0 +1,354 @@
+"""``make baseline``: forwarding performance of the router without migration (papers 004 Fig. 2,
+001 and 000) over hypervisor, NIC, IP version, frame size, offered rate, co-located routers and
+neighbour load.
+
+For each configuration (hv, nic, routers, load) a fresh testbed is built (namespaces
+``<prefix>-*``, registered first), the routers and the neighbour are started, then every point
+(ip, frame size, rate, repetition; plus the NDR search with SEARCH=ndr) is measured by
+:mod:`migrate.baseline.point`.  Raw data lands in ``<results>/<time>-baseline-<hvs>/points/``;
+``analysis.baseline.summary`` turns it into baseline.csv, summary.json and the plots.  A run that
+stopped can be resumed (RESUME=<dir>): points whose point.json says ``ok`` are not redone."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import shutil
+import signal
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from migrate.baseline import gencap
+from migrate.baseline.config import ConfigRun
+from migrate.baseline.spec import LOAD_FRAME_BYTES, UNPACED, BaselineSpec, Config
+from migrate.core import meta as metamod
+from migrate.core.atomic import write_json
+from migrate.core.errors import DependencyError, Interrupted, VrmigError
+from migrate.core.registry import clean_stale
+from migrate.core.sighold import signal_handlers
+from migrate.experiment.run import RESULTS_MARKER, RESULTS_ROOT_MARKER, _Abort, check_results_root
+
+log = logging.getLogger(__name__)
+
+META_FORMAT = 1
+TOOLS = ("ip", "ping", "irtt", "ss", "unshare", "chroot")
+NOTES = {
+    "rates": "Ethernet-frame bits incl. 4 B FCS, no preamble/IFG; RATES are per router (each router has its own flow)",
+    "forwarded": "packets received at the flow's sink / the generator's send span",
+    "cpu": "CPU-seconds per second between snapshots around the generators (/proc/stat, /proc/<pid>/stat)",
+    "softirq": (
+        "host-wide /proc/stat softirq only: forwarding between namespaces runs in the softirq context of the "
+        "sending CPU (often inside the generator's system time), so it cannot be attributed to one namespace"
+    ),
+    "rtt": "irtt C -> D through router 0, probes sent while the generators ran",
+    "ndr": "RFC 2544-style binary search per (configuration, IP, size, repetition), loss <= 0.1 %",
+    "load_cpu_kvm": "LOAD=cpu with HV=kvm: the busy loop is a host process in R1 (the guest has no agent to run one)",
+    "load_cpu_criu": (
+        "LOAD=cpu with HV=criu: the busy loop runs inside the neighbour container's mount/uts/ipc/net namespaces "
+        "(nsenter, no pid namespace so that its PID is the spinning process)"
+    ),
+    "cpu_criu": (
+        "HV=criu: cpu_router_daemons = every process of the container (init, daemons, helpers, found below its "
+        "init at each snapshot); forwarding runs in the shared kernel's softirq, as for HV=none; cpu_hv is empty "
+        "(no hypervisor process)"
+    ),
+}
+
+
+def _kvm_facts(spec: BaselineSpec) -> dict[str, Any]:
+    from migrate.drivers.kvm.accel import detect_accel
+    from migrate.drivers.kvm.driver import QEMU, qemu_version
+
+    if shutil.which(QEMU) is None:
+        raise DependencyError(f"{QEMU} not found: run `make setup` (Debian package qemu-system-x86)")
+    auto, reason = detect_accel()
+    if spec.accel == "kvm" and auto != "kvm":
+        raise DependencyError(f"ACCEL=kvm requested but KVM is unusable here: {reason}")
+    accel = auto if spec.accel == "auto" else spec.accel
+    return {"qemu": qemu_version(), "accel": accel, "accel_reason": reason}
+
+
+def _check_e1000(manifest: dict[str, Any], profile: str) -> None:
+    mods = manifest.get("modules", {})
+    if "e1000" in mods.get("load_order", []) or "e1000" in mods.get("builtin", []):
+        return
+    kernel = manifest.get("kernel_package", {}).get("name", "?")
+    raise DependencyError(
+        f"NIC=e1000: the {profile} guest image's kernel ({kernel}) has no e1000 driver (Debian's cloud kernel "
+        f"lacks it): rebuild the image with `python -m routers build --profile {profile} --kernel-package "
+        "linux-image-amd64 --force` (VRMIG_CACHE=<dir> keeps it apart), or use NIC=virtio"
+    )
+
+
+def _criu_facts(spec: BaselineSpec, rootfs: Path | None) -> dict[str, Any]:
+    """HV=criu: the container is built from the image's rootfs with its own busybox (no CRIU
+    needed: nothing is checkpointed); LOAD=cpu enters the neighbour container with nsenter."""
+    from routers.container_image import BUSYBOX, NAMESPACES
+
+    if rootfs is None or not (rootfs / BUSYBOX).exists():
+        raise DependencyError(f"HV=criu needs the {spec.router} image's rootfs/ with {BUSYBOX}: run `make setup`")
+    if "cpu" in spec.loads and shutil.which("nsenter") is None:
+        raise DependencyError("HV=criu with LOAD=cpu needs nsenter (util-linux): run `make setup`")
+    return {
+        "container": {
+            "rootfs_source": str(rootfs),
+            "namespaces": [n.lstrip("-") for n in NAMESPACES],
+            "how": "routers.container_image.container_argv (unshare, own busybox, pivot_root) started by "
+            "migrate.drivers.criu.container.Container; one rootfs copy per router; never checkpointed in a baseline",
+        }
+    }
+
+
+def preflight(spec: BaselineSpec) -> dict[str, Any]:
+    """Side-effect-free checks: root, tools, the router image (and its rootfs), QEMU and the
+    accelerator, e1000 support, the container's rootfs.  Returns facts for meta.json."""
+    import os
+
+    from migrate.experiment.instruments import VRGEN, VRSINK
+    from routers.errors import RouterError
+    from routers.guest import guest_image
+
+    if os.geteuid() != 0:
+        raise DependencyError("make baseline must run as root (it creates network namespaces)")
+    missing = [str(p) for p in (VRGEN, VRSINK) if not p.exists()] + [t for t in TOOLS if shutil.which(t) is None]
+    if missing:
+        raise DependencyError(f"missing {', '.join(missing)}: run `make setup`")
+    try:
+        image = guest_image(spec.router)
+    except RouterError as err:
+        raise DependencyError(str(err)) from err
+    if "none" in spec.hvs and image.rootfs is None:
+        raise DependencyError(f"HV=none needs the {spec.router} image's rootfs/: rebuild it with `make setup`")
+    facts: dict[str, Any] = {
+        "router_image": {
+            "kernel": str(image.kernel),
+            "rootfs": str(image.rootfs) if image.rootfs else None,
+            "router": image.manifest.get("router"),
+            "kernel_package": image.manifest.get("kernel_package"),
+            "modules": image.manifest.get("modules"),
+        },
+        "accel": None,
+    }
+    if "criu" in spec.hvs:
+        facts.update(_criu_facts(spec, image.rootfs))
+    if "kvm" in spec.hvs or "xen" in spec.hvs:
+        facts.update(_kvm_facts(spec))
+    if "xen" in spec.hvs:
+        from routers.xen_image import xen_image
+
+        try:
+            facts["xen_image"] = xen_image(verify=False).manifest.get("hypervisor")
+        except RouterError as err:
+            raise DependencyError(str(err)) from err
+    if "kvm" in spec.hvs:
+        if "e1000" in spec.nics:
+            _check_e1000(image.manifest, spec.router)
+    return facts
+
+
+def check_generator(spec: BaselineSpec) -> dict[str, Any] | None:
+    """Measure the generator's unpaced capability and refuse rates above it (GEN_CHECK=1)."""
+    if not spec.gen_check:
+        return None
+    needs: list[tuple[int, int, int, str]] = []
+    hi = spec.ndr_hi_bps
+    if hi is not None:
+        needs += [(ip, size, hi, "RATES") for ip in spec.ips for size in spec.sizes]
+    if "smallpkts" in spec.loads:
+        needs.append((4, LOAD_FRAME_BYTES, spec.load_rate_bps, "LOAD_RATE"))
+    if not needs:
+        return None
+    scratch = Path(tempfile.mkdtemp(prefix="vrmig-gencap-"))
+    try:
+        log.info("measuring the generator's capability (%d frame size/IP combination(s))", len({n[:2] for n in needs}))
+        caps = gencap.measure([(ip, f, bps) for ip, f, bps, _ in needs], scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    gencap.require(needs, caps)
+    return {
+        f"ip{c.ip}-{c.frame_bytes}B": {"max_bps": c.max_bps, "max_pps": c.max_pps, "trials_bps": c.trials_bps}
+        for c in caps.values()
+    }
+
+
+def _new_run_dir(results_root: Path, spec: BaselineSpec) -> Path:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")[:-4] + "Z"
+    results_root.mkdir(parents=True, exist_ok=True)
+    marker = results_root / RESULTS_ROOT_MARKER
+    if not marker.exists():
+        marker.write_text("vrmig results root\n")
+    run_dir = results_root / f"{stamp}-baseline-{'+'.join(spec.hvs)}"
+    run_dir.mkdir()
+    (run_dir / RESULTS_MARKER).write_text("vrmig baseline directory\n")
+    return run_dir
+
+
+def load_resume(run_dir: Path) -> tuple[BaselineSpec, dict[str, Any]]:
+    """The spec and meta of an earlier baseline run (RESUME=<dir>)."""
+    from migrate.core.errors import ConfigError
+
+    meta_path = run_dir / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"RESUME={run_dir}: no readable meta.json ({err})") from None
+    if meta.get("kind") != "baseline":
+        raise ConfigError(f"RESUME={run_dir} is not a baseline results directory (kind={meta.get('kind')!r})")
+    return BaselineSpec.from_dict(meta["spec"]), meta
+
+
+def _initial_meta(spec: BaselineSpec, facts: dict[str, Any], gen: dict[str, Any] | None) -> dict[str, Any]:
+    from migrate.baseline.plan import __doc__ as plan_doc
+
+    accel = facts.get("accel")
+    notes = dict(NOTES)
+    if accel == "tcg":
+        notes["accel"] = "accel=tcg: no usable KVM here, so every HV=kvm figure describes QEMU's TCG emulator, not KVM"
+    return {
+        "format_version": META_FORMAT,
+        "kind": "baseline",
+        "created_utc": dt.datetime.now(dt.UTC).isoformat(),
+        "status": "running",
+        "failure": None,
+        "failure_class": None,  # a failed baseline never migrates: "setup"; or "interrupted"
+        "spec": spec.to_dict(),
+        "accel": accel,
+        "hypervisor": {k: v for k, v in facts.items() if k != "router_image"},
+        "router_image": facts["router_image"],
+        "hv_none_router": (
+            "the router image's rootfs chrooted (unshare --mount, private proc/sys/tmpfs) inside network namespace "
+            "RT<k>: the image's own vrmig-router script starts the same zebra+staticd (FRR) or bird binaries and "
+            "libraries as the VM; IPv4/IPv6 forwarding on in that namespace (routers.guest.namespace_argv)"
+        ),
+        "hv_criu_router": (
+            "the router container of HV=criu's migrations (routers.container_image, "
+            "migrate.drivers.criu.container): its own copy of the image's rootfs, "
+            "mount/pid/uts/ipc/net namespaces, pivot_root, the same vrmig-router as PID 1's child; "
+            " eth0/eth1 are veths whose host ends tapL<k>/tapR<k> hang off R1's bridges; not migrated"
+        ),
+        "address_plan": plan_doc,
+        "generator_capability": gen,
+        "git_commit": metamod.git_commit(),
+        "host": metamod.host_facts(),
+        "tools": _tool_versions(),
+        "notes": notes,
+        "configs": {},
+        "resumed_utc": [],
+        "loadavg_start": _loadavg(),
+    }
+
+
+def _tool_versions() -> dict[str, str | None]:
+    """Versions of the baseline's own tools (host_facts has irtt, iproute2, pyroute2, numpy)."""
+    import subprocess
+    from importlib.metadata import version
+
+    from migrate.experiment.instruments import VRGEN
+
+    def first_line(argv: list[str]) -> str | None:
+        try:
+            res = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return (res.stdout or res.stderr).strip().splitlines()[0] if (res.stdout or res.stderr).strip() else None
+
+    return {
+        "unshare": first_line(["unshare", "--version"]),
+        "ping": first_line(["ping", "-V"]),
+        "vrgen": f"{VRGEN} (gen.json/sink.json format 1)",
+        "matplotlib": version("matplotlib"),
+    }
+
+
+def _loadavg() -> list[float]:
+    """1/5/15-minute load averages: the machine may be shared, and the figures move with its load."""
+    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+def run_baseline(spec: BaselineSpec, results_root: Path, resume_dir: Path | None = None) -> Path:
+    """Run (or resume) the baseline matrix; return its results directory."""
+    if resume_dir is None:
+        check_results_root(results_root)
+    facts = preflight(spec)
+    gen = check_generator(spec)
+    for prefix in clean_stale():
+        log.warning("removed leftovers of crashed run %s", prefix)
+    abort = _Abort()
+    with signal_handlers(abort.handler):
+        if resume_dir is not None:
+            run_dir = resume_dir
+            meta = json.loads((run_dir / "meta.json").read_text())
+            meta["resumed_utc"] = [*meta.get("resumed_utc", []), dt.datetime.now(dt.UTC).isoformat()]
+            meta["status"], meta["failure"], meta["failure_class"] = "running", None, None
+            meta.setdefault("generator_capability_resumed", []).append(gen)
+        else:
+            run_dir = _new_run_dir(results_root, spec)
+            meta = _initial_meta(spec, facts, gen)
+        write_json(run_dir / "meta.json", meta)
+        try:
+            for config in spec.configs():
+                _run_config(spec, config, facts, run_dir, meta, abort)
+            failed = [n for n, c in meta["configs"].items() if c.get("status") != "completed"]
+            meta["status"] = "failed" if failed else "completed"
+            meta["failure"] = f"configuration(s) failed: {', '.join(failed)}" if failed else None
+            meta["failure_class"] = "setup" if failed else None
+        except Interrupted as err:
+            meta["status"], meta["failure"] = "interrupted", f"{err}; resume with RESUME={run_dir}"
+            meta["failure_class"] = "interrupted"
+        finally:
+            abort.armed = False
+            meta["finished_utc"] = dt.datetime.now(dt.UTC).isoformat()
+            meta["loadavg_end"] = _loadavg()
+            write_json(run_dir / "meta.json", meta)
+        _analyse(run_dir)
+        if meta["status"] == "interrupted":
+            raise Interrupted(meta["failure"])
+    return run_dir
+
+
+def _run_config(
+    spec: BaselineSpec, config: Config, facts: dict[str, Any], run_dir: Path, meta: dict[str, Any], abort: _Abort
+) -> None:
+    info: dict[str, Any] = {"status": "running", "started_utc": dt.datetime.now(dt.UTC).isoformat()}
+    meta["configs"][config.name] = info
+    write_json(run_dir / "meta.json", meta)
+    run = ConfigRun(spec, config, facts, run_dir, abort, info)
+    try:
+        run.execute()
+        info["status"] = "completed"
+    except Interrupted:
+        info["status"] = "interrupted"
+        raise
+    except VrmigError as err:
+        info["status"], info["failure"] = "failed", str(err)
+        log.error("configuration %s failed: %s", config.name, err)
+    except Exception as err:
+        info["status"], info["failure"] = "failed", f"internal error: {type(err).__name__}: {err}"
+        log.exception("internal error in configuration %s (a bug in vrmig)", config.name)
+    finally:
+        info["finished_utc"] = dt.datetime.now(dt.UTC).isoformat()
+        write_json(run_dir / "meta.json", meta)
+        if run.out.is_dir():
+            write_json(run.out / "config.json", {"config": config.__dict__, **info})
+        if abort.signum is not None and info["status"] != "interrupted":
+            raise Interrupted(f"interrupted by {signal.Signals(abort.signum).name}")
+
+
+def _analyse(run_dir: Path) -> None:
+    try:
+        from analysis.baseline.summary import analyse_baseline
+
+        analyse_baseline(run_dir)
+    except Exception as err:  # analysis must never lose raw data
+        log.exception(
+            "analysis failed: %s (raw data kept; re-run `python -m analysis.baseline.summary %s`)", err, run_dir
+        )
+
+
+def rate_text(rate_bps: int) -> str:
+    """'max' for unpaced, else the compact rate."""
+    from migrate.core.units import format_rate
+
+    return "max" if rate_bps == UNPACED else format_rate(rate_bps)

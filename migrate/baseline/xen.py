@@ -1,0 +1,124 @@
+"""HV=xen in ``make baseline``: one nested Xen host in R1 (the Xen driver's QEMU), the router as
+a PVH domU in it, its dom0 bridging the slot's taps to the domU's vifs.  Ready when the domU's
+console says ``VRMIG-READY``; the nested host's QEMU is the process whose CPU time is the
+router's whole cost (Xen, dom0 with netback and the domU all run in it)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from pyroute2 import IPRoute
+
+from migrate.baseline.plan import Slot
+from migrate.core.errors import GuestError
+from migrate.core.procs import Proc
+from migrate.core.registry import Registry
+
+UNUSED_MIG_TAP = "tapX"  # dom0 needs its third NIC; the baseline has no migration link
+
+
+class XenRouter:
+    """HV=xen: one nested Xen host in R1 running the router domU."""
+
+    def __init__(
+        self,
+        slot: Slot,
+        ports: tuple[tuple[str, str], tuple[str, str]],
+        *,
+        r1_ns: str,
+        prefix: str,
+        profile: str,
+        nic: str,
+        accel: str,
+        mem_mib: int,
+        registry: Registry,
+        out_dir: Path,
+    ) -> None:
+        self.slot, self.ports, self.r1, self.prefix = slot, ports, r1_ns, prefix
+        self.profile, self.nic, self.accel, self.mem = profile, nic, accel, mem_mib
+        self.reg, self.out = registry, out_dir
+        self.proc: Proc | None = None
+        self.dom0: Any = None
+        self.streams: Any = None
+        self.console = out_dir / f"console-xen{slot.k}.log"
+        self.ready_line = ""
+        self.boot_s: float | None = None
+        self._t0 = 0.0
+
+    def start(self) -> None:
+        """Start the nested host's QEMU (returns at once; :meth:`wait_ready` observes the boot)."""
+        from migrate.drivers.xen.dom0 import AgentDom0, StreamLog
+        from migrate.drivers.xen.driver import DOM0_MEM_MIB, HOST_MACS, QEMU_HEADROOM_MIB, host_qemu_argv
+        from routers.xen_image import host_initrd, xen_image
+
+        with IPRoute(netns=self.r1) as ipr:
+            ipr.link("add", ifname=UNUSED_MIG_TAP, kind="tuntap", mode="tap")
+        image = xen_image(verify=False)
+        macs = HOST_MACS["R1"]
+        ctl, logport = self.reg.dir / f"xenctl-rt{self.slot.k}.sock", self.reg.dir / f"xenlog-rt{self.slot.k}.sock"
+        argv = host_qemu_argv(
+            name=f"vrmig-{self.prefix}-xen{self.slot.k}", accel=self.accel,
+            mem_mib=DOM0_MEM_MIB + self.mem + QEMU_HEADROOM_MIB, xen=image.xen, kernel=image.kernel,
+            initrd=host_initrd(self.profile),
+            dom0_args=f"vrmig.macL={macs[0]} vrmig.macR={macs[1]} vrmig.macM={macs[2]} vrmig.addr=198.19.254.1/30",
+            console=self.console, ctl=ctl, logport=logport, qmp=self.reg.dir / f"qmp-xen{self.slot.k}.sock",
+            nic=self.nic, macs=macs, taps=(self.ports[0][0], self.ports[1][0], UNUSED_MIG_TAP),
+        )  # fmt: skip
+        self._t0 = time.monotonic()
+        self.proc = Proc(f"qemu-xen{self.slot.k}", argv, self.reg, self.out, netns=self.r1).start()
+        self.streams = StreamLog(self.out / f"xen_log-rt{self.slot.k}.jsonl")
+        self.dom0 = AgentDom0("R1", ctl, logport, self.streams, self.proc.alive)
+
+    def wait_ready(self, timeout_s: float, abort=None) -> None:
+        """dom0's READY on the serial console, then the router domU's READY on its console."""
+        from migrate.drivers.xen.driver import DOM0_FAIL, DOM0_READY, create_router_domu
+
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            text = self.console.read_text(errors="replace") if self.console.exists() else ""
+            if DOM0_READY in text:
+                break
+            if DOM0_FAIL in text or not self.proc.alive() or time.monotonic() > deadline or (abort and abort()):
+                tail = " | ".join(ln for ln in text.splitlines()[-8:] if ln.strip())
+                raise GuestError(f"nested Xen host for router {self.slot.k} did not boot; console: {tail}")
+            time.sleep(0.05)
+        self.ready_line = create_router_domu(
+            self.dom0, self.streams, "R1", self.profile, (self.slot.router_cidrs("L"), self.slot.router_cidrs("R")),
+            mem_mib=self.mem, macs=(self.ports[0][1], self.ports[1][1]),
+            timeout_s=max(1.0, deadline - time.monotonic()), alive=self.proc.alive,
+        )  # fmt: skip
+        self.boot_s = round(time.monotonic() - self._t0, 2)
+
+    def pids(self) -> dict[str, int]:
+        """The nested host's QEMU (Xen, dom0 and the domU all run in it)."""
+        return {f"qemu-xen{self.slot.k}": self.proc.pid} if self.proc else {}
+
+    def alive(self) -> bool:
+        """The nested host's QEMU still runs."""
+        return self.proc is not None and self.proc.alive()
+
+    def stop(self) -> None:
+        """Close the dom0 channel and SIGTERM the QEMU by PID."""
+        if self.dom0 is not None:
+            self.dom0.close()
+        if self.proc is not None:
+            self.proc.stop(signal.SIGTERM)
+        if self.streams is not None:
+            self.streams.close()
+
+    def describe(self) -> dict[str, Any]:
+        """How this router runs (meta.json)."""
+        return {
+            "kind": "xen-nested",
+            "xen_guest_type": "pvh",
+            "nested": True,
+            "accel": self.accel,
+            "argv": self.proc.argv if self.proc else None,
+            "ready": self.ready_line,
+            "boot_s": self.boot_s,
+            "console": self.console.name,
+        }

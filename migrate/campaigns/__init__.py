@@ -1,0 +1,1 @@
+"""Repeated runs: sweeps, nightly regression runs, their history, chaos, reports."""

@@ -1,0 +1,438 @@
+"""``make chaos``: seeded trials of faults and of SIGINT/SIGTERM/SIGKILL at random points of a
+run, per hypervisor (``kvm``: QEMU over QMP, ``kvm-libvirt``, ``criu``, ``xen``).
+
+After every trial, whatever it did: no namespace, state directory, rootfs copy or process the
+trial created may remain, every run directory must be complete, failed or interrupted with valid
+JSON, and no earlier result may have changed.  Leftovers are searched for without trusting the
+trial's own record: everything that names a run prefix (a namespace ``<prefix>-*``, a state
+directory, a ``vrmig-<prefix>-*`` directory in /dev/shm, a process tagged ``VRMIG_RUN_PREFIX`` or
+naming the prefix in its command line, as libvirt's QEMU does, or in its root mount, as a
+container does) that did not exist before the trial and belongs to no live orchestrator.
+
+A SIGKILLed orchestrator cannot clean up: its processes die with it (parent-death signal) and
+its reaper removes the rest, so the check runs *before* anything else cleans; only if something
+remains is the trial's own run torn down from its state file (``clean_stale`` for that prefix),
+which is what the next run or ``make clean-testbed`` would do.
+
+Prints the totals per hypervisor and overall; exits non-zero on any leak or lost result."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from migrate.core.registry import (
+    STATE_ROOT,
+    clean_stale,
+    pid_alive,
+    proc_starttime,
+    processes_of,
+)
+from migrate.experiment.scenario import FAULTS
+
+log = logging.getLogger("vrmig.chaos")
+
+SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT")
+TRIAL_TIMEOUT_S = 240.0
+SIGNAL_WINDOW_S = (0.3, 10.0)  # covers setup, boot, warm-up, migration and analysis (HV=kvm: ~10 s a run)
+RUN_FLAGS = ["--rate", "10M", "--duration", "5", "--migrate-at", "2", "--after", "1",
+             "--migrate-timeout", "15", "--boot-timeout", "60"]  # fmt: skip
+FINAL_STATES = ("completed", "failed", "interrupted")
+LEAK_GRACE_S = 3.0
+#: after a SIGKILL: the reaper stops the run's libvirt QEMUs and containers (SIGTERM, up to
+#: registry.KILL_GRACE_S, then SIGKILL) and removes the namespaces
+REAPER_GRACE_S = 20.0
+SHM = Path("/dev/shm")
+
+
+@dataclass(frozen=True)
+class HvProfile:
+    """How chaos trials run one hypervisor: run flags, the faults it can suffer, when signals
+    may hit, and how long a trial may take."""
+
+    flags: tuple[str, ...]
+    faults: tuple[str, ...]
+    signal_window_s: tuple[float, float] = SIGNAL_WINDOW_S
+    timeout_s: float = TRIAL_TIMEOUT_S
+
+
+#: faults of the testbed and instruments apply to every HV (CRIU: right before the final dump);
+#: QEMU deaths where there is a QEMU per host; an unbootable guest where the driver builds one
+_TESTBED_FAULTS = ("link-down", "link-cap", "gen-dies", "dst-unplugged")
+XEN_FLAGS = ("--hv", "xen", "--mem", "128", "--rate", "1M", "--duration", "5", "--migrate-at", "2", "--after", "1",
+             "--migrate-timeout", "150", "--boot-timeout", "240")  # fmt: skip
+HV_PROFILES: dict[str, HvProfile] = {
+    "kvm": HvProfile(tuple(RUN_FLAGS), FAULTS),
+    # signal windows: about a whole run of that HV here (libvirt ~25 s, CRIU ~7 s, nested Xen ~50 s)
+    "kvm-libvirt": HvProfile(("--driver", "libvirt", *RUN_FLAGS), FAULTS, (0.3, 25.0)),
+    "criu": HvProfile(
+        ("--hv", "criu", "--router", "bird", "--mode", "stopcopy", *RUN_FLAGS), _TESTBED_FAULTS, (0.3, 7.0)
+    ),
+    "xen": HvProfile(XEN_FLAGS, ("dst-qemu-dies", "src-qemu-dies", *_TESTBED_FAULTS), (0.3, 50.0), 600.0),
+}
+DEFAULT_HVS = ("kvm", "kvm-libvirt", "criu", "xen")
+DEFAULT_XEN_TRIALS = 2
+
+
+@dataclass
+class Totals:
+    """What the chaos run found (for one HV, or all)."""
+
+    trials: int = 0
+    faults: int = 0
+    faults_injected: int = 0
+    signals: int = 0
+    signals_sent: int = 0  # the run was still going when its signal came (the others had ended)
+    leaks: int = 0
+    lost_results: int = 0
+    wall_s: float = 0.0
+    problems: list[str] = field(default_factory=list)
+
+    def add(self, other: Totals) -> None:
+        """Accumulate ``other`` into these totals."""
+        for name in (
+            "trials",
+            "faults",
+            "faults_injected",
+            "signals",
+            "signals_sent",
+            "leaks",
+            "lost_results",
+            "wall_s",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.problems += other.problems
+
+    def line(self, label: str) -> str:
+        """The summary line printed for ``label``."""
+        return (
+            f"{label}: trials {self.trials}, faults {self.faults} ({self.faults_injected} injected mid-run), "
+            f"signals {self.signals} ({self.signals_sent} while running), leaks {self.leaks}, "
+            f"lost results {self.lost_results}, "
+            f"wall {self.wall_s:.0f} s"
+        )
+
+
+# -- what a run can leave behind --------------------------------------------------------------
+def run_namespaces(prefix: str) -> list[str]:
+    """Namespaces of one run."""
+    names = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
+    return sorted(n for n in names if n.startswith(f"{prefix}-"))
+
+
+def run_processes(prefix: str) -> dict[int, str]:
+    """Processes of one run (tagged ``VRMIG_RUN_PREFIX=<prefix>``, or naming the prefix in their
+    command line or root mount: libvirt's QEMUs, containers) -> command line.  Detection only:
+    cleanup is always from the run's state file."""
+    return {pid: _cmdline(pid) for pid in processes_of({prefix})}
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "?"
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()[:120]
+
+
+def run_leaks(prefix: str, grace_s: float = LEAK_GRACE_S) -> list[str]:
+    """What a finished (or cleaned) run left behind; waits up to ``grace_s`` for exiting processes."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        leaks = run_namespaces(prefix)
+        if (STATE_ROOT / prefix).exists():
+            leaks.append(f"state dir {STATE_ROOT / prefix}")
+        leaks += [f"path {p}" for p in sorted(SHM.glob(f"vrmig-{prefix}-*"))]
+        leaks += [f"pid {p} ({c})" for p, c in sorted(run_processes(prefix).items())]
+        if not leaks or time.monotonic() > deadline:
+            return leaks
+        time.sleep(0.1)
+
+
+@dataclass
+class Artefacts:
+    """Everything on this machine that names a run prefix, at one moment."""
+
+    namespaces: set[str]
+    state_dirs: set[str]
+    shm: set[str]
+    processes: dict[tuple[int, int | None], set[str]]  # (pid, start time) -> prefixes it names
+
+    @classmethod
+    def now(cls) -> Artefacts:
+        """Take the inventory."""
+        names = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
+        states = {p.name for p in STATE_ROOT.iterdir()} if STATE_ROOT.is_dir() else set()
+        shm = {p.name for p in SHM.glob("vrmig-vm*")} if SHM.is_dir() else set()
+        procs = {(pid, proc_starttime(pid)): marks for pid, marks in processes_of().items()}
+        return cls({n for n in names if _prefix_of(n)}, states, shm, procs)
+
+    def new_since(self, before: Artefacts, exclude_prefixes: set[str]) -> list[str]:
+        """What exists now but did not before, except what belongs to ``exclude_prefixes``."""
+        out = [
+            f"namespace {n}"
+            for n in sorted(self.namespaces - before.namespaces)
+            if _prefix_of(n) not in exclude_prefixes
+        ]
+        out += [f"state dir {STATE_ROOT / d}" for d in sorted(self.state_dirs - before.state_dirs)
+                if _prefix_of(d) not in exclude_prefixes]  # fmt: skip
+        out += [f"path {SHM / d}" for d in sorted(self.shm - before.shm) if _prefix_of(d) not in exclude_prefixes]
+        for (pid, st), marks in sorted(self.processes.items(), key=lambda kv: kv[0][0]):
+            if (pid, st) not in before.processes and not marks <= exclude_prefixes:
+                out.append(f"pid {pid} ({','.join(sorted(marks))}: {_cmdline(pid)})")
+        return out
+
+
+def _prefix_of(name: str) -> str | None:
+    """The run prefix a namespace, state directory or /dev/shm entry is named after."""
+    core = name.removeprefix("vrmig-")
+    head = core.split("-", 1)[0]
+    if len(head) == 8 and head.startswith("vm") and all(c in "0123456789abcdef" for c in head[2:]):
+        return head
+    return None
+
+
+def live_prefixes() -> set[str]:
+    """Prefixes of runs whose orchestrator is alive (other runs on this machine)."""
+    out = set()
+    for state_file in STATE_ROOT.glob("*/state.json") if STATE_ROOT.is_dir() else []:
+        try:
+            state = json.loads(state_file.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if pid_alive(state.get("owner_pid", -1), state.get("owner_starttime")):
+            out.add(state_file.parent.name)
+    return out
+
+
+def trial_leaks(before: Artefacts, own_prefix: str | None, grace_s: float) -> list[str]:
+    """Leftovers of one trial: its own run's (if it got as far as naming its prefix) and anything
+    else that appeared during the trial and belongs to no live orchestrator.  Waits up to
+    ``grace_s`` for exiting processes and a working reaper."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        others = live_prefixes()
+        leaks = run_leaks(own_prefix, grace_s=0) if own_prefix else []
+        seen = {own_prefix} if own_prefix else set()
+        leaks += Artefacts.now().new_since(before, others | seen)
+        if not leaks or time.monotonic() > deadline:
+            return leaks
+        time.sleep(0.2)
+
+
+# -- results ----------------------------------------------------------------------------------
+def _new_run_dirs(results: Path, before: set[str]) -> list[Path]:
+    return sorted(p for p in results.iterdir() if p.is_dir() and p.name not in before)
+
+
+def fault_injected(results: Path, before: set[str], kind: str) -> bool:
+    """Did the trial's run actually inject its fault (a 'fault' action, or for an unbootable guest
+    the boot failure)?"""
+    for d in _new_run_dirs(results, before):
+        if (
+            kind == "guest-never-ready"
+        ):  # QMP: "router guest not ready: ..."; libvirt: "... did not print 'VRMIG-READY'"
+            failure = json.loads((d / "meta.json").read_text()).get("failure") or ""
+            return "not ready" in failure or "did not print 'VRMIG-READY'" in failure
+        actions = d / "actions.jsonl"
+        return actions.exists() and '"action": "fault"' in actions.read_text()
+    return False
+
+
+def new_run_prefix(results: Path, before: set[str]) -> str | None:
+    """The testbed prefix of the run directory a trial created (None if it created none or its
+    meta.json does not name one yet)."""
+    for d in _new_run_dirs(results, before):
+        try:
+            return json.loads((d / "meta.json").read_text()).get("testbed", {}).get("prefix")
+        except (OSError, json.JSONDecodeError):
+            return None
+    return None
+
+
+def snapshot(results: Path) -> dict[str, str]:
+    """sha256 of every file under every run directory."""
+    out = {}
+    for f in sorted(results.rglob("*")):
+        if f.is_file():
+            out[str(f)] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return out
+
+
+def check_runs(results: Path) -> list[str]:
+    """Every run directory: meta.json valid and in a final state."""
+    bad = []
+    for d in sorted(p for p in results.iterdir() if p.is_dir()):
+        try:
+            meta = json.loads((d / "meta.json").read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            bad.append(f"{d.name}: meta.json unreadable ({err})")
+            continue
+        if meta.get("status") not in FINAL_STATES:
+            bad.append(f"{d.name}: status {meta.get('status')!r}")
+        summary = d / "summary.json"
+        if summary.exists():
+            try:
+                json.loads(summary.read_text())
+            except json.JSONDecodeError as err:
+                bad.append(f"{d.name}: summary.json invalid ({err})")
+    return bad
+
+
+# -- trials -----------------------------------------------------------------------------------
+def trial_argv(hv: str, kind: str, results: Path) -> list[str]:
+    """The run a trial starts."""
+    argv = [sys.executable, "-m", "migrate", "run", *HV_PROFILES[hv].flags, "--results", str(results)]
+    return argv + (["--fault", kind] if kind in FAULTS else [])
+
+
+def _trial(hv: str, kind: str, delay_s: float, results: Path) -> bool:
+    """Run one trial; True if its signal hit the running orchestrator."""
+    proc = subprocess.Popen(
+        trial_argv(hv, kind, results), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    sent = False
+    try:
+        if kind in SIGNALS:
+            try:
+                proc.wait(timeout=delay_s)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, getattr(signal, kind))
+                sent = True
+        proc.wait(timeout=HV_PROFILES[hv].timeout_s)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return sent
+
+
+def trial_kinds(hv: str) -> list[str]:
+    """The order of a HV's first trials: signals and faults interleaved (SIGKILL first), so that a
+    few trials already cover both; later trials draw from the same list at random."""
+    faults = [f for f in HV_PROFILES[hv].faults if f in FAULTS]
+    out: list[str] = []
+    for i in range(max(len(SIGNALS), len(faults))):
+        out += [SIGNALS[i]] if i < len(SIGNALS) else []
+        out += [faults[i]] if i < len(faults) else []
+    return out
+
+
+def run_hv(hv: str, trials: int, rng: random.Random, results: Path) -> Totals:
+    """Run ``trials`` trials of one HV; return its totals."""
+    kinds = trial_kinds(hv)
+    totals = Totals()
+    t_hv = time.monotonic()
+    for i in range(trials):
+        kind = kinds[i] if i < len(kinds) else rng.choice(kinds)
+        delay = rng.uniform(*HV_PROFILES[hv].signal_window_s)
+        before_dirs = {p.name for p in results.iterdir()}
+        before_files = snapshot(results)
+        before = Artefacts.now()
+        t0 = time.monotonic()
+        sent = _trial(hv, kind, delay, results)
+        totals.trials += 1
+        totals.faults += kind in FAULTS
+        totals.signals += kind in SIGNALS
+        totals.signals_sent += sent
+        prefix = new_run_prefix(results, before_dirs)
+        if kind in FAULTS and fault_injected(results, before_dirs, kind):
+            totals.faults_injected += 1
+        # measured before anything else cleans: a SIGKILLed run must clean itself (reaper)
+        leaks = trial_leaks(before, prefix, REAPER_GRACE_S if kind == "SIGKILL" and sent else LEAK_GRACE_S)
+        if leaks and prefix:
+            cleaned = clean_stale(only={prefix})  # then remove them, as the next run would
+            log.warning("trial %d left %d leftovers; clean_stale(%s) -> %s", i + 1, len(leaks), prefix, cleaned)
+        after_files = snapshot(results)
+        changed = [f for f, h in before_files.items() if after_files.get(f) != h]
+        bad = check_runs(results)
+        totals.leaks += len(leaks)
+        totals.lost_results += len(changed) + len(bad)
+        for what in leaks + [f"modified {f}" for f in changed] + bad:
+            totals.problems.append(f"{hv} trial {i + 1} ({kind}): {what}")
+        log.info(
+            "%s trial %d/%d %-18s %s %.0f s: leaks %d, lost %d",
+            hv, i + 1, trials, kind, f"at {delay:.1f} s{'' if sent else ' (run had ended)'}" if kind in SIGNALS else "",
+            time.monotonic() - t0,
+            len(leaks), len(changed) + len(bad),
+        )  # fmt: skip
+    totals.wall_s = time.monotonic() - t_hv
+    return totals
+
+
+def run_chaos(
+    trials: int, seed: int, results: Path, hvs: tuple[str, ...] = ("kvm",), xen_trials: int | None = None
+) -> Totals:
+    """Run ``trials`` trials per HV (``xen_trials`` for xen, default the same); return the
+    overall totals (``per_hv`` totals via :func:`run_chaos_per_hv`)."""
+    total = Totals()
+    for t in run_chaos_per_hv(trials, seed, results, hvs, xen_trials).values():
+        total.add(t)
+    return total
+
+
+def run_chaos_per_hv(
+    trials: int, seed: int, results: Path, hvs: tuple[str, ...] = ("kvm",), xen_trials: int | None = None
+) -> dict[str, Totals]:
+    """Run the trials HV by HV (each HV's seeded sequence is independent of the others)."""
+    unknown = [hv for hv in hvs if hv not in HV_PROFILES]
+    if unknown:
+        raise ValueError(f"HVS: {', '.join(unknown)} unknown: choose from {', '.join(HV_PROFILES)}")
+    results.mkdir(parents=True, exist_ok=True)
+    out: dict[str, Totals] = {}
+    for hv in hvs:
+        n = xen_trials if hv == "xen" and xen_trials is not None else trials
+        rng = random.Random(f"{seed}-{hv}")
+        out[hv] = run_hv(hv, n, rng, results)
+    return out
+
+
+def _hvs(text: str) -> tuple[str, ...]:
+    hvs = tuple(h.strip() for h in text.split(",") if h.strip())
+    unknown = [h for h in hvs if h not in HV_PROFILES]
+    if not hvs or unknown:
+        raise argparse.ArgumentTypeError(
+            f"HVS={text!r}: use a comma-separated list of {', '.join(HV_PROFILES)} (e.g. kvm,criu)"
+        )
+    return hvs
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: python -m migrate.campaigns.chaos --trials N --seed S --hvs kvm,kvm-libvirt,criu,xen --results DIR."""
+    p = argparse.ArgumentParser(prog="vrmig-chaos")
+    p.add_argument("--trials", type=int, default=10, help="trials per HV (TRIALS)")
+    p.add_argument(
+        "--xen-trials", type=int, default=DEFAULT_XEN_TRIALS, help="trials for xen (XEN_TRIALS; ~2 min each)"
+    )
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--hvs", type=_hvs, default=DEFAULT_HVS, help="HVS: comma-separated, of " + ",".join(HV_PROFILES))
+    p.add_argument("--results", type=Path, default=Path("results/chaos"))
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="chaos: %(message)s", stream=sys.stderr)
+    if os.geteuid() != 0:
+        print("chaos: must run as root", file=sys.stderr)
+        return 2
+    per_hv = run_chaos_per_hv(a.trials, a.seed, a.results, a.hvs, a.xen_trials)
+    total = Totals()
+    for t in per_hv.values():
+        total.add(t)
+    for prob in total.problems:
+        print(f"  {prob}")
+    for hv, t in per_hv.items():
+        print(t.line(f"chaos[{hv}]"))
+    print(total.line("chaos"))
+    return 0 if total.leaks == 0 and total.lost_results == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

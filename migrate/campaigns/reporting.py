@@ -1,0 +1,415 @@
+"""Reports from existing results: sweep/night directories, single run directories or results
+roots -> runs.csv, points.csv, the Fig. 3-style plots and a self-contained report.html.
+
+Every metric is recomputed from each run's raw data (``analysis.run.analyse_run``; nothing is
+rewritten inside the run directories), so a report always reflects the current estimators."""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from analysis import qualify as q
+from analysis.present import html as rh
+from analysis.present.sweep_plot import FIGURES, render_all
+from analysis.stats.aggregate import (
+    AGGREGATE_DEFINITIONS,
+    RUN_COLUMNS,
+    PointStats,
+    Stats,
+    aggregate,
+    mixed_accelerators,
+    point_columns,
+    point_row,
+)
+from analysis.stats.aggregate import run_record as make_record
+from migrate.campaigns import sweepdir as sd
+from migrate.core.atomic import write_bytes, write_text
+from migrate.core.errors import ConfigError
+from migrate.core.meta import REPO
+
+log = logging.getLogger(__name__)
+
+RUN_MARKER = ".vrmig-run"
+RESULTS_ROOT_MARKER = ".vrmig-results"
+REPORT_MARKER = ".vrmig-report"
+REPORT_NAME = "report.html"
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """One run of a source: its directory and, for sweeps, its id, point, repetition and position."""
+
+    run_dir: Path
+    run_id: str
+    point: str = ""
+    rep: int | None = None
+    order: int | None = None
+
+
+@dataclass
+class Source:
+    """A set of runs to report on (a sweep or night, one run, or a results root)."""
+
+    path: Path
+    kind: str
+    label: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
+    runs: list[RunRef] = field(default_factory=list)
+
+
+def _is_run_dir(p: Path) -> bool:
+    return (p / RUN_MARKER).is_file()
+
+
+def _sweep_runs(path: Path, meta: dict[str, Any], state: dict[str, Any]) -> list[RunRef]:
+    position = {r["run_id"]: i for i, r in enumerate(meta["order"])}
+    refs = []
+    for run_id, rec in sorted(state["runs"].items(), key=lambda kv: position.get(kv[0], 0)):
+        refs.append(RunRef(path / rec["run_dir"], run_id, rec.get("point", ""), rec.get("rep"), position.get(run_id)))
+    return refs
+
+
+def load_source(path: Path, label: str = "", what: str = "RUNS") -> Source:
+    """Identify and validate ``path``; a foreign or corrupted directory raises ConfigError."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ConfigError(f"{what}: {path} is not a directory")
+    if sd.is_sweep_dir(path):
+        meta, state = sd.open_sweep(path, what)
+        return Source(path, meta["kind"], label, meta, state, _sweep_runs(path, meta, state))
+    if _is_run_dir(path):
+        return Source(path, "run", label, runs=[RunRef(path, path.name)])
+    children = sorted(p for p in path.iterdir() if p.is_dir())
+    runs = [RunRef(c, c.name) for c in children if _is_run_dir(c)]
+    if runs:
+        return Source(path, "results", label, runs=runs)
+    if (path / RESULTS_ROOT_MARKER).exists():
+        raise ConfigError(f"{what}: {path} is a vrmig results root without run directories (give a sweep directory)")
+    raise ConfigError(f"{what}: {path} is not a vrmig run, sweep or results directory (no vrmig marker)")
+
+
+def _series(label: str, rec: dict[str, Any]) -> str:
+    return " ".join(str(x) for x in (label, rec.get("hv"), rec.get("mode")) if x)
+
+
+def collect(source: Source) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(records, run metas) of every run of ``source``, metrics recomputed from the raw data."""
+    from analysis.run import analyse_run
+
+    records, metas = [], []
+    for ref in source.runs:
+        meta = sd.read_json(ref.run_dir / "meta.json", f"run {ref.run_id}")
+        summary = analyse_run(ref.run_dir).to_dict()
+        rel = ref.run_dir.relative_to(source.path) if ref.run_dir != source.path else Path(".")
+        rec = make_record(summary, meta, run_id=ref.run_id, point=ref.point, rep=ref.rep, order=ref.order)
+        rec["series"] = _series(source.label, rec)
+        rec["run_dir"] = str(rel)
+        rec["notes"] = "; ".join((summary.get("details") or {}).get("notes") or [])
+        records.append(rec)
+        metas.append(meta)
+    return records, metas
+
+
+def csv_text(columns: Sequence[str], rows: Sequence[dict[str, Any]]) -> str:
+    """CSV with a header; None -> empty field; floats in full precision."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for row in rows:
+        w.writerow({k: "" if row.get(k) is None else row.get(k) for k in columns})
+    return buf.getvalue()
+
+
+def _values(metas: list[dict[str, Any]], *path: str) -> list[str]:
+    out: set[str] = set()
+    for m in metas:
+        v: Any = m
+        for k in path:
+            v = v.get(k) if isinstance(v, dict) else None
+        if v is not None:
+            out.add(str(v))
+    return sorted(out)
+
+
+def source_metadata(source: Source, records: list[dict[str, Any]], metas: list[dict[str, Any]]) -> dict[str, Any]:
+    """Versions, accelerator and host of a source, from its runs' meta.json (all distinct values)."""
+    statuses: dict[str, int] = {}
+    for r in records:
+        statuses[str(r.get("status"))] = statuses.get(str(r.get("status")), 0) + 1
+    out: dict[str, Any] = {"path": str(source.path.resolve()), "kind": source.kind, "runs": statuses}
+    if source.meta:
+        grid = source.meta.get("grid") or {}
+        out.update(
+            created_utc=source.meta.get("created_utc"),
+            reps=source.meta.get("reps"),
+            seed=source.meta.get("seed"),
+            grid_points=[p["label"] for p in source.meta.get("points", [])],
+            planned_runs=len(source.meta.get("order", [])),
+            abandoned_attempts=len(source.state.get("attempts", [])),
+            sessions=len(source.state.get("sessions", [])),
+        )
+        if grid.get("matrix"):
+            out["matrix"] = grid["matrix"]
+    sweep_vers = (source.meta or {}).get("versions") or {}
+    out.update(
+        accelerator=_values(metas, "accel"),
+        accelerator_reason=_values(metas, "hypervisor", "accel_reason"),
+        qemu=_values(metas, "hypervisor", "qemu"),
+        router=_values(metas, "hypervisor", "guest_image", "router", "software")
+        + _values(metas, "hypervisor", "guest_image", "router", "version"),
+        guest_kernel=_values(metas, "hypervisor", "guest_image", "kernel_package", "release"),
+        host_kernel=_values(metas, "host", "kernel"),
+        host_os=_values(metas, "host", "os"),
+        host_cpu=_values(metas, "host", "cpu_model"),
+        host_cpus=_values(metas, "host", "cpus"),
+        hostname=_values(metas, "host", "hostname"),
+        tools=_values(metas, "host", "tools"),
+        git_commit=_values(metas, "git_commit") or ([sweep_vers["git_commit"]] if sweep_vers.get("git_commit") else []),
+        memory_mib=_values(metas, "scenario", "mem_mib"),
+        router_profile=_values(metas, "scenario", "router"),
+        duration_s=_values(metas, "scenario", "duration_s"),
+        migrate_at_s=_values(metas, "scenario", "migrate_at_s"),
+    )
+    return out
+
+
+def _f(x: Any, scale: float = 1.0, fmt: str = ".3g") -> str:
+    return "–" if x is None else format(x * scale, fmt)
+
+
+def _extra(st: Stats, scale: float, fmt: str = ".3g") -> str:
+    """What the mean leaves out: '; 2 ≥ 1.5 censored; 1 absent; 1 incomplete'."""
+    out = ""
+    if st.n_censored:
+        out += f"; {st.n_censored} censored ≥ {_f(st.lower_max, scale, fmt)}"
+    if st.n_absent:
+        out += f"; {st.n_absent} absent"
+    if st.n_incomplete:
+        out += f"; {st.n_incomplete} incomplete"
+    return out
+
+
+def _ms(st: Stats | None, scale: float, fmt: str = ".3g") -> str:
+    if st is None:
+        return "–"
+    if st.mean is None:
+        return f"– (n=0{_extra(st, scale, fmt)})"
+    half = st.ci_half
+    pm = f" ± {_f(half, scale, fmt)}" if half is not None else ""
+    return f"{_f(st.mean, scale, fmt)}{pm} (med {_f(st.median, scale, fmt)}, n={st.n}{_extra(st, scale, fmt)})"
+
+
+POINT_TABLE = (
+    ("downtime counters [ms]", "downtime_counters_s", 1e3),
+    ("downtime packets [ms]", "downtime_packets_s", 1e3),
+    ("downtime QEMU [ms]", "downtime_hypervisor_s", 1e3),
+    ("duration link [s]", "duration_link_s", 1.0),
+    ("duration QEMU [s]", "duration_hypervisor_s", 1.0),
+    ("volume link [MB]", "volume_link_bytes", 1e-6),
+    ("volume QEMU [MB]", "volume_hypervisor_bytes", 1e-6),
+    ("RTT increase median [ms]", "rtt_increase_median_ms", 1.0),
+    ("offered [Mbit/s]", "offered_bps", 1e-6),
+    ("forwarded [Mbit/s]", "forwarded_bps", 1e-6),
+    ("loss ratio [%]", "loss_ratio", 100.0),
+)
+
+
+def _classes(p: PointStats) -> str:
+    parts = [
+        (p.failed_setup, "setup"),
+        (p.failed_migration, "migration"),
+        (p.failed_post_migration, "post-migration"),
+        (p.failed_unclassified, "unclassified"),
+        (p.failed_interrupted, "interrupted"),
+    ]
+    return ", ".join(f"{n} {name}" for n, name in parts if n) or "–"
+
+
+def points_table(points: Sequence[PointStats]) -> rh.Table:
+    """Per-point table: failure rate over migration attempts and mean ± 95 % CI half-width (median, n)."""
+    header = ["series", "accel", "rate [Mbit/s]", "frame [B]", "runs", "attempts", "failed attempts",
+              "failure rate [%] (95 % CI)", "failed runs by class"]  # fmt: skip
+    header += [h for h, _, _ in POINT_TABLE]
+    rows, classes = [], []
+    for p in points:
+        ci = p.failure_ci
+        fr = "–" if p.failure_rate is None else f"{p.failure_rate * 100:.0f}"
+        if ci is not None:
+            fr += f" ({ci[0] * 100:.0f}–{ci[1] * 100:.0f})"
+        row = [p.series, p.accel, _f(p.rate_bps, 1e-6, "g"), p.frame_bytes, p.n_runs, p.n_attempts, p.n_failed, fr,
+               _classes(p)]  # fmt: skip
+        row += [_ms(p.stats.get(m), s) for _, m, s in POINT_TABLE]
+        rows.append(row)
+        classes.append("failed" if p.n_failed else "")
+    note = (
+        "Cells: mean ± half-width of the 95 % CI of the mean (Student t), median and n = the completed runs the "
+        "mean is over; runs known only by a lower bound are never averaged ('k censored ≥ x': the largest bound), "
+        "'absent' runs had no figure (e.g. no stall found). The failure rate is over migration attempts "
+        "(set-up failures and interrupted runs are not attempts). Rows with failed attempts are shaded."
+    )
+    return rh.Table("Grid points", header, rows, classes, note, id="points")
+
+
+def _run_cell(r: dict[str, Any], name: str, scale: float, fmt: str = ".3g") -> str:
+    """A run's figure: its value (incomplete marked), '>= bound (why)' or '– (why)'."""
+    qual = (r.get("quals") or {}).get(name)
+    if r.get(name) is not None:
+        mark = f" (incomplete: {', '.join(qual.get('reasons') or [])})" if qual else ""
+        return f"{_f(r[name], scale, fmt)}{mark}"
+    return q.short(qual, scale, fmt) if qual else "–"
+
+
+def runs_table(records: Sequence[dict[str, Any]]) -> rh.Table:
+    """One row per run."""
+    header = ["run", "series", "accel", "rate [Mbit/s]", "frame [B]", "status", "failure class",
+              "downtime counters [ms]", "downtime packets [ms]", "duration link [s]", "volume link [MB]",
+              "RTT increase [ms]", "forwarded [Mbit/s]", "failure / notes", "directory"]  # fmt: skip
+    rows, classes = [], []
+    for r in sorted(records, key=lambda r: (r.get("order") is None, r.get("order") or 0, r.get("run_id"))):
+        rows.append([
+            r.get("run_id"), r.get("series"), r.get("accel"), _f(r.get("rate_bps"), 1e-6, "g"), r.get("frame_bytes"),
+            r.get("status"), r.get("failure_class") or "",
+            _run_cell(r, "downtime_counters_s", 1e3), _run_cell(r, "downtime_packets_s", 1e3),
+            _run_cell(r, "duration_link_s", 1.0), _run_cell(r, "volume_link_bytes", 1e-6),
+            _run_cell(r, "rtt_increase_median_ms", 1.0), _run_cell(r, "forwarded_bps", 1e-6),
+            (r.get("failure") or r.get("notes") or "")[:200], r.get("run_dir"),
+        ])  # fmt: skip
+        classes.append("" if r.get("status") == "completed" else "failed")
+    return rh.Table("Runs (in the order they ran)", header, rows, classes, id="runs")
+
+
+def definitions() -> list[tuple[str, str]]:
+    """The metric definitions (docs/metrics.md) and the aggregation rules."""
+    out = []
+    metrics_md = REPO / "docs" / "metrics.md"
+    if metrics_md.exists():
+        out.append(("Metric definitions (docs/metrics.md)", metrics_md.read_text()))
+    else:
+        out.append(("Metric definitions", "docs/metrics.md was not found."))
+    out.append(("Aggregation over repetitions", AGGREGATE_DEFINITIONS))
+    return out
+
+
+@dataclass
+class Outputs:
+    """What was written and the point statistics (for the terminal summary)."""
+
+    out_dir: Path
+    records: list[dict[str, Any]]
+    points: list[PointStats]
+
+
+def check_accelerators(records: Sequence[dict[str, Any]]) -> None:
+    """Refuse (ConfigError, one line) a report in which one point would mix accelerators."""
+    mixed = mixed_accelerators(records)
+    if mixed:
+        more = f" (and {len(mixed) - 1} more)" if len(mixed) > 1 else ""
+        raise ConfigError(
+            f"{mixed[0]}{more}: a point must not mix accelerators; report each accelerator's runs separately"
+        )
+
+
+def check_same_accelerator(recs_a: Sequence[dict[str, Any]], recs_b: Sequence[dict[str, Any]]) -> None:
+    """Refuse (ConfigError, one line) comparing runs made with different accelerators."""
+    acc_a = sorted({str(r["accel"]) for r in recs_a if r.get("accel") is not None})
+    acc_b = sorted({str(r["accel"]) for r in recs_b if r.get("accel") is not None})
+    if acc_a and acc_b and acc_a != acc_b:
+        raise ConfigError(
+            f"A ran with accel={','.join(acc_a)}, B with accel={','.join(acc_b)}: "
+            "a comparison across accelerators is refused (compare runs of the same accelerator)"
+        )
+
+
+def build_outputs(
+    out_dir: Path,
+    sources: Sequence[Source],
+    title: str,
+    extra_tables: Sequence[rh.Table] = (),
+    banner: tuple[str, str] | None = None,
+    lead_tables: Sequence[rh.Table] = (),
+    extra_definitions: Sequence[tuple[str, str]] = (),
+    subtitle: str = "",
+    collected: Sequence[tuple[list[dict[str, Any]], list[dict[str, Any]]]] | None = None,
+) -> Outputs:
+    """Write runs.csv, points.csv, the figures and report.html into ``out_dir`` (atomically)."""
+    records: list[dict[str, Any]] = []
+    meta_sections = []
+    for i, src in enumerate(sources):
+        recs, metas = collected[i] if collected is not None else collect(src)
+        records += recs
+        meta_sections.append((f"{src.label or 'source'}: {src.path.name}", source_metadata(src, recs, metas)))
+    check_accelerators(records)
+    points = aggregate(records)
+    write_text(out_dir / "runs.csv", csv_text(RUN_COLUMNS, records))
+    write_text(out_dir / "points.csv", csv_text(point_columns(), [point_row(p) for p in points]))
+    pngs = render_all(points)
+    for name, png in pngs.items():
+        write_bytes(out_dir / name, png)
+    plots = [rh.Plot(spec.title, pngs[spec.name], f"file {spec.name}") for spec in FIGURES]
+    report = rh.Report(
+        title=title,
+        subtitle=subtitle,
+        banner=banner,
+        lead_tables=lead_tables,
+        plots=plots,
+        tables=[*extra_tables, points_table(points), runs_table(records)],
+        metadata=meta_sections,
+        definitions_md=[*definitions(), *extra_definitions],
+        generated_utc=sd.now_utc(),
+    )
+    write_text(out_dir / REPORT_NAME, rh.render(report))
+    return Outputs(out_dir, records, points)
+
+
+def sweep_title(source: Source) -> str:
+    """Report title of one sweep."""
+    m = source.meta
+    grid = m.get("grid") or {}
+    if source.kind == "sweep":
+        t = (grid.get("template") or {}) if isinstance(grid, dict) else {}
+        size = f"{len(m['points'])} points × {m['reps']} reps"
+        return f"vrmig sweep {source.path.name}: {t.get('hv')} {t.get('mode')}, {size}"
+    return f"vrmig {source.kind} {source.path.name}"
+
+
+def write_sweep_outputs(sweep_dir: Path) -> Outputs:
+    """(Re)build the outputs of one sweep directory inside it."""
+    src = load_source(sweep_dir)
+    return build_outputs(sweep_dir, [src], sweep_title(src))
+
+
+def _cell(p: PointStats, name: str, scale: float) -> str:
+    s = p.stats.get(name)
+    if s is None:
+        return "–"
+    bound = f" +{s.n_censored}≥{s.lower_max * scale:.3g}" if s.n_censored and s.lower_max is not None else ""
+    if s.mean is None:
+        return f"– n=0{bound}" + (f" ({s.n_absent} absent)" if s.n_absent else "")
+    half = "" if s.ci_half is None else f" ± {s.ci_half * scale:.3g}"
+    return f"{s.mean * scale:.3g}{half} n={s.n}{bound}"
+
+
+def format_points(points: Sequence[PointStats]) -> str:
+    """Terminal table of the grid points: failed / migration attempts, then per metric the mean ±
+    CI half-width, n = runs in the mean, '+k≥x' for k runs known only by a lower bound (largest
+    bound x) and, where no run measured it, how many completed runs had no figure."""
+    lines = [
+        f"{'series':<18} {'accel':<5} {'rate':>9} {'frame':>5} {'runs':>4} {'fail':>7}  {'downtime ms (counters)':>30}"
+        f"  {'duration s (link)':>24}  {'volume MB (link)':>24}  {'RTT+ ms':>16}"
+    ]
+    for p in points:
+        fr = "–" if p.failure_rate is None else f"{p.n_failed}/{p.n_attempts}"
+        lines.append(
+            f"{p.series:<18} {p.accel or '–':<5} {_f(p.rate_bps, 1e-6, 'g') + 'M':>9} {p.frame_bytes!s:>5}"
+            f" {p.n_runs:>4} {fr:>7}  {_cell(p, 'downtime_counters_s', 1e3):>30}"
+            f"  {_cell(p, 'duration_link_s', 1.0):>24}  {_cell(p, 'volume_link_bytes', 1e-6):>24}"
+            f"  {_cell(p, 'rtt_increase_median_ms', 1.0):>16}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,425 @@
+"""``vrmig sweep`` (= ``make sweep``): repeated migrations over a grid, in randomized order,
+resumable.
+
+A *plan* is a list of grid points (one Scenario each) × REPS repetitions, shuffled with a
+recorded seed.  Each run is one ``migrate.experiment.run.run()`` whose results directory lives in the sweep
+directory's ``runs/``.  After every run ``state.json`` is rewritten atomically, so ``RESUME=<sweep
+dir>`` skips every run already completed or failed (failed migrations are data), adopts a run
+that finished just before the sweep process died, and redoes only the run that was in flight.
+Nothing is ever deleted: an interrupted attempt keeps its directory and is listed in the state."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import logging
+import os
+import random
+import secrets
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from migrate.campaigns import sweepdir as sd
+from migrate.core import meta as metamod
+from migrate.core.atomic import write_json
+from migrate.core.errors import ConfigError, Interrupted, VrmigError
+from migrate.core.sighold import interruptible
+from migrate.core.units import format_rate, parse_rate_bps
+from migrate.experiment.scenario import Scenario
+
+if TYPE_CHECKING:
+    from migrate.campaigns.reporting import Outputs
+
+log = logging.getLogger(__name__)
+
+MAX_REPS = 1000
+MAX_RUNS = 100_000
+LOCK_NAME = ".lock"
+
+OnRun = Callable[[dict[str, Any], Path, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class PlanPoint:
+    """One grid point: a label (unique in the plan) and its scenario."""
+
+    label: str
+    scenario: Scenario
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Points × reps with a seed for the randomized order; ``grid`` is recorded as is in meta.json."""
+
+    kind: str
+    points: tuple[PlanPoint, ...]
+    reps: int
+    seed: int
+    grid: dict[str, Any]
+
+    def order(self) -> list[dict[str, Any]]:
+        """Every run (run_id, point, rep), shuffled reproducibly from the seed."""
+        runs = [
+            {"run_id": f"{p.label}-r{rep:02d}", "point": p.label, "rep": rep}
+            for p in self.points
+            for rep in range(1, self.reps + 1)
+        ]
+        random.Random(self.seed).shuffle(runs)
+        return runs
+
+
+def parse_list(text: str, what: str) -> list[str]:
+    """Comma-separated, non-empty items (whitespace ignored)."""
+    items = [t.strip() for t in str(text).split(",")]
+    if not text or any(not t for t in items):
+        example = "1500,64" if what == "SIZES" else "0,100M,200M"
+        raise ConfigError(f"{what}={text!r} must be a comma-separated list without empty items, e.g. {example}")
+    return items
+
+
+def parse_rates(text: str) -> tuple[int, ...]:
+    """RATES=0,100M,... -> bit/s, distinct."""
+    rates = tuple(parse_rate_bps(t, "RATES") for t in parse_list(text, "RATES"))
+    if len(set(rates)) != len(rates):
+        raise ConfigError(f"RATES={text!r} lists a rate twice")
+    return rates
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """SIZES=1500,64 -> frame bytes, distinct."""
+    sizes = []
+    for t in parse_list(text, "SIZES"):
+        try:
+            sizes.append(int(t))
+        except ValueError:
+            raise ConfigError(f"SIZES: {t!r} is not a whole number of frame bytes") from None
+    if len(set(sizes)) != len(sizes):
+        raise ConfigError(f"SIZES={text!r} lists a size twice")
+    return tuple(sizes)
+
+
+def check_reps(reps: int) -> int:
+    """REPS must be 1..MAX_REPS."""
+    if not 1 <= reps <= MAX_REPS:
+        raise ConfigError(f"REPS={reps} must be between 1 and {MAX_REPS}")
+    return reps
+
+
+def point_scenario(template: Scenario, what: str, **changes: Any) -> Scenario:
+    """``template`` with ``changes``, validated; errors name the grid variable."""
+    try:
+        return dataclasses.replace(template, **changes)
+    except ConfigError as err:
+        raise ConfigError(f"{what}: {err}") from None
+
+
+def grid_plan(template: Scenario, rates: tuple[int, ...], sizes: tuple[int, ...], reps: int, seed: int) -> Plan:
+    """The RATES × SIZES plan of ``make sweep`` (every point validated before anything starts)."""
+    check_reps(reps)
+    points = tuple(
+        PlanPoint(f"{format_rate(r)}-{s}", point_scenario(template, "RATES/SIZES", rate_bps=r, frame_bytes=s))
+        for s in sizes
+        for r in rates
+    )
+    if len(points) * reps > MAX_RUNS:
+        raise ConfigError(f"the grid has {len(points) * reps} runs; at most {MAX_RUNS}")
+    grid = {"rates_bps": list(rates), "frame_bytes": list(sizes), "template": template.to_dict()}
+    return Plan("sweep", points, reps, seed, grid)
+
+
+def new_seed() -> int:
+    """A fresh random seed (recorded in meta.json so the order can be reproduced)."""
+    return secrets.randbelow(2**31)
+
+
+def plan_meta(plan: Plan, versions: dict[str, Any], argv: list[str]) -> dict[str, Any]:
+    """meta.json of a new sweep directory."""
+    return {
+        "format_version": sd.FORMAT_VERSION,
+        "kind": plan.kind,
+        "created_utc": sd.now_utc(),
+        "reps": plan.reps,
+        "seed": plan.seed,
+        "grid": plan.grid,
+        "points": [{"label": p.label, "scenario": p.scenario.to_dict()} for p in plan.points],
+        "order": plan.order(),
+        "versions": versions,
+        "command": argv,
+    }
+
+
+def create_sweep_dir(parent: Path, name: str, meta: dict[str, Any]) -> Path:
+    """Create ``parent/<name>`` (never an existing one) with its marker, meta.json and state."""
+    parent.mkdir(parents=True, exist_ok=True)
+    path = parent / name
+    path.mkdir()
+    (path / sd.SWEEP_MARKER).write_text("vrmig sweep directory\n")
+    (path / sd.RUNS_SUBDIR).mkdir()
+    write_json(path / sd.META_NAME, meta)
+    sd.save_state(path, sd.new_state())
+    return path
+
+
+def versions(scenario: Scenario) -> dict[str, Any]:
+    """Preflight (root, tools, driver) and the versions worth recording; raises before anything is created."""
+    from migrate.experiment.run import preflight
+
+    _, facts = preflight(scenario)
+    return {
+        "git_commit": metamod.git_commit(),
+        "host": metamod.host_facts(),
+        "hypervisor": {k: v for k, v in facts.items() if k in ("qemu", "accel", "accel_reason", "libvirt", "driver")},
+        "router": (facts.get("guest_image") or {}).get("router"),
+    }
+
+
+@contextlib.contextmanager
+def locked(sweep_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the sweep directory (released by the kernel if we die)."""
+    fd = os.open(sweep_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"{sweep_dir} is being run by another vrmig process") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _run_meta(run_dir: Path) -> dict[str, Any]:
+    try:
+        return sd.read_json(run_dir / "meta.json", "run")
+    except ConfigError:
+        return {}
+
+
+def reconcile(
+    sweep_dir: Path,
+    meta: dict[str, Any],
+    state: dict[str, Any],
+    note: str = "abandoned: the sweep process died during this run",
+) -> None:
+    """After a stop or crash: adopt a run directory of the run in flight that finished but was not
+    yet recorded, and list any other unrecorded directory as an attempt (kept, never counted)."""
+    runs_root = sweep_dir / sd.RUNS_SUBDIR
+    referenced = {r["run_dir"] for r in state["runs"].values()} | {a.get("run_dir") for a in state["attempts"]}
+    current = state.get("current") or {}
+    scenarios = {p["label"]: p["scenario"] for p in meta["points"]}
+    for d in sorted(p for p in runs_root.iterdir() if p.is_dir()) if runs_root.is_dir() else []:
+        rel = f"{sd.RUNS_SUBDIR}/{d.name}"
+        if rel in referenced:
+            continue
+        rmeta = _run_meta(d)
+        run_id = current.get("run_id")
+        want = scenarios.get(current.get("point")) or {}
+        got = rmeta.get("scenario") if isinstance(rmeta.get("scenario"), dict) else {}
+        same = bool(run_id and want and all(got.get(k) == v for k, v in want.items()))
+        if same and rmeta.get("status") in sd.DONE and run_id not in state["runs"]:
+            state["runs"][run_id] = {
+                "status": rmeta["status"],
+                "run_dir": rel,
+                "point": current.get("point"),
+                "rep": current.get("rep"),
+                "failure": rmeta.get("failure"),
+                "failure_class": rmeta.get("failure_class"),
+                "started_utc": rmeta.get("created_utc"),
+                "finished_utc": rmeta.get("finished_utc"),
+                "note": "adopted: finished just before the sweep process stopped",
+            }
+            log.info("adopted %s for %s (it finished before the sweep stopped)", rel, run_id)
+        else:
+            state["attempts"].append(
+                {
+                    "run_id": run_id if same else None,
+                    "run_dir": rel,
+                    "status": rmeta.get("status"),
+                    "note": note if same else "not part of any recorded run",
+                }
+            )
+            log.info("%s (%s) kept as an attempt; its run will be redone", rel, rmeta.get("status"))
+    state["current"] = None
+    sd.save_state(sweep_dir, state)
+
+
+def _fmt_s(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
+
+
+def _progress(state: dict[str, Any], total: int, elapsed: list[float], t_start: float) -> str:
+    done = len(state["runs"])
+    failed = sum(1 for r in state["runs"].values() if r["status"] == "failed")
+    classes: dict[str, int] = {}
+    for r in state["runs"].values():
+        if r["status"] == "failed":
+            cls = str(r.get("failure_class") or "unclassified")
+            classes[cls] = classes.get(cls, 0) + 1
+    by_class = ": " + ", ".join(f"{n} {c}" for c, n in sorted(classes.items())) if failed else ""
+    mean = sum(elapsed) / len(elapsed) if elapsed else None
+    eta = _fmt_s(mean * (total - done)) if mean is not None else "?"
+    width = 20
+    bar = "#" * int(width * done / total) + "." * (width - int(width * done / total))
+    elapsed_s = _fmt_s(time.monotonic() - t_start)
+    return f"[{bar}] {done}/{total} runs ({failed} failed{by_class}) | elapsed {elapsed_s} | ETA {eta}"
+
+
+def execute(
+    sweep_dir: Path,
+    meta: dict[str, Any],
+    state: dict[str, Any],
+    deadline_mono: float | None = None,
+    on_run: OnRun | None = None,
+) -> dict[str, Any]:
+    """Run every run of the order that has no recorded outcome; returns the final state.
+
+    ``deadline_mono`` (time.monotonic) stops starting new runs once the next one would likely
+    end after it; ``on_run(order_item, run_dir, run_record)`` is called after each finished run."""
+    from migrate.experiment.run import run
+
+    scenarios = {p["label"]: _scenario(p) for p in meta["points"]}
+    runs_root = sweep_dir / sd.RUNS_SUBDIR
+    order = meta["order"]
+    pending = [r for r in order if r["run_id"] not in state["runs"]]
+    log.info("sweep %s: %d of %d runs to do", sweep_dir.name, len(pending), len(order))
+    t_start = time.monotonic()
+    elapsed: list[float] = [r["elapsed_s"] for r in state["runs"].values() if isinstance(r.get("elapsed_s"), float)]
+    with interruptible():
+        for item in pending:
+            mean = sum(elapsed) / len(elapsed) if elapsed else 0.0
+            if deadline_mono is not None and time.monotonic() + mean > deadline_mono:
+                left = len(order) - len(state["runs"])
+                log.warning("time budget reached: %d run(s) not started", left)
+                state["budget_stop"] = {"utc": sd.now_utc(), "runs_not_started": left}
+                sd.save_state(sweep_dir, state)
+                break
+            log.info("run %s (%d/%d)", item["run_id"], len(state["runs"]) + 1, len(order))
+            state["current"] = {**item, "started_utc": sd.now_utc()}
+            sd.save_state(sweep_dir, state)
+            t0 = time.monotonic()
+            try:
+                run_dir = run(scenarios[item["point"]], runs_root)
+            except Interrupted:
+                reconcile(sweep_dir, meta, state, "stopped during this run; redone on resume")
+                raise
+            except VrmigError:
+                state["current"] = None
+                sd.save_state(sweep_dir, state)
+                raise
+            rmeta = _run_meta(run_dir)
+            record = {
+                "status": rmeta.get("status") if rmeta.get("status") in sd.DONE else "failed",
+                "run_dir": f"{sd.RUNS_SUBDIR}/{run_dir.name}",
+                "point": item["point"],
+                "rep": item["rep"],
+                "failure": rmeta.get("failure"),
+                "failure_class": rmeta.get("failure_class"),
+                "started_utc": state["current"]["started_utc"],
+                "finished_utc": sd.now_utc(),
+                "elapsed_s": round(time.monotonic() - t0, 3),
+            }
+            state["runs"][item["run_id"]] = record
+            state["current"] = None
+            sd.save_state(sweep_dir, state)
+            elapsed.append(record["elapsed_s"])
+            log.info(
+                "%s | last: %s %s in %.0f s", _progress(state, len(order), elapsed, t_start),
+                item["run_id"], record["status"], record["elapsed_s"],
+            )  # fmt: skip
+            if on_run is not None:
+                on_run(item, run_dir, record)
+    return state
+
+
+def _scenario(point: dict[str, Any]) -> Scenario:
+    try:
+        return Scenario(**point["scenario"])
+    except (TypeError, KeyError) as err:
+        raise ConfigError(f"point {point.get('label')!r}: its scenario cannot be read by this vrmig ({err})") from None
+
+
+def start_session(sweep_dir: Path, state: dict[str, Any], vers: dict[str, Any]) -> None:
+    """Record who (pid, versions) ran the sweep from when: resumed sweeps show every session."""
+    state.setdefault("sessions", []).append(
+        {
+            "started_utc": sd.now_utc(),
+            "pid": os.getpid(),
+            "git_commit": vers.get("git_commit"),
+            "qemu": (vers.get("hypervisor") or {}).get("qemu"),
+            "accel": (vers.get("hypervisor") or {}).get("accel"),
+            "argv": sys.argv,
+        }
+    )
+    sd.save_state(sweep_dir, state)
+
+
+def prepare_results_root(results_root: Path) -> None:
+    """The results root must be ours (see migrate.experiment.run.check_results_root); mark it as ours."""
+    from migrate.experiment.run import RESULTS_ROOT_MARKER, check_results_root
+
+    check_results_root(results_root)
+    results_root.mkdir(parents=True, exist_ok=True)
+    marker = results_root / RESULTS_ROOT_MARKER
+    if not marker.exists():
+        marker.write_text("vrmig results root\n")
+
+
+def new_sweep(plan: Plan, results_root: Path) -> Path:
+    """Validate everything, then create the sweep directory; returns it (nothing run yet)."""
+    template = plan.points[0].scenario
+    vers = versions(template)
+    prepare_results_root(results_root)
+    name = f"{sd.stamp_utc()}-sweep-{template.hv}-{template.mode}-{len(plan.grid['rates_bps'])}x"
+    name += f"{len(plan.grid['frame_bytes'])}x{plan.reps}"
+    return create_sweep_dir(results_root, name, plan_meta(plan, vers, sys.argv))
+
+
+def recorded_accels(sweep_dir: Path, state: dict[str, Any]) -> dict[str, int]:
+    """Accelerator -> number of recorded runs of the sweep that used it (from their meta.json)."""
+    out: dict[str, int] = {}
+    for rec in state["runs"].values():
+        accel = _run_meta(sweep_dir / rec["run_dir"]).get("accel")
+        if accel:
+            out[str(accel)] = out.get(str(accel), 0) + 1
+    return out
+
+
+def check_accel(sweep_dir: Path, state: dict[str, Any], vers: dict[str, Any]) -> None:
+    """Refuse to continue a sweep whose runs used another accelerator than this machine would use
+    now: its points would mix accelerators (ConfigError, one line)."""
+    now = (vers.get("hypervisor") or {}).get("accel")
+    used = recorded_accels(sweep_dir, state)
+    other = {a: n for a, n in used.items() if a != now}
+    if now and other:
+        was = ", ".join(f"accel={a} ({n} runs)" for a, n in sorted(other.items()))
+        raise ConfigError(
+            f"RESUME={sweep_dir} ran with {was} but would now run with accel={now}: its points would mix "
+            "accelerators; resume it where that accelerator is used (ACCEL=) or start a new sweep"
+        )
+
+
+def run_sweep(sweep_dir: Path) -> Outputs:
+    """Run (or resume) the sweep in ``sweep_dir`` to the end and write its outputs."""
+    from migrate.campaigns.reporting import write_sweep_outputs
+    from migrate.core.registry import clean_stale
+
+    meta, state = sd.open_sweep(sweep_dir)
+    for p in meta["points"]:
+        _scenario(p)
+    with locked(sweep_dir):
+        vers = versions(_scenario(meta["points"][0]))
+        check_accel(sweep_dir, state, vers)
+        for prefix in clean_stale():
+            log.warning("removed leftovers of crashed run %s", prefix)
+        meta, state = sd.open_sweep(sweep_dir)
+        reconcile(sweep_dir, meta, state)
+        start_session(sweep_dir, state, vers)
+        execute(sweep_dir, meta, state)
+        return write_sweep_outputs(sweep_dir)

@@ -1,0 +1,1 @@
+"""The ``vrmig`` command line: one parser, subcommands as modules."""

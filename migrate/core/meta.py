@@ -1,0 +1,85 @@
+"""meta.json: everything needed to interpret a run later (parameters, versions, host)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+FORMAT_VERSION = 1
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cmd(argv: list[str]) -> str | None:
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    out = (res.stdout or res.stderr).strip().splitlines()
+    return out[0].strip() if out else None
+
+
+def git_commit() -> str | None:
+    """Commit of the suite's checkout (with '-dirty' when modified)."""
+    commit = _cmd(["git", "-C", str(REPO), "rev-parse", "HEAD"])
+    if commit is None:
+        return None
+    dirty = subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True, text=True, check=False,
+    ).stdout.strip()  # fmt: skip
+    return commit + ("-dirty" if dirty else "")
+
+
+def cpu_model() -> str | None:
+    """Host CPU model name."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def clock_offset_ns() -> int:
+    """CLOCK_REALTIME - CLOCK_MONOTONIC now; a change between start and end reveals a clock step."""
+    return time.clock_gettime_ns(time.CLOCK_REALTIME) - time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+def host_facts() -> dict[str, Any]:
+    """Kernel, CPU, OS and tool versions."""
+    osr = {}
+    if Path("/etc/os-release").exists():
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if "=" in line:
+                k, v = line.split("=", 1)
+                osr[k] = v.strip('"')
+    return {
+        "kernel": platform.release(),
+        "kernel_version": platform.version(),
+        "os": osr.get("PRETTY_NAME"),
+        "cpu_model": cpu_model(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "hostname": platform.node(),
+        "tools": {
+            "irtt": _cmd(["irtt", "version"]),
+            "iperf3": _cmd(["iperf3", "--version"]),
+            "iproute2": _cmd(["ip", "-V"]),
+            "pyroute2": _pkg_version("pyroute2"),
+            "numpy": _pkg_version("numpy"),
+        },
+    }
+
+
+def _pkg_version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None

@@ -1,0 +1,171 @@
+"""Processes started by a run: registered by PID before anything waits on them, output kept in
+the results directory, readiness observed from their output, stopped by PID."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from migrate.core.errors import VrmigError
+from migrate.core.registry import RUN_ENV, Registry
+from migrate.core.sighold import held_signals
+from migrate.testbed.builder import netns_exec
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.01
+PDEATHSIG_PREFIX = ("setpriv", "--pdeathsig", "KILL", "--")
+__all__ = ["PDEATHSIG_PREFIX", "RUN_ENV", "LineTail", "Proc", "ProcessError"]  # RUN_ENV: from migrate.core.registry
+
+
+class ProcessError(VrmigError):
+    """A helper process failed to start, exited early, or never became ready."""
+
+
+class Proc:
+    """One child process, optionally inside a network namespace."""
+
+    def __init__(
+        self,
+        what: str,
+        argv: list[str],
+        registry: Registry,
+        out_dir: Path,
+        netns: str | None = None,
+        stdout_name: str | None = None,
+    ) -> None:
+        self.what = what
+        inner = netns_exec(netns, argv) if netns else list(argv)
+        # PDEATHSIG: if the orchestrator is SIGKILLed between fork and registering the PID, the
+        # child dies with it instead of escaping the registry (setpriv execs in place: same PID)
+        self.argv = [*PDEATHSIG_PREFIX, *inner]
+        self.registry = registry
+        self.stdout_path = out_dir / (stdout_name or f"{what}.stdout")
+        self.stderr_path = out_dir / f"{what}.stderr"
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Proc:
+        """Start the process in its own session (a terminal Ctrl-C reaches only the orchestrator)."""
+        log.debug("start %s: %s", self.what, " ".join(self.argv))
+        # held until the PID is recorded (an interrupt in between would leave an unrecorded child);
+        # Python-level only: the child must not inherit a blocked SIGTERM
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err, held_signals(mask=False):
+            try:
+                self.popen = subprocess.Popen(
+                    self.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
+                    close_fds=True,
+                    env={**os.environ, RUN_ENV: self.registry.prefix},
+                )
+            except OSError as e:
+                raise ProcessError(f"cannot start {self.what} ({self.argv[0]}): {e}") from e
+            self.registry.add_process(self.popen.pid, self.what)
+        return self
+
+    @property
+    def pid(self) -> int:
+        """PID (the process exec'd by `ip netns exec` keeps it)."""
+        assert self.popen is not None
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        """True while the process runs."""
+        return self.popen is not None and self.popen.poll() is None
+
+    def returncode(self) -> int | None:
+        """Exit status, None while running."""
+        return None if self.popen is None else self.popen.poll()
+
+    def stderr_tail(self, n: int = 5) -> str:
+        """Last ``n`` lines of stderr, for error messages."""
+        with contextlib.suppress(OSError):
+            lines = self.stderr_path.read_text(errors="replace").strip().splitlines()
+            return " | ".join(lines[-n:])
+        return ""
+
+    def wait_for(
+        self,
+        marker: str,
+        timeout_s: float,
+        path: Path | None = None,
+        abort: Callable[[], bool] | None = None,
+    ) -> float:
+        """Wait until ``marker`` appears in ``path`` (default: stderr); return the CLOCK_REALTIME
+        seconds it was seen.  Raises ProcessError if the process exits or the time runs out."""
+        path = path or self.stderr_path
+        deadline = time.monotonic() + timeout_s
+        offset = 0
+        buf = b""
+        needle = marker.encode()
+        while True:
+            with contextlib.suppress(FileNotFoundError), open(path, "rb") as fh:
+                fh.seek(offset)
+                chunk = fh.read()
+                offset += len(chunk)
+                buf = buf[-len(needle) :] + chunk
+                if needle in buf:
+                    return time.time()
+            if not self.alive():
+                raise ProcessError(
+                    f"{self.what} exited (status {self.returncode()}) before {marker!r}: {self.stderr_tail()}"
+                )
+            if abort and abort():
+                raise ProcessError(f"aborted while waiting for {self.what}")
+            if time.monotonic() > deadline:
+                raise ProcessError(f"{self.what} did not print {marker!r} within {timeout_s:.0f} s")
+            time.sleep(POLL_S)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> int | None:
+        """Send ``sig`` and wait for exit (SIGKILL after ``timeout_s``); return the exit status."""
+        if self.popen is None:
+            return None
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.popen.pid, sig)
+            try:
+                self.popen.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                log.warning("%s ignored signal %d; killing", self.what, sig)
+                self.popen.kill()
+                self.popen.wait()
+        return self.popen.returncode
+
+    def wait(self, timeout_s: float) -> int | None:
+        """Wait for a natural exit; None if still running after ``timeout_s``."""
+        if self.popen is None:
+            return None
+        try:
+            return self.popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+class LineTail:
+    """New complete lines of a growing file, e.g. a helper's output (the rest is kept until its
+    newline arrives)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.partial = path, 0, b""
+
+    def new_lines(self, final: bool = False) -> list[str]:
+        """Lines completed since the last call (``final``: also an unterminated last line)."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        *done, self.partial = (self.partial + data).split(b"\n")
+        if final and self.partial:
+            done, self.partial = [*done, self.partial], b""
+        return [d.decode(errors="replace").rstrip("\r") for d in done]

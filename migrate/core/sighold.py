@@ -1,0 +1,94 @@
+"""Hold SIGINT/SIGTERM across a step that must not be cut in half.
+
+Blocking the signals with ``pthread_sigmask`` covers only the calling thread: in a process with
+other threads (QMP readers, the setns helper, a test's fake server) the kernel hands a
+process-directed signal to one of them, and CPython then runs the Python handler in the main
+thread at its next bytecode, in the middle of the step.  So the hold works at both levels: the
+mask (which a child forked during the step inherits) and a recording handler installed in place
+of the current one.  On leaving, the recorded signal is passed to the handler that was there
+before, so it surfaces right after the step as it would have in it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+from migrate.core.errors import Interrupted
+
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+Handler = Callable[[int, FrameType | None], Any] | int | None  # what signal.signal takes and returns
+
+
+@contextmanager
+def held_signals(mask: bool = True) -> Iterator[None]:
+    """Defer SIGINT/SIGTERM until the ``with`` body has finished (main thread only; elsewhere
+    the body simply runs, as Python cannot install handlers there).
+
+    ``mask=False`` holds them at the Python level only: a blocked mask is inherited across fork
+    and exec, so a body that starts long-lived children (which must stay stoppable by SIGTERM)
+    must not block it; a body whose forked helper should finish its job (pyroute2's namespace
+    creator) should."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    owner = os.getpid()
+    seen: list[int] = []
+
+    def record(signum: int, _frame: FrameType | None) -> None:
+        if os.getpid() != owner:  # a child forked during the step: die as by default
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        seen.append(signum)
+
+    try:
+        with signal_handlers(record) as old:
+            old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS) if mask else None
+            try:
+                yield
+            finally:
+                if old_mask is not None:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)  # a pending one is recorded here
+    finally:
+        if seen:
+            _replay(seen[0], old[seen[0]])
+
+
+def _replay(signum: int, handler: Handler) -> None:
+    """Deliver ``signum`` to ``handler`` as the kernel would have."""
+    if callable(handler):
+        handler(signum, None)
+    elif handler == signal.SIG_DFL:
+        signal.raise_signal(signum)
+    # SIG_IGN (or a handler not installed from Python): nothing to do
+
+
+@contextmanager
+def signal_handlers(handler: Handler) -> Iterator[dict[int, Handler]]:
+    """``handler`` for SIGINT and SIGTERM while the ``with`` body runs; yields the previous
+    handlers, which are put back afterwards."""
+    old = {s: signal.signal(s, handler) for s in HELD_SIGNALS}
+    try:
+        yield old
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """SIGINT/SIGTERM raise Interrupted in the main thread while the ``with`` body runs (between
+    sweep runs, around the CRIU host VM; ``migrate.experiment.run.run`` installs its own handlers)."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        raise Interrupted(f"interrupted by {signal.Signals(signum).name}")
+
+    with signal_handlers(handler):
+        yield

@@ -1,0 +1,619 @@
+"""HV=criu: the router as a container, moved R1 -> R2 by CRIU checkpoint/restore.
+
+* start_source: a real container on R1 (``routers.container_image``: own rootfs copy, mount/pid/uts/
+  ipc/net namespaces, pivot_root, own /proc and /dev) whose veths hang off R1's bridges; ready
+  when the router daemon reports both connected routes.
+* prepare_destination: R2 gets its own copy of the rootfs (pre-provisioned, as a VM image would
+  be); the image receiver (and, for pre-copy, CRIU's page server) on R2's ``mig0`` address is
+  started, and connected to, before the final dump freezes the router.
+* migrate, MODE=stopcopy (OpenVZ's method: dump file, copy, undump): ``criu dump`` freezes the
+  container and writes its images to memory (tmpfs) on R1, they cross the migration link
+  (``migrate.drivers.criu.imgxfer``), ``criu restore`` recreates the container on R2 with its veths bridged
+  to R2's ``brL``/``brR``, and the router's MACs are announced there.
+* migrate, MODE=precopy (P.Haul's method): ``criu pre-dump --track-mem`` rounds, each streaming
+  the pages to a fresh page server on R2 (parent images chained), while the dirty set shrinks
+  (``criu_rounds``); then the final dump (dirty pages to the page server), transfer of the other
+  images and restore as above.  Needs the kernel's soft-dirty page tracking.
+
+Every CRIU command, its log and ``--display-stats`` output are kept in the results directory;
+``criu.json`` holds the rounds and CRIU's statistics that ``analysis`` reads."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import socket
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from migrate.core.atomic import write_json
+from migrate.core.errors import DependencyError, GuestError, MigrationError
+from migrate.core.procs import Proc, ProcessError
+from migrate.drivers.base import Driver, MigrationOutcome, RunContext
+from migrate.drivers.criu import rounds as criu_rounds
+from migrate.drivers.criu.announce import announce
+from migrate.drivers.criu.container import Container, delete_links, peers_in, veth_specs
+from migrate.drivers.criu.imgxfer import MAGIC, TransferError, send_files
+from migrate.drivers.criu.nsock import NetDevCounters, netns_path, socket_in
+from migrate.drivers.criu.stats import error_excerpt, parse_display_stats
+from migrate.drivers.criu.tool import (
+    CriuBinary,
+    dump_args,
+    locate,
+    page_server_args,
+    require_mode,
+    restore_args,
+)
+from migrate.experiment.scenario import Scenario
+from migrate.testbed import topology as topo
+
+log = logging.getLogger(__name__)
+
+PAGE_SERVER_PORT = topo.MIGRATION_PORT
+XFER_PORT = topo.MIGRATION_PORT + 1
+READY_TIMEOUT_S = 10.0
+POLL_S = 0.005
+#: release the router's host-side ports from the bridges while CRIU has it frozen (see
+#: action.sh): without it the container's kernel forwards on while the router is frozen
+LOCK_DATA_PLANE = True
+#: MODE=stopcopy streams the pages through CRIU's page server during the dump (True) or, as
+#: OpenVZ's vzmigrate does, dumps to local memory (tmpfs) and ships all images after it (False).
+#: CRIU corks its page-server socket and waits for the server's answer at disconnect without
+#: uncorking, which costs up to the kernel's 200 ms cork ceiling of frozen time per dump.
+STOPCOPY_VIA_PAGE_SERVER = False
+ACTION_SCRIPT = Path(__file__).resolve().parent / "action.sh"
+CRIU_JSON = "criu.json"
+WORK_ROOT = Path("/dev/shm")
+CRIU_JSON_VERSION = 1
+#: routers CRIU cannot checkpoint, and why (checked before anything is created)
+UNSUPPORTED_ROUTERS = {
+    "frr": (
+        "CRIU cannot checkpoint FRR: zebra subscribes a netlink socket to multicast groups above 32 "
+        '(RTNLGRP_TUNNEL), which CRIU refuses to dump (criu/sk-netlink.c: "has more than 32 groups"): '
+        "use ROUTER=bird"
+    ),
+}
+HOST_TOOLS = {
+    "unshare": "util-linux",
+    "ip": "iproute2",
+    "iptables-restore": "iptables (CRIU's network lock)",
+    "tar": "tar (CRIU saves tmpfs contents with it)",
+}
+
+
+def work_root(fallback: Path) -> Path:
+    """Where images and rootfs copies live: ``WORK_ROOT`` if it is a tmpfs (images in memory, as
+    P.Haul keeps them; a disk would add its write latency to the frozen time), else ``fallback``."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/mounts").read_text().splitlines():
+            fields = line.split()
+            if len(fields) > 2 and fields[1] == str(WORK_ROOT) and fields[2] == "tmpfs":
+                return WORK_ROOT
+    return fallback
+
+
+class CriuDriver(Driver):
+    """Container checkpoint/restore with CRIU (stop-and-copy, or iterative pre-dump)."""
+
+    name = "criu"
+
+    def __init__(self, ctx: RunContext, facts: dict[str, Any]) -> None:
+        super().__init__(ctx, facts)
+        c = facts["criu"]
+        self.criu = CriuBinary(tuple(c["argv"]), c["version"], c["source"])
+        tb = ctx.testbed
+        self.src_ns, self.dst_ns = tb.ns("R1"), tb.ns("R2")
+        self.base = work_root(ctx.registry.dir.parent) / f"vrmig-{ctx.registry.prefix}-criu"
+        self.src: Container | None = None
+        self.dst: Container | None = None
+        self.receiver: Proc | None = None
+        self.page_server: Proc | None = None
+        self.procs: list[Proc] = []
+        self.record: dict[str, Any] = {
+            "version": CRIU_JSON_VERSION,
+            "criu": {"version": self.criu.version, "source": self.criu.source, "argv": list(self.criu.argv)},
+            "mode": ctx.scenario.mode,
+            "page_size_bytes": os.sysconf("SC_PAGE_SIZE"),
+            "lock_data_plane": LOCK_DATA_PLANE,
+            "rounds": [],
+            "status": "not started",
+        }
+        self.deadline = 0.0
+        self.counters: NetDevCounters | None = None
+
+    # -- paths -----------------------------------------------------------------------------
+    def _dir(self, name: str) -> Path:
+        return self.base / name
+
+    def _images(self, host: str, index: int) -> Path:
+        return self._dir(f"img-{host}") / str(index)
+
+    # -- preflight -------------------------------------------------------------------------
+    @classmethod
+    def preflight(cls, scenario: Scenario) -> dict[str, Any]:
+        """criu present and working here (``criu check``, the mode's kernel features), host tools,
+        a router CRIU can checkpoint and its built rootfs — without side effects."""
+        if scenario.router in UNSUPPORTED_ROUTERS:
+            raise DependencyError(f"ROUTER={scenario.router} with HV=criu: {UNSUPPORTED_ROUTERS[scenario.router]}")
+        missing = [f"{t} ({pkg})" for t, pkg in HOST_TOOLS.items() if shutil.which(t) is None]
+        if missing:
+            raise DependencyError(f"HV=criu needs {', '.join(missing)}: run `make setup`")
+        from routers.guest import guest_image
+        from routers.profiles import get as get_profile
+
+        ok, why = get_profile(scenario.router).available()
+        if not ok:
+            raise DependencyError(f"ROUTER={scenario.router} is unavailable: {why}")
+        image = guest_image(scenario.router, verify=False)
+        if image.rootfs is None:
+            raise DependencyError(f"the {scenario.router} router image has no rootfs: run `make setup`")
+        criu = locate()
+        require_mode(criu, scenario.mode)
+        return {
+            "criu": {"version": criu.version, "source": criu.source, "argv": list(criu.argv)},
+            "accel": "none",
+            "accel_reason": "a container shares the host kernel: no hardware virtualisation involved",
+            "rootfs": str(image.rootfs),
+            "router_version": image.manifest.get("router_version") or image.manifest.get("version"),
+        }
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _addresses(self) -> tuple[list[str], list[str]]:
+        left, right = (topo.router_port(seg) for seg in topo.SEGMENTS)
+        return [left.ipv4, left.ipv6], [right.ipv4, right.ipv6]
+
+    def _stage(self, host: str) -> Path:
+        """``host``'s rootfs copy, recorded as a container root: every process whose root it is
+        (the container started on it or restored onto it, PID-recorded or not yet) is stopped
+        at teardown, and by the reaper if the orchestrator dies.  (The init cannot simply die
+        with its launcher, ``unshare --kill-child``: CRIU checkpoints the death signal and it
+        fires on the restored init as soon as ``criu restore`` exits.)"""
+        from routers.container_image import stage_rootfs
+
+        rootfs = stage_rootfs(self.ctx.scenario.router, self._dir(f"rootfs-{host}"))
+        self.ctx.registry.add_root(rootfs)
+        return rootfs
+
+    def _env(self, side: str) -> list[str]:
+        ports = " ".join(f"{outer}@{br}" for _i, outer, br in veth_specs()) if LOCK_DATA_PLANE else ""
+        return [
+            "env",
+            f"VRMIG_SIDE={side}",
+            f"VRMIG_CRIU_EVENTS={self._dir('events-' + side)}",
+            f"VRMIG_HOST_PORTS={ports}",
+        ]
+
+    def _start(self, what: str, argv: list[str], ns: str) -> Proc:
+        p = Proc(what, argv, self.ctx.registry, self.ctx.run_dir, netns=ns).start()
+        self.procs.append(p)
+        return p
+
+    def _wait(self, proc: Proc, what: str) -> int:
+        """Wait for a CRIU step to exit within the migration deadline; returns its exit status."""
+        while proc.alive():
+            if self.ctx.abort and self.ctx.abort():
+                proc.stop()
+                raise MigrationError(f"interrupted during {what}")
+            if time.monotonic() > self.deadline:
+                proc.stop()
+                raise MigrationError(
+                    f"{what} did not finish within MIGRATE_TIMEOUT={self.ctx.scenario.migrate_timeout_s:.0f} s"
+                )
+            time.sleep(POLL_S)
+        rc = proc.returncode()
+        assert rc is not None
+        return rc
+
+    def _events(self, side: str) -> None:
+        """Turn the action script's hook times into actions (criu-<hook>), then start afresh."""
+        path = self._dir(f"events-{side}")
+        with contextlib.suppress(FileNotFoundError):
+            for line in path.read_text().splitlines():
+                hook, _, t = line.partition(" ")
+                if t.isdigit():
+                    self.ctx.recorder.action(f"criu-{hook}", t_ns=int(t), side=side)
+            path.unlink()
+
+    def _keep_log(self, images: Path, name: str, as_name: str) -> str:
+        """Copy a criu log into ``<run>/criu/``; returns its text."""
+        src = images / name
+        if not src.exists():
+            return ""
+        text = src.read_text(errors="replace")
+        out = self.ctx.run_dir / "criu"
+        out.mkdir(exist_ok=True)
+        (out / as_name).write_text(text)
+        return text
+
+    def _page_server(self, index: int) -> Proc:
+        """CRIU's page server on R2's mig0 address, writing into R2's image dir ``index``
+        (chained to ``index - 1``); returns once it listens."""
+        images = self._images("R2", index)
+        images.mkdir(parents=True)
+        prev = f"../{index - 1}" if index > 1 else None
+        addr = topo.addr(topo.MIGRATION_ADDR["R2"])
+        p = self._start(
+            f"criu-page-server-{index}",
+            self.criu.cmd(*page_server_args(images, addr, PAGE_SERVER_PORT, prev)),
+            self.dst_ns,
+        )
+        try:
+            p.wait_for("\0", READY_TIMEOUT_S, path=p.stdout_path, abort=self.ctx.abort)
+        except ProcessError as err:
+            excerpt = error_excerpt(self._keep_log(images, "page-server.log", f"page-server-{index}.log"))
+            raise MigrationError(f"criu page-server on R2 did not start: {err}: {excerpt}") from err
+        return p
+
+    # -- phases ----------------------------------------------------------------------------
+    def start_source(self) -> None:
+        """Stage R1's rootfs, replace R1's taps with the container's veth peers, start the
+        container and wait until the router reports both connected routes."""
+        from routers.container_image import container_argv
+
+        self.ctx.registry.add_path(self.base)
+        self.base.mkdir(mode=0o700)
+        rec = self.ctx.recorder
+        rec.action("boot", host="R1")
+        rootfs = self._stage("R1")
+        delete_links(self.src_ns, [outer for _i, outer, _b in veth_specs()])
+        self.src = Container("R1", self.src_ns, self.ctx.registry, self.ctx.run_dir)
+        if0, if1 = self._addresses()
+        try:
+            self.src.start(
+                container_argv(rootfs, self.ctx.scenario.router, if0, if1, self.ctx.scenario.rib_routes),
+                self.ctx.scenario.boot_timeout_s,
+                self.ctx.abort,
+            )
+        except (GuestError, ProcessError) as err:
+            self.src.save_console()
+            raise GuestError(f"router container not ready: {err}") from err
+        rec.action("router-ready", host="R1", pid=self.src.pid)
+
+    def prepare_destination(self) -> None:
+        """R2: its own copy of the rootfs (pre-provisioned, as a VM image would be) and the image
+        directories; the receiver and page servers start with the migration."""
+        self._stage("R2")
+        self._images("R1", 1).parent.mkdir()
+        self._images("R2", 1).parent.mkdir()
+        self.ctx.recorder.action("incoming", host="R2", page_server_port=PAGE_SERVER_PORT, xfer_port=XFER_PORT)
+
+    def _start_receiver(self, index: int) -> None:
+        """The image receiver on R2's mig0 address, writing into R2's image dir ``index``."""
+        self.receiver = self._start(
+            "imgxfer-recv",
+            [sys.executable, "-m", "migrate.drivers.criu.imgxfer", "recv", "--dir", str(self._images("R2", index)),
+             "--listen", f"{topo.addr(topo.MIGRATION_ADDR['R2'])}:{XFER_PORT}"],
+            self.dst_ns,
+        )  # fmt: skip
+        try:
+            self.receiver.wait_for("READY", READY_TIMEOUT_S, path=self.receiver.stdout_path, abort=self.ctx.abort)
+        except ProcessError as err:
+            raise MigrationError(f"image receiver on R2 did not start: {err}") from err
+
+    def migrate(self) -> MigrationOutcome:
+        """Pre-dump rounds (precopy), final dump, image transfer, restore on R2, announcement.
+
+        Between the freeze and the announcement only CRIU and the transfer run: the image stream
+        is connected beforehand, counters are read from an open file, bookkeeping comes after."""
+        assert self.src is not None and self.src.pid is not None
+        s, rec = self.ctx.scenario, self.ctx.recorder
+        self.deadline = time.monotonic() + s.migrate_timeout_s
+        self.record["status"] = "running"
+        self.counters = NetDevCounters(netns_path(self.src_ns))
+        try:
+            index = 1
+            if s.mode == "precopy":
+                rec.action("migrate", side="src", mode=s.mode)
+                index = self._precopy_rounds()
+            if self._via_page_server():
+                self.page_server = self._page_server(index)
+            else:
+                self.page_server = None
+                self._images("R2", index).mkdir()
+            # R2's unused pre-created taps make way for the restored veths' outer ends
+            delete_links(self.dst_ns, [outer for _i, outer, _b in veth_specs()])
+            self._start_receiver(index)
+            stream = self._connect_receiver()
+            self._fire_fault()
+            tx0 = self.counters.tx_bytes(topo.MIGRATION_IF)
+            if s.mode == "stopcopy":
+                rec.action("stop", side="src")
+                rec.action("migrate", side="src", mode=s.mode)
+            else:
+                rec.action("stop", side="src", final_dump=index)
+            dump = self._run_dump(index)
+            self._transfer(stream, index)
+            restore = self._restore(index)
+            self._announce()
+            tx1 = self.counters.tx_bytes(topo.MIGRATION_IF)
+            self._account_dump(dump, tx1 - tx0, includes_transfer=True)
+            self._account_restore(restore, index)
+            if self.receiver is not None and self._wait(self.receiver, "image receiver") != 0:
+                log.warning(
+                    "image receiver exited with %s: %s", self.receiver.returncode(), self.receiver.stderr_tail()
+                )
+        except MigrationError as err:
+            self.record["status"] = "failed"
+            self.record["failure"] = str(err)
+            rec.action("migration-end", side="src", status="failed", reason=str(err))
+            raise
+        finally:
+            self._write_record()
+        self.record["status"] = "completed"
+        # the migration ended when the restored router ran on R2 (the restore's end, = cont)
+        rec.action("migration-end", t_ns=self.record["restore"]["end_ns"], side="dst", status="completed")
+        self._write_record()
+        return MigrationOutcome(completed=True, hypervisor=self._outcome())
+
+    def _precopy_rounds(self) -> int:
+        """P.Haul's iterations: pre-dump while the dirty set shrinks; returns the final dump's index."""
+        assert self.counters is not None
+        written: list[int] = []
+        decision = criu_rounds.next_round(written)
+        while decision.again:
+            index = len(written) + 1
+            self.page_server = self._page_server(index)
+            tx0 = self.counters.tx_bytes(topo.MIGRATION_IF)
+            run = self._run_dump(index, pre=True)
+            self._wait(self.page_server, "criu page-server")  # it exits once the pre-dump disconnected
+            stats = self._account_dump(run, self.counters.tx_bytes(topo.MIGRATION_IF) - tx0)
+            written.append(stats.get("memory_pages_written", 0))
+            decision = criu_rounds.next_round(written)
+            self.record["rounds"][-1]["decision"] = {"again": decision.again, "reason": decision.reason}
+            log.info("pre-dump %d: %d pages written; %s", index, written[-1], decision.reason)
+        return len(written) + 1
+
+    def _via_page_server(self) -> bool:
+        """Memory pages stream to CRIU's page server on R2 (P.Haul: every pre-dump and the final
+        dump), or the dump is written locally and shipped whole after it (OpenVZ's stop-and-copy:
+        dump file, copy, undump; see ``STOPCOPY_VIA_PAGE_SERVER``)."""
+        return self.ctx.scenario.mode == "precopy" or STOPCOPY_VIA_PAGE_SERVER
+
+    def _fire_fault(self) -> None:
+        """Faults of the testbed (link-down, link-cap, gen-dies) hit right before the final dump."""
+        inj = self.ctx.faults
+        if inj is not None and inj.fault and not inj.fired and inj.fault in inj.targets:
+            inj.fire()
+
+    def _run_dump(self, index: int, pre: bool = False) -> dict[str, Any]:
+        """One ``criu pre-dump``/``dump`` of the container into R1's image dir ``index``, pages to
+        R2's page server.  Returns what ``_account_dump`` needs; a failure is accounted and raised
+        (CRIU resumes the container and unlocks its network: it keeps running on R1)."""
+        assert self.src is not None and self.src.pid is not None
+        kind = "pre-dump" if pre else "dump"
+        images = self._images("R1", index)
+        images.mkdir()
+        addr = topo.addr(topo.MIGRATION_ADDR["R2"]) if self._via_page_server() else None
+        prev = f"../{index - 1}" if index > 1 else None
+        argv = self._env("src") + self.criu.cmd(
+            *dump_args(
+                self.src.pid, images, addr, PAGE_SERVER_PORT if addr else None, pre=pre, prev=prev,
+                track_mem=self.ctx.scenario.mode == "precopy", action_script=ACTION_SCRIPT,
+            )
+        )  # fmt: skip
+        t0 = self.ctx.recorder.action(f"criu-{kind}", side="src", round=index)
+        proc = self._start(f"criu-{kind}-{index}", argv, self.src_ns)
+        rc = self._wait(proc, f"criu {kind}")
+        t1 = self.ctx.recorder.action(f"criu-{kind}-end", side="src", round=index, exit_status=rc)
+        run = {"index": index, "kind": kind, "proc": proc, "start_ns": t0, "end_ns": t1, "exit_status": rc}
+        if rc != 0:
+            if self.page_server is not None:
+                self.page_server.stop()
+            text = self._account_dump(run, None)
+            running = self.src.alive()
+            raise MigrationError(
+                f"criu {kind} failed (exit {rc}; the container {'keeps running' if running else 'is gone'} on R1): "
+                f"{error_excerpt(text['log'])}"
+            )
+        return run
+
+    def _account_dump(self, run: dict[str, Any], link_bytes: int | None, includes_transfer: bool = False) -> Any:
+        """Record a (pre-)dump round: CRIU's statistics, its log, the hook times and the bytes R1
+        sent on the migration link; returns the statistics (the log text for a failed round)."""
+        index, kind, proc = run["index"], run["kind"], run["proc"]
+        self._events("src")
+        log_text = self._keep_log(self._images("R1", index), f"{kind}.log", f"{kind}-{index}.log")
+        self._keep_log(self._images("R2", index), "page-server.log", f"page-server-{index}.log")
+        stats = parse_display_stats(proc.stdout_path.read_text(errors="replace")).get("dump", {})
+        written = stats.get("memory_pages_written")
+        entry = {k: run[k] for k in ("index", "kind", "start_ns", "end_ns", "exit_status")}
+        entry |= {
+            "pages_written": written,
+            "bytes_written": None if written is None else written * self.record["page_size_bytes"],
+            "link_tx_bytes": link_bytes,
+            "link_tx_includes_image_transfer": includes_transfer,
+            "stats": stats,
+        }
+        self.record["rounds"].append(entry)
+        return {"log": log_text} if run["exit_status"] != 0 else stats
+
+    def _connect_receiver(self) -> socket.socket:
+        """TCP connection from R1 to R2's image receiver, opened ahead of the final dump."""
+        conn = socket_in(netns_path(self.src_ns), socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            conn.settimeout(READY_TIMEOUT_S)
+            conn.connect((topo.addr(topo.MIGRATION_ADDR["R2"]), XFER_PORT))
+            conn.sendall(MAGIC)
+        except OSError as err:
+            conn.close()
+            raise MigrationError(f"cannot reach the image receiver on R2: {err}") from err
+        return conn
+
+    def _transfer(self, conn: socket.socket, index: int) -> None:
+        """Ship the final dump's images over the migration link (all of them, or all but the
+        pages when the page server already carried those)."""
+        assert self.receiver is not None
+        rec = self.ctx.recorder
+        t0 = rec.action("transfer", side="src")
+        try:
+            with conn:
+                summary = send_files(conn, self._images("R1", index))  # returns once R2 wrote them all
+        except (OSError, TransferError) as err:
+            raise MigrationError(f"image transfer to R2 failed: {err} {self.receiver.stderr_tail()}") from err
+        t1 = rec.action("transfer-end", side="dst", files=summary.files, bytes=summary.bytes)
+        self.record["transfer"] = {"start_ns": t0, "end_ns": t1, **asdict(summary)}
+
+    def _restore(self, index: int) -> dict[str, Any]:
+        """``criu restore`` on R2: veths recreated with their outer ends in R2's bridges."""
+        images = self._images("R2", index)
+        pidfile = self._dir("restored.pid")
+        argv = self._env("dst") + self.criu.cmd(
+            *restore_args(images, self._dir("rootfs-R2"), veth_specs(), pidfile, action_script=ACTION_SCRIPT)
+        )
+        t0 = self.ctx.recorder.action("criu-restore", side="dst")
+        proc = self._start("criu-restore", argv, self.dst_ns)
+        rc = self._wait(proc, "criu restore")
+        t1 = self.ctx.recorder.action("cont", side="dst", exit_status=rc)
+        if pidfile.exists():
+            self.dst = Container("R2", self.dst_ns, self.ctx.registry, self.ctx.run_dir)
+            self.dst.adopt(int(pidfile.read_text().strip()))
+        run = {"proc": proc, "start_ns": t0, "end_ns": t1, "exit_status": rc}
+        if rc != 0:
+            log_text = self._account_restore(run, index)
+            raise MigrationError(
+                f"criu restore failed on R2 (exit {rc}; the source was dumped): {error_excerpt(log_text)}"
+            )
+        return run
+
+    def _account_restore(self, run: dict[str, Any], index: int) -> str:
+        """Record the restore: CRIU's statistics, its log, hook times, the images it read."""
+        self._events("dst")
+        log_text = self._keep_log(self._images("R2", index), "restore.log", "restore.log")
+        stats = parse_display_stats(run["proc"].stdout_path.read_text(errors="replace")).get("restore", {})
+        self.record["restore"] = {k: run[k] for k in ("start_ns", "end_ns", "exit_status")} | {"stats": stats}
+        sizes = self._image_sizes(index)
+        self.record["image_bytes"] = sum(sizes.values())
+        self.record["image_files"] = sizes
+        return log_text
+
+    def _image_sizes(self, index: int) -> dict[str, int]:
+        """Bytes of every image file on R2 for the final dump (its dir and its parents')."""
+        sizes: dict[str, int] = {}
+        for i in range(1, index + 1):
+            for f in self._images("R2", i).iterdir():
+                if f.is_file() and not f.is_symlink() and not f.name.endswith(".log"):
+                    sizes[f"{i}/{f.name}"] = f.stat().st_size
+        return sizes
+
+    def _announce(self) -> None:
+        """Gratuitous ARP + unsolicited NA from the restored router's own ports."""
+        assert self.dst is not None and self.dst.pid is not None
+        ports = [(p.guest_ifname, p.mac, [p.ipv4, p.ipv6]) for p in topo.ROUTER_PORTS]
+        t = announce(self.dst.pid, ports)
+        self.ctx.recorder.action("announce-self", t_ns=t, side="dst")
+        self.record["announce_ns"] = t
+
+    def _outcome(self) -> dict[str, Any]:
+        final = self.record["rounds"][-1]["stats"] if self.record["rounds"] else {}
+        return {
+            "status": self.record["status"],
+            "rounds": len(self.record["rounds"]),
+            "frozen_time_us": final.get("frozen_time_us"),
+            "restore_time_us": self.record.get("restore", {}).get("stats", {}).get("restore_time_us"),
+            "pages_written": sum(r.get("pages_written") or 0 for r in self.record["rounds"]),
+            "image_bytes": self.record.get("image_bytes"),
+        }
+
+    def _write_record(self) -> None:
+        write_json(self.ctx.run_dir / CRIU_JSON, self.record)
+
+    # -- after the run ---------------------------------------------------------------------
+    def verify(self) -> dict[str, Any]:
+        """Where the router runs: source container gone, destination container running with its
+        veth peers in R2 (and none left in R1)."""
+        out: dict[str, Any] = {
+            "src_status": "running" if self.src and self.src.alive() else "gone",
+            "dst_status": "running" if self.dst and self.dst.alive() else "absent",
+        }
+        if self.dst is not None and self.dst.alive():
+            assert self.dst.pid is not None
+            out["dst_pid"] = self.dst.pid
+            try:
+                out["dst_peers_in_R2"] = peers_in(self.dst.pid, self.dst_ns)
+            except OSError as err:
+                out["dst_peers_in_R2"] = f"unknown ({err})"
+        return out
+
+    def source_running(self) -> bool:
+        """The source container survived the failed migration."""
+        return self.src is not None and self.src.alive()
+
+    # -- pause (make calibrate): the cgroup v2 freezer, as container managers pause ----------
+    freezer: Any = None  # migrate.drivers.criu.freezer.Freezer once prepare_pause() ran
+
+    def prepare_pause(self) -> None:
+        """Move the router container's processes into a cgroup of their own (registered), whose
+        freezer ``pause`` uses; done once, before any pause, so no pause pays for it."""
+        from migrate.drivers.criu.container import process_tree
+        from migrate.drivers.criu.freezer import Freezer
+
+        assert self.src is not None and self.src.pid is not None
+        self.freezer = Freezer.create(self.ctx.registry, f"vrmig-{self.ctx.registry.prefix}-router")
+        pid = self.src.pid
+        members = self.freezer.adopt(lambda: process_tree(pid))
+        self.ctx.recorder.action("freezer-ready", host="R1", cgroup=str(self.freezer.path), pids=sorted(members))
+
+    def pause(self) -> None:
+        """Freeze the router container (returns once the kernel reports every task frozen)."""
+        assert self.freezer is not None, "prepare_pause() first"
+        self.freezer.freeze()
+
+    def resume(self) -> None:
+        """Thaw the frozen router container (returns once the kernel reports it thawed)."""
+        assert self.freezer is not None, "prepare_pause() first"
+        self.freezer.thaw()
+
+    def release_pause(self) -> None:
+        """Remove the freezer's cgroup once the container is gone (after ``stop``)."""
+        if self.freezer is not None:
+            self.freezer.remove()
+
+    def fault_targets(self) -> dict[str, Any]:
+        """No CRIU-specific faults (the testbed's link faults apply before the final dump)."""
+        return {}
+
+    def describe(self) -> dict[str, Any]:
+        """CRIU version, settings and thresholds."""
+        return {
+            "criu": self.record["criu"],
+            "accel": "none",
+            "lock_data_plane": LOCK_DATA_PLANE,
+            "page_server_port": PAGE_SERVER_PORT,
+            "image_transfer_port": XFER_PORT,
+            "precopy": {
+                "max_rounds": criu_rounds.MAX_ROUNDS,
+                "min_rounds": criu_rounds.MIN_ROUNDS,
+                "small_round_pages": criu_rounds.SMALL_ROUND_PAGES,
+                "shrink_factor": criu_rounds.SHRINK_FACTOR,
+            },
+            "rounds": len(self.record["rounds"]),
+        }
+
+    def stop(self) -> None:
+        """Stop every CRIU step and helper by PID first (a restore killed before it wrote its
+        pidfile takes its half-restored tasks with it: CRIU gives them a parent-death signal
+        until they resume), then adopt a restored container from the pidfile, save the
+        consoles, stop both containers, remove the images and rootfs copies (the registry
+        removes whatever remains)."""
+        for p in self.procs:
+            if p.alive():
+                p.stop(timeout_s=3.0)
+        pidfile = self._dir("restored.pid")
+        if self.dst is None and pidfile.exists():
+            with contextlib.suppress(ValueError, OSError):
+                self.dst = Container("R2", self.dst_ns, self.ctx.registry, self.ctx.run_dir)
+                self.dst.adopt(int(pidfile.read_text().strip()))
+        for c in (self.dst, self.src):
+            if c is not None:
+                with contextlib.suppress(OSError):
+                    c.save_console()
+                c.stop()
+        if self.counters is not None:
+            self.counters.close()
+        if self.base.exists():
+            shutil.rmtree(self.base, ignore_errors=True)

@@ -1,0 +1,251 @@
+"""DRIVER=libvirt on the embedded testbed: one system-mode libvirtd per hypervisor-host
+namespace (R1, R2), each with private config, state, socket and log paths.
+
+libvirtd's system paths are fixed at build time, so each daemon is exec'd inside
+``ip netns exec`` (which gives it a private mount namespace) after bind-mounting the run's
+private copies over ``/etc/libvirt``, ``/run/libvirt``, ``/var/lib/libvirt``,
+``/var/cache/libvirt`` and ``/var/log/libvirt``.  The private base directory is registered
+with the run before it is created, the daemon by PID as soon as it is started, and the QEMU
+processes it spawns by PID from its pid files; teardown removes exactly those."""
+
+from __future__ import annotations
+
+import contextlib
+import grp
+import logging
+import pwd
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from migrate.core.errors import DependencyError
+from migrate.core.procs import Proc
+from migrate.core.registry import Registry
+
+log = logging.getLogger(__name__)
+
+LIBVIRTD = "libvirtd"
+TCP_PORT = 16509
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 15.0
+POLL_S = 0.05
+#: private subdirectory -> the system path it is bind-mounted over inside the daemon's namespace
+MOUNTS = (
+    ("etc", "/etc/libvirt"),
+    ("run", "/run/libvirt"),
+    ("lib", "/var/lib/libvirt"),
+    ("cache", "/var/cache/libvirt"),
+    ("log", "/var/log/libvirt"),
+)
+#: Bind mounts, then exec (the PID stays that of `ip netns exec`).  Paths come in as "$1"
+#: and the mount pairs as further arguments: nothing is interpolated into the script.
+_LAUNCH = r"""
+B=$1
+shift
+for pair in "$@"; do
+    mount --bind "$B/${pair%%=*}" "${pair#*=}" || { echo "vrmig: bind mount $pair failed" >&2; exit 97; }
+done
+exec libvirtd --listen -f "$B/etc/libvirtd.conf" -p "$B/libvirtd.pid"
+"""
+
+
+def libvirtd_conf(sock_dir: Path, listen_addr: str, host_uuid: str) -> str:
+    """libvirtd.conf: private UNIX sockets, TCP without auth on the migration link only,
+    a distinct host UUID (libvirt refuses to migrate to "the same host"), warnings to stderr."""
+    return "\n".join(
+        [
+            f'unix_sock_dir = "{sock_dir}"',
+            'unix_sock_ro_perms = "0700"',
+            'unix_sock_rw_perms = "0700"',
+            'auth_unix_ro = "none"',
+            'auth_unix_rw = "none"',
+            "listen_tls = 0",
+            "listen_tcp = 1",
+            f'listen_addr = "{listen_addr}"',
+            f'tcp_port = "{TCP_PORT}"',
+            'auth_tcp = "none"  # confined to the testbed migration link; real hosts use TLS or SSH',
+            f'host_uuid = "{host_uuid}"',
+            'log_outputs = "3:stderr"',
+            "",
+        ]
+    )
+
+
+def qemu_conf(migration_host: str) -> str:
+    """qemu.conf: QEMU as root without security driver, cgroups or private /dev (none of which
+    exist inside ``ip netns exec``), console logs to files, incoming migrations on the link."""
+    return "\n".join(
+        [
+            'user = "root"',
+            'group = "root"',
+            "dynamic_ownership = 0",
+            "remember_owner = 0",
+            'security_driver = "none"',
+            'stdio_handler = "file"',
+            "namespaces = [ ]",
+            "cgroup_controllers = [ ]",
+            f'migration_host = "{migration_host}"',
+            f'migration_address = "{migration_host}"',
+            "",
+        ]
+    )
+
+
+#: libvirt's QEMU driver resolves its compiled-in default user/group (Debian: libvirt-qemu)
+#: before it reads qemu.conf; Debian's libvirt-daemon-system creates them.  Without that package
+#: the daemon gets private copies of /etc/passwd and /etc/group that add them (QEMU still runs
+#: as root, see qemu_conf).
+QEMU_ACCOUNT = "libvirt-qemu"
+QEMU_ACCOUNT_ID = 64055
+
+
+def account_overlays() -> dict[str, str]:
+    """Extra lines for the daemon's private /etc/passwd and /etc/group (empty if the host has them)."""
+    extra: dict[str, str] = {}
+    try:
+        pwd.getpwnam(QEMU_ACCOUNT)
+    except KeyError:
+        extra["/etc/passwd"] = (
+            f"{QEMU_ACCOUNT}:x:{QEMU_ACCOUNT_ID}:{QEMU_ACCOUNT_ID}:Libvirt Qemu:/nonexistent:/usr/sbin/nologin\n"
+        )
+    try:
+        grp.getgrnam(QEMU_ACCOUNT)
+    except KeyError:
+        extra["/etc/group"] = f"{QEMU_ACCOUNT}:x:{QEMU_ACCOUNT_ID}:\n"
+    return extra
+
+
+def ensure_mount_points() -> None:
+    """The system paths the private copies are mounted over must exist (as libvirt's own
+    packaging creates them).  Left in place: other runs may have daemons mounted on them."""
+    for _, target in MOUNTS:
+        Path(target).mkdir(mode=0o755, parents=True, exist_ok=True)
+
+
+class NamespacedLibvirtd:
+    """One libvirtd in network namespace ``netns``, playing hypervisor host ``host``."""
+
+    def __init__(self, host: str, netns: str, listen_addr: str, registry: Registry, run_dir: Path) -> None:
+        self.host = host
+        self.netns = netns
+        self.listen_addr = listen_addr
+        self.registry = registry
+        self.run_dir = run_dir
+        self.base = registry.dir / f"libvirt-{host}"
+        self.host_uuid = str(uuid.uuid4())
+        self.proc: Proc | None = None
+        self._qemu_pids: dict[str, int] = {}
+
+    # -- addresses -----------------------------------------------------------------------
+    @property
+    def socket(self) -> Path:
+        """The daemon's read-write UNIX socket."""
+        return self.base / "sock" / "libvirt-sock"
+
+    @property
+    def uri(self) -> str:
+        """Client URI (from the orchestrator, on this machine)."""
+        return f"qemu+unix:///system?socket={self.socket}"
+
+    @property
+    def peer_uri(self) -> str:
+        """URI by which the other host's daemon reaches this one (peer-to-peer migration)."""
+        return f"qemu+tcp://{self.listen_addr}:{TCP_PORT}/system"
+
+    @property
+    def log_path(self) -> Path:
+        """The daemon's own log (its stderr) in the run directory."""
+        return self.run_dir / f"libvirtd-{self.host}.stderr"
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self, connect: Callable[[str], Any], abort: Callable[[], bool] | None = None) -> Any:
+        """Create the private tree, start the daemon and return ``connect(uri)`` once it answers.
+
+        Raises DependencyError quoting the daemon's log if it exits or never answers."""
+        self.registry.add_path(self.base)
+        self.base.mkdir(mode=0o700)
+        for sub, _ in (*MOUNTS, ("sock", "")):
+            (self.base / sub).mkdir(mode=0o700)
+        (self.base / "etc" / "libvirtd.conf").write_text(
+            libvirtd_conf(self.base / "sock", self.listen_addr, self.host_uuid)
+        )
+        (self.base / "etc" / "qemu.conf").write_text(qemu_conf(self.listen_addr))
+        ensure_mount_points()
+        mounts = list(MOUNTS)
+        for target, lines in account_overlays().items():
+            name = Path(target).name
+            text = Path(target).read_text()
+            (self.base / name).write_text(text + ("" if text.endswith("\n") else "\n") + lines)
+            mounts.append((name, target))
+        argv = ["sh", "-c", _LAUNCH, "vrmig-libvirtd", str(self.base), *(f"{s}={t}" for s, t in mounts)]
+        self.proc = Proc(f"libvirtd-{self.host}", argv, self.registry, self.run_dir, netns=self.netns)
+        self.proc.start()
+        return self._wait_ready(connect, abort)
+
+    def _wait_ready(self, connect: Callable[[str], Any], abort: Callable[[], bool] | None) -> Any:
+        assert self.proc is not None
+        deadline = time.monotonic() + START_TIMEOUT_S
+        last_err: Exception | None = None
+        while True:
+            if not self.proc.alive():
+                raise DependencyError(
+                    f"libvirtd on {self.host} exited (status {self.proc.returncode()}) while starting; "
+                    f"its log ({self.log_path}): {self.log_tail()}"
+                )
+            if self.socket.exists():
+                try:
+                    return connect(self.uri)
+                except Exception as err:  # libvirt.libvirtError, but libvirt is imported lazily
+                    last_err = err
+            if abort and abort():
+                raise DependencyError(f"interrupted while libvirtd on {self.host} was starting")
+            if time.monotonic() > deadline:
+                raise DependencyError(
+                    f"libvirtd on {self.host} did not answer on {self.socket} within {START_TIMEOUT_S:.0f} s"
+                    f" ({last_err or 'no socket'}); its log: {self.log_tail()}"
+                )
+            time.sleep(POLL_S)
+
+    def log_tail(self, n: int = 6) -> str:
+        """Last ``n`` lines of the daemon's log, without the known harmless noise."""
+        with contextlib.suppress(OSError):
+            lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
+            return " | ".join(lines[-n:]) or "(empty)"
+        return "(no log)"
+
+    def pidfile(self, domain: str) -> Path:
+        """Where this daemon writes the PID of ``domain``'s QEMU."""
+        return self.base / "run" / "qemu" / f"{domain}.pid"
+
+    def register_domain(self, domain: str) -> None:
+        """Record ``domain`` on this host with the run before it is created or received here: its
+        QEMU is libvirt's child, not the orchestrator's, and is started with a cleared environment
+        (no VRMIG_RUN_PREFIX), so teardown and the reaper of a killed orchestrator find it by
+        domain name (through the daemon) or by the pid file checked against ``-name guest=``."""
+        self.registry.add_domain(domain, self.uri, self.pidfile(domain))
+
+    def qemu_pid(self, domain: str) -> int | None:
+        """PID of the QEMU this daemon runs for ``domain`` (from its pid file), registered with
+        the run the first time it is seen."""
+        if domain in self._qemu_pids:
+            return self._qemu_pids[domain]
+        try:
+            pid = int(self.pidfile(domain).read_text().strip())
+        except (OSError, ValueError):
+            return None
+        self._qemu_pids[domain] = pid
+        self.registry.add_process(pid, f"qemu-{self.host} (libvirt)")
+        return pid
+
+    def stop(self) -> None:
+        """Stop the daemon by PID (SIGTERM, then SIGKILL) and keep its QEMU logs in the run dir."""
+        if self.proc is not None:
+            self.proc.stop(timeout_s=STOP_TIMEOUT_S)
+        qemu_logs = self.base / "log" / "qemu"
+        if qemu_logs.is_dir():
+            for f in sorted(qemu_logs.glob("*.log")):
+                with contextlib.suppress(OSError):
+                    shutil.copyfile(f, self.run_dir / f"libvirt-qemu-{self.host}.log")

@@ -1,0 +1,511 @@
+"""HV=kvm DRIVER=libvirt: the router guest as a libvirt domain, migrated peer-to-peer
+(``migrateToURI3`` with LIVE|PEER2PEER) between two libvirtd "hosts".
+
+On the embedded testbed each hypervisor-host namespace (R1, R2) runs its own libvirtd
+(``libvirt_daemon``); the driver itself only talks to libvirt URIs, so the same code drives real
+hosts (``qemu+ssh://…``, ``qemu+tls://…``; see docs/testbed.md "Real libvirt hosts").
+
+Raw records in the run directory (the ``hypervisor`` figures of summary.json come from them):
+
+* ``libvirt_jobinfo.json`` - libvirt's completed-job statistics: ``{"t_ns", "source"
+  ("job-completed-event" | "destination" | "source-failed-job"), "stats": {typed params}}``.
+* ``libvirt_events.jsonl`` - ``{"t_ns", "side", "event", "data"}`` per line: ``migration-iteration``,
+  ``job-completed``, ``lifecycle`` and ``migrate-api-returned`` (the migrateToURI3 call ended).
+* ``libvirt_jobstats.jsonl`` - ``{"t_ns", "side": "src", "stats"}``: the running job's statistics
+  polled every ``POLL_INTERVAL_S``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from migrate.core.errors import DependencyError, GuestError, MigrationError
+from migrate.core.registry import pid_alive
+from migrate.drivers.base import Driver, MigrationOutcome, RunContext
+from migrate.drivers.libvirt import flags as lf
+from migrate.drivers.libvirt.daemon import LIBVIRTD, NamespacedLibvirtd
+from migrate.drivers.libvirt.domain_xml import domain_facts, domain_xml, with_console
+from migrate.experiment.scenario import Scenario
+from migrate.testbed import topology as topo
+
+log = logging.getLogger(__name__)
+
+POLL_INTERVAL_S = 0.050  # job statistics every 50 ms
+POLL_S = 0.01
+JOB_EVENT_TIMEOUT_S = 5.0  # wait this long for the job-completed event after the API returned
+DOMAIN_STOP_TIMEOUT_S = 10.0
+STATES = {0: "nostate", 1: "running", 2: "blocked", 3: "paused", 4: "shutdown", 5: "shutoff", 6: "crashed"}
+LIFECYCLE = {
+    0: "defined", 1: "undefined", 2: "started", 3: "suspended", 4: "resumed", 5: "stopped",
+    6: "shutdown", 7: "pmsuspended", 8: "crashed",
+}  # fmt: skip
+EVENT_LIFECYCLE, EVENT_MIGRATION_ITERATION, EVENT_JOB_COMPLETED = 0, 20, 21
+XML_MIGRATABLE = 8  # VIR_DOMAIN_XML_MIGRATABLE
+JOB_STATS_COMPLETED = 1  # VIR_DOMAIN_JOB_STATS_COMPLETED
+
+
+def import_libvirt() -> Any:
+    """The libvirt Python binding, or DependencyError saying how to install it."""
+    try:
+        import libvirt
+    except ImportError as err:
+        raise DependencyError(
+            f"DRIVER=libvirt needs the libvirt Python binding ({err}): run `make setup` "
+            "(installs libvirt-dev and `pip install -e '.[libvirt]'`)"
+        ) from None
+    return libvirt
+
+
+_loop_lock = threading.Lock()
+_loop_started = False
+
+
+def ensure_event_loop(libvirt: Any) -> None:
+    """libvirt's default event loop in a daemon thread (once per process, before any connection):
+    it delivers domain events and keepalives."""
+    global _loop_started
+    with _loop_lock:
+        if _loop_started:
+            return
+        libvirt.virEventRegisterDefaultImpl()
+        libvirt.registerErrorHandler(lambda _ctx, err: log.debug("libvirt: %s", err), None)
+
+        def run() -> None:
+            while True:
+                libvirt.virEventRunDefaultImpl()
+
+        threading.Thread(target=run, name="libvirt-events", daemon=True).start()
+        _loop_started = True
+
+
+def wait_for_marker(path: Path, marker: str, timeout_s: float, alive: Any, abort: Any = None) -> None:
+    """Wait until ``marker`` appears in ``path`` (the guest's serial console file)."""
+    deadline = time.monotonic() + timeout_s
+    needle, offset, buf = marker.encode(), 0, b""
+    while True:
+        with contextlib.suppress(FileNotFoundError), open(path, "rb") as fh:
+            fh.seek(offset)
+            chunk = fh.read()
+            offset += len(chunk)
+            buf = buf[-len(needle) :] + chunk
+            if needle in buf:
+                return
+        if not alive():
+            raise GuestError(f"router guest stopped before printing {marker!r} on {path.name}")
+        if abort and abort():
+            raise GuestError("interrupted while waiting for the router guest")
+        if time.monotonic() > deadline:
+            raise GuestError(f"router guest did not print {marker!r} on {path.name} within {timeout_s:.0f} s")
+        time.sleep(POLL_S)
+
+
+class _Jsonl:
+    """A thread-safe JSONL writer (libvirt events arrive on the event-loop thread)."""
+
+    def __init__(self, path: Path) -> None:
+        self._lock = threading.Lock()
+        self._fh = open(path, "a", encoding="utf-8")
+
+    def write(self, obj: dict[str, Any]) -> None:
+        with self._lock:
+            if not self._fh.closed:
+                self._fh.write(json.dumps(obj, default=str) + "\n")
+                self._fh.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._fh.close()
+
+
+class LibvirtDriver(Driver):
+    """Live migration through libvirt, peer-to-peer between two libvirtds."""
+
+    name = "kvm-libvirt"
+
+    def __init__(self, ctx: RunContext, facts: dict[str, Any]) -> None:
+        super().__init__(ctx, facts)
+        self.lv = import_libvirt()
+        self.accel = facts["accel"]
+        self.accel_reason = facts["accel_reason"]
+        self.domain = f"vrmig-{ctx.testbed.prefix}"
+        self.daemons = {
+            h: NamespacedLibvirtd(h, ctx.testbed.ns(h), topo.addr(topo.MIGRATION_ADDR[h]), ctx.registry, ctx.run_dir)
+            for h in topo.HYPERVISOR_HOSTS
+        }
+        self.conns: dict[str, Any] = {}
+        self._callbacks: list[tuple[Any, int]] = []
+        self._events = _Jsonl(ctx.run_dir / "libvirt_events.jsonl")
+        self._jobstats = _Jsonl(ctx.run_dir / "libvirt_jobstats.jsonl")
+        self._completed: dict[str, tuple[int, dict[str, Any]]] = {}
+        self._completed_cv = threading.Condition()
+        self._described: dict[str, Any] = {}
+        from routers.guest import guest_image
+
+        self.image = guest_image(ctx.scenario.router)
+
+    # -- checks ----------------------------------------------------------------------------
+    @classmethod
+    def preflight(cls, scenario: Scenario) -> dict[str, Any]:
+        """The QMP driver's checks (QEMU, router image, accelerator), plus libvirtd and the
+        Python binding — without side effects."""
+        import shutil
+        import subprocess
+
+        from migrate.drivers.kvm.driver import KvmDriver
+
+        libvirt = import_libvirt()
+        if shutil.which(LIBVIRTD) is None:
+            raise DependencyError(
+                "libvirtd not found: run `make setup` (Debian packages libvirt-daemon, libvirt-daemon-driver-qemu)"
+            )
+        facts = KvmDriver.preflight(scenario)
+        daemon = subprocess.run([LIBVIRTD, "--version"], capture_output=True, text=True, check=False).stdout
+        lib = libvirt.getVersion()
+        facts["libvirt"] = {
+            "daemon": daemon.strip(),
+            "library": f"{lib // 1_000_000}.{lib // 1000 % 1000}.{lib % 1000}",
+            "binding": getattr(libvirt, "__version__", None) or _dist_version("libvirt-python"),
+        }
+        return facts
+
+    # -- events ----------------------------------------------------------------------------
+    def _register_events(self, host: str, conn: Any) -> None:
+        side = "src" if host == topo.HYPERVISOR_HOSTS[0] else "dst"
+
+        def lifecycle(_c: Any, dom: Any, event: int, detail: int, _o: Any) -> None:
+            data = {"domain": dom.name(), "event": LIFECYCLE.get(event, str(event)), "detail": detail}
+            self._events.write({"t_ns": time.time_ns(), "side": side, "event": "lifecycle", "data": data})
+
+        def iteration(_c: Any, dom: Any, n: int, _o: Any) -> None:
+            data = {"domain": dom.name(), "iteration": n}
+            self._events.write({"t_ns": time.time_ns(), "side": side, "event": "migration-iteration", "data": data})
+
+        def completed(_c: Any, dom: Any, params: dict[str, Any], _o: Any) -> None:
+            t_ns = time.time_ns()
+            self._events.write({"t_ns": t_ns, "side": side, "event": "job-completed", "data": dict(params)})
+            with self._completed_cv:
+                self._completed[side] = (t_ns, dict(params))
+                self._completed_cv.notify_all()
+
+        for ev, cb in (
+            (EVENT_LIFECYCLE, lifecycle),
+            (EVENT_MIGRATION_ITERATION, iteration),
+            (EVENT_JOB_COMPLETED, completed),
+        ):
+            self._callbacks.append((conn, conn.domainEventRegisterAny(None, ev, cb, None)))
+
+    def _start_daemon(self, host: str) -> Any:
+        ensure_event_loop(self.lv)
+        self.ctx.recorder.action("libvirtd-start", host=host)
+        conn = self.daemons[host].start(self.lv.open, self.ctx.abort)
+        self.conns[host] = conn
+        conn.setKeepAlive(5, 3)
+        self._register_events(host, conn)
+        self.ctx.recorder.action("libvirtd-ready", host=host, uri=self.daemons[host].uri)
+        return conn
+
+    # -- phases ----------------------------------------------------------------------------
+    def _xml(self) -> str:
+        s = self.ctx.scenario
+        from routers.guest import kernel_cmdline
+
+        left, right = (topo.router_port(seg) for seg in topo.SEGMENTS)
+        initrd = self.image.initrd
+        if s.fault == "guest-never-ready":
+            initrd = self.ctx.registry.dir / "empty-initrd.img"  # fault: no init, the kernel panics
+            initrd.write_bytes(b"")
+        return domain_xml(
+            name=self.domain,
+            accel=self.accel,
+            mem_mib=s.mem_mib,
+            vcpus=s.vcpus,
+            kernel=self.image.kernel,
+            initrd=initrd,
+            cmdline=kernel_cmdline(s.router, [left.ipv4, left.ipv6], [right.ipv4, right.ipv6], rib_routes=s.rib_routes),
+            console=self.ctx.run_dir / "console-R1.log",
+            nic_model=s.nic,
+        )
+
+    def start_source(self) -> None:
+        """Start R1's libvirtd, create the router domain there and wait for the guest's READY
+        marker on its serial console."""
+        from routers.guest import READY_MARKER
+
+        src = topo.HYPERVISOR_HOSTS[0]
+        conn = self._start_daemon(src)
+        xml = self._xml()
+        (self.ctx.run_dir / "libvirt-domain.xml").write_text(xml)
+        self.ctx.recorder.action("boot", host=src)
+        self.daemons[src].register_domain(self.domain)
+        try:
+            dom = conn.createXML(xml, 0)
+        except self.lv.libvirtError as err:
+            raise GuestError(f"libvirt on {src} could not start the router domain: {err}") from err
+        pid = self.daemons[src].qemu_pid(self.domain)
+        wait_for_marker(
+            self.ctx.run_dir / "console-R1.log",
+            READY_MARKER,
+            self.ctx.scenario.boot_timeout_s,
+            alive=(lambda: pid_alive(pid, None)) if pid is not None else (lambda: _active(dom)),
+            abort=self.ctx.abort,
+        )
+        self.ctx.recorder.action("router-ready", host=src)
+
+    def prepare_destination(self) -> None:
+        """Start R2's libvirtd and have it probe QEMU's capabilities now (otherwise the first
+        incoming migration pays for it); R2's QEMU is created by libvirt during the migration."""
+        dst = topo.HYPERVISOR_HOSTS[1]
+        conn = self._start_daemon(dst)
+        self.daemons[dst].register_domain(self.domain)  # created here by the incoming migration
+        try:
+            conn.getDomainCapabilities(None, "x86_64", "q35", "kvm" if self.accel == "kvm" else "qemu", 0)
+        except self.lv.libvirtError as err:
+            log_tail = self.daemons[dst].log_tail()
+            raise DependencyError(f"libvirtd on {dst} cannot use QEMU: {err}; its log: {log_tail}") from err
+        self.ctx.recorder.action("libvirtd-capabilities", host=dst)
+
+    def migrate(self) -> MigrationOutcome:
+        """migrateToURI3 (in a worker thread) while the job statistics are polled; block until
+        the job completes, fails or times out."""
+        s, rec = self.ctx.scenario, self.ctx.recorder
+        src, dst = topo.HYPERVISOR_HOSTS
+        try:
+            dom = self.conns[src].lookupByName(self.domain)
+            if s.downtime_limit_ms is not None:
+                dom.migrateSetMaxDowntime(s.downtime_limit_ms, 0)
+            dest_xml = with_console(dom.XMLDesc(XML_MIGRATABLE), self.ctx.run_dir / "console-R2.log")
+        except self.lv.libvirtError as err:
+            raise MigrationError(f"libvirt on {src} cannot prepare the migration: {err}") from err
+        migrate_uri = f"tcp://{topo.addr(topo.MIGRATION_ADDR[dst])}"
+        peer_uri = self.daemons[dst].peer_uri
+        flags = lf.migrate_flags(s)
+        params = lf.migrate_params(s, migrate_uri, dest_xml)
+        self._describe_migration(dom, peer_uri, flags, params)
+        result: dict[str, Any] = {}
+
+        def call() -> None:
+            try:
+                dom.migrateToURI3(peer_uri, params, flags)
+                result["ok"] = True
+            except self.lv.libvirtError as err:
+                result["error"] = err.get_error_message() or str(err)
+            finally:
+                result["t_ns"] = time.time_ns()
+
+        rec.action(
+            "migrate", side="src", uri=peer_uri, migrate_uri=migrate_uri, flags=lf.flag_names(flags), mode=s.mode
+        )
+        worker = threading.Thread(target=call, name="libvirt-migrate", daemon=True)
+        worker.start()
+        reason = self._poll(dom, worker, time.monotonic() + s.migrate_timeout_s)
+        worker.join()
+        status = "completed" if result.get("ok") else "failed"
+        self._events.write(
+            {"t_ns": result["t_ns"], "side": "src", "event": "migrate-api-returned",
+             "data": {"status": status, "error": result.get("error")}}
+        )  # fmt: skip
+        if not result.get("ok"):
+            self._record_failed_job(dom)
+            if reason:
+                raise MigrationError(f"{reason} (libvirt: {result.get('error')})")
+            raise MigrationError(f"libvirt refused or failed the migration: {result.get('error')}")
+        return MigrationOutcome(completed=True, hypervisor=self._completed_stats())
+
+    def _poll(self, dom: Any, worker: threading.Thread, deadline: float) -> str | None:
+        """Sample the running job until the worker returns; abort the job on timeout or
+        interruption and return why (None if it ended by itself)."""
+        s, rec = self.ctx.scenario, self.ctx.recorder
+        postcopy_started = False
+        reason: str | None = None
+        next_t = time.monotonic()
+        while worker.is_alive():
+            t_ns = time.time_ns()
+            try:
+                stats = dom.jobStats(0)
+            except self.lv.libvirtError as err:
+                log.debug("jobStats: %s", err)
+                stats = {}
+            if stats:
+                self._jobstats.write({"t_ns": t_ns, "side": "src", "stats": stats})
+                if self.ctx.faults is not None:
+                    self.ctx.faults.on_progress(lf.progress_reply(stats))
+            self.daemons[topo.HYPERVISOR_HOSTS[1]].qemu_pid(self.domain)
+            iteration = int(stats.get("memory_iteration", 0))
+            if s.postcopy and not postcopy_started and iteration >= lf.POSTCOPY_AFTER_ITERATION:
+                rec.action("migrate-start-postcopy", side="src")
+                postcopy_started = True
+                try:
+                    dom.migrateStartPostCopy(0)
+                except self.lv.libvirtError as err:  # e.g. the migration completed meanwhile
+                    rec.action("migrate-start-postcopy-refused", side="src", error=err.get_error_message())
+            if reason is None and time.monotonic() > deadline:
+                reason = f"migration did not complete within {s.migrate_timeout_s:.0f} s"
+                self._abort_job(dom, "timeout")
+            if reason is None and self.ctx.abort and self.ctx.abort():
+                reason = "interrupted during migration"
+                self._abort_job(dom, "interrupted")
+            next_t += POLL_INTERVAL_S
+            time.sleep(max(0.0, next_t - time.monotonic()))
+        return reason
+
+    def _abort_job(self, dom: Any, why: str) -> None:
+        self.ctx.recorder.action("migrate_cancel", side="src", reason=why)
+        try:
+            dom.abortJob()
+        except self.lv.libvirtError as err:
+            log.warning("abortJob failed: %s", err)
+
+    def _write_jobinfo(self, t_ns: int, source: str, stats: dict[str, Any]) -> None:
+        from migrate.core.atomic import write_json
+
+        write_json(self.ctx.run_dir / "libvirt_jobinfo.json", {"t_ns": t_ns, "source": source, "stats": stats})
+
+    def _completed_stats(self) -> dict[str, Any]:
+        """The completed job's statistics: the source's job-completed event (waited for), else
+        the destination's completed-job record."""
+        with self._completed_cv:
+            self._completed_cv.wait_for(lambda: "src" in self._completed, timeout=JOB_EVENT_TIMEOUT_S)
+            got = self._completed.get("src")
+        if got is not None:
+            self._write_jobinfo(got[0], "job-completed-event", got[1])
+            return got[1]
+        log.warning(
+            "no job-completed event from the source within %.0f s: reading the destination", JOB_EVENT_TIMEOUT_S
+        )
+        try:
+            dom = self.conns[topo.HYPERVISOR_HOSTS[1]].lookupByName(self.domain)
+            stats = dom.jobStats(JOB_STATS_COMPLETED)
+        except self.lv.libvirtError as err:
+            log.warning("destination completed-job statistics: %s", err)
+            return {}
+        self._write_jobinfo(time.time_ns(), "destination", stats)
+        return stats
+
+    def _record_failed_job(self, dom: Any) -> None:
+        """After a failed migration the domain is still on the source: keep its failed-job record."""
+        try:
+            stats = dom.jobStats(JOB_STATS_COMPLETED)
+        except self.lv.libvirtError as err:
+            log.debug("failed-job statistics: %s", err)
+            return
+        if stats.get("type", 0) != 0:  # 0 = no job: refused before one started
+            self._write_jobinfo(time.time_ns(), "source-failed-job", stats)
+
+    def _describe_migration(self, dom: Any, peer_uri: str, flags: int, params: dict[str, Any]) -> None:
+        max_downtime = None
+        with contextlib.suppress(self.lv.libvirtError, AttributeError):
+            max_downtime = dom.migrateGetMaxDowntime(0)
+        (self.ctx.run_dir / "libvirt-domain-dest.xml").write_text(params.get(lf.PARAM_DEST_XML, ""))
+        self._described = {
+            "migrate_flags": lf.flag_names(flags),
+            "migrate_params": {k: v for k, v in params.items() if k != lf.PARAM_DEST_XML},
+            "dest_xml": "libvirt-domain-dest.xml",
+            "max_downtime_ms": max_downtime,
+            "peer_uri": peer_uri,
+        }
+
+    def verify(self) -> dict[str, Any]:
+        """Where the domain is now, as each libvirtd reports it ("absent" = not defined there)."""
+        out: dict[str, Any] = {}
+        for side, host in zip(("src", "dst"), topo.HYPERVISOR_HOSTS, strict=True):
+            out[f"{side}_status"] = self._state(host)
+        out["domain"] = self.domain
+        return out
+
+    def _state(self, host: str) -> str:
+        conn = self.conns.get(host)
+        if conn is None:
+            return "no daemon"
+        try:
+            return STATES.get(conn.lookupByName(self.domain).state()[0], "unknown")
+        except self.lv.libvirtError as err:
+            if err.get_error_code() == self.lv.VIR_ERR_NO_DOMAIN:
+                return "absent"
+            return f"unknown ({err.get_error_message()})"
+
+    def fault_targets(self) -> dict[str, Any]:
+        """The QEMU processes libvirt runs, killed mid-migration by chaos runs."""
+        from migrate.experiment.faults import kill_pid
+
+        src, dst = (self.daemons[h] for h in topo.HYPERVISOR_HOSTS)
+        return {
+            "dst-qemu-dies": kill_pid(lambda: dst.qemu_pid(self.domain)),
+            "src-qemu-dies": kill_pid(lambda: src.qemu_pid(self.domain)),
+        }
+
+    def source_running(self) -> bool:
+        """The domain still runs under R1's libvirtd (libvirt resumed it after the failure)."""
+        return self._state(topo.HYPERVISOR_HOSTS[0]) == "running"
+
+    def pause(self) -> None:
+        """Pause the router domain on R1 (``virDomainSuspend``: returns once libvirt has paused it)."""
+        self._suspend_or_resume("suspend")
+
+    def resume(self) -> None:
+        """Resume the paused router domain on R1 (``virDomainResume``)."""
+        self._suspend_or_resume("resume")
+
+    def _suspend_or_resume(self, call: str) -> None:
+        src = topo.HYPERVISOR_HOSTS[0]
+        try:
+            getattr(self.conns[src].lookupByName(self.domain), call)()
+        except self.lv.libvirtError as err:
+            raise GuestError(f"libvirt on {src} could not {call} the router domain: {err}") from err
+
+    def describe(self) -> dict[str, Any]:
+        """Daemon URIs and host UUIDs, the domain, the migration flags and parameters."""
+        lv: dict[str, Any] = {"hosts": {}, **self._described}
+        for host, d in self.daemons.items():
+            lv["hosts"][host] = {"uri": d.uri, "peer_uri": d.peer_uri, "host_uuid": d.host_uuid}
+            with contextlib.suppress(Exception):
+                conn = self.conns[host]
+                lv["hosts"][host]["daemon_version"] = conn.getLibVersion()
+                lv["hosts"][host]["hypervisor_version"] = conn.getVersion()
+        with contextlib.suppress(OSError, ValueError):
+            lv["domain"] = domain_facts((self.ctx.run_dir / "libvirt-domain.xml").read_text())
+        return {
+            "libvirt": {**self.facts.get("libvirt", {}), **lv},
+            "accel": self.accel,
+            "accel_reason": self.accel_reason,
+        }
+
+    def stop(self) -> None:
+        """Destroy the domain wherever it runs, close the connections, stop both daemons by PID;
+        the registry then kills any QEMU left (by PID) and removes the private trees."""
+        for conn in self.conns.values():
+            with contextlib.suppress(self.lv.libvirtError):
+                conn.lookupByName(self.domain).destroy()
+        for conn, cb_id in self._callbacks:
+            with contextlib.suppress(self.lv.libvirtError):
+                conn.domainEventDeregisterAny(cb_id)
+        self._callbacks.clear()
+        for conn in self.conns.values():
+            with contextlib.suppress(self.lv.libvirtError):
+                conn.close()
+        self.conns.clear()
+        for d in self.daemons.values():
+            d.stop()
+        self._events.close()
+        self._jobstats.close()
+
+
+def _active(dom: Any) -> bool:
+    try:
+        return bool(dom.isActive())
+    except Exception:  # libvirt.libvirtError: the domain is gone
+        return False
+
+
+def _dist_version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None

@@ -1,0 +1,88 @@
+"""DRIVER=libvirt: scenario -> ``migrateToURI3`` flags and parameters, and libvirt job
+statistics -> the progress shape the fault injector reads.  Pure functions (no libvirt import):
+the flag values are libvirt's stable ABI and a unit test checks them against the binding."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from migrate.experiment.scenario import Scenario
+
+# virDomainMigrateFlags (libvirt-domain.h)
+VIR_MIGRATE_LIVE = 1 << 0
+VIR_MIGRATE_PEER2PEER = 1 << 1
+VIR_MIGRATE_COMPRESSED = 1 << 11
+VIR_MIGRATE_AUTO_CONVERGE = 1 << 13
+VIR_MIGRATE_POSTCOPY = 1 << 15
+FLAG_NAMES = {
+    VIR_MIGRATE_LIVE: "LIVE",
+    VIR_MIGRATE_PEER2PEER: "PEER2PEER",
+    VIR_MIGRATE_COMPRESSED: "COMPRESSED",
+    VIR_MIGRATE_AUTO_CONVERGE: "AUTO_CONVERGE",
+    VIR_MIGRATE_POSTCOPY: "POSTCOPY",
+}
+# typed-parameter names of virDomainMigrateToURI3
+PARAM_URI = "migrate_uri"
+PARAM_DEST_XML = "destination_xml"
+PARAM_BANDWIDTH = "bandwidth"  # MiB/s
+PARAM_COMPRESSION = "compression"
+MIB = 2**20
+#: switch to post-copy once the first full RAM pass is done (as the QMP driver does)
+POSTCOPY_AFTER_ITERATION = 2
+# virDomainJobType
+JOB_TYPES = {0: "none", 1: "bounded", 2: "unbounded", 3: "completed", 4: "failed", 5: "cancelled"}
+
+
+def migrate_flags(s: Scenario) -> int:
+    """Flags for MODE and the QEMU knobs: always PEER2PEER (daemon to daemon over the link);
+    LIVE for pre-copy (without it libvirt pauses the guest first: stop-and-copy);
+    AUTO_CONVERGE, COMPRESSED (xbzrle) and POSTCOPY as asked."""
+    flags = VIR_MIGRATE_PEER2PEER
+    if s.mode == "precopy":
+        flags |= VIR_MIGRATE_LIVE
+    if s.auto_converge:
+        flags |= VIR_MIGRATE_AUTO_CONVERGE
+    if s.xbzrle:
+        flags |= VIR_MIGRATE_COMPRESSED
+    if s.postcopy:
+        flags |= VIR_MIGRATE_POSTCOPY
+    return flags
+
+
+def flag_names(flags: int) -> list[str]:
+    """Names of the set flags, in bit order."""
+    return [name for bit, name in sorted(FLAG_NAMES.items()) if flags & bit]
+
+
+def bandwidth_mib_s(max_bandwidth_bps: int) -> int:
+    """MIGBW (bit/s) as libvirt's bandwidth parameter (whole MiB/s, at least 1)."""
+    return max(1, round(max_bandwidth_bps / 8 / MIB))
+
+
+def migrate_params(s: Scenario, migrate_uri: str, dest_xml: str | None) -> dict[str, Any]:
+    """Typed parameters: the data-stream URI on the migration link, the destination XML (its own
+    console log), the bandwidth cap and the compression method."""
+    params: dict[str, Any] = {PARAM_URI: migrate_uri}
+    if dest_xml is not None:
+        params[PARAM_DEST_XML] = dest_xml
+    if s.max_bandwidth_bps is not None:
+        params[PARAM_BANDWIDTH] = bandwidth_mib_s(s.max_bandwidth_bps)
+    if s.xbzrle:
+        params[PARAM_COMPRESSION] = "xbzrle"
+    return params
+
+
+def progress_reply(stats: Mapping[str, Any]) -> dict[str, Any]:
+    """A running job's statistics in the shape of a QMP query-migrate reply (status, ram
+    transferred/total, iteration), which is what the fault injector reads."""
+    job = JOB_TYPES.get(int(stats.get("type", 0)), "unknown")
+    status = "active" if job in ("bounded", "unbounded") else job
+    return {
+        "status": status,
+        "ram": {
+            "transferred": int(stats.get("memory_processed", 0)),
+            "total": int(stats.get("memory_total", 0)),
+            "dirty-sync-count": int(stats.get("memory_iteration", 0)),
+        },
+    }

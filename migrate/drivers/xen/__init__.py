@@ -1,0 +1,1 @@
+"""HV=xen: the driver and the dom0 channel."""

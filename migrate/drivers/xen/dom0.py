@@ -1,0 +1,263 @@
+"""HV=xen: how the orchestrator drives a Xen host's dom0.
+
+* :class:`AgentDom0`: a nested host's dom0, over its virtio-serial ports (``routers/xenfs/
+  vrmig-agent``): ``run`` sends one command and gets its output and exit status back, framed
+  (``VRMIG-RC <id> <status> <base64>``); ``stream`` starts a command in the background whose
+  output lines come back on the second port, each timestamped here on receipt.
+* :class:`ShellDom0`: a real dom0 (the suite runs in dom0 itself, or reaches the other dom0 with
+  ``ssh``): the same two calls, with local subprocesses.
+
+Both write every streamed line to ``xen_log.jsonl`` (``t_ns``, ``host``, ``tag``, ``line``).
+
+Commands are argv lists.  Where a shell cannot be avoided (the agent runs each request with
+``sh``; ``ssh`` hands its command line to the remote shell) the argv is quoted with
+``shlex.join``, so every argument arrives as one inert word.  A step that needs shell syntax is a
+fixed script with its parameters as positional arguments (``["sh", "-c", SCRIPT, "sh", ARG...]``)."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import shlex
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from migrate.core.errors import VrmigError
+from migrate.core.procs import PDEATHSIG_PREFIX
+
+log = logging.getLogger(__name__)
+
+EXIT_MARK = "VRMIG-EXIT"
+CONNECT_TIMEOUT_S = 30.0
+XEN_LOG = "xen_log.jsonl"
+
+
+class Dom0Error(VrmigError):
+    """The dom0 channel failed (no connection, no reply in time, host gone)."""
+
+
+def _checked(argv: Sequence[str]) -> list[str]:
+    """``argv`` as a list of strings; a single string (a shell command line) is refused."""
+    if isinstance(argv, str | bytes) or not argv or not all(isinstance(a, str) for a in argv):
+        raise TypeError(f"dom0 commands are argv lists of strings, not {argv!r}")
+    return list(argv)
+
+
+def agent_script(argv: Sequence[str]) -> str:
+    """What the dom0 agent (which runs every request with ``sh``) gets for ``argv``: ``exec`` and
+    the argv quoted word by word, so the shell runs exactly that program with exactly those
+    arguments."""
+    return "exec " + shlex.join(_checked(argv))
+
+
+class StreamLog:
+    """Streamed lines of all hosts: appended to ``xen_log.jsonl`` and kept for waiting."""
+
+    def __init__(self, path: Path) -> None:
+        self._fh = open(path, "a", encoding="utf-8")
+        self._lock = threading.Condition()
+        self.lines: list[dict[str, Any]] = []
+
+    def add(self, host: str, tag: str, line: str, t_ns: int | None = None) -> None:
+        """Record one line (``t_ns`` default: now)."""
+        rec = {"t_ns": t_ns if t_ns is not None else time.time_ns(), "host": host, "tag": tag, "line": line}
+        with self._lock:
+            self._fh.write(json.dumps(rec) + "\n")
+            self._fh.flush()
+            self.lines.append(rec)
+            self._lock.notify_all()
+
+    def find(self, host: str, tag: str, needle: str, start: int = 0) -> dict[str, Any] | None:
+        """The first recorded line of (host, tag) containing ``needle`` from index ``start``."""
+        with self._lock:
+            for rec in self.lines[start:]:
+                if rec["host"] == host and rec["tag"] == tag and needle in rec["line"]:
+                    return rec
+        return None
+
+    def wait(
+        self, host: str, tag: str, needles: tuple[str, ...], timeout_s: float, alive: Callable[[], bool] | None = None
+    ) -> dict[str, Any] | None:
+        """Block until a line of (host, tag) contains one of ``needles``; None on timeout or when
+        ``alive()`` turns false."""
+        deadline = time.monotonic() + timeout_s
+        seen = 0
+        while True:
+            with self._lock:
+                for rec in self.lines[seen:]:
+                    if rec["host"] == host and rec["tag"] == tag and any(n in rec["line"] for n in needles):
+                        return rec
+                seen = len(self.lines)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._lock.wait(min(left, 0.2))
+            if alive is not None and not alive():
+                return None
+
+    def tail(self, host: str, tag: str, n: int = 8) -> list[str]:
+        """The last ``n`` lines of (host, tag)."""
+        with self._lock:
+            return [r["line"] for r in self.lines if r["host"] == host and r["tag"] == tag][-n:]
+
+    def close(self) -> None:
+        """Close the file."""
+        with self._lock:
+            self._fh.close()
+
+
+def _connect(path: Path, timeout_s: float, alive: Callable[[], bool]) -> socket.socket:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(str(path))
+            return s
+        except OSError as err:
+            s.close()
+            if not alive():
+                raise Dom0Error(f"the nested host exited before {path.name} accepted a connection") from err
+            if time.monotonic() > deadline:
+                raise Dom0Error(f"cannot connect to {path}: {err}") from err
+            time.sleep(0.02)
+
+
+class AgentDom0:
+    """A nested host's dom0 behind two virtio-serial ports (UNIX sockets of its QEMU)."""
+
+    def __init__(self, host: str, ctl: Path, logport: Path, streams: StreamLog, alive: Callable[[], bool]) -> None:
+        self.host = host
+        self.streams = streams
+        self.alive = alive
+        self._ctl = _connect(ctl, CONNECT_TIMEOUT_S, alive)
+        self._log = _connect(logport, CONNECT_TIMEOUT_S, alive)
+        self._rfile = self._ctl.makefile("rb")
+        self._lock = threading.Lock()
+        self._next = 0
+        self._reader = threading.Thread(target=self._read_log, name=f"xenlog-{host}", daemon=True)
+        self._reader.start()
+
+    def _read_log(self) -> None:
+        buf = b""
+        while True:
+            try:
+                chunk = self._log.recv(65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            t_ns = time.time_ns()
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for raw in lines:
+                text = raw.decode(errors="replace").rstrip("\r")
+                tag, _, line = text.partition(" ")
+                self.streams.add(self.host, tag, line, t_ns)
+
+    def run(self, argv: Sequence[str], timeout_s: float = 30.0) -> tuple[int, str]:
+        """Run ``argv`` in dom0; return (exit status, stdout+stderr)."""
+        cmd = agent_script(argv)
+        with self._lock:
+            self._next += 1
+            rid = self._next
+            req = f"{rid} run {base64.b64encode(cmd.encode()).decode()}\n"
+            return self._request(rid, req, timeout_s, cmd)
+
+    def stream(self, tag: str, argv: Sequence[str]) -> None:
+        """Start ``argv`` in dom0's background; its lines arrive tagged ``tag``, last ``VRMIG-EXIT <rc>``."""
+        if not tag.isalnum():
+            raise ValueError(f"stream tag must be alphanumeric: {tag!r}")
+        cmd = agent_script(argv)
+        with self._lock:
+            self._next += 1
+            rid = self._next
+            req = f"{rid} stream {tag} {base64.b64encode(cmd.encode()).decode()}\n"
+            rc, out = self._request(rid, req, 30.0, cmd)
+        if rc != 0:
+            raise Dom0Error(f"{self.host}: could not start {cmd!r}: {out.strip()}")
+
+    def _request(self, rid: int, req: str, timeout_s: float, cmd: str) -> tuple[int, str]:
+        self._ctl.settimeout(timeout_s)
+        try:
+            self._ctl.sendall(req.encode())
+            while True:
+                line = self._rfile.readline()
+                if not line:
+                    raise Dom0Error(f"{self.host}: dom0 closed the command channel during {cmd!r}")
+                parts = line.decode(errors="replace").split()
+                if len(parts) >= 3 and parts[0] == "VRMIG-RC" and parts[1] == str(rid):
+                    out = base64.b64decode(parts[3]).decode(errors="replace") if len(parts) > 3 else ""
+                    return int(parts[2]), out
+                log.debug("%s: stray line on the command channel: %r", self.host, line[:200])
+        except TimeoutError:
+            raise Dom0Error(f"{self.host}: no reply to {cmd!r} within {timeout_s:.0f} s") from None
+        except OSError as err:
+            raise Dom0Error(f"{self.host}: command channel failed during {cmd!r}: {err}") from err
+        finally:
+            with contextlib.suppress(OSError):
+                self._ctl.settimeout(None)
+
+    def close(self) -> None:
+        """Close both ports (the reader thread ends)."""
+        for s in (self._ctl, self._log):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                s.close()
+
+
+class ShellDom0:
+    """A real dom0: ``argv`` runs here as is (``prefix`` empty) or through a transport such as
+    ``["ssh", "root@dom0-b"]``, which gets it as one ``shlex.join``-quoted command line (ssh hands
+    its arguments to the remote shell).  Local processes die with the orchestrator (parent-death
+    signal); a process started on the remote dom0 does not (docs/hypervisors.md: real Xen hosts).  Streams are
+    local subprocesses read by a thread."""
+
+    def __init__(self, host: str, streams: StreamLog, prefix: list[str] | None = None) -> None:
+        self.host = host
+        self.streams = streams
+        self.prefix = prefix or []
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def argv(self, argv: Sequence[str]) -> list[str]:
+        """The local argv that runs ``argv`` on this dom0."""
+        args = _checked(argv)
+        return [*PDEATHSIG_PREFIX, *self.prefix, shlex.join(args)] if self.prefix else [*PDEATHSIG_PREFIX, *args]
+
+    def run(self, argv: Sequence[str], timeout_s: float = 30.0) -> tuple[int, str]:
+        """Run ``argv``; return (exit status, stdout+stderr)."""
+        try:
+            res = subprocess.run(self.argv(argv), capture_output=True, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            raise Dom0Error(f"{self.host}: {shlex.join(argv)!r} did not finish within {timeout_s:.0f} s") from None
+        return res.returncode, (res.stdout + res.stderr).decode(errors="replace")
+
+    def stream(self, tag: str, argv: Sequence[str]) -> None:
+        """Start ``argv``; its lines are recorded tagged ``tag``, last ``VRMIG-EXIT <rc>``."""
+        p = subprocess.Popen(
+            self.argv(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+        self.procs.append(p)
+
+        def pump() -> None:
+            assert p.stdout is not None
+            for raw in p.stdout:
+                self.streams.add(self.host, tag, raw.decode(errors="replace").rstrip("\r\n"))
+            self.streams.add(self.host, tag, f"{EXIT_MARK} {p.wait()}")
+
+        threading.Thread(target=pump, name=f"xenlog-{self.host}-{tag}", daemon=True).start()
+
+    def close(self) -> None:
+        """Stop the streams still running."""
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(5)

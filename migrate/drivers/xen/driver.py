@@ -1,0 +1,582 @@
+"""HV=xen: Xen pre-copy migration (``xl migrate``) of the router as a PVH domU.
+
+Nested (the default here): R1 and R2 each run a QEMU that boots Xen 4.17 and a dom0 (``make xen``,
+:mod:`routers.xen_image`).  Each nested host has three NICs, taps in its namespace: ``tapL`` on ``brL``,
+``tapR`` on ``brR`` (the names the counter sampler reads, as for HV=kvm) and ``tapM`` on a bridge
+``brM`` with the dedicated link ``mig0``, whose bytes the sampler counts exactly as for HV=kvm.
+dom0 bridges ``ethL``/``ethR`` with the domU's vifs (``xenbrL``/``xenbrR``), so the paper's
+topology holds one level down; the dom0s own the migration link's /30 addresses.
+
+dom0 is driven over a virtio-serial command channel (:class:`migrate.drivers.xen.dom0.AgentDom0`): each
+command's output and exit status come back framed.  Readiness is observed: ``VRMIG-DOM0-READY``
+on each host's serial console, ``VRMIG-READY`` on the router domU's console (xenconsoled's log,
+streamed to the orchestrator).  ``xl -vvv migrate`` on R1 and ``xl -vvv migrate-receive`` behind
+socat on R2 stream their messages here, timestamped on receipt (``xen_log.jsonl``), which
+:mod:`analysis.hypervisors.xen` turns into the hypervisor's figures.
+
+Real Xen hosts: when the suite runs in a dom0 (``xl`` present, ``/proc/xen/capabilities`` says
+control_d) and ``XEN_PEER`` names the destination (``ssh`` transport), the same phases run xl
+directly (:class:`migrate.drivers.xen.dom0.ShellDom0`); ``XEN_MIG_ADDR`` is the destination's address on
+the migration link, ``XEN_MIG_IF`` the dom0 NIC whose counters give the volume.  The hosts must
+provide what the nested image does: the domU's kernel and initrd under ``/xen/domu``, the
+``vrmig-vif`` hotplug script, xenconsoled logging guest consoles, socat.  Not the default here and
+not exercised on this machine (it has no Xen)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from pyroute2 import IPRoute
+
+from migrate.core.errors import ConfigError, DependencyError, GuestError, MigrationError
+from migrate.core.procs import Proc
+from migrate.drivers.base import Driver, MigrationOutcome, RunContext
+from migrate.drivers.criu.nsock import NetDevCounters, netns_path
+from migrate.drivers.kvm.accel import detect_accel
+from migrate.drivers.kvm.driver import NIC_MODELS, QEMU, qemu_version
+from migrate.drivers.xen.dom0 import EXIT_MARK, XEN_LOG, AgentDom0, Dom0Error, ShellDom0, StreamLog
+from migrate.experiment.scenario import XEN_PV_REFUSAL, Scenario, xen_host_env
+from migrate.testbed import topology as topo
+
+log = logging.getLogger(__name__)
+
+DOMAIN = "vrmig-router"
+DOM0_MEM_MIB = 1024
+QEMU_HEADROOM_MIB = 512
+XEN_APPEND = (
+    f"console=com1 com1=115200 dom0_mem={DOM0_MEM_MIB}M,max:{DOM0_MEM_MIB}M dom0_max_vcpus=1 "
+    "smap=0 smep=0"  # without smap=0 smep=0 dom0 faults at once under TCG (shared/notes/xen-nested.md)
+)
+DOM0_READY, DOM0_FAIL = "VRMIG-DOM0-READY", "VRMIG-DOM0-FAIL"
+#: dom0 NIC MACs per host (left, right, migration link); the domU keeps the router's own MACs
+HOST_MACS = {
+    "R1": ("52:54:00:c6:31:01", "52:54:00:c6:31:02", "52:54:00:c6:31:03"),
+    "R2": ("52:54:00:c6:32:01", "52:54:00:c6:32:02", "52:54:00:c6:32:03"),
+}
+MIG_TAP, MIG_BRIDGE = "tapM", "brM"
+CFG_PATH = "/etc/xen/vrmig-router.cfg"
+DOMU_CONSOLE_LOG = f"/var/log/xen/console/guest-{DOMAIN}.log"
+SEND_PIDFILE = "/run/vrmig/send.pid"  # in R1's dom0: the xl migrate to stop on timeout
+#: dom0 steps that need shell syntax: fixed scripts, parameters only as positional arguments
+MISSING_TOOLS_SH = 'for t in "$@"; do command -v "$t" >/dev/null || echo "$t"; done'
+LISTENING_SH = "ss -ltn 2>/dev/null || netstat -ltn"
+FOLLOW_SH = 'touch "$1" && exec tail -n +1 -F "$1"'
+WRITE_FILE_SH = 'printf "%s" "$2" > "$1"'
+PIDFILE_EXEC_SH = 'mkdir -p "${1%/*}" && echo $$ > "$1" && shift && exec "$@"'
+KILL_PIDFILE_SH = 'kill "$(cat "$1")"'
+PROGRESS_POLL_S = 0.2  # mig0 counters for the fault injector while xl migrate runs
+SHUTDOWN_TIMEOUT_S = 10.0
+
+
+def real_dom0() -> bool:
+    """True when this machine is itself a Xen dom0 with xl."""
+    try:
+        caps = Path("/proc/xen/capabilities").read_text()
+    except OSError:
+        return False
+    return "control_d" in caps and shutil.which("xl") is not None
+
+
+ROUTER_MACS: tuple[str, str] = (topo.ROUTER_PORTS[0].mac, topo.ROUTER_PORTS[1].mac)
+
+
+def domu_config(
+    kernel: str,
+    ramdisk: str,
+    cmdline: str,
+    *,
+    mem_mib: int,
+    vcpus: int = 1,
+    guest_type: str = "pvh",
+    macs: tuple[str, str] = ROUTER_MACS,
+) -> str:
+    """The router domU's xl configuration (PVH, the router's MACs, vifs on xenbrL/xenbrR)."""
+    vifs = ", ".join(
+        f'"mac={mac},bridge=xenbr{seg},script=/usr/sbin/vrmig-vif"'
+        for seg, mac in zip(topo.SEGMENTS, macs, strict=True)
+    )
+    return "\n".join(
+        [
+            f'name = "{DOMAIN}"',
+            f'type = "{guest_type}"',
+            f'kernel = "{kernel}"',
+            f'ramdisk = "{ramdisk}"',
+            f'cmdline = "{cmdline}"',
+            f"memory = {mem_mib}",
+            f"maxmem = {mem_mib}",
+            f"vcpus = {vcpus}",
+            'tsc_mode = "native"',  # without it TCG's SVM emulation fails on RDTSCP in the guest
+            'on_crash = "preserve"',
+            f"vif = [ {vifs} ]",
+            "",
+        ]
+    )
+
+
+def host_qemu_argv(
+    *,
+    name: str,
+    accel: str,
+    mem_mib: int,
+    xen: Path,
+    kernel: Path,
+    initrd: Path,
+    dom0_args: str,
+    console: Path,
+    ctl: Path,
+    logport: Path,
+    qmp: Path,
+    nic: str,
+    macs: tuple[str, str, str],
+    taps: tuple[str, str, str] = ("tapL", "tapR", MIG_TAP),
+) -> list[str]:
+    """QEMU argv of one nested Xen host: Xen as the multiboot kernel, dom0's kernel and initrd as
+    modules (no commas allowed in ``dom0_args``: QEMU splits -initrd at them)."""
+    if "," in dom0_args or "," in str(kernel) or "," in str(initrd):
+        raise ConfigError(f"dom0 command line and image paths must not contain commas: {dom0_args!r}")
+    argv = [
+        QEMU,
+        "-name", name,
+        "-accel", accel,
+        "-cpu", "host" if accel == "kvm" else "max",
+        "-m", str(mem_mib),
+        "-smp", "1",
+        "-nodefaults", "-no-user-config", "-display", "none", "-vga", "none", "-no-reboot",
+        "-msg", "timestamp=on",
+        "-chardev", f"file,id=con,path={console}", "-serial", "chardev:con",
+        "-kernel", str(xen), "-append", XEN_APPEND,
+        "-initrd", f"{kernel} console=hvc0 {dom0_args},{initrd}",
+        "-qmp", f"unix:{qmp},server=on,wait=off",
+        "-device", "virtio-serial-pci",
+        "-chardev", f"socket,id=ctl,path={ctl},server=on,wait=off",
+        "-device", "virtserialport,chardev=ctl,name=vrmig.ctl",
+        "-chardev", f"socket,id=log,path={logport},server=on,wait=off",
+        "-device", "virtserialport,chardev=log,name=vrmig.log",
+    ]  # fmt: skip
+    for i, (tap, mac) in enumerate(zip(taps, macs, strict=True)):
+        argv += [
+            "-netdev", f"tap,id=n{i},ifname={tap},script=no,downscript=no",
+            "-device", f"{NIC_MODELS[nic]},netdev=n{i},mac={mac},romfile=",
+        ]  # fmt: skip
+    return argv
+
+
+class XenDriver(Driver):
+    """xl migrate between two Xen hosts (nested under QEMU by default)."""
+
+    name = "xen"
+
+    def __init__(self, ctx: RunContext, facts: dict[str, Any]) -> None:
+        super().__init__(ctx, facts)
+        self.nested: bool = facts["nested"]
+        self.accel = facts.get("accel")
+        self.procs: dict[str, Proc] = {}
+        self.dom0: dict[str, AgentDom0 | ShellDom0] = {}
+        self.streams = StreamLog(ctx.run_dir / XEN_LOG)
+        self.boot_s: dict[str, float] = {}
+        # the destination's address on the migration link and dom0's NIC there (real hosts: from
+        # the environment; nested: the testbed's /30 and dom0-init's ethM)
+        # (checked by the scenario: an IP address and an interface name, see xen_host_env)
+        env = xen_host_env(os.environ)
+        nested_addr = topo.addr(topo.MIGRATION_ADDR["R2"])
+        self.mig_addr: str = nested_addr if self.nested else (env["mig_addr"] or nested_addr)
+        self.mig_if: str = "ethM" if self.nested else (env["mig_if"] or "ethM")
+        self._described: dict[str, Any] = {}
+
+    # -- preflight -------------------------------------------------------------------------
+    @classmethod
+    def preflight(cls, scenario: Scenario) -> dict[str, Any]:
+        """Nested: QEMU, the router guest image and the nested Xen host image; real: xl."""
+        if scenario.xen_guest == "pv":
+            raise ConfigError(XEN_PV_REFUSAL)
+        if scenario.mode != "precopy":
+            raise ConfigError("HV=xen supports MODE=precopy only (xl migrate); stop-and-copy is not implemented")
+        from routers.errors import RouterError
+        from routers.guest import guest_image
+        from routers.xen_image import xen_image
+
+        try:
+            image = guest_image(scenario.router)
+        except RouterError as err:
+            raise DependencyError(str(err)) from err
+        peer = xen_host_env(os.environ)["peer"]
+        if real_dom0() and peer:
+            return {"nested": False, "xen_guest_type": scenario.xen_guest, "peer": peer,
+                    "accel": None, "guest_image": dict(image.manifest)}  # fmt: skip
+        if shutil.which(QEMU) is None:
+            raise DependencyError(f"{QEMU} not found: run `make setup`")
+        try:
+            ximage = xen_image()
+        except RouterError as err:
+            raise DependencyError(str(err)) from err
+        auto, reason = detect_accel()
+        if scenario.accel == "kvm" and auto != "kvm":
+            raise DependencyError(f"ACCEL=kvm requested but KVM is unusable here: {reason}")
+        accel = auto if scenario.accel == "auto" else scenario.accel
+        return {
+            "nested": True,
+            "xen_guest_type": scenario.xen_guest,
+            "qemu": qemu_version(),
+            "accel": accel,
+            "accel_reason": reason if scenario.accel == "auto" else f"forced by ACCEL={scenario.accel} ({reason})",
+            "xen_image": {
+                "dir": str(ximage.xen.parent),
+                "hypervisor": ximage.manifest.get("hypervisor"),
+                "tools": ximage.manifest.get("tools"),
+                "dom0_kernel": ximage.manifest.get("dom0_kernel"),
+                "built_at": ximage.manifest.get("built_at"),
+            },
+            "guest_image": {"kernel": str(image.kernel), "initrd": str(image.initrd), **image.manifest},
+        }
+
+    # -- nested hosts ----------------------------------------------------------------------
+    def _mig_bridge(self, host: str) -> None:
+        """In ``host``'s namespace: bridge ``mig0`` with the nested host's tap; the dom0s own the
+        link's addresses now (the namespace's address is removed)."""
+        with IPRoute(netns=self.ctx.testbed.ns(host)) as ipr:
+            ipr.link("add", ifname=MIG_BRIDGE, kind="bridge", br_stp_state=0, br_forward_delay=0)
+            ipr.link("add", ifname=MIG_TAP, kind="tuntap", mode="tap")
+            br = ipr.link_lookup(ifname=MIG_BRIDGE)[0]
+            mig = ipr.link_lookup(ifname=topo.MIGRATION_IF)[0]
+            a, plen = topo.MIGRATION_ADDR[host].split("/")
+            ipr.addr("del", index=mig, address=a, prefixlen=int(plen))
+            mtu = self.ctx.scenario.xen_mig_mtu
+            for port in (topo.MIGRATION_IF, MIG_TAP):
+                ipr.link("set", index=ipr.link_lookup(ifname=port)[0], master=br, mtu=mtu, state="up")
+            ipr.link("set", index=br, mtu=mtu, state="up")
+
+    def _boot_host(self, host: str) -> None:
+        from routers.xen_image import host_initrd, xen_image
+
+        s, reg = self.ctx.scenario, self.ctx.registry
+        image = xen_image(verify=False)
+        macs = HOST_MACS[host]
+        dom0_args = (
+            f"vrmig.macL={macs[0]} vrmig.macR={macs[1]} vrmig.macM={macs[2]} "
+            f"vrmig.addr={topo.MIGRATION_ADDR[host]} vrmig.mtu={s.xen_mig_mtu}"
+        )
+        argv = host_qemu_argv(
+            name=f"vrmig-{self.ctx.testbed.prefix}-xen-{host}",
+            accel=self.accel,
+            mem_mib=DOM0_MEM_MIB + s.mem_mib + QEMU_HEADROOM_MIB,
+            xen=image.xen,
+            kernel=image.kernel,
+            initrd=host_initrd(s.router),
+            dom0_args=dom0_args,
+            console=self.ctx.run_dir / f"console-{host}.log",
+            ctl=reg.dir / f"xenctl-{host}.sock",
+            logport=reg.dir / f"xenlog-{host}.sock",
+            qmp=reg.dir / f"qmp-{host}.sock",
+            nic=s.nic,
+            macs=macs,
+        )
+        proc = Proc(f"qemu-xen-{host}", argv, reg, self.ctx.run_dir, netns=self.ctx.testbed.ns(host))
+        proc.start()
+        self.procs[host] = proc
+        self.dom0[host] = AgentDom0(host, reg.dir / f"xenctl-{host}.sock", reg.dir / f"xenlog-{host}.sock",
+                                    self.streams, proc.alive)  # fmt: skip
+
+    def _wait_dom0(self, host: str, t0: float) -> None:
+        """Wait for dom0's READY (or FAIL) line on the host's serial console."""
+        console = self.ctx.run_dir / f"console-{host}.log"
+        proc = self.procs[host]
+        deadline = time.monotonic() + self.ctx.scenario.boot_timeout_s
+        while True:
+            text = console.read_text(errors="replace") if console.exists() else ""
+            if DOM0_READY in text:
+                self.boot_s[host] = round(time.monotonic() - t0, 2)
+                self.ctx.recorder.action("dom0-ready", host=host, boot_s=self.boot_s[host])
+                return
+            why = None
+            if DOM0_FAIL in text:
+                why = "dom0 reported a failure"
+            elif not proc.alive():
+                why = f"its QEMU exited (status {proc.returncode()}: {proc.stderr_tail()})"
+            elif time.monotonic() > deadline:
+                why = f"no {DOM0_READY} within {self.ctx.scenario.boot_timeout_s:.0f} s"
+            elif self.ctx.abort and self.ctx.abort():
+                why = "interrupted"
+            if why:
+                raise GuestError(f"nested Xen host {host} did not boot: {why}; console: {_excerpt(text)}")
+            time.sleep(0.05)
+
+    def _run(self, host: str, argv: list[str], timeout_s: float = 30.0, check: bool = True) -> str:
+        rc, out = self.dom0[host].run(argv, timeout_s)
+        if check and rc != 0:
+            raise GuestError(f"{host} dom0: `{shlex.join(argv)[:120]}` failed (exit {rc}): {_excerpt(out)}")
+        return out
+
+    def _check_tools(self, host: str) -> dict[str, Any]:
+        """The dom0 tools the driver needs are there; xl info's main figures."""
+        tools = ["xl", "socat", "xenstore-read", "xenstore-watch"]
+        missing = self._run(host, ["sh", "-c", MISSING_TOOLS_SH, "sh", *tools], check=False).split()
+        if missing:
+            raise DependencyError(f"{host} dom0 lacks {', '.join(missing)}: rebuild with `make xen`")
+        info = parse_xl_info(self._run(host, ["xl", "info"]))
+        return {k: info.get(k) for k in ("xen_version", "virt_caps", "total_memory", "free_memory", "xen_commandline")}
+
+    # -- phases ----------------------------------------------------------------------------
+    def start_source(self) -> None:
+        """Boot both nested hosts (concurrently), then the router domU on R1; wait for READY."""
+        rec = self.ctx.recorder
+        t0 = time.monotonic()
+        if self.nested:
+            for host in topo.HYPERVISOR_HOSTS:
+                self._mig_bridge(host)
+            for host in topo.HYPERVISOR_HOSTS:
+                rec.action("boot-host", host=host)
+                self._boot_host(host)
+            for host in topo.HYPERVISOR_HOSTS:
+                self._wait_dom0(host, t0)
+        else:
+            self.dom0["R1"] = ShellDom0("R1", self.streams)
+            self.dom0["R2"] = ShellDom0("R2", self.streams, ["ssh", self.facts["peer"]])
+        self._described["hosts"] = {h: self._check_tools(h) for h in topo.HYPERVISOR_HOSTS}
+        self._described["host_boot_s"] = dict(self.boot_s)
+        self._create_domu()
+
+    def _create_domu(self) -> None:
+        s, rec = self.ctx.scenario, self.ctx.recorder
+        left, right = (topo.router_port(seg) for seg in topo.SEGMENTS)
+        rec.action("boot", host="R1", domain=DOMAIN, type=s.xen_guest)
+        create_router_domu(
+            self.dom0["R1"], self.streams, "R1", s.router, ([left.ipv4, left.ipv6], [right.ipv4, right.ipv6]),
+            mem_mib=s.mem_mib, vcpus=s.vcpus, guest_type=s.xen_guest, timeout_s=s.boot_timeout_s,
+            alive=self.procs["R1"].alive if "R1" in self.procs else None, save_cfg=self.ctx.run_dir / "xen-domu.cfg",
+            rib_routes=s.rib_routes,
+        )  # fmt: skip
+        rec.action("router-ready", host="R1")
+
+    def prepare_destination(self) -> None:
+        """R2: xl migrate-receive behind a socat listener on the migration link."""
+        port = topo.MIGRATION_PORT
+        addr = self.mig_addr
+        self.dom0["R2"].stream("recv", receiver_argv(addr, port))
+        deadline = time.monotonic() + 30.0
+        while f":{port} " not in self._run("R2", ["sh", "-c", LISTENING_SH], check=False):
+            if time.monotonic() > deadline:
+                raise MigrationError(f"R2: socat did not listen on {addr}:{port}: {self.streams.tail('R2', 'recv')}")
+            time.sleep(0.1)
+        self.dom0["R2"].stream("con", ["sh", "-c", FOLLOW_SH, "sh", DOMU_CONSOLE_LOG])
+        self.ctx.recorder.action("incoming", host="R2", uri=f"tcp:{addr}:{port}")
+
+    def migrate(self) -> MigrationOutcome:
+        """xl migrate R1 -> R2; block until xl exits (or the timeout)."""
+        s, rec = self.ctx.scenario, self.ctx.recorder
+        argv = sender_argv(self.mig_addr, topo.MIGRATION_PORT)
+        n0 = len(self.streams.lines)
+        before = self._mig_counters()
+        rec.action("migrate", side="src", command=shlex.join(argv), mode=s.mode)
+        self.dom0["R1"].stream("send", ["sh", "-c", PIDFILE_EXEC_SH, "sh", SEND_PIDFILE, *argv])
+        alive = self.procs["R1"].alive if "R1" in self.procs else None
+        hit = self._wait_sent(s.migrate_timeout_s, alive)
+        if hit is None:
+            rec.action("migration-end", side="src", status="failed", reason="timeout or host died")
+            with_excerpt = " | ".join(self.streams.tail("R1", "send"))
+            if alive is not None and not alive():
+                raise MigrationError(f"nested host R1 died during the migration; xl: {with_excerpt}")
+            self._run("R1", ["sh", "-c", KILL_PIDFILE_SH, "sh", SEND_PIDFILE], check=False)
+            raise MigrationError(f"xl migrate did not finish within {s.migrate_timeout_s:.0f} s; xl: {with_excerpt}")
+        rc = int(hit["line"].split()[-1])
+        status = "completed" if rc == 0 else "failed"
+        rec.action("migration-end", t_ns=hit["t_ns"], side="src", status=status, exit_status=rc)
+        self._write_counters(before, self._mig_counters())
+        sent = [r for r in self.streams.lines[n0:] if r["host"] == "R1" and r["tag"] == "send"]
+        if rc != 0:
+            errors = [r["line"] for r in sent if "error" in r["line"].lower() or "fail" in r["line"].lower()]
+            excerpt = " | ".join((errors or [r["line"] for r in sent])[-6:])
+            raise MigrationError(f"xl migrate failed (exit {rc}): {excerpt}")
+        return MigrationOutcome(completed=True, hypervisor={"xl_exit_status": rc})
+
+    def _wait_sent(self, timeout_s: float, alive: Any) -> dict[str, Any] | None:
+        """Wait for xl migrate's exit line; meanwhile (nested hosts, with a fault to inject) feed the
+        fault injector the bytes R1 sent on ``mig0`` since the start, as QEMU's ``ram.transferred``
+        feeds it for HV=kvm (the stream's headers included)."""
+        faults = self.ctx.faults
+        if not self.nested or faults is None or not faults.fault:
+            return self.streams.wait("R1", "send", (EXIT_MARK,), timeout_s, alive)
+        counters = NetDevCounters(netns_path(self.ctx.testbed.ns("R1")))
+        try:
+            tx0 = counters.tx_bytes(topo.MIGRATION_IF)
+            deadline = time.monotonic() + timeout_s
+            while True:
+                left = deadline - time.monotonic()
+                hit = self.streams.wait("R1", "send", (EXIT_MARK,), max(0.0, min(PROGRESS_POLL_S, left)), alive)
+                if hit is not None or left <= 0 or (alive is not None and not alive()):
+                    return hit
+                sent = counters.tx_bytes(topo.MIGRATION_IF) - tx0
+                faults.on_progress({"status": "active", "ram": {"transferred": sent}})
+        finally:
+            counters.close()
+
+    def _mig_counters(self) -> dict[str, int | None]:
+        """dom0's own byte counters of the migration NIC (R1 tx, R2 rx)."""
+        out: dict[str, int | None] = {}
+        for host, key, what in (("R1", "tx", "tx_bytes"), ("R2", "rx", "rx_bytes")):
+            rc, text = self.dom0[host].run(["cat", f"/sys/class/net/{self.mig_if}/statistics/{what}"], 15.0)
+            out[key] = int(text.strip()) if rc == 0 and text.strip().isdigit() else None
+        return out
+
+    def _write_counters(self, before: dict[str, int | None], after: dict[str, int | None]) -> None:
+        def delta(k: str) -> int | None:
+            a, b = before.get(k), after.get(k)
+            return b - a if a is not None and b is not None else None
+
+        data = {"dom0_mig_tx_bytes": delta("tx"), "dom0_mig_rx_bytes_dst": delta("rx"), "before": before,
+                "after": after, "nic": self.mig_if}  # fmt: skip
+        (self.ctx.run_dir / "xen.json").write_text(json.dumps(data, indent=1) + "\n")
+
+    def verify(self) -> dict[str, Any]:
+        """Where the domain runs (``xl list`` on both hosts)."""
+        out: dict[str, Any] = {}
+        for side, host in (("src", "R1"), ("dst", "R2")):
+            try:
+                rc, text = self.dom0[host].run(["xl", "list", DOMAIN], 15.0)
+                dom = parse_xl_list(text).get(DOMAIN) if rc == 0 else None
+                out[f"{side}_status"] = "running" if dom else "absent"
+                out[f"{side}_xl_list"] = dom
+            except (Dom0Error, KeyError) as err:
+                out[f"{side}_status"] = f"unknown ({err})"
+        return out
+
+    def source_running(self) -> bool:
+        """The domain still exists on R1 (xl keeps it there after a failed migration)."""
+        try:
+            rc, text = self.dom0["R1"].run(["xl", "list", DOMAIN], 15.0)
+        except (Dom0Error, KeyError):
+            return False
+        return rc == 0 and DOMAIN in parse_xl_list(text)
+
+    def pause(self) -> None:
+        """Pause the router domU on R1 (``xl pause`` in dom0; returns when xl has exited)."""
+        self._run("R1", ["xl", "pause", DOMAIN])
+
+    def resume(self) -> None:
+        """Unpause the router domU on R1 (``xl unpause``)."""
+        self._run("R1", ["xl", "unpause", DOMAIN])
+
+    def fault_targets(self) -> dict[str, Any]:
+        """Nested hosts that chaos runs kill mid-migration."""
+        from migrate.experiment.faults import kill_pid
+
+        return {
+            "dst-qemu-dies": kill_pid(lambda: self.procs["R2"].pid if "R2" in self.procs else None),
+            "src-qemu-dies": kill_pid(lambda: self.procs["R1"].pid if "R1" in self.procs else None),
+        }
+
+    def describe(self) -> dict[str, Any]:
+        """Xen facts for meta.json: guest type, nesting, accelerator, the hosts' xl info."""
+        return {
+            **self._described,
+            "xen_guest_type": self.ctx.scenario.xen_guest,
+            "nested": self.nested,
+            "accel": self.accel,
+            "accel_reason": self.facts.get("accel_reason"),
+            "xen_log": XEN_LOG,
+            "migration_link_mtu": self.ctx.scenario.xen_mig_mtu,
+        }
+
+    def stop(self) -> None:
+        """Stop the nested hosts (their QEMUs, by PID) and close the channels."""
+        for host, d in self.dom0.items():
+            try:
+                d.close()
+            except OSError as err:
+                log.debug("%s: close: %s", host, err)
+        for proc in self.procs.values():
+            proc.stop(timeout_s=SHUTDOWN_TIMEOUT_S)
+        self.streams.close()
+
+
+def create_router_domu(
+    dom0: AgentDom0 | ShellDom0,
+    streams: StreamLog,
+    host: str,
+    profile: str,
+    cidrs: tuple[list[str], list[str]],
+    *,
+    mem_mib: int,
+    vcpus: int = 1,
+    guest_type: str = "pvh",
+    macs: tuple[str, str] = ROUTER_MACS,
+    timeout_s: float = 120.0,
+    rib_routes: int = 0,
+    alive: Any = None,
+    save_cfg: Path | None = None,
+) -> str:
+    """Write the domU's config into ``host``'s dom0, stream its console, ``xl create`` it and wait
+    for the router's READY line (returned); GuestError with the console's tail otherwise."""
+    from routers.guest import FAIL_MARKER, READY_MARKER, kernel_cmdline
+    from routers.xen_image import DOMU_DIR
+
+    cmdline = kernel_cmdline(profile, cidrs[0], cidrs[1], console="hvc0", rib_routes=rib_routes)
+    cfg = domu_config(f"{DOMU_DIR}/vmlinuz", f"{DOMU_DIR}/initrd.img", cmdline, mem_mib=mem_mib, vcpus=vcpus,
+                      guest_type=guest_type, macs=macs)  # fmt: skip
+    if save_cfg is not None:
+        save_cfg.write_text(cfg)
+    rc, out = dom0.run(["sh", "-c", WRITE_FILE_SH, "sh", CFG_PATH, cfg])
+    if rc != 0:
+        raise GuestError(f"{host} dom0: cannot write {CFG_PATH}: {_excerpt(out)}")
+    # the domU's console as xenconsoled logs it, streamed (readiness is observed there)
+    dom0.stream("con", ["sh", "-c", FOLLOW_SH, "sh", DOMU_CONSOLE_LOG])
+    rc, out = dom0.run(["xl", "create", CFG_PATH], 120.0)
+    if rc != 0:
+        raise GuestError(f"{host} dom0: xl create failed (exit {rc}): {_excerpt(out)}")
+    hit = streams.wait(host, "con", (READY_MARKER, FAIL_MARKER), timeout_s, alive)
+    if hit is None or READY_MARKER not in hit["line"]:
+        tail = " | ".join(streams.tail(host, "con"))
+        raise GuestError(f"router domU not ready on {host}: {hit['line'] if hit else 'no READY line'}; console: {tail}")
+    return str(hit["line"])
+
+
+def receiver_argv(addr: str, port: int) -> list[str]:
+    """R2's listener: socat accepts one connection on ``addr``:``port`` and runs
+    ``xl -vvv migrate-receive`` on it (socat's EXEC splits its own words; no shell)."""
+    return ["socat", f"TCP-LISTEN:{port},bind={addr},reuseaddr", "EXEC:xl -vvv migrate-receive"]
+
+
+def sender_argv(addr: str, port: int) -> list[str]:
+    """R1's ``xl migrate``.  With an empty ``-s`` xl runs its host argument with ``sh -c`` as the
+    transport, so that argument is a shell command line: built with shlex.join, the address
+    stays one word whatever it contains."""
+    transport = shlex.join(["socat", "-", f"TCP:{addr}:{port}"])
+    return ["xl", "-vvv", "migrate", "-s", "", DOMAIN, transport]
+
+
+def _excerpt(text: str, n: int = 12) -> str:
+    lines = [ln for ln in text.replace("\r", "").splitlines() if ln.strip()]
+    return " | ".join(lines[-n:])
+
+
+def parse_xl_list(text: str) -> dict[str, dict[str, Any]]:
+    """``xl list`` output -> {name: {id, mem_mib, vcpus, state, time_s}}."""
+    out: dict[str, dict[str, Any]] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 6 or parts[0] == "Name" or not parts[1].isdigit():
+            continue
+        out[parts[0]] = {
+            "id": int(parts[1]),
+            "mem_mib": int(parts[2]),
+            "vcpus": int(parts[3]),
+            "state": parts[4],
+            "time_s": float(parts[5]),
+        }
+    return out
+
+
+def parse_xl_info(text: str) -> dict[str, str]:
+    """``xl info`` output -> {key: value}."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out

@@ -1,0 +1,1 @@
+"""One experiment: scenario, run, instruments, recorder, faults, console."""

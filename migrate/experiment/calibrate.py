@@ -1,0 +1,583 @@
+"""``make calibrate``: the downtime estimators against outages of known duration, no migration.
+
+The testbed, router and instruments of ``make migrate`` (Registry, TestbedBuilder, the driver,
+Instruments, Recorder) run as usual; then, under the cross-traffic, the router's forwarding path
+is interrupted ``REPS`` times for each of ``DURATIONS`` ms:
+
+* ``cut``: R1's bridge port of the router's right-hand interface (``tapR`` on ``brR``) is set to
+  the bridge's *disabled* state and back to *forwarding* (IFLA_BRPORT_STATE, one RTM_SETLINK
+  netlink request each, from a socket the orchestrator keeps open in R1's namespace: no process
+  starts inside the outage).  The router keeps running; only the network path is cut.
+* ``pause``: the hypervisor pauses the router itself (the driver's ``pause``/``resume``: QMP
+  ``stop``/``cont``, ``virDomainSuspend``/``Resume``, the cgroup v2 freezer, ``xl pause``).
+
+Each edge is timestamped (CLOCK_REALTIME ns, the clock of every trace) immediately before and
+after its command and written to ``actions.jsonl``; events follow each other only once the
+router was seen forwarding again and ``SPACING_S`` has passed, in a seeded random order of the
+durations per repetition.  :mod:`analysis.metrics.calibration` then compares every estimator with every
+event (``calibration.csv``, ``calibration_events.csv``)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import random
+import signal
+import socket
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from migrate.core import meta as metamod
+from migrate.core.atomic import write_json
+from migrate.core.errors import ConfigError, DependencyError, Interrupted, VrmigError
+from migrate.core.registry import Registry, clean_stale
+from migrate.core.sighold import signal_handlers
+from migrate.core.units import format_rate, parse_rate_bps
+from migrate.drivers.base import Driver, RunContext, load_driver
+from migrate.drivers.criu.nsock import in_netns, netns_path, socket_in
+from migrate.experiment.instruments import FORWARD_MIN_PACKETS, Instruments
+from migrate.experiment.recorder import Recorder
+from migrate.experiment.run import RESULTS_MARKER, _Abort, check_results_root, mark_results_root
+from migrate.experiment.scenario import DRIVERS, HVS, Scenario
+from migrate.testbed import topology as topo
+from migrate.testbed.builder import Testbed, TestbedBuilder, new_prefix
+
+log = logging.getLogger(__name__)
+
+KINDS = ("cut", "pause")
+EDGE_ACTIONS = {"cut": ("cut", "restore"), "pause": ("pause", "resume")}
+MIN_DURATION_MS, MAX_DURATION_MS = 1.0, 10_000.0
+MAX_REPS = 100
+DEFAULT_DURATIONS_MS = (20.0, 50.0, 100.0, 200.0, 500.0)
+#: HV=xen: the nested router forwards ~10 Mbit/s of 1500 B frames without loss
+#: (docs/measurements/2026-11-23-xen-baseline.md)
+XEN_DEFAULT_RATE_BPS = 10_000_000
+XEN_BOOT_TIMEOUT_S = 300.0
+SPACING_S = 1.0  # normal forwarding between one event's end (forwarding seen again) and the next
+FORWARD_TIMEOUT_S = 15.0  # the router must forward again this soon after an event
+FORWARD_POLL_S = 0.002
+WARMUP_TIMEOUT_S = 30.0
+CUT_PORT = "tapR"  # R1's bridge port of the router's right-hand interface (toward B)
+META_FORMAT = 1
+
+# netlink (linux/rtnetlink.h, linux/if_link.h, linux/if_bridge.h)
+RTM_SETLINK, NLMSG_ERROR = 19, 2
+NLM_F_REQUEST, NLM_F_ACK = 0x1, 0x4
+AF_BRIDGE, IFLA_PROTINFO, NLA_F_NESTED, IFLA_BRPORT_STATE = 7, 12, 0x8000, 1
+BR_STATE_DISABLED, BR_STATE_FORWARDING = 0, 3
+
+
+@dataclass(frozen=True)
+class CalibrationSpec:
+    """One calibration run (every field is recorded in meta.json)."""
+
+    hv: str = "kvm"
+    driver: str = "qmp"
+    kinds: tuple[str, ...] = KINDS
+    durations_ms: tuple[float, ...] = DEFAULT_DURATIONS_MS
+    reps: int = 5
+    rate_bps: int = 100_000_000
+    frame_bytes: int = 1500
+    router: str = "frr"
+    accel: str = "auto"
+    mem_mib: int = 256
+    sample_ms: int = 10
+    boot_timeout_s: float = 120.0
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @property
+    def name(self) -> str:
+        """Results directory suffix, from the parameters."""
+        hv = self.hv if self.driver == "qmp" else f"{self.hv}-{self.driver}"
+        return f"calibrate-{hv}-{'+'.join(self.kinds)}-{format_rate(self.rate_bps)}-{self.frame_bytes}"
+
+    def planned_s(self) -> float:
+        """A generous estimate of the event phase's length (for the probes' duration)."""
+        n = len(self.kinds) * len(self.durations_ms) * self.reps
+        return sum(self.durations_ms) / 1e3 * len(self.kinds) * self.reps + n * (SPACING_S + 1.0) + 30.0
+
+    def scenario(self) -> Scenario:
+        """The Scenario the driver and the instruments are built from (no migration happens;
+        HV=criu: stop-and-copy, whose checks need no soft-dirty tracking)."""
+        total = self.planned_s()
+        return Scenario(
+            hv=self.hv, driver=self.driver, mode="stopcopy" if self.hv == "criu" else "precopy",
+            rate_bps=self.rate_bps, frame_bytes=self.frame_bytes,
+            duration_s=total, migrate_at_s=total / 2, sample_ms=self.sample_ms, mem_mib=self.mem_mib,
+            router=self.router, accel=self.accel, boot_timeout_s=self.boot_timeout_s,
+        )  # fmt: skip
+
+
+def validate(spec: CalibrationSpec) -> None:
+    """ConfigError with one actionable line for the first invalid parameter."""
+    if spec.hv not in HVS:
+        raise ConfigError(f"HV={spec.hv!r} is not supported: choose one of {', '.join(HVS)}")
+    if spec.driver not in DRIVERS:
+        raise ConfigError(f"DRIVER={spec.driver!r} is unknown: choose one of {', '.join(DRIVERS)}")
+    if not spec.kinds or any(k not in KINDS for k in spec.kinds):
+        raise ConfigError(f"KIND={','.join(spec.kinds)!r} is unknown: choose cut, pause or cut,pause")
+    for d in spec.durations_ms:
+        if not MIN_DURATION_MS <= d <= MAX_DURATION_MS:
+            raise ConfigError(
+                f"DURATIONS={d:g} ms is outside {MIN_DURATION_MS:g} ms-{MAX_DURATION_MS / 1e3:g} s: "
+                "give outage lengths in ms, e.g. 20,50,100,200,500"
+            )
+    if not 1 <= spec.reps <= MAX_REPS:
+        raise ConfigError(f"REPS={spec.reps} must be between 1 and {MAX_REPS}")
+    if spec.rate_bps <= 0:
+        raise ConfigError(f"RATE={spec.rate_bps}: a calibration needs cross-traffic (the estimators measure it)")
+    spec.scenario()  # SIZE, ROUTER, ACCEL, MEM, SAMPLE_MS, DRIVER/HV combinations: the Scenario's own checks
+
+
+def parse_durations(text: str) -> tuple[float, ...]:
+    """``20,50,100`` -> (20.0, 50.0, 100.0) ms, duplicates removed, in the given order."""
+    items = [t.strip() for t in text.split(",")]
+    if not text.strip() or any(not t for t in items):
+        raise ConfigError(f"DURATIONS={text!r} must be a comma-separated list of ms without empty items, e.g. 20,50")
+    out: list[float] = []
+    for t in items:
+        try:
+            value = float(t)
+        except ValueError:
+            raise ConfigError(f"DURATIONS={t!r} is not a number of milliseconds") from None
+        if value not in out:
+            out.append(value)
+    return tuple(out)
+
+
+def parse_kinds(text: str) -> tuple[str, ...]:
+    """``cut``, ``pause``, ``cut,pause`` (or ``both``) -> kinds in canonical order."""
+    items = {t.strip() for t in text.split(",")}
+    if items == {"both"}:
+        return KINDS
+    unknown = items - set(KINDS)
+    if unknown or not items:
+        raise ConfigError(f"KIND={text!r} is unknown: choose cut, pause or cut,pause")
+    return tuple(k for k in KINDS if k in items)
+
+
+def check_pause_capability(spec: CalibrationSpec) -> type[Driver]:
+    """The driver class; ConfigError (nothing started) if pauses are asked of one without them."""
+    driver_cls = load_driver(spec.hv, spec.driver)
+    if "pause" in spec.kinds and not callable(getattr(driver_cls, "pause", None)):
+        hv = spec.hv if spec.driver == "qmp" else f"{spec.hv} DRIVER={spec.driver}"
+        raise ConfigError(f"KIND=pause: HV={hv} has no way to pause the router here: use KIND=cut")
+    return driver_cls
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One event to run."""
+
+    index: int
+    kind: str
+    nominal_ms: float
+    rep: int
+
+
+def plan(spec: CalibrationSpec) -> list[Planned]:
+    """Per repetition and kind, every duration once, in a seeded random order."""
+    rng = random.Random(spec.seed)
+    out: list[Planned] = []
+    for rep in range(spec.reps):
+        for kind in spec.kinds:
+            durations = list(spec.durations_ms)
+            rng.shuffle(durations)
+            out += [Planned(len(out) + i, kind, d, rep) for i, d in enumerate(durations)]
+    return out
+
+
+def brport_state_request(ifindex: int, state: int, seq: int) -> bytes:
+    """RTM_SETLINK (AF_BRIDGE) setting a bridge port's STP state, as ``bridge link set dev X
+    state N`` sends it: ifinfomsg + IFLA_PROTINFO (nested) { IFLA_BRPORT_STATE u8 }."""
+    state_attr = struct.pack("=HHB3x", 5, IFLA_BRPORT_STATE, state)
+    protinfo = struct.pack("=HH", 4 + len(state_attr), IFLA_PROTINFO | NLA_F_NESTED) + state_attr
+    body = struct.pack("=BBHiII", AF_BRIDGE, 0, 0, ifindex, 0, 0) + protinfo
+    return struct.pack("=IHHII", 16 + len(body), RTM_SETLINK, NLM_F_REQUEST | NLM_F_ACK, seq, 0) + body
+
+
+def netlink_ack_error(reply: bytes, seq: int) -> int | None:
+    """errno of the NLMSG_ERROR acknowledging request ``seq`` (0 = success; None: not it)."""
+    off = 0
+    while off + 16 <= len(reply):
+        length, kind, _flags, rseq, _pid = struct.unpack_from("=IHHII", reply, off)
+        if kind == NLMSG_ERROR and rseq == seq and length >= 20:
+            return -struct.unpack_from("=i", reply, off + 16)[0]
+        off += max((length + 3) & ~3, 16)
+    return None
+
+
+class PortCut:
+    """Cuts and restores one bridge port in a namespace with one netlink request each."""
+
+    def __init__(self, ns: str, ifname: str) -> None:
+        from pyroute2 import IPRoute
+
+        with IPRoute(netns=ns) as ipr:
+            found = ipr.link_lookup(ifname=ifname)
+            if not found or not ipr.get_links(found[0])[0].get_attr("IFLA_MASTER"):
+                raise VrmigError(f"{ifname} in {ns} is not a bridge port: cannot cut the router's path there")
+        self.ifindex, self.ifname = int(found[0]), ifname
+        self.sock = socket_in(netns_path(ns), socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+        self.sock.settimeout(5.0)
+        self.seq = 0
+
+    def _set(self, state: int) -> None:
+        self.seq += 1
+        self.sock.send(brport_state_request(self.ifindex, state, self.seq))
+        while (err := netlink_ack_error(self.sock.recv(65536), self.seq)) is None:
+            pass
+        if err:
+            raise OSError(err, f"setting bridge port {self.ifname} to state {state}")
+
+    def cut(self) -> None:
+        """Port disabled: the bridge neither takes frames from it nor delivers frames to it."""
+        self._set(BR_STATE_DISABLED)
+
+    def restore(self) -> None:
+        """Port forwarding again."""
+        self._set(BR_STATE_FORWARDING)
+
+    def close(self) -> None:
+        """Close the netlink socket."""
+        self.sock.close()
+
+
+class RxPackets:
+    """rx_packets of one interface in a namespace, read from ``/proc/thread-self/net/dev`` opened
+    inside it (a file read, no process or netlink helper: polled right after an event's end, when
+    the router's first packets are on their way)."""
+
+    def __init__(self, ns: str, ifname: str) -> None:
+        self.ifname = ifname
+        self._fh = in_netns(netns_path(ns), lambda: open("/proc/thread-self/net/dev", "rb", buffering=0))
+
+    def read(self) -> int:
+        """The current counter."""
+        self._fh.seek(0)
+        for line in self._fh.read(1 << 20).decode().splitlines()[2:]:
+            name, _, rest = line.partition(":")
+            if name.strip() == self.ifname:
+                return int(rest.split()[1])
+        raise OSError(f"{self.ifname} not in /proc/net/dev")
+
+    def close(self) -> None:
+        """Release the file."""
+        self._fh.close()
+
+
+def _sleep_until_ns(t_ns: int) -> None:
+    """Wait for a scheduled instant (an event's planned end: a schedule, not a readiness wait)."""
+    while (left := t_ns - time.time_ns()) > 0:
+        time.sleep(min(left / 1e9, 0.1))
+
+
+class Calibrator:
+    """The run: testbed, router, instruments, then the planned events, then teardown."""
+
+    def __init__(self, spec: CalibrationSpec, driver_cls: type[Driver], facts: dict[str, Any], run_dir: Path) -> None:
+        self.spec, self.driver_cls, self.facts, self.run_dir = spec, driver_cls, facts, run_dir
+        self.scenario = spec.scenario()
+        self.registry = Registry(new_prefix(), run_dir=str(run_dir.resolve()))
+        self.tb = Testbed(self.registry.prefix)
+        self.driver: Driver | None = None
+        self.instruments: Instruments | None = None
+        self.port: PortCut | None = None
+        self.rx_b: RxPackets | None = None
+        self.active: Planned | None = None  # the event whose path is cut or paused right now
+        self.end_half_ns = {k: 0 for k in KINDS}  # last half-width of each kind's end edge
+
+    def execute(self, meta: dict[str, Any], abort: _Abort) -> None:
+        """Everything up to and including the last event; the caller tears down (``teardown``)."""
+        self.recorder = Recorder(self.run_dir)
+        self.registry.open()
+        meta["testbed"] = {"prefix": self.registry.prefix, "namespaces": {r: self.tb.ns(r) for r in topo.all_roles()}}
+        ctx = RunContext(self.scenario, self.tb, self.registry, self.run_dir, self.recorder, abort, None)
+        self.driver = self.driver_cls(ctx, self.facts)
+        write_json(self.run_dir / "meta.json", meta)
+        log.info("building testbed %s", self.registry.prefix)
+        TestbedBuilder(self.registry).build()
+        log.info("starting the router (%s, %s, accel=%s)", self.spec.router, self.spec.hv, meta["accel"])
+        self.driver.start_source()
+        self.instruments = Instruments(self.scenario, self.tb, self.registry, self.run_dir, self.recorder)
+        self.instruments.start()
+        meta["instruments"] = self.instruments.describe()
+        write_json(self.run_dir / "meta.json", meta)
+        self.instruments.wait_forwarding(timeout_s=WARMUP_TIMEOUT_S)
+        if "cut" in self.spec.kinds:
+            self.port = PortCut(self.tb.ns("R1"), CUT_PORT)
+        prepare: Callable[[], None] | None = getattr(self.driver, "prepare_pause", None)
+        if "pause" in self.spec.kinds and prepare is not None:
+            prepare()
+        events = plan(self.spec)
+        time.sleep(SPACING_S)  # schedule: normal forwarding before the first event
+        for i, ev in enumerate(events):
+            log.info("event %d/%d: %s %g ms (rep %d)", i + 1, len(events), ev.kind, ev.nominal_ms, ev.rep + 1)
+            self._event(ev)
+            self._forwarding_again(ev)
+            time.sleep(SPACING_S)
+        dead = self.instruments.dead()
+        if dead:
+            raise VrmigError(f"instrument died during the calibration: {dead}")
+        self.instruments.stop()
+        meta["hypervisor"].update(self.driver.describe())
+
+    def _edge(self, ev: Planned, which: int, fn: Callable[[], None], **extra: Any) -> tuple[int, int]:
+        """Run one edge's command between two timestamps and record it (``which``: 0 start, 1 end;
+        after an end edge no event is active any more)."""
+        t0 = time.time_ns()
+        fn()
+        t1 = time.time_ns()
+        if which == 1:
+            self.active = None
+        self.recorder.action(
+            EDGE_ACTIONS[ev.kind][which], t_ns=t0, before_ns=t0, after_ns=t1, index=ev.index, kind=ev.kind,
+            nominal_ms=ev.nominal_ms, rep=ev.rep, **extra,
+        )  # fmt: skip
+        return t0, t1
+
+    def _actions(self, kind: str) -> tuple[Callable[[], None], Callable[[], None]]:
+        if kind == "cut":
+            assert self.port is not None
+            return self.port.cut, self.port.restore
+        assert self.driver is not None
+        return self.driver.pause, self.driver.resume  # type: ignore[attr-defined]
+
+    def _event(self, ev: Planned) -> None:
+        """Start edge, hold until mid(start) + nominal − (expected half of the end edge), end edge."""
+        do, undo = self._actions(ev.kind)
+        self.active = ev
+        t0, t1 = self._edge(ev, 0, do)
+        _sleep_until_ns(t0 + (t1 - t0) // 2 + int(ev.nominal_ms * 1e6) - self.end_half_ns[ev.kind])
+        t2, t3 = self._edge(ev, 1, undo)
+        self.end_half_ns[ev.kind] = (t3 - t2) // 2
+
+    def _forwarding_again(self, ev: Planned) -> None:
+        """Observe B's eth0 receive counter grow by a few packets (the router forwards again)."""
+        if self.rx_b is None:
+            self.rx_b = RxPackets(self.tb.ns("B"), topo.HOST_IF)
+        start = self.rx_b.read()
+        deadline = time.monotonic() + FORWARD_TIMEOUT_S
+        while self.rx_b.read() - start < FORWARD_MIN_PACKETS:
+            if time.monotonic() > deadline:
+                raise VrmigError(
+                    f"the router did not forward again within {FORWARD_TIMEOUT_S:.0f} s after "
+                    f"{ev.kind} {ev.nominal_ms:g} ms (event {ev.index})"
+                )
+            time.sleep(FORWARD_POLL_S)
+        self.recorder.action("forwarding-observed", host="B", index=ev.index)
+
+    def teardown(self) -> list[str]:
+        """Undo an interrupted cut or pause, stop everything, remove what was registered."""
+        problems: list[str] = []
+        steps: list[tuple[str, Callable[[], Any] | None]] = []
+        if self.active is not None:
+            ev = self.active
+            _, undo = self._actions(ev.kind)
+            steps.append((f"end the interrupted {ev.kind}", lambda: self._edge(ev, 1, undo, reason="teardown")))
+        steps += [
+            ("stop instruments", self.instruments.kill if self.instruments is not None else None),
+            ("close netlink socket", self.port.close if self.port is not None else None),
+            ("close B's counters", self.rx_b.close if self.rx_b is not None else None),
+            ("stop hypervisor", self.driver.stop if self.driver is not None else None),
+            ("remove freezer", getattr(self.driver, "release_pause", None)),
+            ("close recorder", self.recorder.close if hasattr(self, "recorder") else None),
+        ]
+        for step, fn in steps:
+            if fn is None:
+                continue
+            try:
+                fn()
+            except Exception as err:  # teardown must go on: the registry removes the rest
+                problems.append(f"{step}: {type(err).__name__}: {err}")
+                log.warning("%s failed: %s", step, err)
+        return problems + self.registry.teardown()
+
+
+def _run_dir(results_root: Path, spec: CalibrationSpec) -> Path:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")[:-4] + "Z"
+    mark_results_root(results_root)
+    run_dir = results_root / f"{stamp}-{spec.name}"
+    run_dir.mkdir()
+    (run_dir / RESULTS_MARKER).write_text("vrmig calibration directory\n")
+    return run_dir
+
+
+def dependencies(spec: CalibrationSpec, driver_cls: type[Driver]) -> dict[str, Any]:
+    """Root, the instruments and the driver's dependencies (exit 3), without side effects;
+    returns the driver's facts (versions, accelerator)."""
+    import os
+
+    if os.geteuid() != 0:
+        raise DependencyError("make calibrate must run as root (it creates network namespaces): run it as root")
+    Instruments.check(spec.scenario())
+    return driver_cls.preflight(spec.scenario())
+
+
+def run_calibration(spec: CalibrationSpec, results_root: Path) -> Path:
+    """Run the calibration and analyse it; returns the results directory.  Every check comes
+    before anything is created: pause capability and RESULTS (exit 2), dependencies (exit 3)."""
+    driver_cls = check_pause_capability(spec)
+    check_results_root(results_root)
+    facts = dependencies(spec, driver_cls)
+    for prefix in clean_stale():
+        log.warning("removed leftovers of crashed run %s", prefix)
+    abort = _Abort()
+    with signal_handlers(abort.handler):
+        run_dir = _run_dir(results_root, spec)
+        meta: dict[str, Any] = {
+            "format_version": META_FORMAT,
+            "kind": "calibrate",
+            "created_utc": dt.datetime.now(dt.UTC).isoformat(),
+            "status": "running",
+            "failure": None,
+            "calibration": asdict(spec),
+            "scenario": spec.scenario().to_dict(),
+            "method": _method(spec),
+            "git_commit": metamod.git_commit(),
+            "host": metamod.host_facts(),
+            "clock": {"timestamps": "CLOCK_REALTIME ns", "offset_start_ns": metamod.clock_offset_ns()},
+            "hypervisor": dict(facts),
+            "accel": facts.get("accel"),
+        }
+        write_json(run_dir / "meta.json", meta)
+        cal = Calibrator(spec, driver_cls, facts, run_dir)
+        try:
+            try:
+                cal.execute(meta, abort)
+                meta["status"] = "completed"
+            finally:
+                abort.armed = False  # a signal from here on is recorded, not raised: teardown must finish
+                problems = cal.teardown()
+                if problems:
+                    meta["teardown_problems"] = problems
+            if abort.signum is not None:
+                raise Interrupted(f"interrupted by {signal.Signals(abort.signum).name} during teardown")
+        except Interrupted as err:
+            meta["status"], meta["failure"] = "interrupted", str(err)
+        except VrmigError as err:
+            meta["status"], meta["failure"] = "failed", str(err)
+            log.error("%s", err)
+        except Exception as err:
+            meta["status"], meta["failure"] = "failed", f"internal error: {type(err).__name__}: {err}"
+            log.exception("internal error (a bug in vrmig; please report it with this traceback)")
+        finally:
+            abort.armed = False
+            if abort.signum is not None and meta["status"] != "interrupted":
+                meta["status"] = "interrupted"
+                meta["failure"] = f"interrupted by {signal.Signals(abort.signum).name} ({meta['failure']})"
+            meta["clock"]["offset_end_ns"] = metamod.clock_offset_ns()
+            meta["finished_utc"] = dt.datetime.now(dt.UTC).isoformat()
+            write_json(run_dir / "meta.json", meta)
+        _analyse(run_dir)
+        if meta["status"] == "interrupted":
+            raise Interrupted(f"{meta['failure']}; partial results kept in {run_dir}")
+    return run_dir
+
+
+def _method(spec: CalibrationSpec) -> dict[str, str]:
+    pause = {
+        ("kvm", "qmp"): "QMP stop / cont on R1's QEMU",
+        ("kvm", "libvirt"): "virDomainSuspend / virDomainResume through R1's libvirtd",
+        ("criu", "qmp"): "cgroup v2 freezer (cgroup.freeze 1 / 0, until cgroup.events reports it) of the container",
+        ("xen", "qmp"): "xl pause / xl unpause in R1's dom0 (over the dom0 agent)",
+    }
+    return {
+        "cut": f"R1 {CUT_PORT} (bridge port of the router's right-hand interface on brR): IFLA_BRPORT_STATE "
+        "disabled / forwarding, one RTM_SETLINK (AF_BRIDGE) netlink request each from the orchestrator",
+        "pause": pause.get((spec.hv, spec.driver), "the driver's pause() / resume()"),
+        "edges": "CLOCK_REALTIME ns immediately before the command and after it returned (netlink ack, QMP reply, "
+        "libvirt call, freezer state, xl exit); true duration = mid(end) - mid(start)",
+        "spacing": f"{SPACING_S} s of normal forwarding after the router was seen forwarding again",
+        "order": f"per repetition and kind, the durations in a random order (seed {spec.seed})",
+    }
+
+
+def _analyse(run_dir: Path) -> None:
+    try:
+        from analysis.metrics.calibration import analyse_dir
+
+        analyse_dir(run_dir)
+    except Exception as err:  # analysis must never lose the raw data
+        log.exception(
+            "analysis failed: %s (raw data kept; re-run `python -m analysis.metrics.calibration %s`)",
+            err,
+            run_dir,
+        )
+
+
+# -- command line ---------------------------------------------------------------------------------
+
+
+def _int(name: str) -> Callable[[str], int]:
+    def conv(text: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(f"{name}={text!r} is not a whole number") from None
+
+    return conv
+
+
+def add_parser(sub: Any) -> None:
+    """The ``calibrate`` subcommand (flags mirror the Make variables)."""
+    c = sub.add_parser("calibrate", help="downtime estimators against known outages (make calibrate)")
+    c.add_argument("--hv", default="kvm", help="kvm|criu|xen (HV)")
+    c.add_argument("--driver", default="qmp", help="HV=kvm: qmp|libvirt (DRIVER)")
+    c.add_argument("--kind", type=parse_kinds, default=KINDS, help="cut, pause or cut,pause (KIND)")
+    c.add_argument("--durations", type=parse_durations, default=DEFAULT_DURATIONS_MS, help="ms, e.g. 20,50 (DURATIONS)")
+    c.add_argument("--reps", type=_int("REPS"), default=5, help="repetitions per duration and kind (REPS)")
+    c.add_argument(
+        "--rate", type=lambda t: parse_rate_bps(t, "RATE"), default=None, help="cross-traffic (100M; xen 10M)"
+    )
+    c.add_argument("--size", type=_int("SIZE"), default=1500, help="Ethernet frame bytes (SIZE)")
+    c.add_argument("--router", default=None, help="frr|bird (ROUTER; HV=criu: bird)")
+    c.add_argument("--accel", default="auto", help="auto|kvm|tcg (ACCEL)")
+    c.add_argument("--mem", type=_int("MEM"), default=256, help="guest MiB (MEM)")
+    c.add_argument("--sample-ms", type=_int("SAMPLE_MS"), default=10, help="counter sampling period ms (SAMPLE_MS)")
+    c.add_argument("--boot-timeout", type=float, default=None, help="s (120; HV=xen 300)")
+    c.add_argument("--seed", type=_int("SEED"), default=1, help="order of the durations (SEED)")
+    c.add_argument("--results", type=Path, default=Path("results"), help="results root directory")
+    c.set_defaults(handler=run_command)
+
+
+def spec_from_args(a: argparse.Namespace) -> CalibrationSpec:
+    """The spec from parsed flags (HV-dependent defaults filled in)."""
+    xen = a.hv == "xen"
+    return CalibrationSpec(
+        hv=a.hv, driver=a.driver, kinds=a.kind, durations_ms=a.durations, reps=a.reps,
+        rate_bps=a.rate if a.rate is not None else (XEN_DEFAULT_RATE_BPS if xen else 100_000_000),
+        frame_bytes=a.size, router=a.router or ("bird" if a.hv == "criu" else "frr"), accel=a.accel,
+        mem_mib=a.mem, sample_ms=a.sample_ms, seed=a.seed,
+        boot_timeout_s=a.boot_timeout if a.boot_timeout is not None else (XEN_BOOT_TIMEOUT_S if xen else 120.0),
+    )  # fmt: skip
+
+
+def run_command(a: argparse.Namespace) -> int:
+    """Run it; print the table and, last, the results directory.  Exit 0 when every cut target is
+    met, 1 when one is missed, 4 when the run failed."""
+    import json
+
+    from analysis.metrics.calibration import format_table, load_and_calibrate
+
+    spec = spec_from_args(a)
+    run_dir = run_calibration(spec, a.results)
+    try:
+        cal, hv = load_and_calibrate(run_dir)
+        print(format_table(cal, hv))
+    except Exception as err:  # the raw data is kept; say so
+        cal = None
+        print(f"(calibration analysis failed: {type(err).__name__}: {err}; raw data in {run_dir})")
+    print(run_dir)
+    status = json.loads((run_dir / "meta.json").read_text()).get("status")
+    if status != "completed":
+        return 4
+    return 1 if cal is None or cal.passed is False else 0

@@ -1,0 +1,303 @@
+"""The instruments of a run: cross-traffic generator (A) and sink (B), RTT probes C->D and the
+10 ms counter sampler.  All are started by PID in the testbed namespaces, ready by observation.
+
+The sink publishes a live state file (``sink_state.json``) and reports the first packet sent at or
+after a time the orchestrator gives it while running (``sink_after_ns``: the migration's
+completion).  Each instrument's CPU time (user + system) is read from ``/proc/<pid>/stat`` of the
+exited, not yet reaped process, so its shutdown work (vrsink's drain, irtt writing its JSON) counts."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from pyroute2 import IPRoute
+
+from migrate.core.errors import DependencyError, VrmigError
+from migrate.core.procs import Proc
+from migrate.core.registry import Registry
+from migrate.experiment.recorder import Recorder
+from migrate.experiment.scenario import Scenario
+from migrate.testbed import topology as topo
+from migrate.testbed.builder import Testbed
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[2]
+VRGEN = REPO / "crosstraffic" / "bin" / "vrgen"
+VRSINK = REPO / "crosstraffic" / "bin" / "vrsink"
+VRSAMPLER = REPO / "probes" / "bin" / "vrsampler"
+TRAFFIC_PORT = 9000
+IRTT_PORT = 2112
+READY_TIMEOUT_S = 10.0
+GEN_EXTRA_S = 600.0  # the generator is stopped by SIGTERM; its own duration is only a backstop
+MIN_GAP_US = 1000
+GAP_INTERVALS = 3  # a gap is recorded when it exceeds 3 packet intervals (and 1 ms)
+FORWARD_POLL_S = 0.02
+FORWARD_MIN_PACKETS = 10
+SINK_STATE_NAME = "sink_state.json"  # vrsink --state: its live state, rewritten every SINK_STATE_MS
+SINK_AFTER_NAME = "sink_after_ns"  # vrsink --after-file: the threshold send time, CLOCK_REALTIME ns
+SINK_STATE_MS = 10
+STOP_TIMEOUT_S = 10.0
+EXIT_POLL_S = 0.005
+#: meta.json instruments_cpu_s keys -> the processes counted in each ("prober": both irtt ends)
+CPU_GROUPS = {
+    "gen": ("gen",),
+    "sink": ("sink",),
+    "sampler": ("sampler",),
+    "prober": ("irtt-client", "irtt-server"),
+}
+
+
+class ForwardingError(VrmigError):
+    """The router did not forward the cross-traffic before the migration."""
+
+
+def gap_threshold_us(rate_bps: int, frame_bytes: int) -> int:
+    """Sink gap threshold: max(1 ms, GAP_INTERVALS packet intervals) at this rate."""
+    if rate_bps <= 0:
+        return MIN_GAP_US
+    interval_us = frame_bytes * 8 / rate_bps * 1e6
+    return int(max(MIN_GAP_US, GAP_INTERVALS * interval_us))
+
+
+def proc_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` (whole thread group) from /proc/<pid>/stat;
+    also readable while it is an unreaped zombie.  None if it cannot be read."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2 :].split()  # after "pid (comm) ": state is field 3
+    try:
+        ticks = int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15
+    except (IndexError, ValueError):
+        return None
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def stop_measured(p: Proc, sig: int, timeout_s: float = STOP_TIMEOUT_S) -> float | None:
+    """Send ``sig`` to ``p``, wait for it to exit, read its CPU seconds while it is a zombie (not
+    yet reaped: ``waitid(WNOWAIT)``), then reap it.  None when the process had already been reaped
+    (it exited earlier) or did not exit within ``timeout_s`` (it is then killed)."""
+    if p.popen is None or p.popen.poll() is not None:
+        return None
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(p.pid, sig)
+    cpu: float | None = None
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            exited = os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # reaped elsewhere
+            break
+        if exited is not None:
+            cpu = proc_cpu_s(p.pid)
+            break
+        if time.monotonic() > deadline:
+            log.warning(
+                "%s ignored signal %d for %.0f s; killing (its CPU time is not recorded)", p.what, sig, timeout_s
+            )
+            p.stop(signal.SIGKILL)
+            return None
+        time.sleep(EXIT_POLL_S)
+    p.stop(sig)  # reaps the exited process
+    return cpu
+
+
+def udp_in_datagrams(pid: int) -> int | None:
+    """UDP datagrams delivered to sockets in the network namespace of process ``pid``
+    (``/proc/<pid>/net/snmp`` ``Udp: InDatagrams``); None if unreadable."""
+    try:
+        lines = [ln.split() for ln in Path(f"/proc/{pid}/net/snmp").read_text().splitlines() if ln.startswith("Udp:")]
+        return int(lines[1][lines[0].index("InDatagrams")])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def rx_packets(ns: str, ifname: str) -> int:
+    """Kernel rx packet counter of one interface."""
+    with IPRoute(netns=ns) as ipr:
+        link = ipr.link("get", ifname=ifname)[0]
+        stats = link.get_attr("IFLA_STATS64")
+        return int(stats["rx_packets"])
+
+
+class Instruments:
+    """Starts and stops the measurement processes of one run."""
+
+    def __init__(self, scenario: Scenario, tb: Testbed, registry: Registry, run_dir: Path, rec: Recorder) -> None:
+        self.s, self.tb, self.reg, self.dir, self.rec = scenario, tb, registry, run_dir, rec
+        self.procs: dict[str, Proc] = {}
+        self.cpu_by_proc: dict[str, float | None] = {}
+        self.t_start: float | None = None  # monotonic: the first instrument's start
+        self.t_stop: float | None = None  # monotonic: the last instrument's exit
+
+    @staticmethod
+    def check(scenario: Scenario) -> None:
+        """Required binaries exist."""
+        missing = [str(p.relative_to(REPO)) for p in (VRGEN, VRSINK, VRSAMPLER) if not p.exists()]
+        missing += [t for t in ("irtt", "ip") if shutil.which(t) is None]
+        if missing:
+            raise DependencyError(f"missing {', '.join(missing)}: run `make setup`")
+
+    def _dst(self, role: str) -> str:
+        h = topo.host(role)
+        return topo.addr(h.ipv4 if self.s.ip == 4 else h.ipv6)
+
+    def _start(self, what: str, argv: list[str], role: str, **kw: Any) -> Proc:
+        p = Proc(what, argv, self.reg, self.dir, netns=self.tb.ns(role), **kw).start()
+        self.procs[what] = p
+        return p
+
+    def start(self) -> None:
+        """Sink, probe server, sampler, probe client, generator — in that order."""
+        s = self.s
+        self.t_start = time.monotonic()
+        sink = self._start(
+            "sink",
+            [str(VRSINK), "--port", str(TRAFFIC_PORT), "--bind", self._dst("B"),
+             "--gap-us", str(gap_threshold_us(s.rate_bps, s.frame_bytes)),
+             "--state", str(self.dir / SINK_STATE_NAME), "--state-ms", str(SINK_STATE_MS),
+             "--after-file", str(self.dir / SINK_AFTER_NAME)]
+            + (["-6"] if s.ip == 6 else []),
+            "B", stdout_name="sink.json",
+        )  # fmt: skip
+        sink.wait_for("READY", READY_TIMEOUT_S)
+        from probes.irtt import server_argv, wait_irtt_server
+
+        server = self._start("irtt-server", server_argv(f"{self._dst('D')}:{IRTT_PORT}"), "D")
+        wait_irtt_server(
+            self.tb.ns("D"),
+            self._dst("D"),
+            IRTT_PORT,
+            READY_TIMEOUT_S,
+            pid=server.pid,
+            abort=lambda: not server.alive(),
+        )
+        from probes.sampler import sampler_argv
+
+        sampler = self._start(
+            "sampler", sampler_argv(self.dir / "counters.tsv", self.tb.sampler_targets(), s.sample_ms), "R1"
+        )
+        sampler.wait_for("READY", READY_TIMEOUT_S)
+        from probes.irtt import client_argv
+
+        self.rec.action("probes-start")
+        self._start(
+            "irtt-client",
+            client_argv(
+                f"{self._dst('D')}:{IRTT_PORT}", s.probe_ms, s.duration_s + GEN_EXTRA_S, self.dir / "irtt.json.gz"
+            ),
+            "C",
+        )
+        self.rec.action("traffic-start", rate_bps=s.rate_bps, frame_bytes=s.frame_bytes)
+        if s.rate_bps > 0:
+            self._start(
+                "gen",
+                [str(VRGEN), "--dst", self._dst("B"), "--port", str(TRAFFIC_PORT), "--rate", str(s.rate_bps),
+                 "--frame", str(s.frame_bytes), "--duration", "0"],
+                "A", stdout_name="gen.json",
+            )  # fmt: skip
+
+    def wait_forwarding(self, timeout_s: float) -> None:
+        """Observe the router forwarding: B's rx counter grows (cross-traffic or, at RATE=0, probes reach D)."""
+        role = "B" if self.s.rate_bps > 0 else "D"
+        ns = self.tb.ns(role)
+        start = rx_packets(ns, topo.HOST_IF)
+        deadline = time.monotonic() + timeout_s
+        while rx_packets(ns, topo.HOST_IF) - start < FORWARD_MIN_PACKETS:
+            for p in self.procs.values():
+                if not p.alive():
+                    raise ForwardingError(f"{p.what} exited early: {p.stderr_tail()}")
+            if time.monotonic() > deadline:
+                raise ForwardingError(f"the router did not forward traffic to {role} within {timeout_s:.0f} s")
+            time.sleep(FORWARD_POLL_S)
+        self.rec.action("forwarding-observed", host=role)
+
+    def dead(self) -> str | None:
+        """Describe instruments that exited on their own before the planned stop (None if none)."""
+        gone = [f"{w} (exit status {p.returncode()})" for w, p in self.procs.items() if not p.alive()]
+        return ", ".join(gone) or None
+
+    def sink_state(self) -> dict[str, Any] | None:
+        """vrsink's latest live state (``--state``), or None before its first write."""
+        try:
+            state = json.loads((self.dir / SINK_STATE_NAME).read_text())
+        except (OSError, ValueError):
+            return None
+        return state if isinstance(state, dict) else None
+
+    def mark_after(self, t_ns: int) -> None:
+        """Give vrsink its threshold: from now on it reports the first packet sent at or after
+        ``t_ns`` (CLOCK_REALTIME ns) and counts them (written atomically: it polls the file)."""
+        path = self.dir / SINK_AFTER_NAME
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(f"{t_ns}\n")
+        os.replace(tmp, path)
+
+    def probes_at_d(self) -> int | None:
+        """UDP datagrams delivered in D's namespace so far (the probes that reached the irtt
+        server; no other UDP flows there), None if unknown."""
+        server = self.procs.get("irtt-server")
+        return udp_in_datagrams(server.pid) if server is not None and server.alive() else None
+
+    def stop(self) -> None:
+        """Stop the generator and probes first, then the sink and the sampler (so they see the end);
+        each one's CPU time is read as it exits."""
+        self.rec.action("traffic-stop")
+        for what, sig in (
+            ("gen", signal.SIGTERM),
+            ("irtt-client", signal.SIGINT),
+            ("sink", signal.SIGTERM),
+            ("sampler", signal.SIGTERM),
+            ("irtt-server", signal.SIGTERM),
+        ):
+            if what in self.procs and what not in self.cpu_by_proc:
+                self.cpu_by_proc[what] = stop_measured(self.procs[what], sig)
+        self.t_stop = time.monotonic()
+        for what, p in self.procs.items():
+            rc = p.returncode()
+            if rc not in (0, None, -signal.SIGTERM, -signal.SIGINT):
+                log.warning("%s exited with status %s: %s", what, rc, p.stderr_tail())
+
+    def kill(self) -> None:
+        """Make sure every instrument is gone (idempotent; CPU times are still read)."""
+        for what, p in self.procs.items():
+            if p.alive():
+                self.cpu_by_proc[what] = stop_measured(p, signal.SIGTERM, timeout_s=3)
+        if self.t_stop is None and self.t_start is not None:
+            self.t_stop = time.monotonic()
+
+    def cpu_report(self) -> tuple[dict[str, float | None], float | None, dict[str, float | None]]:
+        """(meta.json ``instruments_cpu_s``: CPU seconds per CPU_GROUPS key, None where a process
+        did not run or its time is unknown; ``instruments_wall_s``: first start to last exit;
+        the per-process figures)."""
+        groups: dict[str, float | None] = {}
+        for key, names in CPU_GROUPS.items():
+            parts = [self.cpu_by_proc.get(n) for n in names if n in self.procs]
+            known = bool(parts) and all(v is not None for v in parts)
+            groups[key] = round(sum(v for v in parts if v is not None), 3) if known else None
+        wall = None
+        if self.t_start is not None and self.t_stop is not None:
+            wall = round(self.t_stop - self.t_start, 3)
+        return groups, wall, {k: self.cpu_by_proc.get(k) for k in self.procs}
+
+    def describe(self) -> dict[str, Any]:
+        """Instrument settings for meta.json."""
+        return {
+            "gen": self.s.gen,
+            "traffic_port": TRAFFIC_PORT,
+            "gap_threshold_us": gap_threshold_us(self.s.rate_bps, self.s.frame_bytes),
+            "irtt_port": IRTT_PORT,
+            "sample_ms": self.s.sample_ms,
+            "probe_ms": self.s.probe_ms,
+            "argv": {k: p.argv for k, p in self.procs.items()},
+        }

@@ -1,0 +1,554 @@
+"""One migration run: scenario -> checks -> testbed -> router -> traffic -> migration ->
+raw data -> analysis.  Everything created is registered and removed in ``finally``.
+
+A run that does not complete carries the phase it ended in as meta.json ``failure_class``
+(setup, migration, post-migration, interrupted).  A migration the hypervisor reports completed
+counts only once cross-traffic sent after the completion reached B (at RATE=0: RTT probes sent
+after it were answered), seen live and in the instruments' records (docs/data-formats.md)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from migrate.core import meta as metamod
+from migrate.core.atomic import write_json
+from migrate.core.errors import ConfigError, DependencyError, Interrupted, MigrationError, VrmigError
+from migrate.core.registry import Registry, clean_stale
+from migrate.core.sighold import signal_handlers
+from migrate.drivers.base import Driver, MigrationOutcome, RunContext, load_driver
+from migrate.experiment.console import crash_in
+from migrate.experiment.faults import FaultInjector, kill_pid, link_cap, link_down, unplug
+from migrate.experiment.instruments import Instruments
+from migrate.experiment.recorder import Recorder
+from migrate.experiment.scenario import Scenario
+from migrate.testbed import topology as topo
+from migrate.testbed.builder import Testbed, TestbedBuilder, new_prefix
+
+log = logging.getLogger(__name__)
+
+RESULTS_MARKER = ".vrmig-run"
+RESULTS_ROOT_MARKER = ".vrmig-results"
+MIN_FREE_BYTES = 64 * 2**20  # a 20 s run at 1G of 64 B frames writes well under this
+
+
+class _Abort:
+    """Set by SIGINT/SIGTERM; the first signal also raises Interrupted in the main thread."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.armed = True
+        self.owner_pid = os.getpid()
+
+    def __call__(self) -> bool:
+        return self.signum is not None
+
+    def handler(self, signum: int, _frame: Any) -> None:
+        if os.getpid() != self.owner_pid:
+            # a fork of ours (pyroute2's netns helper) inherited this handler: die as by default
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        first = self.signum is None
+        self.signum = signum
+        if first and self.armed:
+            raise Interrupted(f"interrupted by {signal.Signals(signum).name}")
+
+
+def check_results_root(results_root: Path) -> None:
+    """The results root must be ours (absent, empty, or carrying our marker) and have room."""
+    if results_root.exists():
+        if not results_root.is_dir():
+            raise ConfigError(f"RESULTS={results_root} exists and is not a directory: choose another path")
+        entries = list(results_root.iterdir())
+        ours = all((e / RESULTS_MARKER).exists() for e in entries if e.name != RESULTS_ROOT_MARKER)
+        default_root = results_root.resolve() == metamod.REPO / "results"  # the repo's git-ignored results/
+        if entries and not (results_root / RESULTS_ROOT_MARKER).exists() and not ours and not default_root:
+            raise ConfigError(
+                f"RESULTS={results_root} exists and is not a vrmig results directory "
+                f"(no {RESULTS_ROOT_MARKER} marker): choose a new or empty path"
+            )
+        probe = results_root
+    else:
+        probe = next((p for p in results_root.parents if p.exists()), Path("/"))
+    if not os.access(probe, os.W_OK):
+        raise ConfigError(f"RESULTS={results_root}: {probe} is not writable")
+    st = os.statvfs(probe)
+    free = st.f_bavail * st.f_frsize
+    if free < MIN_FREE_BYTES:
+        raise ConfigError(
+            f"RESULTS={results_root}: only {free // 2**20} MiB free on that file system; "
+            f"a run needs at least {MIN_FREE_BYTES // 2**20} MiB"
+        )
+
+
+def mark_results_root(results_root: Path) -> None:
+    """Create ``results_root`` if needed and mark it as a vrmig results root."""
+    results_root.mkdir(parents=True, exist_ok=True)
+    marker = results_root / RESULTS_ROOT_MARKER
+    if not marker.exists():
+        marker.write_text("vrmig results root\n")
+
+
+def make_run_dir(results_root: Path, scenario: Scenario) -> Path:
+    """Create ``results/<UTC time>-<name>/`` (fails if it exists) and mark it as ours."""
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")[:-4] + "Z"
+    mark_results_root(results_root)
+    run_dir = results_root / f"{stamp}-{scenario.name}"
+    run_dir.mkdir()
+    (run_dir / RESULTS_MARKER).write_text("vrmig run directory\n")
+    return run_dir
+
+
+def preflight(scenario: Scenario) -> tuple[type[Driver], dict[str, Any]]:
+    """Checks that need no side effects: root, tools, driver dependencies; returns the driver
+    class and its facts (versions, accelerator)."""
+    if os.geteuid() != 0:
+        raise DependencyError("vrmig must run as root (it creates network namespaces): run it as root")
+    Instruments.check(scenario)
+    driver_cls = load_driver(scenario.hv, scenario.driver)
+    return driver_cls, driver_cls.preflight(scenario)
+
+
+#: meta.json ``failure_class`` of a run that did not complete (docs/data-formats.md)
+SETUP, MIGRATION, POST_MIGRATION, INTERRUPTED = "setup", "migration", "post-migration", "interrupted"
+FAILURE_CLASSES = (SETUP, MIGRATION, POST_MIGRATION, INTERRUPTED)
+
+
+class Phase:
+    """The phase a run is in, which is the class of a failure that ends it there: ``setup``
+    (testbed, boot, instruments, forwarding before the migration), ``migration`` (from the
+    migrate call until the hypervisor reports the migration completed), ``post-migration``."""
+
+    def __init__(self) -> None:
+        self.current = SETUP
+
+
+def record_failure(meta: dict[str, Any], failure_class: str, message: str) -> None:
+    """Mark the run failed with ``message`` and its class; a failure already recorded stays the
+    run's failure (and class), later ones are appended to its message."""
+    if meta.get("status") == "failed" and meta.get("failure"):
+        meta["failure"] = f"{meta['failure']}; then: {message}"
+        return
+    meta["status"], meta["failure"], meta["failure_class"] = "failed", message, failure_class
+
+
+def record_interrupted(meta: dict[str, Any], message: str) -> None:
+    """Mark the run interrupted (an operator stop), keeping an earlier failure in the message."""
+    if meta.get("status") == "failed" and meta.get("failure"):
+        message = f"{message} (after: {meta['failure']})"
+    meta["status"], meta["failure"], meta["failure_class"] = "interrupted", message, INTERRUPTED
+
+
+def run(scenario: Scenario, results_root: Path, extra_meta: dict[str, Any] | None = None) -> Path:
+    """Execute one migration experiment and return its results directory (``extra_meta`` is
+    merged into meta.json: how the CRIU host VM ran it)."""
+    from migrate.drivers.criu import hostvm as criuvm
+
+    if scenario.criu_host == "vm" and not criuvm.in_vm():
+        return criuvm.run_in_vm(scenario, results_root)
+    check_results_root(results_root)
+    driver_cls, facts = preflight(scenario)
+    for prefix in clean_stale():
+        log.warning("removed leftovers of crashed run %s", prefix)
+
+    abort = _Abort()
+    with signal_handlers(abort.handler):
+        run_dir = make_run_dir(results_root, scenario)
+        meta: dict[str, Any] = {
+            "format_version": metamod.FORMAT_VERSION,
+            "kind": "migrate",
+            "created_utc": dt.datetime.now(dt.UTC).isoformat(),
+            "status": "running",
+            "failure": None,
+            "failure_class": None,
+            "scenario": scenario.to_dict(),
+            "name": scenario.name,
+            "git_commit": metamod.git_commit(),
+            "host": metamod.host_facts(),
+            "clock": {"timestamps": "CLOCK_REALTIME ns", "offset_start_ns": metamod.clock_offset_ns()},
+            **(extra_meta or {}),
+        }
+        write_json(run_dir / "meta.json", meta)
+        registry = Registry(new_prefix(), run_dir=str(run_dir.resolve()))
+        phase = Phase()
+        try:
+            _execute(scenario, driver_cls, facts, registry, run_dir, meta, abort, phase)
+            if abort.signum is not None:
+                raise Interrupted(f"interrupted by {signal.Signals(abort.signum).name} during teardown")
+        except Interrupted as err:
+            record_interrupted(meta, str(err))
+        except VrmigError as err:
+            record_failure(meta, phase.current, str(err))
+            log.error("%s", err)
+        except Exception as err:
+            record_failure(meta, phase.current, f"internal error: {type(err).__name__}: {err}")
+            log.exception("internal error (a bug in vrmig; please report it with this traceback)")
+        finally:
+            abort.armed = False  # a second Ctrl-C must not break teardown
+            if abort.signum is not None and meta["status"] != "interrupted":
+                # the signal surfaced as another error (a library swallowed Interrupted, a wait saw
+                # the abort flag): an operator stop, not a failed migration
+                record_interrupted(meta, f"interrupted by {signal.Signals(abort.signum).name}")
+            elif meta["status"] == "running":  # _execute ended without a verdict (cannot happen)
+                record_failure(meta, phase.current, "internal error: the run ended without a status")
+            if meta["status"] == "completed":
+                meta["failure_class"] = None
+            meta["clock"]["offset_end_ns"] = metamod.clock_offset_ns()
+            meta["finished_utc"] = dt.datetime.now(dt.UTC).isoformat()
+            write_json(run_dir / "meta.json", meta)
+        _analyse(run_dir)
+        if meta["status"] == "interrupted":
+            raise Interrupted(f"{meta['failure']}; partial results kept in {run_dir}")
+    return run_dir
+
+
+def _execute(
+    scenario: Scenario,
+    driver_cls: type[Driver],
+    facts: dict[str, Any],
+    registry: Registry,
+    run_dir: Path,
+    meta: dict[str, Any],
+    abort: _Abort,
+    phase: Phase,
+) -> None:
+    recorder = Recorder(run_dir)
+    driver: Driver | None = None
+    instruments: Instruments | None = None
+    try:
+        registry.open()
+        tb = Testbed(registry.prefix)
+        meta["testbed"] = {
+            "prefix": registry.prefix,
+            "namespaces": {role: tb.ns(role) for role in topo.all_roles()},
+            "miglink_bps": scenario.miglink_bps,
+        }
+        injector = FaultInjector(scenario.fault, recorder.action)
+        ctx = RunContext(scenario, tb, registry, run_dir, recorder, abort, injector)
+        driver = driver_cls(ctx, facts)
+        meta["hypervisor"] = dict(facts)
+        meta["accel"] = facts.get("accel")
+        write_json(run_dir / "meta.json", meta)
+
+        log.info("building testbed %s", registry.prefix)
+        TestbedBuilder(registry, scenario.miglink_bps).build()
+        log.info("booting router (%s, %s, accel=%s)", scenario.router, scenario.hv, meta["accel"])
+        driver.start_source()
+        driver.prepare_destination()
+        instruments = Instruments(scenario, tb, registry, run_dir, recorder)
+        instruments.start()
+        injector.targets = {**driver.fault_targets(), **fault_actions(tb, instruments)}
+        meta["instruments"] = instruments.describe()
+        write_json(run_dir / "meta.json", meta)
+
+        t0 = time.monotonic()
+        instruments.wait_forwarding(timeout_s=min(scenario.migrate_at_s, 10.0) + 5.0)
+        _sleep_until(t0 + scenario.migrate_at_s, abort)
+        if dead := instruments.dead():
+            raise VrmigError(f"instrument died before the migration: {dead}")
+        _migrate(scenario, driver, instruments, run_dir, meta, phase)
+        t_end = time.monotonic()
+        _sleep_until(max(t0 + scenario.duration_s, t_end + scenario.after_s), abort)
+        dead = instruments.dead()
+        if dead and meta["status"] == "running":
+            record_failure(meta, phase.current, f"instrument died during the run: {dead}")
+            log.error("%s", meta["failure"])
+        instruments.stop()
+        _instruments_cpu(meta, instruments)
+        if "after_migration" in meta:
+            _confirm_forwarding(scenario, run_dir, meta)
+        meta["verify"] = driver.verify()
+        meta["hypervisor"].update(driver.describe())
+        if meta["status"] == "running":
+            meta["status"] = "completed"
+    finally:
+        abort.armed = False  # a signal from here on is recorded, not raised: teardown must finish
+        problems: list[str] = []
+        for step, fn in (
+            ("stop instruments", instruments.kill if instruments is not None else None),
+            ("stop hypervisor", driver.stop if driver is not None else None),
+            ("close recorder", recorder.close),
+        ):
+            if fn is None:
+                continue
+            try:
+                fn()
+            except Exception as err:  # teardown must go on: the registry removes the rest by PID
+                problems.append(f"{step}: {type(err).__name__}: {err}")
+                log.warning("%s failed: %s", step, err)
+        if instruments is not None and "instruments_cpu_s" not in meta:
+            _instruments_cpu(meta, instruments)
+        problems += registry.teardown()
+        if problems:
+            meta["teardown_problems"] = problems
+            log.error("teardown problems: %s", "; ".join(problems))
+
+
+def _migrate(
+    scenario: Scenario,
+    driver: Driver,
+    instruments: Instruments,
+    run_dir: Path,
+    meta: dict[str, Any],
+    phase: Phase,
+) -> None:
+    """The migration phase and, once the hypervisor reports it completed, the live proof that the
+    router forwards from R2 (post-migration phase)."""
+    log.info("migrating (%s)", scenario.mode)
+    phase.current = MIGRATION
+    try:
+        outcome = driver.migrate()
+    except MigrationError as err:
+        outcome = MigrationOutcome(completed=False, failure=str(err))
+    returned_ns = time.time_ns()
+    if outcome.completed or outcome.hypervisor:
+        meta["hypervisor"]["final"] = outcome.hypervisor
+    if not outcome.completed:
+        record_failure(meta, MIGRATION, outcome.failure or "the hypervisor reported the migration not completed")
+        log.error("migration failed: %s", meta["failure"])
+        meta["recovery"] = observe_recovery(driver, instruments, returned_ns)
+        return
+    if dead := instruments.dead():
+        record_failure(meta, MIGRATION, f"instrument died during the run (before the migration completed): {dead}")
+        log.error("%s", meta["failure"])
+        return
+    phase.current = POST_MIGRATION
+    completed_ns, source = completion_ns(run_dir, scenario, returned_ns)
+    live = observe_forwarding(instruments, completed_ns)
+    meta["after_migration"] = {
+        "forwarding": live["seen"],
+        "proof": "cross-traffic" if scenario.rate_bps > 0 else "rtt-probes",
+        "completed_ns": completed_ns,
+        "completed_source": source,
+        "live": live,
+    }
+    if not live["seen"]:
+        what = live.get("instrument_died")
+        if what:
+            msg = f"instrument died after the migration completed: {what}"
+        else:
+            msg = (
+                f"the hypervisor reported the migration complete, but the router did not forward from R2 "
+                f"within {AFTER_MIGRATION_OBSERVE_S:.0f} s ({live['missing']})"
+            )
+            crash = crash_in(run_dir / "console-R2.log")
+            if crash:
+                msg += f"; the router crashed on R2: {crash}"
+        record_failure(meta, POST_MIGRATION, msg)
+        log.error("%s", msg)
+
+
+def _instruments_cpu(meta: dict[str, Any], instruments: Instruments) -> None:
+    cpu, wall, per_process = instruments.cpu_report()
+    meta["instruments_cpu_s"], meta["instruments_wall_s"] = cpu, wall
+    meta["instruments_cpu_by_process_s"] = per_process
+
+
+RECOVERY_OBSERVE_S = 3.0
+AFTER_MIGRATION_OBSERVE_S = 10.0
+OBSERVE_POLL_S = 0.01
+PROBES_MIN = 3  # RATE=0: probes that must reach D to call the router ready
+
+
+def fault_actions(tb: Testbed, instruments: Instruments) -> dict[str, Any]:
+    """Faults of the testbed and the instruments (the driver adds its own)."""
+    r1 = tb.ns("R1")
+    gen = instruments.procs.get("gen")
+    return {
+        "link-down": link_down(r1),
+        "link-cap": link_cap(r1),
+        "gen-dies": kill_pid(lambda: gen.pid if gen and gen.alive() else None),
+        "dst-unplugged": unplug(tb.ns("R2"), "tapR"),
+    }
+
+
+def completion_ns(run_dir: Path, scenario: Scenario, returned_ns: int) -> tuple[int, str]:
+    """When the migration completed, as ``analysis.metrics.window`` ends the migration window (the
+    source's MIGRATION completed event; stop-and-copy: the destination's ``cont``; drivers without
+    QMP: their ``migration-end`` action), read from the records written so far.  Without such a
+    record: ``returned_ns``, when the driver's migrate() returned (later than the completion, so
+    a packet sent after it was still sent after the completion).  Returns (ns, source)."""
+    from analysis.load import read_jsonl
+    from analysis.metrics.window import migration_window
+
+    def rows(name: str) -> list[dict[str, Any]]:
+        path = run_dir / name
+        return read_jsonl(path) if path.exists() else []
+
+    try:
+        events = rows("qmp_events.jsonl")
+        if scenario.driver == "libvirt":
+            from analysis.hypervisors.libvirt import load_libvirt, window_events
+
+            events = window_events(load_libvirt(run_dir, []).events)
+        window = migration_window(rows("actions.jsonl"), events, rows("qmp_samples.jsonl"), scenario.mode)
+    except (OSError, ValueError) as err:
+        log.warning("completion time from the records: %s; using when migrate() returned", err)
+        window = None
+    if (
+        window is not None
+        and window.end_ns is not None
+        and window.end_status == "completed"
+        and window.end_source != "last-sample"
+        and window.end_ns <= returned_ns
+    ):
+        return window.end_ns, f"window end ({window.end_source})"
+    return returned_ns, "migrate() returned"
+
+
+def observe_forwarding(instruments: Instruments, completed_ns: int) -> dict[str, Any]:
+    """Live readiness after the migration, observed within AFTER_MIGRATION_OBSERVE_S; returns
+    {"seen", "seen_after_s", ...} (what was seen), or "missing" / "instrument_died".
+
+    With cross-traffic: vrsink is given the completion time and reports the first packet sent at
+    or after it that reached B; only the router on R2 can have forwarded it (the source is
+    paused or gone by then).  Frames on R2's tapR would not do: they count what the guest sends
+    (and QEMU's own announcements), not what reaches the segment.  At RATE=0: RTT probes reach D
+    (UDP datagrams delivered in D's namespace grow by PROBES_MIN); which probes were sent after
+    the completion is established from irtt's output after the run (``after_record``)."""
+    t0 = time.monotonic()
+    cross = instruments.s.rate_bps > 0
+    if cross:
+        instruments.mark_after(completed_ns)
+    base = None if cross else instruments.probes_at_d()
+    while True:
+        if dead := instruments.dead():
+            return {"seen": False, "instrument_died": dead}
+        seen: dict[str, Any] | None = None
+        if cross:
+            after = (instruments.sink_state() or {}).get("after")
+            if isinstance(after, dict) and after.get("packets", 0) > 0 and after.get("first"):
+                first = after["first"]
+                seen = {"packets": after["packets"], "first_seq": first["seq"], "first_sent_ns": first["tx_ns"]}
+                seen["first_received_ns"] = first["rx_ns"]
+        else:
+            now = instruments.probes_at_d()
+            if base is None:
+                base = now
+            elif now is not None and now - base >= PROBES_MIN:
+                seen = {"probes_at_D": now - base}
+        if seen is not None:
+            instruments.rec.action("forwarding-observed", host="R2", **seen)
+            return {"seen": True, "seen_after_s": round(time.monotonic() - t0, 3), **seen}
+        if time.monotonic() - t0 > AFTER_MIGRATION_OBSERVE_S:
+            missing = "no cross-traffic packet sent after the completion reached B"
+            return {"seen": False, "missing": missing if cross else f"fewer than {PROBES_MIN} RTT probes reached D"}
+        time.sleep(OBSERVE_POLL_S)
+
+
+def _confirm_forwarding(scenario: Scenario, run_dir: Path, meta: dict[str, Any]) -> None:
+    """After the instruments stopped: the definitive record of forwarding after the completion,
+    from sink.json ``after`` (cross-traffic) or irtt's output (RATE=0: probes sent after the
+    completion and answered), into ``after_migration``; the run fails post-migration without one.
+    ``forwarding``: seen live and in the record."""
+    after = meta["after_migration"]
+    record = after_record(run_dir, scenario.rate_bps, after["completed_ns"])
+    after.update(record)
+    after["forwarding"] = bool(after["live"]["seen"] and record.get("packets"))
+    if not record.get("packets") and meta["status"] == "running":
+        msg = (
+            "the hypervisor reported the migration complete, but the record shows no "
+            f"{'cross-traffic packet' if scenario.rate_bps > 0 else 'RTT probe'} sent after the completion "
+            f"that reached {'B' if scenario.rate_bps > 0 else 'D and came back'}"
+        )
+        if record.get("error"):
+            msg += f" ({record['error']})"
+        record_failure(meta, POST_MIGRATION, msg)
+        log.error("%s", msg)
+
+
+def after_record(run_dir: Path, rate_bps: int, completed_ns: int) -> dict[str, Any]:
+    """What reached its destination of what was sent at or after ``completed_ns``: ``first``
+    ({seq, sent_ns, received_ns}) and ``packets`` (cross-traffic: unique packets received at B,
+    from sink.json ``after``, ``complete`` false if vrsink could not count those that arrived
+    before it was told the time, and ``last``: the received packet with the highest send stamp;
+    RATE=0: irtt probes answered, with ``sent`` probes)."""
+    if rate_bps > 0:
+        try:
+            sink = json.loads((run_dir / "sink.json").read_text())
+        except (OSError, ValueError) as err:
+            return {"first": None, "packets": None, "error": f"sink.json unreadable: {err}"}
+        rec = sink.get("after") if isinstance(sink, dict) else None
+        if not isinstance(rec, dict) or rec.get("threshold_ns") != completed_ns:
+            return {"first": None, "packets": None, "error": "sink.json has no report for the completion time"}
+        first, last = rec.get("first"), sink.get("max_tx")
+        return {
+            "first": None
+            if not first
+            else {"seq": first["seq"], "sent_ns": first["tx_ns"], "received_ns": first["rx_ns"]},
+            "packets": rec.get("packets"),
+            "complete": rec.get("complete"),
+            "last": None if not last else {"seq": last["seq"], "sent_ns": last["tx_ns"], "received_ns": last["rx_ns"]},
+        }
+    from probes.irtt import load_irtt
+
+    try:
+        trace = load_irtt(run_dir / "irtt.json.gz")
+    except (OSError, ValueError, KeyError) as err:
+        return {"first": None, "packets": None, "error": f"irtt.json.gz unreadable: {err}"}
+    sent = trace.send_ns >= completed_ns
+    answered = sent & trace.received
+    out: dict[str, Any] = {"first": None, "packets": int(answered.sum()), "sent": int(sent.sum())}
+    if answered.any():
+        i = int(answered.nonzero()[0][0])  # seqno order = send order
+        out["first"] = {
+            "seq": int(trace.seqno[i]),
+            "sent_ns": int(trace.send_ns[i]),
+            "received_ns": int(trace.recv_ns[i]),
+        }
+    return out
+
+
+def observe_recovery(driver: Driver, instruments: Instruments, failed_ns: int) -> dict[str, Any]:
+    """After a failed migration: does the router still run on R1, and does it still forward?
+    With cross-traffic: a packet sent after the failure reached B (vrsink's highest send stamp
+    passes ``failed_ns``); at RATE=0: RTT probes keep reaching D."""
+    running = driver.source_running()
+    out: dict[str, Any] = {"source_running": running, "forwarding_on_R1": False}
+    if not running:
+        return out
+    rate = instruments.s.rate_bps
+    out["method"] = "cross-traffic sent after the failure reached B" if rate > 0 else "RTT probes reach D"
+    base = instruments.probes_at_d() if rate == 0 else None
+    deadline = time.monotonic() + RECOVERY_OBSERVE_S
+    while time.monotonic() < deadline:
+        if rate > 0:
+            top = (instruments.sink_state() or {}).get("max_tx") or {}
+            if top.get("tx_ns", 0) >= failed_ns:
+                out.update(forwarding_on_R1=True, sent_ns=top["tx_ns"], received_ns=top["rx_ns"])
+                break
+        else:
+            now = instruments.probes_at_d()
+            if base is None:
+                base = now
+            elif now is not None and now - base >= PROBES_MIN:
+                out.update(forwarding_on_R1=True, probes_at_D=now - base)
+                break
+        time.sleep(OBSERVE_POLL_S)
+    log.info("after the failed migration: source running=%s, forwarding on R1=%s", running, out["forwarding_on_R1"])
+    return out
+
+
+def _sleep_until(t_mono: float, abort: _Abort) -> None:
+    """Wait for a scenario time point (a schedule, not a readiness wait)."""
+    while (left := t_mono - time.monotonic()) > 0:
+        if abort():
+            raise Interrupted("interrupted")
+        time.sleep(min(left, 0.1))
+
+
+def _analyse(run_dir: Path) -> None:
+    """Compute summary.json and the plot from the raw data (never raises)."""
+    try:
+        from analysis.run import analyse_and_write
+
+        analyse_and_write(run_dir)
+    except Exception as err:  # analysis must never lose a run's raw data
+        log.exception("analysis failed: %s (raw data kept; re-run `python -m analysis %s`)", err, run_dir)

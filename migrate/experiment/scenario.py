@@ -1,0 +1,177 @@
+"""The experiment description: a frozen dataclass built from CLI flags / Make variables."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from migrate.core.errors import ConfigError
+from migrate.core.units import format_rate
+
+HVS = ("kvm", "criu", "openvz", "xen")
+DRIVERS = ("qmp", "libvirt")  # HV=kvm: QEMU over QMP (default) or through libvirt
+MODES = ("precopy", "stopcopy")
+ROUTERS = ("frr", "bird", "xorp")
+ACCELS = ("auto", "kvm", "tcg")
+GENS = ("builtin",)  # make migrate measures with vrgen/vrsink; other backends serve the benchmarks
+FAULTS = ("dst-qemu-dies", "src-qemu-dies", "link-down", "link-cap", "guest-never-ready", "gen-dies", "dst-unplugged")
+XEN_GUESTS = ("pvh", "pv")
+CRIU_HOSTS = ("local", "vm")  # HV=criu: here, or in a VM booting Debian's kernel (migrate/drivers/criu/hostvm.py)
+XEN_PV_REFUSAL = (
+    "XEN_GUEST=pv cannot be live-migrated with Debian's Xen 4.17: the hypervisor is built without "
+    "shadow paging (CONFIG_SHADOW_PAGING unset), and a PV guest's log-dirty tracking needs it "
+    "(xl fails: 'Failed to enable logdirty: 95 ... domain did not respond to suspend request'); "
+    "use XEN_GUEST=pvh (the default), whose log-dirty uses hardware-assisted paging (HAP)"
+)
+MAX_RIB_ROUTES = 2_000_000  # about twice an Internet BGP table
+MIN_FRAME_BYTES = 64
+MAX_FRAME_BYTES = 1518
+MIN_IPV6_FRAME_BYTES = 82  # 14 Eth + 40 IPv6 + 8 UDP + 16 B payload (seq, timestamp) + 4 FCS
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One migration experiment; every field is recorded in meta.json."""
+
+    hv: str = "kvm"
+    mode: str = "precopy"
+    rate_bps: int = 100_000_000
+    frame_bytes: int = 1500
+    ip: int = 4
+    duration_s: float = 20.0
+    migrate_at_s: float = 5.0
+    after_s: float = 3.0
+    sample_ms: int = 10
+    probe_ms: int = 10
+    mem_mib: int = 256
+    vcpus: int = 1
+    router: str = "frr"
+    nic: str = "virtio"
+    accel: str = "auto"
+    gen: str = "builtin"
+    miglink_bps: int | None = None
+    downtime_limit_ms: int | None = None
+    max_bandwidth_bps: int | None = None
+    auto_converge: bool = False
+    xbzrle: bool = False
+    postcopy: bool = False
+    migrate_timeout_s: float = 120.0
+    boot_timeout_s: float = 120.0
+    fault: str | None = None
+    driver: str = "qmp"
+    xen_guest: str = "pvh"  # HV=xen: the domU type (pv is refused: see XEN_PV_REFUSAL)
+    xen_mig_mtu: int = 1500  # HV=xen nested: MTU of the dom0s' migration link NICs
+    criu_host: str = "local"  # HV=criu: "vm" runs the experiment in a VM with a soft-dirty kernel
+    rib_routes: int = 0  # routes held in the router's RIB (ROUTER=bird): routing state to migrate
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @property
+    def name(self) -> str:
+        """Name derived from the parameters, used in the results directory name."""
+        hv = self.hv if self.driver == "qmp" else f"{self.hv}-{self.driver}"
+        hv = f"{hv}-vm" if self.criu_host == "vm" else hv
+        rib = f"-rib{self.rib_routes}" if self.rib_routes else ""
+        return f"{hv}-{self.mode}-{format_rate(self.rate_bps)}-{self.frame_bytes}{rib}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """All parameters as a JSON-ready dict."""
+        return asdict(self)
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        """Names of all parameters."""
+        return [f.name for f in fields(cls)]
+
+
+def _require(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+def validate(s: Scenario) -> None:
+    """Raise ConfigError with a one-line, actionable message for the first invalid parameter."""
+    _require(s.hv in HVS, f"HV={s.hv!r} is not supported: choose one of {', '.join(HVS)}")
+    _require(s.driver in DRIVERS, f"DRIVER={s.driver!r} is unknown: choose one of {', '.join(DRIVERS)}")
+    _require(s.driver != "libvirt" or s.hv == "kvm", f"DRIVER=libvirt needs HV=kvm (not HV={s.hv})")
+    _require(s.mode in MODES, f"MODE={s.mode!r} is unknown: choose precopy or stopcopy")
+    _require(s.rate_bps >= 0, f"RATE={s.rate_bps} must be >= 0 bit/s")
+    _require(s.rate_bps <= 10 * 10**9, f"RATE={format_rate(s.rate_bps)} is above 10G: the testbed cannot carry it")
+    _require(
+        MIN_FRAME_BYTES <= s.frame_bytes <= MAX_FRAME_BYTES,
+        f"SIZE={s.frame_bytes} is outside {MIN_FRAME_BYTES}-{MAX_FRAME_BYTES} (Ethernet frame bytes incl. FCS)",
+    )
+    _require(s.ip in (4, 6), f"IP={s.ip} must be 4 or 6")
+    if s.ip == 6:
+        _require(
+            s.frame_bytes >= MIN_IPV6_FRAME_BYTES,
+            f"SIZE={s.frame_bytes} is too small for IPv6 probes: use at least {MIN_IPV6_FRAME_BYTES}",
+        )
+    _require(s.duration_s > 0, f"DURATION={s.duration_s} must be > 0 seconds")
+    _require(s.migrate_at_s > 0, f"MIGRATE_AT={s.migrate_at_s} must be > 0 seconds")
+    _require(
+        s.migrate_at_s < s.duration_s,
+        f"MIGRATE_AT={s.migrate_at_s} must be before the end of traffic (DURATION={s.duration_s})",
+    )
+    _require(1 <= s.sample_ms <= 1000, f"SAMPLE_MS={s.sample_ms} must be 1-1000 ms")
+    _require(1 <= s.probe_ms <= 1000, f"PROBE_MS={s.probe_ms} must be 1-1000 ms")
+    _require(64 <= s.mem_mib <= 16384, f"MEM={s.mem_mib} must be 64-16384 MiB")
+    _require(1 <= s.vcpus <= 64, f"VCPUS={s.vcpus} must be 1-64")
+    _require(s.router in ROUTERS, f"ROUTER={s.router!r} is unknown: choose one of {', '.join(ROUTERS)}")
+    _require(s.nic in ("virtio", "e1000"), f"NIC={s.nic!r} must be virtio or e1000")
+    _require(s.accel in ACCELS, f"ACCEL={s.accel!r} must be one of {', '.join(ACCELS)}")
+    _require(s.gen in GENS, f"GEN={s.gen!r} is unknown: choose one of {', '.join(GENS)}")
+    if s.miglink_bps is not None:
+        _require(s.miglink_bps >= 100_000, f"MIGLINK={s.miglink_bps} must be at least 100K bit/s")
+    if s.downtime_limit_ms is not None:
+        _require(s.downtime_limit_ms > 0, f"DOWNTIME_LIMIT={s.downtime_limit_ms} must be > 0 ms")
+    if s.max_bandwidth_bps is not None:
+        _require(s.max_bandwidth_bps > 0, f"MIGBW={s.max_bandwidth_bps} must be > 0 bit/s")
+    _require(not (s.postcopy and s.mode == "stopcopy"), "POSTCOPY=1 needs MODE=precopy")
+    _require(s.migrate_timeout_s > 0, "MIGRATE_TIMEOUT must be > 0 seconds")
+    _require(s.boot_timeout_s > 0, "BOOT_TIMEOUT must be > 0 seconds")
+    _require(s.xen_guest in XEN_GUESTS, f"XEN_GUEST={s.xen_guest!r} must be pvh (or pv, which is refused)")
+    if s.hv == "xen":
+        xen_host_env(os.environ)
+    _require(not (s.hv == "xen" and s.xen_guest == "pv"), XEN_PV_REFUSAL)
+    _require(s.hv != "xen" or s.mode == "precopy", "HV=xen supports MODE=precopy only (xl migrate)")
+    _require(s.criu_host in CRIU_HOSTS, f"CRIU_HOST={s.criu_host!r} must be one of {', '.join(CRIU_HOSTS)}")
+    _require(s.criu_host == "local" or s.hv == "criu", f"CRIU_HOST={s.criu_host} needs HV=criu (not HV={s.hv})")
+    _require(0 <= s.rib_routes <= MAX_RIB_ROUTES, f"RIB_ROUTES={s.rib_routes} must be 0-{MAX_RIB_ROUTES} routes")
+    _require(s.rib_routes == 0 or s.router == "bird", f"RIB_ROUTES needs ROUTER=bird (not ROUTER={s.router})")
+    _require(576 <= s.xen_mig_mtu <= 9000, f"XEN_MIG_MTU={s.xen_mig_mtu} must be 576-9000 bytes")
+    _require(s.fault is None or s.fault in FAULTS, f"FAULT={s.fault!r} is unknown: choose one of {', '.join(FAULTS)}")
+
+
+_IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
+_SSH_DEST = re.compile(r"[A-Za-z0-9_.@:%\[\]-]+")
+
+
+def xen_host_env(environ: Mapping[str, str]) -> dict[str, str | None]:
+    """HV=xen on real dom0s: ``XEN_PEER`` (ssh destination of R2's dom0), ``XEN_MIG_ADDR`` (its
+    address on the migration link) and ``XEN_MIG_IF`` (dom0's NIC there), checked; unset ones are
+    None.  They end up in commands run in dom0 (``xl migrate``'s transport is run by ``sh``), so
+    anything but an IP address, an interface name and an ssh destination is refused."""
+    peer, addr, ifname = (environ.get(k) for k in ("XEN_PEER", "XEN_MIG_ADDR", "XEN_MIG_IF"))
+    if addr is not None:
+        try:
+            addr = str(ipaddress.ip_address(addr))
+        except ValueError:
+            raise ConfigError(
+                f"XEN_MIG_ADDR={addr!r} is not an IP address: give R2's dom0 address on the migration link, "
+                "e.g. 198.19.255.2"
+            ) from None
+    _require(
+        ifname is None or (_IFNAME.fullmatch(ifname) is not None and ifname not in (".", "..")),
+        f"XEN_MIG_IF={ifname!r} is not a network interface name (1-15 letters, digits, '.', '_', '-'), e.g. ethM",
+    )
+    _require(
+        peer is None or (_SSH_DEST.fullmatch(peer) is not None and not peer.startswith("-")),
+        f"XEN_PEER={peer!r} is not an ssh destination: use [user@]host, e.g. root@dom0-b",
+    )
+    return {"peer": peer, "mig_addr": addr, "mig_if": ifname}
