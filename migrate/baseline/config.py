@@ -210,7 +210,7 @@ class ConfigRun:
             if self.dry:
                 raise _Pending(key.name)
             self._healthy()
-            from migrate.baseline.run import rate_text
+            from migrate.baseline.spec import rate_text
 
             log.info("[%s] %s rep %d: IPv%d %d B at %s per router", self.config.name, key.phase, key.rep, key.ip,
                      key.frame_bytes, rate_text(key.rate_bps))  # fmt: skip

@@ -22,13 +22,13 @@ from typing import Any
 
 from migrate.baseline import gencap
 from migrate.baseline.config import ConfigRun
-from migrate.baseline.spec import LOAD_FRAME_BYTES, UNPACED, BaselineSpec, Config
+from migrate.baseline.spec import LOAD_FRAME_BYTES, BaselineSpec, Config
 from migrate.core import meta as metamod
 from migrate.core.atomic import write_json
 from migrate.core.errors import DependencyError, Interrupted, VrmigError
 from migrate.core.registry import clean_stale
-from migrate.core.sighold import signal_handlers
-from migrate.experiment.run import RESULTS_MARKER, RESULTS_ROOT_MARKER, _Abort, check_results_root
+from migrate.core.sighold import Abort, signal_handlers
+from migrate.testbed.results import RESULTS_MARKER, RESULTS_ROOT_MARKER, check_results_root
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +275,7 @@ def run_baseline(spec: BaselineSpec, results_root: Path, resume_dir: Path | None
     gen = check_generator(spec)
     for prefix in clean_stale():
         log.warning("removed leftovers of crashed run %s", prefix)
-    abort = _Abort()
+    abort = Abort()
     with signal_handlers(abort.handler):
         if resume_dir is not None:
             run_dir = resume_dir
@@ -309,7 +309,7 @@ def run_baseline(spec: BaselineSpec, results_root: Path, resume_dir: Path | None
 
 
 def _run_config(
-    spec: BaselineSpec, config: Config, facts: dict[str, Any], run_dir: Path, meta: dict[str, Any], abort: _Abort
+    spec: BaselineSpec, config: Config, facts: dict[str, Any], run_dir: Path, meta: dict[str, Any], abort: Abort
 ) -> None:
     info: dict[str, Any] = {"status": "running", "started_utc": dt.datetime.now(dt.UTC).isoformat()}
     meta["configs"][config.name] = info
@@ -345,10 +345,3 @@ def _analyse(run_dir: Path) -> None:
         log.exception(
             "analysis failed: %s (raw data kept; re-run `python -m analysis.baseline.summary %s`)", err, run_dir
         )
-
-
-def rate_text(rate_bps: int) -> str:
-    """'max' for unpaced, else the compact rate."""
-    from migrate.core.units import format_rate
-
-    return "max" if rate_bps == UNPACED else format_rate(rate_bps)

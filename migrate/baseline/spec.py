@@ -22,6 +22,13 @@ MAX_FRAME_BYTES = 1518
 MIN_IPV6_FRAME_BYTES = 82  # 14 Eth + 40 IPv6 + 8 UDP + 16 B vrgen header + 4 FCS
 MAX_RATE_BPS = 10 * 10**9
 UNPACED = 0  # RATES=max: the generator sends as fast as it can (paper 001's pktgen with 0 delay)
+
+
+def rate_text(rate_bps: int) -> str:
+    """'max' for unpaced, else the compact rate."""
+    return "max" if rate_bps == UNPACED else format_rate(rate_bps)
+
+
 LOAD_FRAME_BYTES = 64  # LOAD=smallpkts: the neighbour forwards 64 B frames (paper 001, Sec. 3.4)
 NONE_NIC = "veth"  # HV=none and HV=criu: the router's interfaces are veths (no NIC model)
 NIC_LESS_HVS = ("none", "criu")  # one configuration each, whatever NIC lists
@@ -71,7 +78,7 @@ class PointKey:
     @property
     def name(self) -> str:
         """Directory name of the point (unique within its configuration)."""
-        rate = "max" if self.rate_bps == UNPACED else format_rate(self.rate_bps)
+        rate = rate_text(self.rate_bps)
         return f"{self.phase}-ip{self.ip}-{self.frame_bytes}B-{rate}-rep{self.rep}"
 
 

@@ -361,8 +361,8 @@ def start_session(sweep_dir: Path, state: dict[str, Any], vers: dict[str, Any]) 
 
 
 def prepare_results_root(results_root: Path) -> None:
-    """The results root must be ours (see migrate.experiment.run.check_results_root); mark it as ours."""
-    from migrate.experiment.run import RESULTS_ROOT_MARKER, check_results_root
+    """The results root must be ours (see migrate.testbed.results.check_results_root); mark it as ours."""
+    from migrate.testbed.results import RESULTS_ROOT_MARKER, check_results_root
 
     check_results_root(results_root)
     results_root.mkdir(parents=True, exist_ok=True)

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from migrate.baseline.spec import DEFAULTS, NONE_NIC, BaselineSpec, spec_from_strings
+from migrate.cli.args import boolean, number, rate
 from migrate.core.errors import ConfigError
-from migrate.core.units import parse_rate_bps
 
 # flag -> (spec field, Make variable, default) for the scalar parameters
 SCALARS: dict[str, tuple[str, str, Any]] = {
@@ -32,22 +32,7 @@ LISTS = {  # flag -> spec field
 }  # fmt: skip
 
 
-def _number(name: str, kind: type) -> Any:
-    def conv(text: str) -> Any:
-        try:
-            return kind(text)
-        except ValueError:
-            raise ConfigError(f"{name}={text!r} is not a {'whole ' if kind is int else ''}number") from None
-
-    return conv
-
-
-def _flag(text: str) -> bool:
-    if text.lower() in ("1", "yes", "true", "on"):
-        return True
-    if text.lower() in ("0", "no", "false", "off"):
-        return False
-    raise ConfigError(f"GEN_CHECK={text!r} is not a boolean: use 1 or 0")
+_GEN_CHECK = boolean("GEN_CHECK", empty_is_false=False)
 
 
 def add_parser(sub: Any) -> None:
@@ -62,15 +47,19 @@ def add_parser(sub: Any) -> None:
     b.add_argument("--load", help="none,idle,cpu,smallpkts neighbour (LOAD)")
     b.add_argument("--reps", help=f"repetitions per point (REPS; default {DEFAULTS['reps']})")
     b.add_argument("--search", help="none|ndr: also search the max loss-free rate (SEARCH)")
-    b.add_argument("--duration", type=_number("DURATION", float), help="seconds of traffic per point (5)")
-    b.add_argument("--load-rate", type=lambda t: parse_rate_bps(t, "LOAD_RATE"), help="LOAD=smallpkts bit/s (10M)")
+    b.add_argument("--duration", type=number("DURATION", float), help="seconds of traffic per point (5)")
+    b.add_argument("--load-rate", type=rate("LOAD_RATE"), help="LOAD=smallpkts bit/s (10M)")
     b.add_argument("--router", help="router profile frr|bird (ROUTER)")
     b.add_argument("--accel", help="auto|kvm|tcg (ACCEL)")
-    b.add_argument("--mem", type=_number("MEM", int), help="guest MiB (256)")
-    b.add_argument("--probe-ms", type=_number("PROBE_MS", int), help="RTT probe interval ms (10)")
-    b.add_argument("--gen-check", type=_flag, help="1|0: refuse rates above the generator's capability (1)")
-    b.add_argument("--ndr-precision", type=_number("NDR_PRECISION", float), help="relative NDR resolution (0.05)")
-    b.add_argument("--boot-timeout", type=_number("BOOT_TIMEOUT", float), help="seconds for a router VM to boot")
+    b.add_argument("--mem", type=number("MEM", int), help="guest MiB (256)")
+    b.add_argument("--probe-ms", type=number("PROBE_MS", int), help="RTT probe interval ms (10)")
+    b.add_argument(
+        "--gen-check",
+        type=_GEN_CHECK,
+        help="1|0: refuse rates above the generator's capability (1)",
+    )
+    b.add_argument("--ndr-precision", type=number("NDR_PRECISION", float), help="relative NDR resolution (0.05)")
+    b.add_argument("--boot-timeout", type=number("BOOT_TIMEOUT", float), help="seconds for a router VM to boot")
     b.add_argument("--resume", type=Path, default=None, help="results directory of an interrupted baseline (RESUME)")
     b.add_argument("--results", type=Path, default=Path("results"), help="results root directory")
 

@@ -7,18 +7,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from migrate.cli.args import scenario_from_args, whole
 from migrate.core.errors import ConfigError, Interrupted
 from migrate.core.units import format_rate
-
-
-def _int(name: str):
-    def conv(text: str) -> int:
-        try:
-            return int(text)
-        except ValueError:
-            raise ConfigError(f"{name}={text!r} is not a whole number") from None
-
-    return conv
 
 
 def add_parsers(sub: argparse._SubParsersAction, run_parser: argparse.ArgumentParser) -> None:
@@ -26,8 +17,8 @@ def add_parsers(sub: argparse._SubParsersAction, run_parser: argparse.ArgumentPa
     s = sub.add_parser("sweep", parents=[run_parser], add_help=False, help="migrations over a RATES×SIZES grid")
     s.add_argument("--rates", default=None, help="RATES: comma-separated cross-traffic rates, e.g. 0,100M,200M")
     s.add_argument("--sizes", default=None, help="SIZES: comma-separated frame bytes (default: --size)")
-    s.add_argument("--reps", type=_int("REPS"), default=None, help="REPS: repetitions per grid point")
-    s.add_argument("--seed", type=_int("SEED"), default=None, help="SEED of the randomized order (default: random)")
+    s.add_argument("--reps", type=whole("REPS"), default=None, help="REPS: repetitions per grid point")
+    s.add_argument("--seed", type=whole("SEED"), default=None, help="SEED of the randomized order (default: random)")
     s.add_argument("--resume", type=Path, default=None, help="RESUME: a sweep directory to continue")
     s.set_defaults(handler=cmd_sweep)
 
@@ -93,8 +84,6 @@ def cmd_sweep(a: argparse.Namespace) -> int:
                 raise ConfigError(f"RESUME={a.resume} was started with {k}={was}; drop {k} or start a new sweep")
         sweep_dir = a.resume
     else:
-        from migrate.cli.main import scenario_from_args
-
         if a.rates is None:
             raise ConfigError("RATES is required, e.g. RATES=0,100M,200M (or RESUME=<sweep dir>)")
         if a.reps is None:

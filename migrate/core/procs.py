@@ -15,13 +15,17 @@ from pathlib import Path
 from migrate.core.errors import VrmigError
 from migrate.core.registry import RUN_ENV, Registry
 from migrate.core.sighold import held_signals
-from migrate.testbed.builder import netns_exec
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.01
 PDEATHSIG_PREFIX = ("setpriv", "--pdeathsig", "KILL", "--")
-__all__ = ["PDEATHSIG_PREFIX", "RUN_ENV", "LineTail", "Proc", "ProcessError"]  # RUN_ENV: from migrate.core.registry
+__all__ = ["PDEATHSIG_PREFIX", "RUN_ENV", "LineTail", "Proc", "ProcessError", "netns_exec"]  # RUN_ENV: from registry
+
+
+def netns_exec(ns: str, argv: list[str]) -> list[str]:
+    """argv that runs ``argv`` inside namespace ``ns`` (no shell)."""
+    return ["ip", "netns", "exec", ns, *argv]
 
 
 class ProcessError(VrmigError):

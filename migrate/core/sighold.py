@@ -92,3 +92,27 @@ def interruptible() -> Iterator[None]:
 
     with signal_handlers(handler):
         yield
+
+
+class Abort:
+    """A run's abort flag: set by SIGINT/SIGTERM (install :meth:`handler`); the first signal also
+    raises Interrupted in the main thread while ``armed``.  Calling it says whether a signal came."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.armed = True
+        self.owner_pid = os.getpid()
+
+    def __call__(self) -> bool:
+        return self.signum is not None
+
+    def handler(self, signum: int, _frame: Any) -> None:
+        if os.getpid() != self.owner_pid:
+            # a fork of ours (pyroute2's netns helper) inherited this handler: die as by default
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        first = self.signum is None
+        self.signum = signum
+        if first and self.armed:
+            raise Interrupted(f"interrupted by {signal.Signals(signum).name}")

@@ -19,7 +19,6 @@ event (``calibration.csv``, ``calibration_events.csv``)."""
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import logging
 import random
@@ -36,16 +35,16 @@ from migrate.core import meta as metamod
 from migrate.core.atomic import write_json
 from migrate.core.errors import ConfigError, DependencyError, Interrupted, VrmigError
 from migrate.core.registry import Registry, clean_stale
-from migrate.core.sighold import signal_handlers
-from migrate.core.units import format_rate, parse_rate_bps
+from migrate.core.sighold import Abort, signal_handlers
+from migrate.core.units import format_rate
 from migrate.drivers.base import Driver, RunContext, load_driver
 from migrate.drivers.criu.nsock import in_netns, netns_path, socket_in
 from migrate.experiment.instruments import FORWARD_MIN_PACKETS, Instruments
 from migrate.experiment.recorder import Recorder
-from migrate.experiment.run import RESULTS_MARKER, _Abort, check_results_root, mark_results_root
 from migrate.experiment.scenario import DRIVERS, HVS, Scenario
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import Testbed, TestbedBuilder, new_prefix
+from migrate.testbed.results import RESULTS_MARKER, check_results_root, mark_results_root
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +294,7 @@ class Calibrator:
         self.active: Planned | None = None  # the event whose path is cut or paused right now
         self.end_half_ns = {k: 0 for k in KINDS}  # last half-width of each kind's end edge
 
-    def execute(self, meta: dict[str, Any], abort: _Abort) -> None:
+    def execute(self, meta: dict[str, Any], abort: Abort) -> None:
         """Everything up to and including the last event; the caller tears down (``teardown``)."""
         self.recorder = Recorder(self.run_dir)
         self.registry.open()
@@ -430,7 +429,7 @@ def run_calibration(spec: CalibrationSpec, results_root: Path) -> Path:
     facts = dependencies(spec, driver_cls)
     for prefix in clean_stale():
         log.warning("removed leftovers of crashed run %s", prefix)
-    abort = _Abort()
+    abort = Abort()
     with signal_handlers(abort.handler):
         run_dir = _run_dir(results_root, spec)
         meta: dict[str, Any] = {
@@ -512,72 +511,3 @@ def _analyse(run_dir: Path) -> None:
             err,
             run_dir,
         )
-
-
-# -- command line ---------------------------------------------------------------------------------
-
-
-def _int(name: str) -> Callable[[str], int]:
-    def conv(text: str) -> int:
-        try:
-            return int(text)
-        except ValueError:
-            raise ConfigError(f"{name}={text!r} is not a whole number") from None
-
-    return conv
-
-
-def add_parser(sub: Any) -> None:
-    """The ``calibrate`` subcommand (flags mirror the Make variables)."""
-    c = sub.add_parser("calibrate", help="downtime estimators against known outages (make calibrate)")
-    c.add_argument("--hv", default="kvm", help="kvm|criu|xen (HV)")
-    c.add_argument("--driver", default="qmp", help="HV=kvm: qmp|libvirt (DRIVER)")
-    c.add_argument("--kind", type=parse_kinds, default=KINDS, help="cut, pause or cut,pause (KIND)")
-    c.add_argument("--durations", type=parse_durations, default=DEFAULT_DURATIONS_MS, help="ms, e.g. 20,50 (DURATIONS)")
-    c.add_argument("--reps", type=_int("REPS"), default=5, help="repetitions per duration and kind (REPS)")
-    c.add_argument(
-        "--rate", type=lambda t: parse_rate_bps(t, "RATE"), default=None, help="cross-traffic (100M; xen 10M)"
-    )
-    c.add_argument("--size", type=_int("SIZE"), default=1500, help="Ethernet frame bytes (SIZE)")
-    c.add_argument("--router", default=None, help="frr|bird (ROUTER; HV=criu: bird)")
-    c.add_argument("--accel", default="auto", help="auto|kvm|tcg (ACCEL)")
-    c.add_argument("--mem", type=_int("MEM"), default=256, help="guest MiB (MEM)")
-    c.add_argument("--sample-ms", type=_int("SAMPLE_MS"), default=10, help="counter sampling period ms (SAMPLE_MS)")
-    c.add_argument("--boot-timeout", type=float, default=None, help="s (120; HV=xen 300)")
-    c.add_argument("--seed", type=_int("SEED"), default=1, help="order of the durations (SEED)")
-    c.add_argument("--results", type=Path, default=Path("results"), help="results root directory")
-    c.set_defaults(handler=run_command)
-
-
-def spec_from_args(a: argparse.Namespace) -> CalibrationSpec:
-    """The spec from parsed flags (HV-dependent defaults filled in)."""
-    xen = a.hv == "xen"
-    return CalibrationSpec(
-        hv=a.hv, driver=a.driver, kinds=a.kind, durations_ms=a.durations, reps=a.reps,
-        rate_bps=a.rate if a.rate is not None else (XEN_DEFAULT_RATE_BPS if xen else 100_000_000),
-        frame_bytes=a.size, router=a.router or ("bird" if a.hv == "criu" else "frr"), accel=a.accel,
-        mem_mib=a.mem, sample_ms=a.sample_ms, seed=a.seed,
-        boot_timeout_s=a.boot_timeout if a.boot_timeout is not None else (XEN_BOOT_TIMEOUT_S if xen else 120.0),
-    )  # fmt: skip
-
-
-def run_command(a: argparse.Namespace) -> int:
-    """Run it; print the table and, last, the results directory.  Exit 0 when every cut target is
-    met, 1 when one is missed, 4 when the run failed."""
-    import json
-
-    from analysis.metrics.calibration import format_table, load_and_calibrate
-
-    spec = spec_from_args(a)
-    run_dir = run_calibration(spec, a.results)
-    try:
-        cal, hv = load_and_calibrate(run_dir)
-        print(format_table(cal, hv))
-    except Exception as err:  # the raw data is kept; say so
-        cal = None
-        print(f"(calibration analysis failed: {type(err).__name__}: {err}; raw data in {run_dir})")
-    print(run_dir)
-    status = json.loads((run_dir / "meta.json").read_text()).get("status")
-    if status != "completed":
-        return 4
-    return 1 if cal is None or cal.passed is False else 0

@@ -19,9 +19,9 @@ from typing import Any
 
 from migrate.core import meta as metamod
 from migrate.core.atomic import write_json
-from migrate.core.errors import ConfigError, DependencyError, Interrupted, MigrationError, VrmigError
+from migrate.core.errors import DependencyError, Interrupted, MigrationError, VrmigError
 from migrate.core.registry import Registry, clean_stale
-from migrate.core.sighold import signal_handlers
+from migrate.core.sighold import Abort, signal_handlers
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext, load_driver
 from migrate.experiment.console import crash_in
 from migrate.experiment.faults import FaultInjector, kill_pid, link_cap, link_down, unplug
@@ -30,70 +30,9 @@ from migrate.experiment.recorder import Recorder
 from migrate.experiment.scenario import Scenario
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import Testbed, TestbedBuilder, new_prefix
+from migrate.testbed.results import RESULTS_MARKER, check_results_root, mark_results_root
 
 log = logging.getLogger(__name__)
-
-RESULTS_MARKER = ".vrmig-run"
-RESULTS_ROOT_MARKER = ".vrmig-results"
-MIN_FREE_BYTES = 64 * 2**20  # a 20 s run at 1G of 64 B frames writes well under this
-
-
-class _Abort:
-    """Set by SIGINT/SIGTERM; the first signal also raises Interrupted in the main thread."""
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self.armed = True
-        self.owner_pid = os.getpid()
-
-    def __call__(self) -> bool:
-        return self.signum is not None
-
-    def handler(self, signum: int, _frame: Any) -> None:
-        if os.getpid() != self.owner_pid:
-            # a fork of ours (pyroute2's netns helper) inherited this handler: die as by default
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        first = self.signum is None
-        self.signum = signum
-        if first and self.armed:
-            raise Interrupted(f"interrupted by {signal.Signals(signum).name}")
-
-
-def check_results_root(results_root: Path) -> None:
-    """The results root must be ours (absent, empty, or carrying our marker) and have room."""
-    if results_root.exists():
-        if not results_root.is_dir():
-            raise ConfigError(f"RESULTS={results_root} exists and is not a directory: choose another path")
-        entries = list(results_root.iterdir())
-        ours = all((e / RESULTS_MARKER).exists() for e in entries if e.name != RESULTS_ROOT_MARKER)
-        default_root = results_root.resolve() == metamod.REPO / "results"  # the repo's git-ignored results/
-        if entries and not (results_root / RESULTS_ROOT_MARKER).exists() and not ours and not default_root:
-            raise ConfigError(
-                f"RESULTS={results_root} exists and is not a vrmig results directory "
-                f"(no {RESULTS_ROOT_MARKER} marker): choose a new or empty path"
-            )
-        probe = results_root
-    else:
-        probe = next((p for p in results_root.parents if p.exists()), Path("/"))
-    if not os.access(probe, os.W_OK):
-        raise ConfigError(f"RESULTS={results_root}: {probe} is not writable")
-    st = os.statvfs(probe)
-    free = st.f_bavail * st.f_frsize
-    if free < MIN_FREE_BYTES:
-        raise ConfigError(
-            f"RESULTS={results_root}: only {free // 2**20} MiB free on that file system; "
-            f"a run needs at least {MIN_FREE_BYTES // 2**20} MiB"
-        )
-
-
-def mark_results_root(results_root: Path) -> None:
-    """Create ``results_root`` if needed and mark it as a vrmig results root."""
-    results_root.mkdir(parents=True, exist_ok=True)
-    marker = results_root / RESULTS_ROOT_MARKER
-    if not marker.exists():
-        marker.write_text("vrmig results root\n")
 
 
 def make_run_dir(results_root: Path, scenario: Scenario) -> Path:
@@ -158,7 +97,7 @@ def run(scenario: Scenario, results_root: Path, extra_meta: dict[str, Any] | Non
     for prefix in clean_stale():
         log.warning("removed leftovers of crashed run %s", prefix)
 
-    abort = _Abort()
+    abort = Abort()
     with signal_handlers(abort.handler):
         run_dir = make_run_dir(results_root, scenario)
         meta: dict[str, Any] = {
@@ -216,7 +155,7 @@ def _execute(
     registry: Registry,
     run_dir: Path,
     meta: dict[str, Any],
-    abort: _Abort,
+    abort: Abort,
     phase: Phase,
 ) -> None:
     recorder = Recorder(run_dir)
@@ -536,7 +475,7 @@ def observe_recovery(driver: Driver, instruments: Instruments, failed_ns: int) -
     return out
 
 
-def _sleep_until(t_mono: float, abort: _Abort) -> None:
+def _sleep_until(t_mono: float, abort: Abort) -> None:
     """Wait for a scenario time point (a schedule, not a readiness wait)."""
     while (left := t_mono - time.monotonic()) > 0:
         if abort():

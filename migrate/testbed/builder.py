@@ -35,11 +35,6 @@ def new_prefix() -> str:
     return "vm" + secrets.token_hex(3)
 
 
-def netns_exec(ns: str, argv: list[str]) -> list[str]:
-    """argv that runs ``argv`` inside namespace ``ns`` (no shell)."""
-    return ["ip", "netns", "exec", ns, *argv]
-
-
 def _run(argv: list[str]) -> None:
     res = subprocess.run(argv, capture_output=True, text=True, check=False)
     if res.returncode != 0:

@@ -70,7 +70,7 @@ def test_bad_input_is_one_clear_line(param, argv, capsys, tmp_path, monkeypatch)
 
 def test_results_dir_that_is_not_ours_is_refused(tmp_path):
     from migrate.core.errors import ConfigError
-    from migrate.experiment.run import check_results_root
+    from migrate.testbed.results import check_results_root
 
     (tmp_path / "precious.txt").write_text("not vrmig's")
     with pytest.raises(ConfigError, match="not a vrmig results directory"):
@@ -80,7 +80,7 @@ def test_results_dir_that_is_not_ours_is_refused(tmp_path):
 
 def test_results_path_that_is_a_file_is_refused(tmp_path):
     from migrate.core.errors import ConfigError
-    from migrate.experiment.run import check_results_root
+    from migrate.testbed.results import check_results_root
 
     f = tmp_path / "file"
     f.write_text("x")

@@ -55,7 +55,9 @@ def test_console_follows_partial_lines(tmp_path):
 
 def test_main_refuses_to_run_outside_the_vm(monkeypatch, capsys):
     monkeypatch.delenv(criuvm.INNER_ENV, raising=False)
-    assert criuvm.main(["job.json"]) == 2
+    from migrate.experiment import vm_job
+
+    assert vm_job.main(["job.json"]) == 2
     assert "inside the CRIU host VM only" in capsys.readouterr().err
 
 

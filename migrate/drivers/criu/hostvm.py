@@ -10,7 +10,7 @@ directory appears where a local run would put it.
 Outer side (:func:`run_in_vm`, on the host): writes the job (scenario, results root, the host's
 facts) into the run's private state directory, boots QEMU with four 9p exports (hostroot, modules,
 results, job), follows the VM's console (``criuvm-console.log`` in the run directory at the end),
-and stops QEMU by PID in ``finally``.  Inside the VM, ``python -m migrate.drivers.criu.hostvm <job>``
+and stops QEMU by PID in ``finally``.  Inside the VM, ``python -m migrate.experiment.vm_job <job>``
 (:func:`main`) runs the usual :func:`migrate.experiment.run.run`: the whole testbed (namespaces, container,
 traffic, probes, sampler) lives in the VM, on the VM's one clock, and ``meta.json`` says so
 (``criu_host``).  Everything in the VM is emulated where the host has no KVM, so its figures
@@ -36,6 +36,7 @@ from migrate.core.registry import Registry, mark_dead_run
 from migrate.core.sighold import interruptible
 from migrate.drivers.kvm.accel import detect_accel
 from migrate.experiment.scenario import Scenario
+from migrate.testbed.results import check_results_root, mark_results_root
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,6 @@ def _image_and_accel() -> tuple[Any, str, str]:
 
 def run_in_vm(scenario: Scenario, results_root: Path) -> Path:
     """Run ``scenario`` inside the CRIU host VM; return its results directory (on the host)."""
-    from migrate.experiment.run import check_results_root, mark_results_root
     from migrate.testbed.builder import new_prefix
 
     check_results_root(results_root)
@@ -242,28 +242,3 @@ def _mark_new_runs(results_root: Path, before: set[str], why: str, interrupted: 
             cls = "interrupted" if interrupted else reached_phase(p, mode)
             meta.update(status="interrupted" if interrupted else "failed", failure=why, failure_class=cls)
             write_json(p / "meta.json", meta)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Inside the VM: run the job's scenario with :func:`migrate.experiment.run.run`."""
-    args = sys.argv[1:] if argv is None else argv
-    logging.basicConfig(level=logging.INFO, format="vrmig: %(message)s", stream=sys.stdout)
-    logging.getLogger("pyroute2").setLevel(logging.WARNING)
-    if len(args) != 1 or not in_vm():
-        print("usage: python -m migrate.drivers.criu.hostvm <job.json> (inside the CRIU host VM only)", file=sys.stderr)
-        return 2
-    job = json.loads(Path(args[0]).read_text())
-    os.environ.update(job.get("env") or {})
-    from migrate.experiment.run import run
-
-    try:
-        run_dir = run(Scenario(**job["scenario"]), Path(job["results_root"]), {"criu_host": job["criu_host"]})
-    except VrmigError as err:
-        print(f"{ERROR_MARK} {err.exit_code} {err}", flush=True)
-        return err.exit_code
-    print(f"{RUNDIR_MARK} {run_dir}", flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

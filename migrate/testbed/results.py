@@ -1,0 +1,49 @@
+"""Results roots and run directories as the suite's own: markers, and the checks a results root
+must pass before anything is written into it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from migrate.core import meta as metamod
+from migrate.core.errors import ConfigError
+
+RESULTS_MARKER = ".vrmig-run"
+RESULTS_ROOT_MARKER = ".vrmig-results"
+MIN_FREE_BYTES = 64 * 2**20  # a 20 s run at 1G of 64 B frames writes well under this
+
+
+def check_results_root(results_root: Path) -> None:
+    """The results root must be ours (absent, empty, or carrying our marker) and have room."""
+    if results_root.exists():
+        if not results_root.is_dir():
+            raise ConfigError(f"RESULTS={results_root} exists and is not a directory: choose another path")
+        entries = list(results_root.iterdir())
+        ours = all((e / RESULTS_MARKER).exists() for e in entries if e.name != RESULTS_ROOT_MARKER)
+        default_root = results_root.resolve() == metamod.REPO / "results"  # the repo's git-ignored results/
+        if entries and not (results_root / RESULTS_ROOT_MARKER).exists() and not ours and not default_root:
+            raise ConfigError(
+                f"RESULTS={results_root} exists and is not a vrmig results directory "
+                f"(no {RESULTS_ROOT_MARKER} marker): choose a new or empty path"
+            )
+        probe = results_root
+    else:
+        probe = next((p for p in results_root.parents if p.exists()), Path("/"))
+    if not os.access(probe, os.W_OK):
+        raise ConfigError(f"RESULTS={results_root}: {probe} is not writable")
+    st = os.statvfs(probe)
+    free = st.f_bavail * st.f_frsize
+    if free < MIN_FREE_BYTES:
+        raise ConfigError(
+            f"RESULTS={results_root}: only {free // 2**20} MiB free on that file system; "
+            f"a run needs at least {MIN_FREE_BYTES // 2**20} MiB"
+        )
+
+
+def mark_results_root(results_root: Path) -> None:
+    """Create ``results_root`` if needed and mark it as a vrmig results root."""
+    results_root.mkdir(parents=True, exist_ok=True)
+    marker = results_root / RESULTS_ROOT_MARKER
+    if not marker.exists():
+        marker.write_text("vrmig results root\n")
