@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,6 +29,7 @@ from analysis.metrics.sendloss import SendTimeLoss, loss_from_raw, send_time_los
 from analysis.metrics.window import Spans, Window, migration_window, spans
 from analysis.present.run_plot import PlotData, Series, plot_run
 from analysis.summary import Summary
+from migrate.core.atomic import write_text
 
 log = logging.getLogger(__name__)
 
@@ -321,18 +321,6 @@ def analyse_run(run_dir: Path) -> Summary:
     return _analyse(Path(run_dir))[0]
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def analyse_and_write(run_dir: Path) -> Summary:
     """Analyse ``run_dir``, draw ``migration.png`` and (atomically) rewrite ``summary.json``."""
     run_dir = Path(run_dir)
@@ -342,5 +330,5 @@ def analyse_and_write(run_dir: Path) -> Summary:
     except Exception as err:  # a plot problem must not cost the summary
         log.exception("plot failed")
         summary = dataclasses.replace(summary, notes=(*summary.notes, f"plot failed: {type(err).__name__}: {err}"))
-    _write_atomic(run_dir / SUMMARY_NAME, json.dumps(summary.to_dict(), indent=2) + "\n")
+    write_text(run_dir / SUMMARY_NAME, json.dumps(summary.to_dict(), indent=2) + "\n")
     return summary

@@ -38,6 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from migrate.core.atomic import write_bytes
 from routers import cpio, debs, elf, paths, profiles
 from routers.errors import BuildError, NotBuiltError
 from routers.guest import GUEST_FORMAT, GuestImage, guest_image, sha256_file
@@ -442,7 +443,7 @@ def cached_resolution(cache_file: Path, key: dict[str, Any], compute: Callable[[
             return cached["value"]
     value = compute()
     cache_file.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(cache_file, json.dumps({"key": key, "value": value}, indent=1, sort_keys=True).encode())
+    write_bytes(cache_file, json.dumps({"key": key, "value": value}, indent=1, sort_keys=True).encode())
     return value
 
 
@@ -566,12 +567,6 @@ def _initrd_bytes(rootfs_dir: Path) -> tuple[bytes, int]:
     ]
     size = cpio.write(raw, entries)
     return gzip.compress(raw.getvalue(), compresslevel=GZIP_LEVEL, mtime=0), size
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def build(

@@ -34,13 +34,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from migrate.core.atomic import write_bytes
 from routers import cpio, debs, paths
 from routers.build import (
     BUSYBOX_PACKAGE,
     LibraryResolver,
     Rootfs,
     _add_busybox,
-    _atomic_write,
     apt_state,
     cached_build,
     cached_resolution,
@@ -306,7 +306,7 @@ def host_initrd(profile: str, cache: Path | str | None = None) -> Path:
             cpio.Entry(f"{DOMU_DIR.lstrip('/')}/initrd.img", 0o100644, domu_initrd),
         ],
     )
-    _atomic_write(d / "payload.cpio", raw.getvalue())
-    _atomic_write(out, _pad4(image.initrd.read_bytes()) + raw.getvalue())
+    write_bytes(d / "payload.cpio", raw.getvalue())
+    write_bytes(out, _pad4(image.initrd.read_bytes()) + raw.getvalue())
     stamp.write_text(key + "\n")
     return out

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from analysis.baseline.ndr import describe, jain_index
+from migrate.core.atomic import replacing
 
 DPI = 110
 
@@ -41,12 +41,8 @@ def label(c: dict[str, Any]) -> str:
 
 
 def _save(fig: Figure, path: Path) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
+    with replacing(path) as tmp:
         fig.savefig(tmp, format="png", dpi=DPI)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return path
 
 

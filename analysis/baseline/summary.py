@@ -23,7 +23,6 @@ import csv
 import io
 import json
 import logging
-import os
 import sys
 from collections import defaultdict
 from collections.abc import Iterable
@@ -32,6 +31,7 @@ from typing import Any
 
 from analysis.baseline.ndr import LOSS_FREE_RATIO, describe, efficiency, ndr_result
 from analysis.baseline.points import ROUTER_COLUMNS, ROW_COLUMNS, analyse_point
+from migrate.core.atomic import write_text
 
 log = logging.getLogger(__name__)
 
@@ -77,16 +77,6 @@ def csv_text(rows: Iterable[dict[str, Any]], columns: tuple[str, ...]) -> str:
     for r in rows:
         w.writerow(["" if r.get(c) is None else (f"{r[c]:.9g}" if isinstance(r[c], float) else r[c]) for c in columns])
     return buf.getvalue()
-
-
-def write_text(path: Path, text: str) -> None:
-    """Write via a temporary file and rename (a crash leaves the previous file)."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _config_key(r: dict[str, Any]) -> tuple:

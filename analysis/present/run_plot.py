@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure  # a bare Figure renders PNG with Agg: no pyplot, no global backend
+
+from migrate.core.atomic import replacing
 
 MARK_STYLE = {
     "migrate": ("tab:red", "-"),
@@ -138,10 +139,6 @@ def plot_run(path: Path, data: PlotData) -> Path:
     _draw_marks(top, bottom, data.marks, t0)
     if data.title:
         top.set_title(data.title)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
+    with replacing(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return path

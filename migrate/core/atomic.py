@@ -1,39 +1,43 @@
-"""Atomic file writes: a crash mid-write leaves the previous file intact."""
+"""Atomic file writes: a crash mid-write leaves the previous file intact.  The only place in the
+project that writes a file through a temporary name and a rename."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 
-def write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file, fsync and rename."""
+@contextlib.contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; when the block ends without an error, rename it
+    onto ``path`` (for writers that want a file name, e.g. matplotlib's savefig).  The temporary
+    file is removed whatever happens."""
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
+        yield tmp
         os.replace(tmp, path)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        tmp.unlink(missing_ok=True)
 
 
-def write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file, fsync and rename."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
+def write_bytes(path: Path, data: bytes, *, fsync: bool = True) -> None:
+    """Write ``data`` to ``path`` via a temporary file (fsync'd unless ``fsync=False``, for files
+    another process polls and that need not survive a power cut) and a rename."""
+    with replacing(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        if fsync:
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+
+
+def write_text(path: Path, text: str, *, fsync: bool = True) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically, as :func:`write_bytes`."""
+    write_bytes(path, text.encode("utf-8"), fsync=fsync)
 
 
 def write_json(path: Path, obj: Any) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
+from migrate.core.atomic import write_text
 from migrate.core.errors import DependencyError, VrmigError
 from migrate.core.procs import Proc
 from migrate.core.registry import Registry
@@ -238,10 +239,7 @@ class Instruments:
     def mark_after(self, t_ns: int) -> None:
         """Give vrsink its threshold: from now on it reports the first packet sent at or after
         ``t_ns`` (CLOCK_REALTIME ns) and counts them (written atomically: it polls the file)."""
-        path = self.dir / SINK_AFTER_NAME
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(f"{t_ns}\n")
-        os.replace(tmp, path)
+        write_text(self.dir / SINK_AFTER_NAME, f"{t_ns}\n", fsync=False)
 
     def probes_at_d(self) -> int | None:
         """UDP datagrams delivered in D's namespace so far (the probes that reached the irtt

@@ -34,6 +34,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from migrate.core.atomic import write_text
+
 log = logging.getLogger("vrmig.criu")
 
 MANIFEST_FORMAT = 1
@@ -273,8 +275,8 @@ def read_manifest(cache: Path | None = None) -> dict | None:
 def write_manifest(root: Path, chosen: Candidate, rejected: list[dict[str, str]]) -> Path:
     """Record the chosen candidate (and why the others were rejected)."""
     path = root / "manifest.json"
-    tmp = path.with_name(".manifest.json.tmp")
-    tmp.write_text(
+    write_text(
+        path,
         json.dumps(
             {
                 "format": MANIFEST_FORMAT,
@@ -285,9 +287,8 @@ def write_manifest(root: Path, chosen: Candidate, rejected: list[dict[str, str]]
             },
             indent=2,
         )
-        + "\n"
+        + "\n",
     )
-    os.replace(tmp, path)
     return path
 
 
