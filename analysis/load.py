@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,133 +72,50 @@ def _open_text(path: Path) -> str:
     return raw.decode("utf-8", errors="replace")
 
 
-def _complete_lines(text: str) -> list[str]:
-    """Lines of ``text`` without a final line that lacks its newline (a writer killed mid-line)."""
-    lines = text.split("\n")
-    return lines[:-1]
-
-
-def _period_from_header(line: str) -> int | None:
-    for tok in line.split():
-        if tok.startswith("period_ns="):
-            try:
-                return int(tok.split("=", 1)[1])
-            except ValueError:
-                return None
-    return None
-
-
-_COUNTER_DTYPES = {"t_ns": "i8", "late_ns": "i8", "netns": "U128", "ifname": "U32"}
-_COUNTER_DTYPES |= {c: "u8" for c in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")}
-
-
-def _parse_row(fields: list[str], dtype: np.dtype) -> tuple | None:
-    if len(fields) != len(dtype.names):
-        return None
-    try:
-        return tuple(int(f) if dtype[i].kind in "iu" else f for i, f in enumerate(fields))
-    except ValueError:
-        return None
-
-
-def _counter_table(lines: list[str], columns: list[str]) -> np.ndarray:
-    """Structured array of the data lines: numpy's C parser, or line by line if a line is malformed."""
-    dtype = np.dtype([(c, _COUNTER_DTYPES.get(c, "U64")) for c in columns])
-    lines = [ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
-    if not lines:
-        return np.zeros(0, dtype=dtype)
-    try:
-        return np.loadtxt(lines, dtype=dtype, ndmin=1)
-    except (ValueError, OverflowError):
-        rows = [r for r in (_parse_row(ln.split(), dtype) for ln in lines) if r is not None]
-        return np.array(rows, dtype=dtype)
-
-
-def _tail(lines: list[str]) -> dict[str, float]:
-    """key=number pairs of vrsampler's closing comment line (the last one starting ``# cpu_user_s=``)."""
-    for line in reversed(lines):
-        if line.startswith("#") and "cpu_user_s=" in line:
-            out: dict[str, float] = {}
-            for tok in line.lstrip("#").split():
-                key, _, value = tok.partition("=")
-                try:
-                    out[key] = float(value)
-                except ValueError:
-                    continue
-            return out
-    return {}
+def _tail(footer: Mapping[str, str]) -> dict[str, float]:
+    """The numbers of vrsampler's closing comment line (``# cpu_user_s=... rounds=...``); empty
+    when the sampler was killed before writing it."""
+    if "cpu_user_s" not in footer:
+        return {}
+    out: dict[str, float] = {}
+    for key, value in footer.items():
+        try:
+            out[key] = float(value)
+        except ValueError:
+            continue
+    return out
 
 
 def load_counters(path: Path) -> Counters:
     """Read a vrsampler ``counters.tsv`` into per-(role, ifname) uint64 series sorted by t_ns.
 
-    Header ``# vrmig-sampler 1 clock=CLOCK_REALTIME period_ns=<n>`` gives the period; the column
-    line (with or without a leading '#') maps the columns by name; the closing comment line's
-    numbers (CPU seconds, rounds, missed rounds, read errors) are kept in ``tail``.  Lines with
-    the wrong number of fields or non-numeric counters are skipped, and so is a last line without
-    its newline (the sampler was killed while writing it)."""
-    lines = _complete_lines(_open_text(path))
-    period_ns: int | None = None
-    columns = list(COUNTER_COLUMNS)
-    first_data = len(lines)
-    for i, line in enumerate(lines):
-        body = line.lstrip("#").split()
-        if line.startswith("#") and body[:1] == ["vrmig-sampler"]:
-            period_ns = _period_from_header(line)
-        elif body[:1] == ["t_ns"]:
-            columns = body
-        elif body and not line.startswith("#"):
-            first_data = i
-            break
-    missing = [c for c in COUNTER_COLUMNS if c not in columns]
-    if missing:
-        raise ValueError(f"{path}: counters column line lacks {', '.join(missing)}")
-    table = _counter_table(lines[first_data:], columns)
-    codes: dict[tuple[str, str], int] = {}
-    key_of_row = np.fromiter(
-        (codes.setdefault(k, len(codes)) for k in zip(table["netns"].tolist(), table["ifname"].tolist(), strict=True)),
-        dtype=np.int64,
-        count=table.size,
-    )
+    Parsing is :func:`probes.sampler.load_counters` (tolerant: malformed lines and a last line
+    without its newline are skipped); this regroups its series by role, orders each by time and
+    keeps the closing line's numbers (CPU seconds, rounds, missed rounds, read errors) in ``tail``."""
+    from probes.sampler import load_counters as parse
+
+    c = parse(path, strict=False)
     series: dict[tuple[str, str], IfSeries] = {}
-    for (netns, ifname), code in codes.items():
-        sel = np.flatnonzero(key_of_row == code)
-        sel = sel[np.argsort(table["t_ns"][sel], kind="stable")]
-        series[(role_of(netns), ifname)] = IfSeries(
-            **{n: np.ascontiguousarray(table[n][sel]) for n in COUNTER_COLUMNS if n not in ("netns", "ifname")}
+    for s in c:
+        order = np.argsort(s.t_ns, kind="stable")
+        series[(role_of(s.netns), s.ifname)] = IfSeries(
+            **{n: np.ascontiguousarray(getattr(s, n)[order]) for n in COUNTER_COLUMNS if n not in ("netns", "ifname")}
         )
-    return Counters(period_ns, series, np.ascontiguousarray(table["late_ns"]), _tail(lines))
-
-
-def _lost(value: Any) -> bool:
-    """irtt's ``lost``: false|"false" = received; "true", "true_down", "true_up" = lost."""
-    if isinstance(value, bool):
-        return value
-    return str(value).lower() != "false"
+    late = np.concatenate([s.late_ns for s in c]) if len(c) else np.zeros(0, np.int64)
+    return Counters(c.period_ns, series, late, _tail(c.footer))
 
 
 def load_irtt(path: Path) -> RttTrace:
     """Read irtt client ``-o`` JSON (gzip or plain) into an RttTrace sorted by send time.
 
-    Send time = ``timestamps.client.send.wall`` (ns); RTT = ``delay.rtt`` (ns), NaN when ``lost``
-    is anything but false (irtt writes it as the string "false") or the RTT is absent.  Round
-    trips without a send wall time (never sent) are dropped."""
-    doc = json.loads(_open_text(path))
-    send, rtt, seq = [], [], []
-    for rt in doc.get("round_trips") or []:
-        wall = ((rt.get("timestamps") or {}).get("client") or {}).get("send", {}).get("wall")
-        if wall is None:
-            continue
-        value = (rt.get("delay") or {}).get("rtt")
-        send.append(int(wall))
-        rtt.append(math.nan if _lost(rt.get("lost")) or value is None else float(value))
-        seq.append(int(rt.get("seqno", -1)))
-    order = np.argsort(np.asarray(send, dtype=np.int64), kind="stable")
-    return RttTrace(
-        np.asarray(send, dtype=np.int64)[order],
-        np.asarray(rtt, dtype=np.float64)[order],
-        np.asarray(seq, dtype=np.int64)[order],
-    )
+    Parsing is :func:`probes.irtt.load_irtt` (tolerant: round trips without a send wall time,
+    never sent, are left out).  Send time = ``timestamps.client.send.wall`` (ns); RTT =
+    ``delay.rtt`` (ns), NaN when ``lost`` is anything but false or the RTT is absent."""
+    from probes.irtt import load_irtt as parse
+
+    t = parse(path, strict=False)
+    order = np.argsort(t.send_ns, kind="stable")
+    return RttTrace(t.send_ns[order], np.asarray(t.rtt_ns, dtype=np.float64)[order], t.seqno[order])
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -303,13 +303,27 @@ def _rfc3339_ns(s: str) -> int:
     return int(dt.timestamp()) * 1_000_000_000 + int((frac + "000000000")[:9])
 
 
-def load_irtt(path: Path | str) -> RttTrace:
-    """Load irtt's client JSON (plain or gzip'd, detected by content) into numpy arrays."""
+def _lost_code(value: Any) -> int:
+    """irtt's ``lost`` (the string "false", "true", "true_up", "true_down"; a JSON boolean is
+    read the same way) as a LOST_* code."""
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    return LOST_CODES.get(text, LOST_UNKNOWN)
+
+
+def load_irtt(path: Path | str, *, strict: bool = True) -> RttTrace:
+    """Load irtt's client JSON (plain or gzip'd, detected by content) into numpy arrays: the only
+    parser of irtt's output in the project.
+
+    A round trip without a client wall-clock send time raises ValueError, or with
+    ``strict=False`` is left out (and a document without ``config`` is accepted): the analysis
+    reads what a killed client left and never invents a send time."""
     path = Path(path)
     d = _open_json(path)
-    if "round_trips" not in d or "config" not in d:
+    if "round_trips" not in d or ("config" not in d and strict):
         raise ValueError(f"{path}: not irtt client output (no round_trips/config)")
     rts = d["round_trips"] or []
+    if not strict:
+        rts = [rt for rt in rts if "wall" in (((rt.get("timestamps") or {}).get("client") or {}).get("send") or {})]
     stats = d.get("stats") or {}
     n = len(rts)
     seqno = np.empty(n, np.int64)
@@ -318,8 +332,8 @@ def load_irtt(path: Path | str) -> RttTrace:
     rtt_ns = np.full(n, np.nan)
     lost = np.empty(n, np.uint8)
     for i, rt in enumerate(rts):
-        seqno[i] = rt["seqno"]
-        lost[i] = LOST_CODES.get(str(rt.get("lost", "true")), LOST_UNKNOWN)
+        seqno[i] = rt["seqno"] if strict else rt.get("seqno", -1)
+        lost[i] = _lost_code(rt.get("lost", "true"))
         client = (rt.get("timestamps") or {}).get("client") or {}
         snd, rcv = client.get("send") or {}, client.get("receive") or {}
         if "wall" not in snd:
