@@ -77,8 +77,13 @@ class BuiltinBackend(Backend):
         duration_s: float | None = None,
         log: str | Path | None = None,
         cpu: int | None = None,
+        state: str | Path | None = None,
+        state_ms: int | None = None,
+        after_file: str | Path | None = None,
     ) -> list[str]:
-        """vrsink --port N [--bind ADDR | -6] --gap-us N [--duration S] [--log FILE] [--cpu N]."""
+        """vrsink --port N [--bind ADDR | -6] --gap-us N [--duration S] [--log FILE] [--cpu N]
+        [--state FILE [--state-ms N]] [--after-file FILE] (the live state and the after-threshold
+        file of docs/data-formats.md)."""
         self.validate_port(port)
         fam = self.sink_family(bind, family)
         if isinstance(gap_us, bool) or not isinstance(gap_us, int) or gap_us < 1:
@@ -96,6 +101,12 @@ class BuiltinBackend(Backend):
             argv += ["--log", str(log)]
         if cpu is not None:
             argv += ["--cpu", str(_cpu(cpu))]
+        if state is not None:
+            argv += ["--state", str(state)]
+            if state_ms is not None:
+                argv += ["--state-ms", str(state_ms)]
+        if after_file is not None:
+            argv += ["--after-file", str(after_file)]
         return argv
 
     def gen_argv(

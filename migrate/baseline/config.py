@@ -19,7 +19,7 @@ from migrate.baseline.spec import LOAD_FRAME_BYTES, BaselineSpec, Config, PointK
 from migrate.core.errors import GuestError, Interrupted
 from migrate.core.procs import Proc
 from migrate.core.registry import Registry
-from migrate.experiment.instruments import IRTT_PORT, READY_TIMEOUT_S, TRAFFIC_PORT, VRGEN, VRSINK
+from migrate.experiment.instruments import BUILTIN, IRTT_PORT, READY_TIMEOUT_S, TRAFFIC_PORT
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import TestbedBuilder, new_prefix
 
@@ -129,11 +129,11 @@ class ConfigRun:
 
     def _start_load_flow(self, s: Slot) -> None:
         """LOAD=smallpkts: the neighbour forwards 64 B frames at LOAD_RATE for the whole configuration."""
-        sink = self._proc("load-sink", [str(VRSINK), "--port", str(TRAFFIC_PORT), "--bind", s.sink_addr(4)],
+        sink = self._proc("load-sink", BUILTIN.sink_argv(port=TRAFFIC_PORT, bind=s.sink_addr(4)),
                           s.sink_role, stdout_name="load-sink.json")  # fmt: skip
         sink.wait_for("READY", READY_TIMEOUT_S)
-        self._proc("load-gen", [str(VRGEN), "--dst", s.sink_addr(4), "--port", str(TRAFFIC_PORT), "--rate",
-                                str(self.spec.load_rate_bps), "--frame", str(LOAD_FRAME_BYTES), "--duration", "0"],
+        self._proc("load-gen", BUILTIN.gen_argv(dst=s.sink_addr(4), port=TRAFFIC_PORT, rate_bps=self.spec.load_rate_bps,
+                                                frame_bytes=LOAD_FRAME_BYTES, duration_s=0),
                    s.source_role, stdout_name="load-gen.json")  # fmt: skip
 
     def _busy_loop(self) -> BusyLoop:

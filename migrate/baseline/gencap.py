@@ -20,7 +20,7 @@ from migrate.core.errors import ConfigError, DependencyError
 from migrate.core.procs import Proc, ProcessError
 from migrate.core.registry import Registry
 from migrate.core.units import format_rate
-from migrate.experiment.instruments import VRGEN, VRSINK
+from migrate.experiment.instruments import BUILTIN
 from migrate.testbed.builder import new_prefix
 
 log = logging.getLogger(__name__)
@@ -46,17 +46,14 @@ class Capability:
 def _trial(reg: Registry, ns: str, out: Path, ip: int, frame: int, n: int) -> tuple[float, float]:
     gen = Proc(
         f"gencap-gen-ip{ip}-{frame}-{n}",
-        [str(VRGEN), "--dst", LOOPBACK[ip], "--port", str(PORT), "--rate", "0", "--frame", str(frame),
-         "--duration", str(TRIAL_S)],
+        BUILTIN.gen_argv(dst=LOOPBACK[ip], port=PORT, rate_bps=0, frame_bytes=frame, duration_s=TRIAL_S),
         reg, out, netns=ns, stdout_name=f"gencap-gen-ip{ip}-{frame}-{n}.json",
     ).start()  # fmt: skip
     rc = gen.wait(TRIAL_S + 30)
     if rc != 0:
         gen.stop()
         raise DependencyError(f"vrgen failed while measuring its capability (status {rc}): {gen.stderr_tail()}")
-    from crosstraffic.builtin import BuiltinBackend
-
-    res = BuiltinBackend().parse_gen(gen.stdout_path.read_text())
+    res = BUILTIN.parse_gen(gen.stdout_path.read_text())
     return res.achieved_bps, res.achieved_pps
 
 
@@ -78,7 +75,7 @@ def measure(needs: Iterable[tuple[int, int, int]], scratch: Path) -> dict[tuple[
         for (ip, frame), bps in sorted(wanted.items()):
             sink = Proc(
                 f"gencap-sink-ip{ip}-{frame}",
-                [str(VRSINK), "--port", str(PORT), "--bind", LOOPBACK[ip]] + (["-6"] if ip == 6 else []),
+                BUILTIN.sink_argv(port=PORT, bind=LOOPBACK[ip]),
                 reg, scratch, netns=ns, stdout_name=f"gencap-sink-ip{ip}-{frame}.json",
             ).start()  # fmt: skip
             try:

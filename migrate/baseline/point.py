@@ -24,7 +24,7 @@ from migrate.core import cpustat
 from migrate.core.atomic import write_json
 from migrate.core.procs import Proc, ProcessError
 from migrate.core.registry import Registry
-from migrate.experiment.instruments import IRTT_PORT, READY_TIMEOUT_S, TRAFFIC_PORT, VRGEN, VRSINK, gap_threshold_us
+from migrate.experiment.instruments import BUILTIN, IRTT_PORT, READY_TIMEOUT_S, TRAFFIC_PORT, gap_threshold_us
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import Testbed
 
@@ -107,8 +107,9 @@ def run_point(ctx: PointContext, key: PointKey, point_dir: Path) -> dict[str, An
     try:
         sinks = []
         for s in ctx.slots:
-            argv = [str(VRSINK), "--port", str(TRAFFIC_PORT), "--bind", s.sink_addr(key.ip),
-                    "--gap-us", str(gap_threshold_us(key.rate_bps, key.frame_bytes))]  # fmt: skip
+            argv = BUILTIN.sink_argv(
+                port=TRAFFIC_PORT, bind=s.sink_addr(key.ip), gap_us=gap_threshold_us(key.rate_bps, key.frame_bytes)
+            )
             sink = Proc(f"sink-{s.k}", argv, reg, point_dir, netns=tb.ns(s.sink_role), stdout_name=f"sink-{s.k}.json")
             procs.append((sink.start(), signal.SIGTERM))
             sinks.append(sink)
@@ -130,9 +131,13 @@ def run_point(ctx: PointContext, key: PointKey, point_dir: Path) -> dict[str, An
         record["cpu_t0"] = cpustat.snapshot(ctx.cpu_pids())
         gens = []
         for s in ctx.slots:
-            argv = [str(VRGEN), "--dst", s.sink_addr(key.ip), "--port", str(TRAFFIC_PORT),
-                    "--rate", str(key.rate_bps if key.rate_bps != UNPACED else 0),
-                    "--frame", str(key.frame_bytes), "--duration", str(ctx.duration_s)]  # fmt: skip
+            argv = BUILTIN.gen_argv(
+                dst=s.sink_addr(key.ip),
+                port=TRAFFIC_PORT,
+                rate_bps=key.rate_bps if key.rate_bps != UNPACED else 0,
+                frame_bytes=key.frame_bytes,
+                duration_s=ctx.duration_s,
+            )
             gen = Proc(f"gen-{s.k}", argv, reg, point_dir, netns=tb.ns(s.source_role), stdout_name=f"gen-{s.k}.json")
             procs.append((gen.start(), signal.SIGTERM))
             gens.append(gen)

@@ -20,6 +20,7 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
+from crosstraffic.builtin import BuiltinBackend
 from migrate.core.atomic import write_text
 from migrate.core.errors import DependencyError, VrmigError
 from migrate.core.procs import Proc
@@ -32,8 +33,10 @@ from migrate.testbed.builder import Testbed
 log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[2]
-VRGEN = REPO / "crosstraffic" / "bin" / "vrgen"
-VRSINK = REPO / "crosstraffic" / "bin" / "vrsink"
+#: the one builder of vrgen/vrsink argv (crosstraffic.backend's registry, builtin backend)
+BUILTIN = BuiltinBackend()
+VRGEN = Path(BUILTIN.executables()["gen"])
+VRSINK = Path(BUILTIN.executables()["sink"])
 VRSAMPLER = REPO / "probes" / "bin" / "vrsampler"
 TRAFFIC_PORT = 9000
 IRTT_PORT = 2112
@@ -164,11 +167,10 @@ class Instruments:
         self.t_start = time.monotonic()
         sink = self._start(
             "sink",
-            [str(VRSINK), "--port", str(TRAFFIC_PORT), "--bind", self._dst("B"),
-             "--gap-us", str(gap_threshold_us(s.rate_bps, s.frame_bytes)),
-             "--state", str(self.dir / SINK_STATE_NAME), "--state-ms", str(SINK_STATE_MS),
-             "--after-file", str(self.dir / SINK_AFTER_NAME)]
-            + (["-6"] if s.ip == 6 else []),
+            BUILTIN.sink_argv(
+                port=TRAFFIC_PORT, bind=self._dst("B"), gap_us=gap_threshold_us(s.rate_bps, s.frame_bytes),
+                state=self.dir / SINK_STATE_NAME, state_ms=SINK_STATE_MS, after_file=self.dir / SINK_AFTER_NAME,
+            ),
             "B", stdout_name="sink.json",
         )  # fmt: skip
         sink.wait_for("READY", READY_TIMEOUT_S)
@@ -203,8 +205,9 @@ class Instruments:
         if s.rate_bps > 0:
             self._start(
                 "gen",
-                [str(VRGEN), "--dst", self._dst("B"), "--port", str(TRAFFIC_PORT), "--rate", str(s.rate_bps),
-                 "--frame", str(s.frame_bytes), "--duration", "0"],
+                BUILTIN.gen_argv(
+                    dst=self._dst("B"), port=TRAFFIC_PORT, rate_bps=s.rate_bps, frame_bytes=s.frame_bytes, duration_s=0
+                ),
                 "A", stdout_name="gen.json",
             )  # fmt: skip
 
