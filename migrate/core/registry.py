@@ -178,6 +178,8 @@ class Registry:
     domains: list[dict[str, Any]] = field(default_factory=list)
     roots: list[dict[str, Any]] = field(default_factory=list)
     reaper: Popen[bytes] | None = field(default=None, repr=False, compare=False)
+    #: what the teardown at the end of a ``with`` block could not remove
+    teardown_problems: list[str] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def dir(self) -> Path:
@@ -188,6 +190,20 @@ class Registry:
     def state_file(self) -> Path:
         """The run's state file."""
         return self.dir / "state.json"
+
+    def __enter__(self) -> Registry:
+        """Open the registry (with its reaper) for a ``with`` block; a failed open removes what it
+        had created before raising."""
+        try:
+            self.open()
+        except BaseException:
+            self.teardown_problems = self.teardown()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Tear down everything recorded; the problems are kept in ``teardown_problems``."""
+        self.teardown_problems = self.teardown()
 
     def open(self, reaper: bool = True) -> None:
         """Create the private state directory and the initial state file, and start the run's

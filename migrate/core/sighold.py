@@ -1,4 +1,5 @@
-"""Hold SIGINT/SIGTERM across a step that must not be cut in half.
+"""Signals and a run's teardown: hold SIGINT/SIGTERM across a step that must not be cut in half;
+the run's abort flag (:class:`Abort`); teardown steps as ``with`` blocks (:class:`Teardown`).
 
 Blocking the signals with ``pthread_sigmask`` covers only the calling thread: in a process with
 other threads (QMP readers, the setns helper, a test's fake server) the kernel hands a
@@ -11,14 +12,19 @@ before, so it surfaces right after the step as it would have in it.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 from migrate.core.errors import Interrupted
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 Handler = Callable[[int, FrameType | None], Any] | int | None  # what signal.signal takes and returns
@@ -116,3 +122,37 @@ class Abort:
         self.signum = signum
         if first and self.armed:
             raise Interrupted(f"interrupted by {signal.Signals(signum).name}")
+
+
+class Teardown:
+    """The teardown steps of a run, as ``with`` blocks: ``with td.step("stop hypervisor", driver)``
+    enters the resource and, when the block ends however it ends, first disarms ``abort`` (a
+    signal from then on is recorded, not raised: teardown must finish), then leaves the resource.
+    A step that fails is recorded in ``problems`` and the teardown goes on (the registry removes
+    what remains by PID); the block's own exception is never replaced by a teardown error.
+    Nested blocks leave in the reverse order of entry, so the nesting shows the teardown order."""
+
+    def __init__(self, abort: Abort | None = None) -> None:
+        self.abort = abort
+        self.problems: list[str] = []
+
+    @contextlib.contextmanager
+    def step(self, name: str, resource: contextlib.AbstractContextManager[T]) -> Iterator[T]:
+        """Enter ``resource``; on leaving, disarm the abort flag and leave it (see the class)."""
+        value = resource.__enter__()
+        try:
+            yield value
+        except BaseException as err:
+            self._leave(name, resource, err)
+            raise
+        else:
+            self._leave(name, resource, None)
+
+    def _leave(self, name: str, resource: contextlib.AbstractContextManager[Any], err: BaseException | None) -> None:
+        if self.abort is not None:
+            self.abort.armed = False
+        try:
+            resource.__exit__(type(err) if err else None, err, err.__traceback__ if err else None)
+        except Exception as problem:
+            self.problems.append(f"{name}: {type(problem).__name__}: {problem}")
+            log.warning("%s failed: %s", name, problem)

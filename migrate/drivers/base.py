@@ -78,6 +78,12 @@ class Driver(ABC):
     def verify(self) -> dict[str, Any]:
         """Report where the router runs now (e.g. source/destination run states)."""
 
+    def __enter__(self) -> Driver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     @abstractmethod
     def stop(self) -> None:
         """Stop everything the driver started (the registry kills leftovers by PID)."""

@@ -269,6 +269,12 @@ class Instruments:
             if rc not in (0, None, -signal.SIGTERM, -signal.SIGINT):
                 log.warning("%s exited with status %s: %s", what, rc, p.stderr_tail())
 
+    def __enter__(self) -> Instruments:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
     def kill(self) -> None:
         """Make sure every instrument is gone (idempotent; CPU times are still read)."""
         for what, p in self.procs.items():

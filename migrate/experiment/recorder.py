@@ -39,6 +39,12 @@ class Recorder:
         """Record one query-migrate reply."""
         self._write("qmp_samples", {"t_ns": t_ns, "side": side, "reply": reply})
 
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         """Flush and close all streams."""
         with self._lock:

@@ -21,7 +21,7 @@ from migrate.core import meta as metamod
 from migrate.core.atomic import write_json
 from migrate.core.errors import DependencyError, Interrupted, MigrationError, VrmigError
 from migrate.core.registry import Registry, clean_stale
-from migrate.core.sighold import Abort, signal_handlers
+from migrate.core.sighold import Abort, Teardown, signal_handlers
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext, load_driver
 from migrate.experiment.console import crash_in
 from migrate.experiment.faults import FaultInjector, kill_pid, link_cap, link_down, unplug
@@ -158,76 +158,82 @@ def _execute(
     abort: Abort,
     phase: Phase,
 ) -> None:
-    recorder = Recorder(run_dir)
-    driver: Driver | None = None
-    instruments: Instruments | None = None
+    """The run as nested ``with`` blocks: each resource is left, in the reverse order of entry,
+    however the block ends (instruments, hypervisor, recorder, then the registry removes what
+    remains by PID and name); a teardown step that fails is recorded, never raised."""
+    td = Teardown(abort)
     try:
-        registry.open()
-        tb = Testbed(registry.prefix)
-        meta["testbed"] = {
-            "prefix": registry.prefix,
-            "namespaces": {role: tb.ns(role) for role in topo.all_roles()},
-            "miglink_bps": scenario.miglink_bps,
-        }
-        injector = FaultInjector(scenario.fault, recorder.action)
-        ctx = RunContext(scenario, tb, registry, run_dir, recorder, abort, injector)
-        driver = driver_cls(ctx, facts)
-        meta["hypervisor"] = dict(facts)
-        meta["accel"] = facts.get("accel")
-        write_json(run_dir / "meta.json", meta)
+        with td.step("tear down", registry), td.step("close recorder", Recorder(run_dir)) as recorder:
+            tb = Testbed(registry.prefix)
+            meta["testbed"] = {
+                "prefix": registry.prefix,
+                "namespaces": {role: tb.ns(role) for role in topo.all_roles()},
+                "miglink_bps": scenario.miglink_bps,
+            }
+            injector = FaultInjector(scenario.fault, recorder.action)
+            ctx = RunContext(scenario, tb, registry, run_dir, recorder, abort, injector)
+            with td.step("stop hypervisor", driver_cls(ctx, facts)) as driver:
+                meta["hypervisor"] = dict(facts)
+                meta["accel"] = facts.get("accel")
+                write_json(run_dir / "meta.json", meta)
 
-        log.info("building testbed %s", registry.prefix)
-        TestbedBuilder(registry, scenario.miglink_bps).build()
-        log.info("booting router (%s, %s, accel=%s)", scenario.router, scenario.hv, meta["accel"])
-        driver.start_source()
-        driver.prepare_destination()
-        instruments = Instruments(scenario, tb, registry, run_dir, recorder)
-        instruments.start()
-        injector.targets = {**driver.fault_targets(), **fault_actions(tb, instruments)}
-        meta["instruments"] = instruments.describe()
-        write_json(run_dir / "meta.json", meta)
-
-        t0 = time.monotonic()
-        instruments.wait_forwarding(timeout_s=min(scenario.migrate_at_s, 10.0) + 5.0)
-        _sleep_until(t0 + scenario.migrate_at_s, abort)
-        if dead := instruments.dead():
-            raise VrmigError(f"instrument died before the migration: {dead}")
-        _migrate(scenario, driver, instruments, run_dir, meta, phase)
-        t_end = time.monotonic()
-        _sleep_until(max(t0 + scenario.duration_s, t_end + scenario.after_s), abort)
-        dead = instruments.dead()
-        if dead and meta["status"] == "running":
-            record_failure(meta, phase.current, f"instrument died during the run: {dead}")
-            log.error("%s", meta["failure"])
-        instruments.stop()
-        _instruments_cpu(meta, instruments)
-        if "after_migration" in meta:
-            _confirm_forwarding(scenario, run_dir, meta)
-        meta["verify"] = driver.verify()
-        meta["hypervisor"].update(driver.describe())
-        if meta["status"] == "running":
-            meta["status"] = "completed"
+                log.info("building testbed %s", registry.prefix)
+                TestbedBuilder(registry, scenario.miglink_bps).build()
+                log.info("booting router (%s, %s, accel=%s)", scenario.router, scenario.hv, meta["accel"])
+                driver.start_source()
+                driver.prepare_destination()
+                instruments = Instruments(scenario, tb, registry, run_dir, recorder)
+                try:
+                    with td.step("stop instruments", instruments):
+                        _measure(scenario, driver, instruments, injector, tb, run_dir, meta, abort, phase)
+                finally:
+                    if "instruments_cpu_s" not in meta:
+                        _instruments_cpu(meta, instruments)
     finally:
-        abort.armed = False  # a signal from here on is recorded, not raised: teardown must finish
-        problems: list[str] = []
-        for step, fn in (
-            ("stop instruments", instruments.kill if instruments is not None else None),
-            ("stop hypervisor", driver.stop if driver is not None else None),
-            ("close recorder", recorder.close),
-        ):
-            if fn is None:
-                continue
-            try:
-                fn()
-            except Exception as err:  # teardown must go on: the registry removes the rest by PID
-                problems.append(f"{step}: {type(err).__name__}: {err}")
-                log.warning("%s failed: %s", step, err)
-        if instruments is not None and "instruments_cpu_s" not in meta:
-            _instruments_cpu(meta, instruments)
-        problems += registry.teardown()
+        problems = td.problems + registry.teardown_problems
         if problems:
             meta["teardown_problems"] = problems
             log.error("teardown problems: %s", "; ".join(problems))
+
+
+def _measure(
+    scenario: Scenario,
+    driver: Driver,
+    instruments: Instruments,
+    injector: FaultInjector,
+    tb: Testbed,
+    run_dir: Path,
+    meta: dict[str, Any],
+    abort: Abort,
+    phase: Phase,
+) -> None:
+    """Instruments on, forwarding seen, the migration at MIGRATE_AT, traffic until the end, the
+    verdict."""
+    instruments.start()
+    injector.targets = {**driver.fault_targets(), **fault_actions(tb, instruments)}
+    meta["instruments"] = instruments.describe()
+    write_json(run_dir / "meta.json", meta)
+
+    t0 = time.monotonic()
+    instruments.wait_forwarding(timeout_s=min(scenario.migrate_at_s, 10.0) + 5.0)
+    _sleep_until(t0 + scenario.migrate_at_s, abort)
+    if dead := instruments.dead():
+        raise VrmigError(f"instrument died before the migration: {dead}")
+    _migrate(scenario, driver, instruments, run_dir, meta, phase)
+    t_end = time.monotonic()
+    _sleep_until(max(t0 + scenario.duration_s, t_end + scenario.after_s), abort)
+    dead = instruments.dead()
+    if dead and meta["status"] == "running":
+        record_failure(meta, phase.current, f"instrument died during the run: {dead}")
+        log.error("%s", meta["failure"])
+    instruments.stop()
+    _instruments_cpu(meta, instruments)
+    if "after_migration" in meta:
+        _confirm_forwarding(scenario, run_dir, meta)
+    meta["verify"] = driver.verify()
+    meta["hypervisor"].update(driver.describe())
+    if meta["status"] == "running":
+        meta["status"] = "completed"
 
 
 def _migrate(
