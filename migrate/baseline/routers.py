@@ -102,8 +102,12 @@ class NsRouter:
         return {"kind": "netns-chroot", "netns": self.ns, "ready": self.ready_line, "daemon_pids": self.daemons}
 
 
-class VmRouter:
-    """HV=kvm: one router VM in R1."""
+class GuestRouter:
+    """A router that runs as a guest of a QEMU process in R1 (HV=kvm: the router VM itself;
+    HV=xen: a nested Xen host whose domU is the router): the slot, its two bridge ports, the
+    process and its console log."""
+
+    console_prefix = "console-rt"
 
     def __init__(
         self,
@@ -123,8 +127,12 @@ class VmRouter:
         self.profile, self.nic, self.accel, self.mem = profile, nic, accel, mem_mib
         self.reg, self.out = registry, out_dir
         self.proc: Proc | None = None
-        self.console = out_dir / f"console-rt{slot.k}.log"
+        self.console = out_dir / f"{self.console_prefix}{slot.k}.log"
         self.ready_line = ""
+
+
+class VmRouter(GuestRouter):
+    """HV=kvm: one router VM in R1."""
 
     def start(self) -> None:
         """Start QEMU (returns at once; :meth:`wait_ready` observes the boot)."""

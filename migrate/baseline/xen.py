@@ -7,44 +7,26 @@ from __future__ import annotations
 
 import signal
 import time
-from pathlib import Path
 from typing import Any
 
 from pyroute2 import IPRoute
 
-from migrate.baseline.plan import Slot
+from migrate.baseline.routers import GuestRouter
 from migrate.core.errors import GuestError
 from migrate.core.procs import Proc
-from migrate.core.registry import Registry
 
 UNUSED_MIG_TAP = "tapX"  # dom0 needs its third NIC; the baseline has no migration link
 
 
-class XenRouter:
+class XenRouter(GuestRouter):
     """HV=xen: one nested Xen host in R1 running the router domU."""
 
-    def __init__(
-        self,
-        slot: Slot,
-        ports: tuple[tuple[str, str], tuple[str, str]],
-        *,
-        r1_ns: str,
-        prefix: str,
-        profile: str,
-        nic: str,
-        accel: str,
-        mem_mib: int,
-        registry: Registry,
-        out_dir: Path,
-    ) -> None:
-        self.slot, self.ports, self.r1, self.prefix = slot, ports, r1_ns, prefix
-        self.profile, self.nic, self.accel, self.mem = profile, nic, accel, mem_mib
-        self.reg, self.out = registry, out_dir
-        self.proc: Proc | None = None
+    console_prefix = "console-xen"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.dom0: Any = None
         self.streams: Any = None
-        self.console = out_dir / f"console-xen{slot.k}.log"
-        self.ready_line = ""
         self.boot_s: float | None = None
         self._t0 = 0.0
 
