@@ -8,7 +8,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from analysis.present.html import Plot, Report, Table, extract_section, markdown_to_html, render
+from analysis.present.html import Plot, Report, Table, markdown_to_html, render
 from migrate.campaigns.compare import compare, report
 from migrate.campaigns.reporting import write_sweep_outputs
 from migrate.core.errors import ConfigError
@@ -123,38 +123,51 @@ def test_foreign_or_corrupted_dirs_are_refused_and_left_alone(tmp_path):
         report([tmp_path / "missing"], tmp_path / "results")
 
 
-def test_markdown_subset_and_section_extraction():
-    md = "# T\n\n### Metric definitions\n\nAll *one* clock.\n\n- **a**: `x`\n  more\n- b\n\n## Next\nno"
-    body = extract_section(md, "Metric definitions")
-    assert body.endswith("- b") and "Next" not in body
-    html_text = markdown_to_html(body)
-    assert "<i>one</i>" in html_text and "<li><b>a</b>: <code>x</code> more</li>" in html_text
-    assert extract_section(md, "Missing") is None
+def test_markdown_lists_emphasis_and_continuation_lines():
+    md = "All *one* clock.\n\n- **a**: `x`\n  more\n- b\n"
+    html_text = markdown_to_html(md)
+    assert "<em>one</em>" in html_text and "<li><strong>a</strong>: <code>x</code>\nmore</li>" in html_text
+    assert "<li>b</li>" in html_text
 
 
 def test_render_escapes_and_marks_rows():
     r = Report(
         title="<t>",
-        plots=[Plot("p", PNG_MAGIC + b"x")],
-        tables=[Table("tab", ["a", "b"], [["<x>", 1], ["y", 2]], ["regression", ""], id="t1")],
-        metadata=[("m", {"k": {"a": 1}})],
+        subtitle="**A** = `<a&b>`",
+        banner=("bad", "REGRESSION <b>"),
+        plots=[Plot("p<1>", PNG_MAGIC + b"x", "file `f<2>.png`")],
+        tables=[Table("tab", ["a", "b"], [["<x>", 1], ["y", None]], ["regression", ""], note="n <i>", id="t1")],
+        metadata=[("m", {"k": {"a": 1}, "l": ["x", "y"], "none": None})],
     )
     text = render(r)
     assert "<title>&lt;t&gt;</title>" in text and "&lt;x&gt;" in text
-    assert '<tr class="regression">' in text
+    assert "<p><strong>A</strong> = <code>&lt;a&amp;b&gt;</code></p>" in text
+    assert '<p class="banner bad">REGRESSION &lt;b&gt;</p>' in text and "<p>n &lt;i&gt;</p>" in text
+    assert '<img alt="p&lt;1&gt;"' in text and "<figcaption>p&lt;1&gt;: file <code>f&lt;2&gt;.png</code>" in text
+    assert '<tr class="regression"><td class="l">&lt;x&gt;</td><td>1</td></tr>' in text
+    assert '<tr><td class="l">y</td><td></td></tr>' in text  # None is an empty cell, not "None"
+    assert '<td class="l">a: 1</td>' in text and '<td class="l">x, y</td>' in text and "None" not in text
     json.dumps(text)
 
 
 def test_markdown_headings_tables_and_code_blocks():
-    md = "## H\n\n| a | b |\n|---|---|\n| `x` | y |\n\n```\nx < 2\n```\n- item\n"
+    md = "## H\n\n| a | b |\n|---|---|\n| `x` | y |\n\n```\nx < 2\n```\n- item\n\n#### Deep\n"
     html_text = markdown_to_html(md)
-    assert html_text.startswith("<h3>H</h3>")
-    assert '<table><tr><th class="l">a</th>' in html_text and '<td class="l"><code>x</code></td>' in html_text
-    assert "<pre>x &lt; 2</pre>" in html_text and "<li>item</li>" in html_text
+    assert html_text.startswith("<h3>H</h3>") and "<h4>Deep</h4>" in html_text  # below the h2 "Definitions"
+    assert "<th>a</th>" in html_text and "<td><code>x</code></td>" in html_text
+    assert "<pre><code>x &lt; 2\n</code></pre>" in html_text and "<li>item</li>" in html_text
+
+
+def test_markdown_keeps_the_report_offline_and_escapes_raw_html():
+    md = "See [data formats](data-formats.md), <https://example.org> and ![fig](http://example.org/x.png).\n\n<script>x</script>"
+    html_text = markdown_to_html(md)
+    assert "See data formats, https://example.org and fig." in html_text
+    assert "href" not in html_text and "<img" not in html_text and "<script>" not in html_text
+    assert "&lt;script&gt;x&lt;/script&gt;" in html_text
 
 
 def test_report_carries_the_metric_definitions_of_docs(tmp_path):
     sweep = write_sweep(tmp_path)
     write_sweep_outputs(sweep)
     text = (sweep / "report.html").read_text()
-    assert "Cross-traffic loss (one definition)" in text and "<pre>sent_packets" in text
+    assert "Cross-traffic loss (one definition)" in text and "<pre><code>sent_packets" in text
