@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from analysis.stats.inference import t_quantile
+from analysis.stats.inference import t_half_width
 
 LOSS_FREE_RATIO = 0.001  # "loss-free" = loss <= 0.1 % (the RFC 2544-style criterion)
 CONFIDENCE = 0.95
@@ -23,8 +23,6 @@ NDR_PRECISION = 0.05  # stop when (lowest failing - highest passing) <= 5 % of t
 NDR_FLOOR_BPS = 100_000  # a failing rate at or below 100 kbit/s ends the search (NDR = best pass, maybe 0)
 NDR_MAX_TRIALS = 16  # safety bound on search trials (sweep points included)
 NDR_ROUND_BPS = 1000  # trial rates are whole kbit/s while the bracket is wide enough
-_CF_EPS = 1e-14
-_CF_MAX_ITER = 500
 
 
 @dataclass(frozen=True)
@@ -52,9 +50,6 @@ class Stat:
         return {"n": self.n, "mean": self.mean, "std": self.std, "ci95": self.ci95}
 
 
-# ------------------------------------------------------------------ Student's t
-
-
 def _finite(values: Iterable[float | None]) -> list[float]:
     return [float(v) for v in values if v is not None and math.isfinite(float(v))]
 
@@ -70,7 +65,7 @@ def describe(values: Iterable[float | None], confidence: float = CONFIDENCE) -> 
     if n < 2:
         return Stat(n, mean, None, None)
     std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
-    half = t_quantile(0.5 + confidence / 2.0, n - 1) * std / math.sqrt(n)
+    half = t_half_width(std, n, confidence)
     return Stat(n, mean, std, half)
 
 

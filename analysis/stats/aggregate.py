@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from analysis import qualify as q
-from analysis.stats.inference import t_quantile, wilson_interval
+from analysis.stats.inference import t_half_width, wilson_interval
 
 CONFIDENCE = 0.95
 DONE_STATUSES = ("completed", "failed")  # outcomes that are data; 'interrupted' is an operator stop
@@ -231,7 +231,7 @@ def describe(values: Iterable[Any], confidence: float = CONFIDENCE) -> Stats:
     if n == 1:
         return Stats(1, mean, median)
     sd = float(x.std(ddof=1))
-    half = t_quantile(0.5 + confidence / 2.0, n - 1) * sd / math.sqrt(n)
+    half = t_half_width(sd, n, confidence)
     return Stats(n, mean, median, sd, mean - half, mean + half)
 
 

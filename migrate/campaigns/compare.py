@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from analysis.present import html as rh
-from analysis.stats.inference import mann_whitney_greater
+from analysis.stats.inference import MAX_EXACT_SPLITS, mann_whitney_p
 from migrate.campaigns import sweepdir as sd
 from migrate.campaigns.reporting import REPORT_MARKER, Outputs, Source, build_outputs, collect, load_source, sweep_title
 from migrate.campaigns.sweep import prepare_results_root
@@ -74,7 +74,8 @@ def _median(recs: list[dict[str, Any]], metric: str) -> list[float]:
 
 
 def compare_table(recs_a: list[dict[str, Any]], recs_b: list[dict[str, Any]]) -> rh.Table:
-    """Per grid point and metric: medians of A and B, ratio B/A and a two-sided exact Mann–Whitney U p."""
+    """Per grid point and metric: medians of A and B, ratio B/A and the two-sided Mann–Whitney U p
+    (:func:`analysis.stats.inference.mann_whitney_p`)."""
     keys_a = {(r.get("accel"), r.get("rate_bps"), r.get("frame_bytes")) for r in recs_a}
     keys_b = {(r.get("accel"), r.get("rate_bps"), r.get("frame_bytes")) for r in recs_b}
     keys = sorted(keys_a & keys_b, key=lambda k: (str(k[0]), -(k[2] or 0), k[1] or 0))
@@ -90,7 +91,7 @@ def compare_table(recs_a: list[dict[str, Any]], recs_b: list[dict[str, Any]]) ->
             ratio = mb / ma if ma and mb is not None else None
             p = None
             if a and b:
-                p = min(1.0, 2 * min(mann_whitney_greater(b, a)[1], mann_whitney_greater(a, b)[1]))
+                p = mann_whitney_p(b, a, "two-sided")
             rows.append([
                 f"{(rate or 0) / 1e6:g}", frame, label,
                 "–" if ma is None else f"{ma:.4g}", "–" if mb is None else f"{mb:.4g}",
@@ -99,7 +100,9 @@ def compare_table(recs_a: list[dict[str, Any]], recs_b: list[dict[str, Any]]) ->
             ])  # fmt: skip
             classes.append("regression" if p is not None and p <= 0.05 else "")
     note = (
-        "Medians over completed runs; p from the exact two-sided Mann–Whitney U test (rank-sum permutation). "
+        "Medians over completed runs; p from the two-sided Mann–Whitney U test (scipy.stats.mannwhitneyu): "
+        f"exact, except for tied samples with more than {MAX_EXACT_SPLITS:,} splits "
+        "(normal approximation with tie correction). "
         "Rows with p ≤ 0.05 are shaded; with many rows some will be shaded by chance."
     )
     return rh.Table("A vs B per grid point", header, rows, classes, note, id="compare")

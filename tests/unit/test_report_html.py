@@ -171,3 +171,32 @@ def test_report_carries_the_metric_definitions_of_docs(tmp_path):
     write_sweep_outputs(sweep)
     text = (sweep / "report.html").read_text()
     assert "Cross-traffic loss (one definition)" in text and "<pre><code>sent_packets" in text
+
+
+def test_compare_table_p_values_on_real_runs():
+    """REAL: two nights' 5 pre-copy runs each (tests/fixtures/nightly/), one duration_link_s value
+    in both; every p cell is the two-sided exact rank-sum permutation p, enumerated here."""
+    from itertools import combinations
+
+    from scipy import stats
+
+    from migrate.campaigns.compare import COMPARE_METRICS, compare_table
+    from tests.fixtures.nightly import power
+
+    runs = power.load_points()["precopy-100M-1500"]
+    nights = sorted({r["night_id"] for r in runs})
+    point = {"accel": "tcg", "rate_bps": 100e6, "frame_bytes": 1500}
+    a = [{**r, **point} for r in runs if r["night_id"] == nights[1]]
+    b = [{**r, **point} for r in runs if r["night_id"] == nights[4]]
+
+    def greater(x, y):
+        ranks = stats.rankdata([*x, *y])
+        sums = [ranks[list(c)].sum() for c in combinations(range(len(ranks)), len(x))]
+        return sum(s >= ranks[: len(x)].sum() - 1e-9 for s in sums) / len(sums)
+
+    table = compare_table(a, b)
+    assert len(table.rows) == len(COMPARE_METRICS)
+    for row, (metric, _, _) in zip(table.rows, COMPARE_METRICS, strict=True):
+        x, y = ([r[metric] for r in s if r["status"] == "completed"] for s in (a, b))
+        assert row[6] == f"{min(1.0, 2 * min(greater(x, y), greater(y, x))):.3g}", metric
+    assert table.rows[2][6] == f"{26 / 252:.3g}"  # duration_link_s, the tied metric
