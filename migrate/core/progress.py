@@ -182,9 +182,15 @@ class Progress:
         if due or not ok or self.done >= self.total:
             self._plain()
 
-    def skip(self, n: int = 1) -> None:
-        """``n`` items were found done already (no duration measured)."""
+    def skip(self, n: int = 1, failed_reason: str | None = None) -> None:
+        """``n`` items ended without being measured: found done already (e.g. on resume), or, with
+        ``failed_reason``, never run because something they needed failed (counted as failures)."""
+        if n <= 0:
+            return
         self.done += n
+        if failed_reason is not None:
+            self.failed = {**self.failed, failed_reason: self.failed.get(failed_reason, 0) + n}
+        self.label = None
         self.t_mark = self.clock()
         self._unprinted = True
         self._refresh()

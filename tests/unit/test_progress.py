@@ -77,6 +77,8 @@ def test_resumed_counts_and_durations_are_carried():
     assert "2/4 runs, 1 failed (1 setup)" in p.status()
     p.skip()
     assert p.done == 3 and p.eta_s() == pytest.approx(60.0)
+    p.skip(1, failed_reason="configuration failed")
+    assert p.done == 4 and p.failed == {"setup": 1, "configuration failed": 1} and p.eta_s() == 0.0
 
 
 def test_plain_lines_without_a_terminal_are_occasional_and_clean():
