@@ -26,12 +26,13 @@ next baseline configuration, a sweep's bookkeeping), which the ETA has to cover 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, TextIO
 
@@ -181,6 +182,14 @@ class Progress:
         due = first or now - (self._last_plain or 0.0) >= self.min_interval_s
         if due or not ok or self.done >= self.total:
             self._plain()
+
+    @contextlib.contextmanager
+    def item(self, label: str) -> Iterator[None]:
+        """``start(label)``, the block, ``finish()``; an exception leaves the item in hand (a last
+        plain line shows where the command stopped)."""
+        self.start(label)
+        yield
+        self.finish()
 
     def skip(self, n: int = 1, failed_reason: str | None = None) -> None:
         """``n`` items ended without being measured: found done already (e.g. on resume), or, with

@@ -161,3 +161,14 @@ def test_live_bar_on_a_terminal_routes_log_records_above_it(monkeypatch):
     assert re.search(r"\r\x1b\[2K(\x1b\[1A\x1b\[2K)*a log record during the bar\n", text), repr(text)
     assert "1/2 runs" in text
     assert "progress:" not in text  # no plain lines on a terminal
+
+
+def test_item_blocks_finish_on_success_and_stay_in_hand_on_error():
+    p, clock, out = _progress(total=2)
+    with pytest.raises(OSError), p:
+        with p.item("download"):
+            clock.t += 3.0
+        with p.item("extract"):
+            raise OSError("disk full")
+    assert p.done == 1 and p.durations_s == [pytest.approx(3.0)]
+    assert out.getvalue().splitlines()[-1].endswith("| now extract")
