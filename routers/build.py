@@ -13,8 +13,9 @@ Output in ``<cache>/guest/<profile>/`` (see :mod:`routers.paths`): ``vmlinuz``, 
 * XORP (not in Debian): copied from the host's installation, libraries from the host.
 
 Idempotent: when the manifest records the same inputs (package versions, this recipe) and the
-files match their SHA-256, nothing is done.  Only the standard library is imported, so the
-Makefile can read :data:`HOST_PACKAGES` with the system ``python3``.
+files match their SHA-256, nothing is done.  Only the standard library is imported (and
+:mod:`migrate.core.progress`, which imports rich only to draw a bar), so the Makefile can read
+:data:`HOST_PACKAGES` with the system ``python3``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from migrate.core.atomic import write_bytes
+from migrate.core.progress import Progress
 from routers import cpio, debs, elf, paths, profiles
 from routers.errors import BuildError, NotBuiltError
 from routers.guest import GUEST_FORMAT, GuestImage, guest_image, sha256_file
@@ -598,8 +600,18 @@ def _build(prof: profiles.Profile, cdir: Path, inputs: dict[str, Any], fingerpri
     """Assemble the image in ``<cache>/guest/.<profile>.new.*`` and swap it in with two renames,
     so a concurrent :func:`~routers.guest.guest_image` sees the old or the new image, never half."""
     pinned: dict[str, str] = inputs["packages"]
-    deb_files = debs.download(pinned, cdir / "debs")
-    pools = {p: debs.extract(deb, cdir / "pool" / deb.name.removesuffix(".deb")) for p, deb in deb_files.items()}
+    with Progress(f"guest {prof.name}", debs.fetch_steps(pinned) + 1, "steps") as progress:
+        pools = debs.fetch(pinned, cdir, progress)
+        with progress.item("rootfs and initrd"):
+            return _assemble(prof, cdir, inputs, fingerprint, t0, pools)
+
+
+def _assemble(
+    prof: profiles.Profile, cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, pools: dict[str, Path]
+) -> dict[str, Any]:
+    """The rootfs from the extracted packages, its initrd, the kernel and the manifest, staged
+    and swapped in; returns the manifest."""
+    pinned: dict[str, str] = inputs["packages"]
     kpkg = inputs["kernel_package"]
     kroot = pools[kpkg]
     kvers = sorted(p.name for p in (kroot / "lib" / "modules").iterdir())

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from migrate.core.progress import Progress
 from routers import cpio, debs, paths
 from routers.build import (
     BUSYBOX_PACKAGE,
@@ -104,8 +105,16 @@ def build(cache: Path | str | None = None, *, force: bool = False) -> tuple[Criu
 
 def _build(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float) -> None:
     pinned: dict[str, str] = inputs["packages"]
-    deb_files = debs.download(pinned, cdir / "debs")
-    pools = {p: debs.extract(deb, cdir / "pool" / deb.name.removesuffix(".deb")) for p, deb in deb_files.items()}
+    with Progress("criu-vm image", debs.fetch_steps(pinned) + 1, "steps") as progress:
+        pools = debs.fetch(pinned, cdir, progress)
+        with progress.item("rootfs and initrd"):
+            _assemble(cdir, inputs, fingerprint, t0, pools)
+
+
+def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, pools: dict[str, Path]) -> None:
+    """The VM's rootfs (busybox, boot modules), its initrd and the kernel from the extracted
+    packages, with the manifest, staged and swapped in."""
+    pinned: dict[str, str] = inputs["packages"]
     kroot = pools[inputs["kernel_package"]]
     kvers = sorted(p.name for p in (kroot / "lib" / "modules").iterdir())
     vmlinuz = sorted((kroot / "boot").glob("vmlinuz-*"))

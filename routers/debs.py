@@ -14,6 +14,7 @@ import urllib.parse
 from collections.abc import Iterable
 from pathlib import Path
 
+from migrate.core.progress import Progress
 from routers.errors import BuildError
 
 log = logging.getLogger(__name__)
@@ -198,3 +199,21 @@ def extract(deb: Path, dest: Path) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return dest
+
+
+def fetch(pinned: dict[str, str], cache: Path, progress: Progress) -> dict[str, Path]:
+    """:func:`download` into ``<cache>/debs`` and :func:`extract` each package into
+    ``<cache>/pool``; returns ``{package: extracted root}``.  ``progress`` gets
+    :func:`fetch_steps` items: the download, then one per package."""
+    with progress.item(f"download {len(pinned)} packages"):
+        deb_files = download(pinned, cache / "debs")
+    pools = {}
+    for p, deb in deb_files.items():
+        with progress.item(f"extract {p}"):
+            pools[p] = extract(deb, cache / "pool" / deb.name.removesuffix(".deb"))
+    return pools
+
+
+def fetch_steps(pinned: dict[str, str]) -> int:
+    """Progress items of :func:`fetch`."""
+    return 1 + len(pinned)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from migrate.core.atomic import write_bytes
+from migrate.core.progress import Progress
 from routers import cpio, debs, paths
 from routers.build import (
     BUSYBOX_PACKAGE,
@@ -161,8 +162,16 @@ def _hypervisor_config(text: str) -> dict[str, Any]:
 
 def _build(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float) -> None:
     pinned: dict[str, str] = inputs["packages"]
-    deb_files = debs.download(pinned, cdir / "debs")
-    pools = {p: debs.extract(deb, cdir / "pool" / deb.name.removesuffix(".deb")) for p, deb in deb_files.items()}
+    with Progress("xen image", debs.fetch_steps(pinned) + 1, "steps") as progress:
+        pools = debs.fetch(pinned, cdir, progress)
+        with progress.item("rootfs and initrd"):
+            _assemble(cdir, inputs, fingerprint, t0, pools)
+
+
+def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, pools: dict[str, Path]) -> None:
+    """dom0's rootfs (Xen tools, busybox, modules), its initrd, the hypervisor and the dom0 kernel
+    from the extracted packages, with the manifest, staged and swapped in."""
+    pinned: dict[str, str] = inputs["packages"]
     hyp = pools[HYPERVISOR_PACKAGE] / "boot"
     kroot = pools[inputs["kernel_package"]]
     kvers = sorted(p.name for p in (kroot / "lib" / "modules").iterdir())

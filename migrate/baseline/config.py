@@ -18,6 +18,7 @@ from migrate.baseline.routers import BusyLoop, CtRouter, NsRouter, VmRouter
 from migrate.baseline.spec import LOAD_FRAME_BYTES, BaselineSpec, Config, PointKey
 from migrate.core.errors import GuestError, Interrupted
 from migrate.core.procs import Proc
+from migrate.core.progress import Progress
 from migrate.core.registry import Registry
 from migrate.experiment.instruments import BUILTIN, IRTT_PORT, READY_TIMEOUT_S, TRAFFIC_PORT
 from migrate.testbed import topology as topo
@@ -36,9 +37,19 @@ class ConfigRun:
     """Everything one configuration creates, and its measurement loop."""
 
     def __init__(
-        self, spec: BaselineSpec, config: Config, facts: dict[str, Any], run_dir: Path, abort: Any, info: dict[str, Any]
+        self,
+        spec: BaselineSpec,
+        config: Config,
+        facts: dict[str, Any],
+        run_dir: Path,
+        abort: Any,
+        info: dict[str, Any],
+        progress: Progress | None = None,
     ) -> None:
         self.spec, self.config, self.facts = spec, config, facts
+        self.progress = progress or Progress("baseline", spec.sweep_points(config), "points", enabled=False)
+        self.counted = 0  # points (sweep and NDR) this configuration has advanced the progress by
+        self.ndr_trials = 0
         self.run_dir, self.abort, self.info = run_dir, abort, info
         self.out = run_dir / "configs" / config.name
         self.points_dir = run_dir / "points" / config.name
@@ -206,6 +217,9 @@ class ConfigRun:
 
         point_dir = self.points_dir / key.name
         res = analyse_point(point_dir) if (point_dir / "point.json").exists() else None
+        if not self.dry and key.phase == "ndr":  # NDR trials: known only once the search schedules them
+            self.ndr_trials += 1
+            self.progress.add_total(1)
         if res is None or res[0]["status"] != "ok":
             if self.dry:
                 raise _Pending(key.name)
@@ -215,10 +229,21 @@ class ConfigRun:
             log.info("[%s] %s rep %d: IPv%d %d B at %s per router", self.config.name, key.phase, key.rep, key.ip,
                      key.frame_bytes, rate_text(key.rate_bps))  # fmt: skip
             assert ctx is not None
+            self.progress.start(f"{self.config.name} {key.name}")
             run_point(ctx, key, point_dir)
             res = analyse_point(point_dir)
+            self.progress.finish(res is not None and res[0]["status"] == "ok")
+            self.counted += 1
             self.done += 1
+        elif not self.dry:
+            self.progress.skip()
+            self.counted += 1
         return None if res is None else res[0]["loss_ratio"]
+
+    def unfinished(self) -> int:
+        """Points this configuration has not advanced the progress by (all of them when it was
+        found finished on resume; the rest when it failed)."""
+        return self.spec.sweep_points(self.config) + self.ndr_trials - self.counted
 
     def _ndr(
         self, ctx: PointContext | None, rep: int, ip: int, size: int, sweep_losses: dict[int, float | None]

@@ -26,6 +26,7 @@ from migrate.baseline.spec import LOAD_FRAME_BYTES, BaselineSpec, Config
 from migrate.core import meta as metamod
 from migrate.core.atomic import write_json
 from migrate.core.errors import DependencyError, Interrupted, VrmigError
+from migrate.core.progress import Progress
 from migrate.core.registry import clean_stale
 from migrate.core.sighold import Abort, signal_handlers
 from migrate.testbed.results import RESULTS_MARKER, RESULTS_ROOT_MARKER, check_results_root
@@ -287,9 +288,12 @@ def run_baseline(spec: BaselineSpec, results_root: Path, resume_dir: Path | None
             run_dir = _new_run_dir(results_root, spec)
             meta = _initial_meta(spec, facts, gen)
         write_json(run_dir / "meta.json", meta)
+        configs = spec.configs()
+        progress = Progress("baseline", sum(spec.sweep_points(c) for c in configs), "points")
         try:
-            for config in spec.configs():
-                _run_config(spec, config, facts, run_dir, meta, abort)
+            with progress:
+                for config in configs:
+                    _run_config(spec, config, facts, run_dir, meta, abort, progress)
             failed = [n for n, c in meta["configs"].items() if c.get("status") != "completed"]
             meta["status"] = "failed" if failed else "completed"
             meta["failure"] = f"configuration(s) failed: {', '.join(failed)}" if failed else None
@@ -309,24 +313,33 @@ def run_baseline(spec: BaselineSpec, results_root: Path, resume_dir: Path | None
 
 
 def _run_config(
-    spec: BaselineSpec, config: Config, facts: dict[str, Any], run_dir: Path, meta: dict[str, Any], abort: Abort
+    spec: BaselineSpec,
+    config: Config,
+    facts: dict[str, Any],
+    run_dir: Path,
+    meta: dict[str, Any],
+    abort: Abort,
+    progress: Progress,
 ) -> None:
     info: dict[str, Any] = {"status": "running", "started_utc": dt.datetime.now(dt.UTC).isoformat()}
     meta["configs"][config.name] = info
     write_json(run_dir / "meta.json", meta)
-    run = ConfigRun(spec, config, facts, run_dir, abort, info)
+    run = ConfigRun(spec, config, facts, run_dir, abort, info, progress)
     try:
         run.execute()
         info["status"] = "completed"
+        progress.skip(run.unfinished())  # found finished on resume
     except Interrupted:
         info["status"] = "interrupted"
         raise
     except VrmigError as err:
         info["status"], info["failure"] = "failed", str(err)
         log.error("configuration %s failed: %s", config.name, err)
+        progress.skip(run.unfinished(), failed_reason="configuration failed")
     except Exception as err:
         info["status"], info["failure"] = "failed", f"internal error: {type(err).__name__}: {err}"
         log.exception("internal error in configuration %s (a bug in vrmig)", config.name)
+        progress.skip(run.unfinished(), failed_reason="configuration failed")
     finally:
         info["finished_utc"] = dt.datetime.now(dt.UTC).isoformat()
         write_json(run_dir / "meta.json", meta)

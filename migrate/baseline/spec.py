@@ -125,6 +125,10 @@ class BaselineSpec:
                 for rate in self.rates_bps:
                     yield PointKey(config, ip, size, rate, rep)
 
+    def sweep_points(self, config: Config) -> int:
+        """Points of one configuration's rate sweeps, every repetition (NDR trials not included)."""
+        return self.reps * len(self.ips) * len(self.sizes) * len(self.rates_bps)
+
     @property
     def ndr_hi_bps(self) -> int | None:
         """Upper end of the NDR search: the highest numeric rate of RATES."""

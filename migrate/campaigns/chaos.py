@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from migrate.core.progress import Progress
 from migrate.core.registry import (
     STATE_ROOT,
     clean_stale,
@@ -328,8 +329,10 @@ def trial_kinds(hv: str) -> list[str]:
     return out
 
 
-def run_hv(hv: str, trials: int, rng: random.Random, results: Path) -> Totals:
-    """Run ``trials`` trials of one HV; return its totals."""
+def run_hv(hv: str, trials: int, rng: random.Random, results: Path, progress: Progress | None = None) -> Totals:
+    """Run ``trials`` trials of one HV; return its totals.  ``progress`` counts a trial that
+    leaked or lost a result as failed."""
+    progress = progress or Progress("chaos", trials, "trials", enabled=False)
     kinds = trial_kinds(hv)
     totals = Totals()
     t_hv = time.monotonic()
@@ -340,6 +343,7 @@ def run_hv(hv: str, trials: int, rng: random.Random, results: Path) -> Totals:
         before_files = snapshot(results)
         before = Artefacts.now()
         t0 = time.monotonic()
+        progress.start(f"{hv} trial {i + 1} {kind}")
         sent = _trial(hv, kind, delay, results)
         totals.trials += 1
         totals.faults += kind in FAULTS
@@ -366,6 +370,7 @@ def run_hv(hv: str, trials: int, rng: random.Random, results: Path) -> Totals:
             time.monotonic() - t0,
             len(leaks), len(changed) + len(bad),
         )  # fmt: skip
+        progress.finish(not leaks and not changed and not bad, "leaks" if leaks else "lost results")
     totals.wall_s = time.monotonic() - t_hv
     return totals
 
@@ -389,11 +394,12 @@ def run_chaos_per_hv(
     if unknown:
         raise ValueError(f"HVS: {', '.join(unknown)} unknown: choose from {', '.join(HV_PROFILES)}")
     results.mkdir(parents=True, exist_ok=True)
+    counts = {hv: xen_trials if hv == "xen" and xen_trials is not None else trials for hv in hvs}
     out: dict[str, Totals] = {}
-    for hv in hvs:
-        n = xen_trials if hv == "xen" and xen_trials is not None else trials
-        rng = random.Random(f"{seed}-{hv}")
-        out[hv] = run_hv(hv, n, rng, results)
+    with Progress("chaos", sum(counts.values()), "trials") as progress:
+        for hv, n in counts.items():
+            rng = random.Random(f"{seed}-{hv}")
+            out[hv] = run_hv(hv, n, rng, results, progress)
     return out
 
 

@@ -19,6 +19,7 @@ import random
 import secrets
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from migrate.campaigns import sweepdir as sd
 from migrate.core import meta as metamod
 from migrate.core.atomic import write_json
 from migrate.core.errors import ConfigError, Interrupted, VrmigError
+from migrate.core.progress import Progress
 from migrate.core.sighold import interruptible
 from migrate.core.units import format_rate, parse_rate_bps
 from migrate.experiment.scenario import Scenario
@@ -247,30 +249,6 @@ def reconcile(
     sd.save_state(sweep_dir, state)
 
 
-def _fmt_s(seconds: float) -> str:
-    seconds = max(0, round(seconds))
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
-
-
-def _progress(state: dict[str, Any], total: int, elapsed: list[float], t_start: float) -> str:
-    done = len(state["runs"])
-    failed = sum(1 for r in state["runs"].values() if r["status"] == "failed")
-    classes: dict[str, int] = {}
-    for r in state["runs"].values():
-        if r["status"] == "failed":
-            cls = str(r.get("failure_class") or "unclassified")
-            classes[cls] = classes.get(cls, 0) + 1
-    by_class = ": " + ", ".join(f"{n} {c}" for c, n in sorted(classes.items())) if failed else ""
-    mean = sum(elapsed) / len(elapsed) if elapsed else None
-    eta = _fmt_s(mean * (total - done)) if mean is not None else "?"
-    width = 20
-    bar = "#" * int(width * done / total) + "." * (width - int(width * done / total))
-    elapsed_s = _fmt_s(time.monotonic() - t_start)
-    return f"[{bar}] {done}/{total} runs ({failed} failed{by_class}) | elapsed {elapsed_s} | ETA {eta}"
-
-
 def execute(
     sweep_dir: Path,
     meta: dict[str, Any],
@@ -289,11 +267,10 @@ def execute(
     order = meta["order"]
     pending = [r for r in order if r["run_id"] not in state["runs"]]
     log.info("sweep %s: %d of %d runs to do", sweep_dir.name, len(pending), len(order))
-    t_start = time.monotonic()
-    elapsed: list[float] = [r["elapsed_s"] for r in state["runs"].values() if isinstance(r.get("elapsed_s"), float)]
-    with interruptible():
+    progress = _progress(meta["kind"], state, len(order))
+    with interruptible(), progress:
         for item in pending:
-            mean = sum(elapsed) / len(elapsed) if elapsed else 0.0
+            mean = progress.mean_s() or 0.0
             if deadline_mono is not None and time.monotonic() + mean > deadline_mono:
                 left = len(order) - len(state["runs"])
                 log.warning("time budget reached: %d run(s) not started", left)
@@ -303,6 +280,7 @@ def execute(
             log.info("run %s (%d/%d)", item["run_id"], len(state["runs"]) + 1, len(order))
             state["current"] = {**item, "started_utc": sd.now_utc()}
             sd.save_state(sweep_dir, state)
+            progress.start(item["run_id"])
             t0 = time.monotonic()
             try:
                 run_dir = run(scenarios[item["point"]], runs_root)
@@ -328,14 +306,20 @@ def execute(
             state["runs"][item["run_id"]] = record
             state["current"] = None
             sd.save_state(sweep_dir, state)
-            elapsed.append(record["elapsed_s"])
-            log.info(
-                "%s | last: %s %s in %.0f s", _progress(state, len(order), elapsed, t_start),
-                item["run_id"], record["status"], record["elapsed_s"],
-            )  # fmt: skip
+            failed = record["status"] == "failed"
+            progress.finish(not failed, str(record["failure_class"] or "unclassified") if failed else None)
             if on_run is not None:
                 on_run(item, run_dir, record)
     return state
+
+
+def _progress(kind: str, state: dict[str, Any], total: int) -> Progress:
+    """Progress over the whole order: runs recorded by earlier sessions count as done, failed (by
+    failure class) and measured (their elapsed_s)."""
+    runs = state["runs"].values()
+    failed = Counter(str(r.get("failure_class") or "unclassified") for r in runs if r["status"] == "failed")
+    durations = [r["elapsed_s"] for r in runs if isinstance(r.get("elapsed_s"), int | float)]
+    return Progress(kind, total, "runs", done=len(runs), failed=failed, durations_s=durations)
 
 
 def _scenario(point: dict[str, Any]) -> Scenario:

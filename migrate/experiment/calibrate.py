@@ -34,6 +34,7 @@ from typing import Any
 from migrate.core import meta as metamod
 from migrate.core.atomic import write_json
 from migrate.core.errors import ConfigError, DependencyError, Interrupted, VrmigError
+from migrate.core.progress import Progress
 from migrate.core.registry import Registry, clean_stale
 from migrate.core.sighold import Abort, signal_handlers
 from migrate.core.units import format_rate
@@ -318,11 +319,14 @@ class Calibrator:
             prepare()
         events = plan(self.spec)
         time.sleep(SPACING_S)  # schedule: normal forwarding before the first event
-        for i, ev in enumerate(events):
-            log.info("event %d/%d: %s %g ms (rep %d)", i + 1, len(events), ev.kind, ev.nominal_ms, ev.rep + 1)
-            self._event(ev)
-            self._forwarding_again(ev)
-            time.sleep(SPACING_S)
+        with Progress("calibrate", len(events), "events") as progress:
+            for i, ev in enumerate(events):
+                log.info("event %d/%d: %s %g ms (rep %d)", i + 1, len(events), ev.kind, ev.nominal_ms, ev.rep + 1)
+                progress.start(f"{ev.kind} {ev.nominal_ms:g} ms (rep {ev.rep + 1})")
+                self._event(ev)
+                self._forwarding_again(ev)
+                time.sleep(SPACING_S)
+                progress.finish()
         dead = self.instruments.dead()
         if dead:
             raise VrmigError(f"instrument died during the calibration: {dead}")

@@ -14,6 +14,7 @@ from migrate.baseline.plan import MAX_SLOTS, check_slot0_matches_testbed, slot
 from migrate.baseline.spec import UNPACED, BaselineSpec, Config, spec_from_strings
 from migrate.cli.baseline import resume_spec
 from migrate.core.errors import ConfigError
+from migrate.core.sighold import Abort
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "baseline" / "kvm_tcg_64B_50M"
 
@@ -230,3 +231,49 @@ def test_captured_container_point_charges_the_containers_processes(tmp_path):
     assert row["cpu_hv"] is None  # no hypervisor process
     assert row["cpu_router_daemons"] is not None and row["cpu_router_daemons"] >= 0.0
     assert routers[0]["cpu_router"] == pytest.approx(row["cpu_router_daemons"])
+
+
+def test_sweep_points_counts_every_repetitions_points():
+    s = spec_from_strings({"hv": "none,kvm", "ip": "both", "sizes": "82,1500", "rates": "10M,max", "reps": "3"})
+    for c in s.configs():
+        assert s.sweep_points(c) == sum(1 for rep in range(1, s.reps + 1) for _ in s.sweep(c, rep)) == 24
+
+
+def _one_point_spec():
+    return BaselineSpec(hvs=("kvm",), sizes=(64,), rates_bps=(50_000_000,), reps=1)
+
+
+def test_progress_counts_a_resumed_configuration_as_done_without_building_it(tmp_path, monkeypatch):
+    from migrate.baseline import run as brun
+    from migrate.baseline.config import ConfigRun
+    from migrate.core.progress import Progress
+
+    spec = _one_point_spec()
+    (config,) = spec.configs()
+    key = next(spec.sweep(config, 1))
+    shutil.copytree(FIXTURE, tmp_path / "points" / config.name / key.name)  # measured by an earlier session
+    monkeypatch.setattr(ConfigRun, "setup", lambda self: pytest.fail("a finished configuration is not rebuilt"))
+    progress = Progress("baseline", spec.sweep_points(config), "points", enabled=False)
+    brun._run_config(spec, config, {}, tmp_path, {"configs": {}}, Abort(), progress)
+    assert (progress.done, progress.total, progress.n_failed) == (1, 1, 0)
+
+
+def test_progress_counts_the_points_of_a_failed_configuration_as_failed(tmp_path, monkeypatch):
+    from migrate.baseline import run as brun
+    from migrate.baseline.config import ConfigRun
+    from migrate.core.errors import GuestError
+    from migrate.core.progress import Progress
+
+    spec = _one_point_spec()
+    (config,) = spec.configs()
+
+    def setup(self):
+        raise GuestError("the router did not boot")
+
+    monkeypatch.setattr(ConfigRun, "setup", setup)
+    monkeypatch.setattr(ConfigRun, "teardown", lambda self: None)
+    progress = Progress("baseline", spec.sweep_points(config), "points", enabled=False)
+    meta = {"configs": {}}
+    brun._run_config(spec, config, {}, tmp_path, meta, Abort(), progress)
+    assert meta["configs"][config.name]["status"] == "failed"
+    assert (progress.done, progress.failed) == (1, {"configuration failed": 1})

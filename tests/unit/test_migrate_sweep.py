@@ -174,3 +174,35 @@ def test_lock_refuses_a_second_runner(tmp_path):
     path, _ = _make_sweep(tmp_path)
     with sw.locked(path), pytest.raises(ConfigError, match="another vrmig process"), sw.locked(path):
         pass
+
+
+def test_execute_reports_progress_in_plain_lines_without_a_terminal(tmp_path, monkeypatch, capsys):
+    """Runs recorded by an earlier session count as done; every finished run is reported on
+    stderr (failures with their class), nothing on stdout."""
+    import migrate.experiment.run as runmod
+
+    path, _ = _make_sweep(tmp_path, reps=1)
+    meta, state = sd.open_sweep(path)
+    first = meta["order"][0]
+    scen = {p["label"]: p["scenario"] for p in meta["points"]}
+    _fake_run_dir(path, "earlier", scen[first["point"]], "completed")
+    state["runs"][first["run_id"]] = {"status": "completed", "run_dir": "runs/earlier", "elapsed_s": 40.0}
+    monkeypatch.delenv("VRMIG_PROGRESS", raising=False)
+    made = iter(range(100))
+
+    def fake_run(scenario, runs_root):
+        n = next(made)
+        d = runs_root / f"r{n}"
+        d.mkdir()
+        meta = {"status": "failed" if n == 1 else "completed", "failure_class": "setup" if n == 1 else None}
+        (d / "meta.json").write_text(json.dumps(meta))
+        return d
+
+    monkeypatch.setattr(runmod, "run", fake_run)
+    sw.execute(path, meta, state)
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = [line for line in err.splitlines() if line.startswith("progress: sweep ")]
+    assert lines[0].startswith("progress: sweep 2/6 runs | ETA ")  # 1 of the earlier session + 1
+    assert lines[-1].startswith("progress: sweep 6/6 runs, 1 failed (1 setup) | ETA 0:00:00 | elapsed ")
+    assert any("failed (setup)" in line for line in lines)

@@ -290,3 +290,19 @@ def test_criu_vm_init_is_valid_sh():
     from routers.criu_vm_image import INIT
 
     subprocess.run(["sh", "-n", str(INIT)], check=True)
+
+
+def test_fetch_reports_the_download_and_each_extraction(tmp_path, monkeypatch):
+    from migrate.core.progress import Progress
+
+    pinned = {"busybox-static": "1:1.35.0-4+b3", "frr": "8.4.4-1.1~deb12u1"}
+    monkeypatch.setattr(debs, "download", lambda p, dest: {k: dest / f"{k}_{v}_amd64.deb" for k, v in p.items()})
+    monkeypatch.setattr(debs, "extract", lambda deb, dest: dest)
+    out = io.StringIO()
+    progress = Progress("guest frr", debs.fetch_steps(pinned), "steps", stream=out, enabled=True, min_interval_s=0)
+    with progress:
+        pools = debs.fetch(pinned, tmp_path, progress)
+    assert set(pools) == set(pinned) and all(p.parent == tmp_path / "pool" for p in pools.values())
+    lasts = [line.rsplit("| last ", 1)[1].rsplit(" ok in ", 1)[0] for line in out.getvalue().splitlines()]
+    assert lasts == ["download 2 packages", "extract busybox-static", "extract frr"]
+    assert progress.done == progress.total == 3
