@@ -28,7 +28,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from migrate.core.progress import Progress
 from routers import cpio, debs, paths
 from routers.build import (
     BUSYBOX_PACKAGE,
@@ -104,11 +103,9 @@ def build(cache: Path | str | None = None, *, force: bool = False) -> tuple[Criu
 
 
 def _build(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float) -> None:
-    pinned: dict[str, str] = inputs["packages"]
-    with Progress("criu-vm image", debs.fetch_steps(pinned) + 1, "steps") as progress:
-        pools = debs.fetch(pinned, cdir, progress)
-        with progress.item("rootfs and initrd"):
-            _assemble(cdir, inputs, fingerprint, t0, pools)
+    debs.fetch_and_assemble(
+        "criu-vm image", inputs["packages"], cdir, lambda pools: _assemble(cdir, inputs, fingerprint, t0, pools)
+    )
 
 
 def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, pools: dict[str, Path]) -> None:

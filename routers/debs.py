@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import tempfile
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from migrate.core.progress import Progress
@@ -217,3 +217,14 @@ def fetch(pinned: dict[str, str], cache: Path, progress: Progress) -> dict[str, 
 def fetch_steps(pinned: dict[str, str]) -> int:
     """Progress items of :func:`fetch`."""
     return 1 + len(pinned)
+
+
+def fetch_and_assemble(
+    title: str, pinned: dict[str, str], cache: Path, assemble: Callable[[dict[str, Path]], None]
+) -> None:
+    """Fetch and extract the pinned packages, then ``assemble(pools)`` the image from them, with
+    one progress line over the downloads, the extractions and the assembly."""
+    with Progress(title, fetch_steps(pinned) + 1, "steps") as progress:
+        pools = fetch(pinned, cache, progress)
+        with progress.item("rootfs and initrd"):
+            assemble(pools)

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 from migrate.core.atomic import write_bytes
-from migrate.core.progress import Progress
 from routers import cpio, debs, paths
 from routers.build import (
     BUSYBOX_PACKAGE,
@@ -161,11 +160,9 @@ def _hypervisor_config(text: str) -> dict[str, Any]:
 
 
 def _build(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float) -> None:
-    pinned: dict[str, str] = inputs["packages"]
-    with Progress("xen image", debs.fetch_steps(pinned) + 1, "steps") as progress:
-        pools = debs.fetch(pinned, cdir, progress)
-        with progress.item("rootfs and initrd"):
-            _assemble(cdir, inputs, fingerprint, t0, pools)
+    debs.fetch_and_assemble(
+        "xen image", inputs["packages"], cdir, lambda pools: _assemble(cdir, inputs, fingerprint, t0, pools)
+    )
 
 
 def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, pools: dict[str, Path]) -> None:

@@ -29,7 +29,7 @@ from migrate.core.errors import DependencyError, Interrupted, VrmigError
 from migrate.core.progress import Progress
 from migrate.core.registry import clean_stale
 from migrate.core.sighold import Abort, signal_handlers
-from migrate.testbed.results import RESULTS_MARKER, RESULTS_ROOT_MARKER, check_results_root
+from migrate.testbed.results import check_results_root, new_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -175,15 +175,7 @@ def check_generator(spec: BaselineSpec) -> dict[str, Any] | None:
 
 
 def _new_run_dir(results_root: Path, spec: BaselineSpec) -> Path:
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")[:-4] + "Z"
-    results_root.mkdir(parents=True, exist_ok=True)
-    marker = results_root / RESULTS_ROOT_MARKER
-    if not marker.exists():
-        marker.write_text("vrmig results root\n")
-    run_dir = results_root / f"{stamp}-baseline-{'+'.join(spec.hvs)}"
-    run_dir.mkdir()
-    (run_dir / RESULTS_MARKER).write_text("vrmig baseline directory\n")
-    return run_dir
+    return new_run_dir(results_root, f"baseline-{'+'.join(spec.hvs)}", "baseline")
 
 
 def load_resume(run_dir: Path) -> tuple[BaselineSpec, dict[str, Any]]:

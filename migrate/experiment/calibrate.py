@@ -45,7 +45,7 @@ from migrate.experiment.recorder import Recorder
 from migrate.experiment.scenario import DRIVERS, HVS, Scenario
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import Testbed, TestbedBuilder, new_prefix
-from migrate.testbed.results import RESULTS_MARKER, check_results_root, mark_results_root
+from migrate.testbed.results import check_results_root, new_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -406,12 +406,7 @@ class Calibrator:
 
 
 def _run_dir(results_root: Path, spec: CalibrationSpec) -> Path:
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")[:-4] + "Z"
-    mark_results_root(results_root)
-    run_dir = results_root / f"{stamp}-{spec.name}"
-    run_dir.mkdir()
-    (run_dir / RESULTS_MARKER).write_text("vrmig calibration directory\n")
-    return run_dir
+    return new_run_dir(results_root, spec.name, "calibration")
 
 
 def dependencies(spec: CalibrationSpec, driver_cls: type[Driver]) -> dict[str, Any]:

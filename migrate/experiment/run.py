@@ -30,19 +30,14 @@ from migrate.experiment.recorder import Recorder
 from migrate.experiment.scenario import Scenario
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import Testbed, TestbedBuilder, new_prefix
-from migrate.testbed.results import RESULTS_MARKER, check_results_root, mark_results_root
+from migrate.testbed.results import check_results_root, new_run_dir
 
 log = logging.getLogger(__name__)
 
 
 def make_run_dir(results_root: Path, scenario: Scenario) -> Path:
     """Create ``results/<UTC time>-<name>/`` (fails if it exists) and mark it as ours."""
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")[:-4] + "Z"
-    mark_results_root(results_root)
-    run_dir = results_root / f"{stamp}-{scenario.name}"
-    run_dir.mkdir()
-    (run_dir / RESULTS_MARKER).write_text("vrmig run directory\n")
-    return run_dir
+    return new_run_dir(results_root, scenario.name)
 
 
 def preflight(scenario: Scenario) -> tuple[type[Driver], dict[str, Any]]:

@@ -3,6 +3,7 @@ must pass before anything is written into it."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from pathlib import Path
 
@@ -47,3 +48,14 @@ def mark_results_root(results_root: Path) -> None:
     marker = results_root / RESULTS_ROOT_MARKER
     if not marker.exists():
         marker.write_text("vrmig results root\n")
+
+
+def new_run_dir(results_root: Path, name: str, kind: str = "run") -> Path:
+    """Create ``<results_root>/<UTC time>-<name>/`` (fails if it exists), mark the root and the
+    directory as ours (the directory's marker says ``vrmig <kind> directory``)."""
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")[:-4] + "Z"
+    mark_results_root(results_root)
+    run_dir = results_root / f"{stamp}-{name}"
+    run_dir.mkdir()
+    (run_dir / RESULTS_MARKER).write_text(f"vrmig {kind} directory\n")
+    return run_dir
