@@ -45,10 +45,14 @@ def _run(results: Path, driver: str, **kw):
 
 
 def _keys(d: dict, prefix: str = "") -> set[str]:
+    """The summary's schema: every key path, without the entries of per-run maps.
+
+    `qualifiers` holds one entry per figure that this run could not measure as a point, and
+    `libvirt` exists only on the libvirt path, so their contents are data, not schema."""
     out = set()
     for k, v in d.items():
         out.add(prefix + k)
-        if isinstance(v, dict) and k != "libvirt":
+        if isinstance(v, dict) and k not in ("libvirt", "qualifiers"):
             out |= _keys(v, f"{prefix}{k}.")
     return out
 
