@@ -35,6 +35,9 @@ class ProcessError(VrmigError):
 class Proc:
     """One child process, optionally inside a network namespace."""
 
+    #: give the child a pipe as stdin, held open by this process (a remote guard's lifeline)
+    stdin_pipe = False
+
     def __init__(
         self,
         what: str,
@@ -63,7 +66,7 @@ class Proc:
             try:
                 self.popen = subprocess.Popen(
                     self.argv,
-                    stdin=subprocess.DEVNULL,
+                    stdin=subprocess.PIPE if self.stdin_pipe else subprocess.DEVNULL,
                     stdout=out,
                     stderr=err,
                     start_new_session=True,

@@ -177,6 +177,9 @@ class Registry:
     paths: list[str] = field(default_factory=list)
     domains: list[dict[str, Any]] = field(default_factory=list)
     roots: list[dict[str, Any]] = field(default_factory=list)
+    #: helpers on lab hosts (role, PID, start time): their guards stop them when the SSH channel
+    #: closes; ``clean-testbed TESTBED=`` finds any left from the guards' own state files
+    remotes: list[dict[str, Any]] = field(default_factory=list)
     reaper: Popen[bytes] | None = field(default=None, repr=False, compare=False)
     #: what the teardown at the end of a ``with`` block could not remove
     teardown_problems: list[str] = field(default_factory=list, repr=False, compare=False)
@@ -261,6 +264,7 @@ class Registry:
                 "paths": self.paths,
                 "domains": self.domains,
                 "roots": self.roots,
+                "remotes": self.remotes,
                 "reaper": None if r is None else {"pid": r.pid, "starttime": proc_starttime(r.pid)},
             },
         )
@@ -297,6 +301,11 @@ class Registry:
         name through ``uri`` and, if the daemon is gone, kills the QEMU its ``pidfile`` names
         (only if that process is QEMU with ``-name guest=<name>``)."""
         self.domains.append({"name": name, "uri": uri, "pidfile": str(pidfile)})
+        self._save()
+
+    def add_remote(self, role: str, pid: int, starttime: int | None, what: str) -> None:
+        """Record a helper started on a lab host (by its guard, which also records it there)."""
+        self.remotes.append({"role": role, "pid": pid, "starttime": starttime, "what": what})
         self._save()
 
     def add_root(self, path: Path) -> None:

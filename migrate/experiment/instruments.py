@@ -93,6 +93,8 @@ def stop_measured(p: Proc, sig: int, timeout_s: float = STOP_TIMEOUT_S) -> float
     (it exited earlier) or did not exit within ``timeout_s`` (it is then killed)."""
     if p.popen is None or p.popen.poll() is not None:
         return None
+    if hasattr(p, "stop_measured"):  # a helper on a lab host: its guard reports the CPU time
+        return p.stop_measured(sig, timeout_s)
     with contextlib.suppress(ProcessLookupError):
         os.kill(p.pid, sig)
     cpu: float | None = None
@@ -140,6 +142,7 @@ class Instruments:
     def __init__(self, scenario: Scenario, tb: Testbed, registry: Registry, run_dir: Path, rec: Recorder) -> None:
         self.s, self.tb, self.reg, self.dir, self.rec = scenario, tb, registry, run_dir, rec
         self.procs: dict[str, Proc] = {}
+        self.roles: dict[str, str] = {}
         self.cpu_by_proc: dict[str, float | None] = {}
         self.t_start: float | None = None  # monotonic: the first instrument's start
         self.t_stop: float | None = None  # monotonic: the last instrument's exit
@@ -156,10 +159,16 @@ class Instruments:
         h = topo.host(role)
         return topo.addr(h.ipv4 if self.s.ip == 4 else h.ipv6)
 
-    def _start(self, what: str, argv: list[str], role: str, **kw: Any) -> Proc:
-        p = Proc(what, argv, self.reg, self.dir, netns=self.tb.ns(role), **kw).start()
+    def _start(self, what: str, argv: list[str], role: str, stdout_name: str | None = None) -> Proc:
+        argv = [self.tb.helper(role, argv[0]), *argv[1:]]
+        p = self.tb.spawn(role, what, argv, self.reg, self.dir, stdout_name=stdout_name)
         self.procs[what] = p
+        self.roles[what] = role
         return p
+
+    def _out(self, role: str, name: str) -> Path:
+        """Where the helper on ``role`` writes ``name`` (a path on that host)."""
+        return Path(self.tb.out_path(role, self.dir, name))
 
     def start(self) -> None:
         """Sink, probe server, sampler, probe client, generator — in that order."""
@@ -169,7 +178,8 @@ class Instruments:
             "sink",
             BUILTIN.sink_argv(
                 port=TRAFFIC_PORT, bind=self._dst("B"), gap_us=gap_threshold_us(s.rate_bps, s.frame_bytes),
-                state=self.dir / SINK_STATE_NAME, state_ms=SINK_STATE_MS, after_file=self.dir / SINK_AFTER_NAME,
+                state=self._out("B", SINK_STATE_NAME), state_ms=SINK_STATE_MS,
+                after_file=self._out("B", SINK_AFTER_NAME),
             ),
             "B", stdout_name="sink.json",
         )  # fmt: skip
@@ -177,27 +187,33 @@ class Instruments:
         from probes.irtt import server_argv, wait_irtt_server
 
         server = self._start("irtt-server", server_argv(f"{self._dst('D')}:{IRTT_PORT}"), "D")
-        wait_irtt_server(
-            self.tb.ns("D"),
-            self._dst("D"),
-            IRTT_PORT,
-            READY_TIMEOUT_S,
-            pid=server.pid,
-            abort=lambda: not server.alive(),
-        )
+        if self.tb.remote:
+            self.tb.wait_udp_bound("D", self._dst("D"), IRTT_PORT, READY_TIMEOUT_S, abort=lambda: not server.alive())
+        else:
+            wait_irtt_server(
+                self.tb.ns("D"),
+                self._dst("D"),
+                IRTT_PORT,
+                READY_TIMEOUT_S,
+                pid=server.pid,
+                abort=lambda: not server.alive(),
+            )
         from probes.sampler import sampler_argv
 
-        sampler = self._start(
-            "sampler", sampler_argv(self.dir / "counters.tsv", self.tb.sampler_targets(), s.sample_ms), "R1"
-        )
-        sampler.wait_for("READY", READY_TIMEOUT_S)
+        for role, targets, out in self.tb.sampler_plan():
+            what = "sampler" if out == "counters.tsv" else f"sampler-{role}"
+            argv = sampler_argv(self._out(role, out), targets, s.sample_ms)
+            self._start(what, argv, role)
+        for what, p in self.procs.items():
+            if what.startswith("sampler"):
+                p.wait_for("READY", READY_TIMEOUT_S)
         from probes.irtt import client_argv
 
         self.rec.action("probes-start")
         self._start(
             "irtt-client",
             client_argv(
-                f"{self._dst('D')}:{IRTT_PORT}", s.probe_ms, s.duration_s + GEN_EXTRA_S, self.dir / "irtt.json.gz"
+                f"{self._dst('D')}:{IRTT_PORT}", s.probe_ms, s.duration_s + GEN_EXTRA_S, self._out("C", "irtt.json.gz")
             ),
             "C",
         )
@@ -214,10 +230,10 @@ class Instruments:
     def wait_forwarding(self, timeout_s: float) -> None:
         """Observe the router forwarding: B's rx counter grows (cross-traffic or, at RATE=0, probes reach D)."""
         role = "B" if self.s.rate_bps > 0 else "D"
-        ns = self.tb.ns(role)
-        start = rx_packets(ns, topo.HOST_IF)
+        ifname = self.tb.inventory.host(role).interface or topo.HOST_IF
+        start = self.tb.rx_packets(role, ifname)
         deadline = time.monotonic() + timeout_s
-        while rx_packets(ns, topo.HOST_IF) - start < FORWARD_MIN_PACKETS:
+        while self.tb.rx_packets(role, ifname) - start < FORWARD_MIN_PACKETS:
             for p in self.procs.values():
                 if not p.alive():
                     raise ForwardingError(f"{p.what} exited early: {p.stderr_tail()}")
@@ -233,32 +249,41 @@ class Instruments:
 
     def sink_state(self) -> dict[str, Any] | None:
         """vrsink's latest live state (``--state``), or None before its first write."""
+        raw = self.tb.read_bytes("B", str(self._out("B", SINK_STATE_NAME)))
         try:
-            state = json.loads((self.dir / SINK_STATE_NAME).read_text())
-        except (OSError, ValueError):
+            state = json.loads(raw or b"")
+        except ValueError:
             return None
         return state if isinstance(state, dict) else None
 
     def mark_after(self, t_ns: int) -> None:
         """Give vrsink its threshold: from now on it reports the first packet sent at or after
         ``t_ns`` (CLOCK_REALTIME ns) and counts them (written atomically: it polls the file)."""
-        write_text(self.dir / SINK_AFTER_NAME, f"{t_ns}\n", fsync=False)
+        if self.tb.remote:
+            self.tb.write_atomic("B", str(self._out("B", SINK_AFTER_NAME)), f"{t_ns}\n".encode())
+        else:
+            write_text(self.dir / SINK_AFTER_NAME, f"{t_ns}\n", fsync=False)
 
     def probes_at_d(self) -> int | None:
         """UDP datagrams delivered in D's namespace so far (the probes that reached the irtt
         server; no other UDP flows there), None if unknown."""
         server = self.procs.get("irtt-server")
-        return udp_in_datagrams(server.pid) if server is not None and server.alive() else None
+        if server is None or not server.alive():
+            return None
+        if self.tb.remote:
+            return self.tb.udp_in_datagrams("D", server)
+        return udp_in_datagrams(server.pid)
 
     def stop(self) -> None:
         """Stop the generator and probes first, then the sink and the sampler (so they see the end);
         each one's CPU time is read as it exits."""
         self.rec.action("traffic-stop")
+        samplers = [(w, signal.SIGTERM) for w in self.procs if w.startswith("sampler")]
         for what, sig in (
             ("gen", signal.SIGTERM),
             ("irtt-client", signal.SIGINT),
             ("sink", signal.SIGTERM),
-            ("sampler", signal.SIGTERM),
+            *samplers,
             ("irtt-server", signal.SIGTERM),
         ):
             if what in self.procs and what not in self.cpu_by_proc:
@@ -289,7 +314,9 @@ class Instruments:
         the per-process figures)."""
         groups: dict[str, float | None] = {}
         for key, names in CPU_GROUPS.items():
-            parts = [self.cpu_by_proc.get(n) for n in names if n in self.procs]
+            # a lab runs one sampler per host (sampler-<role>): all count as the sampler
+            mine = [w for w in self.procs if w in names or (key == "sampler" and w.startswith("sampler-"))]
+            parts = [self.cpu_by_proc.get(n) for n in mine]
             known = bool(parts) and all(v is not None for v in parts)
             groups[key] = round(sum(v for v in parts if v is not None), 3) if known else None
         wall = None

@@ -7,12 +7,15 @@ import logging
 import secrets
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 from pyroute2 import IPRoute
 
 from migrate.core.errors import TestbedError
+from migrate.core.procs import Proc
 from migrate.core.registry import Registry
 from migrate.testbed import topology as topo
+from migrate.testbed.inventory import Inventory, embedded
 
 log = logging.getLogger(__name__)
 
@@ -43,14 +46,55 @@ def _run(argv: list[str]) -> None:
 
 @dataclass
 class Testbed:
-    """A built testbed: namespace names by role."""
+    """The embedded testbed: every role a network namespace of this machine, named by role.
+
+    The run reaches the roles only through the methods below, which a lab of hosts reached over
+    SSH (``migrate.testbed.labbed.LabBed``) provides as well."""
 
     __test__ = False
     prefix: str
+    remote = False
 
     def ns(self, role: str) -> str:
         """Namespace name of a role ('A', 'R1', ...)."""
         return f"{self.prefix}-{role}"
+
+    @property
+    def inventory(self) -> Inventory:
+        """The testbed described as an inventory."""
+        return embedded()
+
+    def spawn(
+        self, role: str, what: str, argv: list[str], registry: Registry, out_dir: Path, stdout_name: str | None = None
+    ) -> Proc:
+        """Start ``argv`` in ``role``'s namespace (output in ``out_dir``)."""
+        return Proc(what, argv, registry, out_dir, netns=self.ns(role), stdout_name=stdout_name).start()
+
+    def out_path(self, role: str, run_dir: Path, name: str) -> str:
+        """Where a helper running on ``role`` writes the file ``name``: the results directory."""
+        return str(run_dir / name)
+
+    def helper(self, role: str, argv0: str) -> str:
+        """The path on ``role`` of a helper program given by its path on this machine."""
+        return argv0
+
+    def rx_packets(self, role: str, ifname: str) -> int:
+        """Kernel rx packet counter of one interface of ``role``."""
+        with IPRoute(netns=self.ns(role)) as ipr:
+            link = ipr.link("get", ifname=ifname)[0]
+            return int(link.get_attr("IFLA_STATS64")["rx_packets"])
+
+    def read_bytes(self, role: str, path: str) -> bytes | None:
+        """A file a helper on ``role`` writes (None if it does not exist yet)."""
+        try:
+            return Path(path).read_bytes()
+        except OSError:
+            return None
+
+    def sampler_plan(self) -> list[tuple[str, dict[str, list[str]], str]]:
+        """(role the sampler runs on, its targets, its output name): one sampler in R1 reading
+        every namespace."""
+        return [("R1", self.sampler_targets(), "counters.tsv")]
 
     def sampler_targets(self) -> dict[str, list[str]]:
         """Interfaces the 10 ms counter sampler reads, per namespace."""
