@@ -20,7 +20,7 @@ MIGRATE_FLAGS = $(call flag,HV,hv) $(call flag,DRIVER,driver) $(call flag,MODE,m
   $(call flag,AUTO_CONVERGE,auto-converge) $(call flag,XBZRLE,xbzrle) $(call flag,POSTCOPY,postcopy) \
   $(call flag,MIGRATE_TIMEOUT,migrate-timeout) $(call flag,BOOT_TIMEOUT,boot-timeout) \
   $(call flag,XEN_GUEST,xen-guest) $(call flag,XEN_MIG_MTU,xen-mig-mtu) $(call flag,CRIU_HOST,criu-host) \
-  $(call flag,RIB_ROUTES,rib-routes) \
+  $(call flag,RIB_ROUTES,rib-routes) $(call flag,TESTBED,testbed) \
   $(call flag,FAULT,fault) --results $(RESULTS)
 
 .PHONY: chaos setup apt venv helpers guest migrate test test-unit test-integration lint clean-testbed clean \

@@ -50,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--xen-guest", default="pvh", help="HV=xen domU type (XEN_GUEST): pvh (pv is refused)")
     r.add_argument("--xen-mig-mtu", type=whole("XEN_MIG_MTU"), default=1500, help="HV=xen: migration link MTU")
     r.add_argument("--rib-routes", type=whole("RIB_ROUTES"), default=0, help="routes in the router's RIB (bird)")
+    r.add_argument(
+        "--testbed",
+        type=Path,
+        default=None,
+        help="an inventory of lab hosts reached over SSH (docs/testbed.md); default: the embedded testbed",
+    )
     r.add_argument("--criu-host", default="local", help="HV=criu: local, or vm (a VM whose kernel has soft-dirty)")
     r.add_argument("--fault", default=None, help="inject a fault (chaos testing): " + ", ".join(FAULTS))
     r.add_argument("--results", type=Path, default=Path("results"), help="results root directory")
@@ -92,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         scenario = scenario_from_args(args)
         from migrate.experiment.run import run
 
-        run_dir = run(scenario, args.results)
+        run_dir = run(scenario, args.results, testbed=args.testbed)
         _print_summary(run_dir)
         print(run_dir)
         import json

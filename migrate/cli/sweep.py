@@ -60,6 +60,8 @@ def _print_outputs(out) -> None:
 
 def cmd_sweep(a: argparse.Namespace) -> int:
     """``vrmig sweep``: a new sweep from RATES/SIZES/REPS, or RESUME=<dir>."""
+    if getattr(a, "testbed", None) is not None:
+        raise ConfigError("make sweep does not take TESTBED= yet: run make migrate TESTBED=... per point")
     from migrate.campaigns import sweep as sw
     from migrate.campaigns.sweepdir import open_sweep
 

@@ -8,21 +8,24 @@ after it were answered), seen live and in the instruments' records (docs/data-fo
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from migrate.core import meta as metamod
 from migrate.core.atomic import write_json
-from migrate.core.errors import DependencyError, Interrupted, MigrationError, VrmigError
+from migrate.core.errors import ConfigError, DependencyError, Interrupted, MigrationError, TestbedError, VrmigError
 from migrate.core.registry import Registry, clean_stale
 from migrate.core.sighold import Abort, Teardown, signal_handlers
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext, load_driver
+from migrate.drivers.kvm.driver import QEMU
 from migrate.experiment.console import crash_in
 from migrate.experiment.faults import FaultInjector, kill_pid, link_cap, link_down, unplug
 from migrate.experiment.instruments import Instruments
@@ -30,6 +33,8 @@ from migrate.experiment.recorder import Recorder
 from migrate.experiment.scenario import Scenario
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import Testbed, TestbedBuilder, new_prefix
+from migrate.testbed.inventory import Inventory
+from migrate.testbed.labbed import LabBed, lab_testbed_meta
 from migrate.testbed.results import check_results_root, new_run_dir
 
 log = logging.getLogger(__name__)
@@ -80,11 +85,34 @@ def record_interrupted(meta: dict[str, Any], message: str) -> None:
     meta["status"], meta["failure"], meta["failure_class"] = "interrupted", message, INTERRUPTED
 
 
-def run(scenario: Scenario, results_root: Path, extra_meta: dict[str, Any] | None = None) -> Path:
+def lab_supports(scenario: Scenario) -> None:
+    """Refuse what a lab run (TESTBED=) cannot do yet, before anything starts."""
+    if (scenario.hv, scenario.driver) != ("kvm", "qmp"):
+        raise ConfigError(
+            f"TESTBED= runs HV=kvm DRIVER=qmp so far (not HV={scenario.hv} DRIVER={scenario.driver}): "
+            "use the embedded testbed (no TESTBED) for the others"
+        )
+    if scenario.fault is not None or scenario.miglink_bps is not None or scenario.criu_host != "local":
+        raise ConfigError("TESTBED= takes no FAULT, MIGLINK or CRIU_HOST: the lab's own links are measured as they are")
+
+
+def run(
+    scenario: Scenario,
+    results_root: Path,
+    extra_meta: dict[str, Any] | None = None,
+    testbed: Path | None = None,
+) -> Path:
     """Execute one migration experiment and return its results directory (``extra_meta`` is
-    merged into meta.json: how the CRIU host VM ran it)."""
+    merged into meta.json: how the CRIU host VM ran it; ``testbed``: an inventory of lab hosts
+    reached over SSH instead of the embedded namespace testbed)."""
     from migrate.drivers.criu import hostvm as criuvm
 
+    inv = None
+    if testbed is not None:
+        from migrate.testbed.inventory import load
+
+        inv = load(testbed)  # bad input: one line, exit 2, nothing started
+        lab_supports(scenario)
     if scenario.criu_host == "vm" and not criuvm.in_vm():
         return criuvm.run_in_vm(scenario, results_root)
     check_results_root(results_root)
@@ -113,7 +141,7 @@ def run(scenario: Scenario, results_root: Path, extra_meta: dict[str, Any] | Non
         registry = Registry(new_prefix(), run_dir=str(run_dir.resolve()))
         phase = Phase()
         try:
-            _execute(scenario, driver_cls, facts, registry, run_dir, meta, abort, phase)
+            _execute(scenario, driver_cls, facts, registry, run_dir, meta, abort, phase, inv)
             if abort.signum is not None:
                 raise Interrupted(f"interrupted by {signal.Signals(abort.signum).name} during teardown")
         except Interrupted as err:
@@ -152,19 +180,31 @@ def _execute(
     meta: dict[str, Any],
     abort: Abort,
     phase: Phase,
+    inv: Inventory | None = None,
 ) -> None:
     """The run as nested ``with`` blocks: each resource is left, in the reverse order of entry,
     however the block ends (instruments, hypervisor, recorder, then the registry removes what
     remains by PID and name); a teardown step that fails is recorded, never raised."""
     td = Teardown(abort)
     try:
-        with td.step("tear down", registry), td.step("close recorder", Recorder(run_dir)) as recorder:
-            tb = Testbed(registry.prefix)
-            meta["testbed"] = {
-                "prefix": registry.prefix,
-                "namespaces": {role: tb.ns(role) for role in topo.all_roles()},
-                "miglink_bps": scenario.miglink_bps,
-            }
+        with (
+            td.step("tear down", registry),
+            td.step("close recorder", Recorder(run_dir)) as recorder,
+            td.step("leave lab hosts", open_lab(inv, registry)) as lab,
+        ):
+            tb: Testbed
+            if lab is not None:
+                tb = lab
+                facts = {**facts, **lab_facts(tb, scenario, facts)}
+                meta["testbed"] = lab_testbed_meta(tb)
+                tb.measure_clocks("start")
+            else:
+                tb = Testbed(registry.prefix)
+                meta["testbed"] = {
+                    "prefix": registry.prefix,
+                    "namespaces": {role: tb.ns(role) for role in topo.all_roles()},
+                    "miglink_bps": scenario.miglink_bps,
+                }
             injector = FaultInjector(scenario.fault, recorder.action)
             ctx = RunContext(scenario, tb, registry, run_dir, recorder, abort, injector)
             with td.step("stop hypervisor", driver_cls(ctx, facts)) as driver:
@@ -172,8 +212,9 @@ def _execute(
                 meta["accel"] = facts.get("accel")
                 write_json(run_dir / "meta.json", meta)
 
-                log.info("building testbed %s", registry.prefix)
-                TestbedBuilder(registry, scenario.miglink_bps).build()
+                if inv is None:
+                    log.info("building testbed %s", registry.prefix)
+                    TestbedBuilder(registry, scenario.miglink_bps).build()
                 log.info("booting router (%s, %s, accel=%s)", scenario.router, scenario.hv, meta["accel"])
                 driver.start_source()
                 driver.prepare_destination()
@@ -189,6 +230,49 @@ def _execute(
         if problems:
             meta["teardown_problems"] = problems
             log.error("teardown problems: %s", "; ".join(problems))
+
+
+@contextlib.contextmanager
+def open_lab(inv: Inventory | None, registry: Registry) -> Iterator[LabBed | None]:
+    """The lab's hosts, connected (SSH masters in the run's private directory) and each given
+    the run's directory; on leaving, those directories are removed and the connections closed
+    (which also stops every helper still running there: their guards see the channel close).
+    None for the embedded testbed."""
+    if inv is None:
+        yield None
+        return
+    from migrate.testbed.hosts import connect
+
+    hosts = connect(inv, registry.dir)
+    bed = LabBed(registry.prefix, inv, hosts)
+    try:
+        bed.prepare()
+        yield bed
+    finally:
+        problems = bed.remove()
+        for h in hosts.values():
+            h.close()
+        if problems:
+            raise TestbedError("; ".join(problems))
+
+
+def lab_facts(bed: LabBed, scenario: Scenario, local: dict[str, Any]) -> dict[str, Any]:
+    """The accelerator and QEMU of R1 and R2 (ACCEL=auto: KVM only if both hosts have it)."""
+    kvm = {r: bed.hosts[r].run(["test", "-c", "/dev/kvm"], check=False).returncode == 0 for r in ("R1", "R2")}
+    qemu = {r: bed.hosts[r].run([QEMU, "--version"]).stdout.decode().splitlines()[0].strip() for r in ("R1", "R2")}
+    both = all(kvm.values())
+    if scenario.accel == "kvm" and not both:
+        missing = ", ".join(r for r, ok in kvm.items() if not ok)
+        raise DependencyError(f"ACCEL=kvm requested but {missing} has no /dev/kvm: use ACCEL=auto or tcg")
+    accel = ("kvm" if both else "tcg") if scenario.accel == "auto" else scenario.accel
+    reason = "/dev/kvm on R1 and R2" if both else "no /dev/kvm on " + ", ".join(r for r, ok in kvm.items() if not ok)
+    return {
+        "accel": accel,
+        "accel_reason": reason if scenario.accel == "auto" else f"forced by ACCEL={scenario.accel} ({reason})",
+        "qemu": qemu["R1"],
+        "qemu_by_host": qemu,
+        "orchestrator_qemu": local.get("qemu"),
+    }
 
 
 def _measure(
@@ -223,6 +307,10 @@ def _measure(
         log.error("%s", meta["failure"])
     instruments.stop()
     _instruments_cpu(meta, instruments)
+    if tb.remote:
+        tb.measure_clocks("end")
+        meta["clock"]["hosts"] = tb.clock
+        meta["lab"] = tb.collect(run_dir)
     if "after_migration" in meta:
         _confirm_forwarding(scenario, run_dir, meta)
     meta["verify"] = driver.verify()

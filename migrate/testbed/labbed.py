@@ -12,6 +12,7 @@ per-host counter files are merged onto the orchestrator's clock with them
 from __future__ import annotations
 
 import logging
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -86,7 +87,7 @@ class RemoteProc(Proc):
                 return got
         return None
 
-    def signal(self, sig: int) -> None:
+    def send_signal(self, sig: int) -> None:
         """Send ``sig`` to the helper on its host (by the PID its guard reported)."""
         if self.remote_pid is not None and self.alive():
             self.host.run(["kill", f"-{int(sig)}", str(self.remote_pid)], check=False, timeout_s=10.0)
@@ -97,7 +98,7 @@ class RemoteProc(Proc):
         if self.popen is None:
             return None
         if self.popen.poll() is None:
-            self.signal(sig)
+            self.send_signal(sig)
             try:
                 self.popen.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -231,6 +232,18 @@ class LabBed(Testbed):
             return int(rows[1][rows[0].index("InDatagrams")])
         except (IndexError, ValueError):
             return None
+
+    def forward_qmp(self, role: str, local: Path, remote: str, timeout_s: float, alive: Callable[[], bool]) -> None:
+        """Once QEMU on ``role`` has created its QMP socket ``remote``, forward ``local`` to it
+        through the host's SSH connection."""
+        deadline = time.monotonic() + timeout_s
+        while self.hosts[role].run(["test", "-S", remote], check=False).returncode != 0:
+            if not alive():
+                raise ProcessError(f"QEMU on {role} exited before its QMP socket appeared")
+            if time.monotonic() > deadline:
+                raise ProcessError(f"QMP socket {remote} on {role} did not appear within {timeout_s:.0f} s")
+            time.sleep(POLL_S)
+        self.hosts[role].forward_unix(local, remote)
 
     def sampler_plan(self) -> list[tuple[str, dict[str, list[str]], str]]:
         """One sampler on every host, reading that host's own interfaces."""

@@ -180,7 +180,7 @@ def _run_with(tmp_path, monkeypatch, execute):
     monkeypatch.setattr(runmod, "clean_stale", lambda: [])
     monkeypatch.setattr(runmod, "_analyse", lambda run_dir: None)
     monkeypatch.setattr(
-        runmod, "_execute", lambda s, cls, facts, reg, run_dir, meta, abort, phase: execute(phase, meta)
+        runmod, "_execute", lambda s, cls, facts, reg, run_dir, meta, abort, phase, inv=None: execute(phase, meta)
     )
     try:
         run_dir = runmod.run(Scenario(), tmp_path / "results")

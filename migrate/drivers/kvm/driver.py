@@ -101,32 +101,53 @@ class KvmDriver(Driver):
         s = self.ctx.scenario
         from routers.guest import kernel_cmdline
 
-        left, right = (topo.router_port(seg) for seg in topo.SEGMENTS)
+        tb = self.ctx.testbed
+        inv = tb.inventory
+        left, right = (inv.router[seg] for seg in topo.SEGMENTS)
         append = kernel_cmdline(s.router, [left.ipv4, left.ipv6], [right.ipv4, right.ipv6], rib_routes=s.rib_routes)
         qmp_path = self.ctx.registry.dir / f"qmp-{host}.sock"
-        initrd = self.image.initrd
+        kernel, initrd = self.image.kernel, self.image.initrd
+        console: Path | str = self.ctx.run_dir / f"console-{host}.log"
+        stdout_name = None
+        if tb.remote:
+            # the lab host's copies (make hosts-setup), the QMP socket in the run's directory
+            # there (forwarded to qmp_path here), the console on QEMU's stdout, which the SSH
+            # channel brings into console-<host>.log as it is written
+            images = f"{inv.deploy_dir}/images/{s.router}"
+            kernel, initrd = Path(f"{images}/{self.image.kernel.name}"), Path(f"{images}/{self.image.initrd.name}")
+            console, stdout_name = "/dev/stdout", f"console-{host}.log"
         if s.fault == "guest-never-ready" and not incoming:
             initrd = self.ctx.registry.dir / "empty-initrd.img"  # fault: no init, the kernel panics
             initrd.write_bytes(b"")
+        spec = inv.host(host)
+        ports = tuple((spec.taps[seg], inv.router[seg].mac) for seg in topo.SEGMENTS)
+        remote_qmp = tb.out_path(host, self.ctx.registry.dir, f"qmp-{host}.sock")
         argv = qemu_argv(
-            name=f"vrmig-{self.ctx.testbed.prefix}-{host}",
+            name=f"vrmig-{tb.prefix}-{host}",
             accel=self.accel,
             mem_mib=s.mem_mib,
             vcpus=s.vcpus,
-            kernel=self.image.kernel,
+            kernel=kernel,
             initrd=initrd,
             append=append,
-            console=self.ctx.run_dir / f"console-{host}.log",
-            qmp=qmp_path,
+            console=Path(console),
+            qmp=Path(remote_qmp),
             nic=s.nic,
             incoming=incoming,
+            ports=ports,  # type: ignore[arg-type]
         )
-        proc = Proc(f"qemu-{host}", argv, self.ctx.registry, self.ctx.run_dir, netns=self.ctx.testbed.ns(host))
-        proc.start()
+        proc = tb.spawn(host, f"qemu-{host}", argv, self.ctx.registry, self.ctx.run_dir, stdout_name=stdout_name)
+        if tb.remote:
+            tb.forward_qmp(host, qmp_path, remote_qmp, QMP_CONNECT_TIMEOUT_S, proc.alive)
         side = "dst" if incoming else "src"
         client = QMPClient(qmp_path, side, on_event=self.ctx.recorder.event)
         client.connect(QMP_CONNECT_TIMEOUT_S, proc.alive)
         return proc, client
+
+    def _migration_uri(self) -> str:
+        """R2's end of the migration link."""
+        r2 = self.ctx.testbed.inventory.host("R2").migration_ipv4 or topo.MIGRATION_ADDR["R2"]
+        return f"tcp:{topo.addr(r2)}:{topo.MIGRATION_PORT}"
 
     def _caps(self) -> list[dict[str, Any]]:
         s = self.ctx.scenario
@@ -186,7 +207,7 @@ class KvmDriver(Driver):
         caps = self._caps()
         self.qdst.cmd("migrate-set-capabilities", capabilities=caps)
         self.qsrc.cmd("migrate-set-capabilities", capabilities=caps)
-        uri = f"tcp:{topo.addr(topo.MIGRATION_ADDR['R2'])}:{topo.MIGRATION_PORT}"
+        uri = self._migration_uri()
         self.qdst.cmd("migrate-incoming", uri=uri)
         self.ctx.recorder.action("incoming", host="R2", uri=uri)
 
@@ -211,7 +232,7 @@ class KvmDriver(Driver):
         assert self.qsrc is not None and self.qdst is not None
         s, rec = self.ctx.scenario, self.ctx.recorder
         self._set_parameters()
-        uri = f"tcp:{topo.addr(topo.MIGRATION_ADDR['R2'])}:{topo.MIGRATION_PORT}"
+        uri = self._migration_uri()
         if s.mode == "stopcopy":
             rec.action("stop", side="src")
             self.qsrc.cmd("stop")
