@@ -8,6 +8,7 @@ APT_PACKAGES := qemu-system-x86 qemu-utils iproute2 iputils-ping irtt iperf3 bus
 APT_PACKAGES += chromium  # headless-browser check of the sweep/nightly report.html (tests)
 APT_PACKAGES += iptables util-linux tar  # HV=criu: CRIU's network lock, the container's namespaces, tmpfs images
 APT_PACKAGES += d-itg netsniff-ng  # crosstraffic backends ditg (ITGSend/ITGRecv/ITGDec) and trafgen
+APT_PACKAGES += openssh-server  # make lab-up: each emulated lab host runs its own sshd (docs/testbed.md)
 RESULTS ?= results
 
 # Make variable -> CLI flag (only variables that are set are passed)
@@ -109,6 +110,15 @@ nightly-accept:
 
 clean-testbed:
 	$(PY) -m migrate clean-testbed
+
+# make lab-up: the emulated lab, hosts reached only over SSH; prints its inventory last (docs/testbed.md)
+.PHONY: lab-up lab-down
+lab-up:
+	$(PY) -m migrate lab-up $(call flag,LAB_NAME,name) $(call flag,LAB_DIR,dir) $(call flag,DEPLOY_DIR,deploy-dir)
+
+lab-down:
+	@if [ -z "$(TESTBED)" ]; then echo "make lab-down: set TESTBED=<the lab.toml make lab-up printed>" >&2; exit 2; fi
+	$(PY) -m migrate lab-down $(TESTBED)
 
 test: lint test-unit check-helpers test-integration
 
