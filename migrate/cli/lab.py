@@ -30,11 +30,12 @@ def run_up(a: argparse.Namespace) -> int:
 
 def run_down(a: argparse.Namespace) -> int:
     """Remove the lab: 0 when it is gone (or was already), 1 when something could not be removed."""
+    d = lab.lab_dir_of(a.testbed)
     removed, problems = lab.lab_down(a.testbed)
     for p in problems:
         print(f"vrmig: lab-down: {p}")
     if problems:
-        print(f"lab not fully removed; its state is kept in {lab.lab_dir_of(a.testbed)}: run lab-down again")
+        print(f"lab not fully removed; its state is kept in {d}: run lab-down again")
         return 1
-    print(f"removed lab {lab.lab_dir_of(a.testbed)}" if removed else f"nothing to remove at {a.testbed}")
+    print(f"removed lab {d}" if removed else f"nothing to remove at {a.testbed}")
     return 0
