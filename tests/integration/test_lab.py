@@ -185,3 +185,28 @@ def test_ctrl_c_during_lab_up_leaves_nothing():
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130, (out, err)
     assert _leftovers(state["prefix"], lab.LAB_ROOT / name, state["processes"]) == []
+
+
+def test_two_labs_at_once():
+    """A second lab gets its own management /24; removing the first leaves the second whole
+    (its hosts keep their deploy dir, which the first lab made)."""
+    _require()
+    deploy_existed = Path(lab.DEFAULT_DEPLOY_DIR).exists()
+    invs: list[Path] = []
+    try:
+        for _ in range(2):
+            res = _cli("lab-up", "--name", "it" + secrets.token_hex(3))
+            assert res.returncode == 0, res.stderr
+            invs.append(Path(res.stdout.strip().splitlines()[-1]))
+        raws = [tomllib.loads(p.read_text()) for p in invs]
+        nets = {r["hosts"]["A"]["ssh"]["host"].rsplit(".", 1)[0] for r in raws}
+        assert len(nets) == 2, nets
+        assert _cli("lab-down", str(invs[0])).returncode == 0
+        ssh = Ssh(raws[1])
+        for role in ssh.hosts:
+            assert ssh.out(role, f"findmnt -n -o FSTYPE {raws[1]['deploy_dir']}").strip() == "tmpfs", role
+            ssh.out(role, f"touch {raws[1]['deploy_dir']}/still-here")
+    finally:
+        downs = [_cli("lab-down", str(p)) for p in invs]
+    assert all(d.returncode == 0 for d in downs), [d.stdout + d.stderr for d in downs]
+    assert Path(lab.DEFAULT_DEPLOY_DIR).exists() == deploy_existed
