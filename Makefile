@@ -88,6 +88,16 @@ CALIBRATE_FLAGS = $(call flag,HV,hv) $(call flag,DRIVER,driver) $(call flag,KIND
 calibrate:
 	$(PY) -m migrate calibrate $(CALIBRATE_FLAGS)
 
+# make hosts-check TESTBED=lab.toml: is every host of a lab inventory ready? (docs/testbed.md "make hosts-check")
+.PHONY: hosts-check bench-ssh
+hosts-check:
+	@if [ -z "$(TESTBED)" ]; then echo "make hosts-check: set TESTBED=<inventory.toml> (docs/testbed.md)" >&2; exit 2; fi
+	$(PY) -m migrate hosts-check --testbed $(TESTBED) $(call flag,MAX_OFFSET_MS,max-offset-ms) $(if $(JSON),--json)
+
+# make bench-ssh: per-command latency of the SSH transports (docs/measurements/2026-11-24-ssh-latency.md)
+bench-ssh:
+	$(PY) -m migrate.testbed.bench_ssh --out $(RESULTS)/bench/ssh-latency.json
+
 .PHONY: sweep report compare nightly nightly-accept
 sweep:
 	@if [ -n "$(RATE)$(SIZE)" ]; then echo "make sweep: use RATES=... SIZES=... (RATE and SIZE are for make migrate)" >&2; exit 2; fi
