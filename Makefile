@@ -8,6 +8,7 @@ APT_PACKAGES := qemu-system-x86 qemu-utils iproute2 iputils-ping irtt iperf3 bus
 APT_PACKAGES += chromium  # headless-browser check of the sweep/nightly report.html (tests)
 APT_PACKAGES += iptables util-linux tar  # HV=criu: CRIU's network lock, the container's namespaces, tmpfs images
 APT_PACKAGES += d-itg netsniff-ng  # crosstraffic backends ditg (ITGSend/ITGRecv/ITGDec) and trafgen
+APT_PACKAGES += openssh-server  # make lab-up: each emulated lab host runs its own sshd (docs/testbed.md)
 RESULTS ?= results
 
 # Make variable -> CLI flag (only variables that are set are passed)
@@ -88,6 +89,16 @@ CALIBRATE_FLAGS = $(call flag,HV,hv) $(call flag,DRIVER,driver) $(call flag,KIND
 calibrate:
 	$(PY) -m migrate calibrate $(CALIBRATE_FLAGS)
 
+# make hosts-check TESTBED=lab.toml: is every host of a lab inventory ready? (docs/testbed.md "make hosts-check")
+.PHONY: hosts-check bench-ssh
+hosts-check:
+	@if [ -z "$(TESTBED)" ]; then echo "make hosts-check: set TESTBED=<inventory.toml> (docs/testbed.md)" >&2; exit 2; fi
+	$(PY) -m migrate hosts-check --testbed $(TESTBED) $(call flag,MAX_OFFSET_MS,max-offset-ms) $(if $(JSON),--json)
+
+# make bench-ssh: per-command latency of the SSH transports (docs/measurements/2026-11-24-ssh-latency.md)
+bench-ssh:
+	$(PY) -m migrate.testbed.bench_ssh --out $(RESULTS)/bench/ssh-latency.json
+
 .PHONY: sweep report compare nightly nightly-accept
 sweep:
 	@if [ -n "$(RATE)$(SIZE)" ]; then echo "make sweep: use RATES=... SIZES=... (RATE and SIZE are for make migrate)" >&2; exit 2; fi
@@ -109,6 +120,15 @@ nightly-accept:
 
 clean-testbed:
 	$(PY) -m migrate clean-testbed
+
+# make lab-up: the emulated lab, hosts reached only over SSH; prints its inventory last (docs/testbed.md)
+.PHONY: lab-up lab-down
+lab-up:
+	$(PY) -m migrate lab-up $(call flag,LAB_NAME,name) $(call flag,LAB_DIR,dir) $(call flag,DEPLOY_DIR,deploy-dir)
+
+lab-down:
+	@if [ -z "$(TESTBED)" ]; then echo "make lab-down: set TESTBED=<the lab.toml make lab-up printed>" >&2; exit 2; fi
+	$(PY) -m migrate lab-down $(TESTBED)
 
 test: lint test-unit check-helpers test-integration
 

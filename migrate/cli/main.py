@@ -69,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     from migrate.cli.calibrate import add_parser as add_calibrate_parser
 
     add_calibrate_parser(sub)
+    from migrate.cli.lab import add_parsers as add_lab_parsers
+
+    add_lab_parsers(sub)
+    from migrate.cli.hosts import add_parser as add_hosts_parser
+
+    add_hosts_parser(sub)
     return p
 
 

@@ -1,0 +1,503 @@
+"""``hosts-check``: is every host of an inventory ready for a run?  One row per host (role,
+address, reachable, kernel, tool versions, KVM, interfaces, addresses, clock synchronisation,
+offset ± uncertainty) and one line per problem.  Errors are what would make a run fail or its
+figures wrong (exit 2); warnings (no KVM, a clock without synchronisation whose offset is still
+within the threshold) are reported and allowed.
+
+Each host is probed in a few round trips (:mod:`migrate.testbed.probe_host` sent as
+``python3 -c``, the clock exchange, ``virsh version``); nothing started on a host outlives the
+check.  :func:`evaluate` turns what a host reported into its row and problems without any I/O."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from migrate.testbed import probe_host
+from migrate.testbed.hosts import (
+    AuthRefused,
+    ClockSample,
+    HostKeyError,
+    LocalHost,
+    RemoteCommandError,
+    SshError,
+    SshHost,
+    open_all,
+)
+from migrate.testbed.inventory import END_ROLES, HV_ROLES, HostSpec, Inventory
+
+DEFAULT_MAX_OFFSET_MS = 10.0
+VIRSH_TIMEOUT_S = 30.0
+TOOLS_ALL = ("ip", "python3")
+TOOLS_HV = ("qemu-system-x86_64",)
+TOOLS_END = ("irtt",)
+#: helpers `make hosts-setup` deploys under <deploy_dir>/bin: traffic on the end hosts, the
+#: counter sampler everywhere
+HELPERS_END = ("vrgen", "vrsink", "vrsampler")
+HELPERS_HV = ("vrsampler",)
+INSTALL_HINT = {
+    "qemu-system-x86_64": "apt-get install qemu-system-x86",
+    "ip": "apt-get install iproute2",
+    "python3": "apt-get install python3",
+    "irtt": "apt-get install irtt",
+}
+ERROR, WARNING = "error", "warning"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with one host: ``severity`` error (the run would fail or its figures be
+    wrong) or warning (allowed)."""
+
+    role: str
+    severity: str
+    message: str
+
+    def line(self) -> str:
+        """The line printed for it."""
+        return f"{self.severity.upper():7} {self.role}: {self.message}"
+
+
+@dataclass
+class HostRow:
+    """What hosts-check found on one host (None: not known, e.g. the host was unreachable)."""
+
+    role: str
+    address: str
+    reachable: str  # "yes" | "unreachable" | "auth refused" | "host key"
+    kernel: str | None = None
+    versions: dict[str, str | None] = field(default_factory=dict)
+    kvm: bool | None = None
+    interfaces_ok: bool | None = None
+    addresses_ok: bool | None = None
+    sync: dict[str, Any] | None = None
+    clock: dict[str, Any] | None = None
+
+
+@dataclass
+class CheckResult:
+    """All rows and problems of one check."""
+
+    inventory: str
+    rows: list[HostRow]
+    problems: list[Problem]
+    max_offset_ms: float
+
+    @property
+    def exit_code(self) -> int:
+        """0 when nothing is an error (warnings allowed), else 2."""
+        return 2 if any(p.severity == ERROR for p in self.problems) else 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``--json`` document."""
+        return {
+            "inventory": self.inventory,
+            "ok": self.exit_code == 0,
+            "exit_code": self.exit_code,
+            "max_offset_ms": self.max_offset_ms,
+            "hosts": [asdict(r) for r in self.rows],
+            "problems": [asdict(p) for p in self.problems],
+        }
+
+
+def required_tools(spec: HostSpec) -> list[str]:
+    """Tools the role needs on its host."""
+    return [*TOOLS_ALL, *(TOOLS_HV if spec.role in HV_ROLES else TOOLS_END)]
+
+
+def required_helpers(spec: HostSpec) -> list[str]:
+    """Deployed helpers (``<deploy_dir>/bin``) the role needs."""
+    return list(HELPERS_HV if spec.role in HV_ROLES else HELPERS_END)
+
+
+def _iface_expectations(spec: HostSpec) -> list[tuple[str, str, bool, str | None]]:
+    """(interface, inventory key, needs carrier, bridge it must be enslaved to)."""
+    if spec.role in END_ROLES:
+        return [(spec.interface, "interface", True, None)] if spec.interface else []
+    out: list[tuple[str, str, bool, str | None]] = []
+    for seg, name in spec.uplinks.items():
+        out.append((name, f"uplinks.{seg}", True, spec.bridges.get(seg)))
+    for seg, name in spec.bridges.items():
+        out.append((name, f"bridges.{seg}", False, None))
+    for seg, name in spec.taps.items():  # no carrier until QEMU opens the tap
+        out.append((name, f"taps.{seg}", False, spec.bridges.get(seg)))
+    if spec.migration_if:
+        out.append((spec.migration_if, "migration.interface", True, None))
+    return out
+
+
+def _addr_expectations(spec: HostSpec) -> list[tuple[str, str, str]]:
+    """(interface, CIDR, inventory key)."""
+    out = []
+    if spec.interface:
+        out += [(spec.interface, c, k) for c, k in ((spec.ipv4, "ipv4"), (spec.ipv6, "ipv6")) if c]
+    if spec.migration_if and spec.migration_ipv4:
+        out.append((spec.migration_if, spec.migration_ipv4, "migration.ipv4"))
+    return out
+
+
+def _check_links(spec: HostSpec, links: list[dict[str, Any]], p: list[Problem]) -> tuple[bool, bool]:
+    by_name = {link.get("ifname"): link for link in links}
+    ifaces_ok = True
+    where = f"hosts.{spec.role}"
+    for name, key, carrier, master in _iface_expectations(spec):
+        link = by_name.get(name)
+        if link is None:
+            p.append(Problem(spec.role, ERROR, f"interface {name} missing ({where}.{key}: create it or fix the name)"))
+            ifaces_ok = False
+            continue
+        flags = set(link.get("flags", []))
+        if "UP" not in flags:
+            p.append(Problem(spec.role, ERROR, f"interface {name} is down (ip link set {name} up)"))
+            ifaces_ok = False
+        elif carrier and "LOWER_UP" not in flags:
+            p.append(Problem(spec.role, ERROR, f"interface {name} has no carrier (cable, switch port or peer down)"))
+            ifaces_ok = False
+        if master and link.get("master") != master:
+            now = f"in {link['master']}" if link.get("master") else "in no bridge"
+            p.append(
+                Problem(
+                    spec.role,
+                    ERROR,
+                    f"interface {name} is {now}, not in bridge {master} (ip link set {name} master {master})",
+                )
+            )
+            ifaces_ok = False
+    addrs_ok = True
+    for name, cidr, key in _addr_expectations(spec):
+        want = ipaddress.ip_interface(cidr)
+        have = [
+            a
+            for a in by_name.get(name, {}).get("addr_info", [])
+            if a.get("local") and ipaddress.ip_address(a["local"]) == want.ip
+        ]
+        if not have:
+            p.append(
+                Problem(
+                    spec.role, ERROR, f"address {cidr} not on {name} ({where}.{key}: ip addr add {cidr} dev {name})"
+                )
+            )
+            addrs_ok = False
+        elif have[0].get("prefixlen") != want.network.prefixlen:
+            p.append(
+                Problem(
+                    spec.role,
+                    ERROR,
+                    f"address {want.ip} on {name} has prefix /{have[0].get('prefixlen')}, {where}.{key} says {cidr}",
+                )
+            )
+            addrs_ok = False
+        elif have[0].get("dadfailed"):
+            p.append(Problem(spec.role, ERROR, f"address {cidr} on {name} failed duplicate address detection"))
+            addrs_ok = False
+    return ifaces_ok, addrs_ok
+
+
+def _fmt_ms(ns: int) -> str:
+    return f"{ns / 1e6:+.3f}"
+
+
+def evaluate(
+    spec: HostSpec,
+    facts: dict[str, Any],
+    sync: dict[str, Any] | None,
+    clock: ClockSample | None,
+    *,
+    deploy_dir: str,
+    testbed_arg: str,
+    max_offset_ms: float = DEFAULT_MAX_OFFSET_MS,
+    address: str = "",
+) -> tuple[HostRow, list[Problem]]:
+    """The row and the problems of one reachable host, from what its probe reported."""
+    p: list[Problem] = []
+    role = spec.role
+    tools = facts.get("tools", {})
+    for t in required_tools(spec):
+        if not tools.get(t):
+            p.append(Problem(role, ERROR, f"tool missing: {t} ({INSTALL_HINT.get(t, 'install it')})"))
+    for h in facts.get("helpers", {}).values():
+        if not h.get("ok"):
+            p.append(Problem(role, ERROR, f"helper missing: {h['path']} (run make hosts-setup TESTBED={testbed_arg})"))
+    versions = {k: v for k, v in facts.get("versions", {}).items() if k in required_tools(spec)}
+    kvm = facts.get("kvm")
+    kvm_ok = kvm.get("ok") if kvm else None
+    if role in HV_ROLES and kvm is not None and not kvm_ok:
+        p.append(
+            Problem(
+                role,
+                WARNING,
+                f"no KVM ({kvm.get('reason')}): QEMU runs the router under TCG; runs work but their figures "
+                "(downtime, migration time, forwarding rate) differ from KVM's",
+            )
+        )
+    links = facts.get("links")
+    if links is None:
+        p.append(Problem(role, ERROR, f"cannot read interfaces: {facts.get('links_error') or 'no answer'}"))
+        ifaces_ok = addrs_ok = None
+    else:
+        ifaces_ok, addrs_ok = _check_links(spec, links, p)
+    max_ns = max_offset_ms * 1e6
+    if clock is not None:
+        off, unc = abs(clock.offset_ns), clock.uncertainty_ns
+        stated = f"{_fmt_ms(clock.offset_ns)} ± {unc / 1e6:.3f} ms"
+        if off - unc > max_ns:
+            p.append(
+                Problem(
+                    role,
+                    ERROR,
+                    f"clock offset {stated} exceeds {max_offset_ms:g} ms (synchronise the hosts: chrony or PTP; "
+                    "--max-offset-ms sets the threshold)",
+                )
+            )
+        elif off + unc > max_ns:
+            p.append(
+                Problem(
+                    role,
+                    ERROR,
+                    f"clock offset {stated} cannot be bounded below {max_offset_ms:g} ms (round trip too long)",
+                )
+            )
+    if sync is not None and clock is not None and clock.n > 0 and sync.get("synchronised") is not True:
+        how = sync.get("method") or "unknown"
+        why = sync.get("reason") or f"{how} reports it unsynchronised"
+        msg = f"clock not synchronised ({why})"
+        if not any(x.message.startswith("clock offset") for x in p):
+            msg += (
+                f"; offset now {_fmt_ms(clock.offset_ns)} ms is within {max_offset_ms:g} ms but may drift during a run"
+            )
+        p.append(Problem(role, WARNING, msg))
+    row = HostRow(
+        role=role,
+        address=address,
+        reachable="yes",
+        kernel=facts.get("kernel"),
+        versions={**versions, "python3": facts.get("python")},
+        kvm=kvm_ok if role in HV_ROLES else None,
+        interfaces_ok=ifaces_ok,
+        addresses_ok=addrs_ok,
+        sync=sync,
+        clock=clock.as_dict() if clock else None,
+    )
+    return row, p
+
+
+def unreachable_row(spec: HostSpec, err: SshError, address: str) -> tuple[HostRow, list[Problem]]:
+    """The row and the one problem of a host that could not be opened."""
+    kind = (
+        "auth refused"
+        if isinstance(err, AuthRefused)
+        else "host key"
+        if isinstance(err, HostKeyError)
+        else "unreachable"
+    )
+    msg = str(err)
+    if msg.startswith(f"{spec.role} (") and "): " in msg:
+        msg = msg.split("): ", 1)[1]  # the row and the line name the host already
+    return HostRow(spec.role, address, kind), [Problem(spec.role, ERROR, f"{address}: {msg}")]
+
+
+def _address(spec: HostSpec) -> str:
+    if spec.ssh is None:
+        return "local"
+    t = spec.ssh
+    return f"{t.user}@{t.host}" + (f":{t.port}" if t.port != 22 else "")
+
+
+def _probe(host: SshHost | LocalHost, inv: Inventory) -> tuple[dict[str, Any], dict[str, Any], ClockSample | None]:
+    spec = host.spec
+    args = {
+        "tools": sorted({*required_tools(spec), "virsh"}),
+        "helpers": required_helpers(spec),
+        "deploy_dir": inv.deploy_dir,
+        "kvm": spec.role in HV_ROLES,
+    }
+    cp = host.run(["python3", "-c", probe_host.source(), "facts", json.dumps(args)], check=False, timeout_s=60)
+    if cp.returncode == 127:
+        facts: dict[str, Any] = {"tools": {"python3": None}, "links": None, "links_error": "python3 missing"}
+        return facts, {"method": None, "synchronised": None, "reason": "python3 missing"}, None
+    if cp.returncode != 0:
+        tail = cp.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no message"]
+        raise RemoteCommandError(f"host probe failed: {tail[0]}", cp.returncode, cp.stderr)
+    facts = json.loads(cp.stdout)
+    return facts, host.sync_state(), host.clock()
+
+
+def _virsh(argv: list[str], run: Any) -> str | None:
+    """None if ``virsh ... version`` worked, else its last error line."""
+    try:
+        cp = run(argv)
+    except RemoteCommandError as err:
+        return str(err)
+    except subprocess.TimeoutExpired:
+        return f"no answer within {VIRSH_TIMEOUT_S:g} s"
+    if cp.returncode == 0:
+        return None
+    lines = (cp.stderr or b"").decode(errors="replace").strip().splitlines()
+    return next(
+        (x.strip() for x in lines if x.strip().startswith("error:") and "failed to connect" not in x), None
+    ) or (lines[-1].strip() if lines else f"virsh exited {cp.returncode}")
+
+
+def _check_libvirt(inv: Inventory, opened: dict[str, Any], facts: dict[str, dict[str, Any]]) -> list[Problem]:
+    p: list[Problem] = []
+    reachable: dict[str, bool] = {}
+    for role in HV_ROLES:
+        uri = inv.hosts[role].libvirt_uri
+        if not uri:
+            continue
+        if shutil.which("virsh") is None:
+            p.append(Problem(role, ERROR, "virsh not installed on the orchestrator (apt-get install libvirt-clients)"))
+            return p
+        err = _virsh(
+            ["virsh", "-c", uri, "version"],
+            lambda a: subprocess.run(a, stdin=subprocess.DEVNULL, capture_output=True, timeout=VIRSH_TIMEOUT_S),
+        )
+        reachable[role] = err is None
+        if err:
+            p.append(Problem(role, ERROR, f"libvirt unreachable at {uri} from the orchestrator: {err}"))
+    r1, r2 = HV_ROLES
+    uri2 = inv.hosts[r2].libvirt_uri
+    host1 = opened.get(r1)
+    if uri2 and reachable.get(r2) and isinstance(host1, SshHost | LocalHost):
+        if not facts.get(r1, {}).get("tools", {}).get("virsh"):
+            p.append(Problem(r1, WARNING, f"virsh not installed: cannot check that {r1} reaches {r2}'s libvirt"))
+        else:
+            err = _virsh(
+                ["virsh", "-c", uri2, "version"],
+                lambda a: host1.run(a, check=False, timeout_s=VIRSH_TIMEOUT_S),
+            )
+            if err:
+                p.append(
+                    Problem(
+                        r1,
+                        WARNING,
+                        f"{r1} cannot reach {r2}'s libvirt at {uri2}: {err} (needed if the source daemon "
+                        "connects to the destination with this URI)",
+                    )
+                )
+    return p
+
+
+def check_inventory(
+    inv: Inventory, control_dir: Path, *, testbed_arg: str, max_offset_ms: float = DEFAULT_MAX_OFFSET_MS
+) -> CheckResult:
+    """Open every host, probe it, close it; every finding as rows and problems."""
+    opened = open_all(inv, control_dir)
+    rows: dict[str, HostRow] = {}
+    problems: dict[str, list[Problem]] = {}
+    facts_by_role: dict[str, dict[str, Any]] = {}
+    try:
+
+        def one(role: str) -> tuple[HostRow, list[Problem]]:
+            spec = inv.hosts[role]
+            h = opened[role]
+            if isinstance(h, SshError):
+                return unreachable_row(spec, h, _address(spec))
+            try:
+                facts, sync, clock = _probe(h, inv)
+            except (RemoteCommandError, SshError) as err:
+                return HostRow(role, _address(spec), "yes"), [Problem(role, ERROR, f"probe failed: {err}")]
+            facts_by_role[role] = facts
+            return evaluate(
+                spec,
+                facts,
+                sync,
+                clock,
+                deploy_dir=inv.deploy_dir,
+                testbed_arg=testbed_arg,
+                max_offset_ms=max_offset_ms,
+                address=_address(spec),
+            )
+
+        with ThreadPoolExecutor(max_workers=len(opened) or 1, thread_name_prefix="vrmig-check") as ex:
+            for role, (row, p) in zip(opened, ex.map(one, list(opened)), strict=True):
+                rows[role], problems[role] = row, p
+        lib = _check_libvirt(inv, opened, facts_by_role)
+    finally:
+        for h in opened.values():
+            if not isinstance(h, SshError):
+                h.close()
+    flat = [x for r in inv.hosts for x in problems.get(r, [])]
+    flat += lib
+    return CheckResult(str(inv.path) if inv.path else "embedded", [rows[r] for r in inv.hosts], flat, max_offset_ms)
+
+
+def _yn(v: bool | None) -> str:
+    return "-" if v is None else "yes" if v else "NO"
+
+
+def _sync_cell(sync: dict[str, Any] | None) -> str:
+    if not sync:
+        return "-"
+    m = sync.get("method") or "?"
+    s = sync.get("synchronised")
+    return m if m == "none" else f"{m} {'ok' if s else 'unsync' if s is False else '?'}"
+
+
+def _clock_cell(clock: dict[str, Any] | None) -> str:
+    if not clock:
+        return "-"
+    if clock["n"] == 0:
+        return "same clock"
+    return f"{clock['offset_ns'] / 1e6:+.3f} ± {clock['uncertainty_ns'] / 1e6:.3f} ms"
+
+
+def _version(v: str | None) -> str:
+    """The version number out of a tool's version line."""
+    if not v:
+        return "-"
+    for w in v.replace(",", " ").split():
+        if w[:1].isdigit():
+            return w
+    return v
+
+
+def format_table(result: CheckResult) -> str:
+    """The rows as an aligned text table, then one line per problem, then the verdict."""
+    head = [
+        "role",
+        "address",
+        "reachable",
+        "kernel",
+        "qemu",
+        "irtt",
+        "python",
+        "kvm",
+        "ifaces",
+        "addrs",
+        "sync",
+        "offset",
+    ]
+    body = []
+    for r in result.rows:
+        v = r.versions
+        body.append(
+            [
+                r.role,
+                r.address,
+                r.reachable,
+                r.kernel or "-",
+                _version(v.get("qemu-system-x86_64")) if "qemu-system-x86_64" in v else "",
+                _version(v.get("irtt")) if "irtt" in v else "",
+                _version(v.get("python3")),
+                _yn(r.kvm) if r.reachable == "yes" and r.role in HV_ROLES else "",
+                _yn(r.interfaces_ok),
+                _yn(r.addresses_ok),
+                _sync_cell(r.sync),
+                _clock_cell(r.clock),
+            ]
+        )
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body, strict=True)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [head, *body]]
+    lines += [p.line() for p in result.problems]
+    n_err = sum(p.severity == ERROR for p in result.problems)
+    n_warn = len(result.problems) - n_err
+    verdict = "OK" if n_err == 0 else "FAILED"
+    lines.append(f"hosts-check: {verdict}: {len(result.rows)} hosts, {n_err} error(s), {n_warn} warning(s)")
+    return "\n".join(lines)

@@ -1,0 +1,208 @@
+"""What a testbed host has, read on the host itself in one round trip: sent as the text of
+``python3 -c`` by :mod:`migrate.testbed.hosts` and :mod:`migrate.testbed.check`, so it uses only
+the standard library (Python 3.7 or later) and imports nothing of the project.
+
+``facts <json>``: kernel, Python, the tools and their versions, whether KVM can create a VM, the
+deployed helpers under ``deploy_dir``, and every interface with its flags and addresses
+(``ip -j addr``).  ``sync``: how the clock is synchronised (chrony, ptp4l, systemd-timesyncd,
+and the kernel's own unsynchronised flag).  Both print one JSON object."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+KVM_GET_API_VERSION = 0xAE00
+KVM_CREATE_VM = 0xAE01
+TIME_ERROR = 5  # adjtimex(2): the clock is not synchronised (STA_UNSYNC)
+VERSION_ARGS = {
+    "qemu-system-x86_64": ["--version"],
+    "irtt": ["version"],
+    "virsh": ["--version"],
+    "python3": ["--version"],
+    "chronyc": ["--version"],
+}
+
+
+def source() -> str:
+    """This module's text, to send as ``python3 -c``."""
+    return Path(__file__).read_text()
+
+
+def _out(argv: list[str], timeout: float = 5.0) -> tuple[int, str, str]:
+    try:
+        cp = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+    except FileNotFoundError:
+        return 127, "", f"{argv[0]}: not found"
+    except subprocess.TimeoutExpired:
+        return 124, "", f"{argv[0]}: no answer within {timeout:g} s"
+    return cp.returncode, cp.stdout.decode(errors="replace"), cp.stderr.decode(errors="replace")
+
+
+def kvm() -> dict:
+    """Whether KVM can create a VM here (as migrate.drivers.kvm.accel decides it)."""
+    flags: set = set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    except OSError:
+        pass
+    if not flags & {"vmx", "svm"}:
+        return {"ok": False, "reason": "CPU has no vmx/svm flag (no hardware virtualization visible)"}
+    import fcntl
+
+    try:
+        fd = os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC)
+    except OSError as err:
+        return {"ok": False, "reason": f"cannot open /dev/kvm: {err.strerror}"}
+    try:
+        vm = fcntl.ioctl(fd, KVM_CREATE_VM, 0)
+        os.close(vm)
+    except OSError as err:
+        return {"ok": False, "reason": f"KVM_CREATE_VM failed: {err.strerror}"}
+    finally:
+        os.close(fd)
+    return {"ok": True, "reason": "vmx/svm present and /dev/kvm creates VMs"}
+
+
+def facts(args: dict) -> dict:
+    """Everything hosts-check compares with the inventory."""
+    tools = {t: shutil.which(t) for t in args.get("tools", [])}
+    versions = {}
+    for t, path in tools.items():
+        if path and t in VERSION_ARGS:
+            rc, out, err = _out([path, *VERSION_ARGS[t]])
+            first = (out or err).strip().splitlines()[:1]
+            versions[t] = first[0] if rc == 0 and first else None
+    deploy = args.get("deploy_dir") or ""
+    helpers = {}
+    for h in args.get("helpers", []):
+        p = os.path.join(deploy, "bin", h)
+        helpers[h] = {"path": p, "ok": os.path.isfile(p) and os.access(p, os.X_OK)}
+    links = None
+    links_error = None
+    if tools.get("ip") or shutil.which("ip"):
+        rc, out, err = _out(["ip", "-j", "addr", "show"])
+        if rc == 0:
+            links = json.loads(out)
+        else:
+            links_error = err.strip() or f"ip exited {rc}"
+    else:
+        links_error = "ip not installed"
+    return {
+        "kernel": os.uname().release,
+        "hostname": os.uname().nodename,
+        "python": sys.version.split()[0],
+        "tools": tools,
+        "versions": versions,
+        "kvm": kvm() if args.get("kvm") else None,
+        "helpers": helpers,
+        "links": links,
+        "links_error": links_error,
+    }
+
+
+def _running(comm: str) -> bool:
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if Path("/proc", d, "comm").read_text().strip() == comm[:15]:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def _kernel_synchronised() -> dict:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        buf = ctypes.create_string_buffer(512)  # struct timex, modes = 0: read only
+        state = libc.adjtimex(buf)
+    except (OSError, AttributeError) as err:
+        return {"synchronised": None, "reason": f"adjtimex unavailable: {err}"}
+    if state < 0:
+        return {"synchronised": None, "reason": f"adjtimex failed: {os.strerror(ctypes.get_errno())}"}
+    return {"synchronised": state != TIME_ERROR, "state": state}
+
+
+def _chrony() -> dict | None:
+    if not shutil.which("chronyc"):
+        return None
+    rc, out, err = _out(["chronyc", "-n", "tracking"])
+    if rc != 0:
+        return {"running": False, "reason": (err or out).strip() or f"chronyc exited {rc}"}
+    fields = {}
+    for line in out.splitlines():
+        k, sep, v = line.partition(":")
+        if sep:
+            fields[k.strip()] = v.strip()
+    offset_s = None
+    words = fields.get("System time", "").split()
+    if len(words) >= 3 and words[1] == "seconds":
+        try:
+            offset_s = float(words[0]) * (1 if words[2] == "fast" else -1)
+        except ValueError:
+            offset_s = None
+    leap = fields.get("Leap status")
+    return {
+        "running": True,
+        "reference": fields.get("Reference ID"),
+        "stratum": fields.get("Stratum"),
+        "leap_status": leap,
+        "synchronised": None if leap is None else leap != "Not synchronised",
+        "system_offset_s": offset_s,
+    }
+
+
+def sync() -> dict:
+    """The clock's synchronisation: the first of chrony, ptp4l, systemd-timesyncd that runs."""
+    chrony = _chrony()
+    ptp4l = {"running": _running("ptp4l"), "phc2sys_running": _running("phc2sys")}
+    timesyncd = {
+        "running": _running("systemd-timesyncd"),
+        "synchronised_flag": os.path.exists("/run/systemd/timesync/synchronized"),
+    }
+    kernel = _kernel_synchronised()
+    out = {
+        "chrony": chrony,
+        "chrony_reason": None if chrony is not None else "chronyc not installed",
+        "ptp4l": ptp4l,
+        "timesyncd": timesyncd,
+        "kernel": kernel,
+    }
+    if chrony and chrony.get("running"):
+        out.update(method="chrony", synchronised=chrony.get("synchronised"))
+    elif ptp4l["running"]:
+        # ptp4l disciplines the NIC's clock; the system clock follows it only through phc2sys
+        out.update(method="ptp4l", synchronised=kernel["synchronised"] if ptp4l["phc2sys_running"] else None)
+        if not ptp4l["phc2sys_running"]:
+            out["reason"] = "ptp4l runs but phc2sys does not: the system clock may not follow PTP"
+    elif timesyncd["running"]:
+        out.update(method="timesyncd", synchronised=timesyncd["synchronised_flag"])
+    else:
+        out.update(method="none", synchronised=False, reason="no chrony, ptp4l or systemd-timesyncd running")
+    return out
+
+
+def main(argv: list) -> int:
+    """``facts <json>`` or ``sync``: print one JSON object."""
+    mode = argv[0] if argv else ""
+    if mode == "facts":
+        print(json.dumps(facts(json.loads(argv[1]) if len(argv) > 1 else {})))
+    elif mode == "sync":
+        print(json.dumps(sync()))
+    else:
+        print(f"usage: probe_host facts <json> | sync (got {argv!r})", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,212 @@
+"""The emulated lab for real: ``lab-up`` builds Fig. 1 with an sshd per host, every check goes
+over SSH with the lab's key and known_hosts, and ``lab-down`` leaves nothing behind (also after
+a failure half-way and after Ctrl-C during lab-up).
+
+Heavy (builds a testbed): run under ``flock /tmp/vrmig-heavy.lock``."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from migrate.campaigns.chaos import Artefacts
+from migrate.core import registry
+from migrate.testbed import inventory, lab
+from tests.integration.conftest import REPO, require_root_and
+
+pytestmark = pytest.mark.integration
+CLI = [sys.executable, "-m", "migrate"]
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def _require() -> None:
+    require_root_and("ip", "ssh", "ssh-keygen", "unshare")
+    if not os.access(lab.SSHD, os.X_OK):
+        pytest.skip(f"{lab.SSHD} not installed: run `make apt` (openssh-server)")
+
+
+def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=ENV, timeout=timeout, check=False)
+
+
+def _names() -> set[str]:
+    """Namespaces and links of the orchestrator's namespace, by name."""
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
+    return {f"netns {n}" for n in os.listdir("/run/netns")} | {
+        f"link {ln.split(':')[1].strip().split('@')[0]}" for ln in links.splitlines()
+    }
+
+
+def _leftovers(prefix: str, lab_dir: Path, sshd: list[dict]) -> list[str]:
+    """Whatever of the lab still exists: namespaces, links, sshd processes, the lab directory."""
+    out = [f"netns {n}" for n in os.listdir("/run/netns") if n.startswith(f"{prefix}-")]
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
+    out += [f"link {ln.split(':')[1].strip()}" for ln in links.splitlines() if f" {prefix}-" in ln]
+    out += [f"pid {p['pid']}" for p in sshd if registry.pid_alive(p["pid"], p["starttime"])]
+    out += [f"dir {lab_dir}"] if lab_dir.exists() else []
+    return out
+
+
+class Ssh:
+    """ssh to the lab's hosts exactly as an inventory describes them (no prompts, strict keys)."""
+
+    def __init__(self, inv: dict) -> None:
+        self.key, self.kh = Path(inv["ssh"]["key"]), Path(inv["ssh"]["known_hosts"])
+        self.hosts = {r: h["ssh"]["host"] for r, h in inv["hosts"].items()}
+
+    def run(self, role: str, cmd: str) -> subprocess.CompletedProcess[str]:
+        argv = lab.ssh_argv(self.key, self.kh, self.hosts[role])
+        return subprocess.run([*argv, cmd], capture_output=True, text=True, timeout=30, check=False)
+
+    def out(self, role: str, cmd: str) -> str:
+        res = self.run(role, cmd)
+        assert res.returncode == 0, f"{role}: {cmd}: {res.stderr}"
+        return res.stdout
+
+
+def test_lab_up_ssh_isolation_and_lab_down():
+    _require()
+    name = "it" + secrets.token_hex(3)
+    before = Artefacts.now()
+    deploy_existed = Path(lab.DEFAULT_DEPLOY_DIR).exists()
+    t0 = time.monotonic()
+    up = _cli("lab-up", "--name", name)
+    up_s = time.monotonic() - t0
+    assert up.returncode == 0, up.stderr
+    inv_path = Path(up.stdout.strip().splitlines()[-1])  # the last line is the inventory
+    lab_dir = inv_path.parent
+    state = json.loads((lab_dir / "state.json").read_text())
+    prefix, sshd = state["prefix"], state["processes"]
+    try:
+        assert inv_path == lab.LAB_ROOT / name / "lab.toml"
+        assert (lab_dir.stat().st_mode & 0o777) == 0o700
+        raw = tomllib.loads(inv_path.read_text())
+        inv = inventory.load(inv_path)
+        assert len(sshd) == 6 and all(registry.pid_alive(p["pid"], p["starttime"]) for p in sshd)
+        ssh = Ssh(raw)
+        deploy = raw["deploy_dir"]
+        # every host: its data address on its interface (end hosts) / its Fig. 1 links (R1, R2)
+        for role, h in inv.hosts.items():
+            if role in inventory.END_ROLES:
+                addrs = ssh.out(role, f"ip -o addr show dev {h.interface}")
+                assert f" {h.ipv4} " in addrs and f" {h.ipv6} " in addrs, (role, addrs)
+                route = ssh.out(role, "ip route get 198.18.2.11" if h.segment == "L" else "ip route get 198.18.1.11")
+                assert f"dev {h.interface} " in route and "mgmt0" not in route, (role, route)
+            else:
+                addrs = ssh.out(role, f"ip -o addr show dev {h.migration_if}")
+                assert f" {h.migration_ipv4} " in addrs, (role, addrs)
+                links = ssh.out(role, "ip -o link")
+                for ifname in (*h.uplinks.values(), *h.bridges.values(), *h.taps.values()):
+                    assert f" {ifname}:" in links or f" {ifname}@" in links, (role, ifname)
+        # the deploy directory is each host's own: a file written on A is seen only on A
+        token = secrets.token_hex(8)
+        ssh.out("A", f"echo {token} > {deploy}/lab-test && sync")
+        assert ssh.out("A", f"cat {deploy}/lab-test").strip() == token
+        assert not Path(deploy, "lab-test").exists()  # not on the orchestrator
+        for other in ("B", "C", "R1"):
+            assert ssh.run(other, f"test -e {deploy}/lab-test").returncode == 1, other
+        # from A, over SSH, nothing else: no other host's management address is reachable
+        for other in ("B", "C", "R1"):
+            res = ssh.run("A", f"ping -c 1 -W 1 {ssh.hosts[other]}")
+            assert res.returncode != 0, f"A reaches {other}'s management address"
+        # a remote process that outlives its ssh client (lab-down must still remove it)
+        stray = int(ssh.out("A", "setsid sleep 600 </dev/null >/dev/null 2>&1 & echo $!").strip())
+        stray_st = registry.proc_starttime(stray)
+        assert registry.pid_alive(stray, stray_st)
+        # the lab is not a run: no run state names it, run leak checks see none of it
+        runs = [p.name for p in registry.STATE_ROOT.iterdir()] if registry.STATE_ROOT.is_dir() else []
+        assert prefix not in runs and name not in runs
+        new = Artefacts.now().new_since(before, set())
+        assert not [x for x in new if prefix in x or name in x or str(lab_dir) in x], new
+        assert not set(registry.processes_of()) & {p["pid"] for p in sshd}
+        assert registry.clean_stale(only={prefix, name}) == []
+        assert all(registry.pid_alive(p["pid"], p["starttime"]) for p in sshd)
+    finally:
+        t0 = time.monotonic()
+        down = _cli("lab-down", str(inv_path))
+        down_s = time.monotonic() - t0
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert _leftovers(prefix, lab_dir, sshd) == []
+    assert not registry.pid_alive(stray, stray_st)
+    assert Path(lab.DEFAULT_DEPLOY_DIR).exists() == deploy_existed or any(
+        s.deploy_dir == lab.DEFAULT_DEPLOY_DIR for s in lab.all_labs()
+    )
+    again = _cli("lab-down", str(inv_path))
+    assert again.returncode == 0 and "nothing to remove" in again.stdout
+    print(f"lab-up {up_s:.2f} s, lab-down {down_s:.2f} s")
+
+
+def _new_lab_state(name: str) -> dict | None:
+    try:
+        return json.loads((lab.LAB_ROOT / name / "state.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def test_failure_half_way_leaves_nothing(tmp_path):
+    """sshd cannot mount its tmpfs on a file: lab-up fails with one line and removes the lab."""
+    _require()
+    name = "it" + secrets.token_hex(3)
+    blocker = tmp_path / "deploy"
+    blocker.write_text("a file, not a directory\n")
+    before = _names()
+    res = _cli("lab-up", "--name", name, "--deploy-dir", str(blocker))
+    assert res.returncode == 1, res.stdout + res.stderr
+    err = [ln for ln in res.stderr.splitlines() if ln.startswith("vrmig: error:")]
+    assert len(err) == 1 and "sshd of lab host" in err[0], res.stderr
+    assert res.stdout.strip() == ""
+    assert not (lab.LAB_ROOT / name).exists()
+    assert {n for n in _names() - before if n.split()[1].startswith("vl")} == set()
+
+
+def test_ctrl_c_during_lab_up_leaves_nothing():
+    """SIGINT once sshds are starting: lab-up exits 130 and removes all it made."""
+    _require()
+    name = "it" + secrets.token_hex(3)
+    p = subprocess.Popen([*CLI, "lab-up", "--name", name], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    state = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and p.poll() is None:
+        state = _new_lab_state(name)
+        if state and state["processes"]:
+            break
+        time.sleep(0.005)
+    assert state and state["processes"], "lab-up did not get as far as starting an sshd"
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, (out, err)
+    assert _leftovers(state["prefix"], lab.LAB_ROOT / name, state["processes"]) == []
+
+
+def test_two_labs_at_once():
+    """A second lab gets its own management /24; removing the first leaves the second whole
+    (its hosts keep their deploy dir, which the first lab made)."""
+    _require()
+    deploy_existed = Path(lab.DEFAULT_DEPLOY_DIR).exists()
+    invs: list[Path] = []
+    try:
+        for _ in range(2):
+            res = _cli("lab-up", "--name", "it" + secrets.token_hex(3))
+            assert res.returncode == 0, res.stderr
+            invs.append(Path(res.stdout.strip().splitlines()[-1]))
+        raws = [tomllib.loads(p.read_text()) for p in invs]
+        nets = {r["hosts"]["A"]["ssh"]["host"].rsplit(".", 1)[0] for r in raws}
+        assert len(nets) == 2, nets
+        assert _cli("lab-down", str(invs[0])).returncode == 0
+        ssh = Ssh(raws[1])
+        for role in ssh.hosts:
+            assert ssh.out(role, f"findmnt -n -o FSTYPE {raws[1]['deploy_dir']}").strip() == "tmpfs", role
+            ssh.out(role, f"touch {raws[1]['deploy_dir']}/still-here")
+    finally:
+        downs = [_cli("lab-down", str(p)) for p in invs]
+    assert all(d.returncode == 0 for d in downs), [d.stdout + d.stderr for d in downs]
+    assert Path(lab.DEFAULT_DEPLOY_DIR).exists() == deploy_existed
