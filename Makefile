@@ -119,7 +119,7 @@ nightly-accept:
 	$(PY) -m migrate nightly-accept $(call flag,NIGHT,night) $(call flag,HISTORY,history) --results $(RESULTS)
 
 clean-testbed:
-	$(PY) -m migrate clean-testbed
+	$(PY) -m migrate clean-testbed $(call flag,TESTBED,testbed)
 
 # make lab-up: the emulated lab, hosts reached only over SSH; prints its inventory last (docs/testbed.md)
 .PHONY: lab-up lab-down

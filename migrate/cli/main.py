@@ -59,7 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--criu-host", default="local", help="HV=criu: local, or vm (a VM whose kernel has soft-dirty)")
     r.add_argument("--fault", default=None, help="inject a fault (chaos testing): " + ", ".join(FAULTS))
     r.add_argument("--results", type=Path, default=Path("results"), help="results root directory")
-    sub.add_parser("clean-testbed", help="remove what crashed runs left behind (from their state files)")
+    ct = sub.add_parser("clean-testbed", help="remove what crashed runs left behind (from their state files)")
+    ct.add_argument(
+        "--testbed", type=Path, default=None, help="also on the hosts of this inventory (runs of this machine only)"
+    )
     from migrate.cli.baseline import add_parser as add_baseline_parser
 
     add_baseline_parser(sub)
@@ -78,6 +81,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _clean_lab(path: Path) -> int:
+    """clean-testbed TESTBED=: what dead runs of this machine left on the lab's hosts."""
+    import tempfile
+
+    from migrate.testbed.hosts import connect
+    from migrate.testbed.inventory import load
+    from migrate.testbed.labbed import clean_lab
+
+    inv = load(path)
+    with tempfile.TemporaryDirectory(prefix="vrmig-clean-") as d:
+        hosts = connect(inv, Path(d))
+        try:
+            done = clean_lab(hosts, inv.deploy_dir)
+        finally:
+            for h in hosts.values():
+                h.close()
+    for line in done:
+        print(line)
+    print(f"{inv.name}: {'nothing left by dead runs' if not done else f'{len(done)} action(s)'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
@@ -94,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
 
             cleaned = clean_stale()
             print(f"cleaned {len(cleaned)} stale run(s)" + (f": {', '.join(cleaned)}" if cleaned else ""))
+            if args.testbed is not None:
+                return _clean_lab(args.testbed)
             return 0
         if args.command == "baseline":
             from migrate.cli.baseline import run_command as run_baseline_command

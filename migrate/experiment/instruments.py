@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -159,9 +160,9 @@ class Instruments:
         h = topo.host(role)
         return topo.addr(h.ipv4 if self.s.ip == 4 else h.ipv6)
 
-    def _start(self, what: str, argv: list[str], role: str, stdout_name: str | None = None) -> Proc:
+    def _start(self, what: str, argv: list[str], role: str, stdout_name: str | None = None, wait: bool = True) -> Proc:
         argv = [self.tb.helper(role, argv[0]), *argv[1:]]
-        p = self.tb.spawn(role, what, argv, self.reg, self.dir, stdout_name=stdout_name)
+        p = self.tb.spawn(role, what, argv, self.reg, self.dir, stdout_name=stdout_name, wait=wait)
         self.procs[what] = p
         self.roles[what] = role
         return p
@@ -203,9 +204,11 @@ class Instruments:
         for role, targets, out in self.tb.sampler_plan():
             what = "sampler" if out == "counters.tsv" else f"sampler-{role}"
             argv = sampler_argv(self._out(role, out), targets, s.sample_ms)
-            self._start(what, argv, role)
+            self._start(what, argv, role, wait=False)  # a lab's samplers start together
         for what, p in self.procs.items():
             if what.startswith("sampler"):
+                if hasattr(p, "started"):
+                    p.started()
                 p.wait_for("READY", READY_TIMEOUT_S)
         from probes.irtt import client_argv
 
@@ -278,16 +281,16 @@ class Instruments:
         """Stop the generator and probes first, then the sink and the sampler (so they see the end);
         each one's CPU time is read as it exits."""
         self.rec.action("traffic-stop")
-        samplers = [(w, signal.SIGTERM) for w in self.procs if w.startswith("sampler")]
-        for what, sig in (
-            ("gen", signal.SIGTERM),
-            ("irtt-client", signal.SIGINT),
-            ("sink", signal.SIGTERM),
-            *samplers,
-            ("irtt-server", signal.SIGTERM),
-        ):
-            if what in self.procs and what not in self.cpu_by_proc:
-                self.cpu_by_proc[what] = stop_measured(self.procs[what], sig)
+        samplers = [w for w in self.procs if w.startswith("sampler") and w not in self.cpu_by_proc]
+        for step in (["gen"], ["irtt-client"], ["sink"], samplers, ["irtt-server"]):
+            todo = [w for w in step if w in self.procs and w not in self.cpu_by_proc]
+            sig = signal.SIGINT if step == ["irtt-client"] else signal.SIGTERM
+            if len(todo) == 1:
+                self.cpu_by_proc[todo[0]] = stop_measured(self.procs[todo[0]], sig)
+            elif todo:  # a lab's samplers, one per host: stopped together (each a round trip)
+                with ThreadPoolExecutor(max_workers=len(todo)) as pool:
+                    cpu = list(pool.map(stop_measured, [self.procs[w] for w in todo], [sig] * len(todo)))
+                self.cpu_by_proc.update(zip(todo, cpu, strict=True))
         self.t_stop = time.monotonic()
         for what, p in self.procs.items():
             rc = p.returncode()

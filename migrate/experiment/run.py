@@ -197,7 +197,7 @@ def _execute(
                 tb = lab
                 facts = {**facts, **lab_facts(tb, scenario, facts)}
                 meta["testbed"] = lab_testbed_meta(tb)
-                tb.measure_clocks("start")
+                tb.measure_clocks("start", background=True)
             else:
                 tb = Testbed(registry.prefix)
                 meta["testbed"] = {
@@ -249,6 +249,7 @@ def open_lab(inv: Inventory | None, registry: Registry) -> Iterator[LabBed | Non
         bed.prepare()
         yield bed
     finally:
+        bed.settle()
         problems = bed.remove()
         for h in hosts.values():
             h.close()
@@ -258,14 +259,22 @@ def open_lab(inv: Inventory | None, registry: Registry) -> Iterator[LabBed | Non
 
 def lab_facts(bed: LabBed, scenario: Scenario, local: dict[str, Any]) -> dict[str, Any]:
     """The accelerator and QEMU of R1 and R2 (ACCEL=auto: KVM only if both hosts have it)."""
-    kvm = {r: bed.hosts[r].run(["test", "-c", "/dev/kvm"], check=False).returncode == 0 for r in ("R1", "R2")}
+    import json
+
+    from migrate.testbed import probe_host
+
+    probe = {  # the same test as ACCEL=auto here: vmx/svm visible and /dev/kvm creates a VM
+        r: json.loads(bed.hosts[r].run(["python3", "-c", probe_host.source(), "facts", '{"kvm": true}']).stdout)
+        for r in ("R1", "R2")
+    }
+    kvm = {r: bool((probe[r].get("kvm") or {}).get("ok")) for r in ("R1", "R2")}
     qemu = {r: bed.hosts[r].run([QEMU, "--version"]).stdout.decode().splitlines()[0].strip() for r in ("R1", "R2")}
     both = all(kvm.values())
     if scenario.accel == "kvm" and not both:
         missing = ", ".join(r for r, ok in kvm.items() if not ok)
-        raise DependencyError(f"ACCEL=kvm requested but {missing} has no /dev/kvm: use ACCEL=auto or tcg")
+        raise DependencyError(f"ACCEL=kvm requested but {missing} cannot run KVM: use ACCEL=auto or tcg")
     accel = ("kvm" if both else "tcg") if scenario.accel == "auto" else scenario.accel
-    reason = "/dev/kvm on R1 and R2" if both else "no /dev/kvm on " + ", ".join(r for r, ok in kvm.items() if not ok)
+    reason = "; ".join(f"{r}: {(probe[r].get('kvm') or {}).get('reason')}" for r in ("R1", "R2"))
     return {
         "accel": accel,
         "accel_reason": reason if scenario.accel == "auto" else f"forced by ACCEL={scenario.accel} ({reason})",

@@ -65,9 +65,17 @@ class Testbed:
         return embedded()
 
     def spawn(
-        self, role: str, what: str, argv: list[str], registry: Registry, out_dir: Path, stdout_name: str | None = None
+        self,
+        role: str,
+        what: str,
+        argv: list[str],
+        registry: Registry,
+        out_dir: Path,
+        stdout_name: str | None = None,
+        wait: bool = True,
     ) -> Proc:
-        """Start ``argv`` in ``role``'s namespace (output in ``out_dir``)."""
+        """Start ``argv`` in ``role``'s namespace (output in ``out_dir``; ``wait`` is for lab
+        hosts, where starting takes a round trip)."""
         return Proc(what, argv, registry, out_dir, netns=self.ns(role), stdout_name=stdout_name).start()
 
     def out_path(self, role: str, run_dir: Path, name: str) -> str:

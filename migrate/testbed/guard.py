@@ -31,6 +31,7 @@ SOURCE = r"""
 import json, os, select, signal, sys, time
 state_dir, what = sys.argv[1], sys.argv[2]
 argv = sys.argv[4:]
+os.makedirs(os.path.dirname(state_dir.rstrip("/")) or "/", mode=0o700, exist_ok=True)
 os.makedirs(state_dir, mode=0o700, exist_ok=True)
 pid = os.fork()
 if pid == 0:

@@ -11,11 +11,16 @@ per-host counter files are merged onto the orchestrator's clock with them
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import signal
+import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -33,6 +38,109 @@ REPO = Path(__file__).resolve().parents[2]
 STARTED_TIMEOUT_S = 30.0
 POLL_S = 0.05
 COUNTERS_HEADER = "t_ns late_ns netns ifname rx_packets rx_bytes tx_packets tx_bytes"
+
+
+#: creates a run's directory on a host: argv run_dir owner_json
+PREPARE_SOURCE = r"""
+import os, sys
+d = sys.argv[1]
+os.makedirs(os.path.join(d, "guard"), mode=0o700, exist_ok=True)
+os.chmod(d, 0o700)
+with open(os.path.join(d, "owner.json"), "w") as f:
+    f.write(sys.argv[2])
+"""
+
+#: lists the runs on a host whose owner is this machine: argv deploy_dir boot_id; prints JSON
+#: [{"dir", "owner", "procs": [guard state records]}]
+LIST_SOURCE = r"""
+import json, os, sys
+root = os.path.join(sys.argv[1], "runs")
+out = []
+for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+    d = os.path.join(root, name)
+    try:
+        with open(os.path.join(d, "owner.json")) as f:
+            owner = json.load(f)
+    except (OSError, ValueError):
+        continue
+    if owner.get("boot_id") != sys.argv[2]:
+        continue
+    procs = []
+    g = os.path.join(d, "guard")
+    for p in sorted(os.listdir(g)) if os.path.isdir(g) else []:
+        try:
+            with open(os.path.join(g, p)) as f:
+                procs.append(json.load(f))
+        except (OSError, ValueError):
+            pass
+    out.append({"dir": d, "owner": owner, "procs": procs})
+print(json.dumps(out))
+"""
+
+#: stops recorded processes (PID + start time checked) and removes a run's directory:
+#: argv run_dir procs_json; prints what it did
+REMOVE_SOURCE = r"""
+import json, os, shutil, signal, sys, time
+def start(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+done = []
+procs = json.loads(sys.argv[2])
+for sig in (signal.SIGTERM, signal.SIGKILL):
+    live = [p for p in procs if start(p["pid"]) == p["start"]]
+    for p in live:
+        try:
+            os.killpg(p["pid"], sig)
+        except OSError:
+            pass
+        try:
+            os.kill(p["pid"], sig)
+        except OSError:
+            pass
+        done.append("%s %d %s" % (p.get("what"), p["pid"], signal.Signals(sig).name))
+    deadline = time.monotonic() + 3
+    while any(start(p["pid"]) == p["start"] for p in live) and time.monotonic() < deadline:
+        time.sleep(0.05)
+shutil.rmtree(sys.argv[1], ignore_errors=True)
+print(json.dumps({"stopped": done, "removed": not os.path.exists(sys.argv[1])}))
+"""
+
+
+def boot_id() -> str:
+    """This machine's boot id (a PID is only meaningful within one boot)."""
+    return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+
+
+def owner_record() -> dict[str, Any]:
+    """Who owns a run directory on a lab host: this machine's boot id, the orchestrator's PID
+    and start time."""
+    from migrate.core.registry import proc_starttime
+
+    me = os.getpid()
+    return {"boot_id": boot_id(), "pid": me, "starttime": proc_starttime(me), "host": socket.gethostname()}
+
+
+def clean_lab(hosts: dict[str, Any], deploy_dir: str) -> list[str]:
+    """``clean-testbed TESTBED=``: on every host, the run directories of this machine whose
+    orchestrator is dead: stop the processes their guards recorded (PID and start time checked)
+    and the guards, remove the directories.  Returns one line per thing done."""
+    from migrate.core.registry import pid_alive
+
+    done: list[str] = []
+    for role, host in hosts.items():
+        runs = json.loads(host.run(["python3", "-c", LIST_SOURCE, deploy_dir, boot_id()]).stdout or b"[]")
+        for run in runs:
+            owner = run["owner"]
+            if pid_alive(int(owner["pid"]), owner.get("starttime")):
+                continue  # a live run of this machine
+            procs = [{"pid": p["pid"], "start": p["start"], "what": p.get("what")} for p in run["procs"]]
+            rep = json.loads(host.run(["python3", "-c", REMOVE_SOURCE, run["dir"], json.dumps(procs)]).stdout)
+            done += [f"{role}: stopped {s}" for s in rep["stopped"]]
+            done.append(f"{role}: removed {run['dir']}" if rep["removed"] else f"{role}: could not remove {run['dir']}")
+    return done
 
 
 class RemoteProc(Proc):
@@ -137,6 +245,8 @@ class LabBed(Testbed):
         self.inv = inv
         self.hosts = hosts
         self.clock: dict[str, dict[str, Any]] = {}
+        self._clock_thread: threading.Thread | None = None
+        self._clock_error: Exception | None = None
 
     @property
     def inventory(self) -> Inventory:
@@ -151,30 +261,49 @@ class LabBed(Testbed):
         """The run's directory on every host."""
         return f"{self.inv.deploy_dir}/runs/{self.prefix}"
 
+    def each(self, fn: Callable[[str, Any], Any]) -> dict[str, Any]:
+        """``fn(role, host)`` on every host at once (threads: each waits on its own SSH round
+        trips); their results by role.  The first exception is raised after all have ended."""
+        with ThreadPoolExecutor(max_workers=len(self.hosts)) as pool:
+            futs = {r: pool.submit(fn, r, h) for r, h in self.hosts.items()}
+        return {r: f.result() for r, f in futs.items()}
+
     def prepare(self) -> None:
-        """Create the run's directory (mode 0700) on every host."""
-        for host in self.hosts.values():
-            host.run(["mkdir", "-p", "-m", "0700", f"{self.run_dir()}/guard"])
+        """Create the run's directory (mode 0700) on every host with ``owner.json``: this
+        machine's boot id and the orchestrator's PID and start time, by which ``clean-testbed
+        TESTBED=`` recognises a run of this machine whose orchestrator is dead."""
+        owner = json.dumps(owner_record())
+        self.each(lambda r, h: h.run(["python3", "-c", PREPARE_SOURCE, self.run_dir(), owner]))
 
     def remove(self) -> list[str]:
         """Remove the run's directory from every host; return the problems."""
-        problems = []
-        for role, host in self.hosts.items():
+
+        def rm(role: str, host: Any) -> str | None:
             try:
                 res = host.run(["rm", "-rf", "--one-file-system", self.run_dir()], check=False, timeout_s=30.0)
-                if res.returncode != 0:
-                    problems.append(f"{role}: rm {self.run_dir()}: {res.stderr.decode(errors='replace').strip()}")
-            except Exception as err:
-                problems.append(f"{role}: {err}")
-        return problems
+            except Exception as err:  # a host lost mid-teardown is reported, not raised
+                return f"{role}: {err}"
+            if res.returncode != 0:
+                return f"{role}: rm {self.run_dir()}: {res.stderr.decode(errors='replace').strip()}"
+            return None
+
+        return [p for p in self.each(rm).values() if p]
 
     def spawn(
-        self, role: str, what: str, argv: list[str], registry: Registry, out_dir: Path, stdout_name: str | None = None
+        self,
+        role: str,
+        what: str,
+        argv: list[str],
+        registry: Registry,
+        out_dir: Path,
+        stdout_name: str | None = None,
+        wait: bool = True,
     ) -> Proc:
-        """Start ``argv`` on ``role``'s host under the guard; return once its PID is recorded."""
+        """Start ``argv`` on ``role``'s host under the guard; return once its PID is recorded
+        (``wait=False``: at once; the caller then calls ``started()``)."""
         p = RemoteProc(what, argv, registry, out_dir, self.hosts[role], f"{self.run_dir()}/guard", stdout_name)
         p.start()
-        return p.started()
+        return p.started() if wait else p
 
     def out_path(self, role: str, run_dir: Path, name: str) -> str:
         """The file ``name`` in the run's directory on ``role``'s host."""
@@ -249,15 +378,46 @@ class LabBed(Testbed):
         """One sampler on every host, reading that host's own interfaces."""
         return [(r, {".": self.inv.host(r).interfaces()}, f"counters-{r}.tsv") for r in ROLES]
 
-    def measure_clocks(self, when: str) -> None:
+    def measure_clocks(self, when: str, background: bool = False) -> None:
         """Each host's clock offset against this machine (round-trip bounded) and its
-        synchronisation state, kept under ``when`` ("start"/"end")."""
-        for role, host in self.hosts.items():
+        synchronisation state, kept under ``when`` ("start"/"end").  ``background``: in a
+        thread (the start measurement overlaps the router's boot); the next call waits for it."""
+        if self._clock_thread is not None:
+            self._clock_thread.join()
+            self._clock_thread = None
+            if self._clock_error is not None:
+                raise self._clock_error
+        if background:
+
+            def target() -> None:
+                try:
+                    self._measure_clocks(when)
+                except Exception as err:  # re-raised by the next call, in the run's thread
+                    self._clock_error = err
+
+            self._clock_thread = threading.Thread(target=target, name=f"clocks-{when}", daemon=True)
+            self._clock_thread.start()
+            return
+        self._measure_clocks(when)
+
+    def settle(self) -> None:
+        """Wait for a background clock measurement (before the connections close)."""
+        if self._clock_thread is not None:
+            self._clock_thread.join()
+
+    def _measure_clocks(self, when: str) -> None:
+        """One measurement of every host at once."""
+
+        def measure(role: str, host: Any) -> None:
             entry = self.clock.setdefault(role, {})
             sample = host.clock()
             entry[when] = asdict(sample) if hasattr(sample, "__dataclass_fields__") else dict(sample)
             if "sync" not in entry:
                 entry["sync"] = host.sync_state()
+
+        for role in self.hosts:
+            self.clock.setdefault(role, {})
+        self.each(measure)
 
     def offset_ns(self, role: str) -> tuple[int, int]:
         """(offset, uncertainty) in ns of ``role``'s clock: the mean of the start and end
@@ -274,22 +434,24 @@ class LabBed(Testbed):
     def collect(self, run_dir: Path) -> dict[str, Any]:
         """Fetch what the helpers wrote on the hosts into ``run_dir`` and merge the per-host
         counters onto this machine's clock (``counters.tsv``; the raw files stay beside it)."""
-        fetched: dict[str, Any] = {}
-        for role, names in (("C", ["irtt.json.gz"]), ("B", ["sink_state.json"])):
-            for name in names:
+        wanted: dict[str, list[str]] = {r: [out] for r, _, out in self.sampler_plan()}
+        wanted["C"].append("irtt.json.gz")
+        wanted["B"].append("sink_state.json")
+
+        def fetch(role: str, host: Any) -> dict[str, str]:
+            got = {}
+            for name in wanted.get(role, []):
                 try:
-                    self.hosts[role].fetch(f"{self.run_dir()}/{name}", run_dir / name)
-                    fetched[name] = role
-                except Exception as err:
-                    fetched[name] = f"absent: {err}"
-        parts = []
-        for role, _, out in self.sampler_plan():
-            try:
-                self.hosts[role].fetch(f"{self.run_dir()}/{out}", run_dir / out)
-                fetched[out] = role
-                parts.append((role, run_dir / out))
-            except Exception as err:
-                fetched[out] = f"absent: {err}"
+                    host.fetch(f"{self.run_dir()}/{name}", run_dir / name)
+                    got[name] = role
+                except Exception as err:  # recorded; the analysis says which figure is absent
+                    got[name] = f"absent: {err}"
+            return got
+
+        fetched: dict[str, Any] = {}
+        for got in self.each(fetch).values():
+            fetched.update(got)
+        parts = [(r, run_dir / out) for r, _, out in self.sampler_plan() if fetched.get(out) == r]
         offsets = {r: self.offset_ns(r) for r, _ in parts}
         merge_counters(parts, offsets, self.prefix, run_dir / "counters.tsv")
         return {"fetched": fetched, "offsets_ns": {r: {"offset": o, "uncertainty": u} for r, (o, u) in offsets.items()}}
