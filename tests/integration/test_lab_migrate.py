@@ -1,0 +1,205 @@
+"""Migrations on an emulated lab reached only over SSH (``TESTBED=``): lab-up, hosts-setup,
+hosts-check, then real KVM/QMP migrations whose every helper ran on the lab's hosts; the
+orchestrator never enters a namespace; a SIGKILLed orchestrator leaves no process on any host,
+and clean-testbed TESTBED= removes the files it left."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from migrate.testbed.inventory import ROLES, load
+from tests.integration.conftest import REPO, require_root_and
+
+PY = sys.executable
+GRACE_S = 10.0
+
+
+def _require() -> None:
+    require_root_and(["sshd", "qemu-system-x86_64", "irtt"])
+
+
+def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "VRMIG_PROGRESS": "0"}
+    return subprocess.run(
+        [PY, "-m", "migrate", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory) -> Iterator[Path]:
+    """An emulated lab, prepared by hosts-setup; removed at the end."""
+    _require()
+    name = "t" + secrets.token_hex(3)
+    up = _cli("lab-up", "--name", name, timeout=120)
+    assert up.returncode == 0, up.stderr
+    toml = Path(up.stdout.strip().splitlines()[-1])
+    try:
+        setup = _cli("hosts-setup", "--testbed", str(toml))
+        assert setup.returncode == 0, setup.stdout + setup.stderr
+        yield toml
+    finally:
+        down = _cli("lab-down", str(toml), timeout=120)
+        assert down.returncode == 0, down.stderr
+
+
+def _ssh(inv, role: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    t = inv.host(role).ssh
+    return subprocess.run(
+        ["ssh", "-i", str(t.key), "-o", f"UserKnownHostsFile={t.known_hosts}", "-o", "BatchMode=yes",
+         "-o", "StrictHostKeyChecking=yes", "-p", str(t.port), f"{t.user}@{t.host}", "--", *argv],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+
+
+def _runs_on_hosts(inv) -> dict[str, list[str]]:
+    """What run directories each host still holds."""
+    out = {}
+    for r in ROLES:
+        res = _ssh(inv, r, "ls", "-A", f"{inv.deploy_dir}/runs")
+        out[r] = res.stdout.split()
+    return out
+
+
+def _processes_with(text: str) -> list[str]:
+    """Command lines on this machine (every lab host shares its PID space) containing ``text``."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmd:
+            found.append(f"{d.name} {cmd[:120]}")
+    return found
+
+
+def _run(lab: Path, results: Path, mode: str) -> tuple[Path, dict, dict]:
+    res = _cli(
+        "run", "--hv", "kvm", "--mode", mode, "--rate", "10M", "--duration", "12", "--migrate-at", "4",
+        "--testbed", str(lab), "--results", str(results),
+    )  # fmt: skip
+    run_dir = Path(res.stdout.strip().splitlines()[-1])
+    return run_dir, json.loads((run_dir / "meta.json").read_text()), json.loads((run_dir / "summary.json").read_text())
+
+
+def test_hosts_check_is_clean_after_hosts_setup(lab):
+    res = _cli("hosts-check", "--testbed", str(lab), timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = [ln for ln in res.stdout.splitlines() if ln.split()[:1] and ln.split()[0] in ROLES]
+    assert sorted(r.split()[0] for r in rows) == sorted(ROLES)
+
+
+@pytest.mark.parametrize("mode", ["precopy", "stopcopy"])
+def test_lab_migration_runs_every_helper_on_the_hosts(lab, tmp_path, mode):
+    inv = load(lab)
+    run_dir, meta, summary = _run(lab, tmp_path, mode)
+    assert meta["status"] == "completed", meta.get("failure")
+    assert meta["testbed"]["inventory"] == str(lab) and meta["testbed"]["hosts"]["R1"]["transport"] == "ssh"
+    # the helpers ran on their hosts, from the deployed copies
+    argv = meta["instruments"]["argv"]
+    assert any(f"{inv.deploy_dir}/bin/vrsink" in a for a in argv["sink"]), argv["sink"]
+    assert sorted(k for k in argv if k.startswith("sampler-")) == sorted(f"sampler-{r}" for r in ROLES)
+    # every host's clock measured at start and end; this machine's hosts share one clock, so each
+    # offset is within its own uncertainty of zero
+    for r in ROLES:
+        c = meta["clock"]["hosts"][r]
+        for when in ("start", "end"):
+            assert abs(c[when]["offset_ns"]) <= c[when]["uncertainty_ns"], (r, c)
+        assert "method" in c["sync"]
+    assert set(meta["lab"]["fetched"]) >= {"irtt.json.gz", *(f"counters-{r}.tsv" for r in ROLES)}
+    assert all(not str(v).startswith("absent") for v in meta["lab"]["fetched"].values()), meta["lab"]
+    # the figures come from the merged counters, B's packets and QEMU's own record
+    pkt = summary["downtime_s"]["packets"]
+    assert pkt is not None and 0 < pkt < 5, summary["downtime_s"]
+    assert summary["volume_bytes"]["link"] is not None and summary["volume_bytes"]["link"] > 10e6
+    assert summary["duration_s"]["hypervisor"] > 0
+    assert "merged per-host samplers" in (run_dir / "counters.tsv").read_text()[:400]
+    # nothing left on any host
+    assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
+    assert _processes_with(f"/runs/{meta['testbed']['prefix']}") == []
+
+
+def test_orchestrator_never_enters_a_namespace(lab, tmp_path, monkeypatch):
+    """In-process run with every way into a namespace watched: ``ip netns exec``/``nsenter``
+    in any argv this process starts, pyroute2's NetNS/IPRoute(netns=) and setns."""
+    import pyroute2
+
+    from migrate.experiment.run import run
+    from migrate.experiment.scenario import Scenario
+
+    seen: list[str] = []
+
+    def hook(event: str, args: tuple) -> None:
+        if event == "subprocess.Popen" and watching:
+            argv = [str(a) for a in (args[1] if isinstance(args[1], list | tuple) else [args[1]])]
+            if "netns" in argv or any(a.endswith("nsenter") for a in argv):
+                seen.append(" ".join(argv))
+
+    watching = True
+    sys.addaudithook(hook)
+    orig_iproute = pyroute2.IPRoute.__init__
+
+    def iproute(self, *a, **kw):
+        if kw.get("netns"):
+            seen.append(f"IPRoute(netns={kw['netns']})")
+        return orig_iproute(self, *a, **kw)
+
+    monkeypatch.setattr(pyroute2.IPRoute, "__init__", iproute)
+    monkeypatch.setattr(pyroute2, "NetNS", lambda *a, **kw: seen.append("NetNS") or None)
+    monkeypatch.setattr(os, "setns", lambda *a, **kw: seen.append("setns"), raising=False)
+    try:
+        run_dir = run(Scenario(hv="kvm", rate_bps=10_000_000, duration_s=10, migrate_at_s=4), tmp_path, testbed=lab)
+    finally:
+        watching = False
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["status"] == "completed", meta.get("failure")
+    assert seen == [], seen
+
+
+def test_sigkilled_orchestrator_leaves_no_process_and_clean_testbed_removes_the_files(lab, tmp_path):
+    inv = load(lab)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "VRMIG_PROGRESS": "0"}
+    proc = subprocess.Popen(
+        [PY, "-m", "migrate", "run", "--hv", "kvm", "--rate", "10M", "--duration", "30", "--migrate-at", "20",
+         "--testbed", str(lab), "--results", str(tmp_path)],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        actions = None
+        while time.monotonic() < deadline:
+            actions = next(tmp_path.glob("*/actions.jsonl"), None)
+            if actions and "traffic-start" in actions.read_text():
+                break
+            assert proc.poll() is None, "the run ended before its traffic started"
+            time.sleep(0.1)
+        assert actions is not None
+        meta = json.loads((actions.parent / "meta.json").read_text())
+        prefix = meta["testbed"]["prefix"]
+        assert _processes_with(f"/runs/{prefix}"), "nothing of the run was running on the hosts"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    deadline = time.monotonic() + GRACE_S
+    while _processes_with(f"/runs/{prefix}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_with(f"/runs/{prefix}") == []
+    assert _processes_with(f"vrmig-{prefix}-R") == []  # the QEMUs, by their -name
+    left = _runs_on_hosts(inv)
+    assert any(prefix in v for v in left.values()), "expected the run's directories to be left by the SIGKILL"
+    res = _cli("clean-testbed", "--testbed", str(lab), timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert f"removed {inv.deploy_dir}/runs/{prefix}" in res.stdout
+    assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
