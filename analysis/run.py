@@ -19,6 +19,7 @@ from analysis.hypervisors.libvirt import libvirt_figures, load_libvirt, window_e
 from analysis.hypervisors.qemu import hypervisor_figures
 from analysis.hypervisors.xen import load_xen, xen_figures
 from analysis.load import Counters, load_counters, load_irtt, read_json, read_jsonl, sink_gaps
+from analysis.metrics.clock import clock_figures
 from analysis.metrics.counters import FCS_BYTES, rate_series, sampler_health
 from analysis.metrics.cross import cross_traffic
 from analysis.metrics.downtime import CountersDowntime, PacketsDowntime, counters_downtime, packets_downtime
@@ -267,6 +268,7 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
         send_loss=send_loss,
         sampler=sampler,
         instruments=ins,
+        clock=clock_figures(meta),
         why_absent=why,
         notes=tuple(notes),
     )

@@ -12,6 +12,7 @@ import numpy as np
 
 from analysis import qualify as q
 from analysis.hypervisors.qemu import HypervisorFigures
+from analysis.metrics.clock import ClockFigures
 from analysis.metrics.counters import SamplerHealth
 from analysis.metrics.cross import CrossTraffic
 from analysis.metrics.downtime import CountersDowntime, PacketsDowntime
@@ -81,6 +82,7 @@ class Summary:
     send_loss: SendTimeLoss | None = None
     sampler: SamplerHealth | None = None
     instruments: Instruments | None = None
+    clock: ClockFigures | None = None
     why_absent: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
@@ -252,6 +254,7 @@ class Summary:
                 "send_time_loss": self.send_loss,
                 "sampler": self.sampler,
                 "instruments": ins,
+                "clock": self.clock,
                 "notes": list(self.notes),
             },
         }
