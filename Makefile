@@ -151,6 +151,13 @@ chaos:
 	$(PY) -m migrate.campaigns.chaos --trials $(or $(TRIALS),10) --xen-trials $(or $(XEN_TRIALS),2) --seed $(or $(SEED),1) \
 	  --hvs $(or $(HVS),kvm,kvm-libvirt,criu,xen) --results $(RESULTS)/chaos
 
+# the same migrations on the embedded testbed and on a lab, interleaved (docs/testbed.md)
+.PHONY: bench-lab
+bench-lab: venv
+	@if [ -z "$(TESTBED)" ]; then echo "make bench-lab: give TESTBED=<inventory> (make lab-up prints one)" >&2; exit 2; fi
+	$(PY) -m migrate.cli.bench_lab --testbed $(TESTBED) $(call flag,REPS,reps) $(call flag,MODES,modes) \
+	  $(call flag,RATE,rate) $(call flag,DURATION,duration) --results $(RESULTS)
+
 bench-sampler: venv
 	$(MAKE) -C probes
 	$(PY) -m probes.bench sampler --out $(RESULTS)/bench/sampler.csv

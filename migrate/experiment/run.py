@@ -257,18 +257,25 @@ def open_lab(inv: Inventory | None, registry: Registry) -> Iterator[LabBed | Non
             raise TestbedError("; ".join(problems))
 
 
+PROBE_ARGS = json.dumps({"kvm": True, "tools": [QEMU]})
+
+
 def lab_facts(bed: LabBed, scenario: Scenario, local: dict[str, Any]) -> dict[str, Any]:
     """The accelerator and QEMU of R1 and R2 (ACCEL=auto: KVM only if both hosts have it)."""
-    import json
-
     from migrate.testbed import probe_host
 
-    probe = {  # the same test as ACCEL=auto here: vmx/svm visible and /dev/kvm creates a VM
-        r: json.loads(bed.hosts[r].run(["python3", "-c", probe_host.source(), "facts", '{"kvm": true}']).stdout)
-        for r in ("R1", "R2")
-    }
+    # the same test as ACCEL=auto here (vmx/svm visible and /dev/kvm creates a VM), and QEMU's
+    # version, on R1 and R2 at once
+    facts = bed.each(
+        lambda r, h: (
+            json.loads(h.run(["python3", "-c", probe_host.source(), "facts", PROBE_ARGS]).stdout)
+            if r in ("R1", "R2")
+            else None
+        )
+    )
+    probe = {r: facts[r] for r in ("R1", "R2")}
     kvm = {r: bool((probe[r].get("kvm") or {}).get("ok")) for r in ("R1", "R2")}
-    qemu = {r: bed.hosts[r].run([QEMU, "--version"]).stdout.decode().splitlines()[0].strip() for r in ("R1", "R2")}
+    qemu = {r: (probe[r].get("versions") or {}).get(QEMU) for r in ("R1", "R2")}
     both = all(kvm.values())
     if scenario.accel == "kvm" and not both:
         missing = ", ".join(r for r, ok in kvm.items() if not ok)

@@ -1,0 +1,103 @@
+"""``make bench-lab``: the same migrations on the embedded testbed and on a lab (TESTBED=),
+interleaved run by run, side by side: downtime, duration and volume by each method, and each
+run's wall time (from the orchestrator's start to its results), so that what the lab path adds
+is measured in the same session on the same machine.
+
+Usage: ``python -m migrate.cli.bench_lab --testbed LAB.toml [--reps 5] [--modes precopy,stopcopy]
+[--rate 10M] [--results results]``; prints a markdown table and saves every run's figures as
+``<results>/bench-lab-<UTC>.json``."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from migrate.cli.args import rate
+from migrate.core.atomic import write_json
+from migrate.core.errors import VrmigError
+from migrate.experiment.run import run
+from migrate.experiment.scenario import Scenario
+
+FIGURES = (
+    ("downtime packets [ms]", ("downtime_s", "packets"), 1e3),
+    ("downtime QEMU [ms]", ("downtime_s", "hypervisor"), 1e3),
+    ("duration link [s]", ("duration_s", "link"), 1.0),
+    ("duration QEMU [s]", ("duration_s", "hypervisor"), 1.0),
+    ("volume link [MB]", ("volume_bytes", "link"), 1e-6),
+    ("volume QEMU [MB]", ("volume_bytes", "hypervisor"), 1e-6),
+)
+
+
+def _get(summary: dict[str, Any], path: tuple[str, str]) -> float | None:
+    v = summary.get(path[0], {}).get(path[1])
+    return float(v) if isinstance(v, int | float) else None
+
+
+def _cell(values: list[float | None], scale: float) -> str:
+    """median [min–max] (n), absent values counted apart."""
+    xs = [v * scale for v in values if v is not None]
+    absent = len(values) - len(xs)
+    if not xs:
+        return f"– ({absent} absent)"
+    txt = f"{statistics.median(xs):.3g} [{min(xs):.3g}–{max(xs):.3g}] (n={len(xs)})"
+    return txt + (f", {absent} absent" if absent else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; exit 0 if every run completed."""
+    p = argparse.ArgumentParser(prog="bench-lab", description=__doc__.splitlines()[0])
+    p.add_argument("--testbed", type=Path, required=True)
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--modes", default="precopy,stopcopy")
+    p.add_argument("--rate", type=rate, default=10_000_000)
+    p.add_argument("--duration", type=float, default=20.0)
+    p.add_argument("--results", type=Path, default=Path("results"))
+    a = p.parse_args(argv)
+    modes = [m for m in a.modes.split(",") if m]
+    rows: list[dict[str, Any]] = []
+    try:
+        for rep in range(a.reps):
+            for mode in modes:
+                for bed in ("embedded", "lab"):
+                    s = Scenario(hv="kvm", mode=mode, rate_bps=a.rate, duration_s=a.duration)
+                    t0 = time.monotonic()
+                    run_dir = run(s, a.results, testbed=a.testbed if bed == "lab" else None)
+                    wall = time.monotonic() - t0
+                    summary = json.loads((run_dir / "summary.json").read_text())
+                    rows.append(
+                        {"rep": rep, "mode": mode, "testbed": bed, "wall_s": round(wall, 3), "run_dir": str(run_dir),
+                         "status": summary["status"], "accel": summary.get("accel"),
+                         **{name: _get(summary, path) for name, path, _ in FIGURES}}
+                    )  # fmt: skip
+                    print(f"bench-lab: rep {rep + 1}/{a.reps} {mode} {bed}: {summary['status']} in {wall:.1f} s",
+                          file=sys.stderr, flush=True)  # fmt: skip
+    except VrmigError as err:
+        print(f"bench-lab: error: {err}", file=sys.stderr)
+        return err.exit_code
+    out = a.results / f"bench-lab-{dt.datetime.now(dt.UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
+    write_json(out, {"argv": sys.argv, "testbed": str(a.testbed), "reps": a.reps, "rate_bps": a.rate,
+                     "duration_s": a.duration, "rows": rows})  # fmt: skip
+    for mode in modes:
+        print(f"\n{mode}, RATE={a.rate / 1e6:g}M, DURATION={a.duration:g} s, HV=kvm DRIVER=qmp\n")
+        print("| figure | embedded | lab |\n|---|---|---|")
+        sel = {b: [r for r in rows if r["mode"] == mode and r["testbed"] == b] for b in ("embedded", "lab")}
+        for name, _, scale in FIGURES:
+            print(f"| {name} | {_cell([r[name] for r in sel['embedded']], scale)} "
+                  f"| {_cell([r[name] for r in sel['lab']], scale)} |")  # fmt: skip
+        print(f"| completed | {sum(r['status'] == 'completed' for r in sel['embedded'])}/{len(sel['embedded'])} "
+              f"| {sum(r['status'] == 'completed' for r in sel['lab'])}/{len(sel['lab'])} |")  # fmt: skip
+        we, wl = (statistics.median([r["wall_s"] for r in sel[b]]) for b in ("embedded", "lab"))
+        print(f"| wall time of a run [s] | {_cell([r['wall_s'] for r in sel['embedded']], 1.0)} "
+              f"| {_cell([r['wall_s'] for r in sel['lab']], 1.0)} ({(wl / we - 1) * 100:+.0f} % median) |")  # fmt: skip
+    print(f"\n{out}")
+    return 0 if all(r["status"] == "completed" for r in rows) else 4
+
+
+if __name__ == "__main__":
+    sys.exit(main())
