@@ -30,7 +30,7 @@ _MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 _TOP_KEYS = {"version", "name", "deploy_dir", "ssh", "hosts", "router"}
 _SSH_KEYS = {"host", "port", "user", "key", "known_hosts"}
 _END_KEYS = {"ssh", "transport", "segment", "interface", "ipv4", "ipv6"}
-_HV_KEYS = {"ssh", "transport", "uplinks", "bridges", "taps", "migration", "libvirt_uri"}
+_HV_KEYS = {"ssh", "transport", "uplinks", "bridges", "taps", "migration", "libvirt_uri", "libvirt_peer_uri"}
 _PORT_KEYS = {"ipv4", "ipv6", "mac"}
 
 
@@ -67,6 +67,8 @@ class HostSpec:
     migration_if: str | None = None
     migration_ipv4: str | None = None  # CIDR
     libvirt_uri: str | None = None
+    #: how the *other* hypervisor host's libvirtd reaches this one (peer-to-peer migration)
+    libvirt_peer_uri: str | None = None
 
     def address(self, family: int) -> str:
         """The end host's data address (no prefix length) of IP version ``family``."""
@@ -244,6 +246,7 @@ def _host(c: _Ctx, role: str, t: dict[str, Any], ssh_defaults: dict[str, Any], b
         migration_if=_ifname(c, f"{where}.migration", "interface", _str(c, f"{where}.migration", mig, "interface")),
         migration_ipv4=_cidr(c, f"{where}.migration", "ipv4", _str(c, f"{where}.migration", mig, "ipv4"), 4),
         libvirt_uri=_str(c, where, t, "libvirt_uri", required=False),
+        libvirt_peer_uri=_str(c, where, t, "libvirt_peer_uri", required=False),
     )
 
 

@@ -85,7 +85,7 @@ def test_inventory_is_the_example_without_libvirt_uris(tmp_path):
     got = tomllib.loads(_render(tmp_path).read_text())
     want = tomllib.loads((REPO / "docs/lab.example.toml").read_text())
     for r in ("R1", "R2"):
-        del want["hosts"][r]["libvirt_uri"]
+        del want["hosts"][r]["libvirt_uri"], want["hosts"][r]["libvirt_peer_uri"]
     want["ssh"]["key"] = str(tmp_path / "id_ed25519")
     want["ssh"]["known_hosts"] = str(tmp_path / "known_hosts")
     assert got == want
