@@ -85,13 +85,21 @@ def record_interrupted(meta: dict[str, Any], message: str) -> None:
     meta["status"], meta["failure"], meta["failure_class"] = "interrupted", message, INTERRUPTED
 
 
-def lab_supports(scenario: Scenario) -> None:
+def lab_supports(scenario: Scenario, inv: Inventory) -> None:
     """Refuse what a lab run (TESTBED=) cannot do yet, before anything starts."""
-    if (scenario.hv, scenario.driver) != ("kvm", "qmp"):
+    if scenario.hv != "kvm" or scenario.driver not in ("qmp", "libvirt"):
         raise ConfigError(
-            f"TESTBED= runs HV=kvm DRIVER=qmp so far (not HV={scenario.hv} DRIVER={scenario.driver}): "
+            f"TESTBED= runs HV=kvm with DRIVER=qmp or libvirt so far (not HV={scenario.hv} DRIVER={scenario.driver}): "
             "use the embedded testbed (no TESTBED) for the others"
         )
+    if scenario.driver == "libvirt":
+        for r in topo.HYPERVISOR_HOSTS:
+            h = inv.host(r)
+            if not h.libvirt_uri or not h.libvirt_peer_uri:
+                raise ConfigError(
+                    f"{inv.path}: hosts.{r}: DRIVER=libvirt needs libvirt_uri and libvirt_peer_uri "
+                    "(see docs/lab.example.toml)"
+                )
     if scenario.fault is not None or scenario.miglink_bps is not None or scenario.criu_host != "local":
         raise ConfigError("TESTBED= takes no FAULT, MIGLINK or CRIU_HOST: the lab's own links are measured as they are")
 
@@ -112,7 +120,7 @@ def run(
         from migrate.testbed.inventory import load
 
         inv = load(testbed)  # bad input: one line, exit 2, nothing started
-        lab_supports(scenario)
+        lab_supports(scenario, inv)
     if scenario.criu_host == "vm" and not criuvm.in_vm():
         return criuvm.run_in_vm(scenario, results_root)
     check_results_root(results_root)

@@ -249,3 +249,47 @@ class NamespacedLibvirtd:
             for f in sorted(qemu_logs.glob("*.log")):
                 with contextlib.suppress(OSError):
                     shutil.copyfile(f, self.run_dir / f"libvirt-qemu-{self.host}.log")
+
+
+class LabLibvirtd:
+    """The libvirtd of a lab's hypervisor host, already running there (the lab's own daemon, set
+    up by its operator or by ``make hosts-setup``), reached through the inventory's
+    ``libvirt_uri`` (e.g. ``qemu+ssh://``); the other host's daemon reaches it by its
+    ``libvirt_peer_uri``.  Same interface as :class:`NamespacedLibvirtd`; it starts and stops
+    nothing but the connection, and the domain it is given is destroyed by name at teardown."""
+
+    def __init__(self, host: str, uri: str, peer_uri: str | None, registry: Registry) -> None:
+        self.host = host
+        self.uri = uri
+        self.peer_uri = peer_uri or ""
+        self.registry = registry
+        self.host_uuid: str | None = None
+
+    def start(self, connect: Callable[[str], Any], abort: Callable[[], bool] | None = None) -> Any:
+        """Connect to the host's libvirtd (one attempt: it is supposed to run)."""
+        try:
+            conn = connect(self.uri)
+        except Exception as err:  # libvirt.libvirtError
+            raise DependencyError(
+                f"libvirtd of {self.host} is unreachable at {self.uri}: {err} (make hosts-check TESTBED=... says why)"
+            ) from err
+        with contextlib.suppress(Exception):  # the daemon's host UUID, from its capabilities
+            import xml.etree.ElementTree as ET
+
+            self.host_uuid = ET.fromstring(conn.getCapabilities()).findtext("./host/uuid")
+        return conn
+
+    def log_tail(self, n: int = 6) -> str:
+        """The daemon's log is on its host: not read from here."""
+        return f"(libvirtd's log is on {self.host})"
+
+    def register_domain(self, domain: str) -> None:
+        """Record the domain for teardown: destroyed by name through the URI (no local pid file)."""
+        self.registry.add_domain(domain, self.uri, Path("/nonexistent") / f"{domain}.pid")
+
+    def qemu_pid(self, domain: str) -> int | None:
+        """QEMU runs on the lab host: no local PID."""
+        return None
+
+    def stop(self) -> None:
+        """Nothing runs here to stop."""

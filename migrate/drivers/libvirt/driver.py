@@ -29,8 +29,8 @@ from migrate.core.errors import DependencyError, GuestError, MigrationError
 from migrate.core.registry import pid_alive
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.drivers.libvirt import flags as lf
-from migrate.drivers.libvirt.daemon import LIBVIRTD, NamespacedLibvirtd
-from migrate.drivers.libvirt.domain_xml import domain_facts, domain_xml, with_console
+from migrate.drivers.libvirt.daemon import LIBVIRTD, LabLibvirtd, NamespacedLibvirtd
+from migrate.drivers.libvirt.domain_xml import GuestNic, domain_facts, domain_xml, with_console
 from migrate.experiment.scenario import Scenario
 from migrate.testbed import topology as topo
 
@@ -134,10 +134,20 @@ class LibvirtDriver(Driver):
         self.accel = facts["accel"]
         self.accel_reason = facts["accel_reason"]
         self.domain = f"vrmig-{ctx.testbed.prefix}"
-        self.daemons = {
-            h: NamespacedLibvirtd(h, ctx.testbed.ns(h), topo.addr(topo.MIGRATION_ADDR[h]), ctx.registry, ctx.run_dir)
-            for h in topo.HYPERVISOR_HOSTS
-        }
+        tb = ctx.testbed
+        self.daemons: dict[str, Any]
+        if tb.remote:
+            specs = {h: tb.inventory.host(h) for h in topo.HYPERVISOR_HOSTS}
+            self.daemons = {
+                h: LabLibvirtd(h, specs[h].libvirt_uri or "", specs[h].libvirt_peer_uri, ctx.registry)
+                for h in topo.HYPERVISOR_HOSTS
+            }
+        else:
+            self.daemons = {
+                h: NamespacedLibvirtd(h, tb.ns(h), topo.addr(topo.MIGRATION_ADDR[h]), ctx.registry, ctx.run_dir)
+                for h in topo.HYPERVISOR_HOSTS
+            }
+        self._tails: list[Any] = []
         self.conns: dict[str, Any] = {}
         self._callbacks: list[tuple[Any, int]] = []
         self._events = _Jsonl(ctx.run_dir / "libvirt_events.jsonl")
@@ -211,25 +221,48 @@ class LibvirtDriver(Driver):
         return conn
 
     # -- phases ----------------------------------------------------------------------------
+    def _console(self, host: str) -> Path:
+        """Where ``host``'s QEMU writes the serial console: the results directory, or on a lab
+        host its run directory there, followed into the results directory as it grows."""
+        tb = self.ctx.testbed
+        return Path(tb.out_path(host, self.ctx.run_dir, f"console-{host}.log"))
+
+    def _follow_console(self, host: str) -> None:
+        """On a lab host: follow the console file into ``console-<host>.log`` here (``tail -F``
+        under the guard, so it ends with the run)."""
+        tb = self.ctx.testbed
+        if tb.remote:
+            path = str(self._console(host))
+            self._tails.append(
+                tb.spawn(host, f"console-tail-{host}", ["tail", "-n", "+1", "-F", path], self.ctx.registry,
+                         self.ctx.run_dir, stdout_name=f"console-{host}.log")
+            )  # fmt: skip
+
     def _xml(self) -> str:
         s = self.ctx.scenario
         from routers.guest import kernel_cmdline
 
-        left, right = (topo.router_port(seg) for seg in topo.SEGMENTS)
-        initrd = self.image.initrd
+        inv = self.ctx.testbed.inventory
+        left, right = (inv.router[seg] for seg in topo.SEGMENTS)
+        kernel, initrd = self.image.kernel, self.image.initrd
+        if self.ctx.testbed.remote:  # the lab host's copies (make hosts-setup)
+            images = f"{inv.deploy_dir}/images/{s.router}"
+            kernel, initrd = Path(f"{images}/{kernel.name}"), Path(f"{images}/{initrd.name}")
         if s.fault == "guest-never-ready":
             initrd = self.ctx.registry.dir / "empty-initrd.img"  # fault: no init, the kernel panics
             initrd.write_bytes(b"")
+        r1 = inv.host(topo.HYPERVISOR_HOSTS[0])
         return domain_xml(
             name=self.domain,
             accel=self.accel,
             mem_mib=s.mem_mib,
             vcpus=s.vcpus,
-            kernel=self.image.kernel,
+            kernel=kernel,
             initrd=initrd,
             cmdline=kernel_cmdline(s.router, [left.ipv4, left.ipv6], [right.ipv4, right.ipv6], rib_routes=s.rib_routes),
-            console=self.ctx.run_dir / "console-R1.log",
+            console=self._console(topo.HYPERVISOR_HOSTS[0]),
             nic_model=s.nic,
+            nics=tuple(GuestNic(tap=r1.taps[seg], mac=inv.router[seg].mac) for seg in topo.SEGMENTS),
         )
 
     def start_source(self) -> None:
@@ -243,6 +276,7 @@ class LibvirtDriver(Driver):
         (self.ctx.run_dir / "libvirt-domain.xml").write_text(xml)
         self.ctx.recorder.action("boot", host=src)
         self.daemons[src].register_domain(self.domain)
+        self._follow_console(src)
         try:
             dom = conn.createXML(xml, 0)
         except self.lv.libvirtError as err:
@@ -279,10 +313,12 @@ class LibvirtDriver(Driver):
             dom = self.conns[src].lookupByName(self.domain)
             if s.downtime_limit_ms is not None:
                 dom.migrateSetMaxDowntime(s.downtime_limit_ms, 0)
-            dest_xml = with_console(dom.XMLDesc(XML_MIGRATABLE), self.ctx.run_dir / "console-R2.log")
+            dest_xml = with_console(dom.XMLDesc(XML_MIGRATABLE), self._console(dst))
         except self.lv.libvirtError as err:
             raise MigrationError(f"libvirt on {src} cannot prepare the migration: {err}") from err
-        migrate_uri = f"tcp://{topo.addr(topo.MIGRATION_ADDR[dst])}"
+        self._follow_console(dst)
+        dst_addr = self.ctx.testbed.inventory.host(dst).migration_ipv4 or topo.MIGRATION_ADDR[dst]
+        migrate_uri = f"tcp://{topo.addr(dst_addr)}"
         peer_uri = self.daemons[dst].peer_uri
         flags = lf.migrate_flags(s)
         params = lf.migrate_params(s, migrate_uri, dest_xml)
@@ -491,6 +527,8 @@ class LibvirtDriver(Driver):
         self.conns.clear()
         for d in self.daemons.values():
             d.stop()
+        for t in self._tails:
+            t.stop()
         self._events.close()
         self._jobstats.close()
 
