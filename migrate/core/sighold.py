@@ -148,11 +148,18 @@ class Teardown:
         else:
             self._leave(name, resource, None)
 
-    def _leave(self, name: str, resource: contextlib.AbstractContextManager[Any], err: BaseException | None) -> None:
+    def call(self, name: str, fn: Callable[[], Any] | None) -> None:
+        """One teardown step that is a plain callable (None: nothing to do), under the same
+        rule: the abort flag is disarmed, a failure is recorded in ``problems``, never raised."""
         if self.abort is not None:
             self.abort.armed = False
+        if fn is None:
+            return
         try:
-            resource.__exit__(type(err) if err else None, err, err.__traceback__ if err else None)
+            fn()
         except Exception as problem:
             self.problems.append(f"{name}: {type(problem).__name__}: {problem}")
             log.warning("%s failed: %s", name, problem)
+
+    def _leave(self, name: str, resource: contextlib.AbstractContextManager[Any], err: BaseException | None) -> None:
+        self.call(name, lambda: resource.__exit__(type(err) if err else None, err, err.__traceback__ if err else None))

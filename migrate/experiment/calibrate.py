@@ -36,7 +36,7 @@ from migrate.core.atomic import write_json
 from migrate.core.errors import ConfigError, DependencyError, Interrupted, VrmigError
 from migrate.core.progress import Progress
 from migrate.core.registry import Registry, clean_stale
-from migrate.core.sighold import Abort, signal_handlers
+from migrate.core.sighold import Abort, Teardown, signal_handlers
 from migrate.core.units import format_rate
 from migrate.drivers.base import Driver, RunContext, load_driver
 from migrate.drivers.criu.nsock import in_netns, netns_path, socket_in
@@ -380,7 +380,6 @@ class Calibrator:
 
     def teardown(self) -> list[str]:
         """Undo an interrupted cut or pause, stop everything, remove what was registered."""
-        problems: list[str] = []
         steps: list[tuple[str, Callable[[], Any] | None]] = []
         if self.active is not None:
             ev = self.active
@@ -394,15 +393,10 @@ class Calibrator:
             ("remove freezer", getattr(self.driver, "release_pause", None)),
             ("close recorder", self.recorder.close if hasattr(self, "recorder") else None),
         ]
+        td = Teardown()  # a failed step is recorded and the teardown goes on: the registry removes the rest
         for step, fn in steps:
-            if fn is None:
-                continue
-            try:
-                fn()
-            except Exception as err:  # teardown must go on: the registry removes the rest
-                problems.append(f"{step}: {type(err).__name__}: {err}")
-                log.warning("%s failed: %s", step, err)
-        return problems + self.registry.teardown()
+            td.call(step, fn)
+        return td.problems + self.registry.teardown()
 
 
 def _run_dir(results_root: Path, spec: CalibrationSpec) -> Path:
