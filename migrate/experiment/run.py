@@ -85,6 +85,26 @@ def record_interrupted(meta: dict[str, Any], message: str) -> None:
     meta["status"], meta["failure"], meta["failure_class"] = "interrupted", message, INTERRUPTED
 
 
+def lab_preflight(inv: Inventory, testbed: Path) -> dict[str, Any]:
+    """What ``make hosts-check`` checks, before anything starts: an unreachable host, a refused
+    login, a missing tool or helper, a missing interface or address, a clock off by more than
+    10 ms is one line and exit 2 (the first problem; hosts-check lists them all).  Returns the
+    check as meta.json ``lab_check``."""
+    import tempfile
+
+    from migrate.testbed.check import ERROR, check_inventory
+
+    with tempfile.TemporaryDirectory(prefix="vrmig-preflight-") as d:
+        result = check_inventory(inv, Path(d), testbed_arg=str(testbed))
+    errors = [p for p in result.problems if p.severity == ERROR]
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ConfigError(
+            f"{testbed}: {errors[0].role}: {errors[0].message}{more}; make hosts-check TESTBED={testbed} lists them"
+        )
+    return result.as_dict()
+
+
 def lab_supports(scenario: Scenario, inv: Inventory) -> None:
     """Refuse what a lab run (TESTBED=) cannot do yet, before anything starts."""
     if scenario.hv != "kvm" or scenario.driver not in ("qmp", "libvirt"):
@@ -116,11 +136,13 @@ def run(
     from migrate.drivers.criu import hostvm as criuvm
 
     inv = None
+    lab_check: dict[str, Any] | None = None
     if testbed is not None:
         from migrate.testbed.inventory import load
 
         inv = load(testbed)  # bad input: one line, exit 2, nothing started
         lab_supports(scenario, inv)
+        lab_check = lab_preflight(inv, testbed)
     if scenario.criu_host == "vm" and not criuvm.in_vm():
         return criuvm.run_in_vm(scenario, results_root)
     check_results_root(results_root)
@@ -145,6 +167,8 @@ def run(
             "clock": {"timestamps": "CLOCK_REALTIME ns", "offset_start_ns": metamod.clock_offset_ns()},
             **(extra_meta or {}),
         }
+        if inv is not None:
+            meta["lab_check"] = lab_check
         write_json(run_dir / "meta.json", meta)
         registry = Registry(new_prefix(), run_dir=str(run_dir.resolve()))
         phase = Phase()
@@ -203,9 +227,9 @@ def _execute(
             tb: Testbed
             if lab is not None:
                 tb = lab
-                facts = {**facts, **lab_facts(tb, scenario, facts)}
+                facts = {**facts, **lab_facts(meta["lab_check"], scenario, facts)}
                 meta["testbed"] = lab_testbed_meta(tb)
-                tb.measure_clocks("start", background=True)
+                tb.clocks_from_check(meta["lab_check"])  # the start measurement: the preflight's
             else:
                 tb = Testbed(registry.prefix)
                 meta["testbed"] = {
@@ -265,31 +289,20 @@ def open_lab(inv: Inventory | None, registry: Registry) -> Iterator[LabBed | Non
             raise TestbedError("; ".join(problems))
 
 
-PROBE_ARGS = json.dumps({"kvm": True, "tools": [QEMU]})
-
-
-def lab_facts(bed: LabBed, scenario: Scenario, local: dict[str, Any]) -> dict[str, Any]:
-    """The accelerator and QEMU of R1 and R2 (ACCEL=auto: KVM only if both hosts have it)."""
-    from migrate.testbed import probe_host
-
-    # the same test as ACCEL=auto here (vmx/svm visible and /dev/kvm creates a VM), and QEMU's
-    # version, on R1 and R2 at once
-    facts = bed.each(
-        lambda r, h: (
-            json.loads(h.run(["python3", "-c", probe_host.source(), "facts", PROBE_ARGS]).stdout)
-            if r in ("R1", "R2")
-            else None
-        )
-    )
-    probe = {r: facts[r] for r in ("R1", "R2")}
-    kvm = {r: bool((probe[r].get("kvm") or {}).get("ok")) for r in ("R1", "R2")}
-    qemu = {r: (probe[r].get("versions") or {}).get(QEMU) for r in ("R1", "R2")}
+def lab_facts(check: dict[str, Any], scenario: Scenario, local: dict[str, Any]) -> dict[str, Any]:
+    """The accelerator and QEMU of R1 and R2 as the preflight check found them (the same test
+    as ACCEL=auto here: vmx/svm visible and /dev/kvm creates a VM); ACCEL=auto is KVM only if
+    both hosts have it."""
+    rows = {r["role"]: r for r in check["hosts"]}
+    hv = ("R1", "R2")
+    kvm = {r: bool(rows[r].get("kvm")) for r in hv}
     both = all(kvm.values())
     if scenario.accel == "kvm" and not both:
         missing = ", ".join(r for r, ok in kvm.items() if not ok)
         raise DependencyError(f"ACCEL=kvm requested but {missing} cannot run KVM: use ACCEL=auto or tcg")
     accel = ("kvm" if both else "tcg") if scenario.accel == "auto" else scenario.accel
-    reason = "; ".join(f"{r}: {(probe[r].get('kvm') or {}).get('reason')}" for r in ("R1", "R2"))
+    reason = "; ".join(f"{r}: {rows[r].get('kvm_reason')}" for r in hv)
+    qemu = {r: (rows[r].get("versions") or {}).get(QEMU) for r in hv}
     return {
         "accel": accel,
         "accel_reason": reason if scenario.accel == "auto" else f"forced by ACCEL={scenario.accel} ({reason})",

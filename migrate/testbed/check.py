@@ -74,6 +74,7 @@ class HostRow:
     kernel: str | None = None
     versions: dict[str, str | None] = field(default_factory=dict)
     kvm: bool | None = None
+    kvm_reason: str | None = None
     interfaces_ok: bool | None = None
     addresses_ok: bool | None = None
     sync: dict[str, Any] | None = None
@@ -279,6 +280,7 @@ def evaluate(
         kernel=facts.get("kernel"),
         versions={**versions, "python3": facts.get("python")},
         kvm=kvm_ok if role in HV_ROLES else None,
+        kvm_reason=(kvm or {}).get("reason") if role in HV_ROLES else None,
         interfaces_ok=ifaces_ok,
         addresses_ok=addrs_ok,
         sync=sync,
