@@ -8,6 +8,7 @@ APT_PACKAGES := qemu-system-x86 qemu-utils iproute2 iputils-ping irtt iperf3 bus
 APT_PACKAGES += chromium  # headless-browser check of the sweep/nightly report.html (tests)
 APT_PACKAGES += iptables util-linux tar  # HV=criu: CRIU's network lock, the container's namespaces, tmpfs images
 APT_PACKAGES += d-itg netsniff-ng  # crosstraffic backends ditg (ITGSend/ITGRecv/ITGDec) and trafgen
+APT_PACKAGES += ansible-core  # make hosts-setup: prepares a lab's machines (ansible/hosts-setup.yml)
 RESULTS ?= results
 
 # Make variable -> CLI flag (only variables that are set are passed)
@@ -87,6 +88,12 @@ CALIBRATE_FLAGS = $(call flag,HV,hv) $(call flag,DRIVER,driver) $(call flag,KIND
 .PHONY: calibrate
 calibrate:
 	$(PY) -m migrate calibrate $(CALIBRATE_FLAGS)
+
+# make hosts-setup TESTBED=lab.toml [PROFILES=frr,bird]: prepare a lab's machines with Ansible (docs/testbed.md)
+.PHONY: hosts-setup
+hosts-setup:
+	@if [ -z "$(TESTBED)" ]; then echo "make hosts-setup: set TESTBED=<lab inventory, e.g. lab.toml>" >&2; exit 2; fi
+	$(PY) -m migrate hosts-setup --testbed $(TESTBED) $(call flag,PROFILES,profiles) --results $(RESULTS)
 
 .PHONY: sweep report compare nightly nightly-accept
 sweep:

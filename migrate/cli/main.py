@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     from migrate.cli.calibrate import add_parser as add_calibrate_parser
 
     add_calibrate_parser(sub)
+    from migrate.cli.hosts_setup import add_parser as add_hosts_setup_parser
+
+    add_hosts_setup_parser(sub)
     return p
 
 
