@@ -9,6 +9,7 @@ APT_PACKAGES += chromium  # headless-browser check of the sweep/nightly report.h
 APT_PACKAGES += iptables util-linux tar  # HV=criu: CRIU's network lock, the container's namespaces, tmpfs images
 APT_PACKAGES += d-itg netsniff-ng  # crosstraffic backends ditg (ITGSend/ITGRecv/ITGDec) and trafgen
 APT_PACKAGES += openssh-server  # make lab-up: each emulated lab host runs its own sshd (docs/testbed.md)
+APT_PACKAGES += ansible-core  # make hosts-setup: prepares a lab's machines (ansible/hosts-setup.yml)
 RESULTS ?= results
 
 # Make variable -> CLI flag (only variables that are set are passed)
@@ -98,6 +99,12 @@ hosts-check:
 # make bench-ssh: per-command latency of the SSH transports (docs/measurements/2026-11-24-ssh-latency.md)
 bench-ssh:
 	$(PY) -m migrate.testbed.bench_ssh --out $(RESULTS)/bench/ssh-latency.json
+
+# make hosts-setup TESTBED=lab.toml [PROFILES=frr,bird]: prepare a lab's machines with Ansible (docs/testbed.md)
+.PHONY: hosts-setup
+hosts-setup:
+	@if [ -z "$(TESTBED)" ]; then echo "make hosts-setup: set TESTBED=<lab inventory, e.g. lab.toml>" >&2; exit 2; fi
+	$(PY) -m migrate hosts-setup --testbed $(TESTBED) $(call flag,PROFILES,profiles) --results $(RESULTS)
 
 .PHONY: sweep report compare nightly nightly-accept
 sweep:

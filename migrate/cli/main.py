@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     from migrate.cli.hosts import add_parser as add_hosts_parser
 
     add_hosts_parser(sub)
+    from migrate.cli.hosts_setup import add_parser as add_hosts_setup_parser
+
+    add_hosts_setup_parser(sub)
     return p
 
 

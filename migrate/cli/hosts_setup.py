@@ -1,0 +1,55 @@
+"""``vrmig hosts-setup`` (= ``make hosts-setup TESTBED=lab.toml``): prepare a lab's machines with
+Ansible (migrate/testbed/provision.py) and print one line per host."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from migrate.testbed.inventory import ROLES
+
+
+def _profiles(text: str) -> list[str]:
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"PROFILES={text!r}: give router profiles, e.g. frr or frr,bird")
+    return list(dict.fromkeys(names))
+
+
+def add_parser(sub: Any) -> None:
+    """The ``hosts-setup`` subcommand (flags mirror the Make variables)."""
+    h = sub.add_parser("hosts-setup", help="prepare a lab's machines with Ansible (make hosts-setup)")
+    h.add_argument("--testbed", type=Path, required=True, help="the lab's TOML inventory (TESTBED)")
+    h.add_argument("--profiles", type=_profiles, default=["frr"], help="router guest images for R1/R2, e.g. frr,bird")
+    h.add_argument("--results", type=Path, default=Path("results"), help="results root (Ansible's log goes there)")
+    h.set_defaults(handler=run_command)
+
+
+def run_command(a: argparse.Namespace) -> int:
+    """Load the inventory (bad input: one line, exit 2, nothing started), run the playbook, print
+    ``<role> ok=N changed=N failed=N`` per host and a last line; exit 2 naming each host that
+    failed or was unreachable."""
+    from migrate.testbed.inventory import load
+    from migrate.testbed.provision import run_playbook
+
+    inv = load(a.testbed)
+    out = run_playbook(inv, a.profiles, a.results)
+    for role in ROLES:
+        r = out.recap.get(role)
+        if r is None:
+            print(f"{role} (not in Ansible's recap)")
+            continue
+        extra = f" unreachable={r.unreachable}" if r.unreachable else ""
+        print(f"{role} ok={r.ok} changed={r.changed} failed={r.failed}{extra}")
+    bad = [role for role in ROLES if role not in out.recap or not out.recap[role].good]
+    for role in bad:
+        reason = out.failures.get(role, f"no result (ansible-playbook exited {out.returncode})")
+        print(f"hosts-setup: {role}: {reason}", file=sys.stderr)
+    if bad or out.returncode != 0:
+        if not bad:
+            print(f"hosts-setup: ansible-playbook exited {out.returncode}: see {out.log_path}", file=sys.stderr)
+        return 2
+    print("hosts-setup: nothing changed" if out.changed == 0 else f"hosts-setup: {out.changed} changes")
+    return 0

@@ -1,0 +1,345 @@
+"""Preparing the machines of a lab with Ansible (``make hosts-setup``, docs/testbed.md).
+
+The TOML testbed inventory (:mod:`migrate.testbed.inventory`) becomes an Ansible inventory in a
+temporary directory (:func:`ansible_inventory`): one host per role with its SSH target, its known
+host keys (``StrictHostKeyChecking=yes``), its role and the lab's ``deploy_dir``.  The playbook
+``ansible/hosts-setup.yml`` installs the Debian packages each role needs, builds the C helpers on
+each host, copies the router guest images to R1 and R2 and creates their taps.  ``ansible-playbook``
+runs with an argv (never a shell string) and an environment that keeps all of Ansible's own files
+in that temporary directory (:func:`ansible_env`); its output goes to a log file, and its
+``PLAY RECAP`` (:func:`parse_recap`) and ``fatal:`` lines (:func:`parse_failures`) give the
+per-host result."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from migrate.core.errors import DependencyError
+from migrate.testbed import results as resultsmod
+from migrate.testbed.inventory import END_ROLES, HV_ROLES, ROLES, HostSpec, Inventory, InventoryError
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK = REPO / "ansible" / "hosts-setup.yml"
+#: the router guest files R1 and R2 get (routers/paths.py names them)
+IMAGE_FILES = ("vmlinuz", "initrd.img", "manifest.json")
+#: the interpreter Ansible's modules run with on every host (python3 is one of the packages)
+REMOTE_PYTHON = "/usr/bin/python3"
+END_GROUP, HV_GROUP = "end_hosts", "hypervisors"
+
+_RECAP_RE = re.compile(r"^(?P<host>\S+)\s+:\s+(?P<counts>(?:\w+=\d+\s*)+)$")
+_FATAL_RE = re.compile(
+    r"^(?:fatal|failed): \[(?P<host>[^\]]+)\](?:: (?P<kind>[A-Z]+)!)?(?: \(item=.*?\))? => (?P<body>.*)$"
+)
+_TASK_RE = re.compile(r"^TASK \[(?P<name>.*)\] \**$")
+
+
+@dataclass(frozen=True)
+class HostRecap:
+    """One host's line of Ansible's ``PLAY RECAP``."""
+
+    host: str
+    ok: int
+    changed: int
+    unreachable: int
+    failed: int
+    skipped: int = 0
+    rescued: int = 0
+    ignored: int = 0
+
+    @property
+    def good(self) -> bool:
+        """Neither unreachable nor failed."""
+        return self.unreachable == 0 and self.failed == 0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one ``ansible-playbook`` run did: per-host recap, per-host failure reason, its log."""
+
+    returncode: int
+    recap: dict[str, HostRecap]
+    failures: dict[str, str]
+    log_path: Path
+    run_dir: Path
+
+    @property
+    def changed(self) -> int:
+        """Tasks that changed something, summed over the hosts."""
+        return sum(r.changed for r in self.recap.values())
+
+
+def helper_sources(repo: Path = REPO) -> list[str]:
+    """Repo-relative paths of what ``make -C crosstraffic`` and ``make -C probes`` read (their
+    Makefiles, C sources and headers)."""
+    files = ["crosstraffic/Makefile", "probes/Makefile"]
+    files += sorted(str(p.relative_to(repo)) for pat in ("*.c", "*.h") for p in (repo / "crosstraffic/src").glob(pat))
+    files += sorted(str(p.relative_to(repo)) for p in (repo / "probes").glob("*.c"))
+    return files
+
+
+def image_files(profiles: list[str], cache: Path | None = None) -> list[dict[str, str]]:
+    """``{"profile", "src", "name"}`` for each file of each profile's locally built guest image
+    (verified against its manifest; raises the router layer's NotBuiltError otherwise)."""
+    from routers.guest import guest_image
+
+    out = []
+    for profile in profiles:
+        img = guest_image(profile, cache)
+        gdir = img.kernel.parent
+        for name in IMAGE_FILES:
+            out.append({"profile": profile, "src": str(gdir / name), "name": name})
+    return out
+
+
+def ssh_common_args(h: HostSpec) -> str:
+    """``ansible_ssh_common_args`` of an SSH host: its known host keys only, checked strictly,
+    and only its own key offered."""
+    assert h.ssh is not None
+    opts = [
+        "-o", "StrictHostKeyChecking=yes",
+        "-o", f"UserKnownHostsFile={h.ssh.known_hosts}",
+        "-o", "IdentitiesOnly=yes",
+        "-o", "BatchMode=yes",
+    ]  # fmt: skip
+    return " ".join(shlex.quote(o) for o in opts)
+
+
+def host_vars(h: HostSpec, deploy_dir: str) -> dict[str, Any]:
+    """Ansible host variables of one role's host."""
+    v: dict[str, Any] = {
+        "vrmig_role": h.role,
+        "vrmig_deploy_dir": deploy_dir,
+        "ansible_python_interpreter": REMOTE_PYTHON,
+    }
+    if h.transport == "local":
+        v["ansible_connection"] = "local"
+    else:
+        assert h.ssh is not None
+        v.update(
+            ansible_connection="ssh",
+            ansible_host=h.ssh.host,
+            ansible_port=h.ssh.port,
+            ansible_user=h.ssh.user,
+            ansible_ssh_private_key_file=str(h.ssh.key),
+            ansible_ssh_common_args=ssh_common_args(h),
+        )
+    if h.role in HV_ROLES:
+        v["vrmig_taps"] = [{"name": h.taps[s], "bridge": h.bridges[s]} for s in sorted(h.taps)]
+    return v
+
+
+def ansible_inventory(inv: Inventory, images: list[dict[str, str]], repo: Path = REPO) -> dict[str, Any]:
+    """The Ansible inventory (YAML inventory plugin's structure) of ``inv``: groups ``end_hosts``
+    (A, C, B, D) and ``hypervisors`` (R1, R2); ``images`` go to the hypervisors."""
+    return {
+        "all": {
+            "vars": {"vrmig_repo": str(repo), "vrmig_helper_sources": helper_sources(repo)},
+            "children": {
+                END_GROUP: {"hosts": {r: host_vars(inv.hosts[r], inv.deploy_dir) for r in END_ROLES}},
+                HV_GROUP: {
+                    "hosts": {r: host_vars(inv.hosts[r], inv.deploy_dir) for r in HV_ROLES},
+                    "vars": {"vrmig_images": images},
+                },
+            },
+        }
+    }
+
+
+def ansible_env(tmp: Path, deploy_dir: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of ``ansible-playbook``: Ansible's local files (configuration, temporary
+    files, SSH control sockets) under ``tmp``, its remote temporary files under
+    ``<deploy_dir>/tmp``, strict host key checking, no retry files, plain uncoloured output."""
+    env = dict(os.environ if base is None else base)
+    env.update(
+        ANSIBLE_CONFIG=str(tmp / "ansible.cfg"),  # empty: no ./ansible.cfg or ~/.ansible.cfg applies
+        ANSIBLE_HOME=str(tmp / "home"),
+        ANSIBLE_LOCAL_TEMP=str(tmp / "local"),
+        ANSIBLE_REMOTE_TEMP=str(PurePosixPath(deploy_dir) / "tmp"),
+        ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp / "cp"),
+        ANSIBLE_HOST_KEY_CHECKING="True",
+        ANSIBLE_RETRY_FILES_ENABLED="False",
+        ANSIBLE_STDOUT_CALLBACK="default",
+        ANSIBLE_DISPLAY_SKIPPED_HOSTS="False",
+        ANSIBLE_NOCOLOR="True",
+        ANSIBLE_FORCE_COLOR="False",
+        ANSIBLE_PIPELINING="True",
+        ANSIBLE_GATHERING="explicit",
+        ANSIBLE_INVENTORY_ENABLED="yaml",
+        LC_ALL="C.UTF-8",
+    )
+    return env
+
+
+def playbook_argv(inventory: Path, playbook: Path = PLAYBOOK, forks: int = len(ROLES)) -> list[str]:
+    """argv of the ``ansible-playbook`` run (a list: no shell ever sees it)."""
+    return ["ansible-playbook", "-i", str(inventory), "--forks", str(forks), str(playbook)]
+
+
+def parse_recap(text: str) -> dict[str, HostRecap]:
+    """The ``PLAY RECAP`` of ``ansible-playbook``'s output: host -> counts."""
+    out: dict[str, HostRecap] = {}
+    lines = text.splitlines()
+    start = max((i for i, line in enumerate(lines) if line.startswith("PLAY RECAP")), default=None)
+    if start is None:
+        return out
+    for line in lines[start + 1 :]:
+        m = _RECAP_RE.match(line.strip())
+        if not m:
+            if line.strip():
+                break
+            continue
+        counts = {k: int(v) for k, v in (kv.split("=") for kv in m["counts"].split())}
+        out[m["host"]] = HostRecap(
+            m["host"],
+            **{
+                f: counts.get(f, 0) for f in ("ok", "changed", "unreachable", "failed", "skipped", "rescued", "ignored")
+            },
+        )
+    return out
+
+
+def _reason(body: str) -> str:
+    """The message of a ``fatal:`` result: ``msg``, then the last line of stderr if any."""
+    try:
+        res = json.loads(body)
+    except ValueError:
+        return body.strip()
+    if not isinstance(res, dict):
+        return body.strip()
+    msg = str(res.get("msg") or "").strip()
+    err = str(res.get("stderr") or res.get("module_stderr") or "").strip()
+    last = err.splitlines()[-1].strip() if err else ""
+    return f"{msg}: {last}" if msg and last and last not in msg else (msg or last or body.strip())
+
+
+def parse_failures(text: str) -> dict[str, str]:
+    """Per host, the first failure of ``ansible-playbook``'s output as one line: ``unreachable:
+    <ssh's reason>`` or ``task '<name>' failed: <reason>``."""
+    out: dict[str, str] = {}
+    task = ""
+    for line in text.splitlines():
+        t = _TASK_RE.match(line)
+        if t:
+            task = t["name"]
+            continue
+        m = _FATAL_RE.match(line)
+        if not m or m["host"] in out:
+            continue
+        reason = " ".join(_reason(m["body"]).split())
+        if len(reason) > 300:
+            reason = reason[:297] + "..."
+        out[m["host"]] = f"unreachable: {reason}" if m["kind"] == "UNREACHABLE" else f"task '{task}' failed: {reason}"
+    return out
+
+
+def check_local_files(inv: Inventory) -> None:
+    """Each SSH host's key and known-hosts file must exist here (else InventoryError, exit 2)."""
+    for r, h in inv.hosts.items():
+        if h.ssh is None:
+            continue
+        for what, p in (("key", h.ssh.key), ("known_hosts", h.ssh.known_hosts)):
+            if not p.is_file():
+                raise InventoryError(
+                    f"{inv.path}: hosts.{r}.ssh: {what} {p} does not exist (fix the path or create it)"
+                )
+
+
+def _stop_control_masters(cp_dir: Path) -> None:
+    """Ask every OpenSSH control master Ansible left in ``cp_dir`` to exit (ControlPersist keeps
+    them otherwise), each by its own socket."""
+    if not cp_dir.is_dir():
+        return
+    for sock in sorted(cp_dir.iterdir()):
+        subprocess.run(
+            ["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "vrmig-control-master"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+
+
+def run_playbook(
+    inv: Inventory,
+    profiles: list[str],
+    results_root: Path,
+    cache: Path | None = None,
+    playbook: Path = PLAYBOOK,
+) -> Outcome:
+    """Run the playbook on the lab of ``inv``; Ansible's output goes to ``ansible.log`` in a new
+    results directory.  Raises InventoryError (bad key paths), the router layer's NotBuiltError
+    (an image is not built), DependencyError (no ``ansible-playbook``) before starting anything."""
+    check_local_files(inv)
+    images = image_files(profiles, cache)
+    if shutil.which("ansible-playbook") is None:
+        raise DependencyError("ansible-playbook not found: install Debian's ansible-core (`make apt`)")
+    resultsmod.check_results_root(results_root)
+    run_dir = resultsmod.new_run_dir(results_root, f"hosts-setup-{inv.name}", kind="hosts-setup")
+    log_path = run_dir / "ansible.log"
+    with tempfile.TemporaryDirectory(prefix="vrmig-ansible-") as tmp_s:
+        tmp = Path(tmp_s)
+        (tmp / "ansible.cfg").write_text("")
+        for d in ("home", "local", "cp"):
+            (tmp / d).mkdir(mode=0o700)
+        inv_text = json.dumps(ansible_inventory(inv, images), indent=1) + "\n"  # JSON is YAML
+        (tmp / "inventory.yml").write_text(inv_text)
+        (run_dir / "ansible-inventory.yml").write_text(inv_text)
+        argv = playbook_argv(tmp / "inventory.yml", playbook)
+        log.info("hosts-setup: %s (Ansible's output: %s)", " ".join(shlex.quote(a) for a in argv), log_path)
+        try:
+            rc = _stream(argv, ansible_env(tmp, inv.deploy_dir), log_path)
+        finally:
+            _stop_control_masters(tmp / "cp")
+    text = log_path.read_text(errors="replace")
+    out = Outcome(rc, parse_recap(text), parse_failures(text), log_path, run_dir)
+    (run_dir / "summary.json").write_text(
+        json.dumps(
+            {
+                "returncode": rc,
+                "profiles": profiles,
+                "recap": {h: asdict(r) for h, r in out.recap.items()},
+                "failures": out.failures,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    return out
+
+
+def _stream(argv: list[str], env: dict[str, str], log_path: Path) -> int:
+    """Run ``argv`` with its output into ``log_path``; each task's name is logged as progress.
+    On any exception (Ctrl-C) the process is terminated by its PID and waited for."""
+    with log_path.open("w") as logf:
+        proc = subprocess.Popen(
+            argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                logf.write(line)
+                logf.flush()
+                t = _TASK_RE.match(line.rstrip("\n"))
+                if t:
+                    log.info("hosts-setup: %s", t["name"])
+            return proc.wait()
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()

@@ -1,0 +1,259 @@
+"""``make hosts-setup`` on a lab reached over SSH: every role is a network namespace with its own
+sshd and a private tmpfs at the lab's deploy_dir (a host of its own as far as files go).
+
+Two runs: the first changes the hosts, the second changes nothing on any host.  Then, over SSH,
+the helpers built on A and B answer ``--help`` and R1's and R2's guest image files have the
+SHA-256 of the local ones; a host offered a wrong key is named on one line and the exit is 2."""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import REPO, require_root_and
+
+ROLES = ("A", "C", "B", "D", "R1", "R2")
+END = {"A": ("L", "198.18.1.10"), "C": ("L", "198.18.1.11"), "B": ("R", "198.18.2.10"), "D": ("R", "198.18.2.11")}
+#: candidate management networks (one /29 per role out of a /24), the first one unused here wins
+MGMT_NETS = [ipaddress.ip_network(f"198.19.{n}.0/24") for n in range(200, 240)]
+READY_TIMEOUT_S = 10.0
+
+
+def _run(*argv: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(list(argv), check=True, capture_output=True, text=True, **kw)
+
+
+def _free_net() -> ipaddress.IPv4Network:
+    used = _run("ip", "-4", "-o", "addr", "show").stdout
+    for net in MGMT_NETS:
+        if f" {net.network_address.exploded.rsplit('.', 1)[0]}." not in used:
+            return net
+    pytest.skip("no free management /24 in 198.19.200-239.0 on this machine")
+
+
+class SshLab:
+    """Six namespaces with an sshd each (reached from here through a veth), a private tmpfs at
+    ``deploy_dir`` in each sshd's mount namespace, bridges brL/brR on R1 and R2; ``inventory``
+    is the TOML inventory of it.  Everything is removed on exit (sshds by PID)."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.tag = f"hs{os.getpid() % 100000:05d}"
+        self.deploy_dir = work / "deploy"
+        self.stack = ExitStack()
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.addr: dict[str, str] = {}
+
+    def ns(self, role: str) -> str:
+        return f"{self.tag}-{role}"
+
+    def __enter__(self) -> SshLab:
+        try:
+            self._build()
+        except BaseException:
+            self.stack.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stack.close()
+
+    def _build(self) -> None:
+        w = self.work
+        self.deploy_dir.mkdir()
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(w / "id_ed25519"))
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(w / "wrong_key"))
+        (w / "authorized_keys").write_text((w / "id_ed25519.pub").read_text())
+        Path("/run/sshd").mkdir(exist_ok=True)
+        net = _free_net()
+        known = []
+        for i, role in enumerate(ROLES):
+            ns, veth = self.ns(role), f"{self.tag}{i}"
+            base = net.network_address + 8 * i
+            here, there = f"{base + 1}/29", f"{base + 2}"
+            _run("ip", "netns", "add", ns)
+            self.stack.callback(subprocess.run, ["ip", "netns", "del", ns], check=False)
+            _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "mgmt0", "netns", ns)
+            self.stack.callback(subprocess.run, ["ip", "link", "del", veth], check=False, capture_output=True)
+            _run("ip", "addr", "add", here, "dev", veth)
+            _run("ip", "link", "set", veth, "up")
+            _run("ip", "-n", ns, "addr", "add", f"{there}/29", "dev", "mgmt0")
+            _run("ip", "-n", ns, "link", "set", "mgmt0", "up")
+            _run("ip", "-n", ns, "link", "set", "lo", "up")
+            if role.startswith("R"):
+                for br in ("brL", "brR"):
+                    _run("ip", "-n", ns, "link", "add", br, "type", "bridge")
+                    _run("ip", "-n", ns, "link", "set", br, "up")
+            hostkey = w / f"hostkey-{role}"
+            _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostkey))
+            known.append(f"{there} {' '.join((w / f'hostkey-{role}.pub').read_text().split()[:2])}")
+            cfg = w / f"sshd-{role}.conf"
+            cfg.write_text(
+                f"ListenAddress {there}\nPort 22\nHostKey {hostkey}\nPidFile {w}/sshd-{role}.pid\n"
+                f"AuthorizedKeysFile {w}/authorized_keys\nPermitRootLogin prohibit-password\n"
+                "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
+                "MaxSessions 30\nMaxStartups 30\nSubsystem sftp internal-sftp\n"
+            )
+            script = 'mount -t tmpfs vrmig-lab "$1" && exec /usr/sbin/sshd -D -e -f "$2"'
+            argv = ["ip", "netns", "exec", ns, "unshare", "-m", "--propagation", "private"]
+            argv += ["sh", "-c", script, "sh", str(self.deploy_dir), str(cfg)]
+            log = (w / f"sshd-{role}.log").open("w")
+            self.stack.callback(log.close)
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+            self.procs[role] = proc
+            self.stack.callback(_stop, proc)
+            self.addr[role] = there
+        (w / "known_hosts").write_text("\n".join(known) + "\n")
+        for role in ROLES:
+            self._wait_listening(role)
+        self.inventory = self.write_inventory(w / "lab.toml")
+
+    def _wait_listening(self, role: str) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.procs[role].poll() is not None:
+                raise RuntimeError(f"sshd of {role} exited: {(self.work / f'sshd-{role}.log').read_text()}")
+            out = _run("ss", "-N", self.ns(role), "-Hltn", f"src {self.addr[role]}").stdout
+            if ":22 " in out:
+                return
+            time.sleep(0.02)  # polling the listening socket, not waiting for a guess
+        raise RuntimeError(f"sshd of {role} not listening after {READY_TIMEOUT_S} s")
+
+    def write_inventory(self, path: Path, wrong_key_role: str | None = None) -> Path:
+        w = self.work
+        lines = [
+            "version = 1",
+            'name = "hslab"',
+            f'deploy_dir = "{self.deploy_dir}"',
+            "[ssh]",
+            'user = "root"',
+            f'key = "{w / "id_ed25519"}"',
+            f'known_hosts = "{w / "known_hosts"}"',
+        ]
+        for role in ROLES:
+            lines.append(f"[hosts.{role}]")
+            key = f', key = "{w / "wrong_key"}"' if role == wrong_key_role else ""
+            lines.append(f'ssh = {{ host = "{self.addr[role]}"{key} }}')
+            if role in END:
+                seg, ip = END[role]
+                lines += [f'segment = "{seg}"', 'interface = "eth0"', f'ipv4 = "{ip}/24"']
+                lines.append(f'ipv6 = "2001:2:0:{1 if seg == "L" else 2}::{ip.rsplit(".", 1)[1]}/64"')
+            else:
+                mig = "198.19.255.1/30" if role == "R1" else "198.19.255.2/30"
+                lines += [
+                    'uplinks = { L = "upL", R = "upR" }',
+                    'bridges = { L = "brL", R = "brR" }',
+                    'taps = { L = "tapL", R = "tapR" }',
+                    f'migration = {{ interface = "mig0", ipv4 = "{mig}" }}',
+                ]
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    def ssh(self, role: str, *argv: str) -> subprocess.CompletedProcess:
+        """Run ``argv`` on ``role`` over SSH (the same key and known hosts as the inventory)."""
+        w = self.work
+        cmd = ["ssh", "-i", str(w / "id_ed25519"), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes"]
+        cmd += ["-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={w / 'known_hosts'}"]
+        cmd += [f"root@{self.addr[role]}", "--", *argv]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _hosts_setup(inventory: Path, results: Path) -> tuple[subprocess.CompletedProcess, float]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    t0 = time.monotonic()
+    cp = subprocess.run(
+        [sys.executable, "-m", "migrate", "hosts-setup", "--testbed", str(inventory), "--results", str(results)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    return cp, time.monotonic() - t0
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture
+def lab():
+    require_root_and("sshd", "ssh", "ssh-keygen", "ansible-playbook", "unshare")
+    from routers.errors import NotBuiltError
+    from routers.guest import guest_image
+
+    try:
+        guest_image("frr")
+    except NotBuiltError as err:
+        pytest.skip(str(err))
+    with tempfile.TemporaryDirectory(prefix="vrmig-hs-") as work, SshLab(Path(work)) as lab:
+        yield lab
+
+
+def _recap_lines(stdout: str) -> dict[str, str]:
+    return {line.split()[0]: line for line in stdout.splitlines() if line.split() and line.split()[0] in ROLES}
+
+
+def test_hosts_setup_twice_then_check_over_ssh(lab: SshLab, tmp_path: Path) -> None:
+    first, t1 = _hosts_setup(lab.inventory, tmp_path / "results")
+    assert first.returncode == 0, first.stdout + first.stderr
+    lines = _recap_lines(first.stdout)
+    assert set(lines) == set(ROLES), first.stdout
+    assert "hosts-setup: nothing changed" not in first.stdout
+    assert all(" changed=0 " not in lines[r] for r in ROLES), first.stdout  # helpers built everywhere
+
+    second, t2 = _hosts_setup(lab.inventory, tmp_path / "results")
+    assert second.returncode == 0, second.stdout + second.stderr
+    lines = _recap_lines(second.stdout)
+    assert set(lines) == set(ROLES), second.stdout
+    for r in ROLES:
+        assert " changed=0 failed=0" in lines[r], second.stdout
+    assert second.stdout.splitlines()[-1] == "hosts-setup: nothing changed"
+    print(f"\nhosts-setup wall time: first {t1:.1f} s, second {t2:.1f} s")
+
+    for role in ("A", "B"):
+        for helper in ("vrgen", "vrsink", "vrsampler"):
+            r = lab.ssh(role, f"{lab.deploy_dir}/bin/{helper}", "--help")
+            assert r.returncode == 0 and "usage:" in r.stdout + r.stderr, (role, helper, r)
+    from routers.guest import guest_image
+
+    img = guest_image("frr")
+    for role in ("R1", "R2"):
+        for name in ("vmlinuz", "initrd.img", "manifest.json"):
+            local = _sha256((img.kernel.parent / name).read_bytes())
+            r = lab.ssh(role, "sha256sum", f"{lab.deploy_dir}/images/frr/{name}")
+            assert r.returncode == 0 and r.stdout.split()[0] == local, (role, name, r)
+        links = lab.ssh(role, "ip", "-o", "link", "show", "master", "brL").stdout
+        assert "tapL" in links, links
+    # the orchestrator's own deploy_dir is not the hosts' (each sshd has its private tmpfs)
+    assert not (lab.deploy_dir / "bin").exists()
+
+
+def test_a_host_with_a_wrong_key_is_named(lab: SshLab, tmp_path: Path) -> None:
+    bad = lab.write_inventory(lab.work / "wrong.toml", wrong_key_role="C")
+    cp, _ = _hosts_setup(bad, tmp_path / "results")
+    assert cp.returncode == 2, cp.stdout + cp.stderr
+    failed = [line for line in cp.stderr.splitlines() if line.startswith("hosts-setup: ")]
+    assert len(failed) == 1, cp.stderr
+    assert failed[0].startswith("hosts-setup: C: unreachable: "), failed
+    assert "Permission denied" in failed[0], failed

@@ -1,0 +1,167 @@
+"""migrate.testbed.provision: the Ansible inventory made from a TOML testbed inventory, the
+``ansible-playbook`` argv and environment, and the parsers of its output (fixtures: real output of
+``make hosts-setup`` on a lab of six SSH hosts: a first run, a second run that changed nothing, a
+host offered a wrong key, a hypervisor host whose bridge is missing)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from migrate.cli.main import build_parser
+from migrate.testbed import provision
+from migrate.testbed.inventory import ROLES, InventoryError, load
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "lab.example.toml"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ansible"
+IMAGES = [{"profile": "frr", "src": "/cache/guest/frr/vmlinuz", "name": "vmlinuz"}]
+
+
+def _fixture(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Path:
+    """The example inventory with R2 on its own port, user and key."""
+    text = EXAMPLE.read_text().replace(
+        'ssh = { host = "198.19.128.22" }',
+        'ssh = { host = "198.19.128.22", port = 2222, user = "lab", key = "keys/r2 key", known_hosts = "kh" }',
+    )
+    p = tmp_path / "lab.toml"
+    p.write_text(text)
+    return p
+
+
+def test_host_vars_carry_the_ssh_target_and_strict_known_hosts(lab: Path, tmp_path: Path) -> None:
+    inv = load(lab)
+    ai = provision.ansible_inventory(inv, IMAGES)
+    hv = ai["all"]["children"]["hypervisors"]["hosts"]
+    r2 = hv["R2"]
+    assert r2["ansible_host"] == "198.19.128.22"
+    assert r2["ansible_port"] == 2222
+    assert r2["ansible_user"] == "lab"
+    assert r2["ansible_ssh_private_key_file"] == str(tmp_path / "keys" / "r2 key")  # relative to the inventory
+    assert r2["vrmig_role"] == "R2"
+    assert r2["vrmig_deploy_dir"] == "/var/lib/vrmig"
+    args = shlex.split(r2["ansible_ssh_common_args"])  # Ansible splits them the same way
+    assert args == [
+        "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={tmp_path / 'kh'}",
+        "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+    ]  # fmt: skip
+    assert r2["vrmig_taps"] == [{"name": "tapL", "bridge": "brL"}, {"name": "tapR", "bridge": "brR"}]
+    r1 = hv["R1"]
+    assert (r1["ansible_port"], r1["ansible_user"]) == (22, "root")
+    assert r1["ansible_ssh_private_key_file"] == "/etc/vrmig/lab/id_ed25519"
+    assert "UserKnownHostsFile=/etc/vrmig/lab/known_hosts" in r1["ansible_ssh_common_args"]
+    ends = ai["all"]["children"]["end_hosts"]["hosts"]
+    assert list(ends) == ["A", "C", "B", "D"] and list(hv) == ["R1", "R2"]
+    assert all("vrmig_taps" not in v for v in ends.values())
+    assert ai["all"]["children"]["hypervisors"]["vars"]["vrmig_images"] == IMAGES
+
+
+def test_a_local_role_runs_on_the_orchestrator(tmp_path: Path) -> None:
+    text = EXAMPLE.read_text().replace('[hosts.A]\nssh = { host = "198.19.128.2" }', '[hosts.A]\ntransport = "local"')
+    p = tmp_path / "lab.toml"
+    p.write_text(text)
+    a = provision.ansible_inventory(load(p), IMAGES)["all"]["children"]["end_hosts"]["hosts"]["A"]
+    assert a["ansible_connection"] == "local" and "ansible_host" not in a
+
+
+def test_helper_sources_are_what_the_makefiles_build_from() -> None:
+    files = provision.helper_sources()
+    assert {"crosstraffic/Makefile", "probes/Makefile", "probes/vrsampler.c"} <= set(files)
+    assert {"crosstraffic/src/vrgen.c", "crosstraffic/src/vrsink.c", "crosstraffic/src/common.h"} <= set(files)
+    assert all((provision.REPO / f).is_file() for f in files)
+
+
+def test_argv_is_a_list_without_a_shell(tmp_path: Path) -> None:
+    argv = provision.playbook_argv(tmp_path / "inv dir" / "inventory.yml")
+    assert argv[0] == "ansible-playbook"
+    assert str(tmp_path / "inv dir" / "inventory.yml") in argv  # one element, spaces and all
+    assert not any(a in ("sh", "bash", "-c") for a in argv)
+    assert argv[-1] == str(provision.PLAYBOOK) and provision.PLAYBOOK.is_file()
+
+
+def test_environment_keeps_ansible_in_its_temporary_directory(tmp_path: Path) -> None:
+    env = provision.ansible_env(tmp_path, "/var/lib/vrmig", base={"PATH": "/usr/bin", "HOME": "/root"})
+    for k in ("ANSIBLE_CONFIG", "ANSIBLE_HOME", "ANSIBLE_LOCAL_TEMP", "ANSIBLE_SSH_CONTROL_PATH_DIR"):
+        assert env[k].startswith(str(tmp_path)), k
+    assert env["ANSIBLE_REMOTE_TEMP"] == "/var/lib/vrmig/tmp"
+    assert env["ANSIBLE_HOST_KEY_CHECKING"] == "True"
+    assert env["ANSIBLE_RETRY_FILES_ENABLED"] == "False"
+    assert env["PATH"] == "/usr/bin"
+
+
+def test_recap_of_a_first_run() -> None:
+    recap = provision.parse_recap(_fixture("hosts-setup-first-run.log"))
+    assert list(recap) == ["A", "B", "C", "D", "R1", "R2"]
+    assert recap["R1"] == provision.HostRecap("R1", ok=10, changed=8, unreachable=0, failed=0)
+    assert recap["A"].changed == 5 and recap["A"].good
+    assert provision.parse_failures(_fixture("hosts-setup-first-run.log")) == {}
+
+
+def test_recap_of_a_second_run_changes_nothing() -> None:
+    recap = provision.parse_recap(_fixture("hosts-setup-second-run.log"))
+    assert set(recap) == set(ROLES)
+    assert all(r.changed == 0 and r.good for r in recap.values())
+    assert recap["A"].skipped == 1  # the build: make -q said up to date
+    assert recap["R2"].ok == 9
+
+
+def test_an_unreachable_host_and_its_reason() -> None:
+    text = _fixture("hosts-setup-wrong-key.log")
+    recap = provision.parse_recap(text)
+    assert recap["C"] == provision.HostRecap("C", ok=0, changed=0, unreachable=1, failed=0)
+    assert not recap["C"].good and recap["A"].good
+    failures = provision.parse_failures(text)
+    assert list(failures) == ["C"]
+    assert failures["C"].startswith("unreachable: Data could not be sent to remote host")
+    assert failures["C"].endswith("Permission denied (publickey).")
+    assert "\n" not in failures["C"] and "\r" not in failures["C"]
+
+
+def test_a_failed_task_names_the_task_and_the_reason() -> None:
+    text = _fixture("hosts-setup-missing-bridge.log")
+    assert provision.parse_recap(text)["R2"].failed == 1
+    assert provision.parse_failures(text) == {
+        "R2": "task 'The router's taps, enslaved to the segment bridges and up' failed: "
+        "brX is not a bridge on this host (create the segment's bridge or fix `bridges`)"
+    }
+
+
+def test_reason_of_a_command_failure_adds_the_last_stderr_line() -> None:
+    text = (
+        "TASK [Build the helpers] ***\n"
+        'failed: [A] (item=probes) => {"changed": true, "msg": "non-zero return code", "rc": 2, '
+        '"stderr": "vrsampler.c:1:1: error: x\\nmake: *** [Makefile:15: bin/vrsampler] Error 1"}\n'
+    )
+    assert provision.parse_failures(text) == {
+        "A": "task 'Build the helpers' failed: non-zero return code: make: *** [Makefile:15: bin/vrsampler] Error 1"
+    }
+
+
+def test_no_recap_when_ansible_did_not_get_to_run() -> None:
+    assert provision.parse_recap("ERROR! the playbook: x.yml could not be found\n") == {}
+
+
+def test_missing_key_file_is_bad_input(lab: Path) -> None:
+    with pytest.raises(InventoryError, match=r"hosts\.A\.ssh: key /etc/vrmig/lab/id_ed25519 does not exist"):
+        provision.check_local_files(load(lab))
+
+
+def test_cli_bad_inventory_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from migrate.cli.main import main
+
+    assert main(["hosts-setup", "--testbed", str(tmp_path / "none.toml"), "--results", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no such inventory" in err[0]
+    assert not (tmp_path / "r").exists()
+
+
+def test_cli_profiles_flag() -> None:
+    a = build_parser().parse_args(["hosts-setup", "--testbed", "lab.toml", "--profiles", "frr,bird,frr"])
+    assert a.profiles == ["frr", "bird"]
+    assert build_parser().parse_args(["hosts-setup", "--testbed", "lab.toml"]).profiles == ["frr"]
