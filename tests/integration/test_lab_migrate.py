@@ -25,7 +25,11 @@ GRACE_S = 10.0
 
 
 def _require() -> None:
-    require_root_and(["sshd", "qemu-system-x86_64", "irtt"])
+    require_root_and("ssh", "ansible-playbook", "qemu-system-x86_64", "irtt")
+    from migrate.testbed import lab as labmod
+
+    if not os.access(labmod.SSHD, os.X_OK):
+        pytest.skip(f"{labmod.SSHD} not installed: run `make apt` (openssh-server)")
 
 
 def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
