@@ -1,5 +1,8 @@
 """``make hosts-setup`` on a lab reached over SSH: every role is a network namespace with its own
-sshd and a private tmpfs at the lab's deploy_dir (a host of its own as far as files go).
+sshd and a private tmpfs at the lab's deploy_dir (a host of its own as far as files go).  The lab
+is the emulated lab of ``python -m migrate lab-up`` (docs/testbed.md, "The emulated lab") when
+the tree has it, or the tree named by ``VRMIG_LAB_TREE``; otherwise a minimal lab of sshd
+namespaces this module builds itself (:class:`SshLab`).
 
 Two runs: the first changes the hosts, the second changes nothing on any host.  Then, over SSH,
 the helpers built on A and B answer ``--help`` and R1's and R2's guest image files have the
@@ -40,7 +43,77 @@ def _free_net() -> ipaddress.IPv4Network:
     pytest.skip("no free management /24 in 198.19.200-239.0 on this machine")
 
 
-class SshLab:
+class Lab:
+    """What the tests need of a lab: its inventory, its deploy_dir, SSH to a role."""
+
+    inventory: Path
+    deploy_dir: Path
+    work: Path
+
+    def ssh(self, role: str, *argv: str) -> subprocess.CompletedProcess:
+        """Run ``argv`` on ``role`` over SSH with the inventory's key and known hosts."""
+        from migrate.testbed.inventory import load
+
+        t = load(self.inventory).hosts[role].ssh
+        assert t is not None
+        cmd = ["ssh", "-i", str(t.key), "-p", str(t.port), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes"]
+        cmd += ["-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={t.known_hosts}"]
+        cmd += [f"{t.user}@{t.host}", "--", *argv]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+
+    def wrong_key_inventory(self, role: str) -> Path:
+        """A copy of the inventory whose ``role`` offers a key its host does not know."""
+        from migrate.testbed.inventory import load
+
+        key = self.work / "wrong_key"
+        if not key.exists():
+            _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key))
+        t = load(self.inventory).hosts[role].ssh
+        assert t is not None
+        text = self.inventory.read_text()
+        line = f'ssh = {{ host = "{t.host}" }}'
+        assert text.count(line) == 1, text
+        path = self.work / "wrong-key.toml"
+        path.write_text(text.replace(line, f'ssh = {{ host = "{t.host}", key = "{key}" }}'))
+        return path
+
+
+class EmulatedLab(Lab):
+    """``python -m migrate lab-up`` of ``tree`` (a lab of its own name), ``lab-down`` on exit."""
+
+    def __init__(self, work: Path, tree: Path) -> None:
+        self.work, self.tree = work, tree
+        self.name = f"hs{os.getpid() % 100000:05d}"
+        self.env = {**os.environ, "PYTHONPATH": str(tree)}
+
+    def __enter__(self) -> EmulatedLab:
+        cp = subprocess.run(
+            [sys.executable, "-m", "migrate", "lab-up", "--name", self.name],
+            cwd=self.tree, env=self.env, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        last = cp.stdout.strip().splitlines()[-1] if cp.stdout.strip() else ""
+        if cp.returncode != 0 or not last.endswith(".toml"):
+            if last:
+                self._down(Path(last))
+            raise RuntimeError(f"lab-up failed ({cp.returncode}): {cp.stderr.strip()}")
+        self.inventory = Path(last)
+        from migrate.testbed.inventory import load
+
+        self.deploy_dir = Path(load(self.inventory).deploy_dir)
+        return self
+
+    def _down(self, inventory: Path) -> None:
+        cp = subprocess.run(
+            [sys.executable, "-m", "migrate", "lab-down", str(inventory)],
+            cwd=self.tree, env=self.env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert cp.returncode == 0, cp.stdout + cp.stderr
+
+    def __exit__(self, *exc: object) -> None:
+        self._down(self.inventory)
+
+
+class SshLab(Lab):
     """Six namespaces with an sshd each (reached from here through a veth), a private tmpfs at
     ``deploy_dir`` in each sshd's mount namespace, bridges brL/brR on R1 and R2; ``inventory``
     is the TOML inventory of it.  Everything is removed on exit (sshds by PID)."""
@@ -71,7 +144,6 @@ class SshLab:
         w = self.work
         self.deploy_dir.mkdir()
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(w / "id_ed25519"))
-        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(w / "wrong_key"))
         (w / "authorized_keys").write_text((w / "id_ed25519.pub").read_text())
         Path("/run/sshd").mkdir(exist_ok=True)
         net = _free_net()
@@ -128,7 +200,7 @@ class SshLab:
             time.sleep(0.02)  # polling the listening socket, not waiting for a guess
         raise RuntimeError(f"sshd of {role} not listening after {READY_TIMEOUT_S} s")
 
-    def write_inventory(self, path: Path, wrong_key_role: str | None = None) -> Path:
+    def write_inventory(self, path: Path) -> Path:
         w = self.work
         lines = [
             "version = 1",
@@ -141,8 +213,7 @@ class SshLab:
         ]
         for role in ROLES:
             lines.append(f"[hosts.{role}]")
-            key = f', key = "{w / "wrong_key"}"' if role == wrong_key_role else ""
-            lines.append(f'ssh = {{ host = "{self.addr[role]}"{key} }}')
+            lines.append(f'ssh = {{ host = "{self.addr[role]}" }}')
             if role in END:
                 seg, ip = END[role]
                 lines += [f'segment = "{seg}"', 'interface = "eth0"', f'ipv4 = "{ip}/24"']
@@ -157,14 +228,6 @@ class SshLab:
                 ]
         path.write_text("\n".join(lines) + "\n")
         return path
-
-    def ssh(self, role: str, *argv: str) -> subprocess.CompletedProcess:
-        """Run ``argv`` on ``role`` over SSH (the same key and known hosts as the inventory)."""
-        w = self.work
-        cmd = ["ssh", "-i", str(w / "id_ed25519"), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes"]
-        cmd += ["-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={w / 'known_hosts'}"]
-        cmd += [f"root@{self.addr[role]}", "--", *argv]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -196,7 +259,7 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def lab():
     require_root_and("sshd", "ssh", "ssh-keygen", "ansible-playbook", "unshare")
     from routers.errors import NotBuiltError
@@ -206,15 +269,21 @@ def lab():
         guest_image("frr")
     except NotBuiltError as err:
         pytest.skip(str(err))
-    with tempfile.TemporaryDirectory(prefix="vrmig-hs-") as work, SshLab(Path(work)) as lab:
-        yield lab
+    tree = Path(os.environ.get("VRMIG_LAB_TREE", REPO))
+    with tempfile.TemporaryDirectory(prefix="vrmig-hs-") as work:
+        if (tree / "migrate" / "testbed" / "lab.py").is_file():
+            with EmulatedLab(Path(work), tree) as lab:
+                yield lab
+        else:
+            with SshLab(Path(work)) as lab:
+                yield lab
 
 
 def _recap_lines(stdout: str) -> dict[str, str]:
     return {line.split()[0]: line for line in stdout.splitlines() if line.split() and line.split()[0] in ROLES}
 
 
-def test_hosts_setup_twice_then_check_over_ssh(lab: SshLab, tmp_path: Path) -> None:
+def test_hosts_setup_twice_then_check_over_ssh(lab: Lab, tmp_path: Path) -> None:
     first, t1 = _hosts_setup(lab.inventory, tmp_path / "results")
     assert first.returncode == 0, first.stdout + first.stderr
     lines = _recap_lines(first.stdout)
@@ -249,8 +318,8 @@ def test_hosts_setup_twice_then_check_over_ssh(lab: SshLab, tmp_path: Path) -> N
     assert not (lab.deploy_dir / "bin").exists()
 
 
-def test_a_host_with_a_wrong_key_is_named(lab: SshLab, tmp_path: Path) -> None:
-    bad = lab.write_inventory(lab.work / "wrong.toml", wrong_key_role="C")
+def test_a_host_with_a_wrong_key_is_named(lab: Lab, tmp_path: Path) -> None:
+    bad = lab.wrong_key_inventory("C")
     cp, _ = _hosts_setup(bad, tmp_path / "results")
     assert cp.returncode == 2, cp.stdout + cp.stderr
     failed = [line for line in cp.stderr.splitlines() if line.startswith("hosts-setup: ")]
