@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -260,9 +261,12 @@ def test_reaper_leaves_when_the_run_ends_and_touches_nothing(state_root, tmp_pat
 
 
 def _named(name):
-    return subprocess.Popen(
+    p = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(60)", "-name", f"guest={name},debug-threads=on"]
     )
+    # until the child has exec'd, /proc/<pid>/cmdline is the parent's (a race seen under load)
+    _wait_until(lambda: b"guest=" in Path(f"/proc/{p.pid}/cmdline").read_bytes())
+    return p
 
 
 def test_domain_qemu_is_killed_by_its_pid_file_only_if_it_is_that_domain(tmp_path):
