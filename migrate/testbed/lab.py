@@ -21,6 +21,7 @@ import ipaddress
 import json
 import logging
 import os
+import pwd
 import re
 import secrets
 import shutil
@@ -312,10 +313,15 @@ def _start_sshd(st: LabState, role: str, authorized_keys: Path) -> subprocess.Po
         )
     )
     # private mount namespace: the deploy dir's tmpfs exists only for this host's sshd and its
-    # sessions; the paths reach sh as positional parameters, never inside the script text
-    script = 'mount -t tmpfs -o mode=0755 vrmig-lab "$1" && exec "$2" -D -f "$3" -E "$4"'
+    # sessions, and so does an empty home (bash reads ~/.bashrc for every command over SSH: the
+    # orchestrator's, e.g. a pyenv init, cost ~75 ms per command and is not the host's); the
+    # paths reach sh as positional parameters, never inside the script text
+    script = (
+        'mount -t tmpfs -o mode=0755 vrmig-lab "$1" && mount -t tmpfs -o mode=0700 vrmig-home "$5" && '
+        'exec "$2" -D -f "$3" -E "$4"'
+    )
     argv = ["ip", "netns", "exec", st.ns(role), "unshare", "-m", "--propagation", "private"]
-    argv += ["sh", "-c", script, "sh", st.deploy_dir, SSHD, str(cfg), str(hd / "sshd.log")]
+    argv += ["sh", "-c", script, "sh", st.deploy_dir, SSHD, str(cfg), str(hd / "sshd.log"), pwd.getpwuid(0).pw_dir]
     env = {k: v for k, v in os.environ.items() if k != RUN_ENV}
     with open(hd / "sshd.stderr", "wb") as err, held_signals(mask=False):
         p = subprocess.Popen(
