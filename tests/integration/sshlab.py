@@ -1,7 +1,7 @@
 """A minimal lab of SSH hosts for the transport's integration tests: one network namespace per
 role, a veth from the test's namespace to each (management /30s in 198.19.0.0/16), sshd in the
-foreground in each with its own host key, and a private tmpfs at the deploy directory (what is
-written there over SSH is visible only on that host).  The roles' data interfaces are veths,
+foreground in each with its own host key, and private tmpfs at the deploy directory (what is
+written there over SSH is visible only on that host) and at the home directory.  The roles' data interfaces are veths,
 bridges and taps with the inventory's names and addresses, so ``hosts-check`` finds a healthy lab.
 
 Everything is recorded as it is created and removed by :meth:`SshLab.down` (sshd by PID, the
@@ -189,7 +189,12 @@ class SshLab:
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
             "Subsystem sftp internal-sftp\n"
         )
-        script = 'mount -t tmpfs vrmig-test "$1" && mkdir "$1/bin" && cp -a "$2"/. "$1/bin/" && exec "$3" -D -e -f "$4"'
+        # the host's own home: the orchestrator's ~/.bashrc (which bash reads for ssh commands)
+        # is not the lab's
+        script = (
+            'mount -t tmpfs vrmig-test "$1" && mkdir "$1/bin" && cp -a "$2"/. "$1/bin/" && '
+            'mount -t tmpfs vrmig-home "$HOME" && exec "$3" -D -e -f "$4"'
+        )
         argv = [
             *PDEATHSIG_PREFIX,
             *("ip", "netns", "exec", ns, "unshare", "-m", "--propagation", "private"),
@@ -222,7 +227,8 @@ class SshLab:
         return self.write(inv, self.workdir / f"{name}.toml")
 
     def down(self) -> None:
-        """Stop every sshd by PID, delete the namespaces, remove the mount point directory."""
+        """Stop every sshd by PID and every process left in the lab's namespaces, delete the
+        namespaces, remove the mount point directory."""
         for p in self.sshd.values():
             if p.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -234,6 +240,12 @@ class SshLab:
                     p.wait()
         self.sshd.clear()
         for ns in self.namespaces:
+            # what the tests started over SSH (a remote process outlives its client): every
+            # process in the lab's namespaces is the lab's
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         self.namespaces.clear()
         with contextlib.suppress(OSError):
