@@ -132,6 +132,13 @@ def test_each_problem_has_one_error_line(spec: HostSpec, base, edit, want: str) 
     assert any(want in line and line.startswith("ERROR") for line in lines), lines
 
 
+def test_missing_helpers_are_one_line() -> None:
+    f = _broken(_end_facts(), lambda f: [h.update(ok=False) for h in f["helpers"].values()])
+    assert _lines(END, f) == [
+        "ERROR   A: helper missing: /var/lib/vrmig/bin/vrgen, vrsink, vrsampler (run make hosts-setup TESTBED=lab.toml)"
+    ]
+
+
 def test_tap_without_carrier_is_fine_but_a_down_tap_is_not() -> None:
     assert _lines(HV, _hv_facts()) == []
     lines = _lines(HV, _broken(_hv_facts(), lambda f: f["links"][3]["flags"].remove("UP")))
