@@ -98,7 +98,7 @@ hosts-check:
 
 # make bench-ssh: per-command latency of the SSH transports (docs/measurements/2026-11-24-ssh-latency.md)
 bench-ssh:
-	$(PY) -m migrate.testbed.bench_ssh --out $(RESULTS)/bench/ssh-latency.json
+	$(PY) -m tests.bench.bench_ssh $(call flag,TESTBED,testbed) --out $(RESULTS)/bench/ssh-latency.json
 
 # make hosts-setup TESTBED=lab.toml [PROFILES=frr,bird]: prepare a lab's machines with Ansible (docs/testbed.md)
 .PHONY: hosts-setup

@@ -222,9 +222,10 @@ def evaluate(
     for t in required_tools(spec):
         if not tools.get(t):
             p.append(Problem(role, ERROR, f"tool missing: {t} ({INSTALL_HINT.get(t, 'install it')})"))
-    for h in facts.get("helpers", {}).values():
-        if not h.get("ok"):
-            p.append(Problem(role, ERROR, f"helper missing: {h['path']} (run make hosts-setup TESTBED={testbed_arg})"))
+    missing = [h["path"] for h in facts.get("helpers", {}).values() if not h.get("ok")]
+    if missing:  # one line: the first path in full, the others by name
+        names = ", ".join([missing[0], *(m.rpartition("/")[2] for m in missing[1:])])
+        p.append(Problem(role, ERROR, f"helper missing: {names} (run make hosts-setup TESTBED={testbed_arg})"))
     versions = {k: v for k, v in facts.get("versions", {}).items() if k in required_tools(spec)}
     kvm = facts.get("kvm")
     kvm_ok = kvm.get("ok") if kvm else None

@@ -189,6 +189,9 @@ def session_argv(t: SshTarget, control_path: Path, remote_argv: Sequence[str]) -
         "ssh",
         *ssh_options(t, control_path),
         "-o", "ControlMaster=no",
+        # when the master is gone (or dies during the handshake) ssh would silently open a
+        # connection of its own, which no one stops: make that fallback fail instead
+        "-o", "ProxyCommand=false",
         "-o", "LogLevel=ERROR",
         "-T",
         "--",

@@ -1,0 +1,1 @@
+"""Benchmarks run by make targets (not collected by pytest: no test_ files)."""
