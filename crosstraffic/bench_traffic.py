@@ -54,6 +54,7 @@ import numpy as np
 from crosstraffic import get_backend
 from crosstraffic.backend import Backend, TrafficError
 from crosstraffic.benchbed import BedError, BridgeBed, bridge_bed
+from crosstraffic.builtin import BIN_DIR
 from crosstraffic.runner import REPO, Child, RunError, run, wait_tcp_listen
 
 log = logging.getLogger("crosstraffic.bench_traffic")
@@ -82,6 +83,7 @@ class Variant:
     mode: str
     runs: str  # "all": maximum and paced rates; "max": only unpaced; "paced": only the paced rates
     make: Callable[[BridgeBed, Path], Backend]
+    gen_extra: tuple[str, ...] = ()  # more generator arguments (after --vrgen-quantum-us's)
 
 
 VARIANTS = (
@@ -422,6 +424,37 @@ def _deviations(
     return gen, arr
 
 
+def alt_variants(quanta_us: Sequence[int], baseline_dir: Path | None) -> list[Variant]:
+    """Extra builtin variants run side by side with the default ones (paced rates only): vrgen with
+    ``--quantum-us N`` (modes ``udp-qN`` / ``packet-qN``) and the vrgen/vrsink of ``baseline_dir``
+    (modes ``udp-base`` / ``packet-base``), e.g. a previous build, for before/after tables."""
+
+    def udp(bin_dir: Path | None) -> Callable[[BridgeBed, Path], Backend]:
+        return lambda bed, wd: get_backend("builtin", bin_dir=bin_dir)
+
+    def packet(bin_dir: Path | None) -> Callable[[BridgeBed, Path], Backend]:
+        return lambda bed, wd: get_backend("builtin", bin_dir=bin_dir, packet_dev=bed.a_if, dst_mac=bed.b_mac)
+
+    out: list[Variant] = []
+    for q in quanta_us:
+        extra = ("--quantum-us", str(q))
+        out.append(Variant(f"builtin/udp-q{q}", "builtin", f"udp-q{q}", "paced", udp(None), extra))
+        out.append(Variant(f"builtin/packet-q{q}", "builtin", f"packet-q{q}", "paced", packet(None), extra))
+    if baseline_dir is not None:
+        out.append(Variant("builtin/udp-base", "builtin", "udp-base", "paced", udp(baseline_dir)))
+        out.append(Variant("builtin/packet-base", "builtin", "packet-base", "paced", packet(baseline_dir)))
+    return out
+
+
+def baseline_bin_dir(vrgen: Path, into: Path) -> Path:
+    """A bin directory in ``into`` with ``vrgen`` (another build) and this tree's vrsink."""
+    d = into / "baseline-bin"
+    d.mkdir()
+    (d / "vrgen").symlink_to(vrgen.resolve())
+    (d / "vrsink").symlink_to(BIN_DIR / "vrsink")
+    return d
+
+
 def plan(variants: Sequence[Variant], frames: Sequence[int], rates: Sequence[int], reps: int) -> list[tuple]:
     """(variant, rate, frame, rep) in run order: maxima interleaved per repetition, then the paced rates."""
     out: list[tuple] = []
@@ -695,6 +728,19 @@ def main(argv: list[str] | None = None) -> int:
         help="pass --quantum-us N to vrgen (builtin variants; default: vrgen's own default)",
     )
     ap.add_argument(
+        "--vrgen-alt-quantum-us",
+        default="",
+        help="comma-separated quanta: also run vrgen with --quantum-us N at the paced rates, side by side "
+        "(modes udp-qN, packet-qN)",
+    )
+    ap.add_argument(
+        "--vrgen-baseline",
+        type=Path,
+        default=None,
+        help="another vrgen binary (e.g. an older build) to run at the paced rates beside the current one, "
+        "with the current vrsink (modes udp-base, packet-base)",
+    )
+    ap.add_argument(
         "--rx-cpu",
         default="none",
         help="move the receive path behind the first veth to this CPU with RPS (default 'none': a veth "
@@ -706,8 +752,15 @@ def main(argv: list[str] | None = None) -> int:
         rates = [int(x) for x in args.rates.split(",") if x.strip()]
         frames = [int(x) for x in args.frames.split(",") if x.strip()]
         rx_cpu = None if args.rx_cpu == "none" else int(args.rx_cpu)
+        alt_quanta = [int(x) for x in args.vrgen_alt_quantum_us.split(",") if x.strip()]
     except ValueError as e:
-        print(f"bench-traffic: bad --rates/--frames/--rx-cpu: {e}", file=sys.stderr)
+        print(f"bench-traffic: bad --rates/--frames/--rx-cpu/--vrgen-alt-quantum-us: {e}", file=sys.stderr)
+        return 2
+    if any(q < 0 for q in alt_quanta):
+        print("bench-traffic: --vrgen-alt-quantum-us values must be >= 0 (0 = one wakeup per packet)", file=sys.stderr)
+        return 2
+    if args.vrgen_baseline is not None and not os.access(args.vrgen_baseline, os.X_OK):
+        print(f"bench-traffic: --vrgen-baseline {args.vrgen_baseline}: not an executable file", file=sys.stderr)
         return 2
     wanted = {x for x in args.only.split(",") if x}
     variants = [v for v in VARIANTS if not wanted or v.label in wanted]
@@ -718,6 +771,19 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    scratch = Path(tempfile.mkdtemp(prefix="vrt-bt-bin-"))
+    try:
+        base = baseline_bin_dir(args.vrgen_baseline, scratch) if args.vrgen_baseline is not None else None
+        variants += alt_variants(alt_quanta, base)
+        return _main(args, variants, rates, frames, rx_cpu)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _main(
+    args: argparse.Namespace, variants: list[Variant], rates: list[int], frames: list[int], rx_cpu: int | None
+) -> int:
+    """The run itself, after the argument checks that need no scratch directory."""
     bad_duration = args.duration < 1 or args.duration != int(args.duration)
     if bad_duration or args.reps < 1 or any(f < 64 or f > 1518 for f in frames) or any(r <= 0 for r in rates):
         # whole seconds: iperf3 -t takes integers; trafgen --rate sends whole seconds' bursts
@@ -751,6 +817,7 @@ def main(argv: list[str] | None = None) -> int:
         "versions": tool_versions(),
         "duration_s": args.duration,
         "vrgen_extra_args": list(vrgen_extra),
+        "vrgen_baseline": str(args.vrgen_baseline) if args.vrgen_baseline else None,
         "reps_unpaced": args.reps,
         "gen_cpu": GEN_CPU,
         "sink_cpu": SINK_CPU,
@@ -775,7 +842,7 @@ def main(argv: list[str] | None = None) -> int:
                 for f in workdir.iterdir():
                     f.unlink()
                 try:
-                    extra = vrgen_extra if v.backend == "builtin" else ()
+                    extra = (*vrgen_extra, *v.gen_extra) if v.backend == "builtin" else ()
                     row = run_one(v, b, bed, kids, rate, frame, args.duration, rep, workdir, extra)
                 except (RunError, TrafficError) as e:
                     log.warning("[%d/%d] %s %d B %s: failed: %s", i, len(todo), v.label, frame, rate or "max", e)

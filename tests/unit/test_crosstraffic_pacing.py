@@ -11,13 +11,18 @@ import pytest
 
 from crosstraffic.bench_traffic import (
     Deviation,
+    alt_variants,
     anchored_deviation,
+    baseline_bin_dir,
     finish_with_rusage,
     pacing_markdown,
     pacing_targets,
     parse_itgdec_octave,
     schedule_interval_ns,
 )
+from crosstraffic.bench_traffic import main as bench_main
+from crosstraffic.benchbed import BridgeBed
+from crosstraffic.builtin import BIN_DIR
 from crosstraffic.runner import Child, RunError
 from crosstraffic.selftest import pacing_check
 
@@ -184,3 +189,32 @@ def test_finish_with_rusage_times_out_and_kills():
     with pytest.raises(RunError, match="did not exit within"):
         finish_with_rusage(child, timeout_s=0.3)
     assert child.popen.poll() is not None
+
+
+def test_alt_variants_pass_their_quantum_and_binary(tmp_path):
+    """Side-by-side variants: ``--quantum-us N`` per variant, and another vrgen with this tree's vrsink."""
+    fake = tmp_path / "old-vrgen"
+    fake.write_text("#!/bin/sh\n")
+    base = baseline_bin_dir(fake, tmp_path)
+    assert (base / "vrgen").resolve() == fake.resolve() and (base / "vrsink").resolve() == (
+        BIN_DIR / "vrsink"
+    ).resolve()
+    vs = alt_variants([1000], base)
+    assert [v.mode for v in vs] == ["udp-q1000", "packet-q1000", "udp-base", "packet-base"]
+    assert all(v.runs == "paced" and v.backend == "builtin" for v in vs)
+    assert vs[0].gen_extra == ("--quantum-us", "1000") and vs[2].gen_extra == ()
+    bed = BridgeBed(a="", sw="", b="", a_mac="02:00:00:00:00:01", b_mac="02:00:00:00:00:02", rx_cpu=None)
+    gen = vs[3].make(bed, tmp_path).gen_argv(dst="198.18.0.2", port=9000, rate_bps=10**7, frame_bytes=64, duration_s=1)
+    assert gen[0] == str(base / "vrgen") and gen[-4:] == ["--packet", "eth0", "--dst-mac", "02:00:00:00:00:02"]
+    assert vs[1].make(bed, tmp_path).gen_argv(
+        dst="198.18.0.2", port=9000, rate_bps=10**7, frame_bytes=64, duration_s=1
+    )[0] == str(BIN_DIR / "vrgen")
+
+
+@pytest.mark.parametrize(
+    "args", [["--vrgen-alt-quantum-us", "-5"], ["--vrgen-alt-quantum-us", "x"], ["--vrgen-baseline", "/nonexistent"]]
+)
+def test_bench_refuses_bad_side_by_side_arguments(args, tmp_path, capsys):
+    assert bench_main(["--out", str(tmp_path / "t.csv"), *args]) == 2
+    assert "bench-traffic:" in capsys.readouterr().err
+    assert not (tmp_path / "t.csv").exists()
