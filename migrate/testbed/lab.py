@@ -441,6 +441,12 @@ exec "$L" --listen -f "$B/etc/libvirtd.conf" -p "$B/libvirtd.pid"
 """
 #: where libvirtd puts its sockets inside the host (its default, so URIs need no socket=)
 LIBVIRT_SOCK_DIR = "/run/libvirt"
+#: libvirtd's QEMU capabilities cache inside its private tree (one XML file per QEMU binary)
+CAPS_SUBDIR = Path("cache") / "qemu" / "capabilities"
+#: under LAB_ROOT: the capabilities the first lab's daemon probed (seconds per QEMU binary under
+#: TCG), given to every later daemon.  libvirt revalidates each entry against the QEMU binary,
+#: itself and the kernel and probes again if it is stale.  A cache: no lab owns it.
+CAPS_CACHE_NAME = ".qemu-capabilities"
 
 
 def libvirt_uri(lab_dir: Path, key: Path, host: str) -> str:
@@ -461,10 +467,11 @@ def libvirt_dir(st: LabState, role: str) -> Path:
     return st.host_dir(role) / "libvirt"
 
 
-def _start_libvirtd(st: LabState, role: str, sshd_pid: int) -> subprocess.Popen[bytes]:
+def _start_libvirtd(st: LabState, role: str, sshd_pid: int, caps: Path) -> subprocess.Popen[bytes]:
     """Start ``role``'s libvirtd in the network and mount namespaces of its (running) sshd, so
     that SSH sessions (virsh, virt-ssh-helper) see its socket at the default path and the
-    daemon sees the host's deploy-dir tmpfs.  Recorded by PID and start time at once."""
+    daemon sees the host's deploy-dir tmpfs; its QEMU capabilities cache starts with the files
+    in ``caps``.  Recorded by PID and start time at once."""
     from migrate.drivers.libvirt import daemon as lvd
 
     comm = Path(f"/proc/{sshd_pid}/comm").read_text().strip()
@@ -474,6 +481,9 @@ def _start_libvirtd(st: LabState, role: str, sshd_pid: int) -> subprocess.Popen[
     base.mkdir(mode=0o700)
     for sub, _ in lvd.MOUNTS:
         (base / sub).mkdir(mode=0o700)
+    (base / CAPS_SUBDIR).mkdir(mode=0o755, parents=True)
+    for f in _caps_files(caps):
+        shutil.copy2(f, base / CAPS_SUBDIR / f.name)
     mig = topo.addr(topo.MIGRATION_ADDR[role])
     (base / "etc" / "libvirtd.conf").write_text(lvd.libvirtd_conf(Path(LIBVIRT_SOCK_DIR), mig, str(uuid.uuid4())))
     (base / "etc" / "qemu.conf").write_text(lvd.qemu_conf(mig))
@@ -531,18 +541,47 @@ def _wait_libvirtd(st: LabState, role: str, p: subprocess.Popen[bytes], uri: str
     )
 
 
+def _caps_files(d: Path) -> list[Path]:
+    return sorted(d.glob("*.xml")) if d.is_dir() else []
+
+
+def _keep_caps(st: LabState, role: str) -> None:
+    """Keep the capabilities ``role``'s daemon holds as the shared cache if they differ from it
+    (none yet, or libvirt found it stale and probed again).  lab-up holds the labs' lock: no
+    other lab writes the cache meanwhile."""
+    shared = LAB_ROOT / CAPS_CACHE_NAME
+    files = _caps_files(libvirt_dir(st, role) / CAPS_SUBDIR)
+    old = {f.name: f.read_bytes() for f in _caps_files(shared)}
+    if not files or old == {f.name: f.read_bytes() for f in files}:
+        return
+    tmp = LAB_ROOT / f"{CAPS_CACHE_NAME}.{secrets.token_hex(3)}"
+    tmp.mkdir(mode=0o700)
+    for f in files:
+        shutil.copy2(f, tmp / f.name)
+    if shared.is_dir():
+        shutil.rmtree(shared)
+    tmp.rename(shared)
+
+
 def _start_libvirt(st: LabState, key: Path, sshds: dict[str, subprocess.Popen[bytes]]) -> dict[str, dict[str, str]]:
-    """Start R1's and R2's libvirtds (at once, then wait for both); their URIs by role."""
+    """Start R1's and R2's libvirtds and wait until both answer; their URIs by role.  With the
+    shared capabilities cache both start at once; without it R1's probes QEMU first and R2's
+    gets what it found (two probes at once on two cores take as long as two in a row)."""
     script = st.dir / LIBVIRT_SSH
     script.write_text(LIBVIRT_SSH_SCRIPT)
     script.chmod(0o700)
-    procs = {r: _start_libvirtd(st, r, sshds[r].pid) for r in topo.HYPERVISOR_HOSTS}
     uris = {
         r: {"uri": libvirt_uri(st.dir, key, st.mgmt_addr(r)), "peer_uri": libvirt_peer_uri(r)}
         for r in topo.HYPERVISOR_HOSTS
     }
-    for r, p in procs.items():
-        log.debug("libvirtd of lab host %s ready after %.3f s", r, _wait_libvirtd(st, r, p, uris[r]["uri"]))
+    shared = LAB_ROOT / CAPS_CACHE_NAME
+    first = topo.HYPERVISOR_HOSTS[0]
+    groups = [list(topo.HYPERVISOR_HOSTS)] if _caps_files(shared) else [[first], list(topo.HYPERVISOR_HOSTS[1:])]
+    for group in groups:
+        procs = {r: _start_libvirtd(st, r, sshds[r].pid, shared) for r in group}
+        for r, p in procs.items():
+            log.debug("libvirtd of lab host %s ready after %.3f s", r, _wait_libvirtd(st, r, p, uris[r]["uri"]))
+        _keep_caps(st, first)
     return uris
 
 
