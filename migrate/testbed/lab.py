@@ -4,9 +4,14 @@
 TestbedBuilder`: namespaces ``<prefix>-<role>``, segments, uplinks, bridges, taps, migration
 link) under a lab prefix ``vl<6 hex>``, adds a management network (one veth per host role from
 the orchestrator's namespace, a /30 each, out of a /24 of its own per lab) and starts in each host
-namespace its own ``sshd`` in a private mount namespace with a tmpfs at the deploy directory.  It
-writes the orchestrator key, the hosts' known_hosts and an inventory in the format of
-docs/lab.example.toml into the lab directory, and returns the inventory's path.  ``lab_down``
+namespace its own ``sshd`` in a private mount namespace with a tmpfs at the deploy directory.  On
+the hypervisor hosts R1 and R2 it then starts a ``libvirtd`` inside that sshd's network and mount
+namespaces (private libvirt directories bind-mounted there, the default socket
+``/run/libvirt/libvirt-sock``, TCP without authentication on the migration link only), which the
+orchestrator reaches only through ``qemu+ssh://`` URIs and the other host's daemon through
+``qemu+tcp://`` on the migration link.  It writes the orchestrator key, the hosts' known_hosts
+and an inventory in the format of docs/lab.example.toml into the lab directory, and returns the
+inventory's path.  ``lab_down``
 removes exactly what the lab's state file lists.
 
 A lab outlives the process that made it, so its state file lives in the lab directory (default
@@ -29,6 +34,8 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.parse
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -62,6 +69,19 @@ SSHD = "/usr/sbin/sshd"
 READY_TIMEOUT_S = 30.0
 POLL_S = 0.02
 SSH_CONNECT_TIMEOUT_S = 5
+NSENTER = "nsenter"
+LIBVIRTD = "/usr/sbin/libvirtd"
+VIRSH = "virsh"
+#: run on the host by libvirt's ssh transport (proxy=auto) when present; else it needs ``nc``
+VIRT_SSH_HELPER = "/usr/bin/virt-ssh-helper"
+#: the ``command=`` of the hosts' qemu+ssh URIs: ssh with the lab's known_hosts (a file in the lab dir)
+LIBVIRT_SSH = "libvirt-ssh"
+#: libvirtd probes QEMU's capabilities (under TCG, a few seconds) before it answers
+LIBVIRT_READY_TIMEOUT_S = 90.0
+VIRSH_TIMEOUT_S = 30.0
+#: characters a lab directory may contain: its paths reach ssh's option parser (space- and
+#: %-token-sensitive) through the libvirt ssh wrapper and libvirt's URI
+LAB_DIR_RE = re.compile(r"^[A-Za-z0-9._/-]+$")
 
 
 def new_prefix() -> str:
@@ -104,6 +124,15 @@ def check_deploy_dir(deploy_dir: str) -> None:
         )
 
 
+def check_lab_dir(lab_dir: Path) -> None:
+    """The lab directory's path goes into ssh options and libvirt URIs: plain characters only."""
+    if not LAB_DIR_RE.match(str(lab_dir)):
+        raise ConfigError(
+            f"LAB_DIR (--dir) = {str(lab_dir)!r}: use a path of letters, digits and . _ / - only"
+            " (it goes into ssh options and libvirt URIs)"
+        )
+
+
 # -- state ------------------------------------------------------------------------------------
 @dataclass
 class LabState:
@@ -119,7 +148,7 @@ class LabState:
     mgmt_net: str
     namespaces: list[str] = field(default_factory=list)
     links: list[str] = field(default_factory=list)  # orchestrator-side management veths
-    processes: list[dict[str, Any]] = field(default_factory=list)  # sshd: pid, start time, role
+    processes: list[dict[str, Any]] = field(default_factory=list)  # sshd, libvirtd: pid, start time, what
     paths: list[str] = field(default_factory=list)  # outside the lab dir (a created deploy dir)
     link_name: str | None = None  # LAB_ROOT/<name> when the lab dir is elsewhere (--dir)
     complete: bool = False
@@ -187,8 +216,12 @@ class LabState:
         return f"{self.prefix}-{role}"
 
     def host_dir(self, role: str) -> Path:
-        """Per-host files: sshd config, host key, pid file, log."""
+        """Per-host files: sshd config, host key, pid file, log; libvirt's private tree."""
         return self.dir / "hosts" / role
+
+    def mgmt_addr(self, role: str) -> str:
+        """``role``'s management address (no prefix length)."""
+        return topo.addr(mgmt_addresses(ipaddress.IPv4Network(self.mgmt_net), role)[1])
 
 
 def all_labs() -> list[LabState]:
@@ -386,6 +419,178 @@ def _wait_ready(st: LabState, role: str, p: subprocess.Popen[bytes], key: Path, 
     raise TestbedError(f"lab host {role} ({host}): no SSH within {READY_TIMEOUT_S:.0f} s: {last or 'port closed'}")
 
 
+# -- libvirt on the hypervisor hosts ---------------------------------------------------------
+#: libvirt's ssh transport runs its ``command=`` as ``<command> [-p port] -l user -i keyfile -T -o
+#: BatchMode=yes -e none -- host sh -c ...`` (keyfile=, no_tty=1) and has no known_hosts parameter
+#: of its own (that one belongs to the libssh/libssh2 transports): this wrapper adds the lab's
+#: known_hosts, found next to it, with strict host key checking.  Nothing is interpolated into it.
+LIBVIRT_SSH_SCRIPT = f"""\
+#!/bin/sh
+# ssh for the qemu+ssh:// URIs of this emulated lab (their command= parameter): the lab's
+# known_hosts next to this script, host keys checked strictly, never a prompt
+d=${{0%/*}}
+exec ssh -F /dev/null -o StrictHostKeyChecking=yes -o UserKnownHostsFile="$d/known_hosts" \\
+    -o GlobalKnownHostsFile=/dev/null -o IdentitiesOnly=yes -o BatchMode=yes \\
+    -o ConnectTimeout={SSH_CONNECT_TIMEOUT_S} "$@"
+"""
+#: Run by ``nsenter`` inside the host sshd's network and mount namespaces: bind-mount the host's
+#: private libvirt tree over the system paths, then exec libvirtd (its PID stays nsenter's).  The
+#: paths come in as arguments, nothing is interpolated into the script.
+_LIBVIRTD_LAUNCH = r"""
+B=$1
+L=$2
+shift 2
+for pair in "$@"; do
+    mount --bind "$B/${pair%%=*}" "${pair#*=}" || { echo "vrmig: bind mount $pair failed" >&2; exit 97; }
+done
+exec "$L" --listen -f "$B/etc/libvirtd.conf" -p "$B/libvirtd.pid"
+"""
+#: where libvirtd puts its sockets inside the host (its default, so URIs need no socket=)
+LIBVIRT_SOCK_DIR = "/run/libvirt"
+#: libvirtd's QEMU capabilities cache inside its private tree (one XML file per QEMU binary)
+CAPS_SUBDIR = Path("cache") / "qemu" / "capabilities"
+#: under LAB_ROOT: the capabilities the first lab's daemon probed (seconds per QEMU binary under
+#: TCG), given to every later daemon.  libvirt revalidates each entry against the QEMU binary,
+#: itself and the kernel and probes again if it is stale.  A cache: no lab owns it.
+CAPS_CACHE_NAME = ".qemu-capabilities"
+
+
+def libvirt_uri(lab_dir: Path, key: Path, host: str) -> str:
+    """The qemu+ssh URI by which the orchestrator reaches the libvirtd of the host at ``host``."""
+    params = {"command": str(lab_dir / LIBVIRT_SSH), "keyfile": str(key), "no_verify": "0", "no_tty": "1"}
+    query = "&".join(f"{k}={urllib.parse.quote(v, safe='/')}" for k, v in params.items())
+    return f"qemu+ssh://root@{host}/system?{query}"
+
+
+def libvirt_peer_uri(role: str) -> str:
+    """The qemu+tcp URI by which the other hypervisor host's libvirtd reaches ``role``'s, on the
+    migration link (libvirt's default TCP port)."""
+    return f"qemu+tcp://{topo.addr(topo.MIGRATION_ADDR[role])}/system"
+
+
+def libvirt_dir(st: LabState, role: str) -> Path:
+    """``role``'s private libvirt tree (etc, run, lib, cache, log), bind-mounted inside the host."""
+    return st.host_dir(role) / "libvirt"
+
+
+def _start_libvirtd(st: LabState, role: str, sshd_pid: int, caps: Path) -> subprocess.Popen[bytes]:
+    """Start ``role``'s libvirtd in the network and mount namespaces of its (running) sshd, so
+    that SSH sessions (virsh, virt-ssh-helper) see its socket at the default path and the
+    daemon sees the host's deploy-dir tmpfs; its QEMU capabilities cache starts with the files
+    in ``caps``.  Recorded by PID and start time at once."""
+    from migrate.drivers.libvirt import daemon as lvd
+
+    comm = Path(f"/proc/{sshd_pid}/comm").read_text().strip()
+    if comm != "sshd":  # before its exec chain ends, the PID is not yet in the sshd's mount namespace
+        raise TestbedError(f"lab host {role}: PID {sshd_pid} is {comm!r}, not its sshd")
+    base = libvirt_dir(st, role)
+    base.mkdir(mode=0o700)
+    for sub, _ in lvd.MOUNTS:
+        (base / sub).mkdir(mode=0o700)
+    (base / CAPS_SUBDIR).mkdir(mode=0o755, parents=True)
+    for f in _caps_files(caps):
+        shutil.copy2(f, base / CAPS_SUBDIR / f.name)
+    mig = topo.addr(topo.MIGRATION_ADDR[role])
+    (base / "etc" / "libvirtd.conf").write_text(lvd.libvirtd_conf(Path(LIBVIRT_SOCK_DIR), mig, str(uuid.uuid4())))
+    (base / "etc" / "qemu.conf").write_text(lvd.qemu_conf(mig))
+    lvd.ensure_mount_points()
+    mounts = list(lvd.MOUNTS)
+    for target, lines in lvd.account_overlays().items():
+        name = Path(target).name
+        text = Path(target).read_text()
+        (base / name).write_text(text + ("" if text.endswith("\n") else "\n") + lines)
+        mounts.append((name, target))
+    argv = [NSENTER, "-t", str(sshd_pid), "-m", "-n", "--", "sh", "-c", _LIBVIRTD_LAUNCH, "vrmig-lab-libvirtd"]
+    argv += [str(base), LIBVIRTD, *(f"{sub}={target}" for sub, target in mounts)]
+    env = {k: v for k, v in os.environ.items() if k != RUN_ENV}
+    with open(st.host_dir(role) / "libvirtd.log", "wb") as err, held_signals(mask=False):
+        p = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True, close_fds=True, env=env
+        )
+        st.processes.append({"pid": p.pid, "starttime": proc_starttime(p.pid), "what": f"libvirtd of {role}"})
+        st.save()
+    return p
+
+
+def virsh(uri: str, *args: str, timeout_s: float = VIRSH_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    """``virsh -c uri args...`` on the orchestrator (a timeout is a failed run, exit 124)."""
+    try:
+        return subprocess.run(
+            [VIRSH, "-q", "-c", uri, *args], capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess([VIRSH, *args], 124, "", f"virsh timed out after {timeout_s:.0f} s")
+
+
+def _wait_libvirtd(st: LabState, role: str, p: subprocess.Popen[bytes], uri: str) -> float:
+    """Wait until ``role``'s libvirtd has its socket and answers ``virsh version`` through its
+    qemu+ssh URI; return the seconds it took.  Its TCP listener on the migration link is bound
+    before it serves any client, so it is up too.  Raises TestbedError if the daemon exits or
+    the time runs out."""
+    sock = libvirt_dir(st, role) / "run" / "libvirt-sock"  # /run/libvirt/libvirt-sock inside the host
+    t0 = time.monotonic()
+    deadline = t0 + LIBVIRT_READY_TIMEOUT_S
+    last = "no socket"
+    while time.monotonic() < deadline:
+        if p.poll() is not None:
+            logf = st.host_dir(role) / "libvirtd.log"
+            tail = logf.read_text(errors="replace").strip()[-400:] if logf.exists() else ""
+            raise TestbedError(f"libvirtd of lab host {role} exited with {p.returncode}: {tail}")
+        if sock.exists():
+            res = virsh(uri, "version")
+            if res.returncode == 0 and "Running hypervisor" in res.stdout:
+                return time.monotonic() - t0
+            last = (res.stderr.strip() or res.stdout.strip())[-300:]
+        time.sleep(POLL_S)
+    raise TestbedError(
+        f"libvirtd of lab host {role}: no answer at {uri} within {LIBVIRT_READY_TIMEOUT_S:.0f} s: {last}"
+    )
+
+
+def _caps_files(d: Path) -> list[Path]:
+    return sorted(d.glob("*.xml")) if d.is_dir() else []
+
+
+def _keep_caps(st: LabState, role: str) -> None:
+    """Keep the capabilities ``role``'s daemon holds as the shared cache if they differ from it
+    (none yet, or libvirt found it stale and probed again).  lab-up holds the labs' lock: no
+    other lab writes the cache meanwhile."""
+    shared = LAB_ROOT / CAPS_CACHE_NAME
+    files = _caps_files(libvirt_dir(st, role) / CAPS_SUBDIR)
+    old = {f.name: f.read_bytes() for f in _caps_files(shared)}
+    if not files or old == {f.name: f.read_bytes() for f in files}:
+        return
+    tmp = LAB_ROOT / f"{CAPS_CACHE_NAME}.{secrets.token_hex(3)}"
+    tmp.mkdir(mode=0o700)
+    for f in files:
+        shutil.copy2(f, tmp / f.name)
+    if shared.is_dir():
+        shutil.rmtree(shared)
+    tmp.rename(shared)
+
+
+def _start_libvirt(st: LabState, key: Path, sshds: dict[str, subprocess.Popen[bytes]]) -> dict[str, dict[str, str]]:
+    """Start R1's and R2's libvirtds and wait until both answer; their URIs by role.  With the
+    shared capabilities cache both start at once; without it R1's probes QEMU first and R2's
+    gets what it found (two probes at once on two cores take as long as two in a row)."""
+    script = st.dir / LIBVIRT_SSH
+    script.write_text(LIBVIRT_SSH_SCRIPT)
+    script.chmod(0o700)
+    uris = {
+        r: {"uri": libvirt_uri(st.dir, key, st.mgmt_addr(r)), "peer_uri": libvirt_peer_uri(r)}
+        for r in topo.HYPERVISOR_HOSTS
+    }
+    shared = LAB_ROOT / CAPS_CACHE_NAME
+    first = topo.HYPERVISOR_HOSTS[0]
+    groups = [list(topo.HYPERVISOR_HOSTS)] if _caps_files(shared) else [[first], list(topo.HYPERVISOR_HOSTS[1:])]
+    for group in groups:
+        procs = {r: _start_libvirtd(st, r, sshds[r].pid, shared) for r in group}
+        for r, p in procs.items():
+            log.debug("libvirtd of lab host %s ready after %.3f s", r, _wait_libvirtd(st, r, p, uris[r]["uri"]))
+        _keep_caps(st, first)
+    return uris
+
+
 # -- the inventory ----------------------------------------------------------------------------
 INVENTORY_TEMPLATE = """\
 # A vrmig testbed inventory written by `make lab-up`: the emulated lab {{ name|q }}, paper 004's
@@ -415,7 +620,9 @@ uplinks = { L = "upL", R = "upR" }
 bridges = { L = "brL", R = "brR" }
 taps = { L = "tapL", R = "tapR" }
 migration = { interface = {{ r.mig_if|q }}, ipv4 = {{ r.mig_ipv4|q }} }
-{% endfor %}{% for p in ports %}
+{% if r.libvirt_uri %}libvirt_uri = {{ r.libvirt_uri|q }}
+libvirt_peer_uri = {{ r.libvirt_peer_uri|q }}
+{% endif %}{% endfor %}{% for p in ports %}
 [router.{{ p.segment }}]
 ipv4 = {{ p.ipv4|q }}
 ipv6 = {{ p.ipv6|q }}
@@ -429,10 +636,17 @@ def toml_str(v: str) -> str:
 
 
 def render_inventory(
-    name: str, deploy_dir: str, key: Path, known_hosts: Path, mgmt: dict[str, str], port: int = SSH_PORT
+    name: str,
+    deploy_dir: str,
+    key: Path,
+    known_hosts: Path,
+    mgmt: dict[str, str],
+    port: int = SSH_PORT,
+    libvirt: dict[str, dict[str, str]] | None = None,
 ) -> str:
     """The inventory text (docs/lab.example.toml's format) of a lab whose host ``role`` has the
-    management address ``mgmt[role]``."""
+    management address ``mgmt[role]`` and, if given, the libvirt URIs ``libvirt[role]``
+    (``uri``, ``peer_uri``)."""
     import jinja2
 
     env = jinja2.Environment(autoescape=False, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
@@ -442,10 +656,12 @@ def render_inventory(
          "ipv4": h.ipv4, "ipv6": h.ipv6}
         for h in topo.END_HOSTS
     ]  # fmt: skip
+    lv = libvirt or {}
     hv_hosts = [
-        {"role": r, "mgmt": mgmt[r], "mig_if": topo.MIGRATION_IF, "mig_ipv4": topo.MIGRATION_ADDR[r]}
+        {"role": r, "mgmt": mgmt[r], "mig_if": topo.MIGRATION_IF, "mig_ipv4": topo.MIGRATION_ADDR[r],
+         "libvirt_uri": lv.get(r, {}).get("uri"), "libvirt_peer_uri": lv.get(r, {}).get("peer_uri")}
         for r in topo.HYPERVISOR_HOSTS
-    ]
+    ]  # fmt: skip
     return env.from_string(INVENTORY_TEMPLATE).render(
         name=name, deploy_dir=deploy_dir, port=port, key=str(key), known_hosts=str(known_hosts),
         end_hosts=end_hosts, hv_hosts=hv_hosts, ports=topo.ROUTER_PORTS,
@@ -471,11 +687,16 @@ def _sigterm_interrupts() -> Iterator[None]:
 def _preflight() -> None:
     if os.geteuid() != 0:
         raise DependencyError("lab-up needs root (it creates network namespaces)")
-    for tool in ("ssh", "ssh-keygen", "unshare", "ip"):
+    for tool in ("ssh", "ssh-keygen", "unshare", NSENTER, "ip", VIRSH):
         if shutil.which(tool) is None:
-            raise DependencyError(f"{tool} not found: run `make apt` (openssh-server, util-linux, iproute2)")
+            raise DependencyError(
+                f"{tool} not found: run `make apt` (openssh-server, util-linux, iproute2, libvirt-clients)"
+            )
     if not os.access(SSHD, os.X_OK):
         raise DependencyError(f"{SSHD} not found: run `make apt` (it installs openssh-server)")
+    for exe in (LIBVIRTD, VIRT_SSH_HELPER):
+        if not os.access(exe, os.X_OK):
+            raise DependencyError(f"{exe} not found: run `make apt` (libvirt-daemon, libvirt-daemon-driver-qemu)")
 
 
 def lab_up(name: str = DEFAULT_NAME, lab_dir: Path | None = None, deploy_dir: str = DEFAULT_DEPLOY_DIR) -> Path:
@@ -487,6 +708,7 @@ def lab_up(name: str = DEFAULT_NAME, lab_dir: Path | None = None, deploy_dir: st
     lab_dir = Path(lab_dir).resolve() if lab_dir is not None else registered
     if PREFIX_RE.search(str(lab_dir)):
         raise ConfigError(f"LAB_DIR (--dir) = {str(lab_dir)!r} looks like a run's (vm<6 hex>); choose another")
+    check_lab_dir(lab_dir)
     _preflight()
     with _sigterm_interrupts(), _lab_lock():
         if registered.exists() or registered.is_symlink() or lab_dir.exists():
@@ -545,7 +767,7 @@ def _build(st: LabState) -> Path:
     authorized.write_text(_keygen(key, f"vrmig-lab {st.name} orchestrator") + "\n")
     sshds = {role: _start_sshd(st, role, authorized) for role in MGMT_ROLES}
     known_hosts = st.dir / "known_hosts"
-    mgmt = {r: topo.addr(mgmt_addresses(ipaddress.IPv4Network(st.mgmt_net), r)[1]) for r in MGMT_ROLES}
+    mgmt = {r: st.mgmt_addr(r) for r in MGMT_ROLES}
     lines = []
     for role in MGMT_ROLES:
         ktype, kdata = (st.host_dir(role) / "ssh_host_ed25519_key.pub").read_text().split()[:2]
@@ -553,8 +775,9 @@ def _build(st: LabState) -> Path:
     known_hosts.write_text("".join(lines))
     for role in MGMT_ROLES:
         log.debug("lab host %s ready after %.3f s", role, _wait_ready(st, role, sshds[role], key, known_hosts))
+    libvirt = _start_libvirt(st, key, sshds)
     inv = st.dir / "lab.toml"
-    write_text(inv, render_inventory(st.name, st.deploy_dir, key, known_hosts, mgmt))
+    write_text(inv, render_inventory(st.name, st.deploy_dir, key, known_hosts, mgmt, libvirt=libvirt))
     inventory.load(inv)  # what lab-up writes, the suite reads
     st.complete = True
     st.save()

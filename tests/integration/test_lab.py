@@ -1,6 +1,7 @@
-"""The emulated lab for real: ``lab-up`` builds Fig. 1 with an sshd per host, every check goes
-over SSH with the lab's key and known_hosts, and ``lab-down`` leaves nothing behind (also after
-a failure half-way and after Ctrl-C during lab-up).
+"""The emulated lab for real: ``lab-up`` builds Fig. 1 with an sshd per host and a libvirtd on R1
+and R2, every check goes over SSH with the lab's key and known_hosts (libvirt's through its
+qemu+ssh URIs, the daemons' peer connection over the migration link), and ``lab-down`` leaves
+nothing behind (also after a failure half-way and after Ctrl-C during lab-up).
 
 Heavy (builds a testbed): run under ``flock /tmp/vrmig-heavy.lock``."""
 
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 import tomllib
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -29,9 +31,12 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def _require() -> None:
-    require_root_and("ip", "ssh", "ssh-keygen", "unshare")
+    require_root_and("ip", "ssh", "ssh-keygen", "unshare", "nsenter", "virsh")
     if not os.access(lab.SSHD, os.X_OK):
         pytest.skip(f"{lab.SSHD} not installed: run `make apt` (openssh-server)")
+    for exe in (lab.LIBVIRTD, lab.VIRT_SSH_HELPER):
+        if not os.access(exe, os.X_OK):
+            pytest.skip(f"{exe} not installed: run `make apt` (libvirt-daemon)")
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -85,7 +90,7 @@ def test_lab_up_ssh_isolation_and_lab_down():
     inv_path = Path(up.stdout.strip().splitlines()[-1])  # the last line is the inventory
     lab_dir = inv_path.parent
     state = json.loads((lab_dir / "state.json").read_text())
-    prefix, sshd = state["prefix"], state["processes"]
+    prefix, sshd = state["prefix"], [p for p in state["processes"] if p["what"].startswith("sshd")]
     try:
         assert inv_path == lab.LAB_ROOT / name / "lab.toml"
         assert (lab_dir.stat().st_mode & 0o777) == 0o700
@@ -135,7 +140,7 @@ def test_lab_up_ssh_isolation_and_lab_down():
         down = _cli("lab-down", str(inv_path))
         down_s = time.monotonic() - t0
     assert down.returncode == 0, down.stdout + down.stderr
-    assert _leftovers(prefix, lab_dir, sshd) == []
+    assert _leftovers(prefix, lab_dir, state["processes"]) == []
     assert not registry.pid_alive(stray, stray_st)
     assert Path(lab.DEFAULT_DEPLOY_DIR).exists() == deploy_existed or any(
         s.deploy_dir == lab.DEFAULT_DEPLOY_DIR for s in lab.all_labs()
@@ -143,6 +148,92 @@ def test_lab_up_ssh_isolation_and_lab_down():
     again = _cli("lab-down", str(inv_path))
     assert again.returncode == 0 and "nothing to remove" in again.stdout
     print(f"lab-up {up_s:.2f} s, lab-down {down_s:.2f} s")
+
+
+def _host_uuid(capabilities_xml: str) -> str:
+    uuid = ET.fromstring(capabilities_xml).findtext("./host/uuid")
+    assert uuid, capabilities_xml[:200]
+    return uuid
+
+
+def _mnt_ns(pid: int) -> int:
+    return os.stat(f"/proc/{pid}/ns/mnt").st_ino
+
+
+def test_lab_libvirtds_over_qemu_ssh_and_the_migration_link(tmp_path):
+    """R1's and R2's libvirtds: reached from here only through their qemu+ssh URIs (host keys
+    checked against the lab's known_hosts), from each other over the migration link, inside their
+    host's mount namespace (they see its deploy-dir tmpfs), gone after lab-down."""
+    _require()
+    name = "it" + secrets.token_hex(3)
+    machine_sock = Path("/run/libvirt/libvirt-sock").exists()
+    up = _cli("lab-up", "--name", name)
+    assert up.returncode == 0, up.stderr
+    inv_path = Path(up.stdout.strip().splitlines()[-1])
+    lab_dir = inv_path.parent
+    state = json.loads((lab_dir / "state.json").read_text())
+    procs = {p["what"]: p for p in state["processes"]}
+    try:
+        raw = tomllib.loads(inv_path.read_text())
+        inv = inventory.load(inv_path)
+        ssh = Ssh(raw)
+        uri = {r: inv.hosts[r].libvirt_uri for r in ("R1", "R2")}
+        peer = {r: inv.hosts[r].libvirt_peer_uri for r in ("R1", "R2")}
+        assert all(u and u.startswith(f"qemu+ssh://root@{ssh.hosts[r]}/system?") for r, u in uri.items()), uri
+        assert peer == {"R1": "qemu+tcp://198.19.255.1/system", "R2": "qemu+tcp://198.19.255.2/system"}
+        for r in ("R1", "R2"):
+            assert registry.pid_alive(procs[f"libvirtd of {r}"]["pid"], procs[f"libvirtd of {r}"]["starttime"])
+        # the orchestrator: virsh through qemu+ssh (virt-ssh-helper on the host; no nc there)
+        uuids = {}
+        for r in ("R1", "R2"):
+            t0 = time.monotonic()
+            v = lab.virsh(uri[r], "version")
+            dt = time.monotonic() - t0
+            assert v.returncode == 0 and "Running hypervisor: QEMU" in v.stdout, (r, v.stderr)
+            print(f"virsh version over qemu+ssh to {r}: {dt * 1000:.0f} ms")
+            assert lab.virsh(uri[r], "uri").stdout.strip() == uri[r]
+            uuids[r] = _host_uuid(lab.virsh(uri[r], "capabilities").stdout)
+        assert uuids["R1"] != uuids["R2"]
+        assert ssh.run("R1", "command -v nc").returncode != 0  # so the transport used virt-ssh-helper
+        # the daemons' own socket is the default path inside the host, not the machine's
+        for r in ("R1", "R2"):
+            assert ssh.run(r, "test -S /run/libvirt/libvirt-sock").returncode == 0, r
+        assert Path("/run/libvirt/libvirt-sock").exists() == machine_sock
+        # peer to peer over the migration link: R1's virsh reaches R2's daemon and back
+        for src, dst in (("R1", "R2"), ("R2", "R1")):
+            caps = ssh.out(src, f"virsh -q -c {peer[dst]} capabilities")
+            assert _host_uuid(caps) == uuids[dst], (src, dst)
+            listen = ssh.out(dst, "ss -Hltn sport = :16509").split()
+            assert [a for a in listen if a.endswith(":16509")] == [f"{peer[dst].split('/')[2]}:16509"], listen
+        # host keys are checked: the same wrapper with a known_hosts naming another key for R1 fails
+        bad = tmp_path / "bad"
+        bad.mkdir()
+        (bad / lab.LIBVIRT_SSH).write_text((lab_dir / lab.LIBVIRT_SSH).read_text())
+        (bad / lab.LIBVIRT_SSH).chmod(0o700)
+        other_key = (lab_dir / "hosts" / "R2" / "ssh_host_ed25519_key.pub").read_text().split()[:2]
+        (bad / "known_hosts").write_text(f"{ssh.hosts['R1']} {' '.join(other_key)}\n")
+        res = lab.virsh(uri["R1"].replace(str(lab_dir / lab.LIBVIRT_SSH), str(bad / lab.LIBVIRT_SSH)), "version")
+        assert res.returncode != 0 and "Host key verification failed" in res.stderr, res.stderr
+        # the daemon lives in its host's mount namespace: it sees what SSH wrote into R1's tmpfs
+        assert _mnt_ns(procs["libvirtd of R1"]["pid"]) == _mnt_ns(procs["sshd of R1"]["pid"])
+        assert _mnt_ns(procs["libvirtd of R1"]["pid"]) != _mnt_ns(procs["libvirtd of R2"]["pid"])
+        token = "lvt-" + secrets.token_hex(4)
+        ssh.out("R1", f"echo x > {raw['deploy_dir']}/{token}")
+        seen = {}
+        for r in ("R1", "R2"):
+            pool = f"vrmigchk{secrets.token_hex(2)}"
+            ok = lab.virsh(uri[r], "pool-create-as", pool, "dir", "--target", raw["deploy_dir"])
+            assert ok.returncode == 0, ok.stderr
+            try:
+                seen[r] = lab.virsh(uri[r], "vol-list", pool).stdout
+            finally:
+                lab.virsh(uri[r], "pool-destroy", pool)
+        assert f"{raw['deploy_dir']}/{token}" in seen["R1"] and token not in seen["R2"], seen
+    finally:
+        down = _cli("lab-down", str(inv_path))
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert _leftovers(state["prefix"], lab_dir, state["processes"]) == []
+    assert not [p for p in procs.values() if registry.pid_alive(p["pid"], p["starttime"])]
 
 
 def _new_lab_state(name: str) -> dict | None:
@@ -168,8 +259,10 @@ def test_failure_half_way_leaves_nothing(tmp_path):
     assert {n for n in _names() - before if n.split()[1].startswith("vl")} == set()
 
 
-def test_ctrl_c_during_lab_up_leaves_nothing():
-    """SIGINT once sshds are starting: lab-up exits 130 and removes all it made."""
+@pytest.mark.parametrize("what", ["sshd", "libvirtd"])
+def test_ctrl_c_during_lab_up_leaves_nothing(what):
+    """SIGINT once the sshds / the libvirtds are starting: lab-up exits 130 and removes all it
+    made."""
     _require()
     name = "it" + secrets.token_hex(3)
     p = subprocess.Popen([*CLI, "lab-up", "--name", name], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -177,10 +270,10 @@ def test_ctrl_c_during_lab_up_leaves_nothing():
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and p.poll() is None:
         state = _new_lab_state(name)
-        if state and state["processes"]:
+        if state and any(x["what"].startswith(what) for x in state["processes"]):
             break
         time.sleep(0.005)
-    assert state and state["processes"], "lab-up did not get as far as starting an sshd"
+    assert state and any(x["what"].startswith(what) for x in state["processes"]), f"lab-up started no {what}"
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130, (out, err)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import subprocess
 import tomllib
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -73,30 +75,98 @@ def test_bad_deploy_dirs_are_refused(d):
         lab.check_deploy_dir(d)
 
 
-def _render(tmp_path: Path, name: str = "lab") -> Path:
+def _mgmt() -> dict[str, str]:
     net = lab.mgmt_net(128)
-    mgmt = {r: lab.mgmt_addresses(net, r)[1].split("/")[0] for r in lab.MGMT_ROLES}
+    return {r: lab.mgmt_addresses(net, r)[1].split("/")[0] for r in lab.MGMT_ROLES}
+
+
+def _libvirt(d: Path) -> dict[str, dict[str, str]]:
+    return {
+        r: {"uri": lab.libvirt_uri(d, d / "id_ed25519", _mgmt()[r]), "peer_uri": lab.libvirt_peer_uri(r)}
+        for r in ("R1", "R2")
+    }
+
+
+def _render(tmp_path: Path, name: str = "lab", libvirt: bool = True) -> Path:
     p = tmp_path / "lab.toml"
-    p.write_text(lab.render_inventory(name, "/var/lib/vrmig", tmp_path / "id_ed25519", tmp_path / "known_hosts", mgmt))
+    key, kh = tmp_path / "id_ed25519", tmp_path / "known_hosts"
+    lv = _libvirt(tmp_path) if libvirt else None
+    p.write_text(lab.render_inventory(name, "/var/lib/vrmig", key, kh, _mgmt(), libvirt=lv))
     return p
 
 
-def test_inventory_is_the_example_without_libvirt_uris(tmp_path):
+def test_inventory_is_the_example_with_the_labs_own_libvirt_uris(tmp_path):
     got = tomllib.loads(_render(tmp_path).read_text())
     want = tomllib.loads((REPO / "docs/lab.example.toml").read_text())
-    for r in ("R1", "R2"):
-        del want["hosts"][r]["libvirt_uri"], want["hosts"][r]["libvirt_peer_uri"]
     want["ssh"]["key"] = str(tmp_path / "id_ed25519")
     want["ssh"]["known_hosts"] = str(tmp_path / "known_hosts")
+    for r in ("R1", "R2"):
+        w, g = want["hosts"][r], got["hosts"][r]
+        assert g["libvirt_peer_uri"] == w["libvirt_peer_uri"]  # qemu+tcp:// on its own migration address
+        assert g["libvirt_uri"].split("?")[0] == w["libvirt_uri"].split("?")[0]  # qemu+ssh://root@<mgmt>/system
+        w["libvirt_uri"] = g["libvirt_uri"]
     assert got == want
     assert list(got["hosts"]) == list(want["hosts"])  # same order of roles
+
+
+def test_inventory_without_libvirt_has_no_libvirt_keys(tmp_path):
+    got = tomllib.loads(_render(tmp_path, libvirt=False).read_text())
+    assert not [k for h in got["hosts"].values() for k in h if k.startswith("libvirt")]
 
 
 def test_inventory_loads_with_the_suites_loader(tmp_path):
     inv = inventory.load(_render(tmp_path, "t_1"))
     assert inv.name == "t_1"
     assert all(h.transport == "ssh" and h.ssh and h.ssh.key == tmp_path / "id_ed25519" for h in inv.hosts.values())
-    assert inv.hosts["R1"].libvirt_uri is None
+    assert inv.hosts["R1"].libvirt_uri == _libvirt(tmp_path)["R1"]["uri"]
+    assert inv.hosts["R2"].libvirt_peer_uri == "qemu+tcp://198.19.255.2/system"
+
+
+def test_libvirt_uri_checks_host_keys_with_the_labs_known_hosts(tmp_path):
+    """libvirt's ssh transport has no known_hosts parameter: the URI names the lab's ssh wrapper
+    (command=), which finds the lab's known_hosts next to itself and checks host keys strictly."""
+    uri = urllib.parse.urlsplit(lab.libvirt_uri(tmp_path, tmp_path / "id_ed25519", "198.19.128.18"))
+    assert (uri.scheme, uri.username, uri.hostname, uri.path) == ("qemu+ssh", "root", "198.19.128.18", "/system")
+    q = dict(urllib.parse.parse_qsl(uri.query, strict_parsing=True))
+    assert q == {"command": str(tmp_path / lab.LIBVIRT_SSH), "keyfile": str(tmp_path / "id_ed25519"),
+                 "no_verify": "0", "no_tty": "1"}  # fmt: skip
+    script = lab.LIBVIRT_SSH_SCRIPT
+    assert script.startswith("#!/bin/sh\n")
+    assert "StrictHostKeyChecking=yes" in script and 'UserKnownHostsFile="$d/known_hosts"' in script
+    assert "GlobalKnownHostsFile=/dev/null" in script and "BatchMode=yes" in script
+    assert "StrictHostKeyChecking=no" not in script and '"$@"' in script
+
+
+def test_libvirt_ssh_wrapper_passes_libvirts_arguments_through(tmp_path):
+    """Run the wrapper with a stand-in ssh first on PATH: it adds the lab's options (known_hosts
+    next to the wrapper) and passes libvirt's argv unchanged."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "ssh").write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
+    (fake / "ssh").chmod(0o755)
+    wrapper = tmp_path / "lab dir" / lab.LIBVIRT_SSH
+    wrapper.parent.mkdir()
+    wrapper.write_text(lab.LIBVIRT_SSH_SCRIPT)
+    wrapper.chmod(0o700)
+    argv = ["-l", "root", "-i", "/k", "-T", "-e", "none", "--", "198.19.128.18", "sh", "-c", "a 'b' $c"]
+    env = {"PATH": f"{fake}:/usr/bin:/bin"}
+    out = subprocess.run([str(wrapper), *argv], capture_output=True, text=True, env=env, check=True).stdout
+    got = out.splitlines()
+    assert got[-len(argv) :] == argv
+    assert f"UserKnownHostsFile={tmp_path}/lab dir/known_hosts" in got
+    assert got[:2] == ["-F", "/dev/null"]
+
+
+def test_libvirt_peer_uris_are_on_the_migration_link():
+    assert lab.libvirt_peer_uri("R1") == "qemu+tcp://198.19.255.1/system"
+    assert lab.libvirt_peer_uri("R2") == "qemu+tcp://198.19.255.2/system"
+
+
+@pytest.mark.parametrize("d", ["/run/vrmig-lab/a b", "/tmp/x%d", '/tmp/q"', "/tmp/a&b", "/tmp/p+q", "/tmp/x\ny"])
+def test_lab_dirs_that_ssh_options_or_uris_would_mangle_are_refused(d):
+    with pytest.raises(ConfigError, match="LAB_DIR"):
+        lab.check_lab_dir(Path(d))
+    lab.check_lab_dir(Path("/run/vrmig-lab/it_0a-b.c"))
 
 
 def test_toml_strings_round_trip():
@@ -171,5 +241,6 @@ def test_lab_up_refuses_bad_input_before_touching_anything(tmp_path, monkeypatch
     assert main(["lab-up", "--name", "Bad Name"]) == 2
     assert main(["lab-up", "--deploy-dir", "relative/dir"]) == 2
     assert main(["lab-up", "--dir", str(tmp_path / "vm00aa11")]) == 2
-    assert len(capsys.readouterr().err.strip().splitlines()) == 3
+    assert main(["lab-up", "--dir", str(tmp_path / "a b")]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 4
     assert not lab.LAB_ROOT.exists()
