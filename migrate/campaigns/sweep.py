@@ -167,11 +167,20 @@ def create_sweep_dir(parent: Path, name: str, meta: dict[str, Any]) -> Path:
     return path
 
 
-def versions(scenario: Scenario) -> dict[str, Any]:
-    """Preflight (root, tools, driver) and the versions worth recording; raises before anything is created."""
+def versions(scenario: Scenario, testbed: Path | None = None) -> dict[str, Any]:
+    """Preflight (root, tools, driver) and the versions worth recording; raises before anything is
+    created.  With ``testbed`` (a lab inventory) the lab's hosts are checked as a lab run checks
+    them and the accelerator and QEMU are R1's and R2's, not this machine's."""
     from migrate.experiment.run import preflight
 
     _, facts = preflight(scenario)
+    if testbed is not None:
+        from migrate.experiment.run import lab_facts, lab_preflight, lab_supports
+        from migrate.testbed.inventory import load
+
+        inv = load(testbed)
+        lab_supports(scenario, inv)
+        facts = {**facts, **lab_facts(lab_preflight(inv, testbed), scenario, facts)}
     return {
         "git_commit": metamod.git_commit(),
         "host": metamod.host_facts(),
@@ -255,8 +264,10 @@ def execute(
     state: dict[str, Any],
     deadline_mono: float | None = None,
     on_run: OnRun | None = None,
+    testbed: Path | None = None,
 ) -> dict[str, Any]:
-    """Run every run of the order that has no recorded outcome; returns the final state.
+    """Run every run of the order that has no recorded outcome (on the lab of ``testbed``, if
+    given); returns the final state.
 
     ``deadline_mono`` (time.monotonic) stops starting new runs once the next one would likely
     end after it; ``on_run(order_item, run_dir, run_record)`` is called after each finished run."""
@@ -283,7 +294,7 @@ def execute(
             progress.start(item["run_id"])
             t0 = time.monotonic()
             try:
-                run_dir = run(scenarios[item["point"]], runs_root)
+                run_dir = run(scenarios[item["point"]], runs_root, testbed=testbed)
             except Interrupted:
                 reconcile(sweep_dir, meta, state, "stopped during this run; redone on resume")
                 raise
@@ -355,14 +366,59 @@ def prepare_results_root(results_root: Path) -> None:
         marker.write_text("vrmig results root\n")
 
 
-def new_sweep(plan: Plan, results_root: Path) -> Path:
-    """Validate everything, then create the sweep directory; returns it (nothing run yet)."""
+def new_sweep(plan: Plan, results_root: Path, testbed: Path | None = None) -> Path:
+    """Validate everything, then create the sweep directory; returns it (nothing run yet).
+    ``testbed``: every run on the hosts of this lab inventory (recorded in meta.json ``testbed``
+    and used again by RESUME)."""
     template = plan.points[0].scenario
-    vers = versions(template)
+    if testbed is not None:
+        from migrate.experiment.run import lab_supports
+        from migrate.testbed.inventory import load
+
+        inv = load(testbed)
+        for p in plan.points:
+            lab_supports(p.scenario, inv)
+    vers = versions(template, testbed)
     prepare_results_root(results_root)
     name = f"{sd.stamp_utc()}-sweep-{template.hv}-{template.mode}-{len(plan.grid['rates_bps'])}x"
     name += f"{len(plan.grid['frame_bytes'])}x{plan.reps}"
-    return create_sweep_dir(results_root, name, plan_meta(plan, vers, sys.argv))
+    meta = plan_meta(plan, vers, sys.argv)
+    if testbed is not None:
+        meta["testbed"] = testbed_record(testbed)
+    return create_sweep_dir(results_root, name, meta)
+
+
+def testbed_record(testbed: Path) -> dict[str, Any]:
+    """meta.json ``testbed`` of a lab sweep: the inventory's absolute path and its SHA-256 (a
+    RESUME uses that file again and refuses one that changed)."""
+    import hashlib
+
+    path = testbed.resolve()
+    return {"kind": "lab", "inventory": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
+def sweep_testbed(sweep_dir: Path, meta: dict[str, Any], given: Path | None) -> Path | None:
+    """The lab inventory a sweep runs on: the one it was started with (None: the embedded
+    testbed).  A RESUME with another TESTBED, or whose inventory is gone or changed, is refused
+    (ConfigError, one line): its points would mix testbeds."""
+    rec = meta.get("testbed")
+    if rec is None:
+        if given is not None:
+            raise ConfigError(
+                f"RESUME={sweep_dir} ran on the embedded testbed: drop TESTBED={given} or start a new sweep"
+            )
+        return None
+    path = Path(rec["inventory"])
+    if given is not None and given.resolve() != path:
+        raise ConfigError(f"RESUME={sweep_dir} ran on TESTBED={path}: drop TESTBED={given} or start a new sweep")
+    if not path.is_file():
+        raise ConfigError(f"RESUME={sweep_dir} ran on TESTBED={path}, which is gone: restore it or start a new sweep")
+    if testbed_record(path)["sha256"] != rec.get("sha256"):
+        raise ConfigError(
+            f"RESUME={sweep_dir}: its inventory {path} changed since the sweep started: its points would mix "
+            "testbeds; restore the file or start a new sweep"
+        )
+    return path
 
 
 def recorded_accels(sweep_dir: Path, state: dict[str, Any]) -> dict[str, int]:
@@ -389,21 +445,23 @@ def check_accel(sweep_dir: Path, state: dict[str, Any], vers: dict[str, Any]) ->
         )
 
 
-def run_sweep(sweep_dir: Path) -> Outputs:
-    """Run (or resume) the sweep in ``sweep_dir`` to the end and write its outputs."""
+def run_sweep(sweep_dir: Path, testbed: Path | None = None) -> Outputs:
+    """Run (or resume) the sweep in ``sweep_dir`` to the end and write its outputs (on the lab
+    it was started with; ``testbed``, if given, must be that one)."""
     from migrate.campaigns.reporting import write_sweep_outputs
     from migrate.core.registry import clean_stale
 
     meta, state = sd.open_sweep(sweep_dir)
     for p in meta["points"]:
         _scenario(p)
+    lab = sweep_testbed(sweep_dir, meta, testbed)
     with locked(sweep_dir):
-        vers = versions(_scenario(meta["points"][0]))
+        vers = versions(_scenario(meta["points"][0]), lab)
         check_accel(sweep_dir, state, vers)
         for prefix in clean_stale():
             log.warning("removed leftovers of crashed run %s", prefix)
         meta, state = sd.open_sweep(sweep_dir)
         reconcile(sweep_dir, meta, state)
         start_session(sweep_dir, state, vers)
-        execute(sweep_dir, meta, state)
+        execute(sweep_dir, meta, state, testbed=lab)
         return write_sweep_outputs(sweep_dir)

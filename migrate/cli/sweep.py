@@ -60,8 +60,7 @@ def _print_outputs(out) -> None:
 
 def cmd_sweep(a: argparse.Namespace) -> int:
     """``vrmig sweep``: a new sweep from RATES/SIZES/REPS, or RESUME=<dir>."""
-    if getattr(a, "testbed", None) is not None:
-        raise ConfigError("make sweep does not take TESTBED= yet: run make migrate TESTBED=... per point")
+    testbed = getattr(a, "testbed", None)
     from migrate.campaigns import sweep as sw
     from migrate.campaigns.sweepdir import open_sweep
 
@@ -94,9 +93,9 @@ def cmd_sweep(a: argparse.Namespace) -> int:
         sizes = sw.parse_sizes(a.sizes) if a.sizes is not None else (template.frame_bytes,)
         seed = a.seed if a.seed is not None else sw.new_seed()
         plan = sw.grid_plan(template, sw.parse_rates(a.rates), sizes, sw.check_reps(a.reps), seed)
-        sweep_dir = sw.new_sweep(plan, a.results)
+        sweep_dir = sw.new_sweep(plan, a.results, testbed)
     try:
-        out = sw.run_sweep(sweep_dir)
+        out = sw.run_sweep(sweep_dir, testbed)
     except Interrupted as err:
         raise Interrupted(f"{err}; finished runs are kept: resume with `make sweep RESUME={sweep_dir}`") from None
     _print_outputs(out)

@@ -89,11 +89,12 @@ def _processes_with(text: str) -> list[str]:
     return found
 
 
-def _run(lab: Path, results: Path, mode: str) -> tuple[Path, dict, dict]:
+def _run(lab: Path, results: Path, mode: str, driver: str = "qmp") -> tuple[Path, dict, dict]:
     res = _cli(
-        "run", "--hv", "kvm", "--mode", mode, "--rate", "10M", "--duration", "12", "--migrate-at", "4",
-        "--testbed", str(lab), "--results", str(results),
+        "run", "--hv", "kvm", "--driver", driver, "--mode", mode, "--rate", "10M", "--duration", "12",
+        "--migrate-at", "4", "--testbed", str(lab), "--results", str(results),
     )  # fmt: skip
+    assert res.stdout.strip(), res.stderr[-2000:]
     run_dir = Path(res.stdout.strip().splitlines()[-1])
     return run_dir, json.loads((run_dir / "meta.json").read_text()), json.loads((run_dir / "summary.json").read_text())
 
@@ -105,11 +106,22 @@ def test_hosts_check_is_clean_after_hosts_setup(lab):
     assert sorted(r.split()[0] for r in rows) == sorted(ROLES)
 
 
+def _domains(inv, role: str) -> list[str]:
+    """The domains (running or defined) of ``role``'s libvirtd, through its qemu+ssh URI."""
+    from migrate.testbed.lab import virsh
+
+    res = virsh(inv.host(role).libvirt_uri, "list", "--all", "--name")
+    assert res.returncode == 0, res.stderr
+    return res.stdout.split()
+
+
+@pytest.mark.parametrize("driver", ["qmp", "libvirt"])
 @pytest.mark.parametrize("mode", ["precopy", "stopcopy"])
-def test_lab_migration_runs_every_helper_on_the_hosts(lab, tmp_path, mode):
+def test_lab_migration_runs_every_helper_on_the_hosts(lab, tmp_path, mode, driver):
     inv = load(lab)
-    run_dir, meta, summary = _run(lab, tmp_path, mode)
+    run_dir, meta, summary = _run(lab, tmp_path, mode, driver)
     assert meta["status"] == "completed", meta.get("failure")
+    assert meta["scenario"]["driver"] == driver
     assert meta["testbed"]["inventory"] == str(lab) and meta["testbed"]["hosts"]["R1"]["transport"] == "ssh"
     # the helpers ran on their hosts, from the deployed copies
     argv = meta["instruments"]["argv"]
@@ -133,6 +145,30 @@ def test_lab_migration_runs_every_helper_on_the_hosts(lab, tmp_path, mode):
     # nothing left on any host
     assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
     assert _processes_with(f"/runs/{meta['testbed']['prefix']}") == []
+    if driver == "libvirt":  # the lab's own libvirtds: QEMU ran under them, and the domain is gone
+        assert (run_dir / "libvirt_jobstats.jsonl").stat().st_size > 0
+        assert _domains(inv, "R1") == [] and _domains(inv, "R2") == []
+
+
+def test_lab_sweep_runs_on_the_lab_and_records_it(lab, tmp_path):
+    res = _cli(
+        "sweep", "--hv", "kvm", "--rates", "0,10M", "--reps", "1", "--seed", "1", "--duration", "10",
+        "--migrate-at", "4", "--testbed", str(lab), "--results", str(tmp_path),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout[-1500:] + res.stderr[-1500:]
+    sweep_dir = Path(res.stdout.strip().splitlines()[-1])
+    meta = json.loads((sweep_dir / "meta.json").read_text())
+    assert meta["testbed"]["inventory"] == str(lab.resolve())
+    runs = sorted((sweep_dir / "runs").glob("*/meta.json"))
+    assert len(runs) == 2
+    for m in map(lambda p: json.loads(p.read_text()), runs):
+        assert m["status"] == "completed", m.get("failure")
+        assert m["testbed"]["inventory"] == str(lab) and m["testbed"]["hosts"]["B"]["transport"] == "ssh"
+    # a RESUME with another testbed is refused in one line, nothing run
+    other = tmp_path / "other.toml"
+    other.write_bytes(lab.read_bytes())
+    res = _cli("sweep", "--resume", str(sweep_dir), "--testbed", str(other), "--results", str(tmp_path))
+    assert res.returncode == 2 and "drop TESTBED=" in res.stderr, res.stderr
 
 
 def test_orchestrator_never_enters_a_namespace(lab, tmp_path, monkeypatch):
@@ -172,12 +208,13 @@ def test_orchestrator_never_enters_a_namespace(lab, tmp_path, monkeypatch):
     assert seen == [], seen
 
 
-def test_sigkilled_orchestrator_leaves_no_process_and_clean_testbed_removes_the_files(lab, tmp_path):
+@pytest.mark.parametrize("driver", ["qmp", "libvirt"])
+def test_sigkilled_orchestrator_leaves_no_process_and_clean_testbed_removes_the_files(lab, tmp_path, driver):
     inv = load(lab)
     env = {**os.environ, "PYTHONPATH": str(REPO), "VRMIG_PROGRESS": "0"}
     proc = subprocess.Popen(
-        [PY, "-m", "migrate", "run", "--hv", "kvm", "--rate", "10M", "--duration", "30", "--migrate-at", "20",
-         "--testbed", str(lab), "--results", str(tmp_path)],
+        [PY, "-m", "migrate", "run", "--hv", "kvm", "--driver", driver, "--rate", "10M", "--duration", "30",
+         "--migrate-at", "20", "--testbed", str(lab), "--results", str(tmp_path)],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
@@ -201,6 +238,12 @@ def test_sigkilled_orchestrator_leaves_no_process_and_clean_testbed_removes_the_
         time.sleep(0.1)
     assert _processes_with(f"/runs/{prefix}") == []
     assert _processes_with(f"vrmig-{prefix}-R") == []  # the QEMUs, by their -name
+    if driver == "libvirt":  # the reaper destroyed the domain through the lab's qemu+ssh URI
+        deadline = time.monotonic() + GRACE_S
+        while _domains(inv, "R1") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _domains(inv, "R1") == [] and _domains(inv, "R2") == []
+        assert _processes_with(f"guest=vrmig-{prefix}") == []
     left = _runs_on_hosts(inv)
     assert any(prefix in v for v in left.values()), "expected the run's directories to be left by the SIGKILL"
     res = _cli("clean-testbed", "--testbed", str(lab), timeout=120)
