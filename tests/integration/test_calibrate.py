@@ -138,8 +138,10 @@ def test_calibrate_criu_interrupted_while_frozen_leaves_nothing(tmp_path, no_lef
     assert {(r["kind"], r["pause_ms"]) for r in rows if r["kind"] == "cut"} == {("cut", "50"), ("cut", "4000")}
     assert all(r["pause_ms"] != "4000" for r in rows if r["kind"] == "pause"), "the interrupted pause was analysed"
     for r in rows:
-        if r["kind"] == "cut":  # the kernel path through the container: the a-priori targets hold
-            assert r["detected"] == "1" and abs(float(r["median_error_ms"])) <= float(r["target_ms"]), r
+        if r["kind"] == "cut":  # the kernel path through the container, one event per point: within the
+            # target that allows for the stream's own gaps near the event (the KVM test above holds the
+            # a-priori target on the median of two events; one event can miss it by a stream gap)
+            assert r["detected"] == "1" and abs(float(r["median_error_ms"])) <= float(r["stream_target_ms"]), r
 
 
 def test_teardown_after_a_crash_kills_a_frozen_process_and_removes_its_cgroup(tmp_path, monkeypatch):
