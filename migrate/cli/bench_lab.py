@@ -4,7 +4,7 @@ run's wall time (from the orchestrator's start to its results), so that what the
 is measured in the same session on the same machine.
 
 Usage: ``python -m migrate.cli.bench_lab --testbed LAB.toml [--reps 5] [--modes precopy,stopcopy]
-[--rate 10M] [--results results]``; prints a markdown table and saves every run's figures as
+[--drivers qmp,libvirt] [--rate 10M] [--results results]``; prints a markdown table and saves every run's figures as
 ``<results>/bench-lab-<UTC>.json``."""
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from migrate.experiment.scenario import Scenario
 
 FIGURES = (
     ("downtime packets [ms]", ("downtime_s", "packets"), 1e3),
-    ("downtime QEMU [ms]", ("downtime_s", "hypervisor"), 1e3),
+    ("downtime hypervisor [ms]", ("downtime_s", "hypervisor"), 1e3),
     ("duration link [s]", ("duration_s", "link"), 1.0),
-    ("duration QEMU [s]", ("duration_s", "hypervisor"), 1.0),
+    ("duration hypervisor [s]", ("duration_s", "hypervisor"), 1.0),
     ("volume link [MB]", ("volume_bytes", "link"), 1e-6),
-    ("volume QEMU [MB]", ("volume_bytes", "hypervisor"), 1e-6),
+    ("volume hypervisor [MB]", ("volume_bytes", "hypervisor"), 1e-6),
 )
 
 
@@ -55,38 +55,47 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--testbed", type=Path, required=True)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--modes", default="precopy,stopcopy")
+    p.add_argument("--drivers", default="qmp", help="HV=kvm drivers, comma-separated: qmp,libvirt")
     p.add_argument("--rate", type=rate, default=10_000_000)
     p.add_argument("--duration", type=float, default=20.0)
     p.add_argument("--results", type=Path, default=Path("results"))
     a = p.parse_args(argv)
     modes = [m for m in a.modes.split(",") if m]
+    drivers = [d for d in a.drivers.split(",") if d]
+    if not drivers or set(drivers) - {"qmp", "libvirt"}:
+        print(f"bench-lab: DRIVERS={a.drivers!r}: give qmp, libvirt or qmp,libvirt", file=sys.stderr)
+        return 2
     rows: list[dict[str, Any]] = []
     try:
         for rep in range(a.reps):
-            for mode in modes:
-                for bed in ("embedded", "lab"):
-                    s = Scenario(hv="kvm", mode=mode, rate_bps=a.rate, duration_s=a.duration)
-                    t0 = time.monotonic()
-                    run_dir = run(s, a.results, testbed=a.testbed if bed == "lab" else None)
-                    wall = time.monotonic() - t0
-                    summary = json.loads((run_dir / "summary.json").read_text())
-                    rows.append(
-                        {"rep": rep, "mode": mode, "testbed": bed, "wall_s": round(wall, 3), "run_dir": str(run_dir),
-                         "status": summary["status"], "accel": summary.get("accel"),
-                         **{name: _get(summary, path) for name, path, _ in FIGURES}}
-                    )  # fmt: skip
-                    print(f"bench-lab: rep {rep + 1}/{a.reps} {mode} {bed}: {summary['status']} in {wall:.1f} s",
-                          file=sys.stderr, flush=True)  # fmt: skip
+            for driver in drivers:
+                for mode in modes:
+                    for bed in ("embedded", "lab"):
+                        s = Scenario(hv="kvm", driver=driver, mode=mode, rate_bps=a.rate, duration_s=a.duration)
+                        t0 = time.monotonic()
+                        run_dir = run(s, a.results, testbed=a.testbed if bed == "lab" else None)
+                        wall = time.monotonic() - t0
+                        summary = json.loads((run_dir / "summary.json").read_text())
+                        rows.append(
+                            {"rep": rep, "driver": driver, "mode": mode, "testbed": bed, "wall_s": round(wall, 3),
+                             "run_dir": str(run_dir), "status": summary["status"], "accel": summary.get("accel"),
+                             **{name: _get(summary, path) for name, path, _ in FIGURES}}
+                        )  # fmt: skip
+                        print(f"bench-lab: rep {rep + 1}/{a.reps} {driver} {mode} {bed}: {summary['status']} "
+                              f"in {wall:.1f} s", file=sys.stderr, flush=True)  # fmt: skip
     except VrmigError as err:
         print(f"bench-lab: error: {err}", file=sys.stderr)
         return err.exit_code
     out = a.results / f"bench-lab-{dt.datetime.now(dt.UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
     write_json(out, {"argv": sys.argv, "testbed": str(a.testbed), "reps": a.reps, "rate_bps": a.rate,
-                     "duration_s": a.duration, "rows": rows})  # fmt: skip
-    for mode in modes:
-        print(f"\n{mode}, RATE={a.rate / 1e6:g}M, DURATION={a.duration:g} s, HV=kvm DRIVER=qmp\n")
+                     "duration_s": a.duration, "drivers": drivers, "rows": rows})  # fmt: skip
+    for driver, mode in ((d, m) for d in drivers for m in modes):
+        print(f"\n{mode}, RATE={a.rate / 1e6:g}M, DURATION={a.duration:g} s, HV=kvm DRIVER={driver}\n")
         print("| figure | embedded | lab |\n|---|---|---|")
-        sel = {b: [r for r in rows if r["mode"] == mode and r["testbed"] == b] for b in ("embedded", "lab")}
+        sel = {
+            b: [r for r in rows if r["driver"] == driver and r["mode"] == mode and r["testbed"] == b]
+            for b in ("embedded", "lab")
+        }
         for name, _, scale in FIGURES:
             print(f"| {name} | {_cell([r[name] for r in sel['embedded']], scale)} "
                   f"| {_cell([r[name] for r in sel['lab']], scale)} |")  # fmt: skip
