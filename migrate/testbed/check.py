@@ -364,24 +364,27 @@ def _check_libvirt(inv: Inventory, opened: dict[str, Any], facts: dict[str, dict
         reachable[role] = err is None
         if err:
             p.append(Problem(role, ERROR, f"libvirt unreachable at {uri} from the orchestrator: {err}"))
+    # peer to peer: R1's libvirtd connects to R2's by R2's libvirt_peer_uri, from R1's network;
+    # virsh on R1 makes the same connection from there
     r1, r2 = HV_ROLES
-    uri2 = inv.hosts[r2].libvirt_uri
+    peer = inv.hosts[r2].libvirt_peer_uri
     host1 = opened.get(r1)
-    if uri2 and reachable.get(r2) and isinstance(host1, SshHost | LocalHost):
+    if peer and reachable.get(r2) and isinstance(host1, SshHost | LocalHost):
         if not facts.get(r1, {}).get("tools", {}).get("virsh"):
             p.append(Problem(r1, WARNING, f"virsh not installed: cannot check that {r1} reaches {r2}'s libvirt"))
         else:
             err = _virsh(
-                ["virsh", "-c", uri2, "version"],
+                ["virsh", "-c", peer, "version"],
                 lambda a: host1.run(a, check=False, timeout_s=VIRSH_TIMEOUT_S),
             )
             if err:
                 p.append(
                     Problem(
                         r1,
-                        WARNING,
-                        f"{r1} cannot reach {r2}'s libvirt at {uri2}: {err} (needed if the source daemon "
-                        "connects to the destination with this URI)",
+                        ERROR,
+                        f"{r1} cannot reach {r2}'s libvirt at its libvirt_peer_uri {peer}: {err} (DRIVER=libvirt "
+                        f"migrates peer to peer: {r1}'s daemon connects there; check {r2}'s libvirtd listen "
+                        "address and the migration link)",
                     )
                 )
     return p

@@ -115,6 +115,19 @@ def _domains(inv, role: str) -> list[str]:
     return res.stdout.split()
 
 
+def test_hosts_check_fails_when_r1_cannot_reach_r2s_libvirt(lab, tmp_path):
+    """R2's libvirt_peer_uri on a port nothing listens on: the source daemon could not migrate."""
+    text = lab.read_text()
+    good = load(lab).host("R2").libvirt_peer_uri
+    bad_uri = good.replace("/system", ":1/system")
+    bad = tmp_path / "lab.toml"
+    bad.write_text(text.replace(f'libvirt_peer_uri = "{good}"', f'libvirt_peer_uri = "{bad_uri}"'))
+    assert bad.read_text() != text
+    res = _cli("hosts-check", "--testbed", str(bad), timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert f"R1 cannot reach R2's libvirt at its libvirt_peer_uri {bad_uri}" in res.stdout + res.stderr
+
+
 @pytest.mark.parametrize("driver", ["qmp", "libvirt"])
 @pytest.mark.parametrize("mode", ["precopy", "stopcopy"])
 def test_lab_migration_runs_every_helper_on_the_hosts(lab, tmp_path, mode, driver):
