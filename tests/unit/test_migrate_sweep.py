@@ -190,7 +190,7 @@ def test_execute_reports_progress_in_plain_lines_without_a_terminal(tmp_path, mo
     monkeypatch.delenv("VRMIG_PROGRESS", raising=False)
     made = iter(range(100))
 
-    def fake_run(scenario, runs_root):
+    def fake_run(scenario, runs_root, testbed=None):
         n = next(made)
         d = runs_root / f"r{n}"
         d.mkdir()
