@@ -19,7 +19,16 @@ from analysis.hypervisors.libvirt import libvirt_figures, load_libvirt, window_e
 from analysis.hypervisors.qemu import hypervisor_figures
 from analysis.hypervisors.xen import load_xen, xen_figures
 from analysis.load import Counters, load_counters, load_irtt, read_json, read_jsonl, sink_gaps
-from analysis.metrics.clock import clock_figures
+from analysis.metrics.clock import (
+    GEN_ROLE,
+    IRTT_ROLE,
+    SINK_ROLE,
+    ClockFigures,
+    clock_figures,
+    gen_on_orchestrator_clock,
+    irtt_on_orchestrator_clock,
+    sink_on_orchestrator_clock,
+)
 from analysis.metrics.counters import FCS_BYTES, rate_series, sampler_health
 from analysis.metrics.cross import cross_traffic
 from analysis.metrics.downtime import CountersDowntime, PacketsDowntime, counters_downtime, packets_downtime
@@ -84,6 +93,37 @@ def _read_raw(run_dir: Path, notes: list[str]) -> _Raw:
         gen=_load(notes, run_dir / "gen.json", read_json),
         irtt=_load(notes, run_dir / "irtt.json.gz", load_irtt),
     )
+
+
+def _on_orchestrator_clock(raw: _Raw, clock: ClockFigures, notes: list[str]) -> tuple[_Raw, ClockFigures]:
+    """On a lab: the sink's, the generator's and irtt's timestamps minus their hosts' measured
+    offsets, so that they compare with the migration window (the orchestrator's clock) and the
+    merged counters (shifted when merged); a record whose host's offset was not measured stays on
+    that host's clock, with a note.  On the embedded testbed (one clock): as they are."""
+    if clock.testbed != "lab":
+        return raw, clock
+    off, done = clock.offsets_ns, {}
+    sink, gen, irtt = raw.sink, raw.gen, raw.irtt
+    wanted = (
+        ("sink", sink, (SINK_ROLE, GEN_ROLE)),
+        ("gen", gen, (GEN_ROLE,)),
+        ("irtt", irtt, (IRTT_ROLE,)),
+    )
+    for name, record, roles in wanted:
+        if record is None:
+            continue
+        missing = [r for r in roles if r not in off]
+        if missing:
+            notes.append(f"clock: no measured offset of {', '.join(missing)}: {name} timestamps stay on its clock")
+            continue
+        done[name] = "+".join(roles)
+    if sink is not None and "sink" in done:
+        sink = sink_on_orchestrator_clock(sink, off[SINK_ROLE], off[GEN_ROLE])
+    if gen is not None and "gen" in done:
+        gen = gen_on_orchestrator_clock(gen, off[GEN_ROLE])
+    if irtt is not None and "irtt" in done:
+        irtt = irtt_on_orchestrator_clock(irtt, off[IRTT_ROLE])
+    return dataclasses.replace(raw, sink=sink, gen=gen, irtt=irtt), dataclasses.replace(clock, corrected=done)
 
 
 def _period_ns(raw: _Raw, scenario: dict[str, Any]) -> int | None:
@@ -189,6 +229,7 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
         notes.remove("gen.json missing")  # no cross-traffic: no generator ran
     status, failure, run_status = _status(meta)
     _clock_note(meta, notes)
+    raw, clock = _on_orchestrator_clock(raw, clock_figures(meta), notes)
     mode = scenario.get("mode")
     period_ns = _period_ns(raw, scenario)
     lv = load_libvirt(run_dir, notes) if scenario.get("driver") == "libvirt" else None
@@ -268,7 +309,7 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
         send_loss=send_loss,
         sampler=sampler,
         instruments=ins,
-        clock=clock_figures(meta),
+        clock=clock,
         why_absent=why,
         notes=tuple(notes),
     )

@@ -3,13 +3,16 @@
 On the embedded testbed every instrument reads this machine's one ``CLOCK_REALTIME``. On a lab
 (``TESTBED=``) each host has its own clock: the orchestrator measures every host's offset at the
 start and the end of the run (round-trip bounded, meta.json ``clock.hosts``) and merges the
-per-host counters with the mean offsets (meta.json ``lab.offsets_ns``).  A figure that combines
-timestamps of two hosts (the migration window from QMP events against B's packet arrivals or a
-host's counters) is uncertain by those offsets' uncertainty; the packet downtime itself is an
-inter-arrival gap at B and uses B's clock alone."""
+per-host counters with the mean offsets (meta.json ``lab.offsets_ns``); the analysis puts the
+sink's, the generator's and irtt's timestamps on the orchestrator's clock with the same offsets
+(``*_on_orchestrator_clock``).  A figure that combines timestamps of two hosts (the migration
+window from QMP events against B's packet arrivals or a host's counters) is then uncertain by
+those offsets' uncertainty; the packet downtime itself is an inter-arrival gap at B and uses B's
+clock alone."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +30,8 @@ class ClockFigures:
     synchronised: dict[str, bool | None] = field(default_factory=dict)
     max_uncertainty_ns: int | None = 0
     packet_downtime_clock: str = "B (inter-arrival gaps at the sink)"
+    #: record -> the role whose measured offset was subtracted from its timestamps (lab runs)
+    corrected: dict[str, str] = field(default_factory=dict)
 
 
 def clock_figures(meta: dict[str, Any]) -> ClockFigures:
@@ -49,3 +54,58 @@ def clock_figures(meta: dict[str, Any]) -> ClockFigures:
         sync,
         None if missing or not unc else max(unc.values()),
     )
+
+
+#: the role whose clock stamps each instrument's records (docs/testbed.md "What runs where"):
+#: vrsink's receive times are B's, the send stamps vrgen writes into each payload (and so the
+#: sink's send-time histogram) are A's, irtt's client send and receive times are C's
+SINK_ROLE, GEN_ROLE, IRTT_ROLE = "B", "A", "C"
+_SINK_NS = ("first_ns", "last_ns", "start_ns", "end_ns")
+_GEN_NS = ("start_ns", "end_ns")
+
+
+def _ms(offset_ns: int) -> int:
+    """An offset in whole milliseconds, for the 1 ms histograms (rounded: the histogram start is
+    then within 0.5 ms of exact, below its bin width)."""
+    return round(offset_ns / 1e6)
+
+
+def sink_on_orchestrator_clock(sink: Mapping[str, Any], b_offset_ns: int, a_offset_ns: int) -> dict[str, Any]:
+    """sink.json with its receive times (B's clock: first/last packet, start/end, every gap's
+    before/after time, the receive histogram's start) minus B's offset and its send-time
+    histogram's start (A's stamps) minus A's, i.e. on the orchestrator's clock.  ``owd_ns``
+    (B's receive minus A's send) is left as measured."""
+    out = dict(sink)
+    for k in _SINK_NS:
+        if isinstance(out.get(k), int):
+            out[k] = out[k] - b_offset_ns
+    gaps = out.get("gaps")
+    if isinstance(gaps, list):
+        out["gaps"] = [
+            [g[0] - b_offset_ns, g[1] - b_offset_ns, g[2], g[3]] if isinstance(g, list | tuple) and len(g) == 4 else g
+            for g in gaps
+        ]
+    if isinstance(out.get("hist_start_ms"), int):
+        out["hist_start_ms"] -= _ms(b_offset_ns)
+    if isinstance(out.get("tx_hist_start_ms"), int):
+        out["tx_hist_start_ms"] -= _ms(a_offset_ns)
+    return out
+
+
+def gen_on_orchestrator_clock(gen: Mapping[str, Any], a_offset_ns: int) -> dict[str, Any]:
+    """gen.json with its start, end and send histogram's start minus A's offset."""
+    out = dict(gen)
+    for k in _GEN_NS:
+        if isinstance(out.get(k), int):
+            out[k] = out[k] - a_offset_ns
+    if isinstance(out.get("sent_hist_start_ms"), int):
+        out["sent_hist_start_ms"] -= _ms(a_offset_ns)
+    return out
+
+
+def irtt_on_orchestrator_clock(trace: Any, c_offset_ns: int) -> Any:
+    """irtt's trace (analysis.load.RttTrace) with its send times minus C's offset; round-trip
+    times are differences on C's clock and stay as they are."""
+    import dataclasses
+
+    return dataclasses.replace(trace, send_ns=trace.send_ns - c_offset_ns)

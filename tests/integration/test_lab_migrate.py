@@ -155,6 +155,8 @@ def test_lab_migration_runs_every_helper_on_the_hosts(lab, tmp_path, mode, drive
     assert summary["volume_bytes"]["link"] is not None and summary["volume_bytes"]["link"] > 10e6
     assert summary["duration_s"]["hypervisor"] > 0
     assert "merged per-host samplers" in (run_dir / "counters.tsv").read_text()[:400]
+    # the sink's, the generator's and irtt's timestamps were put on the orchestrator's clock
+    assert summary["details"]["clock"]["corrected"] == {"sink": "B+A", "gen": "A", "irtt": "C"}
     # nothing left on any host
     assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
     assert _processes_with(f"/runs/{meta['testbed']['prefix']}") == []
