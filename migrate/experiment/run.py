@@ -386,7 +386,8 @@ def _migrate(
         return
     phase.current = POST_MIGRATION
     completed_ns, source = completion_ns(run_dir, scenario, returned_ns)
-    live = observe_forwarding(instruments, completed_ns)
+    offsets = sender_offsets(instruments.tb)
+    live = observe_forwarding(instruments, completed_ns, offsets)
     meta["after_migration"] = {
         "forwarding": live["seen"],
         "proof": "cross-traffic" if scenario.rate_bps > 0 else "rtt-probes",
@@ -394,6 +395,8 @@ def _migrate(
         "completed_source": source,
         "live": live,
     }
+    if offsets:
+        meta["after_migration"]["sender_offsets_ns"] = offsets
     if not live["seen"]:
         what = live.get("instrument_died")
         if what:
@@ -420,6 +423,7 @@ RECOVERY_OBSERVE_S = 3.0
 AFTER_MIGRATION_OBSERVE_S = 10.0
 OBSERVE_POLL_S = 0.01
 PROBES_MIN = 3  # RATE=0: probes that must reach D to call the router ready
+GEN_HOST, PROBE_HOST = "A", "C"  # the generator's and the irtt client's hosts (instruments.py)
 
 
 def fault_actions(tb: Testbed, instruments: Instruments) -> dict[str, Any]:
@@ -468,7 +472,23 @@ def completion_ns(run_dir: Path, scenario: Scenario, returned_ns: int) -> tuple[
     return returned_ns, "migrate() returned"
 
 
-def observe_forwarding(instruments: Instruments, completed_ns: int) -> dict[str, Any]:
+def sender_offsets(tb: Any) -> dict[str, int]:
+    """The clock offsets (host minus orchestrator, ns, as measured at the run's start) of the
+    hosts that stamp what the forwarding proof counts: A (vrgen's send stamps) and C (irtt's send
+    times); {} on the embedded testbed (one clock).  The completion time is on the orchestrator's
+    clock; the proof compares it with those stamps on their hosts' clocks."""
+    if not tb.remote:
+        return {}
+    out = {}
+    for role in (GEN_HOST, PROBE_HOST):
+        with contextlib.suppress(ValueError):  # not measured: compared as if on one clock
+            out[role] = int(tb.offset_ns(role)[0])
+    return out
+
+
+def observe_forwarding(
+    instruments: Instruments, completed_ns: int, offsets: dict[str, int] | None = None
+) -> dict[str, Any]:
     """Live readiness after the migration, observed within AFTER_MIGRATION_OBSERVE_S; returns
     {"seen", "seen_after_s", ...} (what was seen), or "missing" / "instrument_died".
 
@@ -477,11 +497,12 @@ def observe_forwarding(instruments: Instruments, completed_ns: int) -> dict[str,
     paused or gone by then).  Frames on R2's tapR would not do: they count what the guest sends
     (and QEMU's own announcements), not what reaches the segment.  At RATE=0: RTT probes reach D
     (UDP datagrams delivered in D's namespace grow by PROBES_MIN); which probes were sent after
-    the completion is established from irtt's output after the run (``after_record``)."""
+    the completion is established from irtt's output after the run (``after_record``).
+    ``offsets``: :func:`sender_offsets` (vrsink compares the time with A's send stamps)."""
     t0 = time.monotonic()
     cross = instruments.s.rate_bps > 0
     if cross:
-        instruments.mark_after(completed_ns)
+        instruments.mark_after(completed_ns + (offsets or {}).get(GEN_HOST, 0))
     base = None if cross else instruments.probes_at_d()
     while True:
         if dead := instruments.dead():
@@ -514,7 +535,7 @@ def _confirm_forwarding(scenario: Scenario, run_dir: Path, meta: dict[str, Any])
     completion and answered), into ``after_migration``; the run fails post-migration without one.
     ``forwarding``: seen live and in the record."""
     after = meta["after_migration"]
-    record = after_record(run_dir, scenario.rate_bps, after["completed_ns"])
+    record = after_record(run_dir, scenario.rate_bps, after["completed_ns"], after.get("sender_offsets_ns"))
     after.update(record)
     after["forwarding"] = bool(after["live"]["seen"] and record.get("packets"))
     if not record.get("packets") and meta["status"] == "running":
@@ -529,13 +550,18 @@ def _confirm_forwarding(scenario: Scenario, run_dir: Path, meta: dict[str, Any])
         log.error("%s", msg)
 
 
-def after_record(run_dir: Path, rate_bps: int, completed_ns: int) -> dict[str, Any]:
+def after_record(
+    run_dir: Path, rate_bps: int, completed_ns: int, offsets: dict[str, int] | None = None
+) -> dict[str, Any]:
     """What reached its destination of what was sent at or after ``completed_ns``: ``first``
     ({seq, sent_ns, received_ns}) and ``packets`` (cross-traffic: unique packets received at B,
     from sink.json ``after``, ``complete`` false if vrsink could not count those that arrived
     before it was told the time, and ``last``: the received packet with the highest send stamp;
-    RATE=0: irtt probes answered, with ``sent`` probes)."""
+    RATE=0: irtt probes answered, with ``sent`` probes).  ``offsets``: :func:`sender_offsets`;
+    the times in the record are on the senders' clocks, as the hosts wrote them."""
+    offsets = offsets or {}
     if rate_bps > 0:
+        completed_ns += offsets.get(GEN_HOST, 0)
         try:
             sink = json.loads((run_dir / "sink.json").read_text())
         except (OSError, ValueError) as err:
@@ -558,7 +584,7 @@ def after_record(run_dir: Path, rate_bps: int, completed_ns: int) -> dict[str, A
         trace = load_irtt(run_dir / "irtt.json.gz")
     except (OSError, ValueError, KeyError) as err:
         return {"first": None, "packets": None, "error": f"irtt.json.gz unreadable: {err}"}
-    sent = trace.send_ns >= completed_ns
+    sent = trace.send_ns >= completed_ns + offsets.get(PROBE_HOST, 0)
     answered = sent & trace.received
     out: dict[str, Any] = {"first": None, "packets": int(answered.sum()), "sent": int(sent.sum())}
     if answered.any():

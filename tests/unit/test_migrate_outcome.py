@@ -49,6 +49,7 @@ class FakeInstruments:
 
     def __init__(self, rate_bps: int, states: list[dict[str, Any] | None], dead: str | None = None) -> None:
         self.s = SimpleNamespace(rate_bps=rate_bps)
+        self.tb = SimpleNamespace(remote=False)  # the embedded testbed: one clock
         self.states, self.dead_what = list(states), dead
         self.after_ns: int | None = None
         self.actions: list[tuple[str, dict[str, Any]]] = []
@@ -333,3 +334,39 @@ def test_dst_unplugged_fires_mid_migration_and_is_a_known_fault():
     inj.on_progress({"status": "active", "ram": {"transferred": 10 * 2**20}})
     inj.on_progress({"status": "active", "ram": {"transferred": 20 * 2**20}})
     assert fired == ["unplugged"] and "dst-unplugged" in FAULTS
+
+
+def test_after_record_on_a_lab_compares_on_the_senders_clocks(tmp_path):
+    """The completion time is on the orchestrator's clock; vrsink was given it on A's clock (A's
+    offset added) and irtt's send times are C's: the record is read with the same offsets."""
+    from probes.irtt import load_irtt
+
+    a_off = -3_000_000  # A's clock 3 ms behind the orchestrator's
+    sink = {"tool": "vrsink", "after": {**_after(57), "threshold_ns": T_COMPLETED + a_off}, "max_tx": None}
+    (tmp_path / "sink.json").write_text(json.dumps(sink))
+    assert runmod.after_record(tmp_path, 10_000_000, T_COMPLETED, {"A": a_off})["packets"] == 57
+    assert runmod.after_record(tmp_path, 10_000_000, T_COMPLETED)["packets"] is None  # read as if on one clock
+
+    shutil.copy(FIXTURES / "probes" / "irtt_10ms_loss.json.gz", tmp_path / "irtt.json.gz")
+    trace = load_irtt(tmp_path / "irtt.json.gz")
+    t54 = int(trace.send_ns[trace.seqno == 54][0])
+    c_off = 25_000_000  # C 25 ms ahead: on C's clock the completion is at t54 + 25 ms
+    on_c = runmod.after_record(tmp_path, 0, t54, {"C": c_off})
+    assert on_c["sent"] == int((trace.send_ns >= t54 + c_off).sum())
+    assert on_c["sent"] < runmod.after_record(tmp_path, 0, t54)["sent"]
+
+
+def test_sender_offsets_are_the_lab_hosts_start_offsets():
+    class Lab:
+        remote = True
+
+        def offset_ns(self, role):
+            if role == "C":
+                raise ValueError("no clock measurement of C")
+            return {"A": (-1234, 40_000)}[role]
+
+    class Embedded:
+        remote = False
+
+    assert runmod.sender_offsets(Lab()) == {"A": -1234}
+    assert runmod.sender_offsets(Embedded()) == {}
