@@ -20,7 +20,21 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.01
 PDEATHSIG_PREFIX = ("setpriv", "--pdeathsig", "KILL", "--")
-__all__ = ["PDEATHSIG_PREFIX", "RUN_ENV", "LineTail", "Proc", "ProcessError", "netns_exec"]  # RUN_ENV: from registry
+#: after the parent-death signal is set, the child checks that its parent is still the process
+#: that forked it (``$PPID`` is read when the shell starts, after setpriv's prctl): a parent killed
+#: between fork and prctl would otherwise leave the child running, unregistered and unsignalled
+PARENT_CHECK = 'if [ "$PPID" != "$1" ]; then exit 137; fi; shift; exec "$@"'
+__all__ = [  # RUN_ENV: from registry
+    "PDEATHSIG_PREFIX", "RUN_ENV", "LineTail", "Proc", "ProcessError", "netns_exec", "with_pdeathsig",
+]  # fmt: skip
+
+
+def with_pdeathsig(argv: list[str], parent_pid: int | None = None) -> list[str]:
+    """argv that runs ``argv`` (same PID: every step execs in place) with SIGKILL as its
+    parent-death signal, and not at all if its parent (``parent_pid``, default this process) is
+    already gone by then (exit 137).  ``argv`` reaches sh only as positional parameters."""
+    parent = os.getpid() if parent_pid is None else parent_pid
+    return [*PDEATHSIG_PREFIX, "sh", "-c", PARENT_CHECK, "vrmig-pdeath", str(parent), *argv]
 
 
 def netns_exec(ns: str, argv: list[str]) -> list[str]:
@@ -50,8 +64,9 @@ class Proc:
         self.what = what
         inner = netns_exec(netns, argv) if netns else list(argv)
         # PDEATHSIG: if the orchestrator is SIGKILLed between fork and registering the PID, the
-        # child dies with it instead of escaping the registry (setpriv execs in place: same PID)
-        self.argv = [*PDEATHSIG_PREFIX, *inner]
+        # child dies with it instead of escaping the registry (setpriv execs in place: same PID),
+        # and one whose parent died before the signal was set does not start (with_pdeathsig)
+        self.argv = with_pdeathsig(inner)
         self.registry = registry
         self.stdout_path = out_dir / (stdout_name or f"{what}.stdout")
         self.stderr_path = out_dir / f"{what}.stderr"

@@ -157,6 +157,9 @@ def test_lab_migration_runs_every_helper_on_the_hosts(lab, tmp_path, mode, drive
     assert "merged per-host samplers" in (run_dir / "counters.tsv").read_text()[:400]
     # the sink's, the generator's and irtt's timestamps were put on the orchestrator's clock
     assert summary["details"]["clock"]["corrected"] == {"sink": "B+A", "gen": "A", "irtt": "C"}
+    # the forwarding proof compared the completion time with A's send stamps on A's clock
+    offs = meta["after_migration"]["sender_offsets_ns"]
+    assert set(offs) == {"A", "C"} and abs(offs["A"]) <= meta["clock"]["hosts"]["A"]["start"]["uncertainty_ns"]
     # nothing left on any host
     assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
     assert _processes_with(f"/runs/{meta['testbed']['prefix']}") == []
