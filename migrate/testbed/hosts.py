@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from migrate.core.errors import ConfigError, VrmigError
-from migrate.core.procs import PDEATHSIG_PREFIX, netns_exec
+from migrate.core.procs import netns_exec, with_pdeathsig
 from migrate.testbed.inventory import HostSpec, Inventory, SshTarget
 
 log = logging.getLogger(__name__)
@@ -164,8 +164,7 @@ def ssh_options(t: SshTarget, control_path: Path) -> list[str]:
 def master_argv(t: SshTarget, control_path: Path) -> list[str]:
     """The master connection: no command, in the foreground, a child that dies with the
     orchestrator (PDEATHSIG), binding forwarded unix sockets over stale ones."""
-    return [
-        *PDEATHSIG_PREFIX,
+    return with_pdeathsig([
         "ssh",
         *ssh_options(t, control_path),
         "-o", "ControlMaster=yes",
@@ -177,7 +176,7 @@ def master_argv(t: SshTarget, control_path: Path) -> list[str]:
         "-N",
         "--",
         t.host,
-    ]  # fmt: skip
+    ])  # fmt: skip
 
 
 def session_argv(t: SshTarget, control_path: Path, remote_argv: Sequence[str]) -> list[str]:

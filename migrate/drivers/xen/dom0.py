@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from migrate.core.errors import VrmigError
-from migrate.core.procs import PDEATHSIG_PREFIX
+from migrate.core.procs import with_pdeathsig
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +229,7 @@ class ShellDom0:
     def argv(self, argv: Sequence[str]) -> list[str]:
         """The local argv that runs ``argv`` on this dom0."""
         args = _checked(argv)
-        return [*PDEATHSIG_PREFIX, *self.prefix, shlex.join(args)] if self.prefix else [*PDEATHSIG_PREFIX, *args]
+        return with_pdeathsig([*self.prefix, shlex.join(args)] if self.prefix else list(args))
 
     def run(self, argv: Sequence[str], timeout_s: float = 30.0) -> tuple[int, str]:
         """Run ``argv``; return (exit status, stdout+stderr)."""
