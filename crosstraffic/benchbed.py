@@ -10,8 +10,10 @@ first veth hop (bridge, B's IP/UDP receive, socket enqueue) to that CPU: the gen
 then carries only the sending side, as a real sender host would.  Without it, a veth hands each
 packet to the receiving stack on the sender's own CPU.
 
-Namespaces are named ``vrt-bt-<random>-{A,SW,B}``, recorded before they are created and deleted
-in ``finally`` (Ctrl-C included); readiness is a ping A -> B.
+Namespaces are named ``vrt-bt-<random>-{A,SW,B}``, recorded in a run registry
+(``migrate.core.registry``: its state file and reaper) before they are created, and deleted when
+the block ends (Ctrl-C included) or, if the benchmark is killed (SIGKILL), by the registry's
+reaper; readiness is a ping A -> B.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+
+from migrate.core.registry import Registry
 
 NS_PREFIX = "vrt-bt-"
 REACH_TIMEOUT_S = 10.0
@@ -89,14 +93,14 @@ def _set_rps(ns: str, ifname: str, cpu: int) -> None:
 
 @contextlib.contextmanager
 def bridge_bed(rx_cpu: int | None = 1) -> Iterator[BridgeBed]:
-    """Build A -> SW(br0) -> B; always delete the three namespaces afterwards."""
-    base = f"{NS_PREFIX}{secrets.token_hex(3)}"
+    """Build A -> SW(br0) -> B; always delete the three namespaces afterwards (the registry's
+    teardown, or its reaper if this process is killed)."""
+    token = secrets.token_hex(3)
+    base = f"{NS_PREFIX}{token}"
     a, sw, b = f"{base}-A", f"{base}-SW", f"{base}-B"
-    created: list[str] = []
-    try:
+    with Registry(f"bt{token}") as reg:
         for ns in (a, sw, b):
-            created.append(ns)  # recorded first: a Ctrl-C between add and append cannot leak it
-            _ip("netns", "add", ns)
+            reg.create_netns(ns)  # recorded first, then created with signals held
         _ip("-n", a, "link", "add", "eth0", "type", "veth", "peer", "name", "pA", "netns", sw)
         _ip("-n", b, "link", "add", "eth0", "type", "veth", "peer", "name", "pB", "netns", sw)
         _ip("-n", sw, "link", "add", "br0", "type", "bridge", "stp_state", "0")
@@ -137,6 +141,5 @@ def bridge_bed(rx_cpu: int | None = 1) -> Iterator[BridgeBed]:
                     raise BedError(f"{a} cannot reach {dst} through the bridge")
                 time.sleep(POLL_S)  # IPv6 needs the link to come up first: poll until the reply
         yield bed
-    finally:
-        for ns in reversed(created):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+    if reg.teardown_problems:
+        raise BedError("; ".join(reg.teardown_problems))
