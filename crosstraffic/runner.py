@@ -21,6 +21,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from migrate.core.procs import with_pdeathsig
+
 REPO = Path(__file__).resolve().parent.parent
 BIN_DIR = REPO / "crosstraffic" / "bin"
 NS_PREFIX = "vrt-ct-"
@@ -46,8 +48,10 @@ class Child:
 
     def __init__(self, argv: Sequence[str], netns: str | None = None) -> None:
         self.argv = tuple(["ip", "netns", "exec", netns, *argv] if netns else argv)
+        # a SIGKILLed bench or test must not leave vrgen/vrsink running: the child gets SIGKILL
+        # as its parent-death signal and does not start if this process is already gone
         self.popen = subprocess.Popen(
-            self.argv,
+            with_pdeathsig(list(self.argv)),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

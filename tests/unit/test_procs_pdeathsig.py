@@ -62,3 +62,29 @@ def _comm(pid: int) -> str | None:
     if stat.rsplit(")", 1)[1].split()[0] == "Z":  # a zombie is dead (its reaper has not waited yet)
         return None
     return stat[stat.index("(") + 1 : stat.rindex(")")]
+
+
+def test_a_traffic_child_dies_with_the_benchmark_that_started_it():
+    """crosstraffic.runner.Child (vrgen/vrsink in the benchmarks and self-tests) uses the same
+    parent-death signal: a SIGKILLed benchmark leaves no generator or sink running."""
+    code = (
+        "import time\n"
+        "from crosstraffic.runner import Child\n"
+        "c = Child(['sleep', '60'])\n"
+        "print(c.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=os.environ)
+    try:
+        child = int(parent.stdout.readline())
+        deadline = time.monotonic() + 5
+        while _comm(child) != "sleep" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _comm(child) == "sleep"
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+    deadline = time.monotonic() + 5
+    while _comm(child) == "sleep" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _comm(child) != "sleep", "the traffic child outlived the benchmark"
