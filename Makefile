@@ -151,7 +151,7 @@ lint:
 
 bench-traffic: helpers
 	mkdir -p $(RESULTS)/bench
-	$(PY) -m crosstraffic.bench_traffic --out $(RESULTS)/bench/traffic.csv
+	$(PY) -m crosstraffic.bench.traffic --out $(RESULTS)/bench/traffic.csv
 
 # make chaos HVS=kvm,kvm-libvirt,criu,xen TRIALS=10 XEN_TRIALS=2 SEED=1 (TRIALS per HV; xen ~2 min a trial)
 chaos:

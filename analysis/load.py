@@ -9,28 +9,16 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from probes.sampler import Series as IfSeries  # one interface's samples, as the sampler's loader gives them
+from probes.sampler import load_counters as parse_counters
+
 COUNTER_COLUMNS = ("t_ns", "late_ns", "netns", "ifname", "rx_packets", "rx_bytes", "tx_packets", "tx_bytes")
-
-
-@dataclass(frozen=True, eq=False)
-class IfSeries:
-    """Counter samples of one interface, in time order (counters as read: uint64, may wrap)."""
-
-    t_ns: np.ndarray
-    late_ns: np.ndarray
-    rx_packets: np.ndarray
-    rx_bytes: np.ndarray
-    tx_packets: np.ndarray
-    tx_bytes: np.ndarray
-
-    def __len__(self) -> int:
-        return int(self.t_ns.size)
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,14 +80,13 @@ def load_counters(path: Path) -> Counters:
     Parsing is :func:`probes.sampler.load_counters` (tolerant: malformed lines and a last line
     without its newline are skipped); this regroups its series by role, orders each by time and
     keeps the closing line's numbers (CPU seconds, rounds, missed rounds, read errors) in ``tail``."""
-    from probes.sampler import load_counters as parse
-
-    c = parse(path, strict=False)
+    c = parse_counters(path, strict=False)
     series: dict[tuple[str, str], IfSeries] = {}
     for s in c:
         order = np.argsort(s.t_ns, kind="stable")
-        series[(role_of(s.netns), s.ifname)] = IfSeries(
-            **{n: np.ascontiguousarray(getattr(s, n)[order]) for n in COUNTER_COLUMNS if n not in ("netns", "ifname")}
+        series[(role_of(s.netns), s.ifname)] = replace(
+            s,
+            **{n: np.ascontiguousarray(getattr(s, n)[order]) for n in COUNTER_COLUMNS if n not in ("netns", "ifname")},
         )
     late = np.concatenate([s.late_ns for s in c]) if len(c) else np.zeros(0, np.int64)
     return Counters(c.period_ns, series, late, _tail(c.footer))

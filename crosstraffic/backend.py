@@ -374,10 +374,10 @@ class Backend(ABC):
 # registry (backends are imported only when asked for)
 
 _REGISTRY: dict[str, str] = {
-    "builtin": "crosstraffic.builtin:BuiltinBackend",
-    "iperf3": "crosstraffic.iperf3:Iperf3Backend",
-    "ditg": "crosstraffic.ditg:DitgBackend",
-    "trafgen": "crosstraffic.trafgen:TrafgenBackend",
+    "builtin": "crosstraffic.backends.builtin:BuiltinBackend",
+    "iperf3": "crosstraffic.backends.iperf3:Iperf3Backend",
+    "ditg": "crosstraffic.backends.ditg:DitgBackend",
+    "trafgen": "crosstraffic.backends.trafgen:TrafgenBackend",
 }
 DEFAULT_BACKEND = "builtin"
 

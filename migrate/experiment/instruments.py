@@ -21,7 +21,7 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
-from crosstraffic.builtin import BuiltinBackend
+from crosstraffic.backends.builtin import BuiltinBackend
 from migrate.core.atomic import write_text
 from migrate.core.errors import DependencyError, VrmigError
 from migrate.core.procs import Proc

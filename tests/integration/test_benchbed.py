@@ -1,4 +1,4 @@
-"""The traffic benchmark's bed (crosstraffic.benchbed): its namespaces go at the end of the block
+"""The traffic benchmark's bed (crosstraffic.bench.bed): its namespaces go at the end of the block
 and, when the benchmark is SIGKILLed inside it, its registry's reaper removes them."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from crosstraffic.benchbed import bridge_bed
+from crosstraffic.bench.bed import bridge_bed
 from tests.integration.conftest import REPO, require_root_and
 
 GRACE_S = 10.0
@@ -29,7 +29,7 @@ def test_a_sigkilled_benchmark_leaves_no_namespace():
     require_root_and("ip", "bridge", "ping")
     code = (
         "import time\n"
-        "from crosstraffic.benchbed import bridge_bed\n"
+        "from crosstraffic.bench.bed import bridge_bed\n"
         "with bridge_bed(rx_cpu=None) as bed:\n"
         "    print(bed.a, bed.sw, bed.b, flush=True)\n"
         "    time.sleep(120)\n"

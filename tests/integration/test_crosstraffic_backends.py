@@ -1,5 +1,5 @@
 """D-ITG, trafgen and vrgen --packet for real on the benchmark testbed (A -> SW bridge -> B), the
-frames' checksums, and a short ``crosstraffic.bench_traffic`` run.
+frames' checksums, and a short ``crosstraffic.bench.traffic`` run.
 
 Skips with the reason unless running as root with the tools installed (``make setup``).
 """
@@ -19,9 +19,9 @@ import pytest
 
 from crosstraffic import get_backend
 from crosstraffic.backend import Backend, GenResult, SinkResult
-from crosstraffic.benchbed import NS_PREFIX, BridgeBed, bridge_bed
+from crosstraffic.backends.trafgen import CRT_MODULI, packet_config
+from crosstraffic.bench.bed import NS_PREFIX, BridgeBed, bridge_bed
 from crosstraffic.runner import REPO, Child, run, wait_tcp_listen
-from crosstraffic.trafgen import CRT_MODULI, packet_config
 from tests.integration.conftest import require_root_and
 
 pytestmark = pytest.mark.integration
@@ -242,7 +242,7 @@ def test_bench_traffic_smoke(tmp_path):
         [
             sys.executable,
             "-m",
-            "crosstraffic.bench_traffic",
+            "crosstraffic.bench.traffic",
             "--out",
             str(out),
             "--duration",
@@ -284,7 +284,7 @@ def test_bench_traffic_smoke(tmp_path):
 def test_bench_traffic_bad_input_creates_nothing(tmp_path):
     before = _bed_namespaces()
     f = subprocess.run(
-        [sys.executable, "-m", "crosstraffic.bench_traffic", "--out", str(tmp_path / "x.csv"), "--only", "pktgen"],
+        [sys.executable, "-m", "crosstraffic.bench.traffic", "--out", str(tmp_path / "x.csv"), "--only", "pktgen"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -297,7 +297,7 @@ def test_bench_traffic_bad_input_creates_nothing(tmp_path):
         [
             sys.executable,
             "-m",
-            "crosstraffic.bench_traffic",
+            "crosstraffic.bench.traffic",
             "--out",
             str(tmp_path / "x.csv"),
             "--vrgen-quantum-us",

@@ -125,7 +125,7 @@ def test_cross_traffic_rates_and_loss():
     sink = {"packets": 9_000, "lost": 900, "frame_bytes": 1500, "first_ns": T0 + MS, "last_ns": T0 + 1 * 10**9 + MS}
     t = T0 + np.arange(0, 2001, 10) * MS
     pk = (np.arange(t.size) * 45).astype(np.uint64)  # 4500 packets/s
-    b = IfSeries(t, np.zeros(t.size, np.int64), pk, pk * np.uint64(1496), pk * 0, pk * 0)
+    b = IfSeries("vrt-B", "tapB", t, np.zeros(t.size, np.int64), pk, pk * np.uint64(1496), pk * 0, pk * 0)
     c = cross_traffic(gen, sink, b)
     assert c.offered_bps == 100e6
     assert c.forwarded_bps == pytest.approx(9_000 * 1500 * 8 / 1.0)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from crosstraffic import TrafficError, get_backend
-from crosstraffic.ditg import UNPACED_PPS, parse_itgdec
-from crosstraffic.trafgen import CRT_MODULI, crt_residues, packet_config, parse_trafgen
+from crosstraffic.backends.ditg import UNPACED_PPS, parse_itgdec
+from crosstraffic.backends.trafgen import CRT_MODULI, crt_residues, packet_config, parse_trafgen
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "crosstraffic"
 A_MAC, B_MAC = "02:00:00:00:00:0a", "02:00:00:00:00:0b"

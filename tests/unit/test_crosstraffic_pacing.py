@@ -9,7 +9,9 @@ import sys
 import numpy as np
 import pytest
 
-from crosstraffic.bench_traffic import (
+from crosstraffic.backends.builtin import BIN_DIR
+from crosstraffic.bench.bed import BridgeBed
+from crosstraffic.bench.traffic import (
     Deviation,
     alt_variants,
     anchored_deviation,
@@ -20,9 +22,7 @@ from crosstraffic.bench_traffic import (
     parse_itgdec_octave,
     schedule_interval_ns,
 )
-from crosstraffic.bench_traffic import main as bench_main
-from crosstraffic.benchbed import BridgeBed
-from crosstraffic.builtin import BIN_DIR
+from crosstraffic.bench.traffic import main as bench_main
 from crosstraffic.runner import Child, RunError
 from crosstraffic.selftest import pacing_check
 

@@ -30,14 +30,32 @@ def test_argv_reaches_the_command_unchanged_and_keeps_the_pid():
 
 def test_the_child_dies_with_its_parent():
     """A parent process starts the helper, then is SIGKILLed: the helper gets SIGKILL too."""
-    code = (
+    _assert_sleep_dies_with(
         "import subprocess, sys, time\n"
         "from migrate.core.procs import with_pdeathsig\n"
         "p = subprocess.Popen(with_pdeathsig(['sleep', '60']))\n"
         "print(p.pid, flush=True)\n"
         "time.sleep(60)\n"
     )
+
+
+def test_a_traffic_child_dies_with_the_benchmark_that_started_it():
+    """crosstraffic.runner.Child (vrgen/vrsink in the benchmarks and self-tests) uses the same
+    parent-death signal: a SIGKILLed benchmark leaves no generator or sink running."""
+    _assert_sleep_dies_with(
+        "import time\n"
+        "from crosstraffic.runner import Child\n"
+        "c = Child(['sleep', '60'])\n"
+        "print(c.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+
+
+def _assert_sleep_dies_with(code: str) -> None:
+    """Run ``code`` (which starts ``sleep 60`` and prints its PID) in a parent process, SIGKILL the
+    parent once the child is ``sleep``, and require the child to be gone within 5 s."""
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=os.environ)
+    child = None
     try:
         child = int(parent.stdout.readline())
         deadline = time.monotonic() + 5
@@ -50,7 +68,10 @@ def test_the_child_dies_with_its_parent():
     deadline = time.monotonic() + 5
     while _comm(child) == "sleep" and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert _comm(child) != "sleep", "the helper outlived its parent"
+    alive = _comm(child) == "sleep"
+    if alive:
+        os.kill(child, signal.SIGKILL)  # this test's own child, by PID
+    assert not alive, "the helper outlived its parent"
 
 
 def _comm(pid: int) -> str | None:
@@ -62,29 +83,3 @@ def _comm(pid: int) -> str | None:
     if stat.rsplit(")", 1)[1].split()[0] == "Z":  # a zombie is dead (its reaper has not waited yet)
         return None
     return stat[stat.index("(") + 1 : stat.rindex(")")]
-
-
-def test_a_traffic_child_dies_with_the_benchmark_that_started_it():
-    """crosstraffic.runner.Child (vrgen/vrsink in the benchmarks and self-tests) uses the same
-    parent-death signal: a SIGKILLed benchmark leaves no generator or sink running."""
-    code = (
-        "import time\n"
-        "from crosstraffic.runner import Child\n"
-        "c = Child(['sleep', '60'])\n"
-        "print(c.pid, flush=True)\n"
-        "time.sleep(60)\n"
-    )
-    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=os.environ)
-    try:
-        child = int(parent.stdout.readline())
-        deadline = time.monotonic() + 5
-        while _comm(child) != "sleep" and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert _comm(child) == "sleep"
-    finally:
-        parent.send_signal(signal.SIGKILL)
-        parent.wait()
-    deadline = time.monotonic() + 5
-    while _comm(child) == "sleep" and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert _comm(child) != "sleep", "the traffic child outlived the benchmark"

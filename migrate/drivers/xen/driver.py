@@ -42,12 +42,22 @@ from migrate.drivers.criu.nsock import NetDevCounters, netns_path
 from migrate.drivers.kvm.accel import detect_accel
 from migrate.drivers.kvm.driver import NIC_MODELS, QEMU, qemu_version
 from migrate.drivers.xen.dom0 import EXIT_MARK, XEN_LOG, AgentDom0, Dom0Error, ShellDom0, StreamLog
+from migrate.drivers.xen.xl import (
+    CFG_PATH,
+    DOMAIN,
+    ROUTER_MACS,
+    domu_config,
+    excerpt,
+    parse_xl_info,
+    parse_xl_list,
+    receiver_argv,
+    sender_argv,
+)
 from migrate.experiment.scenario import XEN_PV_REFUSAL, Scenario, xen_host_env
 from migrate.testbed import topology as topo
 
 log = logging.getLogger(__name__)
 
-DOMAIN = "vrmig-router"
 DOM0_MEM_MIB = 1024
 QEMU_HEADROOM_MIB = 512
 XEN_APPEND = (
@@ -61,7 +71,6 @@ HOST_MACS = {
     "R2": ("52:54:00:c6:32:01", "52:54:00:c6:32:02", "52:54:00:c6:32:03"),
 }
 MIG_TAP, MIG_BRIDGE = "tapM", "brM"
-CFG_PATH = "/etc/xen/vrmig-router.cfg"
 DOMU_CONSOLE_LOG = f"/var/log/xen/console/guest-{DOMAIN}.log"
 SEND_PIDFILE = "/run/vrmig/send.pid"  # in R1's dom0: the xl migrate to stop on timeout
 #: dom0 steps that need shell syntax: fixed scripts, parameters only as positional arguments
@@ -82,42 +91,6 @@ def real_dom0() -> bool:
     except OSError:
         return False
     return "control_d" in caps and shutil.which("xl") is not None
-
-
-ROUTER_MACS: tuple[str, str] = (topo.ROUTER_PORTS[0].mac, topo.ROUTER_PORTS[1].mac)
-
-
-def domu_config(
-    kernel: str,
-    ramdisk: str,
-    cmdline: str,
-    *,
-    mem_mib: int,
-    vcpus: int = 1,
-    guest_type: str = "pvh",
-    macs: tuple[str, str] = ROUTER_MACS,
-) -> str:
-    """The router domU's xl configuration (PVH, the router's MACs, vifs on xenbrL/xenbrR)."""
-    vifs = ", ".join(
-        f'"mac={mac},bridge=xenbr{seg},script=/usr/sbin/vrmig-vif"'
-        for seg, mac in zip(topo.SEGMENTS, macs, strict=True)
-    )
-    return "\n".join(
-        [
-            f'name = "{DOMAIN}"',
-            f'type = "{guest_type}"',
-            f'kernel = "{kernel}"',
-            f'ramdisk = "{ramdisk}"',
-            f'cmdline = "{cmdline}"',
-            f"memory = {mem_mib}",
-            f"maxmem = {mem_mib}",
-            f"vcpus = {vcpus}",
-            'tsc_mode = "native"',  # without it TCG's SVM emulation fails on RDTSCP in the guest
-            'on_crash = "preserve"',
-            f"vif = [ {vifs} ]",
-            "",
-        ]
-    )
 
 
 def host_qemu_argv(
@@ -304,13 +277,13 @@ class XenDriver(Driver):
             elif self.ctx.abort and self.ctx.abort():
                 why = "interrupted"
             if why:
-                raise GuestError(f"nested Xen host {host} did not boot: {why}; console: {_excerpt(text)}")
+                raise GuestError(f"nested Xen host {host} did not boot: {why}; console: {excerpt(text)}")
             time.sleep(0.05)
 
     def _run(self, host: str, argv: list[str], timeout_s: float = 30.0, check: bool = True) -> str:
         rc, out = self.dom0[host].run(argv, timeout_s)
         if check and rc != 0:
-            raise GuestError(f"{host} dom0: `{shlex.join(argv)[:120]}` failed (exit {rc}): {_excerpt(out)}")
+            raise GuestError(f"{host} dom0: `{shlex.join(argv)[:120]}` failed (exit {rc}): {excerpt(out)}")
         return out
 
     def _check_tools(self, host: str) -> dict[str, Any]:
@@ -523,60 +496,14 @@ def create_router_domu(
         save_cfg.write_text(cfg)
     rc, out = dom0.run(["sh", "-c", WRITE_FILE_SH, "sh", CFG_PATH, cfg])
     if rc != 0:
-        raise GuestError(f"{host} dom0: cannot write {CFG_PATH}: {_excerpt(out)}")
+        raise GuestError(f"{host} dom0: cannot write {CFG_PATH}: {excerpt(out)}")
     # the domU's console as xenconsoled logs it, streamed (readiness is observed there)
     dom0.stream("con", ["sh", "-c", FOLLOW_SH, "sh", DOMU_CONSOLE_LOG])
     rc, out = dom0.run(["xl", "create", CFG_PATH], 120.0)
     if rc != 0:
-        raise GuestError(f"{host} dom0: xl create failed (exit {rc}): {_excerpt(out)}")
+        raise GuestError(f"{host} dom0: xl create failed (exit {rc}): {excerpt(out)}")
     hit = streams.wait(host, "con", (READY_MARKER, FAIL_MARKER), timeout_s, alive)
     if hit is None or READY_MARKER not in hit["line"]:
         tail = " | ".join(streams.tail(host, "con"))
         raise GuestError(f"router domU not ready on {host}: {hit['line'] if hit else 'no READY line'}; console: {tail}")
     return str(hit["line"])
-
-
-def receiver_argv(addr: str, port: int) -> list[str]:
-    """R2's listener: socat accepts one connection on ``addr``:``port`` and runs
-    ``xl -vvv migrate-receive`` on it (socat's EXEC splits its own words; no shell)."""
-    return ["socat", f"TCP-LISTEN:{port},bind={addr},reuseaddr", "EXEC:xl -vvv migrate-receive"]
-
-
-def sender_argv(addr: str, port: int) -> list[str]:
-    """R1's ``xl migrate``.  With an empty ``-s`` xl runs its host argument with ``sh -c`` as the
-    transport, so that argument is a shell command line: built with shlex.join, the address
-    stays one word whatever it contains."""
-    transport = shlex.join(["socat", "-", f"TCP:{addr}:{port}"])
-    return ["xl", "-vvv", "migrate", "-s", "", DOMAIN, transport]
-
-
-def _excerpt(text: str, n: int = 12) -> str:
-    lines = [ln for ln in text.replace("\r", "").splitlines() if ln.strip()]
-    return " | ".join(lines[-n:])
-
-
-def parse_xl_list(text: str) -> dict[str, dict[str, Any]]:
-    """``xl list`` output -> {name: {id, mem_mib, vcpus, state, time_s}}."""
-    out: dict[str, dict[str, Any]] = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) < 6 or parts[0] == "Name" or not parts[1].isdigit():
-            continue
-        out[parts[0]] = {
-            "id": int(parts[1]),
-            "mem_mib": int(parts[2]),
-            "vcpus": int(parts[3]),
-            "state": parts[4],
-            "time_s": float(parts[5]),
-        }
-    return out
-
-
-def parse_xl_info(text: str) -> dict[str, str]:
-    """``xl info`` output -> {key: value}."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out

@@ -1,6 +1,6 @@
 """``make bench-traffic``: every traffic backend on the same A -> switch -> B testbed, one run.
 
-    sudo .venv/bin/python -m crosstraffic.bench_traffic --out results/bench/traffic.csv
+    sudo .venv/bin/python -m crosstraffic.bench.traffic --out results/bench/traffic.csv
 
 For 64 B and 1500 B IPv4 frames and every backend (builtin = vrgen/vrsink over a UDP socket and in
 ``--packet`` mode, iperf3, D-ITG, trafgen with its sequence counter and as static frames):
@@ -18,7 +18,7 @@ trafgen, ITGRecv's user-space stamps for D-ITG).  iperf3 reports no per-packet t
 deviation.
 
 Generators run on CPU 0, sinks on CPU 1; RPS moves the receive path behind the first veth to
-CPU 1 (``--rx-cpu``, see :mod:`crosstraffic.benchbed`).  Rates count Ethernet-frame bits
+CPU 1 (``--rx-cpu``, see :mod:`crosstraffic.bench.bed`).  Rates count Ethernet-frame bits
 (frame incl. FCS).  ``loss_ratio`` = 1 - received / sent with both counts from the tools
 (generator's sent packets, sink's received unique packets); ``sink_socket_drops`` is the loss the
 sink's own socket caused (vrsink only).  Writes the CSV (one row per run), ``<out>.meta.json``
@@ -53,11 +53,11 @@ import numpy as np
 
 from crosstraffic import get_backend
 from crosstraffic.backend import Backend, TrafficError
-from crosstraffic.benchbed import BedError, BridgeBed, bridge_bed
-from crosstraffic.builtin import BIN_DIR
+from crosstraffic.backends.builtin import BIN_DIR
+from crosstraffic.bench.bed import BedError, BridgeBed, bridge_bed
 from crosstraffic.runner import REPO, Child, RunError, run, wait_tcp_listen
 
-log = logging.getLogger("crosstraffic.bench_traffic")
+log = logging.getLogger("crosstraffic.bench.traffic")
 
 PORT = 9000
 GEN_CPU, SINK_CPU = 0, 1
@@ -712,7 +712,7 @@ def _preflight(variants: Sequence[Variant]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; write CSV + meta; print the markdown table."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m crosstraffic.bench.traffic", description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="CSV path (meta goes to <out minus .csv>.meta.json)")
     ap.add_argument("--duration", type=float, default=4.0, help="whole seconds per run (default 4)")
     ap.add_argument("--reps", type=int, default=3, help="repetitions of the unpaced maxima (default 3)")

@@ -52,7 +52,7 @@ from crosstraffic.backend import (
     frozen_mapping,
     payload_bytes,
 )
-from crosstraffic.builtin import BuiltinBackend, check_mac
+from crosstraffic.backends.builtin import BuiltinBackend, check_mac
 
 TOOL = "trafgen"
 CRT_MODULI = (256, 255, 253, 251, 247, 241, 239, 233)

@@ -135,7 +135,7 @@ def _fmt(r: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; print a table and optionally write JSON."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m crosstraffic.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per run (default 5)")
     ap.add_argument("--reps", type=int, default=3, help="repetitions of the max-pps comparison (default 3)")
     ap.add_argument("--skip-rates", action="store_true", help="only the max-pps comparison")

@@ -22,7 +22,7 @@ from crosstraffic.backend import (
     require,
 )
 
-BIN_DIR = Path(__file__).resolve().parent / "bin"
+BIN_DIR = Path(__file__).resolve().parents[1] / "bin"
 VERSION = 1
 PAYLOAD_HEADER_BYTES = 16  # u64 seq + i64 CLOCK_REALTIME send ns
 

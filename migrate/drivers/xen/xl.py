@@ -1,0 +1,96 @@
+"""What the Xen driver says to and reads from ``xl``: the router domU's configuration file, the
+``xl migrate`` / ``xl migrate-receive`` command lines of the migration (socat as the transport on the
+migration link), and the parsers of ``xl list`` and ``xl info``.  Pure functions, unit-tested on
+captured output (tests/unit/test_analysis_xen.py)."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from migrate.testbed import topology as topo
+
+DOMAIN = "vrmig-router"
+CFG_PATH = "/etc/xen/vrmig-router.cfg"
+
+ROUTER_MACS: tuple[str, str] = (topo.ROUTER_PORTS[0].mac, topo.ROUTER_PORTS[1].mac)
+
+
+def domu_config(
+    kernel: str,
+    ramdisk: str,
+    cmdline: str,
+    *,
+    mem_mib: int,
+    vcpus: int = 1,
+    guest_type: str = "pvh",
+    macs: tuple[str, str] = ROUTER_MACS,
+) -> str:
+    """The router domU's xl configuration (PVH, the router's MACs, vifs on xenbrL/xenbrR)."""
+    vifs = ", ".join(
+        f'"mac={mac},bridge=xenbr{seg},script=/usr/sbin/vrmig-vif"'
+        for seg, mac in zip(topo.SEGMENTS, macs, strict=True)
+    )
+    return "\n".join(
+        [
+            f'name = "{DOMAIN}"',
+            f'type = "{guest_type}"',
+            f'kernel = "{kernel}"',
+            f'ramdisk = "{ramdisk}"',
+            f'cmdline = "{cmdline}"',
+            f"memory = {mem_mib}",
+            f"maxmem = {mem_mib}",
+            f"vcpus = {vcpus}",
+            'tsc_mode = "native"',  # without it TCG's SVM emulation fails on RDTSCP in the guest
+            'on_crash = "preserve"',
+            f"vif = [ {vifs} ]",
+            "",
+        ]
+    )
+
+
+def receiver_argv(addr: str, port: int) -> list[str]:
+    """R2's listener: socat accepts one connection on ``addr``:``port`` and runs
+    ``xl -vvv migrate-receive`` on it (socat's EXEC splits its own words; no shell)."""
+    return ["socat", f"TCP-LISTEN:{port},bind={addr},reuseaddr", "EXEC:xl -vvv migrate-receive"]
+
+
+def sender_argv(addr: str, port: int) -> list[str]:
+    """R1's ``xl migrate``.  With an empty ``-s`` xl runs its host argument with ``sh -c`` as the
+    transport, so that argument is a shell command line: built with shlex.join, the address
+    stays one word whatever it contains."""
+    transport = shlex.join(["socat", "-", f"TCP:{addr}:{port}"])
+    return ["xl", "-vvv", "migrate", "-s", "", DOMAIN, transport]
+
+
+def excerpt(text: str, n: int = 12) -> str:
+    """The last ``n`` non-empty lines of a command's or console's output, joined with " | "."""
+    lines = [ln for ln in text.replace("\r", "").splitlines() if ln.strip()]
+    return " | ".join(lines[-n:])
+
+
+def parse_xl_list(text: str) -> dict[str, dict[str, Any]]:
+    """``xl list`` output -> {name: {id, mem_mib, vcpus, state, time_s}}."""
+    out: dict[str, dict[str, Any]] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 6 or parts[0] == "Name" or not parts[1].isdigit():
+            continue
+        out[parts[0]] = {
+            "id": int(parts[1]),
+            "mem_mib": int(parts[2]),
+            "vcpus": int(parts[3]),
+            "state": parts[4],
+            "time_s": float(parts[5]),
+        }
+    return out
+
+
+def parse_xl_info(text: str) -> dict[str, str]:
+    """``xl info`` output -> {key: value}."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
