@@ -62,6 +62,34 @@ def seconds(name: str) -> Callable[[str], float]:
     return conv
 
 
+def positive(name: str, unit: str) -> Callable[[str], float]:
+    """Converter to a float above 0 in ``unit`` (e.g. "milliseconds"); the error names ``name``."""
+
+    def conv(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise ConfigError(f"{name}={text!r} is not a number of {unit}") from None
+        if not v > 0:
+            raise ConfigError(f"{name}={text!r} must be above 0")
+        return v
+
+    return conv
+
+
+def names(name: str, example: str) -> Callable[[str], list[str]]:
+    """Converter of a comma-separated list of names (order kept, repeats dropped, at least one);
+    the error names ``name`` and shows ``example``."""
+
+    def conv(text: str) -> list[str]:
+        out = [p.strip() for p in text.split(",") if p.strip()]
+        if not out:
+            raise ConfigError(f"{name}={text!r}: give at least one name, e.g. {example}")
+        return list(dict.fromkeys(out))
+
+    return conv
+
+
 def rate(name: str) -> Callable[[str], int]:
     """Converter of ``500M``-style rates to bit/s; the error names ``name``."""
     return lambda text: parse_rate_bps(text, name)

@@ -11,18 +11,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from migrate.cli.args import positive
 from migrate.testbed.check import DEFAULT_MAX_OFFSET_MS, check_inventory, format_table
 from migrate.testbed.inventory import load
-
-
-def _positive_ms(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"MAX_OFFSET_MS={text!r} is not a number of milliseconds") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"MAX_OFFSET_MS={text!r} must be above 0")
-    return v
 
 
 def add_parser(sub: Any) -> None:
@@ -31,7 +22,7 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--testbed", type=Path, required=True, help="the inventory TOML (TESTBED)")
     c.add_argument(
         "--max-offset-ms",
-        type=_positive_ms,
+        type=positive("MAX_OFFSET_MS", "milliseconds"),
         default=DEFAULT_MAX_OFFSET_MS,
         help=f"largest clock offset from the orchestrator's allowed (MAX_OFFSET_MS, default {DEFAULT_MAX_OFFSET_MS:g})",
     )

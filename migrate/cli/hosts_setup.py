@@ -8,21 +8,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from migrate.cli.args import names
 from migrate.testbed.inventory import ROLES
-
-
-def _profiles(text: str) -> list[str]:
-    names = [p.strip() for p in text.split(",") if p.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError(f"PROFILES={text!r}: give router profiles, e.g. frr or frr,bird")
-    return list(dict.fromkeys(names))
 
 
 def add_parser(sub: Any) -> None:
     """The ``hosts-setup`` subcommand (flags mirror the Make variables)."""
     h = sub.add_parser("hosts-setup", help="prepare a lab's machines with Ansible (make hosts-setup)")
     h.add_argument("--testbed", type=Path, required=True, help="the lab's TOML inventory (TESTBED)")
-    h.add_argument("--profiles", type=_profiles, default=["frr"], help="router guest images for R1/R2, e.g. frr,bird")
+    h.add_argument(
+        "--profiles",
+        type=names("PROFILES", "frr or frr,bird"),
+        default=["frr"],
+        help="router guest images for R1/R2, e.g. frr,bird",
+    )
     h.add_argument("--results", type=Path, default=Path("results"), help="results root (Ansible's log goes there)")
     h.set_defaults(handler=run_command)
 

@@ -1,5 +1,7 @@
 """Atomic file writes: a crash mid-write leaves the previous file intact.  The only place in the
-project that writes a file through a temporary name and a rename."""
+project that writes a file through a temporary name and a rename, except the guard program
+(:mod:`migrate.testbed.guard`), which runs on lab hosts as standard-library text and so cannot
+import this module."""
 
 from __future__ import annotations
 
