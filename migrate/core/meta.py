@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import platform
 import shutil
@@ -9,6 +10,8 @@ import subprocess
 import time
 from pathlib import Path
 from typing import Any
+
+from migrate.core.atomic import write_json
 
 FORMAT_VERSION = 1
 REPO = Path(__file__).resolve().parents[2]
@@ -83,3 +86,11 @@ def _pkg_version(name: str) -> str | None:
         return version(name)
     except PackageNotFoundError:
         return None
+
+
+def close_run(meta: dict[str, Any], run_dir: Path) -> None:
+    """A run's last words in ``meta.json``: the end-of-run clock offset and the finish time, then
+    the file written (atomically)."""
+    meta["clock"]["offset_end_ns"] = clock_offset_ns()
+    meta["finished_utc"] = dt.datetime.now(dt.UTC).isoformat()
+    write_json(run_dir / "meta.json", meta)

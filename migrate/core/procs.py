@@ -25,7 +25,7 @@ PDEATHSIG_PREFIX = ("setpriv", "--pdeathsig", "KILL", "--")
 #: between fork and prctl would otherwise leave the child running, unregistered and unsignalled
 PARENT_CHECK = 'if [ "$PPID" != "$1" ]; then exit 137; fi; shift; exec "$@"'
 __all__ = [  # RUN_ENV: from registry
-    "PDEATHSIG_PREFIX", "RUN_ENV", "LineTail", "Proc", "ProcessError", "netns_exec", "with_pdeathsig",
+    "PDEATHSIG_PREFIX", "RUN_ENV", "LineTail", "MarkerScan", "Proc", "ProcessError", "netns_exec", "with_pdeathsig",
 ]  # fmt: skip
 
 
@@ -40,6 +40,27 @@ def with_pdeathsig(argv: list[str], parent_pid: int | None = None) -> list[str]:
 def netns_exec(ns: str, argv: list[str]) -> list[str]:
     """argv that runs ``argv`` inside namespace ``ns`` (no shell)."""
     return ["ip", "netns", "exec", ns, *argv]
+
+
+class MarkerScan:
+    """Incremental search of a growing file (a console, a log) for one marker: each :meth:`seen`
+    reads only what was appended since the previous call, and a marker split across two reads is
+    still found.  A file that does not exist yet is simply not seen."""
+
+    def __init__(self, path: Path, marker: str) -> None:
+        self.path = Path(path)
+        self._needle = marker.encode()
+        self._offset = 0
+        self._buf = b""
+
+    def seen(self) -> bool:
+        """True once the marker has appeared in the file."""
+        with contextlib.suppress(FileNotFoundError), open(self.path, "rb") as fh:
+            fh.seek(self._offset)
+            chunk = fh.read()
+            self._offset += len(chunk)
+            self._buf = self._buf[-len(self._needle) :] + chunk
+        return self._needle in self._buf
 
 
 class ProcessError(VrmigError):
@@ -123,19 +144,11 @@ class Proc:
     ) -> float:
         """Wait until ``marker`` appears in ``path`` (default: stderr); return the CLOCK_REALTIME
         seconds it was seen.  Raises ProcessError if the process exits or the time runs out."""
-        path = path or self.stderr_path
+        scan = MarkerScan(path or self.stderr_path, marker)
         deadline = time.monotonic() + timeout_s
-        offset = 0
-        buf = b""
-        needle = marker.encode()
         while True:
-            with contextlib.suppress(FileNotFoundError), open(path, "rb") as fh:
-                fh.seek(offset)
-                chunk = fh.read()
-                offset += len(chunk)
-                buf = buf[-len(needle) :] + chunk
-                if needle in buf:
-                    return time.time()
+            if scan.seen():
+                return time.time()
             if not self.alive():
                 raise ProcessError(
                     f"{self.what} exited (status {self.returncode()}) before {marker!r}: {self.stderr_tail()}"

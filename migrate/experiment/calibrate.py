@@ -466,9 +466,7 @@ def run_calibration(spec: CalibrationSpec, results_root: Path) -> Path:
             if abort.signum is not None and meta["status"] != "interrupted":
                 meta["status"] = "interrupted"
                 meta["failure"] = f"interrupted by {signal.Signals(abort.signum).name} ({meta['failure']})"
-            meta["clock"]["offset_end_ns"] = metamod.clock_offset_ns()
-            meta["finished_utc"] = dt.datetime.now(dt.UTC).isoformat()
-            write_json(run_dir / "meta.json", meta)
+            metamod.close_run(meta, run_dir)
         _analyse(run_dir)
         if meta["status"] == "interrupted":
             raise Interrupted(f"{meta['failure']}; partial results kept in {run_dir}")

@@ -194,9 +194,7 @@ def run(
                 record_failure(meta, phase.current, "internal error: the run ended without a status")
             if meta["status"] == "completed":
                 meta["failure_class"] = None
-            meta["clock"]["offset_end_ns"] = metamod.clock_offset_ns()
-            meta["finished_utc"] = dt.datetime.now(dt.UTC).isoformat()
-            write_json(run_dir / "meta.json", meta)
+            metamod.close_run(meta, run_dir)
         _analyse(run_dir)
         if meta["status"] == "interrupted":
             raise Interrupted(f"{meta['failure']}; partial results kept in {run_dir}")

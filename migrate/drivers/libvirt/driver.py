@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from migrate.core.errors import DependencyError, GuestError, MigrationError
+from migrate.core.procs import MarkerScan
 from migrate.core.registry import pid_alive
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.drivers.libvirt import flags as lf
@@ -86,16 +87,11 @@ def ensure_event_loop(libvirt: Any) -> None:
 
 def wait_for_marker(path: Path, marker: str, timeout_s: float, alive: Any, abort: Any = None) -> None:
     """Wait until ``marker`` appears in ``path`` (the guest's serial console file)."""
+    scan = MarkerScan(path, marker)
     deadline = time.monotonic() + timeout_s
-    needle, offset, buf = marker.encode(), 0, b""
     while True:
-        with contextlib.suppress(FileNotFoundError), open(path, "rb") as fh:
-            fh.seek(offset)
-            chunk = fh.read()
-            offset += len(chunk)
-            buf = buf[-len(needle) :] + chunk
-            if needle in buf:
-                return
+        if scan.seen():
+            return
         if not alive():
             raise GuestError(f"router guest stopped before printing {marker!r} on {path.name}")
         if abort and abort():
