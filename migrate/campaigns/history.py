@@ -8,7 +8,9 @@ promotions and the regression checks.  Query it with any SQLite client, e.g.
 
 A metric is NULL when the run did not measure it or only a bound is known (``<metric>_lower``
 holds the bound, ``qualifiers_json`` says why): AVG() then averages the measured runs only, and
-COUNT(<metric>) says how many.  ``failure_class`` is the orchestrator's (setup, migration,
+COUNT(<metric>) says how many.  ``testbed`` names where a run ran: ``embedded`` or
+``lab:<first 16 hex digits of the inventory's SHA-256>`` (NULL in rows written before it existed,
+which all ran on the embedded testbed).  ``failure_class`` is the orchestrator's (setup, migration,
 post-migration, interrupted; NULL for completed runs and older rows)."""
 
 from __future__ import annotations
@@ -32,12 +34,12 @@ LOWER_NAMES = tuple(f"{m.name}_lower" for m in METRICS if m.censorable)
 RUN_COLUMNS = (
     "night_id", "run_id", "point", "rep", "point_fingerprint", "run_dir", "status", "failure", "failure_class",
     "migration_attempted", "started_utc", "finished_utc", "elapsed_s", "accel_used", "qemu", "router_version",
-    "guest_kernel", "host_kernel", "hostname", "git_commit", "qualifiers_json",
+    "guest_kernel", "host_kernel", "hostname", "git_commit", "qualifiers_json", "testbed",
 )  # fmt: skip
 NIGHT_COLUMNS = (
     "night_id", "night_dir", "started_utc", "finished_utc", "status", "n_runs", "n_failed", "n_regressions",
     "baseline_night", "matrix_path", "matrix_sha256", "git_commit", "qemu", "accel", "host_kernel", "hostname",
-    "versions_json",
+    "versions_json", "testbed",
 )  # fmt: skip
 CHECK_COLUMNS = (
     "night_id", "point", "metric", "status", "reason", "n_base", "n_cand", "median_base", "median_cand",
@@ -125,6 +127,10 @@ class History:
             db.execute(
                 f"CREATE TABLE IF NOT EXISTS nights ({', '.join(_q(c) for c in NIGHT_COLUMNS)}, PRIMARY KEY (night_id))"
             )
+            have = {r[1] for r in db.execute("PRAGMA table_info(nights)")}
+            for c in NIGHT_COLUMNS:
+                if c not in have:
+                    db.execute(f"ALTER TABLE nights ADD COLUMN {_q(c)}")
             db.execute(f"CREATE TABLE IF NOT EXISTS checks ({', '.join(_q(c) for c in CHECK_COLUMNS)})")
             db.execute(
                 "CREATE TABLE IF NOT EXISTS baseline"

@@ -6,7 +6,8 @@ run in the SQLite history and judges each point against the pooled runs of the a
 (analysis.stats.regression.decide_night: Mann–Whitney U with Holm and minimum effects per metric, an
 exact binomial tail for migration failures, setup failures as errors), writes ``junit.xml`` and
 ``report.html`` (regressions marked) and exits 1 on a regression.  ``nightly-accept`` adds a
-finished night to the accepted history.  Runs of different accelerators are never compared."""
+finished night to the accepted history.  Runs of different accelerators, or of different testbeds
+(``TESTBED=``: the embedded one or a lab inventory, see :func:`testbed_id`), are never compared."""
 
 from __future__ import annotations
 
@@ -226,6 +227,18 @@ def load_matrix(path: Path) -> Matrix:
                   point_rules)  # fmt: skip
 
 
+EMBEDDED = "embedded"
+
+
+def testbed_id(testbed: Path | None) -> str:
+    """Where a night's runs ran, as the history records it: ``embedded``, or ``lab:`` and the first
+    16 hex digits of the lab inventory's SHA-256 (another inventory, or an edited one, is another
+    testbed: its runs are never compared with these)."""
+    if testbed is None:
+        return EMBEDDED
+    return f"lab:{sw.testbed_record(testbed)['sha256'][:16]}"
+
+
 def fingerprint(scenario: Scenario, accel: str | None = None) -> str:
     """Identifies a point's parameters and the accelerator its runs used (``accel``; None for
     history rows written before the accelerator was part of it): runs measured with other
@@ -237,7 +250,7 @@ def fingerprint(scenario: Scenario, accel: str | None = None) -> str:
 
 
 def _run_row(night_id: str, scenarios: dict[str, Scenario], item: dict[str, Any], run_dir: Path,
-             rec: dict[str, Any]) -> dict:  # fmt: skip
+             rec: dict[str, Any], testbed: str = EMBEDDED) -> dict:  # fmt: skip
     from analysis.run import analyse_run
     from analysis.stats.aggregate import run_record
 
@@ -256,7 +269,7 @@ def _run_row(night_id: str, scenarios: dict[str, Scenario], item: dict[str, Any]
         "router_version": (image.get("router") or {}).get("version"),
         "guest_kernel": (image.get("kernel_package") or {}).get("release"),
         "host_kernel": (meta.get("host") or {}).get("kernel"), "hostname": (meta.get("host") or {}).get("hostname"),
-        "git_commit": meta.get("git_commit"),
+        "git_commit": meta.get("git_commit"), "testbed": testbed,
     }  # fmt: skip
     fields = Scenario.field_names()
     row.update({scenario_column(k): v for k, v in (meta.get("scenario") or {}).items() if k in fields})
@@ -274,18 +287,30 @@ def accepted_nights(hist: History, limit: int | None = None) -> list[str]:
 
 def check_accel(hist: History, accel: str | None, nights: Sequence[str]) -> None:
     """Refuse a night whose accelerator differs from that of the accepted runs."""
+    _check_same(hist, nights, "accel_used", accel, "accel", "accelerators", "this accelerator")
+
+
+def check_testbed(hist: History, testbed: str, nights: Sequence[str]) -> None:
+    """Refuse a night whose testbed (:func:`testbed_id`) differs from that of the accepted runs."""
+    _check_same(hist, nights, f"COALESCE(testbed, '{EMBEDDED}')", testbed, "testbed", "testbeds", "this testbed")
+
+
+def _check_same(hist: History, nights: Sequence[str], column: str, value: str | None, name: str, plural: str,
+                this: str) -> None:  # fmt: skip
+    """ConfigError (one line) if the runs of the accepted ``nights`` have another ``column`` than
+    ``value``: their figures are not comparable with tonight's."""
     if not nights:
         return
     marks = ",".join("?" * len(nights))
     rows = hist.db.execute(
-        f"SELECT accel_used, COUNT(*) FROM runs WHERE night_id IN ({marks}) GROUP BY accel_used", tuple(nights)
+        f"SELECT {column}, COUNT(*) FROM runs WHERE night_id IN ({marks}) GROUP BY 1", tuple(nights)
     ).fetchall()
-    other = {str(a): n for a, n in rows if a != accel}
+    other = {str(a): n for a, n in rows if a != value}
     if other:
-        seen = ", ".join(f"accel={a} ({n} runs)" for a, n in sorted(other.items()))
+        seen = ", ".join(f"{name}={a} ({n} runs)" for a, n in sorted(other.items()))
         raise ConfigError(
-            f"HISTORY={hist.path}: the accepted nights ran with {seen} but this night would run with accel={accel}; "
-            "runs of different accelerators are not compared: use a new HISTORY= (or RESULTS=) for this accelerator"
+            f"HISTORY={hist.path}: the accepted nights ran with {seen} but this night would run with {name}={value}; "
+            f"runs of different {plural} are not compared: use a new HISTORY= (or RESULTS=) for {this}"
         )
 
 
@@ -307,15 +332,20 @@ def judge(
     for p in matrix.points:
         cand = [r for r in tonight if r["point"] == p.label]
         accels = {r["accel_used"] for r in cand}
+        testbeds = {r.get("testbed") or EMBEDDED for r in cand}
         legacy = fingerprint(p.scenario)  # rows written before the accelerator was part of the fingerprint
         same = [r for r in pool if r["point"] == p.label
                 and r["point_fingerprint"] in (legacy, fingerprint(p.scenario, r["accel_used"]))]  # fmt: skip
-        ref = [r for r in same if r["accel_used"] in accels]
+        here = [r for r in same if (r.get("testbed") or EMBEDDED) in testbeds]
+        ref = [r for r in here if r["accel_used"] in accels]
         skip = None
         if not accepted:
             skip = "no accepted night yet: run `make nightly-accept` to accept a night"
-        elif not ref and same:
-            seen = ", ".join(sorted({str(r["accel_used"]) for r in same}))
+        elif not here and same:
+            seen = ", ".join(sorted({str(r.get("testbed") or EMBEDDED) for r in same}))
+            skip = f"the accepted runs of this point ran on testbed {seen}, tonight's on {', '.join(sorted(testbeds))}"
+        elif not ref and here:
+            seen = ", ".join(sorted({str(r["accel_used"]) for r in here}))
             skip = (
                 f"the accepted runs of this point ran with accel={seen}, tonight's with {', '.join(map(str, accels))}"
             )
@@ -406,20 +436,35 @@ class NightResult:
         return f"{self.n_accepted} accepted night(s) (latest {self.baseline})"
 
 
-def run_nightly(matrix_path: Path, results_root: Path, history_path: Path | None) -> NightResult:
-    """Run one night end to end (see the module docstring)."""
+def run_nightly(
+    matrix_path: Path, results_root: Path, history_path: Path | None, testbed: Path | None = None
+) -> NightResult:
+    """Run one night end to end (see the module docstring); ``testbed``: on the hosts of this lab
+    inventory, compared only with accepted nights of the same inventory."""
     matrix = load_matrix(matrix_path)
     nightly_root = results_root / NIGHTLY_SUBDIR
     history_path = history_path or nightly_root / HISTORY_NAME
-    vers = sw.versions(matrix.points[0].scenario)
+    if testbed is not None:
+        from migrate.experiment.run import lab_supports
+        from migrate.testbed.inventory import load
+
+        inv = load(testbed)
+        for p in matrix.points:
+            lab_supports(p.scenario, inv)
+    tb = testbed_id(testbed)
+    vers = sw.versions(matrix.points[0].scenario, testbed)
     accel = vers["hypervisor"].get("accel")
     sw.prepare_results_root(results_root)
     sw.prepare_results_root(nightly_root)
     with History(history_path) as hist:
         accepted = accepted_nights(hist, matrix.history_nights)
+        check_testbed(hist, tb, accepted)
         check_accel(hist, accel, accepted)
         plan = sw.Plan("nightly", matrix.points, matrix.reps, sw.new_seed(), _grid(matrix, history_path))
-        night_dir = sw.create_sweep_dir(nightly_root, f"{sd.stamp_utc()}-night", sw.plan_meta(plan, vers, sys.argv))
+        plan_meta = sw.plan_meta(plan, vers, sys.argv)
+        if testbed is not None:
+            plan_meta["testbed"] = sw.testbed_record(testbed)
+        night_dir = sw.create_sweep_dir(nightly_root, f"{sd.stamp_utc()}-night", plan_meta)
         night_id = night_dir.name
         baseline = accepted[0] if accepted else None
         est = hist.mean_elapsed_s() or matrix.expected_run_s
@@ -433,6 +478,7 @@ def run_nightly(matrix_path: Path, results_root: Path, history_path: Path | None
             "matrix_sha256": matrix.sha256, "git_commit": vers.get("git_commit"),
             "qemu": vers["hypervisor"].get("qemu"), "accel": accel,
             "host_kernel": vers["host"].get("kernel"), "hostname": vers["host"].get("hostname"), "versions_json": vers,
+            "testbed": tb,
         }  # fmt: skip
         hist.upsert("nights", night_row)
         scenarios = {p.label: p.scenario for p in matrix.points}
@@ -440,12 +486,14 @@ def run_nightly(matrix_path: Path, results_root: Path, history_path: Path | None
         meta, state = sd.open_sweep(night_dir, "nightly")
 
         def on_run(item: dict[str, Any], run_dir: Path, rec: dict[str, Any]) -> None:
-            hist.upsert("runs", _run_row(night_id, scenarios, item, run_dir, rec))
+            hist.upsert("runs", _run_row(night_id, scenarios, item, run_dir, rec, tb))
 
         try:
             with sw.locked(night_dir):
                 sw.start_session(night_dir, state, vers)
-                state = sw.execute(night_dir, meta, state, deadline_mono=t0 + matrix.budget_s, on_run=on_run)
+                state = sw.execute(
+                    night_dir, meta, state, deadline_mono=t0 + matrix.budget_s, on_run=on_run, testbed=testbed
+                )
         except BaseException:
             hist.upsert("nights", {**night_row, "status": "interrupted", "finished_utc": sd.now_utc()})
             raise
@@ -558,6 +606,7 @@ def accept(results_root: Path, history_path: Path | None, night: str | None) -> 
         if not any(r["status"] == "completed" for r in runs):
             raise ConfigError(f"night {row['night_id']} has no completed run: not accepted")
         earlier = accepted_nights(hist)
+        check_testbed(hist, (runs[0].get("testbed") or EMBEDDED) if runs else EMBEDDED, earlier)
         check_accel(hist, runs[0]["accel_used"] if runs else None, earlier)
         row["previous_baseline"] = earlier[0] if earlier else None
         hist.promote(row["night_id"], sd.now_utc())

@@ -41,6 +41,9 @@ def add_parsers(sub: argparse._SubParsersAction, run_parser: argparse.ArgumentPa
         "--history", type=Path, default=None, help="SQLite history (default: RESULTS/nightly/history.sqlite)"
     )
     n.add_argument("--results", type=Path, default=Path("results"))
+    n.add_argument(
+        "--testbed", type=Path, default=None, help="TESTBED: run the night on the hosts of this lab inventory"
+    )
     n.set_defaults(handler=cmd_nightly)
 
     a = sub.add_parser("nightly-accept", help="promote the latest night to the baseline (make nightly-accept)")
@@ -122,7 +125,7 @@ def cmd_nightly(a: argparse.Namespace) -> int:
     """``vrmig nightly``: exit 1 on a regression."""
     from migrate.campaigns.nightly import DEFAULT_MATRIX, format_night, run_nightly
 
-    res = run_nightly(a.matrix or DEFAULT_MATRIX, a.results, a.history)
+    res = run_nightly(a.matrix or DEFAULT_MATRIX, a.results, a.history, a.testbed)
     print(format_night(res))
     print(res.night_dir)
     return res.exit_code

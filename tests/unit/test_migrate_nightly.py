@@ -266,3 +266,61 @@ def test_night_outputs_mark_regressions_and_setup_errors(tmp_path):
     assert text.splitlines()[-1].startswith("result: REGRESSION — 1 regression(s), 1 passed, 0 skipped, 1 error(s)")
     errors_only = dataclasses.replace(res, status="pass", checks=checks[1:])
     assert errors_only.exit_code == 0 and errors_only.n_errors == 1  # a setup failure is not a regression
+
+
+def _synthetic_night(h, m, night, d, testbed=None, accel="tcg"):
+    for p in m.points:
+        for i in range(5):  # SYNTHETIC rows
+            row = {"night_id": night, "run_id": f"{p.label}-r{i}", "point": p.label,
+                   "point_fingerprint": nt.fingerprint(p.scenario, accel), "status": "completed",
+                   "accel_used": accel, "downtime_counters_s": d + i / 1000}  # fmt: skip
+            if testbed is not None:  # None: a row written before the history had the column
+                row["testbed"] = testbed
+            h.upsert("runs", row)
+
+
+def test_testbed_id_names_the_inventory_by_its_content(tmp_path):
+    inv = tmp_path / "lab.toml"
+    inv.write_text("# a lab\n")
+    a = nt.testbed_id(inv)
+    assert nt.testbed_id(None) == "embedded" and a.startswith("lab:") and len(a) == 4 + 16
+    inv.write_text("# a lab, edited\n")
+    assert nt.testbed_id(inv) != a
+
+
+def test_nightly_compares_only_runs_of_tonights_testbed(tmp_path):
+    m = nt.load_matrix(nt.DEFAULT_MATRIX)
+    with History(tmp_path / "h.sqlite") as h:
+        _synthetic_night(h, m, "embedded-base", 0.1)  # legacy rows: no testbed column value
+        _synthetic_night(h, m, "lab-base", 0.1, "lab:0123456789abcdef")
+        _synthetic_night(h, m, "tonight", 0.5, "lab:0123456789abcdef")
+        across = nt.judge(h, "tonight", m, "embedded-base")
+        assert {v.status for _, v in across} == {"skipped"}
+        assert all("testbed embedded, tonight's on lab:0123456789abcdef" in v.reason for _, v in across)
+        same = nt.judge(h, "tonight", m, "lab-base")
+        assert any(v.regression for _, v in same)
+
+
+def test_a_night_on_another_testbed_than_the_accepted_ones_is_refused(tmp_path):
+    m = nt.load_matrix(nt.DEFAULT_MATRIX)
+    with History(tmp_path / "h.sqlite") as h:
+        _synthetic_night(h, m, "embedded-base", 0.1)
+        nt.check_testbed(h, "embedded", ["embedded-base"])  # legacy rows count as embedded
+        with pytest.raises(ConfigError, match=r"ran with testbed=embedded \(\d+ runs\) but this night would run "
+                                              r"with testbed=lab:0123456789abcdef"):  # fmt: skip
+            nt.check_testbed(h, "lab:0123456789abcdef", ["embedded-base"])
+
+
+def test_an_old_history_gains_the_testbed_columns(tmp_path):
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE schema (version INTEGER)")
+    db.execute("INSERT INTO schema VALUES (1)")
+    db.execute("CREATE TABLE nights (night_id, status, PRIMARY KEY (night_id))")
+    db.execute("INSERT INTO nights VALUES ('n1', 'pass')")
+    db.commit()
+    db.close()
+    with History(path) as h:
+        h.upsert("nights", {"night_id": "n2", "status": "pass", "testbed": "embedded"})
+        assert h.night("n1")["testbed"] is None and h.night("n2")["testbed"] == "embedded"
+        assert "testbed" in {r[1] for r in h.db.execute("PRAGMA table_info(runs)")}
