@@ -13,7 +13,7 @@ from pyroute2 import IPRoute
 from migrate.baseline.plan import Slot
 from migrate.core.errors import TestbedError
 from migrate.testbed import topology as topo
-from migrate.testbed.builder import Testbed, TestbedBuilder
+from migrate.testbed.builder import Testbed, TestbedBuilder, add_tap
 
 PING_TIMEOUT_S = 60.0
 PING_WAIT_S = 1
@@ -78,7 +78,7 @@ class BaselineBed:
         if s.k > 0:
             with IPRoute(netns=self.tb.ns("R1")) as ipr:
                 for side in topo.SEGMENTS:
-                    ipr.link("add", ifname=s.tap(side), kind="tuntap", mode="tap")
+                    add_tap(self.tb.ns("R1"), s.tap(side))
                     ipr.link("set", index=_index(ipr, s.tap(side)), master=_index(ipr, f"br{side}"), state="up")
         left, right = ((s.tap(side), s.mac(side)) for side in topo.SEGMENTS)
         return left, right

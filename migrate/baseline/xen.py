@@ -9,11 +9,10 @@ import signal
 import time
 from typing import Any
 
-from pyroute2 import IPRoute
-
 from migrate.baseline.routers import GuestRouter
 from migrate.core.errors import GuestError
 from migrate.core.procs import Proc
+from migrate.testbed.builder import add_tap
 
 UNUSED_MIG_TAP = "tapX"  # dom0 needs its third NIC; the baseline has no migration link
 
@@ -36,8 +35,7 @@ class XenRouter(GuestRouter):
         from migrate.drivers.xen.driver import DOM0_MEM_MIB, HOST_MACS, QEMU_HEADROOM_MIB, host_qemu_argv
         from routers.xen_image import host_initrd, xen_image
 
-        with IPRoute(netns=self.r1) as ipr:
-            ipr.link("add", ifname=UNUSED_MIG_TAP, kind="tuntap", mode="tap")
+        add_tap(self.r1, UNUSED_MIG_TAP)
         image = xen_image(verify=False)
         macs = HOST_MACS["R1"]
         ctl, logport = self.reg.dir / f"xenctl-rt{self.slot.k}.sock", self.reg.dir / f"xenlog-rt{self.slot.k}.sock"

@@ -44,6 +44,16 @@ def _run(argv: list[str]) -> None:
         raise TestbedError(f"{' '.join(argv)} failed: {res.stderr.strip()}")
 
 
+def add_tap(ns: str, name: str) -> None:
+    """Create the persistent tap ``name`` in namespace ``ns`` with iproute2 (``ip -n NS tuntap``).
+
+    Not with pyroute2: its tuntap kind in a namespace forks a child that joins the namespace
+    and opens /dev/net/tun with a 4 s reply timeout, and then fakes the netlink answer.  Under load
+    (several QEMUs on two cores) the next request on that socket was seen to wait for ever
+    (``link_lookup`` in epoll_wait, lab-up stuck after creating a tap)."""
+    _run(["ip", "-n", ns, "tuntap", "add", "dev", name, "mode", "tap"])
+
+
 @dataclass
 class Testbed:
     """The embedded testbed: every role a network namespace of this machine, named by role.
@@ -199,7 +209,7 @@ class TestbedBuilder:
                     peer={"ifname": sw_port, "net_ns_fd": self.tb.ns(topo.SWITCH)},
                 )
                 br = self._bridge(ipr, f"br{seg}")
-                ipr.link("add", ifname=f"tap{seg}", kind="tuntap", mode="tap")
+                add_tap(ns, f"tap{seg}")
                 for port in (up, f"tap{seg}"):
                     idx = ipr.link_lookup(ifname=port)[0]
                     ipr.link("set", index=idx, master=br, state="up")

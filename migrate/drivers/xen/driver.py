@@ -55,6 +55,7 @@ from migrate.drivers.xen.xl import (
 )
 from migrate.experiment.scenario import XEN_PV_REFUSAL, Scenario, xen_host_env
 from migrate.testbed import topology as topo
+from migrate.testbed.builder import add_tap
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +216,7 @@ class XenDriver(Driver):
         link's addresses now (the namespace's address is removed)."""
         with IPRoute(netns=self.ctx.testbed.ns(host)) as ipr:
             ipr.link("add", ifname=MIG_BRIDGE, kind="bridge", br_stp_state=0, br_forward_delay=0)
-            ipr.link("add", ifname=MIG_TAP, kind="tuntap", mode="tap")
+            add_tap(self.ctx.testbed.ns(host), MIG_TAP)
             br = ipr.link_lookup(ifname=MIG_BRIDGE)[0]
             mig = ipr.link_lookup(ifname=topo.MIGRATION_IF)[0]
             a, plen = topo.MIGRATION_ADDR[host].split("/")
