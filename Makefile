@@ -154,9 +154,10 @@ bench-traffic: helpers
 	$(PY) -m crosstraffic.bench.traffic --out $(RESULTS)/bench/traffic.csv
 
 # make chaos HVS=kvm,kvm-libvirt,criu,xen TRIALS=10 XEN_TRIALS=2 SEED=1 (TRIALS per HV; xen ~2 min a trial)
+# [TESTBED=lab.toml: on a lab's hosts, HVS=kvm,kvm-libvirt]
 chaos:
 	$(PY) -m migrate.campaigns.chaos --trials $(or $(TRIALS),10) --xen-trials $(or $(XEN_TRIALS),2) --seed $(or $(SEED),1) \
-	  --hvs $(or $(HVS),kvm,kvm-libvirt,criu,xen) --results $(RESULTS)/chaos
+	  $(call flag,HVS,hvs) $(call flag,TESTBED,testbed) --results $(RESULTS)/chaos
 
 # the same migrations on the embedded testbed and on a lab, interleaved (docs/testbed.md)
 .PHONY: bench-lab

@@ -19,6 +19,7 @@ Prints the totals per hypervisor and overall; exits non-zero on any leak or lost
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
@@ -82,6 +83,11 @@ HV_PROFILES: dict[str, HvProfile] = {
     "xen": HvProfile(XEN_FLAGS, ("dst-qemu-dies", "src-qemu-dies", *_TESTBED_FAULTS), (0.3, 50.0), 600.0),
 }
 DEFAULT_HVS = ("kvm", "kvm-libvirt", "criu", "xen")
+#: what a lab run supports (migrate.experiment.run.lab_supports)
+LAB_HVS = ("kvm", "kvm-libvirt")
+#: signal windows on a lab where a run takes another time than here: a lab's libvirtds already
+#: run, so a libvirt run ends after ~15 s instead of ~25 s (make chaos TESTBED=, 2026-11-24)
+LAB_SIGNAL_WINDOW_S = {"kvm-libvirt": (0.3, 15.0)}
 DEFAULT_XEN_TRIALS = 2
 
 
@@ -231,6 +237,82 @@ def trial_leaks(before: Artefacts, own_prefix: str | None, grace_s: float) -> li
         time.sleep(0.2)
 
 
+# -- a lab's hosts (TESTBED=) ------------------------------------------------------------------
+class LabLeaks:
+    """What a trial's run can leave on a lab's hosts, looked for over SSH as the inventory reaches
+    them (nothing assumes the hosts share this machine): processes whose command line names the
+    run's directory on the host or its QEMUs (``vrmig-<prefix>``), libvirt domains named after the
+    run on R1's and R2's libvirtds, and run directories under the deploy directory.  A context
+    manager: the SSH connections close at its end."""
+
+    def __init__(self, testbed: Path) -> None:
+        import tempfile
+
+        from migrate.testbed.hosts import connect
+        from migrate.testbed.inventory import load
+
+        self.inv = load(testbed)
+        self._tmp = tempfile.TemporaryDirectory(prefix="vrmig-chaos-")
+        self.hosts = connect(self.inv, Path(self._tmp.name))
+
+    def __enter__(self) -> LabLeaks:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for h in self.hosts.values():
+            h.close()
+        self._tmp.cleanup()
+
+    def run_dirs(self) -> set[tuple[str, str]]:
+        """(role, name) of every run directory on the hosts."""
+        out = set()
+        for role, h in self.hosts.items():
+            res = h.run(["ls", "-A", f"{self.inv.deploy_dir}/runs"], check=False)
+            out |= {(role, name) for name in res.stdout.decode().split()}
+        return out
+
+    def live(self, prefix: str) -> list[str]:
+        """The run's processes on every host and its libvirt domains."""
+        from migrate.testbed.lab import virsh
+
+        found = []
+        marks = (f"/runs/{prefix}", f"vrmig-{prefix}")
+        for role, h in self.hosts.items():
+            res = h.run(["ps", "-eo", "pid=,args="], check=False)
+            for line in res.stdout.decode(errors="replace").splitlines():
+                if any(m in line for m in marks):
+                    found.append(f"{role}: process {line.strip()[:160]}")
+        for role in ("R1", "R2"):
+            uri = self.inv.host(role).libvirt_uri
+            if uri:
+                names = virsh(uri, "list", "--all", "--name").stdout.split()
+                found += [f"{role}: libvirt domain {n}" for n in names if prefix in n]
+        return found
+
+    def leaks(self, before: set[tuple[str, str]], prefix: str | None, grace_s: float, killed: bool) -> list[str]:
+        """After a trial: the run's processes and domains must be gone within ``grace_s``; its
+        run directories too, unless the orchestrator was SIGKILLed (``killed``): then
+        ``clean-testbed`` must remove them, and it is run here to check that."""
+        from migrate.testbed.labbed import clean_lab
+
+        deadline = time.monotonic() + grace_s
+        while True:
+            left = self.live(prefix) if prefix else []
+            new = sorted(self.run_dirs() - before)
+            if killed:
+                new = []
+            left += [f"{role}: run directory {self.inv.deploy_dir}/runs/{name}" for role, name in new]
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        if killed:
+            done = clean_lab(self.hosts, self.inv.deploy_dir)
+            log.info("clean-testbed after the SIGKILL: %s", "; ".join(done) or "nothing to do")
+            left += [f"{role}: {self.inv.deploy_dir}/runs/{name} survived clean-testbed"
+                     for role, name in sorted(self.run_dirs() - before)]  # fmt: skip
+        return left
+
+
 # -- results ----------------------------------------------------------------------------------
 def _new_run_dirs(results: Path, before: set[str]) -> list[Path]:
     return sorted(p for p in results.iterdir() if p.is_dir() and p.name not in before)
@@ -291,16 +373,20 @@ def check_runs(results: Path) -> list[str]:
 
 
 # -- trials -----------------------------------------------------------------------------------
-def trial_argv(hv: str, kind: str, results: Path) -> list[str]:
-    """The run a trial starts."""
+def trial_argv(hv: str, kind: str, results: Path, testbed: Path | None = None) -> list[str]:
+    """The run a trial starts (on the lab of ``testbed``, if given)."""
     argv = [sys.executable, "-m", "migrate", "run", *HV_PROFILES[hv].flags, "--results", str(results)]
+    argv += ["--testbed", str(testbed)] if testbed is not None else []
     return argv + (["--fault", kind] if kind in FAULTS else [])
 
 
-def _trial(hv: str, kind: str, delay_s: float, results: Path) -> bool:
+def _trial(hv: str, kind: str, delay_s: float, results: Path, testbed: Path | None = None) -> bool:
     """Run one trial; True if its signal hit the running orchestrator."""
     proc = subprocess.Popen(
-        trial_argv(hv, kind, results), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        trial_argv(hv, kind, results, testbed),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     sent = False
     try:
@@ -318,10 +404,11 @@ def _trial(hv: str, kind: str, delay_s: float, results: Path) -> bool:
     return sent
 
 
-def trial_kinds(hv: str) -> list[str]:
+def trial_kinds(hv: str, lab: bool = False) -> list[str]:
     """The order of a HV's first trials: signals and faults interleaved (SIGKILL first), so that a
-    few trials already cover both; later trials draw from the same list at random."""
-    faults = [f for f in HV_PROFILES[hv].faults if f in FAULTS]
+    few trials already cover both; later trials draw from the same list at random.  On a lab
+    (``lab``) signals only: a lab run refuses FAULT."""
+    faults = [] if lab else [f for f in HV_PROFILES[hv].faults if f in FAULTS]
     out: list[str] = []
     for i in range(max(len(SIGNALS), len(faults))):
         out += [SIGNALS[i]] if i < len(SIGNALS) else []
@@ -329,22 +416,33 @@ def trial_kinds(hv: str) -> list[str]:
     return out
 
 
-def run_hv(hv: str, trials: int, rng: random.Random, results: Path, progress: Progress | None = None) -> Totals:
+def run_hv(
+    hv: str,
+    trials: int,
+    rng: random.Random,
+    results: Path,
+    progress: Progress | None = None,
+    lab: LabLeaks | None = None,
+    testbed: Path | None = None,
+) -> Totals:
     """Run ``trials`` trials of one HV; return its totals.  ``progress`` counts a trial that
-    leaked or lost a result as failed."""
+    leaked or lost a result as failed.  With ``testbed`` (and its ``lab`` watcher) every run is a
+    lab run and the lab's hosts are searched for leftovers too."""
     progress = progress or Progress("chaos", trials, "trials", enabled=False)
-    kinds = trial_kinds(hv)
+    kinds = trial_kinds(hv, lab is not None)
     totals = Totals()
     t_hv = time.monotonic()
     for i in range(trials):
         kind = kinds[i] if i < len(kinds) else rng.choice(kinds)
-        delay = rng.uniform(*HV_PROFILES[hv].signal_window_s)
+        window = LAB_SIGNAL_WINDOW_S.get(hv) if lab is not None else None
+        delay = rng.uniform(*(window or HV_PROFILES[hv].signal_window_s))
         before_dirs = {p.name for p in results.iterdir()}
         before_files = snapshot(results)
         before = Artefacts.now()
+        lab_before = lab.run_dirs() if lab is not None else set()
         t0 = time.monotonic()
         progress.start(f"{hv} trial {i + 1} {kind}")
-        sent = _trial(hv, kind, delay, results)
+        sent = _trial(hv, kind, delay, results, testbed)
         totals.trials += 1
         totals.faults += kind in FAULTS
         totals.signals += kind in SIGNALS
@@ -353,7 +451,10 @@ def run_hv(hv: str, trials: int, rng: random.Random, results: Path, progress: Pr
         if kind in FAULTS and fault_injected(results, before_dirs, kind):
             totals.faults_injected += 1
         # measured before anything else cleans: a SIGKILLed run must clean itself (reaper)
-        leaks = trial_leaks(before, prefix, REAPER_GRACE_S if kind == "SIGKILL" and sent else LEAK_GRACE_S)
+        killed = kind == "SIGKILL" and sent
+        leaks = trial_leaks(before, prefix, REAPER_GRACE_S if killed else LEAK_GRACE_S)
+        if lab is not None:
+            leaks += lab.leaks(lab_before, prefix, REAPER_GRACE_S if killed else LEAK_GRACE_S, killed)
         if leaks and prefix:
             cleaned = clean_stale(only={prefix})  # then remove them, as the next run would
             log.warning("trial %d left %d leftovers; clean_stale(%s) -> %s", i + 1, len(leaks), prefix, cleaned)
@@ -376,30 +477,45 @@ def run_hv(hv: str, trials: int, rng: random.Random, results: Path, progress: Pr
 
 
 def run_chaos(
-    trials: int, seed: int, results: Path, hvs: tuple[str, ...] = ("kvm",), xen_trials: int | None = None
+    trials: int,
+    seed: int,
+    results: Path,
+    hvs: tuple[str, ...] = ("kvm",),
+    xen_trials: int | None = None,
+    testbed: Path | None = None,
 ) -> Totals:
     """Run ``trials`` trials per HV (``xen_trials`` for xen, default the same); return the
     overall totals (``per_hv`` totals via :func:`run_chaos_per_hv`)."""
     total = Totals()
-    for t in run_chaos_per_hv(trials, seed, results, hvs, xen_trials).values():
+    for t in run_chaos_per_hv(trials, seed, results, hvs, xen_trials, testbed).values():
         total.add(t)
     return total
 
 
 def run_chaos_per_hv(
-    trials: int, seed: int, results: Path, hvs: tuple[str, ...] = ("kvm",), xen_trials: int | None = None
+    trials: int,
+    seed: int,
+    results: Path,
+    hvs: tuple[str, ...] = ("kvm",),
+    xen_trials: int | None = None,
+    testbed: Path | None = None,
 ) -> dict[str, Totals]:
-    """Run the trials HV by HV (each HV's seeded sequence is independent of the others)."""
+    """Run the trials HV by HV (each HV's seeded sequence is independent of the others); with
+    ``testbed`` on that lab's hosts (HV=kvm with QMP or libvirt only, as a lab run)."""
     unknown = [hv for hv in hvs if hv not in HV_PROFILES]
     if unknown:
         raise ValueError(f"HVS: {', '.join(unknown)} unknown: choose from {', '.join(HV_PROFILES)}")
+    if testbed is not None and (other := [hv for hv in hvs if hv not in LAB_HVS]):
+        raise ValueError(f"HVS: {', '.join(other)} cannot run on a lab (TESTBED=) yet: use HVS={','.join(LAB_HVS)}")
     results.mkdir(parents=True, exist_ok=True)
     counts = {hv: xen_trials if hv == "xen" and xen_trials is not None else trials for hv in hvs}
     out: dict[str, Totals] = {}
-    with Progress("chaos", sum(counts.values()), "trials") as progress:
+    with contextlib.ExitStack() as stack:
+        lab = stack.enter_context(LabLeaks(testbed)) if testbed is not None else None
+        progress = stack.enter_context(Progress("chaos", sum(counts.values()), "trials"))
         for hv, n in counts.items():
             rng = random.Random(f"{seed}-{hv}")
-            out[hv] = run_hv(hv, n, rng, results, progress)
+            out[hv] = run_hv(hv, n, rng, results, progress, lab, testbed)
     return out
 
 
@@ -423,12 +539,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--hvs", type=_hvs, default=DEFAULT_HVS, help="HVS: comma-separated, of " + ",".join(HV_PROFILES))
     p.add_argument("--results", type=Path, default=Path("results/chaos"))
+    p.add_argument("--testbed", type=Path, default=None, help="TESTBED: a lab inventory; HVS=kvm,kvm-libvirt there")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="chaos: %(message)s", stream=sys.stderr)
     if os.geteuid() != 0:
         print("chaos: must run as root", file=sys.stderr)
         return 2
-    per_hv = run_chaos_per_hv(a.trials, a.seed, a.results, a.hvs, a.xen_trials)
+    hvs = a.hvs
+    if a.testbed is not None:
+        if not a.testbed.is_file():
+            print(f"chaos: TESTBED={a.testbed}: no such inventory (docs/testbed.md)", file=sys.stderr)
+            return 2
+        if "--hvs" not in (argv if argv is not None else sys.argv[1:]):
+            hvs = LAB_HVS  # the default set, as far as a lab runs it
+        elif other := [hv for hv in hvs if hv not in LAB_HVS]:
+            print(f"chaos: HVS={','.join(other)} cannot run on a lab (TESTBED=) yet: use HVS={','.join(LAB_HVS)}",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+    per_hv = run_chaos_per_hv(a.trials, a.seed, a.results, hvs, a.xen_trials, a.testbed)
     total = Totals()
     for t in per_hv.values():
         total.add(t)

@@ -268,3 +268,20 @@ def test_sigkilled_orchestrator_leaves_no_process_and_clean_testbed_removes_the_
     assert res.returncode == 0, res.stderr
     assert f"removed {inv.deploy_dir}/runs/{prefix}" in res.stdout
     assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
+
+
+def test_chaos_on_the_lab_kills_runs_and_finds_nothing_left(lab, tmp_path):
+    """make chaos TESTBED=: a SIGKILLed lab run leaves no process or domain on any host, and
+    clean-testbed removes its run directories; a SIGTERMed one leaves nothing at all."""
+    import random
+
+    from migrate.campaigns import chaos
+
+    inv = load(lab)
+    before = _runs_on_hosts(inv)
+    with chaos.LabLeaks(lab) as watch:
+        totals = chaos.run_hv("kvm", 2, random.Random("lab-chaos"), tmp_path, lab=watch, testbed=lab)
+    assert totals.trials == 2 and totals.signals == 2, totals
+    assert totals.signals_sent >= 1, "no signal reached a running orchestrator"
+    assert (totals.leaks, totals.lost_results, totals.problems) == (0, 0, [])
+    assert _runs_on_hosts(inv) == before

@@ -8,7 +8,7 @@ from migrate.campaigns import chaos
 
 def test_trials_are_counted_and_a_leaking_trial_is_a_failure(tmp_path, monkeypatch, capsys, caplog):
     monkeypatch.delenv("VRMIG_PROGRESS", raising=False)
-    monkeypatch.setattr(chaos, "_trial", lambda hv, kind, delay, results: False)
+    monkeypatch.setattr(chaos, "_trial", lambda hv, kind, delay, results, testbed=None: False)
     calls = iter(range(100))
 
     def leaks(before, prefix, grace_s):
