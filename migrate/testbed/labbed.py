@@ -466,23 +466,56 @@ class LabBed(Testbed):
         return {"fetched": fetched, "offsets_ns": {r: {"offset": o, "uncertainty": u} for r, (o, u) in offsets.items()}}
 
 
+#: vrsampler's closing-line numbers, and how the hosts' values combine into the merged file's
+SUMMED_TAIL = ("cpu_user_s", "cpu_sys_s", "cpu_sched_ns", "rounds", "missed", "samples", "read_errors")
+MAXED_TAIL = ("wall_s", "max_late_ns", "max_read_ns")
+
+
+def merged_tail(footers: dict[str, str | None]) -> str | None:
+    """One closing line for the merged counters.tsv from each host's (``role -> line``, None when
+    that host's sampler wrote none): counts and CPU seconds summed over the hosts, maxima and
+    wall time maximal, the read methods listed.  None if any host's line is missing: a missed
+    round on that host would be unknown, so the sum is not written (the analysis then reports
+    missed rounds and read errors as unknown, not 0).  Each host's own line stays in its fetched
+    sampler file."""
+    if not footers or any(f is None for f in footers.values()):
+        return None
+    vals: dict[str, list[str]] = {}
+    for line in footers.values():
+        for tok in (line or "").lstrip("#").split():
+            k, sep, v = tok.partition("=")
+            if sep:
+                vals.setdefault(k, []).append(v)
+    out = []
+    for k, vs in vals.items():
+        if k in SUMMED_TAIL:
+            total = sum(float(v) for v in vs)
+            out.append(f"{k}={total:.6f}" if k.endswith("_s") else f"{k}={int(total)}")
+        elif k in MAXED_TAIL:
+            out.append(f"{k}={max(vs, key=float)}")
+        else:
+            out.append(f"{k}={','.join(dict.fromkeys(vs))}")
+    return f"# hosts={len(footers)} " + " ".join(out)
+
+
 def merge_counters(parts: list[tuple[str, Path]], offsets: dict[str, tuple[int, int]], prefix: str, out: Path) -> None:
     """Merge per-host vrsampler files into one counters.tsv on the orchestrator's clock: each
     sample's time minus its host's offset, its namespace column the role's label
     (``<prefix>-<role>``, as on the embedded testbed), rows in time order.  The header records
-    every host's offset and uncertainty."""
+    every host's offset and uncertainty; the closing line is :func:`merged_tail` of the hosts'."""
     rows: list[tuple[int, str]] = []
-    footers: list[str] = []
+    footers: dict[str, str | None] = {}
     period = None
     for role, path in parts:
         off = offsets[role][0]
+        footers[role] = None
         for line in path.read_text().splitlines():
             if line.startswith("# vrmig-sampler"):
                 period = period or line.split("period_ns=", 1)[1].split()[0]
                 continue
             if line.startswith("#"):
-                if "t_ns" not in line:
-                    footers.append(line)
+                if "cpu_user_s=" in line:
+                    footers[role] = line
                 continue
             f = line.split(" ")
             if len(f) < 8 or f[0] == "t_ns":
@@ -494,7 +527,8 @@ def merge_counters(parts: list[tuple[str, Path]], offsets: dict[str, tuple[int, 
     offs = " ".join(f"{r}:{o}+-{u}" for r, (o, u) in offsets.items())
     head = f"# vrmig-sampler 1 clock=CLOCK_REALTIME period_ns={period or 10_000_000}\n{COUNTERS_HEADER}\n"
     head += f"# merged per-host samplers onto the orchestrator's clock (offset ns +- uncertainty): {offs}\n"
-    out.write_text(head + "".join(r[1] + "\n" for r in rows) + "".join(f + "\n" for f in footers))
+    tail = merged_tail(footers)
+    out.write_text(head + "".join(r[1] + "\n" for r in rows) + (tail + "\n" if tail else ""))
 
 
 def lab_testbed_meta(bed: LabBed) -> dict[str, Any]:
