@@ -95,8 +95,18 @@ def load_source(path: Path, label: str = "", what: str = "RUNS") -> Source:
     raise ConfigError(f"{what}: {path} is not a vrmig run, sweep or results directory (no vrmig marker)")
 
 
-def _series(label: str, rec: dict[str, Any]) -> str:
-    return " ".join(str(x) for x in (label, rec.get("hv"), rec.get("mode")) if x)
+def series_name(label: str, rec: dict[str, Any], meta: dict[str, Any]) -> str:
+    """The series a run's record belongs to: the source's label, the hypervisor with its driver
+    where it is not QMP (``kvm-libvirt``, as run directories and chaos name it), the mode, and the
+    lab it ran on.  Runs of another driver or testbed are never pooled into one point: QMP's and
+    libvirt's stop-and-copy outages differ by a factor of about 2.5 here."""
+    hv = rec.get("hv")
+    driver = (meta.get("scenario") or {}).get("driver")
+    if hv and driver and driver != "qmp":
+        hv = f"{hv}-{driver}"
+    tb = meta.get("testbed") or {}
+    lab = f"on lab {tb.get('name') or tb['inventory']}" if tb.get("inventory") else None
+    return " ".join(str(x) for x in (label, hv, rec.get("mode"), lab) if x)
 
 
 def collect(source: Source) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -109,7 +119,7 @@ def collect(source: Source) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]
         summary = analyse_run(ref.run_dir).to_dict()
         rel = ref.run_dir.relative_to(source.path) if ref.run_dir != source.path else Path(".")
         rec = make_record(summary, meta, run_id=ref.run_id, point=ref.point, rep=ref.rep, order=ref.order)
-        rec["series"] = _series(source.label, rec)
+        rec["series"] = series_name(source.label, rec, meta)
         rec["run_dir"] = str(rel)
         rec["notes"] = "; ".join((summary.get("details") or {}).get("notes") or [])
         records.append(rec)
