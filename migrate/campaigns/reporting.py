@@ -410,14 +410,15 @@ def format_points(points: Sequence[PointStats]) -> str:
     """Terminal table of the grid points: failed / migration attempts, then per metric the mean ±
     CI half-width, n = runs in the mean, '+k≥x' for k runs known only by a lower bound (largest
     bound x) and, where no run measured it, how many completed runs had no figure."""
+    w = max([18, *(len(p.series) for p in points)])  # the series column fits the longest name
     lines = [
-        f"{'series':<18} {'accel':<5} {'rate':>9} {'frame':>5} {'runs':>4} {'fail':>7}  {'downtime ms (counters)':>30}"
+        f"{'series':<{w}} {'accel':<5} {'rate':>9} {'frame':>5} {'runs':>4} {'fail':>7}  {'downtime ms (counters)':>30}"
         f"  {'duration s (link)':>24}  {'volume MB (link)':>24}  {'RTT+ ms':>16}"
     ]
     for p in points:
         fr = "–" if p.failure_rate is None else f"{p.n_failed}/{p.n_attempts}"
         lines.append(
-            f"{p.series:<18} {p.accel or '–':<5} {_f(p.rate_bps, 1e-6, 'g') + 'M':>9} {p.frame_bytes!s:>5}"
+            f"{p.series:<{w}} {p.accel or '–':<5} {_f(p.rate_bps, 1e-6, 'g') + 'M':>9} {p.frame_bytes!s:>5}"
             f" {p.n_runs:>4} {fr:>7}  {_cell(p, 'downtime_counters_s', 1e3):>30}"
             f"  {_cell(p, 'duration_link_s', 1.0):>24}  {_cell(p, 'volume_link_bytes', 1e-6):>24}"
             f"  {_cell(p, 'rtt_increase_median_ms', 1.0):>16}"
