@@ -163,7 +163,8 @@ def _read_bytes(path: Path) -> bytes:
     return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
 
 
-def _parse_footer(lines: list[bytes]) -> dict[str, str]:
+def parse_footer(lines: list[bytes]) -> dict[str, str]:
+    """The ``key=value`` pairs of vrsampler's comment lines (its closing summary line)."""
     out: dict[str, str] = {}
     for line in lines:
         for tok in line.lstrip(b"#").split():
@@ -227,7 +228,7 @@ def load_counters(path: Path | str, *, strict: bool = True) -> Counters:
     body = data[nl2 + 1 :] if nl2 >= 0 else b""
 
     # '#' lines (the sampler's trailing summary, possibly others): collect key=value pairs
-    footer = _parse_footer(_comment_lines(body))
+    footer = parse_footer(_comment_lines(body))
     if not _has_data(body):
         return Counters(period_ns, {}, footer, truncated)
 

@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,6 +67,8 @@ class HvProfile:
     faults: tuple[str, ...]
     signal_window_s: tuple[float, float] = SIGNAL_WINDOW_S
     timeout_s: float = TRIAL_TIMEOUT_S
+    #: on a lab (TESTBED=), where a run can take another time than here (None: the same window)
+    lab_signal_window_s: tuple[float, float] | None = None
 
 
 #: faults of the testbed and instruments apply to every HV (CRIU: right before the final dump);
@@ -76,7 +79,8 @@ XEN_FLAGS = ("--hv", "xen", "--mem", "128", "--rate", "1M", "--duration", "5", "
 HV_PROFILES: dict[str, HvProfile] = {
     "kvm": HvProfile(tuple(RUN_FLAGS), FAULTS),
     # signal windows: about a whole run of that HV here (libvirt ~25 s, CRIU ~7 s, nested Xen ~50 s)
-    "kvm-libvirt": HvProfile(("--driver", "libvirt", *RUN_FLAGS), FAULTS, (0.3, 25.0)),
+    # on a lab the libvirtds already run, so a libvirt run ends after ~15 s instead of ~25 s
+    "kvm-libvirt": HvProfile(("--driver", "libvirt", *RUN_FLAGS), FAULTS, (0.3, 25.0), lab_signal_window_s=(0.3, 15.0)),
     "criu": HvProfile(
         ("--hv", "criu", "--router", "bird", "--mode", "stopcopy", *RUN_FLAGS), _TESTBED_FAULTS, (0.3, 7.0)
     ),
@@ -85,9 +89,6 @@ HV_PROFILES: dict[str, HvProfile] = {
 DEFAULT_HVS = ("kvm", "kvm-libvirt", "criu", "xen")
 #: what a lab run supports (migrate.experiment.run.lab_supports)
 LAB_HVS = ("kvm", "kvm-libvirt")
-#: signal windows on a lab where a run takes another time than here: a lab's libvirtds already
-#: run, so a libvirt run ends after ~15 s instead of ~25 s (make chaos TESTBED=, 2026-11-24)
-LAB_SIGNAL_WINDOW_S = {"kvm-libvirt": (0.3, 15.0)}
 DEFAULT_XEN_TRIALS = 2
 
 
@@ -298,10 +299,9 @@ class LabLeaks:
         deadline = time.monotonic() + grace_s
         while True:
             left = self.live(prefix) if prefix else []
-            new = sorted(self.run_dirs() - before)
-            if killed:
-                new = []
-            left += [f"{role}: run directory {self.inv.deploy_dir}/runs/{name}" for role, name in new]
+            if not killed:
+                new = sorted(self.run_dirs() - before)
+                left += [f"{role}: run directory {self.inv.deploy_dir}/runs/{name}" for role, name in new]
             if not left or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
@@ -434,8 +434,8 @@ def run_hv(
     t_hv = time.monotonic()
     for i in range(trials):
         kind = kinds[i] if i < len(kinds) else rng.choice(kinds)
-        window = LAB_SIGNAL_WINDOW_S.get(hv) if lab is not None else None
-        delay = rng.uniform(*(window or HV_PROFILES[hv].signal_window_s))
+        prof = HV_PROFILES[hv]
+        delay = rng.uniform(*((lab is not None and prof.lab_signal_window_s) or prof.signal_window_s))
         before_dirs = {p.name for p in results.iterdir()}
         before_files = snapshot(results)
         before = Artefacts.now()
@@ -476,6 +476,12 @@ def run_hv(
     return totals
 
 
+def check_lab_hvs(hvs: Sequence[str]) -> None:
+    """ValueError (one line) if a hypervisor of ``hvs`` cannot run on a lab yet."""
+    if other := [hv for hv in hvs if hv not in LAB_HVS]:
+        raise ValueError(f"HVS={','.join(other)} cannot run on a lab (TESTBED=) yet: use HVS={','.join(LAB_HVS)}")
+
+
 def run_chaos(
     trials: int,
     seed: int,
@@ -505,8 +511,8 @@ def run_chaos_per_hv(
     unknown = [hv for hv in hvs if hv not in HV_PROFILES]
     if unknown:
         raise ValueError(f"HVS: {', '.join(unknown)} unknown: choose from {', '.join(HV_PROFILES)}")
-    if testbed is not None and (other := [hv for hv in hvs if hv not in LAB_HVS]):
-        raise ValueError(f"HVS: {', '.join(other)} cannot run on a lab (TESTBED=) yet: use HVS={','.join(LAB_HVS)}")
+    if testbed is not None:
+        check_lab_hvs(hvs)
     results.mkdir(parents=True, exist_ok=True)
     counts = {hv: xen_trials if hv == "xen" and xen_trials is not None else trials for hv in hvs}
     out: dict[str, Totals] = {}
@@ -537,7 +543,12 @@ def main(argv: list[str] | None = None) -> int:
         "--xen-trials", type=int, default=DEFAULT_XEN_TRIALS, help="trials for xen (XEN_TRIALS; ~2 min each)"
     )
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--hvs", type=_hvs, default=DEFAULT_HVS, help="HVS: comma-separated, of " + ",".join(HV_PROFILES))
+    p.add_argument(
+        "--hvs",
+        type=_hvs,
+        default=None,
+        help=f"HVS: comma-separated, of {','.join(HV_PROFILES)} (default: all; with TESTBED=, {','.join(LAB_HVS)})",
+    )
     p.add_argument("--results", type=Path, default=Path("results/chaos"))
     p.add_argument("--testbed", type=Path, default=None, help="TESTBED: a lab inventory; HVS=kvm,kvm-libvirt there")
     a = p.parse_args(argv)
@@ -545,16 +556,15 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("chaos: must run as root", file=sys.stderr)
         return 2
-    hvs = a.hvs
+    hvs = a.hvs or (LAB_HVS if a.testbed is not None else DEFAULT_HVS)
     if a.testbed is not None:
         if not a.testbed.is_file():
             print(f"chaos: TESTBED={a.testbed}: no such inventory (docs/testbed.md)", file=sys.stderr)
             return 2
-        if "--hvs" not in (argv if argv is not None else sys.argv[1:]):
-            hvs = LAB_HVS  # the default set, as far as a lab runs it
-        elif other := [hv for hv in hvs if hv not in LAB_HVS]:
-            print(f"chaos: HVS={','.join(other)} cannot run on a lab (TESTBED=) yet: use HVS={','.join(LAB_HVS)}",
-                  file=sys.stderr)  # fmt: skip
+        try:
+            check_lab_hvs(hvs)
+        except ValueError as err:
+            print(f"chaos: {err}", file=sys.stderr)
             return 2
     per_hv = run_chaos_per_hv(a.trials, a.seed, a.results, hvs, a.xen_trials, a.testbed)
     total = Totals()

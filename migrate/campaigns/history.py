@@ -79,6 +79,15 @@ def history_fields(record: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _add_missing_columns(db: sqlite3.Connection, table: str, columns: Sequence[str]) -> None:
+    """A newer vrmig added a parameter, metric or identity column: add it to an older table (its
+    existing rows get NULL there)."""
+    have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+    for c in columns:
+        if c not in have:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {_q(c)}")
+
+
 class History:
     """Open (creating if needed) the history database; use as a context manager."""
 
@@ -120,17 +129,11 @@ class History:
             db.execute(
                 f"CREATE TABLE IF NOT EXISTS runs ({', '.join(_q(c) for c in cols)}, PRIMARY KEY (night_id, run_id))"
             )
-            have = {r[1] for r in db.execute("PRAGMA table_info(runs)")}
-            for c in cols:  # a newer vrmig added a parameter or metric: add its column
-                if c not in have:
-                    db.execute(f"ALTER TABLE runs ADD COLUMN {_q(c)}")
+            _add_missing_columns(db, "runs", cols)
             db.execute(
                 f"CREATE TABLE IF NOT EXISTS nights ({', '.join(_q(c) for c in NIGHT_COLUMNS)}, PRIMARY KEY (night_id))"
             )
-            have = {r[1] for r in db.execute("PRAGMA table_info(nights)")}
-            for c in NIGHT_COLUMNS:
-                if c not in have:
-                    db.execute(f"ALTER TABLE nights ADD COLUMN {_q(c)}")
+            _add_missing_columns(db, "nights", NIGHT_COLUMNS)
             db.execute(f"CREATE TABLE IF NOT EXISTS checks ({', '.join(_q(c) for c in CHECK_COLUMNS)})")
             db.execute(
                 "CREATE TABLE IF NOT EXISTS baseline"

@@ -230,6 +230,11 @@ def load_matrix(path: Path) -> Matrix:
 EMBEDDED = "embedded"
 
 
+def row_testbed(row: dict[str, Any]) -> str:
+    """The testbed of a history row (rows written before the column existed ran embedded)."""
+    return row.get("testbed") or EMBEDDED
+
+
 def testbed_id(testbed: Path | None) -> str:
     """Where a night's runs ran, as the history records it: ``embedded``, or ``lab:`` and the first
     16 hex digits of the lab inventory's SHA-256 (another inventory, or an edited one, is another
@@ -332,17 +337,17 @@ def judge(
     for p in matrix.points:
         cand = [r for r in tonight if r["point"] == p.label]
         accels = {r["accel_used"] for r in cand}
-        testbeds = {r.get("testbed") or EMBEDDED for r in cand}
+        testbeds = {row_testbed(r) for r in cand}
         legacy = fingerprint(p.scenario)  # rows written before the accelerator was part of the fingerprint
         same = [r for r in pool if r["point"] == p.label
                 and r["point_fingerprint"] in (legacy, fingerprint(p.scenario, r["accel_used"]))]  # fmt: skip
-        here = [r for r in same if (r.get("testbed") or EMBEDDED) in testbeds]
+        here = [r for r in same if row_testbed(r) in testbeds]
         ref = [r for r in here if r["accel_used"] in accels]
         skip = None
         if not accepted:
             skip = "no accepted night yet: run `make nightly-accept` to accept a night"
         elif not here and same:
-            seen = ", ".join(sorted({str(r.get("testbed") or EMBEDDED) for r in same}))
+            seen = ", ".join(sorted({row_testbed(r) for r in same}))
             skip = f"the accepted runs of this point ran on testbed {seen}, tonight's on {', '.join(sorted(testbeds))}"
         elif not ref and here:
             seen = ", ".join(sorted({str(r["accel_used"]) for r in here}))
@@ -444,13 +449,7 @@ def run_nightly(
     matrix = load_matrix(matrix_path)
     nightly_root = results_root / NIGHTLY_SUBDIR
     history_path = history_path or nightly_root / HISTORY_NAME
-    if testbed is not None:
-        from migrate.experiment.run import lab_supports
-        from migrate.testbed.inventory import load
-
-        inv = load(testbed)
-        for p in matrix.points:
-            lab_supports(p.scenario, inv)
+    sw.check_lab(matrix.points, testbed)
     tb = testbed_id(testbed)
     vers = sw.versions(matrix.points[0].scenario, testbed)
     accel = vers["hypervisor"].get("accel")
@@ -461,10 +460,8 @@ def run_nightly(
         check_testbed(hist, tb, accepted)
         check_accel(hist, accel, accepted)
         plan = sw.Plan("nightly", matrix.points, matrix.reps, sw.new_seed(), _grid(matrix, history_path))
-        plan_meta = sw.plan_meta(plan, vers, sys.argv)
-        if testbed is not None:
-            plan_meta["testbed"] = sw.testbed_record(testbed)
-        night_dir = sw.create_sweep_dir(nightly_root, f"{sd.stamp_utc()}-night", plan_meta)
+        night_meta = sw.plan_meta(plan, vers, sys.argv, testbed)
+        night_dir = sw.create_sweep_dir(nightly_root, f"{sd.stamp_utc()}-night", night_meta)
         night_id = night_dir.name
         baseline = accepted[0] if accepted else None
         est = hist.mean_elapsed_s() or matrix.expected_run_s
@@ -606,7 +603,7 @@ def accept(results_root: Path, history_path: Path | None, night: str | None) -> 
         if not any(r["status"] == "completed" for r in runs):
             raise ConfigError(f"night {row['night_id']} has no completed run: not accepted")
         earlier = accepted_nights(hist)
-        check_testbed(hist, (runs[0].get("testbed") or EMBEDDED) if runs else EMBEDDED, earlier)
+        check_testbed(hist, row_testbed(runs[0]) if runs else EMBEDDED, earlier)
         check_accel(hist, runs[0]["accel_used"] if runs else None, earlier)
         row["previous_baseline"] = earlier[0] if earlier else None
         hist.promote(row["night_id"], sd.now_utc())

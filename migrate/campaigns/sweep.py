@@ -20,7 +20,7 @@ import secrets
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -139,9 +139,10 @@ def new_seed() -> int:
     return secrets.randbelow(2**31)
 
 
-def plan_meta(plan: Plan, versions: dict[str, Any], argv: list[str]) -> dict[str, Any]:
-    """meta.json of a new sweep directory."""
-    return {
+def plan_meta(plan: Plan, versions: dict[str, Any], argv: list[str], testbed: Path | None = None) -> dict[str, Any]:
+    """meta.json of a new sweep directory (``testbed``: its lab inventory, recorded as
+    :func:`testbed_record`)."""
+    meta = {
         "format_version": sd.FORMAT_VERSION,
         "kind": plan.kind,
         "created_utc": sd.now_utc(),
@@ -153,6 +154,22 @@ def plan_meta(plan: Plan, versions: dict[str, Any], argv: list[str]) -> dict[str
         "versions": versions,
         "command": argv,
     }
+    if testbed is not None:
+        meta["testbed"] = testbed_record(testbed)
+    return meta
+
+
+def check_lab(points: Sequence[PlanPoint], testbed: Path | None) -> None:
+    """With ``testbed``: load the inventory and refuse (ConfigError, one line) any point a lab run
+    cannot do, before anything is created."""
+    if testbed is None:
+        return
+    from migrate.experiment.run import lab_supports
+    from migrate.testbed.inventory import load
+
+    inv = load(testbed)
+    for p in points:
+        lab_supports(p.scenario, inv)
 
 
 def create_sweep_dir(parent: Path, name: str, meta: dict[str, Any]) -> Path:
@@ -371,21 +388,12 @@ def new_sweep(plan: Plan, results_root: Path, testbed: Path | None = None) -> Pa
     ``testbed``: every run on the hosts of this lab inventory (recorded in meta.json ``testbed``
     and used again by RESUME)."""
     template = plan.points[0].scenario
-    if testbed is not None:
-        from migrate.experiment.run import lab_supports
-        from migrate.testbed.inventory import load
-
-        inv = load(testbed)
-        for p in plan.points:
-            lab_supports(p.scenario, inv)
+    check_lab(plan.points, testbed)
     vers = versions(template, testbed)
     prepare_results_root(results_root)
     name = f"{sd.stamp_utc()}-sweep-{template.hv}-{template.mode}-{len(plan.grid['rates_bps'])}x"
     name += f"{len(plan.grid['frame_bytes'])}x{plan.reps}"
-    meta = plan_meta(plan, vers, sys.argv)
-    if testbed is not None:
-        meta["testbed"] = testbed_record(testbed)
-    return create_sweep_dir(results_root, name, meta)
+    return create_sweep_dir(results_root, name, plan_meta(plan, vers, sys.argv, testbed))
 
 
 def testbed_record(testbed: Path) -> dict[str, Any]:

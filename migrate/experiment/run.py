@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from analysis.metrics.clock import GEN_ROLE, IRTT_ROLE
 from migrate.core import meta as metamod
 from migrate.core.atomic import write_json
 from migrate.core.errors import ConfigError, DependencyError, Interrupted, MigrationError, TestbedError, VrmigError
@@ -421,7 +422,6 @@ RECOVERY_OBSERVE_S = 3.0
 AFTER_MIGRATION_OBSERVE_S = 10.0
 OBSERVE_POLL_S = 0.01
 PROBES_MIN = 3  # RATE=0: probes that must reach D to call the router ready
-GEN_HOST, PROBE_HOST = "A", "C"  # the generator's and the irtt client's hosts (instruments.py)
 
 
 def fault_actions(tb: Testbed, instruments: Instruments) -> dict[str, Any]:
@@ -478,7 +478,7 @@ def sender_offsets(tb: Any) -> dict[str, int]:
     if not tb.remote:
         return {}
     out = {}
-    for role in (GEN_HOST, PROBE_HOST):
+    for role in (GEN_ROLE, IRTT_ROLE):
         with contextlib.suppress(ValueError):  # not measured: compared as if on one clock
             out[role] = int(tb.offset_ns(role)[0])
     return out
@@ -500,7 +500,7 @@ def observe_forwarding(
     t0 = time.monotonic()
     cross = instruments.s.rate_bps > 0
     if cross:
-        instruments.mark_after(completed_ns + (offsets or {}).get(GEN_HOST, 0))
+        instruments.mark_after(completed_ns + (offsets or {}).get(GEN_ROLE, 0))
     base = None if cross else instruments.probes_at_d()
     while True:
         if dead := instruments.dead():
@@ -559,7 +559,7 @@ def after_record(
     the times in the record are on the senders' clocks, as the hosts wrote them."""
     offsets = offsets or {}
     if rate_bps > 0:
-        completed_ns += offsets.get(GEN_HOST, 0)
+        completed_ns += offsets.get(GEN_ROLE, 0)
         try:
             sink = json.loads((run_dir / "sink.json").read_text())
         except (OSError, ValueError) as err:
@@ -582,7 +582,7 @@ def after_record(
         trace = load_irtt(run_dir / "irtt.json.gz")
     except (OSError, ValueError, KeyError) as err:
         return {"first": None, "packets": None, "error": f"irtt.json.gz unreadable: {err}"}
-    sent = trace.send_ns >= completed_ns + offsets.get(PROBE_HOST, 0)
+    sent = trace.send_ns >= completed_ns + offsets.get(IRTT_ROLE, 0)
     answered = sent & trace.received
     out: dict[str, Any] = {"first": None, "packets": int(answered.sum()), "sent": int(sent.sum())}
     if answered.any():

@@ -480,12 +480,12 @@ def merged_tail(footers: dict[str, str | None]) -> str | None:
     sampler file."""
     if not footers or any(f is None for f in footers.values()):
         return None
+    from probes.sampler import parse_footer
+
     vals: dict[str, list[str]] = {}
     for line in footers.values():
-        for tok in (line or "").lstrip("#").split():
-            k, sep, v = tok.partition("=")
-            if sep:
-                vals.setdefault(k, []).append(v)
+        for k, v in parse_footer([(line or "").encode()]).items():
+            vals.setdefault(k, []).append(v)
     out = []
     for k, vs in vals.items():
         if k in SUMMED_TAIL:

@@ -56,3 +56,17 @@ def test_changed_or_missing_inventory_is_refused(tmp_path):
     inv.unlink()
     with pytest.raises(ConfigError, match="which is gone"):
         sweep_testbed(tmp_path, meta, None)
+
+
+def test_a_new_sweep_or_night_records_its_lab_in_meta(tmp_path):
+    """plan_meta, which make sweep and make nightly both use, records the inventory; a
+    RESUME then finds the lab there."""
+    from migrate.campaigns import sweep as sw
+    from migrate.experiment.scenario import Scenario
+
+    plan = sw.Plan("sweep", (sw.PlanPoint("10M-1500", Scenario()),), 1, 1, {})
+    inv = _inv(tmp_path)
+    meta = sw.plan_meta(plan, {"git_commit": "x"}, ["test"], inv)
+    assert meta["testbed"] == record(inv)
+    assert sweep_testbed(tmp_path, meta, None) == inv.resolve()
+    assert "testbed" not in sw.plan_meta(plan, {"git_commit": "x"}, ["test"])
