@@ -19,8 +19,8 @@ def add_parser(sub: Any) -> None:
     h.add_argument(
         "--profiles",
         type=names("PROFILES", "frr or frr,bird"),
-        default=["frr"],
-        help="router guest images for R1/R2, e.g. frr,bird",
+        default=["frr", "bird"],
+        help="router guest images (and HV=criu container rootfs) for R1/R2 (default frr,bird)",
     )
     h.add_argument("--results", type=Path, default=Path("results"), help="results root (Ansible's log goes there)")
     h.set_defaults(handler=run_command)

@@ -24,6 +24,10 @@ DRIVERS = {
     ("openvz", "qmp"): "migrate.drivers.openvz:OpenvzDriver",
     ("xen", "qmp"): "migrate.drivers.xen.driver:XenDriver",
 }
+#: drivers whose lab (TESTBED=) form is another class; the others drive a lab's hosts themselves
+LAB_DRIVERS = {
+    ("criu", "qmp"): "migrate.drivers.criu.lab:LabCriuDriver",
+}
 
 
 @dataclass
@@ -101,10 +105,11 @@ class Driver(ABC):
         return False
 
 
-def load_driver(hv: str, driver: str = "qmp") -> type[Driver]:
-    """Import the driver class for ``hv`` driven by ``driver`` (qmp|libvirt) lazily."""
+def load_driver(hv: str, driver: str = "qmp", lab: bool = False) -> type[Driver]:
+    """Import the driver class for ``hv`` driven by ``driver`` (qmp|libvirt) lazily (``lab``: its
+    form for a lab's hosts, TESTBED=)."""
     try:
-        target = DRIVERS[(hv, driver)]
+        target = (lab and LAB_DRIVERS.get((hv, driver))) or DRIVERS[(hv, driver)]
     except KeyError:
         known = ", ".join(f"HV={h} DRIVER={d}" for h, d in DRIVERS)
         raise ConfigError(f"HV={hv!r} DRIVER={driver!r} has no driver: choose one of {known}") from None

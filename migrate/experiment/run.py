@@ -46,13 +46,13 @@ def make_run_dir(results_root: Path, scenario: Scenario) -> Path:
     return new_run_dir(results_root, scenario.name)
 
 
-def preflight(scenario: Scenario) -> tuple[type[Driver], dict[str, Any]]:
+def preflight(scenario: Scenario, lab: bool = False) -> tuple[type[Driver], dict[str, Any]]:
     """Checks that need no side effects: root, tools, driver dependencies; returns the driver
-    class and its facts (versions, accelerator)."""
+    class (``lab``: its form for a lab's hosts) and its facts (versions, accelerator)."""
     if os.geteuid() != 0:
         raise DependencyError("vrmig must run as root (it creates network namespaces): run it as root")
     Instruments.check(scenario)
-    driver_cls = load_driver(scenario.hv, scenario.driver)
+    driver_cls = load_driver(scenario.hv, scenario.driver, lab)
     return driver_cls, driver_cls.preflight(scenario)
 
 
@@ -106,12 +106,16 @@ def lab_preflight(inv: Inventory, testbed: Path) -> dict[str, Any]:
     return result.as_dict()
 
 
+#: (HV, DRIVER) a lab run can do
+LAB_RUNS = (("kvm", "qmp"), ("kvm", "libvirt"), ("criu", "qmp"))
+
+
 def lab_supports(scenario: Scenario, inv: Inventory) -> None:
     """Refuse what a lab run (TESTBED=) cannot do yet, before anything starts."""
-    if scenario.hv != "kvm" or scenario.driver not in ("qmp", "libvirt"):
+    if (scenario.hv, scenario.driver) not in LAB_RUNS:
         raise ConfigError(
-            f"TESTBED= runs HV=kvm with DRIVER=qmp or libvirt so far (not HV={scenario.hv} DRIVER={scenario.driver}): "
-            "use the embedded testbed (no TESTBED) for the others"
+            f"TESTBED= runs HV=kvm with DRIVER=qmp or libvirt, and HV=criu, so far (not HV={scenario.hv} "
+            f"DRIVER={scenario.driver}): use the embedded testbed (no TESTBED) for the others"
         )
     if scenario.driver == "libvirt":
         for r in topo.HYPERVISOR_HOSTS:
@@ -147,7 +151,7 @@ def run(
     if scenario.criu_host == "vm" and not criuvm.in_vm():
         return criuvm.run_in_vm(scenario, results_root)
     check_results_root(results_root)
-    driver_cls, facts = preflight(scenario)
+    driver_cls, facts = preflight(scenario, lab=inv is not None)
     for prefix in clean_stale():
         log.warning("removed leftovers of crashed run %s", prefix)
 
@@ -226,7 +230,8 @@ def _execute(
             tb: Testbed
             if lab is not None:
                 tb = lab
-                facts = {**facts, **lab_facts(meta["lab_check"], scenario, facts)}
+                if scenario.hv == "kvm":
+                    facts = {**facts, **lab_facts(meta["lab_check"], scenario, facts)}
                 meta["testbed"] = lab_testbed_meta(tb)
                 tb.clocks_from_check(meta["lab_check"])  # the start measurement: the preflight's
             else:

@@ -140,9 +140,16 @@ def host_vars(h: HostSpec, deploy_dir: str) -> dict[str, Any]:
     return v
 
 
-def ansible_inventory(inv: Inventory, images: list[dict[str, str]], repo: Path = REPO) -> dict[str, Any]:
+def ansible_inventory(
+    inv: Inventory,
+    images: list[dict[str, str]],
+    repo: Path = REPO,
+    criu: dict[str, Any] | None = None,
+    containers: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
     """The Ansible inventory (YAML inventory plugin's structure) of ``inv``: groups ``end_hosts``
-    (A, C, B, D) and ``hypervisors`` (R1, R2); ``images`` go to the hypervisors."""
+    (A, C, B, D) and ``hypervisors`` (R1, R2); ``images``, the ``criu`` bundle and the
+    ``containers`` rootfs archives (:mod:`migrate.testbed.bundles`) go to the hypervisors."""
     return {
         "all": {
             "vars": {"vrmig_repo": str(repo), "vrmig_helper_sources": helper_sources(repo)},
@@ -150,7 +157,7 @@ def ansible_inventory(inv: Inventory, images: list[dict[str, str]], repo: Path =
                 END_GROUP: {"hosts": {r: host_vars(inv.hosts[r], inv.deploy_dir) for r in END_ROLES}},
                 HV_GROUP: {
                     "hosts": {r: host_vars(inv.hosts[r], inv.deploy_dir) for r in HV_ROLES},
-                    "vars": {"vrmig_images": images},
+                    "vars": {"vrmig_images": images, "vrmig_criu": criu, "vrmig_containers": containers or []},
                 },
             },
         }
@@ -283,6 +290,12 @@ def run_playbook(
     (an image is not built), DependencyError (no ``ansible-playbook``) before starting anything."""
     check_local_files(inv)
     images = image_files(profiles, cache)
+    from migrate.testbed import bundles
+    from routers.paths import cache_dir
+
+    bundle_dir = cache_dir(cache) / "lab"
+    criu = bundles.criu_bundle(inv.deploy_dir, bundle_dir, cache)
+    containers = bundles.container_bundles(profiles, bundle_dir, cache)
     if shutil.which("ansible-playbook") is None:
         raise DependencyError("ansible-playbook not found: install Debian's ansible-core (`make apt`)")
     resultsmod.check_results_root(results_root)
@@ -293,7 +306,7 @@ def run_playbook(
         (tmp / "ansible.cfg").write_text("")
         for d in ("home", "local", "cp"):
             (tmp / d).mkdir(mode=0o700)
-        inv_text = json.dumps(ansible_inventory(inv, images), indent=1) + "\n"  # JSON is YAML
+        inv_text = json.dumps(ansible_inventory(inv, images, REPO, criu, containers), indent=1) + "\n"  # JSON is YAML
         (tmp / "inventory.yml").write_text(inv_text)
         (run_dir / "ansible-inventory.yml").write_text(inv_text)
         argv = playbook_argv(tmp / "inventory.yml", playbook)

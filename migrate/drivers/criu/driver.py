@@ -188,10 +188,52 @@ class CriuDriver(Driver):
             f"VRMIG_HOST_PORTS={ports}",
         ]
 
-    def _start(self, what: str, argv: list[str], ns: str) -> Proc:
-        p = Proc(what, argv, self.ctx.registry, self.ctx.run_dir, netns=ns).start()
+    def _start(self, what: str, argv: list[str], host: str) -> Proc:
+        """Start ``argv`` on ``host`` (R1/R2): here, in the host's namespace."""
+        p = Proc(what, argv, self.ctx.registry, self.ctx.run_dir, netns=self.ctx.testbed.ns(host)).start()
         self.procs.append(p)
         return p
+
+    # -- what differs on a lab (migrate.drivers.criu.lab overrides these) --------------------
+    def _read_text(self, host: str, path: Path) -> str | None:
+        """A file CRIU or the action script wrote on ``host`` (None if absent)."""
+        try:
+            return path.read_text(errors="replace")
+        except FileNotFoundError:
+            return None
+
+    def _take_events(self, side: str) -> str:
+        """The action script's hook lines of ``side`` so far, and start afresh."""
+        path = self._dir(f"events-{side}")
+        text = self._read_text("R1" if side == "src" else "R2", path) or ""
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        return text
+
+    def _local_ns(self, host: str, t_ns: int) -> int:
+        """A timestamp of ``host``'s clock on the orchestrator's (one clock here)."""
+        return t_ns
+
+    def _mkdir(self, host: str, path: Path, parents: bool = False) -> None:
+        """Create a directory on ``host``."""
+        path.mkdir(parents=parents)
+
+    def _open_counters(self) -> None:
+        """Open R1's interface counters (read at the final dump's edges)."""
+        self.counters = NetDevCounters(netns_path(self.src_ns))
+
+    def _tx_bytes(self) -> int:
+        """Bytes R1 has sent on the migration link so far."""
+        assert self.counters is not None
+        return self.counters.tx_bytes(topo.MIGRATION_IF)
+
+    def _free_ports(self, host: str) -> None:
+        """``host``'s pre-created taps make way for the container's veths' outer ends."""
+        delete_links(self.ctx.testbed.ns(host), [outer for _i, outer, _b in veth_specs()])
+
+    def _imgxfer_argv(self, *args: str) -> list[str]:
+        """The image transfer program with ``args``."""
+        return [sys.executable, "-m", "migrate.drivers.criu.imgxfer", *args]
 
     def _wait(self, proc: Proc, what: str) -> int:
         """Wait for a CRIU step to exit within the migration deadline; returns its exit status."""
@@ -211,20 +253,17 @@ class CriuDriver(Driver):
 
     def _events(self, side: str) -> None:
         """Turn the action script's hook times into actions (criu-<hook>), then start afresh."""
-        path = self._dir(f"events-{side}")
-        with contextlib.suppress(FileNotFoundError):
-            for line in path.read_text().splitlines():
-                hook, _, t = line.partition(" ")
-                if t.isdigit():
-                    self.ctx.recorder.action(f"criu-{hook}", t_ns=int(t), side=side)
-            path.unlink()
+        host = "R1" if side == "src" else "R2"
+        for line in self._take_events(side).splitlines():
+            hook, _, t = line.partition(" ")
+            if t.isdigit():
+                self.ctx.recorder.action(f"criu-{hook}", t_ns=self._local_ns(host, int(t)), side=side)
 
-    def _keep_log(self, images: Path, name: str, as_name: str) -> str:
-        """Copy a criu log into ``<run>/criu/``; returns its text."""
-        src = images / name
-        if not src.exists():
+    def _keep_log(self, host: str, images: Path, name: str, as_name: str) -> str:
+        """Copy a criu log on ``host`` into ``<run>/criu/``; returns its text."""
+        text = self._read_text(host, images / name)
+        if text is None:
             return ""
-        text = src.read_text(errors="replace")
         out = self.ctx.run_dir / "criu"
         out.mkdir(exist_ok=True)
         (out / as_name).write_text(text)
@@ -234,18 +273,18 @@ class CriuDriver(Driver):
         """CRIU's page server on R2's mig0 address, writing into R2's image dir ``index``
         (chained to ``index - 1``); returns once it listens."""
         images = self._images("R2", index)
-        images.mkdir(parents=True)
+        self._mkdir("R2", images, parents=True)
         prev = f"../{index - 1}" if index > 1 else None
-        addr = topo.addr(topo.MIGRATION_ADDR["R2"])
+        addr = self._r2_addr()
         p = self._start(
             f"criu-page-server-{index}",
             self.criu.cmd(*page_server_args(images, addr, PAGE_SERVER_PORT, prev)),
-            self.dst_ns,
+            "R2",
         )
         try:
             p.wait_for("\0", READY_TIMEOUT_S, path=p.stdout_path, abort=self.ctx.abort)
         except ProcessError as err:
-            excerpt = error_excerpt(self._keep_log(images, "page-server.log", f"page-server-{index}.log"))
+            excerpt = error_excerpt(self._keep_log("R2", images, "page-server.log", f"page-server-{index}.log"))
             raise MigrationError(f"criu page-server on R2 did not start: {err}: {excerpt}") from err
         return p
 
@@ -286,10 +325,11 @@ class CriuDriver(Driver):
         """The image receiver on R2's mig0 address, writing into R2's image dir ``index``."""
         self.receiver = self._start(
             "imgxfer-recv",
-            [sys.executable, "-m", "migrate.drivers.criu.imgxfer", "recv", "--dir", str(self._images("R2", index)),
-             "--listen", f"{topo.addr(topo.MIGRATION_ADDR['R2'])}:{XFER_PORT}"],
-            self.dst_ns,
-        )  # fmt: skip
+            self._imgxfer_argv(
+                "recv", "--dir", str(self._images("R2", index)), "--listen", f"{self._r2_addr()}:{XFER_PORT}"
+            ),
+            "R2",
+        )
         try:
             self.receiver.wait_for("READY", READY_TIMEOUT_S, path=self.receiver.stdout_path, abort=self.ctx.abort)
         except ProcessError as err:
@@ -304,7 +344,7 @@ class CriuDriver(Driver):
         s, rec = self.ctx.scenario, self.ctx.recorder
         self.deadline = time.monotonic() + s.migrate_timeout_s
         self.record["status"] = "running"
-        self.counters = NetDevCounters(netns_path(self.src_ns))
+        self._open_counters()
         try:
             index = 1
             if s.mode == "precopy":
@@ -314,13 +354,13 @@ class CriuDriver(Driver):
                 self.page_server = self._page_server(index)
             else:
                 self.page_server = None
-                self._images("R2", index).mkdir()
+                self._mkdir("R2", self._images("R2", index))
             # R2's unused pre-created taps make way for the restored veths' outer ends
-            delete_links(self.dst_ns, [outer for _i, outer, _b in veth_specs()])
+            self._free_ports("R2")
             self._start_receiver(index)
             stream = self._connect_receiver()
             self._fire_fault()
-            tx0 = self.counters.tx_bytes(topo.MIGRATION_IF)
+            tx0 = self._tx_bytes()
             if s.mode == "stopcopy":
                 rec.action("stop", side="src")
                 rec.action("migrate", side="src", mode=s.mode)
@@ -330,7 +370,7 @@ class CriuDriver(Driver):
             self._transfer(stream, index)
             restore = self._restore(index)
             self._announce()
-            tx1 = self.counters.tx_bytes(topo.MIGRATION_IF)
+            tx1 = self._tx_bytes()
             self._account_dump(dump, tx1 - tx0, includes_transfer=True)
             self._account_restore(restore, index)
             if self.receiver is not None and self._wait(self.receiver, "image receiver") != 0:
@@ -352,16 +392,15 @@ class CriuDriver(Driver):
 
     def _precopy_rounds(self) -> int:
         """P.Haul's iterations: pre-dump while the dirty set shrinks; returns the final dump's index."""
-        assert self.counters is not None
         written: list[int] = []
         decision = criu_rounds.next_round(written)
         while decision.again:
             index = len(written) + 1
             self.page_server = self._page_server(index)
-            tx0 = self.counters.tx_bytes(topo.MIGRATION_IF)
+            tx0 = self._tx_bytes()
             run = self._run_dump(index, pre=True)
             self._wait(self.page_server, "criu page-server")  # it exits once the pre-dump disconnected
-            stats = self._account_dump(run, self.counters.tx_bytes(topo.MIGRATION_IF) - tx0)
+            stats = self._account_dump(run, self._tx_bytes() - tx0)
             written.append(stats.get("memory_pages_written", 0))
             decision = criu_rounds.next_round(written)
             self.record["rounds"][-1]["decision"] = {"again": decision.again, "reason": decision.reason}
@@ -387,8 +426,8 @@ class CriuDriver(Driver):
         assert self.src is not None and self.src.pid is not None
         kind = "pre-dump" if pre else "dump"
         images = self._images("R1", index)
-        images.mkdir()
-        addr = topo.addr(topo.MIGRATION_ADDR["R2"]) if self._via_page_server() else None
+        self._mkdir("R1", images)
+        addr = self._r2_addr() if self._via_page_server() else None
         prev = f"../{index - 1}" if index > 1 else None
         argv = self._env("src") + self.criu.cmd(
             *dump_args(
@@ -397,7 +436,7 @@ class CriuDriver(Driver):
             )
         )  # fmt: skip
         t0 = self.ctx.recorder.action(f"criu-{kind}", side="src", round=index)
-        proc = self._start(f"criu-{kind}-{index}", argv, self.src_ns)
+        proc = self._start(f"criu-{kind}-{index}", argv, "R1")
         rc = self._wait(proc, f"criu {kind}")
         t1 = self.ctx.recorder.action(f"criu-{kind}-end", side="src", round=index, exit_status=rc)
         run = {"index": index, "kind": kind, "proc": proc, "start_ns": t0, "end_ns": t1, "exit_status": rc}
@@ -417,8 +456,8 @@ class CriuDriver(Driver):
         sent on the migration link; returns the statistics (the log text for a failed round)."""
         index, kind, proc = run["index"], run["kind"], run["proc"]
         self._events("src")
-        log_text = self._keep_log(self._images("R1", index), f"{kind}.log", f"{kind}-{index}.log")
-        self._keep_log(self._images("R2", index), "page-server.log", f"page-server-{index}.log")
+        log_text = self._keep_log("R1", self._images("R1", index), f"{kind}.log", f"{kind}-{index}.log")
+        self._keep_log("R2", self._images("R2", index), "page-server.log", f"page-server-{index}.log")
         stats = parse_display_stats(proc.stdout_path.read_text(errors="replace")).get("dump", {})
         written = stats.get("memory_pages_written")
         entry = {k: run[k] for k in ("index", "kind", "start_ns", "end_ns", "exit_status")}
@@ -432,12 +471,16 @@ class CriuDriver(Driver):
         self.record["rounds"].append(entry)
         return {"log": log_text} if run["exit_status"] != 0 else stats
 
+    def _r2_addr(self) -> str:
+        """R2's address on the migration link."""
+        return topo.addr(topo.MIGRATION_ADDR["R2"])
+
     def _connect_receiver(self) -> socket.socket:
         """TCP connection from R1 to R2's image receiver, opened ahead of the final dump."""
         conn = socket_in(netns_path(self.src_ns), socket.AF_INET, socket.SOCK_STREAM)
         try:
             conn.settimeout(READY_TIMEOUT_S)
-            conn.connect((topo.addr(topo.MIGRATION_ADDR["R2"]), XFER_PORT))
+            conn.connect((self._r2_addr(), XFER_PORT))
             conn.sendall(MAGIC)
         except OSError as err:
             conn.close()
@@ -466,7 +509,7 @@ class CriuDriver(Driver):
             *restore_args(images, self._dir("rootfs-R2"), veth_specs(), pidfile, action_script=ACTION_SCRIPT)
         )
         t0 = self.ctx.recorder.action("criu-restore", side="dst")
-        proc = self._start("criu-restore", argv, self.dst_ns)
+        proc = self._start("criu-restore", argv, "R2")
         rc = self._wait(proc, "criu restore")
         t1 = self.ctx.recorder.action("cont", side="dst", exit_status=rc)
         if pidfile.exists():
@@ -483,7 +526,7 @@ class CriuDriver(Driver):
     def _account_restore(self, run: dict[str, Any], index: int) -> str:
         """Record the restore: CRIU's statistics, its log, hook times, the images it read."""
         self._events("dst")
-        log_text = self._keep_log(self._images("R2", index), "restore.log", "restore.log")
+        log_text = self._keep_log("R2", self._images("R2", index), "restore.log", "restore.log")
         stats = parse_display_stats(run["proc"].stdout_path.read_text(errors="replace")).get("restore", {})
         self.record["restore"] = {k: run[k] for k in ("start_ns", "end_ns", "exit_status")} | {"stats": stats}
         sizes = self._image_sizes(index)

@@ -1,0 +1,116 @@
+"""What ``make hosts-setup`` ships to a lab's hypervisor hosts for HV=criu, as tar archives built
+here: the criu this machine chose (``make criu``) and each router's container rootfs.
+
+The archives are reproducible (entries sorted, owners numeric, the files' own modes and mtimes,
+no access times), so an unchanged tree gives a byte-identical archive, Ansible's ``copy`` sees the
+same checksum and a second ``hosts-setup`` changes nothing.  ``tarfile`` from the standard library
+writes them: a library for what ``tar --sort=name`` would do, with the entry filter in Python."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tarfile
+from pathlib import Path
+from typing import Any
+
+from migrate.core.atomic import write_bytes
+
+#: on a host, relative to the lab's deploy_dir (migrate.drivers.criu.lab reads them there)
+CRIU_ROOT = "criu/root"
+
+
+def _special(mode: int) -> bool:
+    return stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+
+
+def _entries(root: Path) -> list[Path]:
+    """Every path under ``root`` (itself excluded), sorted, sockets/FIFOs/devices left out."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in [*dirnames, *sorted(filenames)]:
+            p = Path(dirpath) / name
+            if not _special(p.lstat().st_mode):
+                out.append(p)
+    return sorted(out, key=lambda p: p.relative_to(root).as_posix())
+
+
+def _normalised(ti: tarfile.TarInfo) -> tarfile.TarInfo:
+    ti.uname = ti.gname = ""
+    ti.pax_headers = {}
+    ti.mtime = int(ti.mtime)
+    return ti
+
+
+def write_tree_tar(root: Path, out: Path, extra: dict[str, tuple[bytes | None, int]] | None = None) -> Path:
+    """Archive the tree ``root`` (paths relative to it) plus ``extra`` entries (``name -> (data,
+    mode)``, data None for a directory; replacing a tree entry of the same name; their mtime that
+    of ``root``) into ``out``, written only if its bytes changed."""
+    import io
+
+    extra = dict(extra or {})
+    buf = io.BytesIO()
+    mtime = int(root.stat().st_mtime)
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for p in _entries(root):
+            name = p.relative_to(root).as_posix()
+            if name in extra:
+                continue
+            tar.add(p, arcname=name, recursive=False, filter=_normalised)
+        for name in sorted(extra):
+            data, mode = extra[name]
+            ti = tarfile.TarInfo(name)
+            ti.mode, ti.mtime = mode, mtime
+            if data is None:
+                ti.type = tarfile.DIRTYPE
+                tar.addfile(ti)
+            else:
+                ti.size = len(data)
+                tar.addfile(ti, io.BytesIO(data))
+    data = buf.getvalue()
+    if not (out.exists() and out.read_bytes() == data):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes(out, data)
+    return out
+
+
+def criu_bundle(deploy_dir: str, out_dir: Path, cache: Path | None = None) -> dict[str, Any] | None:
+    """The criu ``make criu`` chose, for the hosts: ``{"tar": archive path, "json": criu.json}``
+    where criu.json gives its argv under ``<deploy_dir>/criu/root`` (its own loader and
+    libraries, as here), its version and its source.  The system's criu ships nothing (the hosts
+    must have it on PATH); None if ``make criu`` never ran here."""
+    from migrate.drivers.criu.setup import read_manifest
+
+    manifest = read_manifest(cache)
+    if manifest is None:
+        return None
+    chosen = manifest["chosen"]
+    info = {"version": chosen["version"], "source": chosen["source"]}
+    if chosen["source"] == "system":
+        return {"tar": None, "json": {**info, "argv": ["criu"]}}
+    root = Path(chosen["root"])
+    there = f"{deploy_dir}/{CRIU_ROOT}"
+    argv = [there + a[len(str(root)) :] if a.startswith(str(root)) else a for a in chosen["argv"]]
+    tar = write_tree_tar(root, out_dir / f"criu-{chosen['source']}.tar")
+    return {"tar": str(tar), "json": {**info, "argv": argv}}
+
+
+def container_bundles(profiles: list[str], out_dir: Path, cache: Path | None = None) -> list[dict[str, str]]:
+    """``{"profile", "tar"}`` for each profile whose image has a rootfs: the container's rootfs
+    as ``routers.container_image.stage_rootfs`` stages it (plus its init and pivot_root point)."""
+    from routers.container_image import INIT_PATH, INIT_SCRIPT, OLDROOT
+    from routers.guest import guest_image
+
+    out = []
+    for profile in profiles:
+        image = guest_image(profile, cache, verify=False)
+        if image.rootfs is None or not image.rootfs.is_dir():
+            continue
+        extra: dict[str, tuple[bytes | None, int]] = {
+            INIT_PATH: (INIT_SCRIPT.read_bytes(), 0o755),
+            OLDROOT: (None, 0o755),
+        }
+        tar = write_tree_tar(image.rootfs, out_dir / f"container-{profile}.tar", extra)
+        out.append({"profile": profile, "tar": str(tar)})
+    return out
