@@ -226,12 +226,62 @@ def test_orchestrator_never_enters_a_namespace(lab, tmp_path, monkeypatch):
     assert seen == [], seen
 
 
-@pytest.mark.parametrize("driver", ["qmp", "libvirt"])
-def test_sigkilled_orchestrator_leaves_no_process_and_clean_testbed_removes_the_files(lab, tmp_path, driver):
+def _taps_as_set_up(inv) -> dict[str, list[str]]:
+    """What is wrong with R1's and R2's taps (hosts-setup's: tap devices on their bridges, up)."""
+    out: dict[str, list[str]] = {}
+    for r in ("R1", "R2"):
+        h = inv.host(r)
+        wrong = []
+        for seg, tap in sorted(h.taps.items()):
+            res = _ssh(inv, r, "ip", "-j", "-d", "link", "show", "dev", tap)
+            link = json.loads(res.stdout)[0] if res.returncode == 0 else {}
+            info = link.get("linkinfo", {})
+            up = "UP" in link.get("flags", [])
+            if info.get("info_kind") != "tun" or link.get("master") != h.bridges[seg] or not up:
+                wrong.append(f"{tap}: {info.get('info_kind')} master={link.get('master')} flags={link.get('flags')}")
+        out[r] = wrong
+    return out
+
+
+def test_lab_criu_migration_completes_and_leaves_the_hosts_as_set_up(lab, tmp_path):
+    """HV=criu on the lab: criu, the rootfs and the host-side steps from hosts-setup; the dump and
+    transfer on R1, receive, restore and announce on R2; afterwards no container runs and the
+    taps are back."""
+    inv = load(lab)
+    res = _cli(
+        "run", "--hv", "criu", "--router", "bird", "--mode", "stopcopy", "--rate", "10M", "--duration", "12",
+        "--migrate-at", "4", "--testbed", str(lab), "--results", str(tmp_path),
+    )  # fmt: skip
+    assert res.stdout.strip(), res.stderr[-2000:]
+    run_dir = Path(res.stdout.strip().splitlines()[-1])
+    meta = json.loads((run_dir / "meta.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert meta["status"] == "completed", meta.get("failure")
+    rec = json.loads((run_dir / "criu.json").read_text())
+    assert rec["criu"]["argv"][-1] == f"{inv.deploy_dir}/criu/root/usr/sbin/criu"
+    assert rec["transfer"]["files"] > 0 and rec["image_bytes"] > 0
+    assert set(rec["host_clock_offsets_ns"]) == {"R1", "R2"}
+    assert meta["verify"]["dst_peers_in_R2"] == {"eth0": True, "eth1": True}, meta["verify"]
+    # the timeline is the hosts' own: the dump ended before the transfer began (R1), the last
+    # image was written before the restore began, which ended before the announcement (R2)
+    assert rec["rounds"][-1]["end_ns"] <= rec["transfer"]["start_ns"] <= rec["transfer"]["end_ns"]
+    assert rec["receive"]["files"] == rec["transfer"]["files"]
+    assert rec["receive"]["end_ns"] <= rec["restore"]["start_ns"] < rec["restore"]["end_ns"] <= rec["announce_ns"]
+    pkt = summary["downtime_s"]["packets"]
+    assert pkt is not None and 0 < pkt < 5, summary["downtime_s"]
+    assert summary["volume_bytes"]["link"] is not None and summary["volume_bytes"]["link"] > 0.5e6
+    assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
+    assert _processes_with("vrmig-ct-init") == []
+    assert _taps_as_set_up(inv) == {"R1": [], "R2": []}
+
+
+@pytest.mark.parametrize(("hv", "driver"), [("kvm", "qmp"), ("kvm", "libvirt"), ("criu", "qmp")])
+def test_sigkilled_orchestrator_leaves_no_process_and_clean_testbed_removes_the_files(lab, tmp_path, hv, driver):
     inv = load(lab)
     env = {**os.environ, "PYTHONPATH": str(REPO), "VRMIG_PROGRESS": "0"}
+    router = ["--router", "bird", "--mode", "stopcopy"] if hv == "criu" else []
     proc = subprocess.Popen(
-        [PY, "-m", "migrate", "run", "--hv", "kvm", "--driver", driver, "--rate", "10M", "--duration", "30",
+        [PY, "-m", "migrate", "run", "--hv", hv, "--driver", driver, *router, "--rate", "10M", "--duration", "30",
          "--migrate-at", "20", "--testbed", str(lab), "--results", str(tmp_path)],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -256,6 +306,12 @@ def test_sigkilled_orchestrator_leaves_no_process_and_clean_testbed_removes_the_
         time.sleep(0.1)
     assert _processes_with(f"/runs/{prefix}") == []
     assert _processes_with(f"vrmig-{prefix}-R") == []  # the QEMUs, by their -name
+    if hv == "criu":  # the keepers killed the container (its init is a session of its own) and put the taps back
+        deadline = time.monotonic() + GRACE_S
+        while _processes_with("vrmig-ct-init") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _processes_with("vrmig-ct-init") == []
+        assert _taps_as_set_up(inv) == {"R1": [], "R2": []}
     if driver == "libvirt":  # the reaper destroyed the domain through the lab's qemu+ssh URI
         deadline = time.monotonic() + GRACE_S
         while _domains(inv, "R1") and time.monotonic() < deadline:

@@ -164,4 +164,4 @@ def test_cli_bad_inventory_is_one_line_exit_2(tmp_path: Path, capsys: pytest.Cap
 def test_cli_profiles_flag() -> None:
     a = build_parser().parse_args(["hosts-setup", "--testbed", "lab.toml", "--profiles", "frr,bird,frr"])
     assert a.profiles == ["frr", "bird"]
-    assert build_parser().parse_args(["hosts-setup", "--testbed", "lab.toml"]).profiles == ["frr"]
+    assert build_parser().parse_args(["hosts-setup", "--testbed", "lab.toml"]).profiles == ["frr", "bird"]

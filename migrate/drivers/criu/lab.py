@@ -480,6 +480,15 @@ class LabCriuDriver(CriuDriver):
             why = steps.get("receive", {}).get("error") or proc.stderr_tail()
             raise MigrationError(f"criu restore on R2 did not start (exit {rc}): {why}")
         rc = int(r["exit_status"])  # type: ignore[call-overload]
+        got = steps.get("receive") or {}
+        if "end_ns" in got:  # the last image byte written on R2, by R2's clock (the sender's
+            # transfer end is its receipt of R2's answer, which may come after the restore began)
+            self.record["receive"] = {
+                "start_ns": self._local_ns("R2", int(got["start_ns"])),  # type: ignore[call-overload]
+                "end_ns": self._local_ns("R2", int(got["end_ns"])),  # type: ignore[call-overload]
+                "files": got.get("files"),
+                "bytes": got.get("bytes"),
+            }
         rec = self.ctx.recorder
         t0 = rec.action("criu-restore", t_ns=self._local_ns("R2", int(r["start_ns"])), side="dst")  # type: ignore[call-overload]
         t1 = rec.action("cont", t_ns=self._local_ns("R2", int(r["end_ns"])), side="dst", exit_status=rc)  # type: ignore[call-overload]
