@@ -3,9 +3,10 @@ interleaved run by run, side by side: downtime, duration and volume by each meth
 run's wall time (from the orchestrator's start to its results), so that what the lab path adds
 is measured in the same session on the same machine.
 
-Usage: ``python -m migrate.cli.bench_lab --testbed LAB.toml [--reps 5] [--modes precopy,stopcopy]
+Usage: ``python -m migrate.cli.bench_lab --testbed LAB.toml [--hv kvm|criu] [--reps 5] [--modes precopy,stopcopy]
 [--drivers qmp,libvirt] [--rate 10M] [--results results]``; prints a markdown table and saves every run's figures as
-``<results>/bench-lab-<UTC>.json``."""
+``<results>/bench-lab-<UTC>.json``.  HV=criu runs ROUTER=bird (CRIU cannot checkpoint FRR), MODE=stopcopy
+by default."""
 
 from __future__ import annotations
 
@@ -53,25 +54,29 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; exit 0 if every run completed."""
     p = argparse.ArgumentParser(prog="bench-lab", description=__doc__.splitlines()[0])
     p.add_argument("--testbed", type=Path, required=True)
+    p.add_argument("--hv", choices=("kvm", "criu"), default="kvm")
     p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--modes", default="precopy,stopcopy")
+    p.add_argument("--modes", default=None, help="default precopy,stopcopy (HV=criu: stopcopy)")
     p.add_argument("--drivers", default="qmp", help="HV=kvm drivers, comma-separated: qmp,libvirt")
     p.add_argument("--rate", type=rate, default=10_000_000)
     p.add_argument("--duration", type=float, default=20.0)
     p.add_argument("--results", type=Path, default=Path("results"))
     a = p.parse_args(argv)
-    modes = [m for m in a.modes.split(",") if m]
+    modes = [m for m in (a.modes or ("stopcopy" if a.hv == "criu" else "precopy,stopcopy")).split(",") if m]
     drivers = [d for d in a.drivers.split(",") if d]
-    if not drivers or set(drivers) - {"qmp", "libvirt"}:
-        print(f"bench-lab: DRIVERS={a.drivers!r}: give qmp, libvirt or qmp,libvirt", file=sys.stderr)
+    if not drivers or set(drivers) - {"qmp", "libvirt"} or (a.hv == "criu" and drivers != ["qmp"]):
+        print(f"bench-lab: DRIVERS={a.drivers!r}: give qmp, libvirt or qmp,libvirt (HV=criu: qmp)", file=sys.stderr)
         return 2
+    router = "bird" if a.hv == "criu" else "frr"
     rows: list[dict[str, Any]] = []
     try:
         for rep in range(a.reps):
             for driver in drivers:
                 for mode in modes:
                     for bed in ("embedded", "lab"):
-                        s = Scenario(hv="kvm", driver=driver, mode=mode, rate_bps=a.rate, duration_s=a.duration)
+                        s = Scenario(
+                            hv=a.hv, driver=driver, mode=mode, router=router, rate_bps=a.rate, duration_s=a.duration
+                        )
                         t0 = time.monotonic()
                         run_dir = run(s, a.results, testbed=a.testbed if bed == "lab" else None)
                         wall = time.monotonic() - t0
@@ -87,10 +92,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench-lab: error: {err}", file=sys.stderr)
         return err.exit_code
     out = a.results / f"bench-lab-{dt.datetime.now(dt.UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
-    write_json(out, {"argv": sys.argv, "testbed": str(a.testbed), "reps": a.reps, "rate_bps": a.rate,
-                     "duration_s": a.duration, "drivers": drivers, "rows": rows})  # fmt: skip
+    write_json(out, {"argv": sys.argv, "testbed": str(a.testbed), "hv": a.hv, "router": router, "reps": a.reps,
+                     "rate_bps": a.rate, "duration_s": a.duration, "drivers": drivers, "rows": rows})  # fmt: skip
     for driver, mode in ((d, m) for d in drivers for m in modes):
-        print(f"\n{mode}, RATE={a.rate / 1e6:g}M, DURATION={a.duration:g} s, HV=kvm DRIVER={driver}\n")
+        print(
+            f"\n{mode}, RATE={a.rate / 1e6:g}M, DURATION={a.duration:g} s, HV={a.hv} DRIVER={driver} ROUTER={router}\n"
+        )
         print("| figure | embedded | lab |\n|---|---|---|")
         sel = {
             b: [r for r in rows if r["driver"] == driver and r["mode"] == mode and r["testbed"] == b]
