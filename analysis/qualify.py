@@ -4,7 +4,8 @@ incomplete (a value computed from incomplete instrument records).
 A figure that a method could not find is not 0: it is None, and its qualifier says why (and, where
 the method allows it, how large it could have been without being seen: ``upper``).  A figure of
 which only a bound is known (a stall that began before the trace, traffic that never came back) is
-not a measurement either: the value is None and ``lower`` carries the bound.  summary.json keeps
+not a measurement either: the value is None and ``lower`` carries the bound (or, for a figure
+below an instrument's resolution, ``upper``: it lies in (0, upper]).  summary.json keeps
 these in ``qualifiers``, keyed by the headline path (``downtime_s.counters``); see
 docs/data-formats.md."""
 
@@ -45,6 +46,7 @@ REASON_TEXT: dict[str, str] = {
     "not_reported": "not reported",
     "no_link_activity": "no migration traffic above the noise threshold on R1 mig0",
     "no_link_counters": "no R1 mig0 counters",
+    "below_resolution": "the migration stream fit within one counter sampling interval",
     "no_probes": "no probe sent in this phase",
     "all_probes_lost": "every probe of this phase was lost",
     "no_irtt": "no irtt trace",
@@ -105,6 +107,12 @@ def censored(lower: float, codes: Iterable[str], detail: str = "") -> Qualifier:
     return Qualifier(CENSORED, codes, reason_text(codes, detail), lower, None)
 
 
+def at_most(upper: float, codes: Iterable[str], detail: str = "") -> Qualifier:
+    """A figure that is None because only an upper bound is known (it lies in (0, upper])."""
+    codes = tuple(codes)
+    return Qualifier(CENSORED, codes, reason_text(codes, detail), None, upper)
+
+
 def incomplete(*codes: str, detail: str = "") -> Qualifier:
     """A figure that has a value computed from incomplete instrument records."""
     return Qualifier(INCOMPLETE, tuple(codes), reason_text(codes, detail))
@@ -136,6 +144,8 @@ def short(q: Mapping[str, Any] | Qualifier | None, scale: float = 1.0, fmt: str 
     codes = ", ".join(q.reasons)
     if q.state == CENSORED and q.lower is not None:
         return f">= {format(q.lower * scale, fmt)} ({codes})"
+    if q.state == CENSORED and q.upper is not None:
+        return f"<= {format(q.upper * scale, fmt)} ({codes})"
     if q.state == ABSENT:
         return f"– ({codes})"
     return f"(incomplete: {codes})"

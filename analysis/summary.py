@@ -99,6 +99,8 @@ class Summary:
         if self.link is None:
             why = q.absent(self._why("link", "no_link_activity"))
             out["duration_s.link"] = out["volume_bytes.link"] = why
+        elif self.link.duration_s is None and self.link.duration_upper_s is not None:
+            out["duration_s.link"] = q.at_most(self.link.duration_upper_s, ("below_resolution",))
         out.update(self._q_rtt())
         out.update(self._q_cross())
         ins = self.instruments

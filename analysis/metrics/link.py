@@ -16,7 +16,7 @@ NOISE_BYTES = 2000  # per sampling interval: ARP/ND and TCP teardown stay below 
 class LinkActivity:
     """Migration-link figures (see ``link_activity``)."""
 
-    duration_s: float
+    duration_s: float | None
     volume_bytes: int
     first_byte_ns: int
     last_byte_ns: int
@@ -27,6 +27,7 @@ class LinkActivity:
     resolution_s: float
     noise_bytes: int
     flags: tuple[str, ...]
+    duration_upper_s: float | None = None
 
 
 def link_activity(
@@ -38,7 +39,10 @@ def link_activity(
     min(end + margin, traffic-stop)), the *active* ones carry more than ``noise_bytes`` (2000 B) of
     tx_bytes.  k = first, j = last active interval.  first_byte_ns = mid(k), last_byte_ns = mid(j)
     (interval midpoints, each ±half an interval); duration_s = mid(j) − mid(k), ±1 period
-    (resolution_s = (Δt_k + Δt_j) / 2); span_start/end_ns = t_k, t_j+1 (the outer bounds).
+    (resolution_s = (Δt_k + Δt_j) / 2); span_start/end_ns = t_k, t_j+1 (the outer bounds).  When
+    one interval holds the whole stream (k = j: a stop-and-copy of a small container crosses the
+    link in a few ms) the duration is not 0 but unknown below one interval: duration_s is None,
+    ``duration_upper_s`` = Δt_k bounds it and the flag ``below_resolution`` says so.
     volume_bytes = sum of the wrap-corrected tx_bytes increases of intervals k..j (all of them,
     idle gaps between bursts included).  It counts what the kernel counts on the veth: Ethernet
     header (14 B, no FCS/preamble), IP and TCP headers and payload, plus TCP retransmissions — so it
@@ -64,8 +68,12 @@ def link_activity(
     mid, dt = iv.mid_ns, iv.dt_ns
     with np.errstate(divide="ignore", invalid="ignore"):
         rates = seg * 8 / (dt[k : j + 1] / 1e9)
+    one = k == j
+    if one:
+        flags.append("below_resolution")
     return LinkActivity(
-        duration_s=int(mid[j] - mid[k]) / 1e9,
+        duration_s=None if one else int(mid[j] - mid[k]) / 1e9,
+        duration_upper_s=int(dt[k]) / 1e9 if one else None,
         volume_bytes=int(np.nansum(seg)),
         first_byte_ns=int(mid[k]),
         last_byte_ns=int(mid[j]),

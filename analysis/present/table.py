@@ -25,7 +25,7 @@ def _d(d: Mapping[str, Any] | None, *keys: str) -> Any:
 
 
 def _fig(s: Mapping[str, Any], path: str, fmt: str = ".3f", scale: float = 1.0) -> str:
-    """A headline figure: its value, '>= bound (why)' when censored, '–, why' when absent; an
+    """A headline figure: its value, '>= bound (why)' or '<= bound (why)' when censored, '–, why' when absent; an
     incomplete value gets '(incomplete: why)'."""
     value = _d(s, *path.split("."))
     qual = _d(s, "qualifiers", path)
@@ -38,6 +38,8 @@ def _fig(s: Mapping[str, Any], path: str, fmt: str = ".3f", scale: float = 1.0) 
         return NA
     if qual.get("state") == "censored" and qual.get("lower") is not None:
         return f">= {_f(qual['lower'], fmt, scale)} ({', '.join(qual.get('reasons') or [])})"
+    if qual.get("state") == "censored" and qual.get("upper") is not None:
+        return f"<= {_f(qual['upper'], fmt, scale)} ({', '.join(qual.get('reasons') or [])})"
     return f"{NA}, {qual.get('text') or ', '.join(qual.get('reasons') or [])}"
 
 

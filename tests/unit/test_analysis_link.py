@@ -53,3 +53,23 @@ def test_wrap_and_missing_samples():
     assert a.volume_bytes == 100_000_000
     assert a.duration_s == pytest.approx(0.99, abs=1e-12)
     assert set(a.flags) == {"counter_wrap", "missing_samples"}
+
+
+def test_a_stream_within_one_interval_is_bounded_not_zero():
+    """SYNTHETIC: the whole stream in one 10 ms interval: the duration is not 0 but <= 10 ms."""
+    t, tx = _tx({120: 900_000})
+    a = link_activity(t, tx, P, SPAN)
+    assert a.duration_s is None and a.duration_upper_s == pytest.approx(0.010)
+    assert "below_resolution" in a.flags and a.volume_bytes == 900_000
+    assert a.first_byte_ns == a.last_byte_ns
+
+
+def test_the_bound_reaches_summary_and_table_as_a_bound():
+    from analysis import qualify as q
+    from analysis.present.table import _fig
+
+    qual = q.at_most(0.010, ("below_resolution",))
+    assert qual.state == q.CENSORED and qual.lower is None and qual.upper == 0.010
+    assert q.short(qual, fmt=".3f") == "<= 0.010 (below_resolution)"
+    s = {"duration_s": {"link": None}, "qualifiers": {"duration_s.link": qual.to_dict()}}
+    assert _fig(s, "duration_s.link") == "<= 0.010 (below_resolution)"
