@@ -82,13 +82,17 @@ HV_PROFILES: dict[str, HvProfile] = {
     # on a lab the libvirtds already run, so a libvirt run ends after ~15 s instead of ~25 s
     "kvm-libvirt": HvProfile(("--driver", "libvirt", *RUN_FLAGS), FAULTS, (0.3, 25.0), lab_signal_window_s=(0.3, 15.0)),
     "criu": HvProfile(
-        ("--hv", "criu", "--router", "bird", "--mode", "stopcopy", *RUN_FLAGS), _TESTBED_FAULTS, (0.3, 7.0)
+        ("--hv", "criu", "--router", "bird", "--mode", "stopcopy", *RUN_FLAGS),
+        _TESTBED_FAULTS,
+        (0.3, 7.0),
+        # on a lab the rootfs copies and keepers are staged over SSH: a run takes ~10 s
+        lab_signal_window_s=(0.3, 10.0),
     ),
     "xen": HvProfile(XEN_FLAGS, ("dst-qemu-dies", "src-qemu-dies", *_TESTBED_FAULTS), (0.3, 50.0), 600.0),
 }
 DEFAULT_HVS = ("kvm", "kvm-libvirt", "criu", "xen")
 #: what a lab run supports (migrate.experiment.run.lab_supports)
-LAB_HVS = ("kvm", "kvm-libvirt")
+LAB_HVS = ("kvm", "kvm-libvirt", "criu")
 DEFAULT_XEN_TRIALS = 2
 
 
@@ -239,12 +243,36 @@ def trial_leaks(before: Artefacts, own_prefix: str | None, grace_s: float) -> li
 
 
 # -- a lab's hosts (TESTBED=) ------------------------------------------------------------------
+#: prints JSON [[pid, command line]] of the processes whose root directory is not the host's
+#: (containers: a router container's processes name nothing of the run, but their root is
+#: the run's rootfs copy, so they are found by that)
+ROOTED_ELSEWHERE_SOURCE = r"""
+import json, os
+r = os.stat("/")
+out = []
+for n in os.listdir("/proc"):
+    if not n.isdigit():
+        continue
+    try:
+        st = os.stat("/proc/%s/root" % n)
+        if (st.st_dev, st.st_ino) == (r.st_dev, r.st_ino):
+            continue
+        with open("/proc/%s/cmdline" % n, "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        continue
+    out.append([int(n), cmd[:160]])
+print(json.dumps(out))
+"""
+
+
 class LabLeaks:
     """What a trial's run can leave on a lab's hosts, looked for over SSH as the inventory reaches
     them (nothing assumes the hosts share this machine): processes whose command line names the
-    run's directory on the host or its QEMUs (``vrmig-<prefix>``), libvirt domains named after the
-    run on R1's and R2's libvirtds, and run directories under the deploy directory.  A context
-    manager: the SSH connections close at its end."""
+    run's directory on the host or its QEMUs (``vrmig-<prefix>``), processes rooted elsewhere than
+    the host's root that were not there before the trial (the router containers of HV=criu),
+    libvirt domains named after the run on R1's and R2's libvirtds, and run directories under the
+    deploy directory.  A context manager: the SSH connections close at its end."""
 
     def __init__(self, testbed: Path) -> None:
         import tempfile
@@ -255,6 +283,7 @@ class LabLeaks:
         self.inv = load(testbed)
         self._tmp = tempfile.TemporaryDirectory(prefix="vrmig-chaos-")
         self.hosts = connect(self.inv, Path(self._tmp.name))
+        self.rooted_before: dict[str, set[int]] = {}
 
     def __enter__(self) -> LabLeaks:
         return self
@@ -263,6 +292,23 @@ class LabLeaks:
         for h in self.hosts.values():
             h.close()
         self._tmp.cleanup()
+
+    def rooted_elsewhere(self) -> dict[str, dict[int, str]]:
+        """Per host: PID -> command line of the processes not rooted at the host's root."""
+        out: dict[str, dict[int, str]] = {}
+        for role, h in self.hosts.items():
+            res = h.run(["python3", "-c", ROOTED_ELSEWHERE_SOURCE], check=False)
+            try:
+                out[role] = {int(p): str(c) for p, c in json.loads(res.stdout or b"[]")}
+            except (ValueError, TypeError):
+                out[role] = {}
+        return out
+
+    def before_trial(self) -> set[tuple[str, str]]:
+        """Note what is there before a trial: the processes rooted elsewhere (``live`` reports
+        only new ones) and the run directories (returned, for ``leaks``)."""
+        self.rooted_before = {r: set(p) for r, p in self.rooted_elsewhere().items()}
+        return self.run_dirs()
 
     def run_dirs(self) -> set[tuple[str, str]]:
         """(role, name) of every run directory on the hosts."""
@@ -283,6 +329,10 @@ class LabLeaks:
             for line in res.stdout.decode(errors="replace").splitlines():
                 if any(m in line for m in marks):
                     found.append(f"{role}: process {line.strip()[:160]}")
+        for role, procs in self.rooted_elsewhere().items():
+            for pid, cmd in sorted(procs.items()):
+                if pid not in self.rooted_before.get(role, set()):
+                    found.append(f"{role}: container process {pid} {cmd}")
         for role in ("R1", "R2"):
             uri = self.inv.host(role).libvirt_uri
             if uri:
@@ -439,7 +489,7 @@ def run_hv(
         before_dirs = {p.name for p in results.iterdir()}
         before_files = snapshot(results)
         before = Artefacts.now()
-        lab_before = lab.run_dirs() if lab is not None else set()
+        lab_before = lab.before_trial() if lab is not None else set()
         t0 = time.monotonic()
         progress.start(f"{hv} trial {i + 1} {kind}")
         sent = _trial(hv, kind, delay, results, testbed)

@@ -341,3 +341,39 @@ def test_chaos_on_the_lab_kills_runs_and_finds_nothing_left(lab, tmp_path):
     assert totals.signals_sent >= 1, "no signal reached a running orchestrator"
     assert (totals.leaks, totals.lost_results, totals.problems) == (0, 0, [])
     assert _runs_on_hosts(inv) == before
+
+
+def test_chaos_on_the_lab_finds_a_leaked_container_and_criu_trials_leave_none(lab, tmp_path):
+    """A process rooted elsewhere than its host's root, started after the trial began, is a leak
+    (what a router container left running would be); a SIGKILL trial of HV=criu leaves none."""
+    import random
+
+    from migrate.campaigns import chaos
+
+    inv = load(lab)
+    jail = f"{inv.deploy_dir}/jail-{secrets.token_hex(3)}"
+    assert _ssh(inv, "R1", "mkdir", "-p", jail).returncode == 0
+    with chaos.LabLeaks(lab) as watch:
+        watch.before_trial()
+        t = inv.host("R1").ssh
+        jailed = subprocess.Popen(
+            ["ssh", "-i", str(t.key), "-o", f"UserKnownHostsFile={t.known_hosts}", "-o", "BatchMode=yes",
+             "-o", "StrictHostKeyChecking=yes", "-p", str(t.port), f"{t.user}@{t.host}", "--",
+             "python3", "-c", f"'import os, sys, time; os.chroot(\"{jail}\"); print(1, flush=True); time.sleep(60)'"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            assert jailed.stdout is not None and jailed.stdout.readline().strip() == b"1"
+            found = watch.live("no-such-run")
+            assert any(f.startswith("R1: container process") and "time.sleep(60)" in f for f in found), found
+        finally:
+            jailed.kill()
+            jailed.wait()
+        deadline = time.monotonic() + GRACE_S
+        while watch.live("no-such-run") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert watch.live("no-such-run") == []
+        totals = chaos.run_hv("criu", 1, random.Random("lab-chaos-criu"), tmp_path, lab=watch, testbed=lab)
+    _ssh(inv, "R1", "rmdir", jail)
+    assert totals.trials == 1 and (totals.leaks, totals.lost_results, totals.problems) == (0, 0, []), totals
+    assert _processes_with("vrmig-ct-init") == []
