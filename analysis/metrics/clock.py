@@ -62,6 +62,9 @@ def clock_figures(meta: dict[str, Any]) -> ClockFigures:
 SINK_ROLE, GEN_ROLE, IRTT_ROLE = "B", "A", "C"
 _SINK_NS = ("first_ns", "last_ns", "start_ns", "end_ns")
 _GEN_NS = ("start_ns", "end_ns")
+#: vrsink's one-way delay statistics (B's receive minus A's send stamp): each shifts by the same
+#: amount when both are put on one clock; the count of negative delays is as B saw them
+_OWD_NS = ("min", "median", "max", "p99", "p999", "mean")
 
 
 def _ms(offset_ns: int) -> int:
@@ -74,7 +77,8 @@ def sink_on_orchestrator_clock(sink: Mapping[str, Any], b_offset_ns: int, a_offs
     """sink.json with its receive times (B's clock: first/last packet, start/end, every gap's
     before/after time, the receive histogram's start) minus B's offset and its send-time
     histogram's start (A's stamps) minus A's, i.e. on the orchestrator's clock.  ``owd_ns``
-    (B's receive minus A's send) is left as measured."""
+    (B's receive minus A's send stamp, per packet) becomes ``(rx - b) - (tx - a)``: each statistic
+    minus B's offset plus A's (its ``negative`` count stays the raw one, a sign of the offset)."""
     out = dict(sink)
     for k in _SINK_NS:
         if isinstance(out.get(k), int):
@@ -89,6 +93,10 @@ def sink_on_orchestrator_clock(sink: Mapping[str, Any], b_offset_ns: int, a_offs
         out["hist_start_ms"] -= _ms(b_offset_ns)
     if isinstance(out.get("tx_hist_start_ms"), int):
         out["tx_hist_start_ms"] -= _ms(a_offset_ns)
+    owd = out.get("owd_ns")
+    if isinstance(owd, Mapping) and b_offset_ns != a_offset_ns:
+        shift = a_offset_ns - b_offset_ns
+        out["owd_ns"] = {k: v + shift if k in _OWD_NS and isinstance(v, int | float) else v for k, v in owd.items()}
     return out
 
 

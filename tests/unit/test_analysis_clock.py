@@ -107,12 +107,16 @@ def test_an_unmeasured_offset_leaves_the_record_on_its_clock_with_a_note(tmp_pat
 
 def test_record_shifts_are_each_hosts_own():
     sink = {"first_ns": 10_000_000_000, "last_ns": 20_000_000_000, "gaps": [[12, 13, 1, 5]],
-            "hist_start_ms": 10_000, "tx_hist_start_ms": 9_999, "owd_ns": {"median": 70_000}, "packets": 3}  # fmt: skip
+            "hist_start_ms": 10_000, "tx_hist_start_ms": 9_999, "packets": 3,
+            "owd_ns": {"min": 65_000, "median": 70_000, "p99": 90_000, "count": 3, "negative": 0}}  # fmt: skip
     out = sink_on_orchestrator_clock(sink, 2_000_000, -1_000_000)
     assert (out["first_ns"], out["last_ns"]) == (9_998_000_000, 19_998_000_000)
     assert out["gaps"] == [[12 - 2_000_000, 13 - 2_000_000, 1, 5]]
     assert (out["hist_start_ms"], out["tx_hist_start_ms"]) == (9_998, 10_000)
-    assert out["owd_ns"] == sink["owd_ns"] and out["packets"] == 3
+    # B's clock 2 ms ahead, A's 1 ms behind: each packet's receive-minus-send reads 3 ms too long
+    assert out["owd_ns"] == {"min": 65_000 - 3_000_000, "median": 70_000 - 3_000_000, "p99": 90_000 - 3_000_000,
+                             "count": 3, "negative": 0}  # fmt: skip
+    assert out["packets"] == 3
     assert sink["first_ns"] == 10_000_000_000  # the input is not changed
     gen = gen_on_orchestrator_clock({"start_ns": 5, "end_ns": 9, "sent_hist_start_ms": 0, "packets": 2}, 4)
     assert gen == {"start_ns": 1, "end_ns": 5, "sent_hist_start_ms": 0, "packets": 2}
