@@ -505,6 +505,7 @@ def load_and_calibrate(run_dir: Path) -> tuple[Calibration, str]:
     """Read a calibration results directory (actions.jsonl, counters.tsv, sink.json, gen.json,
     meta.json) and calibrate; returns the calibration and the HV label."""
     from analysis.load import load_counters, read_json, read_jsonl, sink_gaps
+    from analysis.metrics.clock import GEN_ROLE, SINK_ROLE, clock_figures, sink_on_orchestrator_clock
 
     run_dir = Path(run_dir)
     notes: list[str] = []
@@ -522,7 +523,15 @@ def load_and_calibrate(run_dir: Path) -> tuple[Calibration, str]:
             t, rx, period = b.t_ns, b.rx_packets, c.period_ns
     gaps = pkt = quantum = None
     if (run_dir / "sink.json").exists():
-        gaps = sink_gaps(read_json(run_dir / "sink.json"))
+        sink = read_json(run_dir / "sink.json")
+        clock = clock_figures(meta)
+        if clock.testbed == "lab":  # the edges are the orchestrator's, the gaps B's: one clock
+            if {SINK_ROLE, GEN_ROLE} <= set(clock.offsets_ns):
+                off = clock.offsets_ns
+                sink = sink_on_orchestrator_clock(sink, off[SINK_ROLE], off[GEN_ROLE])
+            else:
+                notes.append("clock: no measured offset of B: the sink's gaps stay on B's clock")
+        gaps = sink_gaps(sink)
     if (run_dir / "gen.json").exists():
         pkt, quantum = send_timing(read_json(run_dir / "gen.json"))
     cal = calibrate(events, t, rx, period, gaps, pkt, quantum)

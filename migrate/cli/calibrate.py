@@ -36,6 +36,7 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--boot-timeout", type=float, default=None, help="s (120; HV=xen 300)")
     c.add_argument("--seed", type=whole("SEED"), default=1, help="order of the durations (SEED)")
     c.add_argument("--results", type=Path, default=Path("results"), help="results root directory")
+    c.add_argument("--testbed", type=Path, default=None, help="a lab's inventory (TESTBED; docs/testbed.md)")
     c.set_defaults(handler=run_command)
 
 
@@ -59,7 +60,7 @@ def run_command(a: argparse.Namespace) -> int:
     from analysis.metrics.calibration import format_table, load_and_calibrate
 
     spec = spec_from_args(a)
-    run_dir = run_calibration(spec, a.results)
+    run_dir = run_calibration(spec, a.results, a.testbed)
     try:
         cal, hv = load_and_calibrate(run_dir)
         print(format_table(cal, hv))

@@ -15,16 +15,25 @@ Each edge is timestamped (CLOCK_REALTIME ns, the clock of every trace) immediate
 after its command and written to ``actions.jsonl``; events follow each other only once the
 router was seen forwarding again and ``SPACING_S`` has passed, in a seeded random order of the
 durations per repetition.  :mod:`analysis.metrics.calibration` then compares every estimator with every
-event (``calibration.csv``, ``calibration_events.csv``)."""
+event (``calibration.csv``, ``calibration_events.csv``).
+
+On a lab (``TESTBED=``) the same run drives the inventory's hosts over SSH, as ``make migrate``
+does: the cut is the same RTM_SETLINK request on R1's tap (the inventory's ``taps.R``), sent by a
+small standard-library program that R1 runs for the whole run on one SSH session, reading one
+request per line on stdin and answering each with the kernel's acknowledgement (so an edge's
+bracket is one round trip on an open channel, no process start); B's receive counter is read
+over SSH."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import random
 import signal
 import socket
 import struct
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -45,6 +54,7 @@ from migrate.experiment.recorder import Recorder
 from migrate.experiment.scenario import DRIVERS, HVS, Scenario
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import Testbed, TestbedBuilder, new_prefix
+from migrate.testbed.inventory import Inventory
 from migrate.testbed.results import check_results_root, new_run_dir
 
 log = logging.getLogger(__name__)
@@ -164,9 +174,10 @@ def parse_kinds(text: str) -> tuple[str, ...]:
     return tuple(k for k in KINDS if k in items)
 
 
-def check_pause_capability(spec: CalibrationSpec) -> type[Driver]:
-    """The driver class; ConfigError (nothing started) if pauses are asked of one without them."""
-    driver_cls = load_driver(spec.hv, spec.driver)
+def check_pause_capability(spec: CalibrationSpec, lab: bool = False) -> type[Driver]:
+    """The driver class (``lab``: its lab form); ConfigError (nothing started) if pauses are asked
+    of one without them."""
+    driver_cls = load_driver(spec.hv, spec.driver, lab)
     if "pause" in spec.kinds and not callable(getattr(driver_cls, "pause", None)):
         hv = spec.hv if spec.driver == "qmp" else f"{spec.hv} DRIVER={spec.driver}"
         raise ConfigError(f"KIND=pause: HV={hv} has no way to pause the router here: use KIND=cut")
@@ -251,6 +262,105 @@ class PortCut:
         self.sock.close()
 
 
+#: R1's side of a lab's cut (argv: ifname): prints "READY <ifindex>", then for every line of
+#: hex (an RTM_SETLINK request) sends it on a NETLINK_ROUTE socket and prints the errno of the
+#: kernel's acknowledgement (0: done); exits at end of input (the SSH channel closed)
+LAB_PORT_CUT_SOURCE = r"""
+import socket, struct, sys
+s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+s.settimeout(5.0)
+print("READY %d" % socket.if_nametoindex(sys.argv[1]), flush=True)
+for line in sys.stdin:
+    msg = bytes.fromhex(line.strip())
+    seq = struct.unpack_from("=I", msg, 8)[0]
+    s.send(msg)
+    err = None
+    while err is None:
+        reply = s.recv(65536)
+        off = 0
+        while off + 16 <= len(reply):
+            length, kind, _f, rseq, _p = struct.unpack_from("=IHHII", reply, off)
+            if kind == 2 and rseq == seq and length >= 20:
+                err = -struct.unpack_from("=i", reply, off + 16)[0]
+                break
+            off += max((length + 3) & ~3, 16)
+    print(err, flush=True)
+"""
+
+
+class LabPortCut:
+    """``PortCut`` on a lab host: the requests go to a program on the host over one SSH session
+    (``LAB_PORT_CUT_SOURCE``); each returns once the host's kernel acknowledged it."""
+
+    def __init__(self, tb: Any, role: str, ifname: str, registry: Registry) -> None:
+        import json
+
+        from migrate.core.procs import with_pdeathsig
+
+        host = tb.hosts[role]
+        res = host.run(["ip", "-j", "link", "show", "dev", ifname], check=False)
+        links = json.loads(res.stdout or b"[]") if res.returncode == 0 else []
+        if not links or not links[0].get("master"):
+            raise VrmigError(f"{ifname} on {role} is not a bridge port: cannot cut the router's path there")
+        self.ifname, self.role, self.seq = ifname, role, 0
+        self.proc = subprocess.Popen(
+            with_pdeathsig(host.ssh_argv(["python3", "-c", LAB_PORT_CUT_SOURCE, ifname])),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        registry.add_process(self.proc.pid, f"port-cut {role} (ssh)")
+        first = self._line()
+        if not first.startswith("READY "):
+            self.close()
+            raise VrmigError(f"the port cutter on {role} did not start: {first!r}")
+        self.ifindex = int(first.split()[1])
+
+    def _line(self) -> str:
+        assert self.proc.stdout is not None
+        return self.proc.stdout.readline().decode(errors="replace").strip()
+
+    def _set(self, state: int) -> None:
+        assert self.proc.stdin is not None
+        self.seq += 1
+        self.proc.stdin.write(brport_state_request(self.ifindex, state, self.seq).hex().encode() + b"\n")
+        self.proc.stdin.flush()
+        reply = self._line()
+        if reply != "0":
+            raise OSError(f"setting bridge port {self.ifname} on {self.role} to state {state}: {reply or 'no answer'}")
+
+    def cut(self) -> None:
+        """Port disabled (see ``PortCut.cut``)."""
+        self._set(BR_STATE_DISABLED)
+
+    def restore(self) -> None:
+        """Port forwarding again."""
+        self._set(BR_STATE_FORWARDING)
+
+    def close(self) -> None:
+        """End the session (the host's program exits at end of input)."""
+        with contextlib.suppress(OSError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class LabRxPackets:
+    """``RxPackets`` of an interface on a lab host (read over SSH)."""
+
+    def __init__(self, tb: Any, role: str, ifname: str) -> None:
+        self.tb, self.role, self.ifname = tb, role, ifname
+
+    def read(self) -> int:
+        """The current counter."""
+        return int(self.tb.rx_packets(self.role, self.ifname))
+
+    def close(self) -> None:
+        """Nothing held."""
+
+
 class RxPackets:
     """rx_packets of one interface in a namespace, read from ``/proc/thread-self/net/dev`` opened
     inside it (a file read, no process or netlink helper: polled right after an event's end, when
@@ -283,15 +393,23 @@ def _sleep_until_ns(t_ns: int) -> None:
 class Calibrator:
     """The run: testbed, router, instruments, then the planned events, then teardown."""
 
-    def __init__(self, spec: CalibrationSpec, driver_cls: type[Driver], facts: dict[str, Any], run_dir: Path) -> None:
-        self.spec, self.driver_cls, self.facts, self.run_dir = spec, driver_cls, facts, run_dir
+    def __init__(
+        self,
+        spec: CalibrationSpec,
+        driver_cls: type[Driver],
+        facts: dict[str, Any],
+        run_dir: Path,
+        inv: Inventory | None = None,
+    ) -> None:
+        self.spec, self.driver_cls, self.facts, self.run_dir, self.inv = spec, driver_cls, facts, run_dir, inv
+        self.lab_stack = contextlib.ExitStack()
         self.scenario = spec.scenario()
         self.registry = Registry(new_prefix(), run_dir=str(run_dir.resolve()))
         self.tb = Testbed(self.registry.prefix)
         self.driver: Driver | None = None
         self.instruments: Instruments | None = None
-        self.port: PortCut | None = None
-        self.rx_b: RxPackets | None = None
+        self.port: PortCut | LabPortCut | None = None
+        self.rx_b: RxPackets | LabRxPackets | None = None
         self.active: Planned | None = None  # the event whose path is cut or paused right now
         self.end_half_ns = {k: 0 for k in KINDS}  # last half-width of each kind's end edge
 
@@ -299,12 +417,27 @@ class Calibrator:
         """Everything up to and including the last event; the caller tears down (``teardown``)."""
         self.recorder = Recorder(self.run_dir)
         self.registry.open()
-        meta["testbed"] = {"prefix": self.registry.prefix, "namespaces": {r: self.tb.ns(r) for r in topo.all_roles()}}
+        if self.inv is not None:
+            from migrate.experiment.run import lab_facts, open_lab
+            from migrate.testbed.labbed import lab_testbed_meta
+
+            self.tb = self.lab_stack.enter_context(open_lab(self.inv, self.registry))
+            if self.spec.hv == "kvm":
+                self.facts = {**self.facts, **lab_facts(meta["lab_check"], self.scenario, self.facts)}
+                meta["hypervisor"], meta["accel"] = dict(self.facts), self.facts.get("accel")
+            meta["testbed"] = lab_testbed_meta(self.tb)  # type: ignore[arg-type]
+            self.tb.clocks_from_check(meta["lab_check"])  # type: ignore[attr-defined]
+        else:
+            meta["testbed"] = {
+                "prefix": self.registry.prefix,
+                "namespaces": {r: self.tb.ns(r) for r in topo.all_roles()},
+            }
         ctx = RunContext(self.scenario, self.tb, self.registry, self.run_dir, self.recorder, abort, None)
         self.driver = self.driver_cls(ctx, self.facts)
         write_json(self.run_dir / "meta.json", meta)
-        log.info("building testbed %s", self.registry.prefix)
-        TestbedBuilder(self.registry).build()
+        if self.inv is None:
+            log.info("building testbed %s", self.registry.prefix)
+            TestbedBuilder(self.registry).build()
         log.info("starting the router (%s, %s, accel=%s)", self.spec.router, self.spec.hv, meta["accel"])
         self.driver.start_source()
         self.instruments = Instruments(self.scenario, self.tb, self.registry, self.run_dir, self.recorder)
@@ -313,7 +446,10 @@ class Calibrator:
         write_json(self.run_dir / "meta.json", meta)
         self.instruments.wait_forwarding(timeout_s=WARMUP_TIMEOUT_S)
         if "cut" in self.spec.kinds:
-            self.port = PortCut(self.tb.ns("R1"), CUT_PORT)
+            if self.inv is not None:
+                self.port = LabPortCut(self.tb, "R1", self.inv.host("R1").taps["R"], self.registry)
+            else:
+                self.port = PortCut(self.tb.ns("R1"), CUT_PORT)
         prepare: Callable[[], None] | None = getattr(self.driver, "prepare_pause", None)
         if "pause" in self.spec.kinds and prepare is not None:
             prepare()
@@ -331,6 +467,10 @@ class Calibrator:
         if dead:
             raise VrmigError(f"instrument died during the calibration: {dead}")
         self.instruments.stop()
+        if self.inv is not None:
+            self.tb.measure_clocks("end")  # type: ignore[attr-defined]
+            meta["clock"]["hosts"] = self.tb.clock  # type: ignore[attr-defined]
+            meta["lab"] = self.tb.collect(self.run_dir)  # type: ignore[attr-defined]
         meta["hypervisor"].update(self.driver.describe())
 
     def _edge(self, ev: Planned, which: int, fn: Callable[[], None], **extra: Any) -> tuple[int, int]:
@@ -366,7 +506,10 @@ class Calibrator:
     def _forwarding_again(self, ev: Planned) -> None:
         """Observe B's eth0 receive counter grow by a few packets (the router forwards again)."""
         if self.rx_b is None:
-            self.rx_b = RxPackets(self.tb.ns("B"), topo.HOST_IF)
+            if self.inv is not None:
+                self.rx_b = LabRxPackets(self.tb, "B", self.inv.host("B").interface or topo.HOST_IF)
+            else:
+                self.rx_b = RxPackets(self.tb.ns("B"), topo.HOST_IF)
         start = self.rx_b.read()
         deadline = time.monotonic() + FORWARD_TIMEOUT_S
         while self.rx_b.read() - start < FORWARD_MIN_PACKETS:
@@ -391,6 +534,7 @@ class Calibrator:
             ("close B's counters", self.rx_b.close if self.rx_b is not None else None),
             ("stop hypervisor", self.driver.stop if self.driver is not None else None),
             ("remove freezer", getattr(self.driver, "release_pause", None)),
+            ("leave lab hosts", self.lab_stack.close),
             ("close recorder", self.recorder.close if hasattr(self, "recorder") else None),
         ]
         td = Teardown()  # a failed step is recorded and the teardown goes on: the registry removes the rest
@@ -414,10 +558,25 @@ def dependencies(spec: CalibrationSpec, driver_cls: type[Driver]) -> dict[str, A
     return driver_cls.preflight(spec.scenario())
 
 
-def run_calibration(spec: CalibrationSpec, results_root: Path) -> Path:
-    """Run the calibration and analyse it; returns the results directory.  Every check comes
-    before anything is created: pause capability and RESULTS (exit 2), dependencies (exit 3)."""
-    driver_cls = check_pause_capability(spec)
+def lab_checks(spec: CalibrationSpec, testbed: Path) -> tuple[Inventory, dict[str, Any]]:
+    """The lab's inventory and preflight check (what ``make migrate TESTBED=`` checks); bad
+    input or an unready host: one line, nothing started."""
+    from migrate.experiment.run import lab_preflight, lab_supports
+    from migrate.testbed.inventory import load
+
+    inv = load(testbed)
+    lab_supports(spec.scenario(), inv)
+    if spec.hv == "criu" and "pause" in spec.kinds:
+        raise ConfigError("KIND=pause: HV=criu on a lab has no pause (the cgroup freezer is local only): use KIND=cut")
+    return inv, lab_preflight(inv, testbed)
+
+
+def run_calibration(spec: CalibrationSpec, results_root: Path, testbed: Path | None = None) -> Path:
+    """Run the calibration and analyse it (``testbed``: on that lab's hosts); returns the results
+    directory.  Every check comes before anything is created: pause capability, RESULTS and the
+    lab's inventory (exit 2), dependencies (exit 3)."""
+    inv, lab_check = lab_checks(spec, testbed) if testbed is not None else (None, None)
+    driver_cls = check_pause_capability(spec, lab=inv is not None)
     check_results_root(results_root)
     facts = dependencies(spec, driver_cls)
     for prefix in clean_stale():
@@ -440,8 +599,10 @@ def run_calibration(spec: CalibrationSpec, results_root: Path) -> Path:
             "hypervisor": dict(facts),
             "accel": facts.get("accel"),
         }
+        if inv is not None:
+            meta["lab_check"] = lab_check
         write_json(run_dir / "meta.json", meta)
-        cal = Calibrator(spec, driver_cls, facts, run_dir)
+        cal = Calibrator(spec, driver_cls, facts, run_dir, inv)
         try:
             try:
                 cal.execute(meta, abort)
