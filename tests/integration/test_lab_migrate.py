@@ -359,16 +359,15 @@ def test_chaos_on_the_lab_finds_a_leaked_container_and_criu_trials_leave_none(la
         jailed = subprocess.Popen(
             ["ssh", "-i", str(t.key), "-o", f"UserKnownHostsFile={t.known_hosts}", "-o", "BatchMode=yes",
              "-o", "StrictHostKeyChecking=yes", "-p", str(t.port), f"{t.user}@{t.host}", "--",
-             "python3", "-c", f"'import os, sys, time; os.chroot(\"{jail}\"); print(1, flush=True); time.sleep(60)'"],
+             "python3", "-c", f"'import os, sys, time; os.chroot(\"{jail}\"); print(1, flush=True); time.sleep(4)'"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         try:
             assert jailed.stdout is not None and jailed.stdout.readline().strip() == b"1"
             found = watch.live("no-such-run")
-            assert any(f.startswith("R1: container process") and "time.sleep(60)" in f for f in found), found
-        finally:
-            jailed.kill()
-            jailed.wait()
+            assert any(f.startswith("R1: container process") and "time.sleep(4)" in f for f in found), found
+        finally:  # it ends by itself (a process started over SSH outlives its channel)
+            jailed.wait(timeout=30)
         deadline = time.monotonic() + GRACE_S
         while watch.live("no-such-run") and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -397,7 +396,7 @@ def test_calibrate_on_the_lab_cuts_r1s_port_over_ssh_and_meets_its_targets(lab, 
     assert set(meta["lab"]["offsets_ns"]) == set(ROLES)
     rows = list(csv.DictReader((run_dir / "calibration.csv").open()))
     cuts = [r for r in rows if r["kind"] == "cut"]
-    assert {r["estimator"] for r in cuts} == {"packets", "counters"} and all(r["pass"] == "yes" for r in cuts), cuts
+    assert {r["estimator"] for r in cuts} == {"packets", "counters"} and all(r["pass"] == "true" for r in cuts), cuts
     assert any(r["kind"] == "pause" for r in rows)
     assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
     assert _processes_with(f"/runs/{meta['testbed']['prefix']}") == []
