@@ -462,7 +462,7 @@ class LabBed(Testbed):
             fetched.update(got)
         parts = [(r, run_dir / out) for r, _, out in self.sampler_plan() if fetched.get(out) == r]
         offsets = {r: self.offset_ns(r) for r, _ in parts}
-        merge_counters(parts, offsets, self.prefix, run_dir / "counters.tsv")
+        merge_counters(parts, offsets, self.prefix, run_dir / "counters.tsv", canonical_ifnames(self.inv))
         return {"fetched": fetched, "offsets_ns": {r: {"offset": o, "uncertainty": u} for r, (o, u) in offsets.items()}}
 
 
@@ -498,11 +498,40 @@ def merged_tail(footers: dict[str, str | None]) -> str | None:
     return f"# hosts={len(footers)} " + " ".join(out)
 
 
-def merge_counters(parts: list[tuple[str, Path]], offsets: dict[str, tuple[int, int]], prefix: str, out: Path) -> None:
+def canonical_ifnames(inv: Inventory) -> dict[str, dict[str, str]]:
+    """Per role, the host's interface names -> the embedded testbed's names for the same ports
+    (an end host's ``eth0``; a hypervisor host's ``tapL``/``tapR``, ``upL``/``upR``, ``mig0``),
+    which the analysis reads (B eth0's packets, R1 mig0's bytes), whatever a lab calls them."""
+    out: dict[str, dict[str, str]] = {}
+    for role in ROLES:
+        h = inv.host(role)
+        names: dict[str, str] = {}
+        if h.interface:
+            names[h.interface] = topo.HOST_IF
+        for seg in topo.SEGMENTS:
+            if seg in h.taps:
+                names[h.taps[seg]] = f"tap{seg}"
+            if seg in h.uplinks:
+                names[h.uplinks[seg]] = f"up{seg}"
+        if h.migration_if:
+            names[h.migration_if] = topo.MIGRATION_IF
+        out[role] = names
+    return out
+
+
+def merge_counters(
+    parts: list[tuple[str, Path]],
+    offsets: dict[str, tuple[int, int]],
+    prefix: str,
+    out: Path,
+    ifnames: dict[str, dict[str, str]] | None = None,
+) -> None:
     """Merge per-host vrsampler files into one counters.tsv on the orchestrator's clock: each
     sample's time minus its host's offset, its namespace column the role's label
-    (``<prefix>-<role>``, as on the embedded testbed), rows in time order.  The header records
-    every host's offset and uncertainty; the closing line is :func:`merged_tail` of the hosts'."""
+    (``<prefix>-<role>``, as on the embedded testbed), its interface the embedded testbed's name
+    for that port (``ifnames``: role -> host's name -> that name; see :func:`canonical_ifnames`),
+    rows in time order.  The header records every host's offset and uncertainty and every
+    renamed interface; the closing line is :func:`merged_tail` of the hosts'."""
     rows: list[tuple[int, str]] = []
     footers: dict[str, str | None] = {}
     period = None
@@ -522,11 +551,15 @@ def merge_counters(parts: list[tuple[str, Path]], offsets: dict[str, tuple[int, 
                 continue
             t = int(f[0]) - off
             f[0], f[2] = str(t), f"{prefix}-{role}"
+            f[3] = (ifnames or {}).get(role, {}).get(f[3], f[3])
             rows.append((t, " ".join(f)))
     rows.sort(key=lambda r: r[0])
     offs = " ".join(f"{r}:{o}+-{u}" for r, (o, u) in offsets.items())
     head = f"# vrmig-sampler 1 clock=CLOCK_REALTIME period_ns={period or 10_000_000}\n{COUNTERS_HEADER}\n"
     head += f"# merged per-host samplers onto the orchestrator's clock (offset ns +- uncertainty): {offs}\n"
+    renamed = [f"{r}:{a}={b}" for r, m in sorted((ifnames or {}).items()) for a, b in sorted(m.items()) if a != b]
+    if renamed:
+        head += f"# interfaces under the embedded testbed's names (role:host name=name): {' '.join(renamed)}\n"
     tail = merged_tail(footers)
     out.write_text(head + "".join(r[1] + "\n" for r in rows) + (tail + "\n" if tail else ""))
 

@@ -52,3 +52,24 @@ def test_a_host_without_its_closing_line_makes_the_counts_unknown(tmp_path):
     assert c.tail == {}
     h = sampler_health(c.get("A", "eth0").t_ns, c.late_ns, 10_000_000, c.tail)
     assert (h.missed_rounds, h.read_errors) == (None, None)  # unknown, not A's 0
+
+
+def test_a_labs_own_interface_names_become_the_ports_names_the_analysis_reads(tmp_path):
+    """A real lab calls B's NIC ens1f0 and R1's migration NIC ens2: the merged file names them
+    eth0 and mig0, as the embedded testbed does, and its header says so."""
+    from migrate.testbed.inventory import load
+    from migrate.testbed.labbed import canonical_ifnames
+
+    example = Path(__file__).resolve().parents[2] / "docs" / "lab.example.toml"
+    text = example.read_text().replace('interface = "eth0"', 'interface = "ens1f0"', 3)
+    text = text.replace('migration = { interface = "mig0"', 'migration = { interface = "ens2"', 1)
+    (tmp_path / "lab.toml").write_text(text)
+    names = canonical_ifnames(load(tmp_path / "lab.toml"))
+    assert names["B"] == {"ens1f0": "eth0"} and names["R1"]["ens2"] == "mig0" and names["R2"]["mig0"] == "mig0"
+    b = _host_file(tmp_path / "b.tsv", "B", 0, None)
+    b[1].write_text(b[1].read_text().replace(" eth0 ", " ens1f0 "))
+    out = tmp_path / "counters.tsv"
+    merge_counters([b], {"B": (0, 1)}, "vm123456", out, names)
+    c = load_counters(out)
+    assert c.get("B", "eth0") is not None and c.get("B", "ens1f0") is None
+    assert "B:ens1f0=eth0" in out.read_text() and "R1:ens2=mig0" in out.read_text()
