@@ -453,7 +453,7 @@ struct state {
     int seq_crt;
     struct after after;
     int have_max_tx;
-    struct txrec max_tx; /* the received packet with the highest send stamp */
+    struct txrec max_tx; /* the received packet with the highest send stamp (of equal stamps, the last) */
     uint64_t state_writes, state_errors;
 };
 
@@ -512,7 +512,8 @@ static void on_packet(struct state *st, const unsigned char *p, int len, int64_t
                 o->h[owd_index((uint64_t)d)]++;
             if (d > -TX_PLAUSIBLE_NS && d < TX_PLAUSIBLE_NS) { /* a send stamp of this clock */
                 ct_hist_add(&st->tx_hist, ct_ms_floor(tx), 1);
-                if (!st->have_max_tx || tx > st->max_tx.tx) {
+                /* >=: the packets of one vrgen send call share its stamp; the later one wins */
+                if (!st->have_max_tx || tx >= st->max_tx.tx) {
                     st->have_max_tx = 1;
                     st->max_tx = (struct txrec){seq, tx, t};
                 }
