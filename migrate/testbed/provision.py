@@ -251,6 +251,31 @@ def parse_failures(text: str) -> dict[str, str]:
     return out
 
 
+def explain_unreachable(inv: Inventory, failures: dict[str, str], control_dir: Path) -> dict[str, str]:
+    """``failures`` with each SSH host that Ansible found unreachable probed by one login of our
+    own (:class:`migrate.testbed.hosts.SshHost`): its classified reason (authentication refused,
+    host key unknown or changed, unreachable) first, Ansible's after it.  Ansible's own message
+    for the same refused key varies ("Permission denied", or "Broken pipe" when its connection
+    multiplexing lost the race), so the line a user reads does not depend on that."""
+    from migrate.testbed.hosts import SshError, SshHost
+
+    out = dict(failures)
+    for role, reason in failures.items():
+        h = inv.hosts.get(role)
+        if not reason.startswith("unreachable") or h is None or h.ssh is None:
+            continue
+        host = SshHost(h, control_dir)
+        try:
+            host.open()
+        except SshError as err:
+            out[role] = f"unreachable: {err} (Ansible: {reason.removeprefix('unreachable: ')})"
+        else:
+            out[role] = f"{reason} (a login of its own succeeded right after)"
+        finally:
+            host.close()
+    return out
+
+
 def check_local_files(inv: Inventory) -> None:
     """Each SSH host's key and known-hosts file must exist here (else InventoryError, exit 2)."""
     for r, h in inv.hosts.items():
@@ -316,7 +341,11 @@ def run_playbook(
         finally:
             _stop_control_masters(tmp / "cp")
     text = log_path.read_text(errors="replace")
-    out = Outcome(rc, parse_recap(text), parse_failures(text), log_path, run_dir)
+    failures = parse_failures(text)
+    if any(r.startswith("unreachable") for r in failures.values()):
+        with tempfile.TemporaryDirectory(prefix="vrmig-probe-") as probe_dir:
+            failures = explain_unreachable(inv, failures, Path(probe_dir))
+    out = Outcome(rc, parse_recap(text), failures, log_path, run_dir)
     (run_dir / "summary.json").write_text(
         json.dumps(
             {

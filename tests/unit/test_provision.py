@@ -165,3 +165,31 @@ def test_cli_profiles_flag() -> None:
     a = build_parser().parse_args(["hosts-setup", "--testbed", "lab.toml", "--profiles", "frr,bird,frr"])
     assert a.profiles == ["frr", "bird"]
     assert build_parser().parse_args(["hosts-setup", "--testbed", "lab.toml"]).profiles == ["frr", "bird"]
+
+
+def test_unreachable_hosts_get_the_reason_of_a_login_of_our_own(tmp_path, monkeypatch) -> None:
+    """Ansible said 'Broken pipe' for a refused key: the line names the refused key instead."""
+    from migrate.testbed import hosts as hostsmod
+
+    class FakeHost:
+        def __init__(self, spec, control_dir) -> None:
+            self.role = spec.role
+
+        def open(self) -> None:
+            if self.role == "C":
+                raise hostsmod.AuthRefused("C (root@198.19.128.6:22): authentication refused for key /k")
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(hostsmod, "SshHost", FakeHost)
+    inv = load(Path(__file__).resolve().parents[2] / "docs" / "lab.example.toml")
+    got = provision.explain_unreachable(
+        inv,
+        {"C": "unreachable: Data could not be sent to remote host: Broken pipe", "D": "unreachable: timeout",
+         "R1": "task 'x' failed: y"},
+        tmp_path,
+    )  # fmt: skip
+    assert got["C"].startswith("unreachable: C (root@198.19.128.6:22): authentication refused for key /k (Ansible: ")
+    assert got["D"] == "unreachable: timeout (a login of its own succeeded right after)"
+    assert got["R1"] == "task 'x' failed: y"
