@@ -235,10 +235,14 @@ class LabCriuDriver(CriuDriver):
                 tail = " | ".join((chk.stdout + chk.stderr).decode(errors="replace").strip().splitlines()[-2:])
                 raise DependencyError(f"{host}: criu check failed on this host's kernel: {tail}")
             if self.ctx.scenario.mode in MODE_FEATURES:
-                feature, why = MODE_FEATURES[self.ctx.scenario.mode]
+                feature, _why = MODE_FEATURES[self.ctx.scenario.mode]
                 f = self.ssh(host).run([*found[host].argv, "check", "--feature", feature], check=False, timeout_s=60.0)
                 if f.returncode != 0:
-                    raise DependencyError(f"{host}: {why.split(': use')[0]} (criu check --feature {feature} on {host})")
+                    raise DependencyError(
+                        f"{host}: MODE={self.ctx.scenario.mode} needs the kernel's soft-dirty page tracking "
+                        f"(criu check --feature {feature} failed on {host}): use MODE=stopcopy, or hosts whose "
+                        "kernel has CONFIG_MEM_SOFT_DIRTY=y"
+                    )
         if found["R1"].version != found["R2"].version:
             raise DependencyError(
                 f"R1 runs criu {found['R1'].version} but R2 runs {found['R2'].version}: "
