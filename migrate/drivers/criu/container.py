@@ -191,23 +191,7 @@ class Container:
 
     def wait_ready(self, timeout_s: float, abort: Callable[[], bool] | None = None) -> float:
         """Wait for the router's READY line on the console (FAIL or death raise GuestError)."""
-        from routers.guest import FAIL_MARKER, READY_MARKER
-
-        deadline = time.monotonic() + timeout_s
-        while True:
-            text = self.read_console()
-            if READY_MARKER in text:
-                return time.time()
-            if FAIL_MARKER in text:
-                line = next(ln for ln in text.splitlines() if FAIL_MARKER in ln)
-                raise GuestError(f"router container on {self.host} failed: {line}")
-            if not self.alive():
-                raise GuestError(f"router container on {self.host} exited before READY: {text.strip()[-300:]}")
-            if abort and abort():
-                raise GuestError(f"aborted while waiting for the router container on {self.host}")
-            if time.monotonic() > deadline:
-                raise GuestError(f"router container on {self.host} not READY within {timeout_s:.0f} s")
-            time.sleep(POLL_S)
+        return wait_console_ready(self.host, self.read_console, self.alive, timeout_s, abort, POLL_S)
 
     def save_console(self) -> None:
         """Write the console seen so far to ``console-<host>.log`` in the results directory."""
@@ -230,6 +214,36 @@ class Container:
                     os.kill(self.pid, signal.SIGKILL)
         if self.launcher is not None:
             self.launcher.stop(timeout_s=STOP_TIMEOUT_S)
+
+
+def wait_console_ready(
+    host: str,
+    read_console: Callable[[], str],
+    alive: Callable[[], bool],
+    timeout_s: float,
+    abort: Callable[[], bool] | None = None,
+    poll_s: float = POLL_S,
+) -> float:
+    """Poll a router container's console (``read_console``, here or on a lab host) for the
+    router's READY line; returns the CLOCK_REALTIME s it was seen.  FAIL on the console, the
+    init's death (``alive``), an abort or the timeout raise GuestError."""
+    from routers.guest import FAIL_MARKER, READY_MARKER
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = read_console()
+        if READY_MARKER in text:
+            return time.time()
+        if FAIL_MARKER in text:
+            line = next(ln for ln in text.splitlines() if FAIL_MARKER in ln)
+            raise GuestError(f"router container on {host} failed: {line}")
+        if not alive():
+            raise GuestError(f"router container on {host} exited before READY: {text.strip()[-300:]}")
+        if abort and abort():
+            raise GuestError(f"aborted while waiting for the router container on {host}")
+        if time.monotonic() > deadline:
+            raise GuestError(f"router container on {host} not READY within {timeout_s:.0f} s")
+        time.sleep(poll_s)
 
 
 def _console_rel() -> str:

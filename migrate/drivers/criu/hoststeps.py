@@ -73,13 +73,6 @@ def parse_steps(text: str) -> dict[str, dict[str, object]]:
     return out
 
 
-def _addr(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not ADDR:PORT")
-    return host, int(port)
-
-
 # ------------------------------------------------------------------------------------- dump-send
 def dump_send(directory: Path, to: tuple[str, int], criu: list[str]) -> int:
     """Connect, dump, send; returns criu's exit status (70 if the transfer failed)."""
@@ -282,11 +275,11 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("dump-send")
     d.add_argument("--dir", type=Path, required=True)
-    d.add_argument("--to", type=_addr, required=True)
+    d.add_argument("--to", type=imgxfer._addr, required=True)
     d.add_argument("criu", nargs=argparse.REMAINDER)
     r = sub.add_parser("recv-restore")
     r.add_argument("--dir", type=Path, required=True)
-    r.add_argument("--listen", type=_addr, required=True)
+    r.add_argument("--listen", type=imgxfer._addr, required=True)
     r.add_argument("--pidfile", type=Path, required=True)
     r.add_argument("--rounds", type=int, required=True)
     r.add_argument("--gap", type=float, required=True)

@@ -139,23 +139,9 @@ class RemoteContainer:
 
     def wait_ready(self, timeout_s: float, abort: Any) -> None:
         """The router's READY line on the console (FAIL or the init's death raise GuestError)."""
-        from routers.guest import FAIL_MARKER, READY_MARKER
+        from migrate.drivers.criu.container import wait_console_ready
 
-        deadline = time.monotonic() + timeout_s
-        while True:
-            text = self.read_console()
-            if READY_MARKER in text:
-                return
-            if FAIL_MARKER in text:
-                line = next(ln for ln in text.splitlines() if FAIL_MARKER in ln)
-                raise GuestError(f"router container on {self.host} failed: {line}")
-            if not self.alive():
-                raise GuestError(f"router container on {self.host} exited before READY: {text.strip()[-300:]}")
-            if abort and abort():
-                raise GuestError(f"aborted while waiting for the router container on {self.host}")
-            if time.monotonic() > deadline:
-                raise GuestError(f"router container on {self.host} not READY within {timeout_s:.0f} s")
-            time.sleep(POLL_S)
+        wait_console_ready(self.host, self.read_console, self.alive, timeout_s, abort, POLL_S)
 
     def save_console(self) -> None:
         """``console-<host>.log`` in the results directory."""
