@@ -190,7 +190,7 @@ def versions(scenario: Scenario, testbed: Path | None = None) -> dict[str, Any]:
     them and the accelerator and QEMU are R1's and R2's, not this machine's."""
     from migrate.experiment.run import preflight
 
-    _, facts = preflight(scenario)
+    _, facts = preflight(scenario, lab=testbed is not None)
     if testbed is not None:
         from migrate.experiment.run import lab_facts, lab_preflight, lab_supports
         from migrate.testbed.inventory import load

@@ -422,9 +422,8 @@ class Calibrator:
             from migrate.testbed.labbed import lab_testbed_meta
 
             self.tb = self.lab_stack.enter_context(open_lab(self.inv, self.registry))
-            if self.spec.hv == "kvm":
-                self.facts = {**self.facts, **lab_facts(meta["lab_check"], self.scenario, self.facts)}
-                meta["hypervisor"], meta["accel"] = dict(self.facts), self.facts.get("accel")
+            self.facts = {**self.facts, **lab_facts(meta["lab_check"], self.scenario, self.facts)}
+            meta["hypervisor"], meta["accel"] = dict(self.facts), self.facts.get("accel")
             meta["testbed"] = lab_testbed_meta(self.tb)  # type: ignore[arg-type]
             self.tb.clocks_from_check(meta["lab_check"])  # type: ignore[attr-defined]
         else:

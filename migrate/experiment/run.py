@@ -230,8 +230,7 @@ def _execute(
             tb: Testbed
             if lab is not None:
                 tb = lab
-                if scenario.hv == "kvm":
-                    facts = {**facts, **lab_facts(meta["lab_check"], scenario, facts)}
+                facts = {**facts, **lab_facts(meta["lab_check"], scenario, facts)}
                 meta["testbed"] = lab_testbed_meta(tb)
                 tb.clocks_from_check(meta["lab_check"])  # the start measurement: the preflight's
             else:
@@ -296,7 +295,10 @@ def open_lab(inv: Inventory | None, registry: Registry) -> Iterator[LabBed | Non
 def lab_facts(check: dict[str, Any], scenario: Scenario, local: dict[str, Any]) -> dict[str, Any]:
     """The accelerator and QEMU of R1 and R2 as the preflight check found them (the same test
     as ACCEL=auto here: vmx/svm visible and /dev/kvm creates a VM); ACCEL=auto is KVM only if
-    both hosts have it."""
+    both hosts have it.  {} for a hypervisor without QEMU on the hosts (HV=criu: its driver's
+    own facts stand)."""
+    if scenario.hv != "kvm":
+        return {}
     rows = {r["role"]: r for r in check["hosts"]}
     hv = ("R1", "R2")
     kvm = {r: bool(rows[r].get("kvm")) for r in hv}

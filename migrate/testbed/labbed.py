@@ -317,10 +317,14 @@ class LabBed(Testbed):
             return f"{self.inv.deploy_dir}/bin/{p.name}"
         return argv0
 
+    def counter(self, role: str, ifname: str, name: str) -> int:
+        """One of the interface's statistics (``rx_packets``, ``tx_bytes``, ...), read on its host."""
+        out = self.hosts[role].run(["cat", f"/sys/class/net/{ifname}/statistics/{name}"]).stdout
+        return int(out.decode().strip())
+
     def rx_packets(self, role: str, ifname: str) -> int:
         """The interface's rx packet counter, read on its host."""
-        out = self.hosts[role].run(["cat", f"/sys/class/net/{ifname}/statistics/rx_packets"]).stdout
-        return int(out.decode().strip())
+        return self.counter(role, ifname, "rx_packets")
 
     def read_bytes(self, role: str, path: str) -> bytes | None:
         """A file on ``role``'s host (None if it does not exist yet)."""

@@ -218,3 +218,13 @@ def test_the_lab_driver_refuses_frr_before_anything_starts():
 
     with pytest.raises(DependencyError, match="use ROUTER=bird"):
         LabCriuDriver.preflight(Scenario(hv="criu", router="frr", mode="stopcopy"))
+
+
+def test_a_lab_names_no_qemu_accelerator_for_criu():
+    """R1/R2's KVM check describes QEMU: a CRIU run, or sweep, on a lab keeps the driver's
+    accel=none (a lab without VT-x would otherwise have recorded tcg for containers)."""
+    from migrate.experiment.run import lab_facts
+
+    check = {"hosts": [{"role": r, "kvm": False, "kvm_reason": "no vmx", "versions": {}} for r in ("R1", "R2")]}
+    assert lab_facts(check, Scenario(hv="criu", router="bird", mode="stopcopy"), {}) == {}
+    assert lab_facts(check, Scenario(hv="kvm"), {})["accel"] == "tcg"

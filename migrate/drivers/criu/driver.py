@@ -441,15 +441,21 @@ class CriuDriver(Driver):
         t1 = self.ctx.recorder.action(f"criu-{kind}-end", side="src", round=index, exit_status=rc)
         run = {"index": index, "kind": kind, "proc": proc, "start_ns": t0, "end_ns": t1, "exit_status": rc}
         if rc != 0:
-            if self.page_server is not None:
-                self.page_server.stop()
-            text = self._account_dump(run, None)
-            running = self.src.alive()
-            raise MigrationError(
-                f"criu {kind} failed (exit {rc}; the container {'keeps running' if running else 'is gone'} on R1): "
-                f"{error_excerpt(text['log'])}"
-            )
+            self._dump_failed(run)
         return run
+
+    def _dump_failed(self, run: dict[str, Any]) -> None:
+        """A (pre-)dump exited non-zero: stop the page server, account the round, raise
+        MigrationError with criu's own words (CRIU resumes the container on a failed dump)."""
+        assert self.src is not None
+        if self.page_server is not None:
+            self.page_server.stop()
+        text = self._account_dump(run, None)
+        running = self.src.alive()
+        raise MigrationError(
+            f"criu {run['kind']} failed (exit {run['exit_status']}; the container "
+            f"{'keeps running' if running else 'is gone'} on R1): {error_excerpt(text['log'])}"
+        )
 
     def _account_dump(self, run: dict[str, Any], link_bytes: int | None, includes_transfer: bool = False) -> Any:
         """Record a (pre-)dump round: CRIU's statistics, its log, the hook times and the bytes R1

@@ -73,6 +73,13 @@ def parse_steps(text: str) -> dict[str, dict[str, object]]:
     return out
 
 
+def timed(argv: list[str]) -> tuple[int, int, int]:
+    """Run ``argv`` (its stdout is this program's); (exit status, start ns, end ns)."""
+    t0 = time.time_ns()
+    rc = subprocess.call(argv)
+    return rc, t0, time.time_ns()
+
+
 # ------------------------------------------------------------------------------------- dump-send
 def dump_send(directory: Path, to: tuple[str, int], criu: list[str]) -> int:
     """Connect, dump, send; returns criu's exit status (70 if the transfer failed)."""
@@ -85,9 +92,7 @@ def dump_send(directory: Path, to: tuple[str, int], criu: list[str]) -> int:
     with conn:
         conn.settimeout(imgxfer.IO_TIMEOUT_S)
         emit("connect", t_ns=time.time_ns())
-        t0 = time.time_ns()
-        rc = subprocess.call(criu)
-        t1 = time.time_ns()
+        rc, t0, t1 = timed(criu)
         emit("dump", start_ns=t0, end_ns=t1, exit_status=rc)
         if rc != 0:
             return rc
@@ -157,9 +162,8 @@ def recv_restore(
 
 def run(criu: list[str]) -> int:
     """Run one command and report its start, end and exit status."""
-    t0 = time.time_ns()
-    rc = subprocess.call(criu)
-    emit("run", start_ns=t0, end_ns=time.time_ns(), exit_status=rc)
+    rc, t0, t1 = timed(criu)
+    emit("run", start_ns=t0, end_ns=t1, exit_status=rc)
     return rc
 
 
@@ -167,9 +171,7 @@ def restore_announce(
     pidfile: Path, ports: list[tuple[str, list[bytes]]], rounds: int, gap_s: float, criu: list[str]
 ) -> int:
     """Restore, then announce; returns criu's exit status (72 if the announcement failed)."""
-    t0 = time.time_ns()
-    rc = subprocess.call(criu)
-    t1 = time.time_ns()
+    rc, t0, t1 = timed(criu)
     emit("restore", start_ns=t0, end_ns=t1, exit_status=rc)
     if rc != 0:
         return rc

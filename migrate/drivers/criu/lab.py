@@ -60,11 +60,9 @@ POLL_S = 0.02
 CHILD_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
 #: where hosts-setup puts the pieces, relative to the lab's deploy_dir
-CRIU_DIR = "criu"
 CRIU_JSON = "criu/criu.json"
 CONTAINERS_DIR = "containers"
 LIB_DIR = "lib/criu"
-HOST_FILES = ("imgxfer.py", "hoststeps.py", "action.sh")
 
 
 def host_criu(record: dict[str, Any], deploy_dir: str) -> CriuBinary:
@@ -269,7 +267,8 @@ class LabCriuDriver(CriuDriver):
 
     def _tx_bytes(self) -> int:
         mig = self.inv.host("R1").migration_if
-        return int(self._run("R1", ["cat", f"/sys/class/net/{mig}/statistics/tx_bytes"]).stdout.decode().strip())
+        assert mig is not None
+        return self.ctx.testbed.counter("R1", mig, "tx_bytes")  # type: ignore[attr-defined, no-any-return]
 
     def _taps(self, host: str) -> list[tuple[str, str, str, str]]:
         """(container ifname, host ifname, bridge, MAC) of the router's ports on ``host``: the
@@ -310,9 +309,9 @@ class LabCriuDriver(CriuDriver):
     def _keeper(self, host: str, rootfs: str) -> None:
         """The keeper of ``host``'s rootfs copy and taps (see the module docstring)."""
         taps = [a for _i, outer, br, _m in self._taps(host) for a in ("--tap", f"{outer}@{br}")]
-        argv = ["python3", f"{self.lib}/hoststeps.py", "keep", "--root", rootfs, *taps]
-        p = self._start(f"keeper-{host}", argv, host)
-        self.procs.remove(p)  # stopped last, after the containers
+        argv = self._step_argv("keep", "--root", rootfs, *taps)
+        # not in self.procs: a keeper is stopped last, after the containers
+        p = self.ctx.testbed.spawn(host, f"keeper-{host}", argv, self.ctx.registry, self.ctx.run_dir)
         self.keepers.append(p)
         try:
             p.wait_for("READY", READY_TIMEOUT_S, path=p.stdout_path, abort=self.ctx.abort)
@@ -411,14 +410,7 @@ class LabCriuDriver(CriuDriver):
         run = {"index": index, "kind": kind, "proc": proc, "start_ns": t0, "end_ns": t1, "exit_status": rc}
         self.last_dump = run | {"steps": steps}
         if rc != 0:
-            if self.page_server is not None:
-                self.page_server.stop()
-            text = self._account_dump(run, None)
-            running = self.src.alive()
-            raise MigrationError(
-                f"criu {kind} failed (exit {rc}; the container {'keeps running' if running else 'is gone'} "
-                f"on R1): {error_excerpt(text['log'])}"
-            )
+            self._dump_failed(run)
         return run
 
     def _transfer(self, conn: Any, index: int) -> None:
@@ -502,7 +494,7 @@ class LabCriuDriver(CriuDriver):
             self.dst.adopt(int(text.strip()))
 
     def _announce(self) -> None:
-        """The announcement ``restore-announce`` sent, as it reported it."""
+        """The announcement ``recv-restore`` sent after the restore, as it reported it."""
         a = self.last_restore["steps"].get("announce")
         if a is None or "error" in a:
             raise MigrationError(f"announcing the router's MACs on R2 failed: {(a or {}).get('error')}")
@@ -552,7 +544,7 @@ class LabCriuDriver(CriuDriver):
         return res
 
     def prepare_pause(self) -> None:
-        raise ConfigError("make calibrate has no TESTBED= for HV=criu: pause the container on the embedded testbed")
+        raise ConfigError("HV=criu on a lab has no pause (the cgroup freezer is local only): use KIND=cut")
 
     def stop(self) -> None:
         """Every step by PID, the restored container adopted from its pidfile, both containers
