@@ -32,6 +32,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from migrate.core.progress import Progress
 from migrate.core.registry import (
@@ -107,6 +108,7 @@ class Totals:
     signals_sent: int = 0  # the run was still going when its signal came (the others had ended)
     leaks: int = 0
     lost_results: int = 0
+    hung: int = 0  # runs that outlived their trial's time limit (their stacks are in problems)
     wall_s: float = 0.0
     problems: list[str] = field(default_factory=list)
 
@@ -120,6 +122,7 @@ class Totals:
             "signals_sent",
             "leaks",
             "lost_results",
+            "hung",
             "wall_s",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
@@ -130,7 +133,7 @@ class Totals:
         return (
             f"{label}: trials {self.trials}, faults {self.faults} ({self.faults_injected} injected mid-run), "
             f"signals {self.signals} ({self.signals_sent} while running), leaks {self.leaks}, "
-            f"lost results {self.lost_results}, "
+            f"lost results {self.lost_results}, hung {self.hung}, "
             f"wall {self.wall_s:.0f} s"
         )
 
@@ -430,28 +433,72 @@ def trial_argv(hv: str, kind: str, results: Path, testbed: Path | None = None) -
     return argv + (["--fault", kind] if kind in FAULTS else [])
 
 
-def _trial(hv: str, kind: str, delay_s: float, results: Path, testbed: Path | None = None) -> bool:
-    """Run one trial; True if its signal hit the running orchestrator."""
+@dataclass
+class TrialOutcome:
+    """How one trial's run ended."""
+
+    sent: bool  # its signal hit the running orchestrator
+    #: the run outlived the trial's time limit: why, with every thread's stack (else None)
+    hung: str | None = None
+
+
+#: how long a hung run gets to print its stacks after SIGUSR1 before it is killed
+STACK_DUMP_WAIT_S = 5.0
+
+
+def _trial(
+    hv: str, kind: str, delay_s: float, results: Path, testbed: Path | None = None, log_path: Path | None = None
+) -> TrialOutcome:
+    """Run one trial, its stderr to ``log_path`` (default: discarded).  A run that outlives the
+    HV's time limit is asked for its Python stacks (SIGUSR1: the CLI registers faulthandler on
+    it) and killed; the outcome carries the stacks, so that a hang has a cause."""
+    err = log_path.open("w+b") if log_path is not None else None
     proc = subprocess.Popen(
         trial_argv(hv, kind, results, testbed),
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=err if err is not None else subprocess.DEVNULL,
         start_new_session=True,
     )
-    sent = False
+    out = TrialOutcome(False)
     try:
         if kind in SIGNALS:
             try:
                 proc.wait(timeout=delay_s)
             except subprocess.TimeoutExpired:
                 os.kill(proc.pid, getattr(signal, kind))
-                sent = True
-        proc.wait(timeout=HV_PROFILES[hv].timeout_s)
+                out.sent = True
+        limit = HV_PROFILES[hv].timeout_s
+        try:
+            proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            out.hung = f"the run did not end within {limit:.0f} s" + _stacks_of(proc, err)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    return sent
+        if err is not None:
+            err.close()
+    return out
+
+
+def _stacks_of(proc: subprocess.Popen[bytes], err: Any) -> str:
+    """The Python stacks a live run prints on SIGUSR1 (faulthandler), read from its stderr file
+    ``err`` (nothing if it was discarded or the run printed none)."""
+    if err is None:
+        return ""
+    start = err.seek(0, os.SEEK_END)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGUSR1)
+    deadline = time.monotonic() + STACK_DUMP_WAIT_S
+    text = b""
+    while time.monotonic() < deadline and b"most recent call first" not in text:
+        time.sleep(0.2)
+        err.seek(start)
+        text = err.read()
+    time.sleep(0.5)  # the other threads' stacks follow the first
+    err.seek(start)
+    text = err.read().decode(errors="replace").strip()
+    return f"; its threads (faulthandler, most recent call first):\n{text}" if text else "; it printed no stack"
 
 
 def trial_kinds(hv: str, lab: bool = False) -> list[str]:
@@ -492,7 +539,10 @@ def run_hv(
         lab_before = lab.before_trial() if lab is not None else set()
         t0 = time.monotonic()
         progress.start(f"{hv} trial {i + 1} {kind}")
-        sent = _trial(hv, kind, delay, results, testbed)
+        # a name no earlier chaos run into the same RESULTS= used (that file would count as modified)
+        log_path = results / f"chaos-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{hv}-trial{i + 1}-{kind}.log"
+        outcome = _trial(hv, kind, delay, results, testbed, log_path)
+        sent = outcome.sent
         totals.trials += 1
         totals.faults += kind in FAULTS
         totals.signals += kind in SIGNALS
@@ -501,7 +551,7 @@ def run_hv(
         if kind in FAULTS and fault_injected(results, before_dirs, kind):
             totals.faults_injected += 1
         # measured before anything else cleans: a SIGKILLed run must clean itself (reaper)
-        killed = kind == "SIGKILL" and sent
+        killed = (kind == "SIGKILL" and sent) or outcome.hung is not None  # a hung run was SIGKILLed
         leaks = trial_leaks(before, prefix, REAPER_GRACE_S if killed else LEAK_GRACE_S)
         if lab is not None:
             leaks += lab.leaks(lab_before, prefix, REAPER_GRACE_S if killed else LEAK_GRACE_S, killed)
@@ -513,7 +563,9 @@ def run_hv(
         bad = check_runs(results)
         totals.leaks += len(leaks)
         totals.lost_results += len(changed) + len(bad)
-        for what in leaks + [f"modified {f}" for f in changed] + bad:
+        totals.hung += outcome.hung is not None
+        hung = [f"hung: {outcome.hung} (stderr: {log_path})"] if outcome.hung else []
+        for what in hung + leaks + [f"modified {f}" for f in changed] + bad:
             totals.problems.append(f"{hv} trial {i + 1} ({kind}): {what}")
         log.info(
             "%s trial %d/%d %-18s %s %.0f s: leaks %d, lost %d",
@@ -521,7 +573,9 @@ def run_hv(
             time.monotonic() - t0,
             len(leaks), len(changed) + len(bad),
         )  # fmt: skip
-        progress.finish(not leaks and not changed and not bad, "leaks" if leaks else "lost results")
+        progress.finish(
+            not hung and not leaks and not changed and not bad, "hung" if hung else "leaks" if leaks else "lost results"
+        )
     totals.wall_s = time.monotonic() - t_hv
     return totals
 
@@ -625,7 +679,7 @@ def main(argv: list[str] | None = None) -> int:
     for hv, t in per_hv.items():
         print(t.line(f"chaos[{hv}]"))
     print(total.line("chaos"))
-    return 0 if total.leaks == 0 and total.lost_results == 0 else 1
+    return 0 if total.leaks == 0 and total.lost_results == 0 and total.hung == 0 else 1
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ printed by ``run`` is the results directory."""
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -107,7 +109,9 @@ def _clean_lab(path: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status."""
+    """Entry point; returns the exit status.  ``kill -USR1 PID`` makes a live run print every
+    thread's Python stack to its stderr (how ``make chaos`` names the cause of a hung run)."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.INFO,

@@ -162,5 +162,6 @@ def test_short_chaos_run_has_no_leaks_and_no_lost_results(tmp_path):
     totals = chaos.run_chaos(trials, seed=int(os.environ.get("CHAOS_SEED", "7")), results=tmp_path, hvs=hvs)
     print(totals.line("chaos"))
     assert totals.trials == trials * len(hvs)
+    assert totals.hung == 0, totals.problems
     assert totals.leaks == 0, totals.problems
     assert totals.lost_results == 0, totals.problems
