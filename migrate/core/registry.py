@@ -470,24 +470,34 @@ def mark_dead_run(run_dir: Path, why: str = DEAD_RUN_WHY) -> None:
 
 
 @contextlib.contextmanager
-def _locked(state_dir: Path) -> Any:
+def _locked(state_dir: Path, wait: bool = True) -> Any:
     """Hold an exclusive lock on a run's private directory (the reaper and clean_stale() never
-    tear the same run down at once); yields False if the directory is gone."""
+    tear the same run down at once); yields False if the directory is gone, or, without
+    ``wait``, if another process holds the lock."""
     try:
         fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
         yield False
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            log.info(
+                "%s is being torn down by another process (its reaper or clean-testbed): left to it", state_dir.name
+            )
+            yield False
+            return
         yield True
     finally:
         os.close(fd)
 
 
-def clean_dead_run(state_dir: Path, why: str = DEAD_RUN_WHY) -> tuple[bool, list[str]]:
-    """Tear down the run of ``state_dir`` if its owner is dead: (cleaned, problems)."""
-    with _locked(state_dir) as present:
+def clean_dead_run(state_dir: Path, why: str = DEAD_RUN_WHY, wait: bool = True) -> tuple[bool, list[str]]:
+    """Tear down the run of ``state_dir`` if its owner is dead: (cleaned, problems).  Without
+    ``wait``, a run whose teardown another process holds is left to that process (a new run's
+    start never waits on another run's teardown)."""
+    with _locked(state_dir, wait) as present:
         if not present:
             return False, []
         state_file = state_dir / "state.json"
@@ -512,7 +522,8 @@ def clean_dead_run(state_dir: Path, why: str = DEAD_RUN_WHY) -> tuple[bool, list
 
 def clean_stale(only: set[str] | None = None) -> list[str]:
     """Tear down resources of every run whose owner process is dead (only the runs whose prefix
-    is in ``only``, if given); return the prefixes cleaned."""
+    is in ``only``, if given); return the prefixes cleaned.  A run another process is tearing
+    down (its reaper) is skipped, not waited for."""
     cleaned: list[str] = []
     if not STATE_ROOT.is_dir():
         return cleaned
@@ -520,7 +531,7 @@ def clean_stale(only: set[str] | None = None) -> list[str]:
         prefix = state_file.parent.name
         if only is not None and prefix not in only:
             continue
-        done, _problems = clean_dead_run(state_file.parent)
+        done, _problems = clean_dead_run(state_file.parent, wait=False)
         if done:
             cleaned.append(prefix)
     return cleaned

@@ -1,5 +1,6 @@
 """The resource registry kills exactly the recorded PIDs and cleans dead runs' state (no root)."""
 
+import concurrent.futures
 import json
 import subprocess
 import sys
@@ -318,3 +319,37 @@ def test_container_root_stops_processes_rooted_there(tmp_path):
         for p in (inside, outside):
             p.kill()
             p.wait()
+
+
+def test_clean_stale_leaves_a_run_another_process_is_tearing_down(state_root, tmp_path):
+    """A new run's clean_stale() does not wait for a teardown in progress (the reaper holds the
+    run's lock): it skips that run at once; once the lock is free it cleans it."""
+    path = tmp_path / "leftover.tmp"
+    path.write_text("x")
+    dead = state_root / "vmdead02"
+    dead.mkdir(parents=True)
+    (dead / "state.json").write_text(json.dumps({
+        "prefix": "vmdead02", "owner_pid": 999999999, "owner_starttime": 1,
+        "namespaces": [], "processes": [], "paths": [str(path)],
+    }))  # fmt: skip
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time\n"
+         f"fd = os.open({str(dead)!r}, os.O_RDONLY | os.O_DIRECTORY)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # a blocked clean_stale fails, not hangs
+            attempt = pool.submit(regmod.clean_stale)
+            try:
+                assert attempt.result(timeout=10) == []
+            finally:
+                holder.stdin.close()  # type: ignore[union-attr]  # (frees a blocked attempt too)
+        assert path.exists() and dead.exists()
+    finally:
+        if holder.stdin is not None and not holder.stdin.closed:
+            holder.stdin.close()
+        holder.wait(timeout=5)
+    assert regmod.clean_stale() == ["vmdead02"]
+    assert not path.exists() and not dead.exists()
