@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from migrate.core.errors import ConfigError
 from migrate.core.progress import Progress
 from migrate.core.registry import (
     STATE_ROOT,
@@ -43,6 +44,7 @@ from migrate.core.registry import (
     processes_of,
 )
 from migrate.experiment.scenario import FAULTS
+from migrate.testbed.results import check_results_root, mark_results_root
 
 log = logging.getLogger("vrmig.chaos")
 
@@ -109,6 +111,7 @@ class Totals:
     leaks: int = 0
     lost_results: int = 0
     hung: int = 0  # runs that outlived their trial's time limit (their stacks are in problems)
+    refused: int = 0  # runs that refused to start (exit 2 or 3: their input or a dependency)
     wall_s: float = 0.0
     problems: list[str] = field(default_factory=list)
 
@@ -123,6 +126,7 @@ class Totals:
             "leaks",
             "lost_results",
             "hung",
+            "refused",
             "wall_s",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
@@ -133,7 +137,7 @@ class Totals:
         return (
             f"{label}: trials {self.trials}, faults {self.faults} ({self.faults_injected} injected mid-run), "
             f"signals {self.signals} ({self.signals_sent} while running), leaks {self.leaks}, "
-            f"lost results {self.lost_results}, hung {self.hung}, "
+            f"lost results {self.lost_results}, hung {self.hung}, refused {self.refused}, "
             f"wall {self.wall_s:.0f} s"
         )
 
@@ -440,6 +444,7 @@ class TrialOutcome:
     sent: bool  # its signal hit the running orchestrator
     #: the run outlived the trial's time limit: why, with every thread's stack (else None)
     hung: str | None = None
+    returncode: int | None = None
 
 
 #: how long a hung run gets to print its stacks after SIGUSR1 before it is killed
@@ -478,7 +483,24 @@ def _trial(
             proc.wait()
         if err is not None:
             err.close()
+    out.returncode = proc.returncode
     return out
+
+
+#: exit statuses of a run that refused to start (ConfigError, DependencyError): a trial that
+#: tested nothing
+REFUSED_EXITS = (2, 3)
+
+
+def refusal(outcome: TrialOutcome, log_path: Path) -> str | None:
+    """Why a trial's run refused to start (its last stderr line), or None if it did not."""
+    if outcome.returncode not in REFUSED_EXITS:
+        return None
+    try:
+        lines = log_path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        lines = []
+    return f"the run refused to start (exit {outcome.returncode}): {lines[-1] if lines else 'no message'}"
 
 
 def _stacks_of(proc: subprocess.Popen[bytes], err: Any) -> str:
@@ -526,6 +548,8 @@ def run_hv(
     leaked or lost a result as failed.  With ``testbed`` (and its ``lab`` watcher) every run is a
     lab run and the lab's hosts are searched for leftovers too."""
     progress = progress or Progress("chaos", trials, "trials", enabled=False)
+    check_results_root(results)
+    mark_results_root(results)  # the trials' logs sit beside their runs: the root must say it is ours
     kinds = trial_kinds(hv, lab is not None)
     totals = Totals()
     t_hv = time.monotonic()
@@ -565,7 +589,10 @@ def run_hv(
         totals.lost_results += len(changed) + len(bad)
         totals.hung += outcome.hung is not None
         hung = [f"hung: {outcome.hung} (stderr: {log_path})"] if outcome.hung else []
-        for what in hung + leaks + [f"modified {f}" for f in changed] + bad:
+        refused = refusal(outcome, log_path)
+        totals.refused += refused is not None
+        failed = hung + ([refused] if refused else [])
+        for what in failed + leaks + [f"modified {f}" for f in changed] + bad:
             totals.problems.append(f"{hv} trial {i + 1} ({kind}): {what}")
         log.info(
             "%s trial %d/%d %-18s %s %.0f s: leaks %d, lost %d",
@@ -574,7 +601,8 @@ def run_hv(
             len(leaks), len(changed) + len(bad),
         )  # fmt: skip
         progress.finish(
-            not hung and not leaks and not changed and not bad, "hung" if hung else "leaks" if leaks else "lost results"
+            not failed and not leaks and not changed and not bad,
+            "hung" if hung else "refused" if refused else "leaks" if leaks else "lost results",
         )
     totals.wall_s = time.monotonic() - t_hv
     return totals
@@ -617,7 +645,7 @@ def run_chaos_per_hv(
         raise ValueError(f"HVS: {', '.join(unknown)} unknown: choose from {', '.join(HV_PROFILES)}")
     if testbed is not None:
         check_lab_hvs(hvs)
-    results.mkdir(parents=True, exist_ok=True)
+    check_results_root(results)
     counts = {hv: xen_trials if hv == "xen" and xen_trials is not None else trials for hv in hvs}
     out: dict[str, Totals] = {}
     with contextlib.ExitStack() as stack:
@@ -670,7 +698,11 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as err:
             print(f"chaos: {err}", file=sys.stderr)
             return 2
-    per_hv = run_chaos_per_hv(a.trials, a.seed, a.results, hvs, a.xen_trials, a.testbed)
+    try:
+        per_hv = run_chaos_per_hv(a.trials, a.seed, a.results, hvs, a.xen_trials, a.testbed)
+    except ConfigError as err:
+        print(f"chaos: {err}", file=sys.stderr)
+        return 2
     total = Totals()
     for t in per_hv.values():
         total.add(t)
@@ -679,7 +711,7 @@ def main(argv: list[str] | None = None) -> int:
     for hv, t in per_hv.items():
         print(t.line(f"chaos[{hv}]"))
     print(total.line("chaos"))
-    return 0 if total.leaks == 0 and total.lost_results == 0 and total.hung == 0 else 1
+    return 0 if total.leaks == total.lost_results == total.hung == total.refused == 0 else 1
 
 
 if __name__ == "__main__":

@@ -49,3 +49,17 @@ def test_a_hung_trial_fails_the_chaos_run(tmp_path, monkeypatch):
     monkeypatch.setattr(chaos, "trial_leaks", lambda before, prefix, grace_s: [])
     t = chaos.run_chaos_per_hv(1, 1, tmp_path, ("kvm",))["kvm"]
     assert t.hung == 1 and t.problems[0].startswith("kvm trial 1 (SIGKILL): hung: stuck (stderr: ")
+
+
+def test_a_run_that_refuses_to_start_fails_the_trial(tmp_path, monkeypatch):
+    """A trial whose run refused its input tested nothing: counted as refused, with the run's
+    own line; the trials' logs beside the runs do not make the results root foreign."""
+    refuse = "import sys; print('vrmig: error: RESULTS=x is not ours', file=sys.stderr); sys.exit(2)"
+    monkeypatch.setattr(chaos, "trial_argv", lambda *a: [sys.executable, "-c", refuse])
+    monkeypatch.setattr(chaos, "trial_leaks", lambda before, prefix, grace_s: [])
+    t = chaos.run_chaos_per_hv(2, 1, tmp_path, ("kvm",))["kvm"]
+    assert t.refused == 2 and t.problems[0].endswith("exit 2): vrmig: error: RESULTS=x is not ours")
+    from migrate.testbed.results import check_results_root
+
+    check_results_root(tmp_path)  # the two logs are there, and the root is still a results root
+    assert len(list(tmp_path.glob("chaos-*-kvm-trial*.log"))) == 2
