@@ -6,7 +6,9 @@ printed by ``run`` is the results directory."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
+import io
 import logging
 import signal
 import sys
@@ -111,7 +113,8 @@ def _clean_lab(path: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status.  ``kill -USR1 PID`` makes a live run print every
     thread's Python stack to its stderr (how ``make chaos`` names the cause of a hung run)."""
-    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+    with contextlib.suppress(AttributeError, ValueError, io.UnsupportedOperation):  # stderr without a file
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True, chain=False)
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.INFO,
