@@ -12,6 +12,7 @@ per-host result."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
@@ -137,6 +138,8 @@ def host_vars(h: HostSpec, deploy_dir: str) -> dict[str, Any]:
         )
     if h.role in HV_ROLES:
         v["vrmig_taps"] = [{"name": h.taps[s], "bridge": h.bridges[s]} for s in sorted(h.taps)]
+        # the host's address on the migration link (libvirt's qemu.conf migration_host)
+        v["vrmig_migration_address"] = str(ipaddress.ip_interface(h.migration_ipv4 or "").ip)
     return v
 
 

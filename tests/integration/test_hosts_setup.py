@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -327,3 +328,46 @@ def test_a_host_with_a_wrong_key_is_named(lab: Lab, tmp_path: Path) -> None:
     assert failed[0].startswith("hosts-setup: C: unreachable: "), failed
     # our own login names the refused key, whatever Ansible's message was
     assert "authentication refused for key" in failed[0], failed
+
+
+def _libvirt_setting(lab: Lab, role: str, conf: str, key: str) -> list[str]:
+    r = lab.ssh(role, "cat", f"/etc/libvirt/{conf}")
+    assert r.returncode == 0, r
+    return [line.split("=", 1)[1].strip().strip('"') for line in r.stdout.splitlines() if line.startswith(f"{key} =")]
+
+
+def test_hosts_setup_writes_libvirts_settings_and_says_to_restart_it(lab: Lab, tmp_path: Path) -> None:
+    """A clone's settings (R2 with R1's host UUID, no migration_host): hosts-setup gives R2 a UUID
+    of its own and the migration link's address, and, with no systemd to restart libvirtd (the
+    emulated lab's daemons are lab-up's), fails R2 with the line saying so; the next run finds
+    nothing to change."""
+    if not isinstance(lab, EmulatedLab):
+        pytest.skip("only the emulated lab's hosts have a private /etc/libvirt")
+    from migrate.testbed.inventory import load
+
+    r1_uuid = _libvirt_setting(lab, "R1", "libvirtd.conf", "host_uuid")
+    assert len(r1_uuid) == 1, r1_uuid
+    # ssh hands its argv to the remote shell as one string: the sed expressions are quoted for it
+    uuid_expr = shlex.quote(f's/^host_uuid = .*/host_uuid = "{r1_uuid[0]}"/')
+    assert lab.ssh("R2", "sed", "-i", "-e", uuid_expr, "/etc/libvirt/libvirtd.conf").returncode == 0
+    assert (
+        lab.ssh("R2", "sed", "-i", "-e", shlex.quote("/^migration_host =/d"), "/etc/libvirt/qemu.conf").returncode == 0
+    )
+    assert _libvirt_setting(lab, "R2", "libvirtd.conf", "host_uuid") == r1_uuid
+    assert _libvirt_setting(lab, "R2", "qemu.conf", "migration_host") == []
+
+    cp, _ = _hosts_setup(lab.inventory, tmp_path / "results")
+    assert cp.returncode == 2, cp.stdout + cp.stderr
+    failed = [line for line in cp.stderr.splitlines() if line.startswith("hosts-setup: ")]
+    assert len(failed) == 1 and failed[0].startswith("hosts-setup: R2: "), cp.stderr
+    assert "libvirt's settings changed" in failed[0] and "restart this host's libvirtd" in failed[0], failed
+    r2_uuid = _libvirt_setting(lab, "R2", "libvirtd.conf", "host_uuid")
+    assert len(r2_uuid) == 1 and r2_uuid != r1_uuid, r2_uuid
+    assert _libvirt_setting(lab, "R1", "libvirtd.conf", "host_uuid") == r1_uuid  # the first keeps its own
+    mig = load(lab.inventory).hosts["R2"].migration_ipv4
+    assert mig is not None
+    assert _libvirt_setting(lab, "R2", "qemu.conf", "migration_host") == [mig.split("/")[0]]
+
+    again, _ = _hosts_setup(lab.inventory, tmp_path / "results")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.splitlines()[-1] == "hosts-setup: nothing changed", again.stdout
