@@ -21,9 +21,10 @@ socket until the next call, and its arrival stamp would be that call's time (up 
 interval late during a migration, a whole boot late before one); it also runs the loop of the
 calling thread, so a second connection in the same thread only progresses when the first one's
 calls run.  Here each connection owns an event loop in its own thread: ``QMPClient``'s reader task
-reads every message as it arrives, and :class:`_ArrivalStamp` stamps each event in that task the
-moment the client dispatches it, before any queue; commands are submitted to that loop from the
-caller's thread and bounded with ``asyncio.wait_for``.  The source (R1) and destination (R2)
+reads every message as it arrives, :class:`_Client` stamps it right after reading it (before
+routing) and :class:`_ArrivalStamp` records each event with that stamp as it is dispatched;
+commands are submitted to that loop from the caller's thread and bounded with
+``asyncio.wait_for``.  The source (R1) and destination (R2)
 connections of a run are two such objects, each with its own loop, so a command in flight on one
 side never delays the other side's events, and events on a side keep being read and stamped
 while a command on that side waits for its reply.
@@ -76,21 +77,40 @@ def event_record(side: str, event: Any, t_ns: int) -> dict[str, Any]:
     }
 
 
+class _Client(qmp.QMPClient):
+    """``QMPClient`` with its two message hooks (``_cb_inbound``/``_cb_outbound``, which the
+    library provides for subclasses) put to the suite's use: the inbound hook stamps each message
+    the moment the reader task has read and parsed it, before it is routed; and both format a
+    message for the library's debug log only when that log is on (the library pretty-prints every
+    message, each 20 ms query-migrate reply included, whether or not anything logs it)."""
+
+    arrival_ns = 0  # CLOCK_REALTIME ns at which the message being routed was read
+
+    def _cb_inbound(self, msg: qmp.Message) -> qmp.Message:
+        self.arrival_ns = time.time_ns()
+        return super()._cb_inbound(msg) if self.logger.isEnabledFor(logging.DEBUG) else msg
+
+    def _cb_outbound(self, msg: qmp.Message) -> qmp.Message:
+        return super()._cb_outbound(msg) if self.logger.isEnabledFor(logging.DEBUG) else msg
+
+
 class _ArrivalStamp(qmp.EventListener):
-    """An event listener that stamps each event when ``QMPClient``'s reader task dispatches it
-    (``put`` is the client's hook into its listeners) and hands the record to ``on_event``;
-    nothing is queued.  A failing ``on_event`` is kept in ``failure`` (the connection stays up:
-    the next command reports it)."""
+    """An event listener that hands each event, with the arrival stamp its client took when it
+    read it, to ``on_event``, as the client dispatches it (``put`` is the client's hook into its
+    listeners); nothing is queued.  A failing ``on_event`` is kept in ``failure`` (the connection
+    stays up: the next command reports it)."""
 
     def __init__(self, side: str, on_event: EventSink | None) -> None:
         super().__init__()
         self.side = side
         self.on_event = on_event
+        self.client: _Client | None = None
         self.failure: str | None = None
 
     async def put(self, event: qmp.Message) -> None:
-        """Stamp ``event`` on arrival and record it."""
-        t_ns = time.time_ns()
+        """Record ``event`` with its arrival stamp."""
+        assert self.client is not None
+        t_ns = self.client.arrival_ns
         if self.on_event is None:
             return
         try:
@@ -128,7 +148,7 @@ class QMPConnection:
         self.side = side
         self.version: dict[str, Any] = {}
         self._stamp = _ArrivalStamp(side, on_event)
-        self._client: qmp.QMPClient | None = None
+        self._client: _Client | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
@@ -157,8 +177,9 @@ class QMPConnection:
         assert self._client.greeting is not None
         self.version = dict(self._client.greeting.QMP.version)
 
-    async def _open(self, sock: socket.socket) -> qmp.QMPClient:
-        client = qmp.QMPClient(f"vrmig-{self.side}")
+    async def _open(self, sock: socket.socket) -> _Client:
+        client = _Client(f"vrmig-{self.side}")
+        self._stamp.client = client
         client.register_listener(self._stamp)
         await client.connect(sock)
         return client
