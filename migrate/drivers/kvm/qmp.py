@@ -47,8 +47,8 @@ import qemu.qmp as qmp
 from migrate.core.errors import VrmigError
 
 log = logging.getLogger(__name__)
-# qemu.qmp logs the end-of-file of every connection whose QEMU quits at INFO; warnings and errors
-# (a malformed message, an unroutable reply) still show.
+# qemu.qmp logs the end-of-file of every connection whose QEMU quits at INFO; its warnings and
+# errors (a late reply dropped, a connection reset by a killed QEMU, a malformed message) still show.
 logging.getLogger("qemu.qmp").setLevel(logging.WARNING)
 
 CONNECT_POLL_S = 0.02  # how often to retry QEMU's QMP socket until it accepts
@@ -197,6 +197,10 @@ class QMPConnection:
             raise QMPError(f"QEMU ({self.side}) did not answer {what} within {timeout_s:g} s") from None
         except qmp.ExecuteError as err:
             raise QMPError(f"QEMU ({self.side}) {what}: {err}") from err
+        except qmp.StateError as err:  # the reader had already seen the connection end
+            raise QMPError(f"QEMU ({self.side}) connection lost before {what}") from err
+        except qmp.ExecInterruptedError as err:
+            raise QMPError(f"QEMU ({self.side}) connection lost while waiting for {what}") from err
         except (qmp.QMPError, OSError, EOFError) as err:
             raise QMPError(f"QEMU ({self.side}) connection lost during {what}: {type(err).__name__}: {err}") from err
 
