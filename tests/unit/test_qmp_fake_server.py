@@ -338,3 +338,30 @@ def test_fake_server_an_event_that_cannot_be_recorded_fails_the_next_command(tmp
     finally:
         conn.close()
         server.__exit__()
+
+
+def test_fake_server_a_message_is_stamped_when_its_last_byte_arrives(tmp_path):
+    """Two events in one write share the write's time; an event split over two writes 50 ms
+    apart carries the second write's time (not the first's, not the reader's later wake-up)."""
+    got = threading.Event()
+
+    def handler(srv: FakeQMP, msg: dict[str, Any]) -> None:
+        srv.reply(msg)
+
+    server, conn, events = _connect(tmp_path, handler)
+    conn._stamp.on_event = lambda rec: (events.append(rec), len(events) == 3 and got.set())
+    try:
+        assert server.conn is not None
+        line = json.dumps({"event": "STOP", "timestamp": {"seconds": 1, "microseconds": 0}}).encode() + b"\r\n"
+        t0 = time.time_ns()
+        server.conn.sendall(line + line + line[:10])
+        time.sleep(0.05)
+        t1 = time.time_ns()
+        server.conn.sendall(line[10:])
+        assert got.wait(2.0)
+        stamps = [e["t_ns"] for e in events]
+        assert stamps[0] == stamps[1] and t0 <= stamps[0] < t1
+        assert t1 <= stamps[2] < t1 + 0.04e9
+    finally:
+        conn.close()
+        server.__exit__()

@@ -21,8 +21,8 @@ socket until the next call, and its arrival stamp would be that call's time (up 
 interval late during a migration, a whole boot late before one); it also runs the loop of the
 calling thread, so a second connection in the same thread only progresses when the first one's
 calls run.  Here each connection owns an event loop in its own thread: ``QMPClient``'s reader task
-reads every message as it arrives, :class:`_Client` stamps it right after reading it (before
-routing) and :class:`_ArrivalStamp` records each event with that stamp as it is dispatched;
+reads every message as it arrives, :class:`_Client` stamps it with the time its bytes reached
+the loop (the transport's read callback) and :class:`_ArrivalStamp` records each event with that stamp as it is dispatched;
 commands are submitted to that loop from the caller's thread and bounded with
 ``asyncio.wait_for``.  The source (R1) and destination (R2)
 connections of a run are two such objects, each with its own loop, so a command in flight on one
@@ -37,6 +37,7 @@ import logging
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from types import TracebackType
@@ -78,16 +79,58 @@ def event_record(side: str, event: Any, t_ns: int) -> dict[str, Any]:
 
 
 class _Client(qmp.QMPClient):
-    """``QMPClient`` with its two message hooks (``_cb_inbound``/``_cb_outbound``, which the
-    library provides for subclasses) put to the suite's use: the inbound hook stamps each message
-    the moment the reader task has read and parsed it, before it is routed; and both format a
-    message for the library's debug log only when that log is on (the library pretty-prints every
-    message, each 20 ms query-migrate reply included, whether or not anything logs it)."""
+    """``QMPClient`` that stamps each message with the time its last byte reached the event loop.
 
-    arrival_ns = 0  # CLOCK_REALTIME ns at which the message being routed was read
+    The stamp is taken where asyncio hands received bytes to the connection's ``StreamReader``
+    (``feed_data``, called by the transport's read callback as soon as the selector reports the
+    socket readable), not after the reader task has woken, found a whole line and parsed it: that
+    later point costs two loop iterations and the JSON parse (0.04 ms at the median, measured in
+    docs/measurements/2026-11-24-qmp-client.md).  Each feed is kept as (bytes fed so far, time);
+    when ``_readline`` returns a line, the line's stamp is the time of the first feed that
+    reaches its last byte, so messages that arrived in one read share its time and a message split
+    over two reads gets the second.  ``qemu.qmp`` offers no hook at the transport, hence the
+    wrapped ``feed_data``; the line accounting relies only on ``StreamReader.readline`` returning
+    the bytes it consumed.
+
+    Both message hooks (``_cb_inbound``/``_cb_outbound``, which the library provides for
+    subclasses) format a message for the library's debug log only when that log is on (the
+    library pretty-prints every message, each 20 ms query-migrate reply included, whether or not
+    anything logs it)."""
+
+    arrival_ns = 0  # CLOCK_REALTIME ns at which the message being routed was received
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self._feeds: deque[tuple[int, int]] = deque()  # (bytes fed so far, time.time_ns())
+        self._fed = 0
+        self._consumed = 0
+
+    async def _do_connect(self, address: Any, ssl: Any = None) -> None:
+        await super()._do_connect(address, ssl)
+        reader = self._reader
+        assert reader is not None
+        # bytes the transport fed before this point (none in practice) count as fed now
+        self._fed = len(getattr(reader, "_buffer", b""))
+        if self._fed:
+            self._feeds.append((self._fed, time.time_ns()))
+        feed = reader.feed_data
+
+        def stamped_feed(data: bytes) -> None:
+            self._fed += len(data)
+            self._feeds.append((self._fed, time.time_ns()))
+            feed(data)
+
+        reader.feed_data = stamped_feed  # type: ignore[method-assign]
+
+    async def _readline(self) -> bytes:
+        line = await super()._readline()
+        self._consumed += len(line)
+        while self._feeds and self._feeds[0][0] < self._consumed:
+            self._feeds.popleft()
+        self.arrival_ns = self._feeds[0][1] if self._feeds else time.time_ns()
+        return line
 
     def _cb_inbound(self, msg: qmp.Message) -> qmp.Message:
-        self.arrival_ns = time.time_ns()
         return super()._cb_inbound(msg) if self.logger.isEnabledFor(logging.DEBUG) else msg
 
     def _cb_outbound(self, msg: qmp.Message) -> qmp.Message:
