@@ -26,7 +26,7 @@ MIGRATE_FLAGS = $(call flag,HV,hv) $(call flag,DRIVER,driver) $(call flag,MODE,m
   $(call flag,FAULT,fault) --results $(RESULTS)
 
 .PHONY: chaos setup apt venv helpers guest migrate test test-unit test-integration lint clean-testbed clean \
-        bench-traffic bench-sampler check-helpers
+        bench-traffic bench-sampler bench-qmp check-helpers
 
 setup: apt venv helpers guest criu xen
 
@@ -169,6 +169,11 @@ bench-lab: venv
 bench-sampler: venv
 	$(MAKE) -C probes
 	$(PY) -m probes.bench sampler --out $(RESULTS)/bench/sampler.csv
+
+# make bench-qmp RUNS="results/a results/b": arrival minus QEMU timestamp of the QMP events of
+# existing HV=kvm runs (run directories or roots), per event kind; default every run in $(RESULTS)
+bench-qmp: venv
+	$(PY) -m analysis.hypervisors.qmp_arrival --out $(RESULTS)/bench/qmp.csv $(or $(RUNS),$(RESULTS))
 
 clean:
 	$(MAKE) -C crosstraffic clean

@@ -1,1 +1,1 @@
-"""HV=kvm over QMP: the driver, the QMP client and the accelerator choice."""
+"""HV=kvm over QMP: the driver, its QMP connections (over qemu.qmp) and the accelerator choice."""

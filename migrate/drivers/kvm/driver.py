@@ -14,7 +14,7 @@ from migrate.core.errors import DependencyError, GuestError, MigrationError
 from migrate.core.procs import Proc, ProcessError
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.drivers.kvm.accel import detect_accel
-from migrate.drivers.kvm.qmp import QMPClient, QMPError
+from migrate.drivers.kvm.qmp import QMPConnection, QMPError
 from migrate.experiment.scenario import Scenario
 from migrate.testbed import topology as topo
 
@@ -89,15 +89,15 @@ class KvmDriver(Driver):
         self.accel_reason = facts["accel_reason"]
         self.src: Proc | None = None
         self.dst: Proc | None = None
-        self.qsrc: QMPClient | None = None
-        self.qdst: QMPClient | None = None
+        self.qsrc: QMPConnection | None = None
+        self.qdst: QMPConnection | None = None
         from routers.guest import guest_image
 
         self.image = guest_image(ctx.scenario.router)
         self._described: dict[str, Any] = {}
 
     # -- helpers ---------------------------------------------------------------------------
-    def _qemu(self, host: str, incoming: bool) -> tuple[Proc, QMPClient]:
+    def _qemu(self, host: str, incoming: bool) -> tuple[Proc, QMPConnection]:
         s = self.ctx.scenario
         from routers.guest import kernel_cmdline
 
@@ -140,7 +140,7 @@ class KvmDriver(Driver):
         if tb.remote:
             tb.forward_qmp(host, qmp_path, remote_qmp, QMP_CONNECT_TIMEOUT_S, proc.alive)
         side = "dst" if incoming else "src"
-        client = QMPClient(qmp_path, side, on_event=self.ctx.recorder.event)
+        client = QMPConnection(qmp_path, side, on_event=self.ctx.recorder.event)
         client.connect(QMP_CONNECT_TIMEOUT_S, proc.alive)
         return proc, client
 

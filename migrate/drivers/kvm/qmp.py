@@ -1,131 +1,278 @@
-"""A small QMP client: synchronous commands plus a reader thread that timestamps every event
-on arrival (CLOCK_REALTIME ns), keeping QEMU's own event timestamp beside it."""
+"""QMP connections of the KVM driver, over the QEMU project's own client (``qemu.qmp``).
+
+The protocol (greeting, capabilities negotiation, command IDs, routing of replies and events,
+error replies, disconnection) is ``qemu.qmp.QMPClient``'s.  What this module adds is what the
+suite needs on top of it:
+
+* every event stamped on arrival on the run's common clock (CLOCK_REALTIME ns,
+  ``time.time_ns()``, the clock of every other stream of a run) beside QEMU's own timestamp, as
+  one ``qmp_events.jsonl`` record (docs/data-formats.md);
+* synchronous commands with a timeout: a command that gets no reply within ``timeout_s`` raises
+  :class:`QMPError`, as does QEMU's error reply or a lost connection (``qemu.qmp``'s own errors
+  never reach the driver);
+* readiness by observation: :meth:`QMPConnection.connect` polls QEMU's socket until it accepts
+  (or QEMU exits, or the timeout passes);
+* a clean end: :meth:`QMPConnection.close` (or ``with``) disconnects and stops the loop thread.
+
+Why ``QMPClient`` on a private event loop and not the synchronous facade
+``qemu.qmp.legacy.QEMUMonitorProtocol``: the facade runs its event loop only inside its own calls
+(``cmd``, ``pull_event``), so an event that arrives while no call is running stays unread in the
+socket until the next call, and its arrival stamp would be that call's time (up to a poll
+interval late during a migration, a whole boot late before one); it also runs the loop of the
+calling thread, so a second connection in the same thread only progresses when the first one's
+calls run.  Here each connection owns an event loop in its own thread: ``QMPClient``'s reader task
+reads every message as it arrives, :class:`_Client` stamps it with the time its bytes reached
+the loop (the transport's read callback) and :class:`_ArrivalStamp` records each event with that stamp as it is dispatched;
+commands are submitted to that loop from the caller's thread and bounded with
+``asyncio.wait_for``.  The source (R1) and destination (R2)
+connections of a run are two such objects, each with its own loop, so a command in flight on one
+side never delays the other side's events, and events on a side keep being read and stamped
+while a command on that side waits for its reply.
+"""
 
 from __future__ import annotations
 
-import json
+import asyncio
 import logging
-import queue
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, TypeVar
+
+import qemu.qmp as qmp
 
 from migrate.core.errors import VrmigError
 
 log = logging.getLogger(__name__)
+# qemu.qmp logs the end-of-file of every connection whose QEMU quits at INFO; its warnings and
+# errors (a late reply dropped, a connection reset by a killed QEMU, a malformed message) still show.
+logging.getLogger("qemu.qmp").setLevel(logging.WARNING)
 
-CONNECT_POLL_S = 0.02
+CONNECT_POLL_S = 0.02  # how often to retry QEMU's QMP socket until it accepts
+CLOSE_TIMEOUT_S = 5.0  # disconnect and loop-thread shutdown
+LOOP_GRACE_S = 1.0  # beyond a command's own timeout, for the loop thread to hand back the result
+
+T = TypeVar("T")
+EventSink = Callable[[dict[str, Any]], None]
 
 
 class QMPError(VrmigError):
-    """QEMU answered a command with an error, or the QMP connection failed."""
+    """QEMU answered a command with an error, did not answer in time, or the QMP connection failed."""
 
 
-class QMPClient:
-    """One QMP connection to one QEMU; ``side`` ('src'/'dst') labels its events."""
+def event_record(side: str, event: Any, t_ns: int) -> dict[str, Any]:
+    """The ``qmp_events.jsonl`` record of one QMP event that arrived at ``t_ns`` (CLOCK_REALTIME
+    ns): ``qemu_t_ns`` is QEMU's own timestamp (its ``seconds`` + ``microseconds``, CLOCK_REALTIME
+    in QEMU) in ns."""
+    ts = event.get("timestamp", {})
+    return {
+        "t_ns": t_ns,
+        "side": side,
+        "event": event["event"],
+        "data": event.get("data", {}),
+        "qemu_t_ns": ts.get("seconds", 0) * 10**9 + ts.get("microseconds", 0) * 1000,
+    }
 
-    def __init__(
-        self,
-        path: Path,
-        side: str,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
-    ) -> None:
-        self.path = path
+
+class _Client(qmp.QMPClient):
+    """``QMPClient`` that stamps each message with the time its last byte reached the event loop.
+
+    The stamp is taken where asyncio hands received bytes to the connection's ``StreamReader``
+    (``feed_data``, called by the transport's read callback as soon as the selector reports the
+    socket readable), not after the reader task has woken, found a whole line and parsed it: that
+    later point costs two loop iterations and the JSON parse (0.04 ms at the median, measured in
+    docs/measurements/2026-11-24-qmp-client.md).  Each feed is kept as (bytes fed so far, time);
+    when ``_readline`` returns a line, the line's stamp is the time of the first feed that
+    reaches its last byte, so messages that arrived in one read share its time and a message split
+    over two reads gets the second.  ``qemu.qmp`` offers no hook at the transport, hence the
+    wrapped ``feed_data``; the line accounting relies only on ``StreamReader.readline`` returning
+    the bytes it consumed.
+
+    Both message hooks (``_cb_inbound``/``_cb_outbound``, which the library provides for
+    subclasses) format a message for the library's debug log only when that log is on (the
+    library pretty-prints every message, each 20 ms query-migrate reply included, whether or not
+    anything logs it)."""
+
+    arrival_ns = 0  # CLOCK_REALTIME ns at which the message being routed was received
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self._feeds: deque[tuple[int, int]] = deque()  # (bytes fed so far, time.time_ns())
+        self._fed = 0
+        self._consumed = 0
+
+    async def _do_connect(self, address: Any, ssl: Any = None) -> None:
+        await super()._do_connect(address, ssl)
+        reader = self._reader
+        assert reader is not None
+        # bytes the transport fed before this point (none in practice) count as fed now
+        self._fed = len(getattr(reader, "_buffer", b""))
+        if self._fed:
+            self._feeds.append((self._fed, time.time_ns()))
+        feed = reader.feed_data
+
+        def stamped_feed(data: bytes) -> None:
+            self._fed += len(data)
+            self._feeds.append((self._fed, time.time_ns()))
+            feed(data)
+
+        reader.feed_data = stamped_feed  # type: ignore[method-assign]
+
+    async def _readline(self) -> bytes:
+        line = await super()._readline()
+        self._consumed += len(line)
+        while self._feeds and self._feeds[0][0] < self._consumed:
+            self._feeds.popleft()
+        self.arrival_ns = self._feeds[0][1] if self._feeds else time.time_ns()
+        return line
+
+    def _cb_inbound(self, msg: qmp.Message) -> qmp.Message:
+        return super()._cb_inbound(msg) if self.logger.isEnabledFor(logging.DEBUG) else msg
+
+    def _cb_outbound(self, msg: qmp.Message) -> qmp.Message:
+        return super()._cb_outbound(msg) if self.logger.isEnabledFor(logging.DEBUG) else msg
+
+
+class _ArrivalStamp(qmp.EventListener):
+    """An event listener that hands each event, with the arrival stamp its client took when it
+    read it, to ``on_event``, as the client dispatches it (``put`` is the client's hook into its
+    listeners); nothing is queued.  A failing ``on_event`` is kept in ``failure`` (the connection
+    stays up: the next command reports it)."""
+
+    def __init__(self, side: str, on_event: EventSink | None) -> None:
+        super().__init__()
         self.side = side
         self.on_event = on_event
-        self._sock: socket.socket | None = None
-        self._replies: queue.Queue[dict[str, Any]] = queue.Queue()
-        self._reader: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._next_id = 0
-        self.closed = threading.Event()
+        self.client: _Client | None = None
+        self.failure: str | None = None
+
+    async def put(self, event: qmp.Message) -> None:
+        """Record ``event`` with its arrival stamp."""
+        assert self.client is not None
+        t_ns = self.client.arrival_ns
+        if self.on_event is None:
+            return
+        try:
+            self.on_event(event_record(self.side, event, t_ns))
+        except Exception as err:  # the reader task must go on routing replies
+            if self.failure is None:
+                self.failure = f"event {event.get('event')!r} not recorded: {type(err).__name__}: {err}"
+                log.error("QMP %s: %s", self.side, self.failure)
+
+
+def _wait_for_listener(path: Path, side: str, timeout_s: float, alive: Callable[[], bool]) -> socket.socket:
+    """A socket connected to QEMU's QMP socket, retried until QEMU listens on it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if not alive():
+            raise QMPError(f"QEMU ({side}) exited before its QMP socket appeared")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(str(path))
+            return sock
+        except (FileNotFoundError, ConnectionRefusedError):
+            sock.close()
+            if time.monotonic() > deadline:
+                raise QMPError(f"QMP socket {path} did not appear within {timeout_s:.0f} s") from None
+            time.sleep(CONNECT_POLL_S)
+
+
+class QMPConnection:
+    """One QMP connection to one QEMU; ``side`` ('src'/'dst') labels its events.
+
+    ``on_event`` is called with each event's record from the connection's loop thread."""
+
+    def __init__(self, path: Path, side: str, on_event: EventSink | None = None) -> None:
+        self.path = path
+        self.side = side
+        self.version: dict[str, Any] = {}
+        self._stamp = _ArrivalStamp(side, on_event)
+        self._client: _Client | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> QMPConnection:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
 
     def connect(self, timeout_s: float, alive: Callable[[], bool]) -> None:
-        """Connect once the socket exists (polling), negotiate capabilities."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if not alive():
-                raise QMPError(f"QEMU ({self.side}) exited before its QMP socket appeared")
-            try:
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                sock.connect(str(self.path))
-                break
-            except (FileNotFoundError, ConnectionRefusedError):
-                sock.close()
-                if time.monotonic() > deadline:
-                    raise QMPError(f"QMP socket {self.path} did not appear within {timeout_s:.0f} s") from None
-                time.sleep(CONNECT_POLL_S)
-        self._sock = sock
-        self._file = sock.makefile("rb")
-        greeting = json.loads(self._file.readline())
-        if "QMP" not in greeting:
-            raise QMPError(f"unexpected QMP greeting: {greeting}")
-        self.version = greeting["QMP"]["version"]
-        self._reader = threading.Thread(target=self._read_loop, name=f"qmp-{self.side}", daemon=True)
-        self._reader.start()
-        self.cmd("qmp_capabilities")
-
-    def _read_loop(self) -> None:
+        """Connect once QEMU listens (``alive``: QEMU still running), read the greeting and
+        negotiate capabilities; on failure nothing is left running."""
+        t_end = time.monotonic() + timeout_s
+        sock = _wait_for_listener(self.path, self.side, timeout_s, alive)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=f"qmp-{self.side}", daemon=True)
+        self._thread.start()
         try:
-            for line in self._file:
-                t_ns = time.time_ns()
-                msg = json.loads(line)
-                if "event" in msg:
-                    ts = msg.get("timestamp", {})
-                    ev = {
-                        "t_ns": t_ns,
-                        "side": self.side,
-                        "event": msg["event"],
-                        "data": msg.get("data", {}),
-                        "qemu_t_ns": ts.get("seconds", 0) * 10**9 + ts.get("microseconds", 0) * 1000,
-                    }
-                    if self.on_event:
-                        self.on_event(ev)
-                else:
-                    self._replies.put(msg)
-        except (OSError, ValueError) as err:
-            log.debug("QMP %s reader stopped: %s", self.side, err)
-        finally:
-            self.closed.set()
+            self._client = self._submit(self._open(sock), max(t_end - time.monotonic(), 1.0), "the greeting")
+        except BaseException:
+            sock.close()
+            self.close()
+            raise
+        assert self._client.greeting is not None
+        self.version = dict(self._client.greeting.QMP.version)
+
+    async def _open(self, sock: socket.socket) -> _Client:
+        client = _Client(f"vrmig-{self.side}")
+        self._stamp.client = client
+        client.register_listener(self._stamp)
+        await client.connect(sock)
+        return client
+
+    def _submit(self, coro: Coroutine[Any, Any, T], timeout_s: float, what: str) -> T:
+        """Run ``coro`` on the loop thread, waiting at most ``timeout_s``; every failure is a QMPError."""
+        if self._loop is None:
+            coro.close()
+            raise QMPError(f"QMP ({self.side}) not connected")
+        fut = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, timeout_s), self._loop)
+        try:
+            return fut.result(timeout_s + LOOP_GRACE_S)
+        except TimeoutError:
+            fut.cancel()
+            raise QMPError(f"QEMU ({self.side}) did not answer {what} within {timeout_s:g} s") from None
+        except qmp.ExecuteError as err:
+            raise QMPError(f"QEMU ({self.side}) {what}: {err}") from err
+        except qmp.StateError as err:  # the reader had already seen the connection end
+            raise QMPError(f"QEMU ({self.side}) connection lost before {what}") from err
+        except qmp.ExecInterruptedError as err:
+            raise QMPError(f"QEMU ({self.side}) connection lost while waiting for {what}") from err
+        except (qmp.QMPError, OSError, EOFError) as err:
+            raise QMPError(f"QEMU ({self.side}) connection lost during {what}: {type(err).__name__}: {err}") from err
 
     def cmd(self, name: str, timeout_s: float = 30.0, **args: Any) -> Any:
-        """Execute a command and return its ``return`` value; raise QMPError on error."""
-        if self._sock is None:
+        """Execute a command and return its ``return`` value; raise QMPError on an error reply,
+        no reply within ``timeout_s``, a lost connection or an event that could not be recorded."""
+        if self._stamp.failure is not None:
+            raise QMPError(f"QMP ({self.side}): {self._stamp.failure}")
+        if self._client is None:
             raise QMPError(f"QMP ({self.side}) not connected")
-        with self._lock:
-            self._next_id += 1
-            msg: dict[str, Any] = {"execute": name, "id": self._next_id}
-            if args:
-                msg["arguments"] = args
-            try:
-                self._sock.sendall(json.dumps(msg).encode() + b"\n")
-            except OSError as err:
-                raise QMPError(f"QEMU ({self.side}) connection lost while sending {name!r}: {err}") from err
-            deadline = time.monotonic() + timeout_s
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or (self.closed.is_set() and self._replies.empty()):
-                    raise QMPError(f"QEMU ({self.side}) did not answer {name!r}")
-                try:
-                    reply = self._replies.get(timeout=min(remaining, 0.1))
-                except queue.Empty:
-                    continue
-                if reply.get("id") != self._next_id:
-                    continue
-                if "error" in reply:
-                    err = reply["error"]
-                    raise QMPError(f"QEMU ({self.side}) {name}: {err.get('desc', err)}")
-                return reply.get("return")
+        return self._submit(self._client.execute(name, args or None), timeout_s, repr(name))
 
     def close(self) -> None:
-        """Close the connection (QEMU keeps running)."""
-        if self._sock is not None:
+        """Disconnect (QEMU keeps running) and stop the loop thread; idempotent."""
+        loop, thread, client = self._loop, self._thread, self._client
+        self._loop, self._thread, self._client = None, None, None
+        if loop is None:
+            return
+        if client is not None:
+            fut = asyncio.run_coroutine_threadsafe(client.disconnect(), loop)
             try:
-                self._sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            self._sock.close()
-            self._sock = None
+                fut.result(CLOSE_TIMEOUT_S)
+            except (qmp.QMPError, OSError, EOFError, TimeoutError) as err:
+                # disconnect() re-raises what ended the reader: EOF once QEMU has quit
+                log.debug("QMP %s disconnect: %s: %s", self.side, type(err).__name__, err)
+        loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
+            thread.join(CLOSE_TIMEOUT_S)
+            if thread.is_alive():
+                log.warning("QMP %s: event loop thread did not stop within %.0f s", self.side, CLOSE_TIMEOUT_S)
+                return
+        loop.close()
