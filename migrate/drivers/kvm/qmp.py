@@ -21,10 +21,10 @@ socket until the next call, and its arrival stamp would be that call's time (up 
 interval late during a migration, a whole boot late before one); it also runs the loop of the
 calling thread, so a second connection in the same thread only progresses when the first one's
 calls run.  Here each connection owns an event loop in its own thread: ``QMPClient``'s reader task
-reads every message as it arrives, :class:`_Client` stamps it with the time its bytes reached
-the loop (the transport's read callback) and :class:`_ArrivalStamp` records each event with that stamp as it is dispatched;
-commands are submitted to that loop from the caller's thread and bounded with
-``asyncio.wait_for``.  The source (R1) and destination (R2)
+reads every message as it arrives, :class:`_Client` stamps it with the time its bytes reached the
+loop (the transport's read callback) and :class:`_ArrivalStamp` records each event with that
+stamp as it is dispatched; commands are submitted to that loop from the caller's thread and
+bounded with ``asyncio.wait_for``.  The source (R1) and destination (R2)
 connections of a run are two such objects, each with its own loop, so a command in flight on one
 side never delays the other side's events, and events on a side keep being read and stamped
 while a command on that side waits for its reply.
