@@ -265,7 +265,12 @@ def test_ctrl_c_during_lab_up_leaves_nothing(what):
     made."""
     _require()
     name = "it" + secrets.token_hex(3)
-    p = subprocess.Popen([*CLI, "lab-up", "--name", name], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # lab-up as started from a terminal: a test run started in the background by a shell without
+    # job control has SIGINT ignored, and a child would inherit that (and never see the SIGINT)
+    p = subprocess.Popen(
+        [*CLI, "lab-up", "--name", name], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     state = None
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and p.poll() is None:
