@@ -10,6 +10,7 @@ APT_PACKAGES += iptables util-linux tar  # HV=criu: CRIU's network lock, the con
 APT_PACKAGES += d-itg netsniff-ng  # crosstraffic backends ditg (ITGSend/ITGRecv/ITGDec) and trafgen
 APT_PACKAGES += openssh-server  # make lab-up: each emulated lab host runs its own sshd (docs/testbed.md)
 APT_PACKAGES += ansible-core  # make hosts-setup: prepares a lab's machines (ansible/hosts-setup.yml)
+APT_PACKAGES += tcpdump  # PEERING=: the peers' capture of BGP and BFD packets
 RESULTS ?= results
 
 # Make variable -> CLI flag (only variables that are set are passed)
@@ -23,6 +24,7 @@ MIGRATE_FLAGS = $(call flag,HV,hv) $(call flag,DRIVER,driver) $(call flag,MODE,m
   $(call flag,MIGRATE_TIMEOUT,migrate-timeout) $(call flag,BOOT_TIMEOUT,boot-timeout) \
   $(call flag,XEN_GUEST,xen-guest) $(call flag,XEN_MIG_MTU,xen-mig-mtu) $(call flag,CRIU_HOST,criu-host) \
   $(call flag,RIB_ROUTES,rib-routes) $(call flag,TESTBED,testbed) \
+  $(call flag,PEERING,peering) $(call flag,BFD,bfd) $(call flag,BGP_HOLD,bgp-hold) \
   $(call flag,FAULT,fault) --results $(RESULTS)
 
 .PHONY: chaos setup apt venv helpers guest migrate test test-unit test-integration lint clean-testbed clean \

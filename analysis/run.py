@@ -285,6 +285,7 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
     for key, n in (ins.dropped if ins is not None else {}).items():
         who, counter = key.split(".", 1)
         notes.append(f"incomplete record: {who} {counter}={n}; affects {DROP_COUNTERS[(who, counter)]}")
+    cp = _control_plane(Path(run_dir), meta, window, notes) if isinstance(meta.get("peering"), dict) else None
     if status == "completed" and window is not None and window.end_status not in (None, "completed"):
         notes.append(f"run completed but QEMU's last status is {window.end_status}")
 
@@ -310,10 +311,55 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
         sampler=sampler,
         instruments=ins,
         clock=clock,
+        control_plane=cp,
         why_absent=why,
         notes=tuple(notes),
     )
     return summary, _plot_data(raw, window, summary)
+
+
+def _control_plane(run_dir: Path, meta: dict[str, Any], window: Window | None, notes: list[str]) -> dict[str, Any]:
+    """summary.json ``control_plane``: per protocol of PEERING, from the peers' logs and captures
+    (analysis.metrics.control_plane); a protocol without a window or records is null with why."""
+    from analysis.metrics import control_plane as cpm
+
+    peering = meta["peering"]
+    protocols = tuple(peering.get("protocols") or ())
+    if window is None or window.end_ns is None:
+        return {p: None for p in protocols} | {"why_absent": "no_window"}
+    peers = peering.get("peers") or {}
+    logs: dict[str, list[cpm.LogEvent]] = {}
+    captures = {}
+    for role in peers:
+        path = run_dir / f"peer-{role}.log"
+        if path.exists():
+            logs[role] = cpm.parse_bird_log(path.read_text(errors="replace"))
+        else:
+            notes.append(f"peer-{role}.log missing: {role}'s sessions unknown")
+        pcap = run_dir / f"control-{role}.pcap"
+        if pcap.exists() and pcap.stat().st_size > 0:
+            import scapy.layers.l2  # noqa: F401  (Ethernet for the capture's link type)
+            from scapy.utils import rdpcap
+
+            try:
+                captures[role] = cpm.dissect(list(rdpcap(str(pcap))))
+            except Exception as err:  # a truncated capture (a killed tcpdump) must not cost the summary
+                notes.append(f"control-{role}.pcap unreadable: {type(err).__name__}: {err}")
+        else:
+            notes.append(f"control-{role}.pcap missing: the router's silence at {role} is unknown")
+    timers = peering.get("timers") or {}
+    limits = {"bgp": timers.get("bgp_hold_s", 0) * 1000.0}
+    if "bfd_interval_ms" in timers:
+        limits["bfd"] = float(timers["bfd_interval_ms"] * timers["bfd_multiplier"])
+    figures = cpm.control_plane(
+        protocols,
+        logs,
+        captures,
+        {r: v["router_addr"] for r, v in peers.items()},
+        (window.start_ns, window.end_ns),
+        limits,
+    )
+    return {p: f.to_dict() for p, f in figures.items()}
 
 
 def _plot_data(raw: _Raw, window: Window | None, summary: Summary) -> PlotData:

@@ -83,6 +83,8 @@ class Summary:
     sampler: SamplerHealth | None = None
     instruments: Instruments | None = None
     clock: ClockFigures | None = None
+    #: PEERING runs: per protocol (analysis.metrics.control_plane); None without PEERING
+    control_plane: dict[str, Any] | None = None
     why_absent: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
@@ -241,6 +243,7 @@ class Summary:
                 "core_share": _get(ins, "core_share"),
                 "dropped": _get(ins, "dropped") or {},
             },
+            **({"control_plane": self.control_plane} if self.control_plane is not None else {}),
             "qualifiers": {path: qual.to_dict() for path, qual in sorted(quals.items())},
             "details": {
                 "summary_format_version": SUMMARY_FORMAT_VERSION,

@@ -81,8 +81,12 @@ def kernel_cmdline(
     extra: Sequence[str] = DEFAULT_EXTRA_ARGS,
     console: str = "ttyS0",
     rib_routes: int = 0,
+    routing: Sequence[str] = (),
 ) -> str:
     """The guest kernel command line.
+
+    ``routing`` are vrmig-router's peering arguments (``peering=bgp,bfd``, ``asn=…``,
+    ``peers=…``, ``bfd=…``, ``bgphold=…``), passed as ``vrmig.<argument>``.
 
     ``if0``/``if1`` are the addresses (with prefix length) of ``eth0`` (first NIC, left segment)
     and ``eth1`` (second NIC, right segment); ``console`` is ``hvc0`` for a Xen domU::
@@ -99,6 +103,7 @@ vrmig.if1=198.18.2.1/24,2001:2:0:2::1/64 quiet'
         f"vrmig.if0={_addresses('if0', if0)}",
         f"vrmig.if1={_addresses('if1', if1)}",
         *([f"vrmig.rib={rib_routes}"] if rib_routes else []),
+        *(f"vrmig.{a}" for a in routing),
     ]
     for arg in extra:
         if not arg or any(c.isspace() for c in arg):

@@ -3,7 +3,8 @@
 =======  ======================  =============================================================
 name     software                source
 =======  ======================  =============================================================
-frr      FRRouting (default)     Debian package ``frr``: ``zebra`` + ``staticd``, ``vtysh``
+frr      FRRouting (default)     Debian package ``frr``: ``zebra`` + ``staticd``, ``vtysh``;
+                                 ``bgpd`` + ``bfdd`` for routing sessions (PEERING=)
 bird     BIRD 2                  Debian package ``bird2``: ``bird``, ``birdc``
 xorp     XORP                    not packaged in Debian: an existing installation on the host
                                  (``xorp_rtrmgr`` on ``PATH``, or ``$XORP_ROOT``)
@@ -104,10 +105,10 @@ PROFILES: dict[str, Profile] = {
         Profile(
             name="frr",
             software="FRRouting",
-            description="FRRouting zebra + staticd (Debian package frr)",
+            description="FRRouting zebra + staticd, bgpd + bfdd with PEERING= (Debian package frr)",
             daemons=("zebra", "staticd"),
             package="frr",
-            files=("usr/lib/frr/zebra", "usr/lib/frr/staticd", "usr/bin/vtysh"),
+            files=("usr/lib/frr/zebra", "usr/lib/frr/staticd", "usr/lib/frr/bgpd", "usr/lib/frr/bfdd", "usr/bin/vtysh"),
         ),
         Profile(
             name="bird",

@@ -113,6 +113,52 @@ def _instruments_line(s: Mapping[str, Any]) -> str:
     )
 
 
+def _control_plane_lines(cp: Mapping[str, Any] | None) -> list[str]:
+    """One line per protocol of PEERING: survived or how it flapped, the router's longest
+    control-plane silence at a peer against the limit the peer enforces, and (BGP) the routes."""
+    if not cp:
+        return []
+    if cp.get("why_absent"):
+        return [f"  control plane    –, {cp['why_absent']}"]
+    out = []
+    for proto in ("bgp", "ospf", "bfd"):
+        f = cp.get(proto)
+        if not isinstance(f, Mapping):
+            continue
+        survived = {True: "survived", False: "FLAPPED", None: "never up"}[f.get("survived")]
+        if f.get("flaps"):
+            downs = []
+            for d in f.get("flap_details") or []:
+                back = (
+                    f"up after {_f(d['down_for_s'], '.2f')} s"
+                    if d.get("down_for_s") is not None
+                    else f"not up again (>= {_f(d.get('down_for_s_lower'), '.2f')} s)"
+                )
+                downs.append(f"{d['peer']}: {d.get('cause') or 'down'}, {back}")
+            survived += f" ({f['flaps']}: {'; '.join(downs)})"
+        silence = (
+            f"silence {_f(f.get('silence_ms'), '.0f')} ms at {f.get('silence_peer')}"
+            f" of {_f(f.get('limit_ms'), '.0f')} ms (margin {_f(f.get('margin_ms'), '.0f')} ms)"
+            if f.get("silence_ms") is not None
+            else "silence –, no capture"
+        )
+        line = f"  {proto.upper():<16} {survived}; {silence}"
+        routes = f.get("routes") or {}
+        lost = {peer: r for peer, r in routes.items() if r.get("lost")}
+        if routes:
+            line += (
+                "; routes kept"
+                if not lost
+                else "; routes lost at "
+                + ", ".join(
+                    f"{peer} ({r['withdrawn']} withdrawn{', back' if r.get('whole_again_ns') else ', not back'})"
+                    for peer, r in lost.items()
+                )
+            )
+        out.append(line)
+    return out
+
+
 def format_table(summary: Summary | Mapping[str, Any]) -> str:
     """Headline metrics of a run, one per line (accepts a Summary or its summary.json dict).
 
@@ -157,6 +203,7 @@ def format_table(summary: Summary | Mapping[str, Any]) -> str:
         lines.append(line)
     if "instruments" in s:
         lines.append(_instruments_line(s))
+    lines += _control_plane_lines(s.get("control_plane"))
     flags = sorted({*(_d(dc, "flags") or []), *(_d(dp, "flags") or [])})
     if flags:
         lines.append(f"  flags            {', '.join(flags)}")

@@ -13,7 +13,7 @@ from typing import Any
 
 from migrate.core.errors import ConfigError
 from migrate.core.units import parse_rate_bps
-from migrate.experiment.scenario import Scenario
+from migrate.experiment.scenario import Scenario, parse_bfd
 
 #: HV=xen defaults: the nested router forwards little, and 256 MiB take ~40 s at nested-link speed
 XEN_DEFAULT_RATE_BPS = 1_000_000
@@ -116,6 +116,7 @@ def scenario_from_args(a: argparse.Namespace) -> Scenario:
     mig_timeout = (
         a.migrate_timeout if a.migrate_timeout is not None else (XEN_DEFAULT_MIGRATE_TIMEOUT_S if xen else 120.0)
     )
+    bfd = parse_bfd(getattr(a, "bfd", "50x3"))
     return Scenario(
         hv=a.hv, mode=a.mode, rate_bps=rate_bps, frame_bytes=a.size, ip=a.ip,
         duration_s=a.duration, migrate_at_s=a.migrate_at, after_s=a.after,
@@ -125,5 +126,6 @@ def scenario_from_args(a: argparse.Namespace) -> Scenario:
         postcopy=a.postcopy, migrate_timeout_s=mig_timeout, boot_timeout_s=a.boot_timeout,
         fault=a.fault, driver=a.driver, xen_guest=getattr(a, "xen_guest", "pvh"),
         xen_mig_mtu=getattr(a, "xen_mig_mtu", 1500), criu_host=getattr(a, "criu_host", "local"),
-        rib_routes=getattr(a, "rib_routes", 0),
+        rib_routes=getattr(a, "rib_routes", 0), peering=getattr(a, "peering", ""),
+        bfd_interval_ms=bfd[0], bfd_multiplier=bfd[1], bgp_hold_s=getattr(a, "bgp_hold", 9),
     )  # fmt: skip

@@ -160,6 +160,13 @@ class Instruments:
         h = topo.host(role)
         return topo.addr(h.ipv4 if self.s.ip == 4 else h.ipv6)
 
+    def _sink_addr(self) -> str:
+        """Where the cross-traffic goes: B's address on segment R, or with PEERING the address
+        B announces over BGP (the router forwards to it only while it holds that route)."""
+        from migrate.experiment.peering import sink_address
+
+        return sink_address(self.s) or self._dst("B")
+
     def _start(self, what: str, argv: list[str], role: str, stdout_name: str | None = None, wait: bool = True) -> Proc:
         argv = [self.tb.helper(role, argv[0]), *argv[1:]]
         p = self.tb.spawn(role, what, argv, self.reg, self.dir, stdout_name=stdout_name, wait=wait)
@@ -178,7 +185,7 @@ class Instruments:
         sink = self._start(
             "sink",
             BUILTIN.sink_argv(
-                port=TRAFFIC_PORT, bind=self._dst("B"), gap_us=gap_threshold_us(s.rate_bps, s.frame_bytes),
+                port=TRAFFIC_PORT, bind=self._sink_addr(), gap_us=gap_threshold_us(s.rate_bps, s.frame_bytes),
                 state=self._out("B", SINK_STATE_NAME), state_ms=SINK_STATE_MS,
                 after_file=self._out("B", SINK_AFTER_NAME),
             ),
@@ -225,7 +232,8 @@ class Instruments:
             self._start(
                 "gen",
                 BUILTIN.gen_argv(
-                    dst=self._dst("B"), port=TRAFFIC_PORT, rate_bps=s.rate_bps, frame_bytes=s.frame_bytes, duration_s=0
+                    dst=self._sink_addr(), port=TRAFFIC_PORT, rate_bps=s.rate_bps, frame_bytes=s.frame_bytes,
+                    duration_s=0,
                 ),
                 "A", stdout_name="gen.json",
             )  # fmt: skip

@@ -27,9 +27,11 @@ from migrate.core.registry import Registry, clean_stale
 from migrate.core.sighold import Abort, Teardown, signal_handlers
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext, load_driver
 from migrate.drivers.kvm.driver import QEMU
+from migrate.experiment import peering
 from migrate.experiment.console import crash_in
 from migrate.experiment.faults import FaultInjector, kill_pid, link_cap, link_down, unplug
 from migrate.experiment.instruments import Instruments
+from migrate.experiment.peering import Peers
 from migrate.experiment.recorder import Recorder
 from migrate.experiment.scenario import Scenario
 from migrate.testbed import topology as topo
@@ -52,6 +54,7 @@ def preflight(scenario: Scenario, lab: bool = False) -> tuple[type[Driver], dict
     if os.geteuid() != 0:
         raise DependencyError("vrmig must run as root (it creates network namespaces): run it as root")
     Instruments.check(scenario)
+    peering.check(scenario)
     driver_cls = load_driver(scenario.hv, scenario.driver, lab)
     return driver_cls, driver_cls.preflight(scenario)
 
@@ -250,16 +253,24 @@ def _execute(
                 if inv is None:
                     log.info("building testbed %s", registry.prefix)
                     TestbedBuilder(registry, scenario.miglink_bps).build()
-                log.info("booting router (%s, %s, accel=%s)", scenario.router, scenario.hv, meta["accel"])
-                driver.start_source()
-                driver.prepare_destination()
-                instruments = Instruments(scenario, tb, registry, run_dir, recorder)
-                try:
-                    with td.step("stop instruments", instruments):
-                        _measure(scenario, driver, instruments, injector, tb, run_dir, meta, abort, phase)
-                finally:
-                    if "instruments_cpu_s" not in meta:
-                        _instruments_cpu(meta, instruments)
+                with td.step("stop routing peers", Peers(scenario, tb, registry, run_dir)) as peers:
+                    if scenario.peering:
+                        log.info("starting routing peers (%s)", scenario.peering)
+                        peers.start()
+                    log.info("booting router (%s, %s, accel=%s)", scenario.router, scenario.hv, meta["accel"])
+                    driver.start_source()
+                    if scenario.peering:
+                        peers.wait_established()
+                        meta["peering"] = peers.describe()
+                        write_json(run_dir / "meta.json", meta)
+                    driver.prepare_destination()
+                    instruments = Instruments(scenario, tb, registry, run_dir, recorder)
+                    try:
+                        with td.step("stop instruments", instruments):
+                            _measure(scenario, driver, instruments, injector, tb, run_dir, meta, abort, phase)
+                    finally:
+                        if "instruments_cpu_s" not in meta:
+                            _instruments_cpu(meta, instruments)
     finally:
         problems = td.problems + registry.teardown_problems
         if problems:

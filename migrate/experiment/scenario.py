@@ -31,6 +31,16 @@ MAX_RIB_ROUTES = 2_000_000  # about twice an Internet BGP table
 MIN_FRAME_BYTES = 64
 MAX_FRAME_BYTES = 1518
 MIN_IPV6_FRAME_BYTES = 82  # 14 Eth + 40 IPv6 + 8 UDP + 16 B payload (seq, timestamp) + 4 FCS
+#: routing protocols of PEERING= (docs/peering.md); PEERING_BUILT: what a run can do so far
+PEERING_PROTOCOLS = ("bgp", "ospf", "bfd")
+PEERING_BUILT = ("bgp", "bfd")
+PEERING_HVS = ("kvm",)
+PEERING_ROUTERS = ("frr", "bird")
+#: the daemons' ranges: FRR bfdd 10-60000 ms and multiplier 2-255 (BIRD accepts these too); a BGP
+#: hold time of 3-65535 s (RFC 4271: 0 or at least 3; 0, no keepalives, would hide a silence)
+BFD_INTERVAL_MS = (10, 60_000)
+BFD_MULTIPLIER = (2, 255)
+BGP_HOLD_S = (3, 65_535)
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,11 @@ class Scenario:
     xen_mig_mtu: int = 1500  # HV=xen nested: MTU of the dom0s' migration link NICs
     criu_host: str = "local"  # HV=criu: "vm" runs the experiment in a VM with a soft-dirty kernel
     rib_routes: int = 0  # routes held in the router's RIB (ROUTER=bird): routing state to migrate
+    #: routing sessions between the router and peers on both segments ("" none; "bgp" or "bgp,bfd")
+    peering: str = ""
+    bfd_interval_ms: int = 50  # BFD=<interval>x<multiplier>: transmit and receive interval
+    bfd_multiplier: int = 3
+    bgp_hold_s: int = 9  # BGP_HOLD: the hold time both sides offer (keepalive = hold / 3)
 
     def __post_init__(self) -> None:
         validate(self)
@@ -77,7 +92,13 @@ class Scenario:
         hv = self.hv if self.driver == "qmp" else f"{self.hv}-{self.driver}"
         hv = f"{hv}-vm" if self.criu_host == "vm" else hv
         rib = f"-rib{self.rib_routes}" if self.rib_routes else ""
-        return f"{hv}-{self.mode}-{format_rate(self.rate_bps)}-{self.frame_bytes}{rib}"
+        peering = f"-{self.peering.replace(',', '+')}" if self.peering else ""
+        return f"{hv}-{self.mode}-{format_rate(self.rate_bps)}-{self.frame_bytes}{rib}{peering}"
+
+    @property
+    def peering_protocols(self) -> tuple[str, ...]:
+        """PEERING's protocols, in PEERING_PROTOCOLS order (empty: no peers)."""
+        return tuple(p for p in PEERING_PROTOCOLS if p in self.peering.split(","))
 
     def to_dict(self) -> dict[str, Any]:
         """All parameters as a JSON-ready dict."""
@@ -146,6 +167,46 @@ def validate(s: Scenario) -> None:
     _require(s.rib_routes == 0 or s.router == "bird", f"RIB_ROUTES needs ROUTER=bird (not ROUTER={s.router})")
     _require(576 <= s.xen_mig_mtu <= 9000, f"XEN_MIG_MTU={s.xen_mig_mtu} must be 576-9000 bytes")
     _require(s.fault is None or s.fault in FAULTS, f"FAULT={s.fault!r} is unknown: choose one of {', '.join(FAULTS)}")
+    if s.peering:
+        validate_peering(s)
+
+
+def parse_bfd(text: str) -> tuple[int, int]:
+    """``BFD=50x3`` -> (50, 3); ConfigError (one line) for anything else."""
+    m = re.fullmatch(r"(\d+)x(\d+)", text.strip())
+    if m is None:
+        raise ConfigError(f"BFD={text!r} is not <interval ms>x<multiplier>: e.g. BFD=50x3")
+    return int(m[1]), int(m[2])
+
+
+def validate_peering(s: Scenario) -> None:
+    """PEERING= and its timers (docs/peering.md)."""
+    names = s.peering.split(",")
+    unknown = [n for n in names if n not in PEERING_PROTOCOLS]
+    bad = ", ".join(map(repr, unknown))
+    _require(not unknown, f"PEERING={s.peering}: {bad} unknown: use any of {','.join(PEERING_PROTOCOLS)}")
+    _require(len(set(names)) == len(names), f"PEERING={s.peering} names a protocol twice")
+    _require(
+        "ospf" not in names,
+        f"PEERING={s.peering}: OSPF adjacencies are not built yet (docs/peering.md): use PEERING=bgp or bgp,bfd",
+    )
+    _require("bgp" in names, f"PEERING={s.peering}: BFD runs on the BGP sessions here: use PEERING=bgp,bfd")
+    _require(
+        s.router in PEERING_ROUTERS,
+        f"PEERING needs a router with routing daemons: ROUTER=frr (bgpd, bfdd) or bird (not ROUTER={s.router})",
+    )
+    _require(
+        s.hv in PEERING_HVS,
+        f"PEERING runs with HV=kvm so far (not HV={s.hv}): peering on the other hypervisors is not built yet",
+    )
+    _require(s.ip == 4, "PEERING runs with IP=4 so far (the sessions and the announced sink address are IPv4)")
+    bfd = f"BFD={s.bfd_interval_ms}x{s.bfd_multiplier}"
+    lo, hi = BFD_INTERVAL_MS
+    _require(lo <= s.bfd_interval_ms <= hi, f"{bfd}: the interval must be {lo}-{hi} ms")
+    lo, hi = BFD_MULTIPLIER
+    _require(lo <= s.bfd_multiplier <= hi, f"{bfd}: the multiplier must be {lo}-{hi}")
+    lo, hi = BGP_HOLD_S
+    _require(lo <= s.bgp_hold_s <= hi, f"BGP_HOLD={s.bgp_hold_s} must be {lo}-{hi} s (RFC 4271)")
 
 
 _IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")

@@ -15,6 +15,7 @@ from migrate.core.procs import Proc, ProcessError
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.drivers.kvm.accel import detect_accel
 from migrate.drivers.kvm.qmp import QMPConnection, QMPError
+from migrate.experiment import peering
 from migrate.experiment.scenario import Scenario
 from migrate.testbed import topology as topo
 
@@ -104,7 +105,10 @@ class KvmDriver(Driver):
         tb = self.ctx.testbed
         inv = tb.inventory
         left, right = (inv.router[seg] for seg in topo.SEGMENTS)
-        append = kernel_cmdline(s.router, [left.ipv4, left.ipv6], [right.ipv4, right.ipv6], rib_routes=s.rib_routes)
+        append = kernel_cmdline(
+            s.router, [left.ipv4, left.ipv6], [right.ipv4, right.ipv6], rib_routes=s.rib_routes,
+            routing=peering.router_args(s),
+        )  # fmt: skip
         qmp_path = self.ctx.registry.dir / f"qmp-{host}.sock"
         kernel, initrd = self.image.kernel, self.image.initrd
         console: Path | str = self.ctx.run_dir / f"console-{host}.log"

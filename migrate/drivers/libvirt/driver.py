@@ -32,6 +32,7 @@ from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.drivers.libvirt import flags as lf
 from migrate.drivers.libvirt.daemon import LIBVIRTD, LabLibvirtd, NamespacedLibvirtd
 from migrate.drivers.libvirt.domain_xml import GuestNic, domain_facts, domain_xml, with_console
+from migrate.experiment import peering
 from migrate.experiment.scenario import Scenario
 from migrate.testbed import topology as topo
 
@@ -255,7 +256,13 @@ class LibvirtDriver(Driver):
             vcpus=s.vcpus,
             kernel=kernel,
             initrd=initrd,
-            cmdline=kernel_cmdline(s.router, [left.ipv4, left.ipv6], [right.ipv4, right.ipv6], rib_routes=s.rib_routes),
+            cmdline=kernel_cmdline(
+                s.router,
+                [left.ipv4, left.ipv6],
+                [right.ipv4, right.ipv6],
+                rib_routes=s.rib_routes,
+                routing=peering.router_args(s),
+            ),
             console=self._console(topo.HYPERVISOR_HOSTS[0]),
             nic_model=s.nic,
             nics=tuple(GuestNic(tap=r1.taps[seg], mac=inv.router[seg].mac) for seg in topo.SEGMENTS),

@@ -1,0 +1,362 @@
+"""The routing control plane through a migration (``PEERING=``; docs/peering.md).
+
+Inputs are what the peers recorded (migrate/experiment/peering.py): BIRD's log of each peer
+(every state change, BFD session change and route change with a CLOCK_REALTIME time in
+microseconds) and each peer's capture of BGP and BFD packets.  Per protocol the figures are:
+
+* ``survived``: no session of the protocol went down from its establishment to the end of the
+  run (None if a session was never seen up);
+* ``flaps``: how many times a session went down; per flap, when, why (the line BIRD logged with
+  it, e.g. "BFD session down", "Error: Hold timer expired") and how long until it was up again
+  (None: not within the run, so the figure is a lower bound, carried as such);
+* ``silence``: the longest gap between two control packets *from the router* at a peer, over
+  the migration window widened by one limit each side (BGP: any BGP message; BFD: control
+  packets), beside the limit the peer enforces (BGP: hold time; BFD: interval x multiplier) and
+  the margin left (limit - silence; negative: the peer had to declare the session down);
+* routes: at each peer, how many routes it withdrew after the migration began and how long
+  until it held again every route it held before (None if it never lost one).
+
+Pure functions: text and packet arrays in, dataclasses out.  Timestamps are CLOCK_REALTIME ns
+of the one machine (peers, captures and QMP events share its clock).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: BIRD log line: "<seconds>.<microseconds> <CLASS> <protocol>: <message>"
+_LINE = re.compile(r"^(\d+)\.(\d{6}) <(\w+)> ([\w.]+): (.*)$")
+_STATE = re.compile(r"^State changed to (\w+)$")
+_BFD = re.compile(r"^Session to (\S+) changed state from (\w+) to (\w+)$")
+_ROUTE = re.compile(r"^([<>]) (added|removed) (?:\[[^\]]*\] )?(\S+)")
+#: BIRD's messages that say why a BGP session ended (the first one logged before it went down)
+_CAUSES = ("BFD session down", "Error:", "Received:", "BGP session closed", "Connection lost")
+
+BGP_PROTO = "rtr"  # the peers' BGP protocol name (peering.bird_conf)
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    """One line of a BIRD log."""
+
+    t_ns: int
+    cls: str
+    proto: str
+    message: str
+
+
+#: BIRD's route trace: "<seconds>.<microseconds> <TRACE> <protocol>.<channel> <dir> <what> ..."
+_ROUTE_LINE = re.compile(r"^(\d+)\.(\d{6}) <(\w+)> ([\w]+\.[\w]+) ([<>] .*)$")
+_SHUTDOWN = re.compile(r"^(\d+)\.(\d{6}) <INFO> Shutting down$")
+
+
+def parse_bird_log(text: str) -> list[LogEvent]:
+    """The lines of a BIRD log with ``timeformat log "%s.%6f"`` (others are skipped), up to the
+    peer's own shutdown at the end of the run (kept as a last event with protocol ""): what
+    follows is BIRD closing its sessions, not the router's doing."""
+    out = []
+    for line in text.splitlines():
+        m = _LINE.match(line) or _ROUTE_LINE.match(line)
+        if m:
+            out.append(LogEvent(int(m[1]) * 10**9 + int(m[2]) * 1000, m[3], m[4], m[5]))
+            continue
+        m = _SHUTDOWN.match(line)
+        if m:
+            out.append(LogEvent(int(m[1]) * 10**9 + int(m[2]) * 1000, "INFO", "", "Shutting down"))
+            break
+    return out
+
+
+@dataclass(frozen=True)
+class Flap:
+    """A session that went down and (maybe) up again."""
+
+    peer: str
+    down_ns: int
+    cause: str | None
+    up_ns: int | None  # None: not up again within the run
+
+    @property
+    def down_for_s(self) -> float | None:
+        """Seconds until it was up again (None: not within the run)."""
+        return None if self.up_ns is None else (self.up_ns - self.down_ns) / 1e9
+
+
+@dataclass(frozen=True)
+class Sessions:
+    """The sessions of one protocol at every peer."""
+
+    established_ns: dict[str, int | None]  # first time up, per peer
+    flaps: tuple[Flap, ...]
+    end_ns: int | None  # the last log line: the runs' records end there
+
+    @property
+    def survived(self) -> bool | None:
+        """No session went down (None: some session was never up)."""
+        if any(t is None for t in self.established_ns.values()):
+            return None
+        return not self.flaps
+
+
+def bgp_sessions(logs: dict[str, list[LogEvent]]) -> Sessions:
+    """BGP: up at "State changed to up", down at the first other state after it."""
+    est: dict[str, int | None] = {}
+    flaps: list[Flap] = []
+    end = None
+    for peer, events in logs.items():
+        est[peer] = None
+        up = False
+        down: tuple[int, str | None] | None = None
+        cause: str | None = None
+        for e in events:
+            end = e.t_ns if end is None else max(end, e.t_ns)
+            if e.proto != BGP_PROTO:
+                continue
+            if up and cause is None and e.message.startswith(_CAUSES):
+                cause = e.message
+            m = _STATE.match(e.message)
+            if not m:
+                continue
+            if m[1] == "up":
+                if est[peer] is None:
+                    est[peer] = e.t_ns
+                if down is not None:
+                    flaps.append(Flap(peer, down[0], down[1], e.t_ns))
+                    down = None
+                up, cause = True, None
+            elif up:
+                down, up = (e.t_ns, cause), False
+        if down is not None:
+            flaps.append(Flap(peer, down[0], down[1], None))
+    return Sessions(est, tuple(sorted(flaps, key=lambda f: f.down_ns)), end)
+
+
+def bfd_sessions(logs: dict[str, list[LogEvent]], router_addr: dict[str, str]) -> Sessions:
+    """BFD: the session to the router's address at each peer, from its state changes."""
+    est: dict[str, int | None] = {}
+    flaps: list[Flap] = []
+    end = None
+    for peer, events in logs.items():
+        est[peer] = None
+        down: int | None = None
+        cause = None
+        for e in events:
+            end = e.t_ns if end is None else max(end, e.t_ns)
+            m = _BFD.match(e.message)
+            if not m or m[1] != router_addr[peer]:
+                if "expired" in e.message and router_addr[peer] in e.message:
+                    cause = "detection time expired"
+                continue
+            old, new = m[2], m[3]
+            if new == "Up":
+                if est[peer] is None:
+                    est[peer] = e.t_ns
+                if down is not None:
+                    flaps.append(Flap(peer, down, cause, e.t_ns))
+                    down, cause = None, None
+            elif old == "Up":
+                down = e.t_ns
+                cause = cause or f"remote state {new}"
+        if down is not None:
+            flaps.append(Flap(peer, down, cause, None))
+    return Sessions(est, tuple(sorted(flaps, key=lambda f: f.down_ns)), end)
+
+
+@dataclass(frozen=True)
+class Silence:
+    """The longest gap between control packets from the router at one peer."""
+
+    peer: str
+    gap_ms: float | None  # None: fewer than two packets in the span
+    start_ns: int | None
+    end_ns: int | None
+    limit_ms: float
+    packets: int
+
+    @property
+    def margin_ms(self) -> float | None:
+        """limit - gap (negative: longer than the peer tolerates)."""
+        return None if self.gap_ms is None else self.limit_ms - self.gap_ms
+
+
+def longest_silence(peer: str, t_ns: np.ndarray, span: tuple[int, int], limit_ms: float) -> Silence:
+    """Longest gap between consecutive times of ``t_ns`` (sorted ns) that overlaps ``span``; a
+    gap still open at the end of the span counts up to the span's end (the router fell silent
+    and stayed so: a bound, flagged by ``end_ns`` = span end)."""
+    lo, hi = span
+    t = np.sort(np.asarray(t_ns, dtype=np.int64))
+    inside = t[(t >= lo) & (t <= hi)]
+    before = t[t < lo]
+    pts = np.concatenate([before[-1:], inside, [hi]]) if before.size else np.concatenate([inside, [hi]])
+    if pts.size < 2:
+        return Silence(peer, None, None, None, limit_ms, int(inside.size))
+    gaps = np.diff(pts)
+    i = int(np.argmax(gaps))
+    return Silence(peer, float(gaps[i]) / 1e6, int(pts[i]), int(pts[i + 1]), limit_ms, int(inside.size))
+
+
+@dataclass(frozen=True)
+class RouteRecovery:
+    """Routes one peer learned from the router, through the migration."""
+
+    peer: str
+    held_before: int  # routes held when the migration began
+    withdrawn: int  # withdrawals after it began
+    whole_again_ns: int | None  # when it held every route of before again (None: not lost, or never)
+    lost: bool  # some route of before was missing at some point after the start
+
+
+def route_recovery(peer: str, events: list[LogEvent], start_ns: int) -> RouteRecovery:
+    """From the peer's "rtr.ipv4 > added/removed <prefix>" lines (routes learned from the
+    router): what it held at ``start_ns``, what it lost after, and when it had all of it again."""
+    held: set[str] = set()
+    before: set[str] | None = None
+    withdrawn = 0
+    lost = False
+    whole: int | None = None
+    for e in events:
+        if before is None and e.t_ns >= start_ns:
+            before = set(held)
+        if not e.proto.startswith(BGP_PROTO + "."):
+            continue
+        m = _ROUTE.match(e.message)
+        if not m or m[1] != ">":
+            continue
+        prefix = m[3]
+        if m[2] == "added":
+            held.add(prefix)
+        else:
+            held.discard(prefix)
+        if before is not None:
+            if m[2] == "removed":
+                withdrawn += 1
+                if prefix in before:
+                    lost, whole = True, None
+            elif lost and whole is None and before <= held:
+                whole = e.t_ns
+    if before is None:
+        before = set(held)
+    return RouteRecovery(peer, len(before), withdrawn, whole, lost)
+
+
+@dataclass(frozen=True)
+class ProtocolFigures:
+    """One protocol's figures (summary.json ``control_plane.<protocol>``)."""
+
+    protocol: str
+    sessions: Sessions
+    silences: tuple[Silence, ...]
+    routes: tuple[RouteRecovery, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: nulls where a figure is absent, with the reason in ``notes``."""
+        worst = max((s for s in self.silences if s.gap_ms is not None), key=lambda s: s.gap_ms or 0, default=None)
+        out: dict[str, Any] = {
+            "survived": self.sessions.survived,
+            "flaps": len(self.sessions.flaps),
+            "flap_details": [
+                {
+                    "peer": f.peer,
+                    "down_ns": f.down_ns,
+                    "cause": f.cause,
+                    "up_ns": f.up_ns,
+                    "down_for_s": f.down_for_s,
+                    # not up again within the run: the outage lasted at least until the records end
+                    "down_for_s_lower": None
+                    if f.up_ns is not None or self.sessions.end_ns is None
+                    else (self.sessions.end_ns - f.down_ns) / 1e9,
+                }
+                for f in self.sessions.flaps
+            ],
+            "established_ns": self.sessions.established_ns,
+            "silence_ms": None if worst is None else worst.gap_ms,
+            "silence_peer": None if worst is None else worst.peer,
+            "limit_ms": self.silences[0].limit_ms if self.silences else None,
+            "margin_ms": None if worst is None else worst.margin_ms,
+            "silence_by_peer": {
+                s.peer: {
+                    "gap_ms": s.gap_ms,
+                    "start_ns": s.start_ns,
+                    "end_ns": s.end_ns,
+                    "packets": s.packets,
+                    "margin_ms": s.margin_ms,
+                }
+                for s in self.silences
+            },
+            "notes": list(self.notes),
+        }
+        if self.protocol == "bgp":
+            out["routes"] = {
+                r.peer: {
+                    "held_before": r.held_before,
+                    "withdrawn": r.withdrawn,
+                    "lost": r.lost,
+                    "whole_again_ns": r.whole_again_ns,
+                }
+                for r in self.routes
+            }
+        return out
+
+
+def control_times(t_ns: np.ndarray, src: np.ndarray, proto: np.ndarray, router_addr: str, which: str) -> np.ndarray:
+    """Times of the control packets ``which`` ("bgp" messages or "bfd" packets) sent by the router."""
+    return np.asarray(t_ns)[(np.asarray(src) == router_addr) & (np.asarray(proto) == which)]
+
+
+def control_plane(
+    protocols: tuple[str, ...],
+    logs: dict[str, list[LogEvent]],
+    captures: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+    router_addr: dict[str, str],
+    window: tuple[int, int],
+    limits_ms: dict[str, float],
+) -> dict[str, ProtocolFigures]:
+    """The figures of every protocol of PEERING; ``captures`` per peer are (t_ns, src, proto)
+    arrays of :func:`dissect`; ``window`` is the migration window (ns)."""
+    out: dict[str, ProtocolFigures] = {}
+    for proto in protocols:
+        limit = limits_ms[proto]
+        span = (window[0] - int(limit * 1e6), window[1] + int(limit * 1e6))
+        silences = []
+        notes = []
+        for peer, (t, src, kind) in captures.items():
+            silences.append(longest_silence(peer, control_times(t, src, kind, router_addr[peer], proto), span, limit))
+        for peer in logs:
+            if peer not in captures:
+                notes.append(f"no capture at {peer}: its silence is unknown")
+        if proto == "bgp":
+            sessions = bgp_sessions(logs)
+            routes = tuple(route_recovery(peer, ev, window[0]) for peer, ev in logs.items())
+            out[proto] = ProtocolFigures(proto, sessions, tuple(silences), routes, tuple(notes))
+        else:
+            out[proto] = ProtocolFigures(proto, bfd_sessions(logs, router_addr), tuple(silences), (), tuple(notes))
+    return out
+
+
+def dissect(packets: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(t_ns, source address, "bgp"/"bfd") of the control packets in scapy ``packets``: a TCP
+    segment from or to port 179 with payload counts as BGP (pure ACKs carry no message), a UDP
+    datagram to port 3784 as BFD.  Other packets are left out."""
+    from scapy.layers.inet import IP, TCP, UDP
+    from scapy.layers.l2 import Ether  # noqa: F401  (registers Ethernet for rdpcap's link type 1)
+
+    t, src, kind = [], [], []
+    for p in packets:
+        if IP not in p:
+            continue
+        ip = p[IP]
+        if TCP in p and 179 in (p[TCP].sport, p[TCP].dport) and len(p[TCP].payload) > 0:
+            k = "bgp"
+        elif UDP in p and p[UDP].dport == 3784:
+            k = "bfd"
+        else:
+            continue
+        t.append(int(p.time * 10**9))  # scapy's EDecimal: exact for a nanosecond capture
+        src.append(ip.src)
+        kind.append(k)
+    return np.asarray(t, dtype=np.int64), np.asarray(src, dtype=object), np.asarray(kind, dtype=object)

@@ -1,0 +1,302 @@
+"""Routing peers of the router (``PEERING=bgp`` or ``bgp,bfd``; docs/peering.md).
+
+One peer per segment, on the end host that already sits there: A on segment L, B on segment R.
+Each runs BIRD 2 (the Debian ``bird2`` binaries of the bird router image, started through that
+image's own dynamic loader, so nothing is installed on the host) with one eBGP session to the
+router's port on its segment and, with ``bfd``, a BFD session on it.  B announces the
+cross-traffic sink's address (:data:`SINK_ROUTED`, a /32 on B's loopback) and A its own
+(:data:`A_ROUTED`): the router forwards the cross-traffic only while it holds B's route, so a
+session that goes down withdraws it and blackholes the traffic as it would in a real network.
+
+What is recorded, per peer, in the run directory:
+
+* ``peer-<role>.log``: BIRD's log, every protocol state change, BFD session change and route
+  change with its CLOCK_REALTIME timestamp in microseconds (``timeformat log "%s.%6f"``; BIRD
+  stamps the events of one pass of its event loop with one time);
+* ``control-<role>.pcap``: every BGP (TCP 179) and BFD (UDP 3784) packet on the peer's
+  interface, captured by tcpdump (``-j adapter_unsynced``: kernel time stamps, CLOCK_REALTIME);
+* ``peer-<role>.conf``: BIRD's configuration.
+
+Why BIRD at the peers and not FRR: one process with BGP, BFD and OSPF, a log that states every
+change with a microsecond time stamp as it happens (no polling), and a router (FRR by default)
+that then interoperates with a different implementation, as routers in the field do.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyroute2 import IPRoute
+
+from migrate.core.errors import DependencyError, VrmigError
+from migrate.core.procs import Proc
+from migrate.core.registry import Registry
+from migrate.experiment.scenario import Scenario
+from migrate.testbed import topology as topo
+
+log = logging.getLogger(__name__)
+
+ROUTER_ASN = 65000
+#: segment -> the end host that peers with the router there, and its AS
+PEER_ROLES = {"L": "A", "R": "B"}
+PEER_ASN = {"A": 65001, "B": 65002}
+#: the addresses the peers announce (/32 on their loopbacks): the cross-traffic goes to B's
+SINK_ROUTED = "198.18.4.10/32"
+A_ROUTED = "198.18.3.10/32"
+ANNOUNCED = {"A": A_ROUTED, "B": SINK_ROUTED}
+BFD_PORT = 3784  # single-hop BFD control packets (RFC 5881)
+BGP_PORT = 179
+CAPTURE_FILTER = f"tcp port {BGP_PORT} or udp port {BFD_PORT}"
+CAPTURE_SNAPLEN = 256  # headers and BGP's fixed part; UPDATE bodies are not needed
+TCPDUMP = "tcpdump"
+#: how long the sessions may take to come up once the router reports READY
+ESTABLISH_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 5.0
+
+
+class PeeringError(VrmigError):
+    """The routing sessions did not come up before the migration."""
+
+
+@dataclass(frozen=True)
+class PeerSpec:
+    """One peer: where it runs, its address and AS, and the router's address it peers with."""
+
+    role: str
+    segment: str
+    addr: str
+    asn: int
+    router_addr: str
+    announced: str
+
+
+def peers() -> list[PeerSpec]:
+    """The peers of the embedded testbed, segment L first."""
+    out = []
+    for seg, role in PEER_ROLES.items():
+        out.append(
+            PeerSpec(
+                role=role,
+                segment=seg,
+                addr=topo.addr(topo.host(role).ipv4),
+                asn=PEER_ASN[role],
+                router_addr=topo.addr(topo.router_port(seg).ipv4),
+                announced=ANNOUNCED[role],
+            )
+        )
+    return out
+
+
+def router_args(s: Scenario) -> list[str]:
+    """vrmig-router's peering arguments for ``s`` (none without PEERING)."""
+    if not s.peering:
+        return []
+    return [
+        f"peering={','.join(s.peering_protocols)}",
+        f"asn={ROUTER_ASN}",
+        "peers=" + ",".join(f"{p.addr}/{p.asn}" for p in peers()),
+        f"bfd={s.bfd_interval_ms}x{s.bfd_multiplier}",
+        f"bgphold={s.bgp_hold_s}",
+    ]
+
+
+def sink_address(s: Scenario) -> str | None:
+    """Where the cross-traffic goes with PEERING (the address B announces); None without."""
+    return topo.addr(SINK_ROUTED) if s.peering else None
+
+
+def bird_conf(s: Scenario, p: PeerSpec, log_path: Path, ifname: str = topo.HOST_IF) -> str:
+    """The peer's BIRD configuration (pure).
+
+    ``connect delay time 1`` and ``error wait time 1, 10``: after a session fails, BIRD would
+    otherwise wait 60 s before it tries again, and the time to re-establish would measure that
+    wait instead of the router; the router side (FRR) retries every second (``timers connect
+    1``)."""
+    bfd = "bfd" in s.peering_protocols
+    keepalive = max(1, s.bgp_hold_s // 3)
+    lines = [
+        'timeformat log "%s.%6f";',
+        f'log "{log_path}" all;',
+        f"router id {p.addr};",
+        "debug protocols { states, routes, events };",
+        "protocol device { }",
+        'protocol direct { ipv4; interface "lo"; }',
+    ]
+    if bfd:
+        lines.append(
+            f'protocol bfd {{ interface "{ifname}" {{ interval {s.bfd_interval_ms} ms; '
+            f"multiplier {s.bfd_multiplier}; }}; }}"
+        )
+    lines += [
+        "protocol bgp rtr {",
+        f"  local {p.addr} as {p.asn};",
+        f"  neighbor {p.router_addr} as {ROUTER_ASN};",
+        f"  hold time {s.bgp_hold_s}; keepalive time {keepalive};",
+        "  connect delay time 1; connect retry time 1; error wait time 1, 10;",
+        *(["  bfd on;"] if bfd else []),
+        f"  ipv4 {{ import all; export where net = {p.announced}; }};",
+        "}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def bird_image_paths() -> tuple[Path, Path, list[Path]]:
+    """(loader, bird binary, library directories) of the bird router image's root file system."""
+    from routers.paths import rootfs_dir
+
+    root = rootfs_dir("bird")
+    loader, bird = root / "lib64" / "ld-linux-x86-64.so.2", root / "usr" / "sbin" / "bird"
+    if not (loader.exists() and bird.exists()):
+        raise DependencyError(
+            f"PEERING runs the peers with the bird router image's BIRD ({bird} missing): "
+            "run `make guest` (it builds the frr and bird images)"
+        )
+    return loader, bird, [root / "lib" / "x86_64-linux-gnu", root / "usr" / "lib" / "x86_64-linux-gnu"]
+
+
+def check(s: Scenario) -> None:
+    """What PEERING needs on this machine (DependencyError naming it)."""
+    import shutil
+
+    if not s.peering:
+        return
+    bird_image_paths()
+    if shutil.which(TCPDUMP) is None:
+        raise DependencyError("PEERING captures the control packets with tcpdump: run `make setup` (Debian tcpdump)")
+
+
+def tool_versions() -> dict[str, str | None]:
+    """The peers' BIRD (Debian package version, from the bird image's manifest) and tcpdump."""
+    import json
+    import subprocess
+
+    from routers.paths import guest_dir
+
+    out: dict[str, str | None] = {"bird": None, "tcpdump": None}
+    try:
+        out["bird"] = json.loads((guest_dir("bird") / "manifest.json").read_text())["router"]["version"]
+    except (OSError, ValueError, KeyError):
+        pass
+    try:
+        first = subprocess.run([TCPDUMP, "--version"], capture_output=True, text=True, timeout=10).stdout
+        out["tcpdump"] = first.split()[2] if first.startswith("tcpdump version") else None
+    except (OSError, subprocess.TimeoutExpired, IndexError):
+        pass
+    return out
+
+
+class Peers:
+    """The peers of one run: addresses on the peers' loopbacks, BIRD and tcpdump on A and B
+    (registered by PID), the wait for the sessions, the stop; a ``with`` block stops them."""
+
+    def __init__(self, s: Scenario, tb: Any, registry: Registry, run_dir: Path) -> None:
+        self.s, self.tb, self.reg, self.dir = s, tb, registry, run_dir
+        self.procs: dict[str, Proc] = {}
+        self.established_ns: dict[str, int] = {}
+
+    def __enter__(self) -> Peers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Loopback addresses, captures (seen listening), then the BIRDs (seen started)."""
+        loader, bird, libs = bird_image_paths()
+        for p in peers():
+            ns = self.tb.ns(p.role)
+            with IPRoute(netns=ns) as ipr:
+                lo = ipr.link_lookup(ifname="lo")[0]
+                addr, plen = p.announced.split("/")
+                ipr.addr("add", index=lo, address=addr, prefixlen=int(plen))
+            argv = [
+                TCPDUMP, "-i", topo.HOST_IF, "-Z", "root", "-n", "-U", "-s", str(CAPTURE_SNAPLEN),
+                "-j", "adapter_unsynced", "--time-stamp-precision", "nano",
+                "-w", str(self.dir / f"control-{p.role}.pcap"), CAPTURE_FILTER,
+            ]  # fmt: skip
+            cap = self.tb.spawn(p.role, f"capture-{p.role}", argv, self.reg, self.dir)
+            self.procs[cap.what] = cap
+            cap.wait_for("listening on", 10.0)
+        for p in peers():
+            conf = self.dir / f"peer-{p.role}.conf"
+            conf.write_text(bird_conf(self.s, p, self.dir / f"peer-{p.role}.log"))
+            argv = [
+                str(loader), "--library-path", ":".join(map(str, libs)), str(bird), "-f",
+                "-c", str(conf), "-s", str(self.reg.dir / f"bird-{p.role}.ctl"),
+            ]  # fmt: skip
+            proc = self.tb.spawn(p.role, f"peer-{p.role}", argv, self.reg, self.dir)
+            self.procs[proc.what] = proc
+            proc.wait_for(" Started", 10.0, path=self.dir / f"peer-{p.role}.log")
+
+    def wait_established(self, timeout_s: float = ESTABLISH_TIMEOUT_S) -> dict[str, int]:
+        """Wait until every peer's log says its BGP session is established (and, with bfd, its
+        BFD session up); returns CLOCK_REALTIME ns when each was seen."""
+        bfd = "bfd" in self.s.peering_protocols
+        need = {
+            p.role: [re.compile(r"rtr: BGP session established")]
+            + ([re.compile(rf"Session to {re.escape(p.router_addr)} changed state from \w+ to Up")] if bfd else [])
+            for p in peers()
+        }
+        deadline = time.monotonic() + timeout_s
+        pending = set(need)
+        while pending:
+            for role in list(pending):
+                text = (self.dir / f"peer-{role}.log").read_text(errors="replace")
+                if all(r.search(text) for r in need[role]):
+                    self.established_ns[role] = time.time_ns()
+                    pending.discard(role)
+            for what, p in self.procs.items():
+                if not p.alive():
+                    raise PeeringError(f"{what} exited (status {p.returncode()}): {p.stderr_tail()}")
+            if pending and time.monotonic() > deadline:
+                raise PeeringError(
+                    f"the router's BGP{'/BFD' if bfd else ''} sessions with {', '.join(sorted(pending))} were not up "
+                    f"within {timeout_s:.0f} s of READY (see peer-<role>.log in the run directory)"
+                )
+            time.sleep(0.05)
+        return dict(self.established_ns)
+
+    def stop(self) -> None:
+        """BIRD first (its last log lines), then the captures (SIGINT: tcpdump flushes)."""
+        for what in sorted(self.procs, key=lambda w: not w.startswith("peer-")):
+            p = self.procs[what]
+            if p.alive():
+                p.stop(signal.SIGINT if what.startswith("capture-") else signal.SIGTERM, STOP_TIMEOUT_S)
+
+    def describe(self) -> dict[str, Any]:
+        """meta.json ``peering``."""
+        return {
+            "protocols": list(self.s.peering_protocols),
+            "implementation": {"peers": "BIRD 2 (bird router image)", "router": self.s.router},
+            "versions": tool_versions(),
+            "router_asn": ROUTER_ASN,
+            "peers": {
+                p.role: {
+                    "segment": p.segment,
+                    "addr": p.addr,
+                    "asn": p.asn,
+                    "router_addr": p.router_addr,
+                    "announced": p.announced,
+                }
+                for p in peers()
+            },
+            "cross_traffic_route": f"{SINK_ROUTED} announced by B over BGP",
+            "timers": {
+                "bgp_hold_s": self.s.bgp_hold_s,
+                "bgp_keepalive_s": max(1, self.s.bgp_hold_s // 3),
+                **(
+                    {"bfd_interval_ms": self.s.bfd_interval_ms, "bfd_multiplier": self.s.bfd_multiplier}
+                    if "bfd" in self.s.peering_protocols
+                    else {}
+                ),
+            },
+            "established_ns": dict(self.established_ns),
+            "capture_filter": CAPTURE_FILTER,
+        }

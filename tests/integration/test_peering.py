@@ -1,0 +1,80 @@
+"""PEERING=bgp,bfd: real BGP and BFD sessions between the router VM and BIRD peers on both
+segments through a real migration (root, QEMU; docs/peering.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import require_root_and
+
+REPO = Path(__file__).resolve().parents[2]
+TOOLS = ("qemu-system-x86_64", "irtt", "tcpdump")
+BFD_MS, BFD_MULT = 50, 3
+
+
+def _guest_and_peers() -> None:
+    from routers.errors import NotBuiltError
+    from routers.guest import guest_image
+
+    try:
+        guest_image("frr")
+        guest_image("bird")  # the peers' BIRD comes from the bird image
+    except NotBuiltError as err:
+        pytest.skip(str(err))
+
+
+def _run(tmp_path: Path, mode: str) -> tuple[dict, dict, str]:
+    cp = subprocess.run(
+        [sys.executable, "-m", "migrate", "run", "--peering", "bgp,bfd", "--bfd", f"{BFD_MS}x{BFD_MULT}",
+         "--mode", mode, "--rate", "10M", "--duration", "14", "--migrate-at", "4", "--after", "8",
+         "--results", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=False, env={**os.environ},
+    )  # fmt: skip
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
+    run_dir = Path(cp.stdout.strip().splitlines()[-1])
+    meta = json.loads((run_dir / "meta.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return meta, summary, cp.stdout
+
+
+def _consistent(proto: dict, allowance_ms: float) -> None:
+    """The verdict agrees with the recorded silence: a session that stayed up saw the router
+    silent for less than the limit (plus one allowance for the peers' timer granularity), one
+    that went down saw it silent for about the limit or longer."""
+    assert proto["silence_ms"] is not None, proto
+    if proto["survived"]:
+        assert proto["silence_ms"] <= proto["limit_ms"] + allowance_ms, proto
+    else:
+        assert proto["silence_ms"] >= proto["limit_ms"] - allowance_ms, proto
+
+
+@pytest.mark.parametrize("mode", ["precopy", "stopcopy"])
+def test_bgp_and_bfd_through_a_migration(tmp_path, mode):
+    require_root_and(*TOOLS)
+    _guest_and_peers()
+    meta, summary, out = _run(tmp_path, mode)
+    assert meta["status"] == "completed", meta.get("failure")
+    assert set(meta["peering"]["established_ns"]) == {"A", "B"}
+    cp = summary["control_plane"]
+    bgp, bfd = cp["bgp"], cp["bfd"]
+    allowance = 2 * BFD_MS  # the peers' BFD timers jitter by up to an interval (RFC 5880 6.8.7)
+    _consistent(bfd, allowance)
+    _consistent(bgp, 1000.0)
+    assert "BGP " in out and "BFD " in out  # the printed table's control-plane lines
+    if mode == "stopcopy":
+        # the guest is paused for the whole copy (> 150 ms under TCG): BFD must go down, and BGP
+        # follows BFD; the cross-traffic outage then lasts until B's route is back at the router
+        assert bfd["survived"] is False and bfd["flaps"] >= 1, bfd
+        assert bgp["survived"] is False, bgp
+        causes = {f["cause"] for f in bgp["flap_details"]}
+        assert "BFD session down" in causes, bgp
+        back = [f["up_ns"] for f in bgp["flap_details"] if f["peer"] == "B"]
+        assert back and all(t is not None for t in back), bgp
+        gap = summary["details"]["downtime_packets"]
+        assert gap["t_after_ns"] is not None and gap["t_after_ns"] >= max(back), (gap, back)
