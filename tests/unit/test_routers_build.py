@@ -306,3 +306,49 @@ def test_fetch_reports_the_download_and_each_extraction(tmp_path, monkeypatch):
     lasts = [line.rsplit("| last ", 1)[1].rsplit(" ok in ", 1)[0] for line in out.getvalue().splitlines()]
     assert lasts == ["download 2 packages", "extract busybox-static", "extract frr"]
     assert progress.done == progress.total == 3
+
+
+PEERS_IN = "198.18.1.10/65001\n198.18.2.10/65002\n"
+
+
+def _image_tool(profile: str, rel: str) -> tuple[Path, list[str]] | None:
+    """(loader, library path args) to run ``rel`` of a built image's root fs, None if not built."""
+    from routers.paths import rootfs_dir
+
+    root = rootfs_dir(profile)
+    loader = root / "lib64" / "ld-linux-x86-64.so.2"
+    if not (loader.exists() and (root / rel).exists()):
+        return None
+    libs = ":".join(
+        str(root / d) for d in ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu/frr")
+    )
+    return loader, ["--library-path", libs, str(root / rel)]
+
+
+@pytest.mark.parametrize("profile", ["frr", "bird"])
+def test_peering_config_of_the_router(profile, tmp_path):
+    """vrmig-router peering=bgp,bfd: the BGP (and BFD) configuration it writes for FRR or BIRD,
+    checked by BIRD of the built image itself (bird -p; skipped if not built)."""
+    env = {"PEERING": "bgp,bfd", "ASN": "65000", "PEERS": PEERS_IN, "BFD_MS": "50", "BFD_MULT": "3",
+           "BGP_HOLD": "9", "PAIRS": BOTH, "RUN": str(tmp_path), "IFACES": " eth0 eth1", "RIB": "0"}  # fmt: skip
+    body = "frr_bgp_conf; echo ===; frr_bfd_conf" if profile == "frr" else "bird_start_conf() { :; }; bird_peering_conf"
+    r = _script(body, **env)
+    assert r.returncode == 0, r.stderr
+    text = r.stdout
+    if profile == "frr":
+        bgp, bfd = text.split("===\n")
+        assert "router bgp 65000" in bgp and " neighbor 198.18.2.10 remote-as 65002" in bgp
+        assert " timers bgp 3 9" in bgp and " neighbor 198.18.1.10 bfd profile vrmig" in bgp
+        # (bgpd -C needs the image's frrvty group: FRR's reading of it is tested by the
+        # sessions of tests/integration/test_peering.py)
+        assert "  receive-interval 50" in bfd and "  detect-multiplier 3" in bfd
+    else:
+        assert text.count("protocol bgp peer") == 2 and "bfd on;" in text and "hold time 9;" in text
+        tool = _image_tool("bird", "usr/sbin/bird")
+        if tool is None:
+            pytest.skip("bird image not built")
+        conf = tmp_path / "bird.conf"
+        conf.write_text("router id 198.18.1.1;\nprotocol device { }\n" + text)
+        cp = subprocess.run([str(tool[0]), *tool[1], "-p", "-c", str(conf)], capture_output=True, text=True,
+                            timeout=60, check=False)  # fmt: skip
+        assert cp.returncode == 0, cp.stdout + cp.stderr
