@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
 from routers.errors import NotBuiltError
@@ -55,14 +56,17 @@ def stage_rootfs(profile: str, dest: Path, cache: Path | None = None) -> Path:
     return dest
 
 
-def container_argv(rootfs: Path, profile: str, if0: list[str], if1: list[str], rib_routes: int = 0) -> list[str]:
+def container_argv(
+    rootfs: Path, profile: str, if0: list[str], if1: list[str], rib_routes: int = 0, routing: Sequence[str] = ()
+) -> list[str]:
     """argv that starts the container on ``rootfs`` (see the module docstring).  ``if0``/``if1``
     are the addresses of ``eth0``/``eth1``, which the caller moves into the container's network
     namespace after it started (the init waits for them); ``rib_routes`` routes are held in the
-    router's RIB (``vrmig-router rib=N``)."""
+    router's RIB (``vrmig-router rib=N``); ``routing`` are vrmig-router's peering arguments."""
     return [
         "unshare", *NAMESPACES, "--fork", "--propagation", "private", "--",
         str(rootfs / BUSYBOX), "sh", "-c", SETUP_SCRIPT.read_text(), "vrmig-ct-setup",
         str(rootfs), profile, f"eth0={_addresses('if0', if0)}", f"eth1={_addresses('if1', if1)}",
         *([f"rib={rib_routes}"] if rib_routes else []),
+        *routing,
     ]  # fmt: skip

@@ -84,3 +84,35 @@ def test_bgp_and_bfd_through_a_migration(tmp_path, mode):
         assert back and all(t is not None for t in back), bgp
         gap = summary["details"]["downtime_packets"]
         assert gap["t_after_ns"] is not None and gap["t_after_ns"] >= max(back), (gap, back)
+
+
+def test_bgp_sessions_through_a_criu_migration(tmp_path):
+    """HV=criu ROUTER=bird PEERING=bgp: the router's BGP TCP connections are dumped and restored
+    with CRIU's established-TCP support; the run records, per peer, whether its session survived
+    (and if not, why and for how long it was down)."""
+    require_root_and("irtt", "tcpdump", "unshare", "iptables")
+    _guest_and_peers()
+    from migrate.core.errors import DependencyError
+    from migrate.drivers.criu.tool import locate
+
+    try:
+        locate()
+    except DependencyError as err:
+        pytest.skip(str(err))
+    cp = subprocess.run(
+        [sys.executable, "-m", "migrate", "run", "--hv", "criu", "--router", "bird", "--peering", "bgp",
+         "--mode", "stopcopy", "--rate", "10M", "--duration", "12", "--migrate-at", "4", "--after", "6",
+         "--results", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
+    run_dir = Path(cp.stdout.strip().splitlines()[-1])
+    meta = json.loads((run_dir / "meta.json").read_text())
+    bgp = json.loads((run_dir / "summary.json").read_text())["control_plane"]["bgp"]
+    assert meta["status"] == "completed" and set(meta["peering"]["established_ns"]) == {"A", "B"}
+    assert bgp["survived"] is not None and bgp["silence_ms"] is not None
+    for f in bgp["flap_details"]:  # a session that went down says why and for how long
+        assert f["cause"] and (f["down_for_s"] is not None or f["down_for_s_lower"] is not None), f
+    assert "BGP " in cp.stdout
+    # CRIU was told to move the established BGP connections (its own log says so)
+    assert "Will dump/restore TCP connections" in (run_dir / "criu" / "dump-1.log").read_text(errors="replace")

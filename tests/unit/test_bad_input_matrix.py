@@ -33,7 +33,7 @@ BAD_INPUTS = [
     ("PEERING", ["run", "--peering", "bgp,bgp"]),
     ("PEERING", ["run", "--peering", "bfd"]),
     ("PEERING", ["run", "--peering", "bgp", "--router", "xorp"]),
-    ("PEERING", ["run", "--peering", "bgp", "--hv", "criu"]),
+    ("PEERING", ["run", "--peering", "bgp", "--hv", "xen"]),
     ("PEERING", ["run", "--peering", "ospf"]),
     ("BFD", ["run", "--peering", "bgp,bfd", "--bfd", "5x3"]),
     ("BFD", ["run", "--peering", "bgp,bfd", "--bfd", "50x1"]),

@@ -49,6 +49,7 @@ from migrate.drivers.criu.tool import (
     require_mode,
     restore_args,
 )
+from migrate.experiment import peering
 from migrate.experiment.scenario import Scenario
 from migrate.testbed import topology as topo
 
@@ -304,7 +305,14 @@ class CriuDriver(Driver):
         if0, if1 = self._addresses()
         try:
             self.src.start(
-                container_argv(rootfs, self.ctx.scenario.router, if0, if1, self.ctx.scenario.rib_routes),
+                container_argv(
+                    rootfs,
+                    self.ctx.scenario.router,
+                    if0,
+                    if1,
+                    self.ctx.scenario.rib_routes,
+                    routing=peering.router_args(self.ctx.scenario),
+                ),
                 self.ctx.scenario.boot_timeout_s,
                 self.ctx.abort,
             )
@@ -433,6 +441,7 @@ class CriuDriver(Driver):
             *dump_args(
                 self.src.pid, images, addr, PAGE_SERVER_PORT if addr else None, pre=pre, prev=prev,
                 track_mem=self.ctx.scenario.mode == "precopy", action_script=ACTION_SCRIPT,
+                tcp_established=bool(self.ctx.scenario.peering),
             )
         )  # fmt: skip
         t0 = self.ctx.recorder.action(f"criu-{kind}", side="src", round=index)
@@ -512,8 +521,11 @@ class CriuDriver(Driver):
         images = self._images("R2", index)
         pidfile = self._dir("restored.pid")
         argv = self._env("dst") + self.criu.cmd(
-            *restore_args(images, self._dir("rootfs-R2"), veth_specs(), pidfile, action_script=ACTION_SCRIPT)
-        )
+            *restore_args(
+                images, self._dir("rootfs-R2"), veth_specs(), pidfile, action_script=ACTION_SCRIPT,
+                tcp_established=bool(self.ctx.scenario.peering),
+            )
+        )  # fmt: skip
         t0 = self.ctx.recorder.action("criu-restore", side="dst")
         proc = self._start("criu-restore", argv, "R2")
         rc = self._wait(proc, "criu restore")

@@ -113,9 +113,12 @@ def dump_args(
     prev: str | None = None,
     track_mem: bool = False,
     action_script: Path | None = None,
+    tcp_established: bool = False,
 ) -> list[str]:
     """``criu dump`` (or ``pre-dump``) of the tree rooted at ``pid`` into ``images``; with an
-    ``address`` the memory pages go to the page server there instead.
+    ``address`` the memory pages go to the page server there instead; ``tcp_established``: the
+    router's established TCP connections (its BGP sessions) are dumped with their state, to be
+    restored on R2 (CRIU's TCP repair mode; the final dump only).
 
     The container's veths need no option on dump (CRIU saves the inner end and, on restore,
     recreates the pair as told by ``--external veth[...]``)."""
@@ -129,6 +132,8 @@ def dump_args(
         args.append("--track-mem")
     if action_script is not None:
         args += ["--action-script", str(action_script)]
+    if tcp_established and not pre:
+        args.append("--tcp-established")
     return args
 
 
@@ -138,6 +143,7 @@ def restore_args(
     veths: list[tuple[str, str, str]],
     pidfile: Path,
     action_script: Path | None = None,
+    tcp_established: bool = False,
 ) -> list[str]:
     """``criu restore`` of the container from ``images`` onto ``root``, detached; ``veths`` =
     (inner ifname, outer ifname, bridge): each pair is recreated and its outer end bridged."""
@@ -147,4 +153,6 @@ def restore_args(
         args += ["--external", f"veth[{inner}]:{outer}@{bridge}"]
     if action_script is not None:
         args += ["--action-script", str(action_script)]
+    if tcp_established:
+        args.append("--tcp-established")
     return args
