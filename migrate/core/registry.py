@@ -386,11 +386,22 @@ def _daemon_answers(uri: str) -> bool:
 
 
 def _destroy_domains(domains: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Destroy each recorded libvirt domain by name where its daemon still answers; return the
-    QEMU processes their pid files name (checked: QEMU with ``-name guest=<name>``) for killing
-    by PID, for the domains whose daemon is gone."""
+    """Stop each recorded libvirt domain's QEMU by the PID its pid file names (checked: QEMU with
+    ``-name guest=<name>``; SIGTERM, then SIGKILL after KILL_GRACE_S), then destroy the domain by
+    name where its daemon still answers, so that libvirt forgets it.  QEMU first: libvirt's
+    destroy of a running QEMU waits up to 10 s for SIGTERM before it sends SIGKILL itself, and a
+    QEMU that has just started under TCG can take that long; this way the teardown is bounded by
+    our own grace.  Returns the QEMU processes (already stopped) for the record."""
     out: list[dict[str, Any]] = []
     for d in domains:
+        try:
+            pid = int(Path(d["pidfile"]).read_text().strip())
+        except (OSError, ValueError):
+            pid = None
+        if pid is not None and qemu_named(pid, d["name"]):
+            qemu = {"pid": pid, "starttime": proc_starttime(pid), "what": f"qemu of domain {d['name']}"}
+            _kill([qemu])
+            out.append(qemu)
         if _daemon_answers(d["uri"]):
             with contextlib.suppress(Exception):  # libvirt.libvirtError; the binding is optional
                 import libvirt
@@ -401,12 +412,6 @@ def _destroy_domains(domains: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     conn.lookupByName(d["name"]).destroy()
                 finally:
                     conn.close()
-        try:
-            pid = int(Path(d["pidfile"]).read_text().strip())
-        except (OSError, ValueError):
-            continue
-        if qemu_named(pid, d["name"]):
-            out.append({"pid": pid, "starttime": proc_starttime(pid), "what": f"qemu of domain {d['name']}"})
     return out
 
 
