@@ -36,7 +36,9 @@ _ROUTE = re.compile(r"^([<>]) (added|removed) (?:\[[^\]]*\] )?(\S+)")
 #: BIRD's messages that say why a BGP session ended (the first one logged before it went down)
 _CAUSES = ("BFD session down", "Error:", "Received:", "BGP session closed", "Connection lost")
 
-BGP_PROTO = "rtr"  # the peers' BGP protocol name (peering.bird_conf)
+BGP_PROTO = "rtr"  # the peers' BGP protocol name (migrate.experiment.peering.bird_conf)
+BGP_PORT = 179
+BFD_PORT = 3784  # single-hop BFD control packets (RFC 5881)
 
 
 @dataclass(frozen=True)
@@ -343,16 +345,15 @@ def dissect(packets: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     segment from or to port 179 with payload counts as BGP (pure ACKs carry no message), a UDP
     datagram to port 3784 as BFD.  Other packets are left out."""
     from scapy.layers.inet import IP, TCP, UDP
-    from scapy.layers.l2 import Ether  # noqa: F401  (registers Ethernet for rdpcap's link type 1)
 
     t, src, kind = [], [], []
     for p in packets:
         if IP not in p:
             continue
         ip = p[IP]
-        if TCP in p and 179 in (p[TCP].sport, p[TCP].dport) and len(p[TCP].payload) > 0:
+        if TCP in p and BGP_PORT in (p[TCP].sport, p[TCP].dport) and len(p[TCP].payload) > 0:
             k = "bgp"
-        elif UDP in p and p[UDP].dport == 3784:
+        elif UDP in p and p[UDP].dport == BFD_PORT:
             k = "bfd"
         else:
             continue

@@ -505,19 +505,22 @@ def refusal(outcome: TrialOutcome, log_path: Path) -> str | None:
 
 def _stacks_of(proc: subprocess.Popen[bytes], err: Any) -> str:
     """The Python stacks a live run prints on SIGUSR1 (faulthandler), read from its stderr file
-    ``err`` (nothing if it was discarded or the run printed none)."""
+    ``err`` (nothing if it was discarded or the run printed none).  Once the first stack header
+    is seen the run is killed and reaped: nothing more can be written after that, so the file
+    then holds the whole dump (no waiting by the clock for the other threads' stacks)."""
     if err is None:
         return ""
     start = err.seek(0, os.SEEK_END)
     with contextlib.suppress(ProcessLookupError):
         os.kill(proc.pid, signal.SIGUSR1)
     deadline = time.monotonic() + STACK_DUMP_WAIT_S
-    text = b""
-    while time.monotonic() < deadline and b"most recent call first" not in text:
-        time.sleep(0.2)
+    while time.monotonic() < deadline and proc.poll() is None:
         err.seek(start)
-        text = err.read()
-    time.sleep(0.5)  # the other threads' stacks follow the first
+        if b"most recent call first" in err.read():
+            break
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
     err.seek(start)
     text = err.read().decode(errors="replace").strip()
     return f"; its threads (faulthandler, most recent call first):\n{text}" if text else "; it printed no stack"

@@ -5,8 +5,9 @@ Each runs BIRD 2 (the Debian ``bird2`` binaries of the bird router image, starte
 image's own dynamic loader, so nothing is installed on the host) with one eBGP session to the
 router's port on its segment and, with ``bfd``, a BFD session on it.  B announces the
 cross-traffic sink's address (:data:`SINK_ROUTED`, a /32 on B's loopback) and A its own
-(:data:`A_ROUTED`): the router forwards the cross-traffic only while it holds B's route, so a
-session that goes down withdraws it and blackholes the traffic as it would in a real network.
+(both in ``topology.ANNOUNCED``): the router forwards the cross-traffic only while it holds
+B's route, so a session that goes down withdraws it and blackholes the traffic as it would in a
+real network.
 
 What is recorded, per peer, in the run directory:
 
@@ -25,7 +26,6 @@ that then interoperates with a different implementation, as routers in the field
 from __future__ import annotations
 
 import logging
-import re
 import signal
 import time
 from dataclasses import dataclass
@@ -34,6 +34,7 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
+from analysis.metrics.control_plane import BFD_PORT, BGP_PORT, BGP_PROTO, bfd_sessions, bgp_sessions, parse_bird_log
 from migrate.core.errors import DependencyError, VrmigError
 from migrate.core.procs import Proc
 from migrate.core.registry import Registry
@@ -46,12 +47,9 @@ ROUTER_ASN = 65000
 #: segment -> the end host that peers with the router there, and its AS
 PEER_ROLES = {"L": "A", "R": "B"}
 PEER_ASN = {"A": 65001, "B": 65002}
-#: the addresses the peers announce (/32 on their loopbacks): the cross-traffic goes to B's
-SINK_ROUTED = "198.18.4.10/32"
-A_ROUTED = "198.18.3.10/32"
-ANNOUNCED = {"A": A_ROUTED, "B": SINK_ROUTED}
-BFD_PORT = 3784  # single-hop BFD control packets (RFC 5881)
-BGP_PORT = 179
+#: the addresses the peers announce (/32 on their loopbacks, topology.ANNOUNCED): the
+#: cross-traffic goes to B's
+SINK_ROUTED = topo.ANNOUNCED["B"]
 CAPTURE_FILTER = f"tcp port {BGP_PORT} or udp port {BFD_PORT}"
 CAPTURE_SNAPLEN = 256  # headers and BGP's fixed part; UPDATE bodies are not needed
 TCPDUMP = "tcpdump"
@@ -87,7 +85,7 @@ def peers() -> list[PeerSpec]:
                 addr=topo.addr(topo.host(role).ipv4),
                 asn=PEER_ASN[role],
                 router_addr=topo.addr(topo.router_port(seg).ipv4),
-                announced=ANNOUNCED[role],
+                announced=topo.ANNOUNCED[role],
             )
         )
     return out
@@ -134,7 +132,7 @@ def bird_conf(s: Scenario, p: PeerSpec, log_path: Path, ifname: str = topo.HOST_
             f"multiplier {s.bfd_multiplier}; }}; }}"
         )
     lines += [
-        "protocol bgp rtr {",
+        f"protocol bgp {BGP_PROTO} {{",
         f"  local {p.addr} as {p.asn};",
         f"  neighbor {p.router_addr} as {ROUTER_ASN};",
         f"  hold time {s.bgp_hold_s}; keepalive time {keepalive};",
@@ -236,21 +234,20 @@ class Peers:
             proc.wait_for(" Started", 10.0, path=self.dir / f"peer-{p.role}.log")
 
     def wait_established(self, timeout_s: float = ESTABLISH_TIMEOUT_S) -> dict[str, int]:
-        """Wait until every peer's log says its BGP session is established (and, with bfd, its
-        BFD session up); returns CLOCK_REALTIME ns when each was seen."""
+        """Wait until every peer's log shows its BGP session established (and, with bfd, its
+        BFD session up), read with the parser the analysis uses; returns, per peer, the
+        CLOCK_REALTIME ns BIRD logged for the later of the two."""
         bfd = "bfd" in self.s.peering_protocols
-        need = {
-            p.role: [re.compile(r"rtr: BGP session established")]
-            + ([re.compile(rf"Session to {re.escape(p.router_addr)} changed state from \w+ to Up")] if bfd else [])
-            for p in peers()
-        }
+        routers = {p.role: p.router_addr for p in peers()}
         deadline = time.monotonic() + timeout_s
-        pending = set(need)
+        pending = set(routers)
         while pending:
+            logs = {r: parse_bird_log((self.dir / f"peer-{r}.log").read_text(errors="replace")) for r in pending}
+            up = [bgp_sessions(logs).established_ns] + ([bfd_sessions(logs, routers).established_ns] if bfd else [])
             for role in list(pending):
-                text = (self.dir / f"peer-{role}.log").read_text(errors="replace")
-                if all(r.search(text) for r in need[role]):
-                    self.established_ns[role] = time.time_ns()
+                times = [u[role] for u in up]
+                if all(t is not None for t in times):
+                    self.established_ns[role] = max(t for t in times if t is not None)
                     pending.discard(role)
             for what, p in self.procs.items():
                 if not p.alive():

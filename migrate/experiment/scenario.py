@@ -31,9 +31,8 @@ MAX_RIB_ROUTES = 2_000_000  # about twice an Internet BGP table
 MIN_FRAME_BYTES = 64
 MAX_FRAME_BYTES = 1518
 MIN_IPV6_FRAME_BYTES = 82  # 14 Eth + 40 IPv6 + 8 UDP + 16 B payload (seq, timestamp) + 4 FCS
-#: routing protocols of PEERING= (docs/peering.md); PEERING_BUILT: what a run can do so far
+#: routing protocols of PEERING= (docs/peering.md); ospf is refused so far
 PEERING_PROTOCOLS = ("bgp", "ospf", "bfd")
-PEERING_BUILT = ("bgp", "bfd")
 PEERING_HVS = ("kvm", "criu")
 PEERING_ROUTERS = ("frr", "bird")
 #: the daemons' ranges: FRR bfdd 10-60000 ms and multiplier 2-255 (BIRD accepts these too); a BGP

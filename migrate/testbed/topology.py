@@ -38,6 +38,9 @@ ROUTER_PORTS = (
     RouterPort("L", "eth0", "198.18.1.1/24", "2001:2:0:1::1/64", "52:54:00:c6:12:01"),
     RouterPort("R", "eth1", "198.18.2.1/24", "2001:2:0:2::1/64", "52:54:00:c6:12:02"),
 )
+#: PEERING=: the addresses the routing peers on A and B announce over BGP (/32s on their
+#: loopbacks, outside both segments); the cross-traffic then goes to B's
+ANNOUNCED = {"A": "198.18.3.10/32", "B": "198.18.4.10/32"}
 HYPERVISOR_HOSTS = ("R1", "R2")
 SWITCH = "SW"
 MIGRATION_ADDR = {"R1": "198.19.255.1/30", "R2": "198.19.255.2/30"}

@@ -311,20 +311,6 @@ def test_fetch_reports_the_download_and_each_extraction(tmp_path, monkeypatch):
 PEERS_IN = "198.18.1.10/65001\n198.18.2.10/65002\n"
 
 
-def _image_tool(profile: str, rel: str) -> tuple[Path, list[str]] | None:
-    """(loader, library path args) to run ``rel`` of a built image's root fs, None if not built."""
-    from routers.paths import rootfs_dir
-
-    root = rootfs_dir(profile)
-    loader = root / "lib64" / "ld-linux-x86-64.so.2"
-    if not (loader.exists() and (root / rel).exists()):
-        return None
-    libs = ":".join(
-        str(root / d) for d in ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu/frr")
-    )
-    return loader, ["--library-path", libs, str(root / rel)]
-
-
 @pytest.mark.parametrize("profile", ["frr", "bird"])
 def test_peering_config_of_the_router(profile, tmp_path):
     """vrmig-router peering=bgp,bfd: the BGP (and BFD) configuration it writes for FRR or BIRD,
@@ -344,11 +330,15 @@ def test_peering_config_of_the_router(profile, tmp_path):
         assert "  receive-interval 50" in bfd and "  detect-multiplier 3" in bfd
     else:
         assert text.count("protocol bgp peer") == 2 and "bfd on;" in text and "hold time 9;" in text
-        tool = _image_tool("bird", "usr/sbin/bird")
-        if tool is None:
-            pytest.skip("bird image not built")
+        from migrate.core.errors import DependencyError
+        from migrate.experiment.peering import bird_image_paths
+
+        try:
+            loader, bird, libs = bird_image_paths()  # the peers' BIRD: the bird image's own
+        except DependencyError as err:
+            pytest.skip(str(err))
         conf = tmp_path / "bird.conf"
         conf.write_text("router id 198.18.1.1;\nprotocol device { }\n" + text)
-        cp = subprocess.run([str(tool[0]), *tool[1], "-p", "-c", str(conf)], capture_output=True, text=True,
-                            timeout=60, check=False)  # fmt: skip
+        argv = [str(loader), "--library-path", ":".join(map(str, libs)), str(bird), "-p", "-c", str(conf)]
+        cp = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
         assert cp.returncode == 0, cp.stdout + cp.stderr
