@@ -132,3 +132,17 @@ def sink_gaps(sink: Mapping[str, Any]) -> np.ndarray:
     """sink.json ``gaps`` as an int64 array of shape (n, 4): t_before_ns, t_after_ns, seq_before, seq_after."""
     gaps = [g for g in sink.get("gaps") or [] if isinstance(g, list | tuple) and len(g) == 4]
     return np.asarray(gaps, dtype=np.int64).reshape(-1, 4)
+
+
+def read_pcap(path: Path) -> list[Any]:
+    """The packets of a pcap file as scapy packets, decoded down to IP/TCP/UDP.
+
+    scapy decodes a packet's layers only as far as the layer modules imported *at read time*
+    allow: a capture read before ``scapy.layers.inet`` is imported comes back as Ethernet
+    frames with raw payloads (no IP), however it is dissected afterwards.  Both modules are
+    therefore imported here, before ``rdpcap``."""
+    import scapy.layers.inet
+    import scapy.layers.l2  # noqa: F401  (Ethernet: the captures' link type)
+    from scapy.utils import rdpcap
+
+    return list(rdpcap(str(path)))

@@ -18,7 +18,7 @@ from analysis.hypervisors.criu import criu_figures, load_criu
 from analysis.hypervisors.libvirt import libvirt_figures, load_libvirt, window_events
 from analysis.hypervisors.qemu import hypervisor_figures
 from analysis.hypervisors.xen import load_xen, xen_figures
-from analysis.load import Counters, load_counters, load_irtt, read_json, read_jsonl, sink_gaps
+from analysis.load import Counters, load_counters, load_irtt, read_json, read_jsonl, read_pcap, sink_gaps
 from analysis.metrics.clock import (
     GEN_ROLE,
     IRTT_ROLE,
@@ -338,11 +338,8 @@ def _control_plane(run_dir: Path, meta: dict[str, Any], window: Window | None, n
             notes.append(f"peer-{role}.log missing: {role}'s sessions unknown")
         pcap = run_dir / f"control-{role}.pcap"
         if pcap.exists() and pcap.stat().st_size > 0:
-            import scapy.layers.l2  # noqa: F401  (Ethernet for the capture's link type)
-            from scapy.utils import rdpcap
-
             try:
-                captures[role] = cpm.dissect(list(rdpcap(str(pcap))))
+                captures[role] = cpm.dissect(read_pcap(pcap))
             except Exception as err:  # a truncated capture (a killed tcpdump) must not cost the summary
                 notes.append(f"control-{role}.pcap unreadable: {type(err).__name__}: {err}")
         else:

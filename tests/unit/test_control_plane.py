@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from scapy.layers.l2 import Ether  # noqa: F401  (Ethernet for rdpcap)
-from scapy.utils import rdpcap
 
+from analysis.load import read_pcap
 from analysis.metrics import control_plane as cpm
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "peering"
@@ -18,7 +17,7 @@ ROUTER = {"A": "198.18.1.1", "B": "198.18.2.1"}
 def _load(mode: str):
     run = json.loads((FIX / mode / "run.json").read_text())
     logs = {r: cpm.parse_bird_log((FIX / mode / f"peer-{r}.log").read_text()) for r in ROUTER}
-    caps = {r: cpm.dissect(list(rdpcap(str(FIX / mode / f"control-{r}.pcap")))) for r in ROUTER}
+    caps = {r: cpm.dissect(read_pcap(FIX / mode / f"control-{r}.pcap")) for r in ROUTER}
     w = run["window"]
     figs = cpm.control_plane(("bgp", "bfd"), logs, caps, ROUTER, (w["start_ns"], w["end_ns"]),
                              {"bgp": 9000.0, "bfd": 150.0})  # fmt: skip
@@ -76,3 +75,20 @@ def test_longest_silence_counts_an_open_gap_to_the_span_end():
 
     s = cpm.longest_silence("B", np.array([0, 50, 100]) * 10**6, (0, 1000 * 10**6), 150.0)
     assert s.gap_ms == 900.0 and s.end_ns == 1000 * 10**6 and s.margin_ms == -750.0
+
+
+def test_a_capture_read_first_in_a_fresh_process_has_the_routers_packets():
+    """scapy decodes only the layers imported when a file is read: the first capture a fresh
+    process reads (the analysis reads A's first) must still be dissected down to BFD and BGP."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from analysis.load import read_pcap; from analysis.metrics.control_plane import dissect; "
+        "t, src, kind = dissect(read_pcap(sys.argv[1])); "
+        "print(sum(1 for s, k in zip(src, kind) if s == '198.18.1.1' and k == 'bfd'))"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code, str(FIX / "precopy" / "control-A.pcap")],
+                         capture_output=True, text=True, check=True, cwd=root)  # fmt: skip
+    assert int(out.stdout) > 100
