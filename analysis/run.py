@@ -19,6 +19,7 @@ from analysis.hypervisors.libvirt import libvirt_figures, load_libvirt, window_e
 from analysis.hypervisors.qemu import hypervisor_figures
 from analysis.hypervisors.xen import load_xen, xen_figures
 from analysis.load import Counters, load_counters, load_irtt, read_json, read_jsonl, read_pcap, sink_gaps
+from analysis.metrics.anatomy import Anatomy
 from analysis.metrics.clock import (
     GEN_ROLE,
     IRTT_ROLE,
@@ -239,7 +240,9 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
         notes.append("no migrate action recorded: no migration window")
     elif window.end_source == "last-sample":
         notes.append("no terminal migration status seen: window ends at the last query-migrate reply")
-    span = spans(window) if window is not None else None
+    peering = isinstance(meta.get("peering"), dict)
+    cp = _control_plane(Path(run_dir), meta, window, notes) if peering else None
+    span = spans(window, recovered_ns=_recovered_ns(cp)) if window is not None else None
     c = raw.counters
     b_eth0 = c.get("B", "eth0") if c else None
     mig0 = c.get("R1", "mig0") if c else None
@@ -285,7 +288,9 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
     for key, n in (ins.dropped if ins is not None else {}).items():
         who, counter = key.split(".", 1)
         notes.append(f"incomplete record: {who} {counter}={n}; affects {DROP_COUNTERS[(who, counter)]}")
-    cp = _control_plane(Path(run_dir), meta, window, notes) if isinstance(meta.get("peering"), dict) else None
+    anat = None
+    if window is not None and rate != 0:
+        anat = _metric(notes, "anatomy", _anatomy, raw, scenario, window, hv, lv, run_dir, cp)
     if status == "completed" and window is not None and window.end_status not in (None, "completed"):
         notes.append(f"run completed but QEMU's last status is {window.end_status}")
 
@@ -312,10 +317,50 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
         instruments=ins,
         clock=clock,
         control_plane=cp,
+        anatomy=anat,
         why_absent=why,
         notes=tuple(notes),
     )
     return summary, _plot_data(raw, window, summary)
+
+
+def _recovered_ns(cp: dict[str, Any] | None) -> int | None:
+    """When the control plane was whole again (the latest session re-established or peer's
+    routes back); None without flaps or when something never came back (the search then keeps
+    its usual end: what never recovered is a bound either way)."""
+    from analysis.metrics.anatomy import control_marks
+
+    times = [m.t_ns for m in control_marks(cp) if m.key.endswith("_up") or m.key == "routes_back"]
+    return max(t for t in times if t is not None) if times and all(t is not None for t in times) else None
+
+
+def _anatomy(
+    raw: _Raw,
+    scenario: dict[str, Any],
+    window: Window,
+    hv: Any,
+    lv: Any,
+    run_dir: Path,
+    cp: dict[str, Any] | None,
+) -> Anatomy:
+    """The outage's timeline from every hypervisor's stop/resume records, the sink's gaps and
+    the control plane (analysis.metrics.anatomy)."""
+    from analysis.metrics import anatomy as am
+
+    kind = scenario.get("hv")
+    criu = load_criu(run_dir, []) if kind == "criu" else None
+    stop, resume = am.blackout_marks(
+        kind, scenario.get("driver"), window.start_ns, raw.events, lv.events if lv is not None else (),
+        criu, getattr(hv, "xen", None),
+    )  # fmt: skip
+    sink = raw.sink or {}
+    gaps = sink_gaps(sink) if sink.get("packets") else np.zeros((0, 4), dtype=np.int64)
+    pkt_s = _packet_interval_s(raw.gen, scenario)
+    return am.outage_anatomy(
+        window.start_ns, stop, resume, gaps, sink.get("last_ns") if sink.get("packets") else None,
+        (raw.gen or {}).get("end_ns"), pkt_s, sink.get("gap_threshold_ns"), window.announce_ns,
+        am.control_marks(cp),
+    )  # fmt: skip
 
 
 def _control_plane(run_dir: Path, meta: dict[str, Any], window: Window | None, notes: list[str]) -> dict[str, Any]:

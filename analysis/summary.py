@@ -12,6 +12,7 @@ import numpy as np
 
 from analysis import qualify as q
 from analysis.hypervisors.qemu import HypervisorFigures
+from analysis.metrics.anatomy import Anatomy
 from analysis.metrics.clock import ClockFigures
 from analysis.metrics.counters import SamplerHealth
 from analysis.metrics.cross import CrossTraffic
@@ -85,6 +86,8 @@ class Summary:
     clock: ClockFigures | None = None
     #: PEERING runs: per protocol (analysis.metrics.control_plane); None without PEERING
     control_plane: dict[str, Any] | None = None
+    #: the outage's timeline and phases (analysis.metrics.anatomy); None without a window
+    anatomy: Anatomy | None = None
     why_absent: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
@@ -244,6 +247,7 @@ class Summary:
                 "dropped": _get(ins, "dropped") or {},
             },
             **({"control_plane": self.control_plane} if self.control_plane is not None else {}),
+            **({"anatomy": self.anatomy.to_dict()} if self.anatomy is not None else {}),
             "qualifiers": {path: qual.to_dict() for path, qual in sorted(quals.items())},
             "details": {
                 "summary_format_version": SUMMARY_FORMAT_VERSION,

@@ -133,12 +133,17 @@ class Spans:
     clip_hi_ns: int
 
 
-def spans(window: Window, margin_s: float = MARGIN_S) -> Spans | None:
-    """Search and clip spans for ``window`` (None when the migration has no end)."""
+def spans(window: Window, margin_s: float = MARGIN_S, recovered_ns: int | None = None) -> Spans | None:
+    """Search and clip spans for ``window`` (None when the migration has no end).
+
+    ``recovered_ns``: when the routing control plane was whole again after the migration (the
+    last session re-established, the peers' routes back; PEERING runs): the search then reaches
+    ``margin_s`` past it too, so that an outage prolonged by the protocols' reconvergence is
+    measured whole instead of clipped at end + margin."""
     if window.end_ns is None:
         return None
     margin_ns = int(margin_s * 1e9)
-    hi = window.end_ns + margin_ns
+    hi = max(window.end_ns, recovered_ns or 0) + margin_ns
     if window.traffic_stop_ns is not None and window.traffic_stop_ns > window.end_ns:
         hi = min(hi, window.traffic_stop_ns)
     return Spans(window.start_ns, hi, window.start_ns - margin_ns, hi)

@@ -25,6 +25,7 @@ SCHEMA = {
     "failure_class",
     "instruments",
     "qualifiers",
+    "anatomy",
     "details",
 }
 
@@ -289,3 +290,19 @@ def test_rate_zero_reasons(tmp_path):
     assert "cross-traffic    none (rate 0)" in format_table(s)
     (run.run_dir / "gen.json").unlink()  # no generator runs at rate 0: its absence is no news
     assert "gen.json missing" not in analyse_run(run.run_dir).notes
+
+
+@pytest.mark.parametrize("mode", ["precopy", "stopcopy"])
+def test_outage_anatomy_of_a_synthetic_run(tmp_path, mode):
+    """SYNTHETIC run: STOP/RESUME events and one stall; the phases are the differences of the
+    written-down instants, the outage equals the packet gap, nothing reconverges after it."""
+    run = write_run(tmp_path, mode)
+    e = run.expect
+    a = analyse_run(run.run_dir).to_dict()["anatomy"]
+    ph = a["phases"]
+    assert ph["vcpu_blackout"]["seconds"] == pytest.approx((e["vcpu_resume_ns"] - e["vcpu_stop_ns"]) / 1e9)
+    assert ph["reattachment"]["seconds"] == pytest.approx((e["first_after_ns"] - e["vcpu_resume_ns"]) / 1e9)
+    assert ph["reconvergence"]["seconds"] == 0
+    assert ph["outage"]["seconds"] == pytest.approx(e["packets_downtime_s"])
+    keys = [m["key"] for m in a["marks"]]
+    assert keys.index("vcpu_stop") < keys.index("vcpu_resume") < keys.index("first_packet")

@@ -1,0 +1,346 @@
+"""The anatomy of a migration's outage: one timeline on the common clock, and the data-plane
+outage broken into its phases (docs/metrics.md "Outage anatomy").
+
+Paper 004 (Sec. 3) asks for the control-plane downtime to be minimised; the hypervisors report
+only their own vCPU pause, while the outage the forwarded traffic sees also contains the time
+the network needs to reach the router again and, when a routing session fell, the routing
+protocols' reconvergence.  The phases are:
+
+* **vCPU blackout**: the source stops the router (QMP ``STOP`` on R1, libvirt's *suspended*
+  lifecycle event, the start of CRIU's final dump, xl's "guest has suspended") until the
+  destination resumes it (QMP ``RESUME`` on R2, libvirt's *resumed*, the end of CRIU's restore,
+  xl's resumed line);
+* **reattachment**: resume until the first cross-traffic packet the sink receives after it (the
+  router forwards again, from R2);
+* **reconvergence**: that first packet until the cross-traffic is back at its offered rate: the
+  end of the last gap *with lost packets* that follows within ``settle_s`` of the previous one
+  (a routing session that falls after the resume withdraws the sink's route and opens a second
+  gap; delay-only gaps, where every packet still arrives, do not count);
+* **outage**: the last packet before the blackout until full rate: the whole data-plane outage.
+
+Resolutions: a hypervisor mark carries its own (QEMU's event timestamps: 1 us; an orchestrator
+bracket: its width); a packet mark one packet interval (the path came back at most one interval
+before the first packet arrived).  A phase's resolution is the sum of its two marks'.  When the
+records end before a mark could be observed the figure is a bound (``lower_s``), never a point.
+
+Pure functions: arrays and mappings in, dataclasses out; times are CLOCK_REALTIME ns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: lossy gaps closer than this to the previous one belong to the same outage
+SETTLE_S = 1.0
+
+LABELS = {
+    "start": "migration start",
+    "vcpu_stop": "vCPU stop",
+    "vcpu_resume": "resume",
+    "announce": "announce",
+    "first_packet": "first packet",
+    "full_rate": "full rate",
+    "bfd_down": "BFD down",
+    "bfd_up": "BFD up",
+    "bgp_down": "BGP down",
+    "bgp_up": "BGP up",
+    "ospf_down": "OSPF down",
+    "ospf_up": "OSPF up",
+    "routes_back": "routes back",
+}
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One instant of the timeline (``t_ns`` None: not observed, ``why_absent`` says why;
+    ``bound`` "lower": the instant is at or after ``t_ns``, the records end there)."""
+
+    key: str
+    t_ns: int | None
+    source: str | None = None
+    resolution_s: float | None = None
+    why_absent: str | None = None
+    bound: str | None = None
+
+    @property
+    def label(self) -> str:
+        return LABELS.get(self.key, self.key)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A span between two marks: a point (``seconds`` = ``lower_s`` = ``upper_s``), a bound
+    (``seconds`` None and only ``lower_s`` or ``upper_s``) or nothing (``why_absent``)."""
+
+    key: str
+    start: str
+    end: str
+    seconds: float | None
+    lower_s: float | None
+    upper_s: float | None
+    resolution_s: float | None
+    why_absent: str | None = None
+
+
+@dataclass(frozen=True)
+class Anatomy:
+    """The run's timeline (marks in time order, absent ones last) and the outage's phases."""
+
+    marks: tuple[Mark, ...]
+    phases: tuple[Phase, ...]
+    settle_s: float
+    notes: tuple[str, ...] = ()
+
+    def mark(self, key: str) -> Mark | None:
+        return next((m for m in self.marks if m.key == key), None)
+
+    def phase(self, key: str) -> Phase | None:
+        return next((p for p in self.phases if p.key == key), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """summary.json ``details.anatomy``: marks relative to the migration start as well."""
+        start = self.mark("start")
+        t0 = start.t_ns if start is not None else None
+        return {
+            "settle_s": self.settle_s,
+            "marks": [
+                {
+                    "key": m.key,
+                    "label": m.label,
+                    "t_ns": m.t_ns,
+                    "t_s": None if m.t_ns is None or t0 is None else (m.t_ns - t0) / 1e9,
+                    "source": m.source,
+                    "resolution_s": m.resolution_s,
+                    "bound": m.bound,
+                    "why_absent": m.why_absent,
+                }
+                for m in self.marks
+            ],
+            "phases": {
+                p.key: {
+                    "from": p.start,
+                    "to": p.end,
+                    "seconds": p.seconds,
+                    "lower_s": p.lower_s,
+                    "upper_s": p.upper_s,
+                    "resolution_s": p.resolution_s,
+                    "why_absent": p.why_absent,
+                }
+                for p in self.phases
+            },
+            "notes": list(self.notes),
+        }
+
+
+def _phase(key: str, a: Mark, b: Mark) -> Phase:
+    if a.t_ns is None or b.t_ns is None:
+        missing = a if a.t_ns is None else b
+        return Phase(key, a.key, b.key, None, None, None, None, f"no {missing.label}: {missing.why_absent}")
+    span = (b.t_ns - a.t_ns) / 1e9
+    res = None if a.resolution_s is None or b.resolution_s is None else a.resolution_s + b.resolution_s
+    if b.bound == "lower":
+        return Phase(key, a.key, b.key, None, span, None, res, f"{b.label} not observed before the records end")
+    return Phase(key, a.key, b.key, span, span, span, res)
+
+
+def control_marks(control_plane: Mapping[str, Any] | None) -> list[Mark]:
+    """Per protocol of summary.json ``control_plane``: the first session down and the last one
+    up again (from the peers' logs, 1 us), and the time the peers' RIBs were whole again."""
+    out: list[Mark] = []
+    for proto in ("bfd", "bgp", "ospf"):
+        f = (control_plane or {}).get(proto)
+        if not isinstance(f, Mapping):
+            continue
+        flaps = [d for d in f.get("flap_details") or [] if isinstance(d.get("down_ns"), int)]
+        if not flaps:
+            continue
+        src = "peers' BIRD logs"
+        out.append(Mark(f"{proto}_down", min(d["down_ns"] for d in flaps), src, 1e-6))
+        ups = [d.get("up_ns") for d in flaps]
+        if all(isinstance(u, int) for u in ups):
+            out.append(Mark(f"{proto}_up", max(ups), src, 1e-6))  # type: ignore[type-var]
+        else:
+            out.append(Mark(f"{proto}_up", None, src, None, "a session was not up again within the run"))
+        if proto == "bgp":
+            lost = [r for r in (f.get("routes") or {}).values() if isinstance(r, Mapping) and r.get("lost")]
+            if lost:
+                back = [r.get("whole_again_ns") for r in lost]
+                if all(isinstance(b, int) for b in back):
+                    out.append(Mark("routes_back", max(back), "peers' BIRD route traces", 1e-6))  # type: ignore[type-var]
+                else:
+                    out.append(Mark("routes_back", None, None, None, "a peer's routes were not whole again"))
+    return out
+
+
+def _first_event(events: Sequence[Mapping[str, Any]], side: str, match: Any, after_ns: int) -> Mapping[str, Any] | None:
+    for e in sorted((e for e in events if isinstance(e.get("t_ns"), int)), key=lambda e: e["t_ns"]):
+        if e.get("side") == side and e["t_ns"] >= after_ns and match(e):
+            return e
+    return None
+
+
+def _qmp_mark(key: str, e: Mapping[str, Any] | None, what: str) -> Mark:
+    """A QMP event as a mark: the orchestrator's receipt time; resolution = how long after
+    QEMU's own time stamp it arrived (when both are on one clock)."""
+    if e is None:
+        return Mark(key, None, why_absent=f"no {what} recorded")
+    q = e.get("qemu_t_ns")
+    late = (e["t_ns"] - q) / 1e9 if isinstance(q, int) else None
+    res = late if late is not None and 0 <= late < 1 else None
+    return Mark(key, int(e["t_ns"]), what, res)
+
+
+def blackout_marks(
+    hv: str | None,
+    driver: str | None,
+    start_ns: int,
+    qmp_events: Sequence[Mapping[str, Any]] = (),
+    libvirt_events: Sequence[Mapping[str, Any]] = (),
+    criu: Mapping[str, Any] | None = None,
+    xen: Mapping[str, Any] | None = None,
+) -> tuple[Mark, Mark]:
+    """(vCPU stop on the source, resume on the destination) from each hypervisor's records."""
+    if hv == "kvm" and driver == "libvirt":
+        stop_e = _first_event(
+            libvirt_events, "src", lambda e: (e.get("data") or {}).get("event") == "suspended", start_ns
+        )
+        after = stop_e["t_ns"] if stop_e else start_ns
+        res_e = _first_event(libvirt_events, "dst", lambda e: (e.get("data") or {}).get("event") == "resumed", after)
+        stop = _qmp_mark("vcpu_stop", stop_e, "libvirt suspended event (R1)")
+        resume = _qmp_mark("vcpu_resume", res_e, "libvirt resumed event (R2)")
+        return stop, resume
+    if hv == "kvm":
+        stop_e = _first_event(qmp_events, "src", lambda e: e.get("event") == "STOP", start_ns)
+        after = stop_e["t_ns"] if stop_e else start_ns
+        res_e = _first_event(qmp_events, "dst", lambda e: e.get("event") == "RESUME", after)
+        return _qmp_mark("vcpu_stop", stop_e, "QMP STOP (R1)"), _qmp_mark("vcpu_resume", res_e, "QMP RESUME (R2)")
+    if hv == "criu":
+        rounds = [r for r in (criu or {}).get("rounds") or [] if isinstance(r, Mapping)]
+        final = rounds[-1] if rounds else {}
+        restore = (criu or {}).get("restore") or {}
+        t0, t1 = final.get("start_ns"), restore.get("end_ns")
+        stop = (
+            Mark("vcpu_stop", int(t0), "CRIU final dump started (freeze)", None)
+            if isinstance(t0, int)
+            else Mark("vcpu_stop", None, why_absent="no final dump recorded in criu.json")
+        )
+        resume = (
+            Mark("vcpu_resume", int(t1), "CRIU restore returned", None)
+            if isinstance(t1, int)
+            else Mark("vcpu_resume", None, why_absent="no restore end recorded in criu.json")
+        )
+        return stop, resume
+    if hv == "xen":
+        t0, t1 = (xen or {}).get("suspended_ns"), (xen or {}).get("resumed_ns")
+        stop = (
+            Mark("vcpu_stop", int(t0), "xl: guest has suspended (R1)", None)
+            if isinstance(t0, int)
+            else Mark("vcpu_stop", None, why_absent="no 'guest has suspended' line from xl")
+        )
+        resume = (
+            Mark("vcpu_resume", int(t1), "xl: domain started (R2)", None)
+            if isinstance(t1, int)
+            else Mark("vcpu_resume", None, why_absent="no resumed line from xl")
+        )
+        return stop, resume
+    why = f"HV={hv} has no vCPU stop/resume records"
+    return Mark("vcpu_stop", None, why_absent=why), Mark("vcpu_resume", None, why_absent=why)
+
+
+def outage_anatomy(
+    start_ns: int,
+    stop: Mark,
+    resume: Mark,
+    gaps: np.ndarray,
+    last_packet_ns: int | None,
+    traffic_end_ns: int | None,
+    packet_interval_s: float | None,
+    gap_threshold_ns: int | None,
+    announce_ns: int | None = None,
+    extra: Sequence[Mark] = (),
+    settle_s: float = SETTLE_S,
+) -> Anatomy:
+    """The timeline and phases (definitions: module docstring).
+
+    ``gaps``: the sink's inter-arrival gaps ``[t_before_ns, t_after_ns, seq_before, seq_after]``
+    (every gap above ``gap_threshold_ns``); ``last_packet_ns``: the sink's last packet;
+    ``traffic_end_ns``: when the generator stopped sending; ``extra``: the control-plane marks."""
+    notes: list[str] = []
+    g = np.asarray(gaps, dtype=np.int64).reshape(-1, 4)
+    g = g[np.argsort(g[:, 0], kind="stable")] if g.size else g
+    pkt = packet_interval_s
+    sink = "sink (kernel time stamp)"
+    marks = [Mark("start", start_ns, "migrate command", 0.0), stop, resume]
+    if announce_ns is not None:
+        marks.append(Mark("announce", announce_ns, "announce-self command", 0.0))
+    blackout = _phase("vcpu_blackout", stop, resume)
+    reattach: Phase | None = None
+    first = last_before = None
+    chain_from: int | None = None  # where the search for the outage's last lossy gap starts
+    if resume.t_ns is None or last_packet_ns is None:
+        why = f"no resume: {resume.why_absent}" if resume.t_ns is None else "the sink received no packet"
+        first = Mark("first_packet", None, why_absent=why)
+        full = Mark("full_rate", None, why_absent=why)
+    else:
+        r = resume.t_ns
+        lo = stop.t_ns if stop.t_ns is not None else start_ns
+        over = np.nonzero((g[:, 0] < r) & (g[:, 1] > lo))[0] if g.size else np.zeros(0, dtype=int)
+        if over.size:  # the blackout's gap: the longest sink gap overlapping [stop, resume]
+            row = g[int(over[np.argmax(g[over, 1] - g[over, 0])])]
+            last_before = Mark("last_packet", int(row[0]), sink, pkt)
+            first = Mark("first_packet", int(row[1]), sink, pkt)
+            chain_from = int(row[1])
+            if row[1] < r:
+                reattach = Phase("reattachment", "vcpu_resume", "first_packet", None, None, None, None,
+                                 f"the first packet came {(r - row[1]) / 1e6:.1f} ms before the recorded resume "
+                                 f"({resume.source}): that record is later than the router's restart")  # fmt: skip
+        elif last_packet_ns < r:
+            last_before = Mark("last_packet", last_packet_ns, sink, pkt)
+            first = Mark("first_packet", None, why_absent="no packet after the resume before the traffic stopped")
+        else:  # no gap above the threshold: packets kept arriving through the blackout
+            thr = (gap_threshold_ns or 0) / 1e9
+            why = f"no sink gap above the threshold ({thr * 1e3:g} ms) overlaps the blackout"
+            first = Mark("first_packet", None, why_absent=why)
+            reattach = Phase("reattachment", "vcpu_resume", "first_packet", None, 0.0, thr, None, why)
+            chain_from = r
+        if chain_from is None:
+            full = Mark("full_rate", None, why_absent="the traffic did not come back before it stopped")
+        else:
+            cur = chain_from
+            lossy = g[(g[:, 0] >= chain_from) & (g[:, 3] - g[:, 2] > 1)] if g.size else g
+            for t0, t1, _s0, _s1 in lossy:
+                if (t0 - cur) / 1e9 > settle_s:
+                    break
+                cur = max(cur, int(t1))
+            seen_until = min(x for x in (last_packet_ns, traffic_end_ns) if x is not None)
+            src = "sink: end of the last lossy gap"
+            if (seen_until - cur) / 1e9 >= settle_s:
+                full = Mark("full_rate", cur, src, pkt)
+            else:
+                full = Mark("full_rate", cur, src, pkt, bound="lower")
+                notes.append(f"the records end less than {settle_s:g} s after the last lossy gap: full rate is a bound")
+    marks += [first, full, *extra]
+    if reattach is None:
+        reattach = _phase("reattachment", resume, first)
+    if first.t_ns is not None:
+        reconv = _phase("reconvergence", first, full)
+    else:
+        reconv = Phase("reconvergence", "first_packet", "full_rate", None, None, None, None,
+                       f"no first packet: {first.why_absent}")  # fmt: skip
+    phases = [blackout, reattach, reconv]
+    if last_before is not None:
+        marks.append(last_before)
+        phases.append(_phase("outage", last_before, full))
+    else:
+        why = first.why_absent or "no sink gap overlaps the blackout"
+        thr = (gap_threshold_ns or 0) / 1e9
+        bounded = full.t_ns is not None and full.t_ns == chain_from and full.bound is None
+        phases.append(Phase("outage", "last_packet", "full_rate", None, 0.0 if bounded else None,
+                            thr if bounded else None, None, why))  # fmt: skip
+    ordered = sorted((m for m in marks if m.t_ns is not None), key=lambda m: m.t_ns or 0)
+    ordered += [m for m in marks if m.t_ns is None]
+    return Anatomy(tuple(ordered), tuple(phases), settle_s, tuple(notes))

@@ -1,0 +1,107 @@
+"""analysis.metrics.anatomy: the outage's timeline and phases.
+
+Two real PEERING=bgp,bfd BFD=50x3 runs (tests/fixtures/anatomy/*.json say which): a pre-copy
+whose sessions survived, and a stop-and-copy whose 0.83 s pause brought BFD and BGP down, so
+that the traffic came back after the resume and was blackholed again until BGP had re-learned
+the sink's route.  The edge cases run on SYNTHETIC gap arrays, named as such."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis.metrics import anatomy as am
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "anatomy"
+MS = 1_000_000
+
+
+def _real(name: str) -> am.Anatomy:
+    r = json.loads((FIX / f"{name}.json").read_text())
+    stop, resume = am.blackout_marks("kvm", "qmp", r["start_ns"], r["qmp_events"])
+    sink = r["sink"]
+    return am.outage_anatomy(
+        r["start_ns"], stop, resume, np.asarray(sink["gaps"], dtype=np.int64), sink["last_ns"], r["gen_end_ns"],
+        r["packet_interval_s"], sink["gap_threshold_ns"], r["announce_ns"], am.control_marks(r["control_plane"]),
+    )  # fmt: skip
+
+
+def test_stopcopy_outage_includes_the_bgp_reconvergence():
+    a = _real("kvm-stopcopy-bgp-bfd")
+    ph = {p.key: p for p in a.phases}
+    assert ph["vcpu_blackout"].seconds == pytest.approx(0.8268, abs=1e-3)
+    assert ph["reattachment"].seconds == pytest.approx(0.0133, abs=1e-3)
+    # traffic came back 13 ms after the resume, then BGP fell (BFD had expired during the pause)
+    # and the sink's route was gone until it was re-learned: 2.13 s of reconvergence
+    assert ph["reconvergence"].seconds == pytest.approx(2.1335, abs=1e-3)
+    assert ph["outage"].seconds == pytest.approx(2.9744, abs=1e-3)
+    t = {m.key: m.t_ns for m in a.marks}
+    assert t["vcpu_stop"] < t["bfd_down"] < t["vcpu_resume"] < t["first_packet"] < t["bgp_up"] < t["full_rate"]
+    assert t["routes_back"] < t["full_rate"]  # the traffic returned only once the routes had
+    assert sum(p.seconds for p in a.phases if p.key != "outage") == pytest.approx(
+        (t["full_rate"] - t["vcpu_stop"]) / 1e9
+    )
+
+
+def test_precopy_outage_is_blackout_plus_reattachment():
+    a = _real("kvm-precopy-bgp-bfd")
+    ph = {p.key: p for p in a.phases}
+    assert ph["reconvergence"].seconds == 0
+    assert ph["outage"].seconds == pytest.approx(0.0338, abs=1e-4)  # the packet downtime of that run
+    assert not any(m.key.endswith("_down") for m in a.marks)
+    assert ph["vcpu_blackout"].resolution_s < 1e-3
+
+
+def _synthetic(gaps, last_ns=10_000 * MS, stop=1_000 * MS, resume=1_100 * MS, end=10_000 * MS, thr=4 * MS):
+    return am.outage_anatomy(
+        0, am.Mark("vcpu_stop", stop, "synthetic", 0.0), am.Mark("vcpu_resume", resume, "synthetic", 0.0),
+        np.asarray(gaps, dtype=np.int64).reshape(-1, 4), last_ns, end, 0.001, thr,
+    )  # fmt: skip
+
+
+def test_synthetic_delay_only_gaps_do_not_extend_the_outage():
+    a = _synthetic([[990 * MS, 1_110 * MS, 10, 100], [1_300 * MS, 1_306 * MS, 300, 301]])
+    assert a.phase("reconvergence").seconds == 0  # the later gap lost nothing
+    assert a.phase("outage").seconds == pytest.approx(0.120)
+
+
+def test_synthetic_lossy_gaps_within_settle_chain_and_later_ones_do_not():
+    gaps = [[990 * MS, 1_110 * MS, 10, 100], [1_500 * MS, 2_500 * MS, 400, 1400], [4_000 * MS, 4_100 * MS, 2900, 3000]]
+    a = _synthetic(gaps)
+    assert a.mark("full_rate").t_ns == 2_500 * MS
+    assert a.phase("reconvergence").seconds == pytest.approx(1.39)
+
+
+def test_synthetic_records_ending_inside_the_settle_time_give_a_bound():
+    a = _synthetic([[990 * MS, 1_110 * MS, 10, 100], [1_500 * MS, 2_500 * MS, 400, 1400]], last_ns=2_900 * MS)
+    p = a.phase("reconvergence")
+    assert p.seconds is None and p.lower_s == pytest.approx(1.39) and p.upper_s is None
+    assert a.phase("outage").seconds is None
+
+
+def test_synthetic_traffic_never_back_is_absent_not_zero():
+    a = _synthetic([[200 * MS, 900 * MS, 1, 2]], last_ns=990 * MS)
+    assert a.mark("first_packet").t_ns is None and a.mark("full_rate").t_ns is None
+    assert a.phase("reattachment").seconds is None and a.phase("reattachment").why_absent
+    assert a.phase("outage").seconds is None
+
+
+def test_synthetic_no_gap_over_the_blackout_is_an_upper_bound():
+    a = _synthetic([[200 * MS, 205 * MS, 1, 3]], stop=1_000 * MS, resume=1_002 * MS)
+    p = a.phase("reattachment")
+    assert p.seconds is None and p.lower_s == 0 and p.upper_s == pytest.approx(0.004)
+
+
+def test_synthetic_first_packet_before_the_recorded_resume_is_not_a_negative_phase():
+    a = _synthetic([[990 * MS, 1_090 * MS, 10, 100]], resume=1_100 * MS)
+    p = a.phase("reattachment")
+    assert p.seconds is None and "before the recorded resume" in p.why_absent
+    assert a.phase("outage").seconds == pytest.approx(0.100)
+
+
+def test_missing_resume_is_absent_with_its_reason():
+    stop, resume = am.blackout_marks("kvm", "qmp", 0, [{"t_ns": 5, "side": "src", "event": "STOP"}])
+    assert stop.t_ns == 5 and resume.t_ns is None and "RESUME" in resume.why_absent
+    a = am.outage_anatomy(0, stop, resume, np.zeros((0, 4)), 10_000, 10_000, 0.001, 4 * MS)
+    assert a.phase("vcpu_blackout").seconds is None and "RESUME" in a.phase("vcpu_blackout").why_absent
