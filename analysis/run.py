@@ -38,7 +38,7 @@ from analysis.metrics.link import link_activity
 from analysis.metrics.rtt import rtt_phases
 from analysis.metrics.sendloss import SendTimeLoss, loss_from_raw, send_time_loss, unavailable_reason
 from analysis.metrics.window import Spans, Window, migration_window, spans
-from analysis.present.run_plot import PlotData, Series, plot_run
+from analysis.present.run_plot import PlotData, Series, Zoom, plot_run
 from analysis.summary import Summary
 from migrate.core.atomic import write_text
 
@@ -437,6 +437,7 @@ def _plot_data(raw: _Raw, window: Window | None, summary: Summary) -> PlotData:
     frame = f"{summary.frame_bytes} B" if summary.frame_bytes else None
     title = " ".join(str(x) for x in (summary.hv, summary.mode, rate, frame, summary.accel) if x)
     return PlotData(
+        zoom=_zoom(raw, summary.anatomy),
         t0_ns=t0,
         cross=series["cross"],
         offered=series["offered"],
@@ -445,6 +446,25 @@ def _plot_data(raw: _Raw, window: Window | None, summary: Summary) -> PlotData:
         marks=tuple(marks),
         title=title,
     )
+
+
+def _zoom(raw: _Raw, anat: Anatomy | None) -> Zoom | None:
+    """The outage panel's range (the anatomy's marks from the last packet before the blackout to
+    full rate, padded by a tenth each side, at least 20 ms) and the sink's gaps in it."""
+    if anat is None:
+        return None
+    keys = ("last_packet", "vcpu_stop", "vcpu_resume", "first_packet", "full_rate")
+    core = [m.t_ns for m in anat.marks if m.key in keys and m.t_ns is not None]
+    if len(core) < 2:
+        return None
+    lo, hi = min(core), max(core)
+    pad = max((hi - lo) // 10, 20_000_000)
+    lo, hi = lo - pad, hi + pad
+    marks = tuple((m.label, m.t_ns) for m in anat.marks if m.t_ns is not None and lo <= m.t_ns <= hi)
+    sink = raw.sink or {}
+    g = sink_gaps(sink) if sink.get("packets") else np.zeros((0, 4), dtype=np.int64)
+    gaps = np.column_stack([g[:, 0], g[:, 1], (g[:, 3] - g[:, 2] > 1).astype(np.int64)]) if g.size else g[:, :3]
+    return Zoom(lo, hi, tuple(m for m in marks if m[0] != "migration start"), gaps)
 
 
 def analyse_run(run_dir: Path) -> Summary:

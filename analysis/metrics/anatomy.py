@@ -41,6 +41,7 @@ LABELS = {
     "start": "migration start",
     "vcpu_stop": "vCPU stop",
     "vcpu_resume": "resume",
+    "last_packet": "last packet",
     "announce": "announce",
     "first_packet": "first packet",
     "full_rate": "full rate",

@@ -28,6 +28,17 @@ class Series:
 
 
 @dataclass(frozen=True, eq=False)
+class Zoom:
+    """The outage panel: its time range, the anatomy's marks in it and the sink's gaps
+    (``gaps``: rows [t_before_ns, t_after_ns, lossy 0/1])."""
+
+    lo_ns: int
+    hi_ns: int
+    marks: tuple[tuple[str, int], ...]
+    gaps: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
 class PlotData:
     """What the run plot shows; rates in bit/s, RTT in ms (NaN = lost probe)."""
 
@@ -38,6 +49,7 @@ class PlotData:
     rtt: Series | None
     marks: tuple[tuple[str, int], ...] = ()
     title: str = ""
+    zoom: Zoom | None = None
 
 
 def _t0(data: PlotData) -> int:
@@ -122,6 +134,30 @@ def _draw_marks(top, bottom, marks: tuple[tuple[str, int], ...], t0: int) -> Non
         )
 
 
+def _draw_zoom(ax, data: PlotData, z: Zoom, t0: int) -> None:
+    """The outage up close (ms from the migration start): the cross-traffic received at B per
+    counter interval, the sink's gaps as bands (red: packets lost, grey: delayed only) and the
+    anatomy's marks, labelled."""
+    ms = 1e6
+    if data.cross is not None and data.cross.t_ns.size:
+        t = data.cross.t_ns
+        keep = (t >= z.lo_ns - 20 * ms) & (t <= z.hi_ns + 20 * ms)
+        ax.step((t[keep] - t0) / ms, data.cross.values[keep] / 1e6, where="pre", color="tab:blue", lw=1.0,
+                label="cross-traffic (B eth0 rx)")  # fmt: skip
+    for b0, b1, lossy in z.gaps:
+        if b1 >= z.lo_ns and b0 <= z.hi_ns:
+            ax.axvspan((b0 - t0) / ms, (b1 - t0) / ms, color="tab:red" if lossy else "0.8", alpha=0.25, lw=0)
+    ax.set_xlim((z.lo_ns - t0) / ms, (z.hi_ns - t0) / ms)
+    ax.set_ylim(bottom=0)
+    for i, (label, t_ns) in enumerate(sorted(z.marks, key=lambda m: m[1])):
+        x = (t_ns - t0) / ms
+        ax.axvline(x, color="0.3", ls=":", lw=0.9)
+        ax.annotate(label, (x, 0.98 - 0.09 * (i % 4)), xycoords=("data", "axes fraction"), va="top", ha="left",
+                    fontsize="x-small", color="0.15")  # fmt: skip
+    ax.set_ylabel("cross-traffic [Mbit/s]")
+    ax.set_xlabel("outage up close: ms from migration start (bands: sink gaps; red = packets lost)")
+
+
 def plot_run(path: Path, data: PlotData) -> Path:
     """Draw the run plot to ``path`` (PNG, written atomically) and return the path.
 
@@ -129,11 +165,18 @@ def plot_run(path: Path, data: PlotData) -> Path:
     and the migration-link rate (R1 mig0 tx, Mbit/s, Ethernet header incl.), per sampling
     interval.  Bottom: RTT C -> D (ms) by send time, lost probes as red ticks along the top.
     Time axis: s relative to the migration start (``t0_ns``); vertical lines mark migrate/
-    stop/completed/cont/announce-self."""
+    stop/completed/cont/announce-self.  With ``zoom`` (the outage anatomy), a third panel shows
+    the outage up close with the anatomy's marks."""
     path = Path(path)
     t0 = _t0(data)
-    fig = Figure(figsize=(10, 6.5), layout="constrained")
-    top, bottom = fig.subplots(2, 1, sharex=True)
+    if data.zoom is None:
+        fig = Figure(figsize=(10, 6.5), layout="constrained")
+        top, bottom = fig.subplots(2, 1, sharex=True)
+    else:
+        fig = Figure(figsize=(10, 9.5), layout="constrained")
+        top, bottom, zoom = fig.subplots(3, 1, height_ratios=(3, 2, 3))
+        bottom.sharex(top)
+        _draw_zoom(zoom, data, data.zoom, t0)
     _draw_rates(top, data, t0)
     _draw_rtt(bottom, data.rtt, t0)
     _draw_marks(top, bottom, data.marks, t0)

@@ -159,6 +159,41 @@ def _control_plane_lines(cp: Mapping[str, Any] | None) -> list[str]:
     return out
 
 
+def _phase_text(p: Mapping[str, Any] | None) -> str:
+    """A phase: its seconds with the resolution, a bound as '>= x' / '<= x', else '–'."""
+    if not isinstance(p, Mapping):
+        return NA
+    res = f" (±{_f(p['resolution_s'])})" if p.get("resolution_s") is not None else ""
+    if p.get("seconds") is not None:
+        return f"{_f(p['seconds'])}{res}"
+    if p.get("lower_s") is not None and p.get("upper_s") is None:
+        return f">= {_f(p['lower_s'])}"
+    if p.get("upper_s") is not None:
+        return f"<= {_f(p['upper_s'])}"
+    return NA
+
+
+def _anatomy_lines(a: Mapping[str, Any] | None) -> list[str]:
+    """The outage's phases, then its timeline in ms from the migration start."""
+    if not isinstance(a, Mapping):
+        return []
+    ph = a.get("phases") or {}
+    parts = "   ".join(
+        f"{label} {_phase_text(ph.get(key))}"
+        for key, label in (("vcpu_blackout", "vCPU blackout"), ("reattachment", "reattachment"),
+                           ("reconvergence", "reconvergence"))
+    )  # fmt: skip
+    marks = [m for m in a.get("marks") or [] if m.get("t_s") is not None and m.get("key") != "start"]
+    timeline = " · ".join(
+        f"{m['label']} {'>= ' if m.get('bound') == 'lower' else ''}{m['t_s'] * 1e3:.1f}" for m in marks
+    )
+    return [
+        f"  outage [s]       {_phase_text(ph.get('outage'))}, last packet → full rate (data plane)",
+        f"  phases [s]       {parts}",
+        f"  timeline [ms]    {timeline}",
+    ]
+
+
 def format_table(summary: Summary | Mapping[str, Any]) -> str:
     """Headline metrics of a run, one per line (accepts a Summary or its summary.json dict).
 
@@ -203,6 +238,7 @@ def format_table(summary: Summary | Mapping[str, Any]) -> str:
         lines.append(line)
     if "instruments" in s:
         lines.append(_instruments_line(s))
+    lines += _anatomy_lines(s.get("anatomy"))
     lines += _control_plane_lines(s.get("control_plane"))
     flags = sorted({*(_d(dc, "flags") or []), *(_d(dp, "flags") or [])})
     if flags:

@@ -306,3 +306,8 @@ def test_outage_anatomy_of_a_synthetic_run(tmp_path, mode):
     assert ph["outage"]["seconds"] == pytest.approx(e["packets_downtime_s"])
     keys = [m["key"] for m in a["marks"]]
     assert keys.index("vcpu_stop") < keys.index("vcpu_resume") < keys.index("first_packet")
+    lines = format_table(analyse_run(run.run_dir)).splitlines()
+    phases = next(ln for ln in lines if ln.startswith("  phases [s]"))
+    assert f"vCPU blackout {ph['vcpu_blackout']['seconds']:.3f}" in phases
+    assert next(ln for ln in lines if ln.startswith("  outage [s]")).split()[2] == f"{e['packets_downtime_s']:.3f}"
+    assert "resume" in next(ln for ln in lines if ln.startswith("  timeline [ms]"))
