@@ -59,6 +59,9 @@ REASON_TEXT: dict[str, str] = {
     "inconsistent_counts": "the sink received more packets than the generator sent",
     "no_instrument_cpu": "meta.json has no instruments_cpu_s",
     "no_wall_span": "no wall span for the instruments",
+    "records_end": "the records end before the outage was seen to end",
+    "below_gap_threshold": "no sink gap above its threshold: shorter than the threshold",
+    "anatomy_mark_missing": "a mark of the outage's timeline was not recorded",
 }
 
 

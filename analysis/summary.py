@@ -108,6 +108,7 @@ class Summary:
             out["duration_s.link"] = q.at_most(self.link.duration_upper_s, ("below_resolution",))
         out.update(self._q_rtt())
         out.update(self._q_cross())
+        out.update(self._q_anatomy())
         ins = self.instruments
         for name in ("total_cpu_s", "core_share"):
             code = (ins.absent or {}).get(name) if ins is not None else "no_instrument_cpu"
@@ -153,6 +154,21 @@ class Summary:
             elif getattr(hv, name) is None:
                 code = (hv.absent or {}).get(name, "not_reported")
                 out[path] = q.absent(code, detail=f"status {hv.status}" if code == "not_completed" else "")
+        return out
+
+    def _q_anatomy(self) -> dict[str, q.Qualifier]:
+        """The outage's phases (summary.json ``anatomy.phases.<phase>.seconds``): a bound or why absent."""
+        out: dict[str, q.Qualifier] = {}
+        for p in self.anatomy.phases if self.anatomy is not None else ():
+            if p.seconds is not None:
+                continue
+            path = f"anatomy.phases.{p.key}.seconds"
+            if p.lower_s is not None and p.upper_s is None:
+                out[path] = q.censored(p.lower_s, ("records_end",), detail=p.why_absent or "")
+            elif p.upper_s is not None:
+                out[path] = q.at_most(p.upper_s, ("below_gap_threshold",), detail=p.why_absent or "")
+            else:
+                out[path] = q.absent("anatomy_mark_missing", text=p.why_absent or "")
         return out
 
     def _q_rtt(self) -> dict[str, q.Qualifier]:

@@ -117,6 +117,20 @@ METRICS: tuple[Metric, ...] = (
        "cross_traffic.migration_lost_packets (sent from migration start to end + 2 s, never received)"),
     _m("outage_lost_packets", "packets", "lost (outage)", "cross_traffic.outage_lost_packets",
        "cross_traffic.outage_lost_packets (sent during the packet-downtime gap, never received)", True),
+    _m("outage_s", "s", "outage (anatomy)", "anatomy.phases.outage.seconds",
+       "anatomy.phases.outage: last cross-traffic packet before the blackout to full rate (docs/metrics.md)", True),
+    _m("vcpu_blackout_s", "s", "vCPU blackout", "anatomy.phases.vcpu_blackout.seconds",
+       "anatomy.phases.vcpu_blackout: source vCPU stop to destination resume"),
+    _m("reattachment_s", "s", "reattachment", "anatomy.phases.reattachment.seconds",
+       "anatomy.phases.reattachment: resume to the first cross-traffic packet after it"),
+    _m("reconvergence_s", "s", "reconvergence", "anatomy.phases.reconvergence.seconds",
+       "anatomy.phases.reconvergence: first packet after the resume to full rate", True),
+    _m("bfd_flaps", "1", "BFD flaps", "control_plane.bfd.flaps",
+       "control_plane.bfd.flaps: BFD sessions that went down during the run (PEERING with bfd)"),
+    _m("bgp_flaps", "1", "BGP flaps", "control_plane.bgp.flaps",
+       "control_plane.bgp.flaps: BGP sessions that went down during the run (PEERING)"),
+    _m("bfd_silence_ms", "ms", "BFD silence", "control_plane.bfd.silence_ms",
+       "control_plane.bfd.silence_ms: the router's longest gap in BFD packets at a peer"),
 )  # fmt: skip
 METRIC_BY_NAME = {m.name: m for m in METRICS}
 
