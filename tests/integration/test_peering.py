@@ -73,6 +73,13 @@ def test_bgp_and_bfd_through_a_migration(tmp_path, mode):
         if any("Hold timer" in (f["cause"] or "") for f in bgp["flap_details"]):
             _consistent(bgp, 1000.0)
     assert "BGP " in out and "BFD " in out  # the printed table's control-plane lines
+    for proto in (bgp, bfd):  # both peers' captures were dissected down to the router's packets
+        assert all(v["gap_ms"] is not None for v in proto["silence_by_peer"].values()), proto
+    anatomy = summary["anatomy"]
+    phases = anatomy["phases"]
+    assert phases["vcpu_blackout"]["seconds"] > 0 and phases["reattachment"]["seconds"] is not None, phases
+    assert "  phases [s]" in out and "  timeline [ms]" in out  # the printed anatomy
+    marks = {m["key"]: m["t_ns"] for m in anatomy["marks"]}
     if mode == "stopcopy":
         # the guest is paused for the whole copy (> 150 ms under TCG): BFD must go down, and BGP
         # follows BFD; the cross-traffic outage then lasts until B's route is back at the router
@@ -84,6 +91,12 @@ def test_bgp_and_bfd_through_a_migration(tmp_path, mode):
         assert back and all(t is not None for t in back), bgp
         gap = summary["details"]["downtime_packets"]
         assert gap["t_after_ns"] is not None and gap["t_after_ns"] >= max(back), (gap, back)
+        # the whole outage is measured (not clipped at end + 2 s) and its anatomy puts the
+        # reconvergence after the resume: full rate only once BGP was up again
+        assert "clipped_end" not in gap["flags"], gap
+        assert phases["reconvergence"]["seconds"] > 0 and marks["full_rate"] >= marks["bgp_up"], anatomy
+        assert marks["vcpu_stop"] < marks["bfd_down"] < marks["vcpu_resume"], anatomy
+        assert phases["outage"]["seconds"] >= phases["vcpu_blackout"]["seconds"], phases
 
 
 def test_bgp_sessions_through_a_criu_migration(tmp_path):
