@@ -281,6 +281,7 @@ def outage_anatomy(
     blackout = _phase("vcpu_blackout", stop, resume)
     reattach: Phase | None = None
     first = last_before = None
+    never = Mark("full_rate", None, why_absent="the traffic did not come back before it stopped")
     chain_from: int | None = None  # where the search for the outage's last lossy gap starts
     if resume.t_ns is None or last_packet_ns is None:
         why = f"no resume: {resume.why_absent}" if resume.t_ns is None else "the sink received no packet"
@@ -299,9 +300,11 @@ def outage_anatomy(
                 reattach = Phase("reattachment", "vcpu_resume", "first_packet", None, None, None, None,
                                  f"the first packet came {(r - row[1]) / 1e6:.1f} ms before the recorded resume "
                                  f"({resume.source}): that record is later than the router's restart")  # fmt: skip
-        elif last_packet_ns < r:
+        elif last_packet_ns < r:  # never back: the outage lasted at least until the generator stopped
             last_before = Mark("last_packet", last_packet_ns, sink, pkt)
             first = Mark("first_packet", None, why_absent="no packet after the resume before the traffic stopped")
+            end = max(traffic_end_ns or last_packet_ns, last_packet_ns)
+            never = Mark("full_rate", end, "the generator stopped (traffic never came back)", pkt, bound="lower")
         else:  # no gap above the threshold: packets kept arriving through the blackout
             thr = (gap_threshold_ns or 0) / 1e9
             why = f"no sink gap above the threshold ({thr * 1e3:g} ms) overlaps the blackout"
@@ -309,7 +312,7 @@ def outage_anatomy(
             reattach = Phase("reattachment", "vcpu_resume", "first_packet", None, 0.0, thr, None, why)
             chain_from = r
         if chain_from is None:
-            full = Mark("full_rate", None, why_absent="the traffic did not come back before it stopped")
+            full = never
         else:
             cur = chain_from
             lossy = g[(g[:, 0] >= chain_from) & (g[:, 3] - g[:, 2] > 1)] if g.size else g
@@ -345,3 +348,9 @@ def outage_anatomy(
     ordered = sorted((m for m in marks if m.t_ns is not None), key=lambda m: m.t_ns or 0)
     ordered += [m for m in marks if m.t_ns is None]
     return Anatomy(tuple(ordered), tuple(phases), settle_s, tuple(notes))
+
+
+def timeline_text(a: Mapping[str, Any]) -> str:
+    """The anatomy's marks in time order, ms from the migration start: 'vCPU stop 0.4 · resume 786.5 · …'."""
+    marks = [m for m in a.get("marks") or [] if m.get("t_s") is not None and m.get("key") != "start"]
+    return " · ".join(f"{m['label']} {'>= ' if m.get('bound') == 'lower' else ''}{m['t_s'] * 1e3:.1f}" for m in marks)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from analysis.metrics.anatomy import timeline_text
 from analysis.summary import Summary
 
 NA = "–"
@@ -183,10 +184,7 @@ def _anatomy_lines(a: Mapping[str, Any] | None) -> list[str]:
         for key, label in (("vcpu_blackout", "vCPU blackout"), ("reattachment", "reattachment"),
                            ("reconvergence", "reconvergence"))
     )  # fmt: skip
-    marks = [m for m in a.get("marks") or [] if m.get("t_s") is not None and m.get("key") != "start"]
-    timeline = " · ".join(
-        f"{m['label']} {'>= ' if m.get('bound') == 'lower' else ''}{m['t_s'] * 1e3:.1f}" for m in marks
-    )
+    timeline = timeline_text(a)
     return [
         f"  outage [s]       {_phase_text(ph.get('outage'))}, last packet → full rate (data plane)",
         f"  phases [s]       {parts}",

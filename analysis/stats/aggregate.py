@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from analysis import qualify as q
+from analysis.metrics.anatomy import timeline_text
 from analysis.stats.inference import t_half_width, wilson_interval
 
 CONFIDENCE = 0.95
@@ -207,6 +208,8 @@ def run_record(summary: Mapping[str, Any], meta: Mapping[str, Any], **extra: Any
             rec[f"{m.name}_lower"] = _num(qual.get("lower")) if qual and qual.get("state") == q.CENSORED else None
     rec["quals"] = quals
     rec["qualifiers"] = qualifiers_text(quals)
+    anatomy = summary.get("anatomy")
+    rec["timeline"] = timeline_text(anatomy) if isinstance(anatomy, Mapping) else None
     return rec
 
 

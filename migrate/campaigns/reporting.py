@@ -220,6 +220,7 @@ POINT_TABLE = (
     ("downtime counters [ms]", "downtime_counters_s", 1e3),
     ("downtime packets [ms]", "downtime_packets_s", 1e3),
     ("downtime QEMU [ms]", "downtime_hypervisor_s", 1e3),
+    ("outage (anatomy) [ms]", "outage_s", 1e3),
     ("duration link [s]", "duration_link_s", 1.0),
     ("duration QEMU [s]", "duration_hypervisor_s", 1.0),
     ("volume link [MB]", "volume_link_bytes", 1e-6),
@@ -293,6 +294,27 @@ def runs_table(records: Sequence[dict[str, Any]]) -> rh.Table:
         ])  # fmt: skip
         classes.append("" if r.get("status") == "completed" else "failed")
     return rh.Table("Runs (in the order they ran)", header, rows, classes, id="runs")
+
+
+def anatomy_table(records: Sequence[dict[str, Any]]) -> rh.Table | None:
+    """One row per run with a timeline: the outage's phases, the sessions that flapped and the
+    timeline itself (docs/metrics.md "Outage anatomy"); None when no run has one."""
+    rows = [r for r in records if r.get("timeline")]
+    if not rows:
+        return None
+    header = ["run", "series", "vCPU blackout [ms]", "reattachment [ms]", "reconvergence [ms]", "outage [ms]",
+              "BFD flaps", "BGP flaps", "timeline [ms from migration start]"]  # fmt: skip
+    body = [
+        [r.get("run_id"), r.get("series"), _run_cell(r, "vcpu_blackout_s", 1e3), _run_cell(r, "reattachment_s", 1e3),
+         _run_cell(r, "reconvergence_s", 1e3), _run_cell(r, "outage_s", 1e3), _f(r.get("bfd_flaps"), 1, "g"),
+         _f(r.get("bgp_flaps"), 1, "g"), r["timeline"]]
+        for r in sorted(rows, key=lambda r: (r.get("order") is None, r.get("order") or 0, r.get("run_id")))
+    ]  # fmt: skip
+    note = (
+        "vCPU blackout: source stop to destination resume; reattachment: resume to the first packet after it; "
+        "reconvergence: that packet to full rate; outage: last packet before the blackout to full rate."
+    )
+    return rh.Table("Outage anatomy (per run)", header, body, None, note, id="anatomy")
 
 
 def definitions() -> list[tuple[str, str]]:
@@ -369,7 +391,12 @@ def build_outputs(
         banner=banner,
         lead_tables=lead_tables,
         plots=plots,
-        tables=[*extra_tables, points_table(points), runs_table(records)],
+        tables=[
+            *extra_tables,
+            points_table(points),
+            runs_table(records),
+            *(t for t in (anatomy_table(records),) if t is not None),
+        ],
         metadata=meta_sections,
         definitions_md=[*definitions(), *extra_definitions],
         generated_utc=sd.now_utc(),

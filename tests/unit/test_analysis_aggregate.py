@@ -124,6 +124,10 @@ def test_sweep_report_with_bounds_classes_and_n(tmp_path):
     assert "n=1 +1≥" in table and "tcg" in table
     html = (sweep / "report.html").read_text()
     assert "1 censored ≥" in html and "n=1" in html and "1 setup" in html
+    # the outage anatomy: runs.csv columns (a never-back run's outage is a bound) and the report's table
+    assert float(runs["100M-1500-r01"]["outage_s"]) > 0 and float(runs["100M-1500-r01"]["vcpu_blackout_s"]) > 0
+    assert bounded["outage_s"] == "" and float(bounded["outage_s_lower"]) > 2.0
+    assert "Outage anatomy (per run)" in html and "vCPU stop" in html
 
 
 def test_report_refuses_to_mix_accelerators_in_a_point(tmp_path, capsys):

@@ -82,9 +82,10 @@ def test_synthetic_records_ending_inside_the_settle_time_give_a_bound():
 
 def test_synthetic_traffic_never_back_is_absent_not_zero():
     a = _synthetic([[200 * MS, 900 * MS, 1, 2]], last_ns=990 * MS)
-    assert a.mark("first_packet").t_ns is None and a.mark("full_rate").t_ns is None
+    assert a.mark("first_packet").t_ns is None and a.mark("full_rate").bound == "lower"
     assert a.phase("reattachment").seconds is None and a.phase("reattachment").why_absent
-    assert a.phase("outage").seconds is None
+    out = a.phase("outage")  # a bound: from the last packet until the generator stopped
+    assert out.seconds is None and out.lower_s == pytest.approx(9.010) and out.upper_s is None
 
 
 def test_synthetic_no_gap_over_the_blackout_is_an_upper_bound():
