@@ -213,3 +213,21 @@ def test_sessions_state_from_the_real_logs():
     assert up["A"] is None and flaps >= 1
     never = {r: [LogEvent(T0, "TRACE", "device1", "Initializing")] for r in ROUTER}
     assert sessions_state(never, ROUTER, bfd=False)[0] == {"A": None, "B": None}
+
+
+def test_calibration_spec_passes_peering_to_its_scenario_and_defaults_to_none():
+    from migrate.cli.main import build_parser
+    from migrate.experiment.calibrate import CalibrationSpec, forward_window_s
+
+    plain = CalibrationSpec()
+    assert plain.peering == "" and plain.scenario().peering == "" and plain.name.endswith("-1500")
+    args = ["calibrate", "--kind", "pause", "--peering", "bgp,bfd", "--bfd", "20x4", "--bgp-hold", "6", "--rate", "10M"]
+    from migrate.cli.calibrate import spec_from_args
+
+    spec = spec_from_args(build_parser().parse_args(args))
+    s = spec.scenario()
+    assert (s.peering, s.bfd_interval_ms, s.bfd_multiplier, s.bgp_hold_s) == ("bgp,bfd", 20, 4, 6)
+    assert spec.name.endswith("-bgp+bfd") and spec.planned_s() > plain.planned_s() / 2
+    # B must see the cross-traffic at half its packet rate: 10 packets within 24 ms at 10 Mbit/s
+    # of 1500 B frames, more than the router's BFD and BGP packets alone bring
+    assert forward_window_s(spec) == pytest.approx(10 / (0.5 * 10e6 / 12000))
