@@ -39,11 +39,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from analysis.metrics.calibration import Event
 from analysis.metrics.control_plane import (
     Flap,
     LogEvent,
@@ -53,6 +52,38 @@ from analysis.metrics.control_plane import (
     control_times,
     longest_silence,
 )
+
+
+class EdgeLike(Protocol):
+    """An event's edge (analysis.metrics.calibration.Edge)."""
+
+    @property
+    def before_ns(self) -> int: ...
+    @property
+    def after_ns(self) -> int: ...
+
+
+class Event(Protocol):
+    """A calibration event as analysis.metrics.calibration.Event has it (that module imports
+    this one)."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def nominal_ms(self) -> float: ...
+    @property
+    def rep(self) -> int: ...
+    @property
+    def start(self) -> EdgeLike: ...
+    @property
+    def end(self) -> EdgeLike: ...
+    @property
+    def true_s(self) -> float: ...
+    @property
+    def uncertainty_s(self) -> float: ...
+
 
 PROTOCOLS = ("bgp", "bfd")
 #: the peer whose sessions a cut (R1's tapR, the router's side of segment R) interrupts
