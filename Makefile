@@ -87,7 +87,8 @@ baseline:
 CALIBRATE_FLAGS = $(call flag,HV,hv) $(call flag,DRIVER,driver) $(call flag,KIND,kind) \
   $(call flag,DURATIONS,durations) $(call flag,REPS,reps) $(call flag,RATE,rate) $(call flag,SIZE,size) \
   $(call flag,ROUTER,router) $(call flag,ACCEL,accel) $(call flag,MEM,mem) $(call flag,SAMPLE_MS,sample-ms) \
-  $(call flag,BOOT_TIMEOUT,boot-timeout) $(call flag,SEED,seed) $(call flag,TESTBED,testbed) --results $(RESULTS)
+  $(call flag,BOOT_TIMEOUT,boot-timeout) $(call flag,SEED,seed) $(call flag,TESTBED,testbed) \
+  $(call flag,PEERING,peering) $(call flag,BFD,bfd) $(call flag,BGP_HOLD,bgp-hold) --results $(RESULTS)
 .PHONY: calibrate
 calibrate:
 	$(PY) -m migrate calibrate $(CALIBRATE_FLAGS)

@@ -42,12 +42,15 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from analysis.metrics.downtime import counters_downtime, packets_downtime
 from analysis.metrics.window import Spans
+
+if TYPE_CHECKING:
+    from analysis.metrics.calibration_control import ControlCalibration
 
 KINDS = ("cut", "pause")
 ESTIMATORS = ("packets", "counters")
@@ -175,7 +178,9 @@ class Row:
 
 @dataclass(frozen=True)
 class Calibration:
-    """Per-event estimates, per-row summary and the overall verdict (None: no cut events)."""
+    """Per-event estimates, per-row summary and the overall verdict: the cut targets and, with
+    routing peers, the control-plane checks (``control``, :mod:`analysis.metrics.calibration_control`);
+    None: neither applies."""
 
     estimates: tuple[Estimate, ...]
     rows: tuple[Row, ...]
@@ -184,6 +189,7 @@ class Calibration:
     departure_interval_s: float | None
     period_s: float | None
     notes: tuple[str, ...]
+    control: ControlCalibration | None = None  # None: no routing peers
 
 
 def events_from_actions(actions: Iterable[Mapping[str, Any]]) -> tuple[list[Event], list[str]]:
@@ -505,6 +511,7 @@ def load_and_calibrate(run_dir: Path) -> tuple[Calibration, str]:
     """Read a calibration results directory (actions.jsonl, counters.tsv, sink.json, gen.json,
     meta.json) and calibrate; returns the calibration and the HV label."""
     from analysis.load import load_counters, read_json, read_jsonl, sink_gaps
+    from analysis.metrics.calibration_control import load_control
     from analysis.metrics.clock import GEN_ROLE, SINK_ROLE, clock_figures, sink_on_orchestrator_clock
 
     run_dir = Path(run_dir)
@@ -535,15 +542,30 @@ def load_and_calibrate(run_dir: Path) -> tuple[Calibration, str]:
     if (run_dir / "gen.json").exists():
         pkt, quantum = send_timing(read_json(run_dir / "gen.json"))
     cal = calibrate(events, t, rx, period, gaps, pkt, quantum)
-    return replace(cal, notes=(*notes, *cal.notes)), hv
+    control = load_control(run_dir, meta, events)
+    if control is None and (spec.get("peering") or ""):
+        notes.append("PEERING was asked but meta.json has no peering record (the peers never came up)")
+    passed = combine(cal.passed, None if control is None else control.passed)
+    return replace(cal, notes=(*notes, *cal.notes), control=control, passed=passed), hv
+
+
+def combine(*verdicts: bool | None) -> bool | None:
+    """The overall verdict: False if any is False, True if some are True and none False, None
+    if none applies."""
+    known = [v for v in verdicts if v is not None]
+    return all(known) if known else None
 
 
 def write_outputs(run_dir: Path, cal: Calibration, hv: str) -> None:
     """``calibration.csv`` (rows), ``calibration_events.csv`` (one line per event and estimator)
     and ``calibration.json`` (rows, verdict, notes)."""
+    from analysis.metrics import calibration_control as ccm
+
     run_dir = Path(run_dir)
     _write_csv(run_dir / CSV_NAME, ROW_COLUMNS, (row_record(hv, r) for r in cal.rows))
     _write_csv(run_dir / EVENTS_CSV_NAME, EVENT_COLUMNS, (event_record(hv, e) for e in cal.estimates))
+    if cal.control is not None:
+        ccm.write_csv(run_dir / ccm.CSV_NAME, cal.control)
     doc = {
         "hv": hv,
         "passed": cal.passed,
@@ -555,6 +577,7 @@ def write_outputs(run_dir: Path, cal: Calibration, hv: str) -> None:
             "counters": f"{TARGET_PERIODS} sampling period + edge uncertainty",
         },
         "rows": [asdict(r) for r in cal.rows],
+        "control_plane": None if cal.control is None else ccm.to_json(cal.control),
         "notes": list(cal.notes),
     }
     tmp = run_dir / f".{JSON_NAME}.tmp"
@@ -595,6 +618,10 @@ def format_table(cal: Calibration, hv: str) -> str:
         "  stream = the longest other inter-arrival gap at B within 1 s of the events ('-': none recorded); "
         "the second target adds twice it (informational)"
     )
+    if cal.control is not None:
+        from analysis.metrics.calibration_control import format_lines
+
+        lines += format_lines(cal.control)
     lines += [f"  note: {n}" for n in cal.notes]
     return "\n".join(lines)
 

@@ -17,6 +17,7 @@ from migrate.experiment.calibrate import (
     parse_kinds,
     run_calibration,
 )
+from migrate.experiment.scenario import parse_bfd
 
 
 def add_parser(sub: Any) -> None:
@@ -35,6 +36,9 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--sample-ms", type=whole("SAMPLE_MS"), default=10, help="counter sampling period ms (SAMPLE_MS)")
     c.add_argument("--boot-timeout", type=float, default=None, help="s (120; HV=xen 300)")
     c.add_argument("--seed", type=whole("SEED"), default=1, help="order of the durations (SEED)")
+    c.add_argument("--peering", default="", help="routing sessions with peers on both segments: bgp or bgp,bfd")
+    c.add_argument("--bfd", default="50x3", help="BFD <interval ms>x<multiplier> (PEERING with bfd)")
+    c.add_argument("--bgp-hold", type=whole("BGP_HOLD"), default=9, help="BGP hold time s (keepalive = hold/3)")
     c.add_argument("--results", type=Path, default=Path("results"), help="results root directory")
     c.add_argument("--testbed", type=Path, default=None, help="a lab's inventory (TESTBED; docs/testbed.md)")
     c.set_defaults(handler=run_command)
@@ -43,18 +47,21 @@ def add_parser(sub: Any) -> None:
 def spec_from_args(a: argparse.Namespace) -> CalibrationSpec:
     """The spec from parsed flags (HV-dependent defaults filled in)."""
     xen = a.hv == "xen"
+    bfd = parse_bfd(a.bfd)
     return CalibrationSpec(
         hv=a.hv, driver=a.driver, kinds=a.kind, durations_ms=a.durations, reps=a.reps,
         rate_bps=a.rate if a.rate is not None else (XEN_DEFAULT_RATE_BPS if xen else 100_000_000),
         frame_bytes=a.size, router=a.router or ("bird" if a.hv == "criu" else "frr"), accel=a.accel,
         mem_mib=a.mem, sample_ms=a.sample_ms, seed=a.seed,
         boot_timeout_s=a.boot_timeout if a.boot_timeout is not None else (XEN_BOOT_TIMEOUT_S if xen else 120.0),
+        peering=a.peering, bfd_interval_ms=bfd[0], bfd_multiplier=bfd[1], bgp_hold_s=a.bgp_hold,
     )  # fmt: skip
 
 
 def run_command(a: argparse.Namespace) -> int:
-    """Run it; print the table and, last, the results directory.  Exit 0 when every cut target is
-    met, 1 when one is missed, 4 when the run failed."""
+    """Run it; print the table and, last, the results directory.  Exit 0 when every cut target
+    (and, with PEERING, every control-plane check) is met, 1 when one is missed, 4 when the run
+    failed."""
     import json
 
     from analysis.metrics.calibration import format_table, load_and_calibrate

@@ -26,6 +26,7 @@ over SSH."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime as dt
 import logging
@@ -49,7 +50,9 @@ from migrate.core.sighold import Abort, Teardown, signal_handlers
 from migrate.core.units import format_rate
 from migrate.drivers.base import Driver, RunContext, load_driver
 from migrate.drivers.criu.nsock import in_netns, netns_path, socket_in
+from migrate.experiment import peering
 from migrate.experiment.instruments import FORWARD_MIN_PACKETS, Instruments
+from migrate.experiment.peering import Peers
 from migrate.experiment.recorder import Recorder
 from migrate.experiment.scenario import DRIVERS, HVS, Scenario
 from migrate.testbed import topology as topo
@@ -71,7 +74,15 @@ XEN_BOOT_TIMEOUT_S = 300.0
 SPACING_S = 1.0  # normal forwarding between one event's end (forwarding seen again) and the next
 FORWARD_TIMEOUT_S = 15.0  # the router must forward again this soon after an event
 FORWARD_POLL_S = 0.002
+MIN_FORWARD_WINDOW_S = 0.02
 WARMUP_TIMEOUT_S = 30.0
+#: PEERING: how long every session may take to be up again after an event (BFD down, BGP after
+#: it: the peers' 1 s error wait, then OPEN), and the allowance per event in the probes' duration
+SESSIONS_UP_TIMEOUT_S = 30.0
+PEERING_RECOVERY_S = 10.0
+#: PEERING: how many times the wait for sessions and forwarding is repeated when a session went
+#: down during the spacing after it (a down the peers logged only after the end edge)
+SETTLE_ROUNDS = 3
 CUT_PORT = "tapR"  # R1's bridge port of the router's right-hand interface (toward B)
 META_FORMAT = 1
 
@@ -99,6 +110,11 @@ class CalibrationSpec:
     sample_ms: int = 10
     boot_timeout_s: float = 120.0
     seed: int = 1
+    #: routing peers on both segments (``PEERING=``, docs/peering.md): "" none, "bgp" or "bgp,bfd"
+    peering: str = ""
+    bfd_interval_ms: int = 50
+    bfd_multiplier: int = 3
+    bgp_hold_s: int = 9
 
     def __post_init__(self) -> None:
         validate(self)
@@ -107,12 +123,14 @@ class CalibrationSpec:
     def name(self) -> str:
         """Results directory suffix, from the parameters."""
         hv = self.hv if self.driver == "qmp" else f"{self.hv}-{self.driver}"
-        return f"calibrate-{hv}-{'+'.join(self.kinds)}-{format_rate(self.rate_bps)}-{self.frame_bytes}"
+        peers = f"-{self.peering.replace(',', '+')}" if self.peering else ""
+        return f"calibrate-{hv}-{'+'.join(self.kinds)}-{format_rate(self.rate_bps)}-{self.frame_bytes}{peers}"
 
     def planned_s(self) -> float:
         """A generous estimate of the event phase's length (for the probes' duration)."""
         n = len(self.kinds) * len(self.durations_ms) * self.reps
-        return sum(self.durations_ms) / 1e3 * len(self.kinds) * self.reps + n * (SPACING_S + 1.0) + 30.0
+        recovery = PEERING_RECOVERY_S if self.peering else 1.0
+        return sum(self.durations_ms) / 1e3 * len(self.kinds) * self.reps + n * (SPACING_S + recovery) + 30.0
 
     def scenario(self) -> Scenario:
         """The Scenario the driver and the instruments are built from (no migration happens;
@@ -122,7 +140,8 @@ class CalibrationSpec:
             hv=self.hv, driver=self.driver, mode="stopcopy" if self.hv == "criu" else "precopy",
             rate_bps=self.rate_bps, frame_bytes=self.frame_bytes,
             duration_s=total, migrate_at_s=total / 2, sample_ms=self.sample_ms, mem_mib=self.mem_mib,
-            router=self.router, accel=self.accel, boot_timeout_s=self.boot_timeout_s,
+            router=self.router, accel=self.accel, boot_timeout_s=self.boot_timeout_s, peering=self.peering,
+            bfd_interval_ms=self.bfd_interval_ms, bfd_multiplier=self.bfd_multiplier, bgp_hold_s=self.bgp_hold_s,
         )  # fmt: skip
 
 
@@ -384,6 +403,14 @@ class RxPackets:
         self._fh.close()
 
 
+def forward_window_s(spec: CalibrationSpec) -> float:
+    """PEERING: the time within which B must receive ``FORWARD_MIN_PACKETS`` for the router to
+    count as forwarding again: that many packets at half the cross-traffic's packet rate, and
+    at least ``MIN_FORWARD_WINDOW_S`` (the counter's polling)."""
+    pps = spec.rate_bps / (spec.frame_bytes * 8)
+    return max(FORWARD_MIN_PACKETS / (0.5 * pps), MIN_FORWARD_WINDOW_S)
+
+
 def _sleep_until_ns(t_ns: int) -> None:
     """Wait for a scheduled instant (an event's planned end: a schedule, not a readiness wait)."""
     while (left := t_ns - time.time_ns()) > 0:
@@ -408,6 +435,7 @@ class Calibrator:
         self.tb = Testbed(self.registry.prefix)
         self.driver: Driver | None = None
         self.instruments: Instruments | None = None
+        self.peers: Peers | None = None
         self.port: PortCut | LabPortCut | None = None
         self.rx_b: RxPackets | LabRxPackets | None = None
         self.active: Planned | None = None  # the event whose path is cut or paused right now
@@ -437,8 +465,16 @@ class Calibrator:
         if self.inv is None:
             log.info("building testbed %s", self.registry.prefix)
             TestbedBuilder(self.registry).build()
+        if self.scenario.peering:
+            log.info("starting routing peers (%s)", self.scenario.peering)
+            self.peers = Peers(self.scenario, self.tb, self.registry, self.run_dir)
+            self.peers.start()
         log.info("starting the router (%s, %s, accel=%s)", self.spec.router, self.spec.hv, meta["accel"])
         self.driver.start_source()
+        if self.peers is not None:
+            self.peers.wait_established()
+            meta["peering"] = self.peers.describe()
+            write_json(self.run_dir / "meta.json", meta)
         self.instruments = Instruments(self.scenario, self.tb, self.registry, self.run_dir, self.recorder)
         self.instruments.start()
         meta["instruments"] = self.instruments.describe()
@@ -459,8 +495,7 @@ class Calibrator:
                 log.info("event %d/%d: %s %g ms (rep %d)", i + 1, len(events), ev.kind, ev.nominal_ms, ev.rep + 1)
                 progress.start(f"{ev.kind} {ev.nominal_ms:g} ms (rep {ev.rep + 1})")
                 self._event(ev)
-                self._forwarding_again(ev)
-                time.sleep(SPACING_S)
+                self._recovered(ev)
                 progress.finish()
         dead = self.instruments.dead()
         if dead:
@@ -502,17 +537,50 @@ class Calibrator:
         t2, t3 = self._edge(ev, 1, undo)
         self.end_half_ns[ev.kind] = (t3 - t2) // 2
 
+    def _recovered(self, ev: Planned) -> None:
+        """After an event: (PEERING) every session up again, then the router forwarding again,
+        then ``SPACING_S`` of normal forwarding.  The router forwards for a moment right after a
+        resume before its BGP session drops, so the sessions come first; a session the peers
+        saw go down only during the spacing (the silence ended after the end edge, and the
+        detection timer ran out after it) starts the wait again."""
+        if self.peers is None:
+            self._forwarding_again(ev)
+            time.sleep(SPACING_S)  # schedule: normal forwarding before the next event
+            return
+        what = f"{ev.kind} {ev.nominal_ms:g} ms (event {ev.index})"
+        for _ in range(SETTLE_ROUNDS):
+            up = self.peers.wait_sessions_up(SESSIONS_UP_TIMEOUT_S, what)
+            self.recorder.action("sessions-up", index=ev.index, up_ns=up.up_ns, flaps_seen=up.flaps)
+            self._forwarding_again(ev)
+            time.sleep(SPACING_S)  # schedule: normal forwarding before the next event
+            now = self.peers.sessions_up()
+            if now is not None and now.flaps == up.flaps:
+                return
+        raise VrmigError(f"the routing sessions kept going down after {what} ({SETTLE_ROUNDS} rounds)")
+
     def _forwarding_again(self, ev: Planned) -> None:
-        """Observe B's eth0 receive counter grow by a few packets (the router forwards again)."""
+        """Observe B's eth0 receive counter grow by a few packets (the router forwards again).
+
+        With PEERING the router also sends B control packets (BFD every interval, BGP), which
+        the counter counts alike: there the packets must arrive within
+        :func:`forward_window_s`, at half the cross-traffic's packet rate or more, which the
+        control packets alone do not reach."""
         if self.rx_b is None:
             if self.inv is not None:
                 self.rx_b = LabRxPackets(self.tb, "B", self.inv.host("B").interface or topo.HOST_IF)
             else:
                 self.rx_b = RxPackets(self.tb.ns("B"), topo.HOST_IF)
-        start = self.rx_b.read()
-        deadline = time.monotonic() + FORWARD_TIMEOUT_S
-        while self.rx_b.read() - start < FORWARD_MIN_PACKETS:
-            if time.monotonic() > deadline:
+        window = forward_window_s(self.spec) if self.spec.peering else None
+        readings = collections.deque([(time.monotonic(), self.rx_b.read())])
+        deadline = readings[0][0] + FORWARD_TIMEOUT_S
+        while True:
+            now, count = time.monotonic(), self.rx_b.read()
+            readings.append((now, count))
+            while window is not None and readings[0][0] < now - window:
+                readings.popleft()
+            if count - readings[0][1] >= FORWARD_MIN_PACKETS:
+                break
+            if now > deadline:
                 raise VrmigError(
                     f"the router did not forward again within {FORWARD_TIMEOUT_S:.0f} s after "
                     f"{ev.kind} {ev.nominal_ms:g} ms (event {ev.index})"
@@ -529,6 +597,7 @@ class Calibrator:
             steps.append((f"end the interrupted {ev.kind}", lambda: self._edge(ev, 1, undo, reason="teardown")))
         steps += [
             ("stop instruments", self.instruments.kill if self.instruments is not None else None),
+            ("stop routing peers", self.peers.stop if self.peers is not None else None),
             ("close netlink socket", self.port.close if self.port is not None else None),
             ("close B's counters", self.rx_b.close if self.rx_b is not None else None),
             ("stop hypervisor", self.driver.stop if self.driver is not None else None),
@@ -554,6 +623,7 @@ def dependencies(spec: CalibrationSpec, driver_cls: type[Driver]) -> dict[str, A
     if os.geteuid() != 0:
         raise DependencyError("make calibrate must run as root (it creates network namespaces): run it as root")
     Instruments.check(spec.scenario())
+    peering.check(spec.scenario())
     return driver_cls.preflight(spec.scenario())
 
 
@@ -563,6 +633,10 @@ def lab_checks(spec: CalibrationSpec, testbed: Path) -> tuple[Inventory, dict[st
     from migrate.experiment.run import lab_preflight, lab_supports
     from migrate.testbed.inventory import load
 
+    if spec.peering:
+        raise ConfigError(
+            "PEERING on a lab (TESTBED=) is not built yet: the peers run on the embedded testbed's end hosts"
+        )
     inv = load(testbed)
     lab_supports(spec.scenario(), inv)
     if spec.hv == "criu" and "pause" in spec.kinds:

@@ -34,7 +34,15 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
-from analysis.metrics.control_plane import BFD_PORT, BGP_PORT, BGP_PROTO, bfd_sessions, bgp_sessions, parse_bird_log
+from analysis.metrics.control_plane import (
+    BFD_PORT,
+    BGP_PORT,
+    BGP_PROTO,
+    LogEvent,
+    bfd_sessions,
+    bgp_sessions,
+    parse_bird_log,
+)
 from migrate.core.errors import DependencyError, VrmigError
 from migrate.core.procs import Proc
 from migrate.core.registry import Registry
@@ -56,10 +64,40 @@ TCPDUMP = "tcpdump"
 #: how long the sessions may take to come up once the router reports READY
 ESTABLISH_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 5.0
+LOG_POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class SessionsUp:
+    """Every session of every peer up, as the peers' logs say it (``Peers.wait_sessions_up``)."""
+
+    up_ns: dict[str, int]  # per peer, BIRD's time of the latest of its sessions to come up
+    flaps: int  # sessions that went down so far, over all peers and protocols
+
+
+def sessions_state(
+    logs: dict[str, list[LogEvent]], routers: dict[str, str], bfd: bool
+) -> tuple[dict[str, int | None], int]:
+    """From the peers' parsed logs: per peer, when the latest of its sessions (BGP and, with
+    ``bfd``, BFD) came up if all of them are up now (None: one is down or never was up), and
+    how many times a session went down so far."""
+    found = [bgp_sessions(logs)] + ([bfd_sessions(logs, routers)] if bfd else [])
+    up: dict[str, int | None] = {}
+    for peer in logs:
+        times: list[int | None] = []
+        for sessions in found:
+            mine = [f for f in sessions.flaps if f.peer == peer]
+            est = sessions.established_ns.get(peer)
+            if est is None or any(f.up_ns is None for f in mine):
+                times.append(None)  # never up, or down now
+            else:
+                times.append(max([est, *(f.up_ns for f in mine if f.up_ns is not None)]))
+        up[peer] = None if any(t is None for t in times) else max(t for t in times if t is not None)
+    return up, sum(len(s.flaps) for s in found)
 
 
 class PeeringError(VrmigError):
-    """The routing sessions did not come up before the migration."""
+    """The routing sessions did not come up (before the migration, or again after a calibration event)."""
 
 
 @dataclass(frozen=True)
@@ -259,6 +297,41 @@ class Peers:
                 )
             time.sleep(0.05)
         return dict(self.established_ns)
+
+    def _logs(self) -> dict[str, list[LogEvent]]:
+        return {p.role: parse_bird_log((self.dir / f"peer-{p.role}.log").read_text(errors="replace")) for p in peers()}
+
+    def _check_alive(self) -> None:
+        for what, p in self.procs.items():
+            if not p.alive():
+                raise PeeringError(f"{what} exited (status {p.returncode()}): {p.stderr_tail()}")
+
+    def sessions_up(self) -> SessionsUp | None:
+        """Every session of every peer up right now, as the peers' logs say (None: not yet)."""
+        routers = {p.role: p.router_addr for p in peers()}
+        up, flaps = sessions_state(self._logs(), routers, "bfd" in self.s.peering_protocols)
+        if any(t is None for t in up.values()):
+            return None
+        return SessionsUp({r: t for r, t in up.items() if t is not None}, flaps)
+
+    def wait_sessions_up(self, timeout_s: float, what: str = "") -> SessionsUp:
+        """Wait until every session of every peer is up (polling the peers' logs with the
+        analysis' parser, as ``wait_established``); PeeringError naming the peers still down
+        after ``timeout_s`` (``what``: the event they are waiting on, for the message)."""
+        deadline = time.monotonic() + timeout_s
+        while (found := self.sessions_up()) is None:
+            self._check_alive()
+            if time.monotonic() > deadline:
+                routers = {p.role: p.router_addr for p in peers()}
+                up, _ = sessions_state(self._logs(), routers, "bfd" in self.s.peering_protocols)
+                down = ", ".join(sorted(r for r, t in up.items() if t is None))
+                names = "BGP/BFD" if "bfd" in self.s.peering_protocols else "BGP"
+                raise PeeringError(
+                    f"the router's {names} sessions with {down} were not up again within {timeout_s:.0f} s"
+                    f"{' after ' + what if what else ''} (see peer-<role>.log in the run directory)"
+                )
+            time.sleep(LOG_POLL_S)
+        return found
 
     def stop(self) -> None:
         """BIRD first (its last log lines), then the captures (SIGINT: tcpdump flushes)."""

@@ -82,6 +82,49 @@ def test_calibrate_kvm_cuts_and_pauses(tmp_path, no_leftovers):
     assert len(_rows(run_dir, "calibration_events.csv")) == 16
 
 
+def test_calibrate_pauses_against_bgp_and_bfd(tmp_path, no_leftovers):
+    """PEERING=bgp,bfd BFD=50x3: a 400 ms pause (QMP stop/cont) exceeds the 150 ms detect time
+    and must bring BFD down at both peers and BGP with it; a 100 ms pause leaves the router
+    silent for 100-150 ms and must leave them up; each BFD silence matches the pause within
+    2 intervals.  The run waits for the sessions before each next event."""
+    require_root_and("qemu-system-x86_64", "tcpdump", *TOOLS)
+    _image("frr")
+    _image("bird")  # the peers' BIRD
+    argv = _argv(tmp_path, "--hv", "kvm", "--kind", "pause", "--durations", "100,400", "--reps", "1",
+                 "--peering", "bgp,bfd", "--bfd", "50x3", "--rate", "10M")  # fmt: skip
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    run_dir = Path(proc.stdout.strip().splitlines()[-1])
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["status"] == "completed", meta.get("failure")
+    assert meta["calibration"]["peering"] == "bgp,bfd" and set(meta["peering"]["established_ns"]) == {"A", "B"}
+
+    # after each event: every session up, then forwarding, then the next event
+    acts = _actions(run_dir)
+    for index in (0, 1):
+        up = [i for i, a in enumerate(acts) if a["action"] == "sessions-up" and a.get("index") == index]
+        fwd = [i for i, a in enumerate(acts) if a["action"] == "forwarding-observed" and a.get("index") == index]
+        assert up and fwd and up[0] < fwd[0], (index, acts)
+
+    rows = _rows(run_dir, "calibration_control_plane.csv")
+    assert sorted((r["pause_ms"], r["protocol"], r["peer"]) for r in rows) == sorted(
+        (d, p, peer) for d in ("100", "400") for p in ("bgp", "bfd") for peer in ("A", "B")
+    )
+    assert all(r["judged"] == "true" and r["limit_ms"] == "150.0" for r in rows), rows
+    for r in rows:
+        silence = float(r["deciding_silence_ms"])
+        if r["pause_ms"] == "400":  # BFD down, and BGP because BFD went down
+            assert silence > 150.0 and r["went_down"] == "true" and r["pass"] == "true", r
+            if r["protocol"] == "bgp":
+                assert "BFD session down" in r["causes"], r
+        elif silence < 150.0 - 2.0:  # below the detect time: both sessions stay up
+            assert r["went_down"] == "false" and r["pass"] == "true", r
+        if r["protocol"] == "bfd":  # the silence matches the pause within 2 BFD intervals
+            assert abs(float(r["silence_ms"]) - float(r["true_ms"])) <= 100.0 and r["pass_match"] == "true", r
+    assert "control-plane checks met: 8 of 8" in proc.stdout
+    assert proc.returncode == 0, proc.stdout[-3000:]
+
+
 def _criu_ready() -> None:
     from migrate.core.errors import DependencyError
     from migrate.drivers.criu.tool import locate

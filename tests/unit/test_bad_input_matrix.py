@@ -51,6 +51,9 @@ BAD_INPUTS = [
     ("KIND", ["calibrate", "--hv", "openvz", "--kind", "pause"]),
     ("REPS", ["calibrate", "--reps", "0"]),
     ("RATE", ["calibrate", "--rate", "0"]),
+    ("PEERING", ["calibrate", "--peering", "rip"]),
+    ("BFD", ["calibrate", "--peering", "bgp,bfd", "--bfd", "fast"]),
+    ("BFD", ["calibrate", "--peering", "bgp,bfd", "--bfd", "50x1"]),
 ]
 
 
