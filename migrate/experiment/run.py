@@ -115,6 +115,11 @@ LAB_RUNS = (("kvm", "qmp"), ("kvm", "libvirt"), ("criu", "qmp"))
 
 def lab_supports(scenario: Scenario, inv: Inventory) -> None:
     """Refuse what a lab run (TESTBED=) cannot do yet, before anything starts."""
+    if scenario.peering:
+        raise ConfigError(
+            "TESTBED= takes no PEERING yet: the routing peers run on the embedded testbed's end hosts; "
+            "run PEERING without TESTBED"
+        )
     if (scenario.hv, scenario.driver) not in LAB_RUNS:
         raise ConfigError(
             f"TESTBED= runs HV=kvm with DRIVER=qmp or libvirt, and HV=criu, so far (not HV={scenario.hv} "

@@ -211,6 +211,8 @@ def test_a_lab_takes_criu_through_its_own_driver_and_still_refuses_xen():
     assert load_driver("criu", "qmp") is not LabCriuDriver
     with pytest.raises(ConfigError, match="HV=xen"):
         lab_supports(Scenario(hv="xen"), inv)
+    with pytest.raises(ConfigError, match="TESTBED= takes no PEERING"):
+        lab_supports(Scenario(peering="bgp,bfd"), inv)
 
 
 def test_the_lab_driver_refuses_frr_before_anything_starts():
