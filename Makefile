@@ -113,7 +113,7 @@ hosts-setup:
 sweep:
 	@if [ -n "$(RATE)$(SIZE)" ]; then echo "make sweep: use RATES=... SIZES=... (RATE and SIZE are for make migrate)" >&2; exit 2; fi
 	$(PY) -m migrate sweep $(MIGRATE_FLAGS) $(call flag,RATES,rates) $(call flag,SIZES,sizes) $(call flag,REPS,reps) \
-	  $(call flag,SEED,seed) $(call flag,RESUME,resume)
+	  $(call flag,MODES,modes) $(call flag,BFDS,bfds) $(call flag,SEED,seed) $(call flag,RESUME,resume)
 
 report:
 	$(PY) -m migrate report $(RUNS) $(call flag,OUT,out) --results $(RESULTS)

@@ -174,6 +174,13 @@ def qualifiers_text(quals: Mapping[str, Mapping[str, Any]]) -> str:
     return "; ".join(f"{name}: {q.short(qual, fmt='.6g')}" for name, qual in quals.items())
 
 
+def bfd_setting(scenario: Mapping[str, Any]) -> str | None:
+    """``50x3`` (interval ms x multiplier) for a run with BFD peers, else None."""
+    if "bfd" not in str(scenario.get("peering") or "").split(","):
+        return None
+    return f"{scenario.get('bfd_interval_ms')}x{scenario.get('bfd_multiplier')}"
+
+
 def run_record(summary: Mapping[str, Any], meta: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
     """Flatten one run (its summary.json and meta.json dicts) into a record; ``extra`` (run_id,
     point, rep, series, run_dir, ...) is added as is.  Each metric is its value or None;
@@ -194,6 +201,8 @@ def run_record(summary: Mapping[str, Any], meta: Mapping[str, Any], **extra: Any
         "accel": meta.get("accel") or summary.get("accel"),
         "rate_bps": scenario.get("rate_bps", summary.get("rate_bps")),
         "frame_bytes": scenario.get("frame_bytes", summary.get("frame_bytes")),
+        "peering": scenario.get("peering") or None,
+        "bfd": bfd_setting(scenario),
         "qemu": hv_meta.get("qemu"),
         "created_utc": meta.get("created_utc"),
     }
@@ -477,6 +486,8 @@ RUN_COLUMNS = (
     "accel",
     "rate_bps",
     "frame_bytes",
+    "peering",
+    "bfd",
     "qemu",
     "created_utc",
     *(m.name for m in METRICS),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import logging
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,14 +100,17 @@ def series_name(label: str, rec: dict[str, Any], meta: dict[str, Any]) -> str:
     """The series a run's record belongs to: the source's label, the hypervisor with its driver
     where it is not QMP (``kvm-libvirt``, as run directories and chaos name it), the mode, and the
     lab it ran on.  Runs of another driver or testbed are never pooled into one point: QMP's and
-    libvirt's stop-and-copy outages differ by a factor of about 2.5 here."""
+    libvirt's stop-and-copy outages differ by a factor of about 2.5 here.  Runs with routing peers
+    carry PEERING and the BFD timers: a timer sweep's settings are separate points."""
     hv = rec.get("hv")
     driver = (meta.get("scenario") or {}).get("driver")
     if hv and driver and driver != "qmp":
         hv = f"{hv}-{driver}"
     tb = meta.get("testbed") or {}
     lab = f"on lab {tb.get('name') or tb['inventory']}" if tb.get("inventory") else None
-    return " ".join(str(x) for x in (label, hv, rec.get("mode"), lab) if x)
+    peers = f"PEERING={rec['peering']}" if rec.get("peering") else None
+    bfd = f"BFD={rec['bfd']}" if rec.get("bfd") else None
+    return " ".join(str(x) for x in (label, hv, rec.get("mode"), peers, bfd, lab) if x)
 
 
 def collect(source: Source) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -317,6 +321,57 @@ def anatomy_table(records: Sequence[dict[str, Any]]) -> rh.Table | None:
     return rh.Table("Outage anatomy (per run)", header, body, None, note, id="anatomy")
 
 
+def timers_rows(records: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """Per mechanism (hypervisor, mode) and BFD setting of the completed runs with BFD peers:
+    how often BFD survived, the longest vCPU blackout it survived and the shortest it did not,
+    and the data-plane outage of the runs where it went down (median; bounds counted apart);
+    no rows without such runs."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        if r.get("bfd") and r.get("status") == "completed":
+            mech = " ".join(str(x) for x in (r.get("hv"), r.get("mode")) if x)
+            groups.setdefault((mech, str(r.get("accel")), r["bfd"]), []).append(r)
+    header = ["mechanism", "accel", "BFD [ms x mult]", "detect [ms]", "runs", "BFD survived",
+              "longest blackout survived [ms]", "shortest blackout not survived [ms]",
+              "outage when not survived [ms] (median, n)", "BGP flapped"]  # fmt: skip
+
+    def detect(bfd: str) -> float:
+        i, m = (int(x) for x in bfd.split("x"))
+        return float(i * m)
+
+    rows = []
+    for (mech, accel, bfd), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], detect(kv[0][2]))):
+        up = [r for r in rs if r.get("bfd_flaps") == 0]
+        down = [r for r in rs if isinstance(r.get("bfd_flaps"), int | float) and r["bfd_flaps"] > 0]
+        unknown = len(rs) - len(up) - len(down)
+        kept = [r["vcpu_blackout_s"] for r in up if r.get("vcpu_blackout_s") is not None]
+        lost = [r["vcpu_blackout_s"] for r in down if r.get("vcpu_blackout_s") is not None]
+        outages = sorted(r["outage_s"] for r in down if r.get("outage_s") is not None)
+        bounds = [r for r in down if r.get("outage_s") is None and r.get("outage_s_lower") is not None]
+        med = _f(statistics.median(outages), 1e3, ".0f") if outages else "–"
+        med += f" (n={len(outages)}" + (f", {len(bounds)} ≥ bound" if bounds else "") + ")"
+        survived = f"{len(up)} of {len(rs)}" + (f" ({unknown} unknown)" if unknown else "")
+        bgp = sum(1 for r in rs if isinstance(r.get("bgp_flaps"), int | float) and r["bgp_flaps"] > 0)
+        rows.append([mech, accel, bfd, f"{detect(bfd):g}", len(rs), survived,
+                     _f(max(kept), 1e3, ".0f") if kept else "–", _f(min(lost), 1e3, ".0f") if lost else "–", med,
+                     f"{bgp} of {len(rs)}"])  # fmt: skip
+    return header, rows
+
+
+def timers_table(records: Sequence[dict[str, Any]]) -> rh.Table | None:
+    """:func:`timers_rows` as the report's table (None without runs with BFD peers)."""
+    header, rows = timers_rows(records)
+    if not rows:
+        return None
+    note = (
+        "Completed runs with BFD peers (PEERING=...,bfd), per migration mechanism and BFD setting. A run survived "
+        "when no BFD session went down; blackouts are the runs' vCPU blackouts (source stop to destination "
+        "resume), outages their data-plane outage (last packet before the blackout to full rate, docs/metrics.md "
+        "'Outage anatomy'). BGP follows BFD down."
+    )
+    return rh.Table("Routing timers against the migration (BFD)", header, rows, None, note, id="timers")
+
+
 def definitions() -> list[tuple[str, str]]:
     """The metric definitions (docs/metrics.md) and the aggregation rules."""
     out = []
@@ -392,6 +447,7 @@ def build_outputs(
         lead_tables=lead_tables,
         plots=plots,
         tables=[
+            *(t for t in (timers_table(records),) if t is not None),
             *extra_tables,
             points_table(points),
             runs_table(records),
@@ -431,6 +487,16 @@ def _cell(p: PointStats, name: str, scale: float) -> str:
         return f"– n=0{bound}" + (f" ({s.n_absent} absent)" if s.n_absent else "")
     half = "" if s.ci_half is None else f" ± {s.ci_half * scale:.3g}"
     return f"{s.mean * scale:.3g}{half} n={s.n}{bound}"
+
+
+def format_timers(records: Sequence[dict[str, Any]]) -> str:
+    """:func:`timers_rows` as plain text for the terminal ("" without runs with BFD peers)."""
+    header, rows = timers_rows(records)
+    if not rows:
+        return ""
+    cells = [header, *[[str(c) for c in r] for r in rows]]
+    widths = [max(len(str(row[i])) for row in cells) for i in range(len(header))]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
 
 
 def format_points(points: Sequence[PointStats]) -> str:

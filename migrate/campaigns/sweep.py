@@ -32,7 +32,7 @@ from migrate.core.errors import ConfigError, Interrupted, VrmigError
 from migrate.core.progress import Progress
 from migrate.core.sighold import interruptible
 from migrate.core.units import format_rate, parse_rate_bps
-from migrate.experiment.scenario import Scenario
+from migrate.experiment.scenario import Scenario, parse_bfd
 
 if TYPE_CHECKING:
     from migrate.campaigns.reporting import Outputs
@@ -105,6 +105,25 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     return tuple(sizes)
 
 
+def parse_modes(text: str) -> tuple[str, ...]:
+    """MODES=precopy,stopcopy -> distinct mode names (each checked by the Scenario)."""
+    modes = tuple(parse_list(text, "MODES"))
+    if len(set(modes)) != len(modes):
+        raise ConfigError(f"MODES={text!r} lists a mode twice")
+    return modes
+
+
+def parse_bfds(text: str) -> tuple[tuple[int, int], ...]:
+    """BFDS=10x3,50x3,300x3 -> (interval ms, multiplier) pairs, distinct (ranges checked by the Scenario)."""
+    try:
+        bfds = tuple(parse_bfd(t) for t in parse_list(text, "BFDS"))
+    except ConfigError as err:
+        raise ConfigError(f"BFDS: {err}") from None
+    if len(set(bfds)) != len(bfds):
+        raise ConfigError(f"BFDS={text!r} lists a timer setting twice")
+    return bfds
+
+
 def check_reps(reps: int) -> int:
     """REPS must be 1..MAX_REPS."""
     if not 1 <= reps <= MAX_REPS:
@@ -120,18 +139,40 @@ def point_scenario(template: Scenario, what: str, **changes: Any) -> Scenario:
         raise ConfigError(f"{what}: {err}") from None
 
 
-def grid_plan(template: Scenario, rates: tuple[int, ...], sizes: tuple[int, ...], reps: int, seed: int) -> Plan:
-    """The RATES × SIZES plan of ``make sweep`` (every point validated before anything starts)."""
+def grid_plan(
+    template: Scenario,
+    rates: tuple[int, ...],
+    sizes: tuple[int, ...],
+    reps: int,
+    seed: int,
+    modes: tuple[str, ...] = (),
+    bfds: tuple[tuple[int, int], ...] = (),
+) -> Plan:
+    """The MODES × BFDS × SIZES × RATES plan of ``make sweep`` (MODES and BFDS optional: the
+    template's mode and timers otherwise); every point is validated before anything starts."""
     check_reps(reps)
-    points = tuple(
-        PlanPoint(f"{format_rate(r)}-{s}", point_scenario(template, "RATES/SIZES", rate_bps=r, frame_bytes=s))
-        for s in sizes
-        for r in rates
-    )
+    if bfds and "bfd" not in template.peering_protocols:
+        raise ConfigError("BFDS= sweeps BFD's timers: set PEERING=bgp,bfd as well")
+    points = []
+    for mode in modes or (template.mode,):
+        for bfd in bfds or ((template.bfd_interval_ms, template.bfd_multiplier),):
+            for s in sizes:
+                for r in rates:
+                    label = "-".join(
+                        [*([mode] if modes else []), *([f"bfd{bfd[0]}x{bfd[1]}"] if bfds else []), format_rate(r),
+                         str(s)]
+                    )  # fmt: skip
+                    changes = {"rate_bps": r, "frame_bytes": s, "mode": mode,
+                               "bfd_interval_ms": bfd[0], "bfd_multiplier": bfd[1]}  # fmt: skip
+                    points.append(PlanPoint(label, point_scenario(template, "MODES/BFDS/RATES/SIZES", **changes)))
     if len(points) * reps > MAX_RUNS:
         raise ConfigError(f"the grid has {len(points) * reps} runs; at most {MAX_RUNS}")
     grid = {"rates_bps": list(rates), "frame_bytes": list(sizes), "template": template.to_dict()}
-    return Plan("sweep", points, reps, seed, grid)
+    if modes:
+        grid["modes"] = list(modes)
+    if bfds:
+        grid["bfds"] = [f"{i}x{m}" for i, m in bfds]
+    return Plan("sweep", tuple(points), reps, seed, grid)
 
 
 def new_seed() -> int:

@@ -17,6 +17,8 @@ def add_parsers(sub: argparse._SubParsersAction, run_parser: argparse.ArgumentPa
     s = sub.add_parser("sweep", parents=[run_parser], add_help=False, help="migrations over a RATES×SIZES grid")
     s.add_argument("--rates", default=None, help="RATES: comma-separated cross-traffic rates, e.g. 0,100M,200M")
     s.add_argument("--sizes", default=None, help="SIZES: comma-separated frame bytes (default: --size)")
+    s.add_argument("--modes", default=None, help="MODES: comma-separated migration modes, e.g. precopy,stopcopy")
+    s.add_argument("--bfds", default=None, help="BFDS: BFD timers with PEERING=bgp,bfd, e.g. 50x3,300x3")
     s.add_argument("--reps", type=whole("REPS"), default=None, help="REPS: repetitions per grid point")
     s.add_argument("--seed", type=whole("SEED"), default=None, help="SEED of the randomized order (default: random)")
     s.add_argument("--resume", type=Path, default=None, help="RESUME: a sweep directory to continue")
@@ -54,9 +56,12 @@ def add_parsers(sub: argparse._SubParsersAction, run_parser: argparse.ArgumentPa
 
 
 def _print_outputs(out) -> None:
-    from migrate.campaigns.reporting import REPORT_NAME, format_points
+    from migrate.campaigns.reporting import REPORT_NAME, format_points, format_timers
 
     print(format_points(out.points))
+    timers = format_timers(out.records)
+    if timers:
+        print(timers)
     print(f"report: {out.out_dir / REPORT_NAME}   tables: runs.csv points.csv")
     print(out.out_dir)
 
@@ -74,17 +79,23 @@ def cmd_sweep(a: argparse.Namespace) -> int:
             "RATES": sw.parse_rates(a.rates) if a.rates else None,
             "SIZES": sw.parse_sizes(a.sizes) if a.sizes is not None else None,
             "REPS": a.reps,
+            "MODES": sw.parse_modes(a.modes) if a.modes is not None else None,
+            "BFDS": sw.parse_bfds(a.bfds) if a.bfds is not None else None,
         }
         stored = {
             "RATES": tuple(grid.get("rates_bps", ())),
             "SIZES": tuple(grid.get("frame_bytes", ())),
             "REPS": meta["reps"],
+            "MODES": tuple(grid.get("modes", ())),
+            "BFDS": tuple(sw.parse_bfd(b) for b in grid.get("bfds", ())),
         }
         for k, v in given.items():
             if v is not None and v != stored[k]:
                 was = ",".join(format_rate(x) for x in stored[k]) if k == "RATES" else stored[k]
-                if k == "SIZES":
-                    was = ",".join(str(x) for x in stored[k])
+                if k in ("SIZES", "MODES"):
+                    was = ",".join(str(x) for x in stored[k]) or "(none)"
+                if k == "BFDS":
+                    was = ",".join(f"{i}x{m}" for i, m in stored[k]) or "(none)"
                 raise ConfigError(f"RESUME={a.resume} was started with {k}={was}; drop {k} or start a new sweep")
         sweep_dir = a.resume
     else:
@@ -95,7 +106,9 @@ def cmd_sweep(a: argparse.Namespace) -> int:
         template = scenario_from_args(a)
         sizes = sw.parse_sizes(a.sizes) if a.sizes is not None else (template.frame_bytes,)
         seed = a.seed if a.seed is not None else sw.new_seed()
-        plan = sw.grid_plan(template, sw.parse_rates(a.rates), sizes, sw.check_reps(a.reps), seed)
+        modes = sw.parse_modes(a.modes) if a.modes is not None else ()
+        bfds = sw.parse_bfds(a.bfds) if a.bfds is not None else ()
+        plan = sw.grid_plan(template, sw.parse_rates(a.rates), sizes, sw.check_reps(a.reps), seed, modes, bfds)
         sweep_dir = sw.new_sweep(plan, a.results, testbed)
     try:
         out = sw.run_sweep(sweep_dir, testbed)

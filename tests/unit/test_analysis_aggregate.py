@@ -231,3 +231,38 @@ def test_baseline_flow_loss_uses_the_one_definition(tmp_path):
     (tmp_path / "sink.json").write_text(json.dumps({"packets": 950, "lost": 75, "socket_drops": 10}))
     flow = _flow(tmp_path, {"router": 0, "gen": "gen.json", "sink": "sink.json"}, 1500)
     assert flow["lost"] == 40 and flow["loss_ratio"] == pytest.approx(40 / 1000)  # not 75, not 50
+
+
+def test_timers_table_of_synthetic_records():
+    """SYNTHETIC records of a timer sweep: per mechanism and BFD setting, how often BFD survived,
+    the longest blackout survived, the shortest not, and the outage when it went down."""
+    from migrate.campaigns.reporting import format_timers, timers_rows
+
+    def rec(mode, bfd, blackout, flaps, outage=None, lower=None, status="completed"):
+        return {
+            "hv": "kvm", "mode": mode, "accel": "tcg", "bfd": bfd, "status": status, "bfd_flaps": flaps,
+            "bgp_flaps": flaps, "vcpu_blackout_s": blackout, "outage_s": outage, "outage_s_lower": lower,
+        }  # fmt: skip
+
+    records = [
+        rec("precopy", "50x3", 0.020, 0, 0.040),
+        rec("precopy", "50x3", 0.030, 0, 0.050),
+        rec("stopcopy", "50x3", 0.800, 2, 2.3),
+        rec("stopcopy", "50x3", 0.790, 2, 2.9),
+        rec("stopcopy", "50x3", 0.810, 2, None, 1.5),
+        rec("stopcopy", "300x3", 0.780, 0, 0.800),
+        rec("stopcopy", "300x3", 0.950, 2, 2.0),
+        rec("stopcopy", "300x3", 0.700, None, status="failed"),
+        {"hv": "kvm", "mode": "precopy", "status": "completed", "bfd": None},  # no peers: not in the table
+    ]
+    header, rows = timers_rows(records)
+    by = {(r[0], r[2]): dict(zip(header, r, strict=True)) for r in rows}
+    assert list(by) == [("kvm precopy", "50x3"), ("kvm stopcopy", "50x3"), ("kvm stopcopy", "300x3")]
+    pre, stop50, stop300 = by[("kvm precopy", "50x3")], by[("kvm stopcopy", "50x3")], by[("kvm stopcopy", "300x3")]
+    assert pre["BFD survived"] == "2 of 2" and pre["longest blackout survived [ms]"] == "30"
+    assert pre["shortest blackout not survived [ms]"] == "–"
+    assert stop50["BFD survived"] == "0 of 3" and stop50["shortest blackout not survived [ms]"] == "790"
+    assert stop50["outage when not survived [ms] (median, n)"] == "2600 (n=2, 1 ≥ bound)"  # the bound is apart
+    assert stop300["runs"] == 2 and stop300["longest blackout survived [ms]"] == "780"
+    assert "detect [ms]" in format_timers(records).splitlines()[0]
+    assert timers_rows([records[-1]])[1] == [] and format_timers([records[-1]]) == ""

@@ -206,3 +206,25 @@ def test_execute_reports_progress_in_plain_lines_without_a_terminal(tmp_path, mo
     assert lines[0].startswith("progress: sweep 2/6 runs | ETA ")  # 1 of the earlier session + 1
     assert lines[-1].startswith("progress: sweep 6/6 runs, 1 failed (1 setup) | ETA 0:00:00 | elapsed ")
     assert any("failed (setup)" in line for line in lines)
+
+
+def test_a_timer_sweep_crosses_modes_and_bfd_settings():
+    template = Scenario(peering="bgp,bfd")
+    plan = sw.grid_plan(template, sw.parse_rates("10M"), (1500,), 2, 3, sw.parse_modes("precopy,stopcopy"),
+                        sw.parse_bfds("10x3,50x3,300x3"))  # fmt: skip
+    points = {p.label: p.scenario for p in plan.points}
+    assert len(points) == 6 and len(plan.order()) == 12
+    s = points["stopcopy-bfd300x3-10M-1500"]
+    assert (s.mode, s.bfd_interval_ms, s.bfd_multiplier, s.peering) == ("stopcopy", 300, 3, "bgp,bfd")
+    assert plan.grid["modes"] == ["precopy", "stopcopy"] and plan.grid["bfds"] == ["10x3", "50x3", "300x3"]
+    # without the axes the labels stay as they were
+    assert [p.label for p in sw.grid_plan(template, (10_000_000,), (1500,), 1, 1).points] == ["10M-1500"]
+
+
+def test_timer_sweep_refusals_name_the_variable():
+    with pytest.raises(ConfigError, match="BFDS= sweeps BFD's timers"):
+        sw.grid_plan(Scenario(peering="bgp"), (10_000_000,), (1500,), 1, 1, (), ((50, 3),))
+    with pytest.raises(ConfigError, match="MODES/BFDS"):
+        sw.grid_plan(Scenario(peering="bgp,bfd"), (10_000_000,), (1500,), 1, 1, (), ((50, 1),))
+    with pytest.raises(ConfigError, match="MODES"):
+        sw.parse_modes("precopy,,stopcopy")
