@@ -432,8 +432,11 @@ def new_sweep(plan: Plan, results_root: Path, testbed: Path | None = None) -> Pa
     check_lab(plan.points, testbed)
     vers = versions(template, testbed)
     prepare_results_root(results_root)
-    name = f"{sd.stamp_utc()}-sweep-{template.hv}-{template.mode}-{len(plan.grid['rates_bps'])}x"
+    modes = "+".join(plan.grid.get("modes") or [template.mode])
+    name = f"{sd.stamp_utc()}-sweep-{template.hv}-{modes}-{len(plan.grid['rates_bps'])}x"
     name += f"{len(plan.grid['frame_bytes'])}x{plan.reps}"
+    if plan.grid.get("bfds"):
+        name += f"-bfd{len(plan.grid['bfds'])}"
     return create_sweep_dir(results_root, name, plan_meta(plan, vers, sys.argv, testbed))
 
 
