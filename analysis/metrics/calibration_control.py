@@ -137,6 +137,7 @@ class SessionCheck:
     silence: Silence | None  # this protocol's silence at this peer (None: no capture)
     silence_open: bool  # the gap was still open where the span ends: a lower bound
     deciding_silence_ms: float | None
+    deciding_open: bool  # the deciding (BFD's, with BFD) silence was still open where the span ends
     flaps: tuple[Flap, ...] | None  # None: no log of this peer
     went_down: bool | None
     expected_down: bool | None
@@ -262,7 +263,8 @@ def check_event(
             passed = all(bool(v) for v in verdicts)
     return SessionCheck(
         event=ev, protocol=protocol, peer=peer, judged=judged, borderline=band, limit_ms=limit, silence=silence,
-        silence_open=silence_open, deciding_silence_ms=deciding_ms, flaps=mine, went_down=went_down,
+        silence_open=silence_open, deciding_silence_ms=deciding_ms,
+        deciding_open=bool(deciding[1]) if deciding is not None else False, flaps=mine, went_down=went_down,
         expected_down=expected, passed_session=passed_session, match_error_ms=match_error,
         match_target_ms=match_target, passed_match=passed_match, passed=passed, reasons=tuple(reasons),
     )  # fmt: skip
@@ -270,11 +272,12 @@ def check_event(
 
 def met(c: SessionCheck) -> bool:
     """A judged row counts as met when it passed, or when its only verdict was withheld by
-    design (a borderline silence, its other checks none or passed); a row without a verdict for
-    want of records is not met."""
+    design (a borderline silence, closed, its other checks none or passed); a row without a
+    verdict for want of records is not met.  A BGP row with BFD is decided by BFD's silence:
+    its own (keepalives every hold/3 s, often still open where the records end) does not count."""
     if c.passed is not None:
         return c.passed
-    return c.borderline and c.passed_match is not False and not c.silence_open and c.went_down is not None
+    return c.borderline and c.passed_match is not False and not c.deciding_open and c.went_down is not None
 
 
 def calibrate_control(

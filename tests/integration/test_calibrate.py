@@ -117,8 +117,9 @@ def test_calibrate_pauses_against_bgp_and_bfd(tmp_path, no_leftovers):
             assert silence > 150.0 and r["went_down"] == "true" and r["pass"] == "true", r
             if r["protocol"] == "bgp":
                 assert "BFD session down" in r["causes"], r
-        elif silence < 150.0 - 2.0:  # below the detect time: both sessions stay up
-            assert r["went_down"] == "false" and r["pass"] == "true", r
+        else:  # the 100 ms pause: while the router's silence stays below the detect time, both stay up
+            assert r["went_down"] == "false" or silence >= 150.0, r
+            assert r["pass"] != "false", r  # "": within 2 ms of the limit, no verdict given
         if r["protocol"] == "bfd":  # the silence matches the pause within 2 BFD intervals
             assert abs(float(r["silence_ms"]) - float(r["true_ms"])) <= 100.0 and r["pass_match"] == "true", r
     assert "control-plane checks met: 8 of 8" in proc.stdout

@@ -108,6 +108,13 @@ def test_synthetic_a_silence_at_the_detect_time_gets_no_up_down_verdict():
     c = ccm.check_event(ev, "bfd", "A", None, None, TIMERS, {"bfd": [], "bgp": []}, times)
     assert c.borderline and c.expected_down is None and c.passed_session is None and c.passed_match is True
     assert ccm.met(c)
+    # BGP beside it is decided by that BFD silence; its own keepalive gap, still open where the
+    # records end, does not withhold the row
+    t_end = T0 + 3000 * MS
+    bgp_t = (T0 + np.array([500.0]) * MS).astype(np.int64)
+    g = ccm.check_event(ev, "bgp", "A", t_end, None, TIMERS, {"bfd": [], "bgp": []}, {**times, "bgp": bgp_t})
+    assert g.borderline and g.silence_open and not g.deciding_open and g.passed is None
+    assert ccm.met(g)
 
 
 def test_synthetic_silence_stops_at_the_next_event_and_open_gaps_are_flagged():
