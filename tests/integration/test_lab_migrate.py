@@ -387,7 +387,7 @@ def test_calibrate_on_the_lab_cuts_r1s_port_over_ssh_and_meets_its_targets(lab, 
 
     inv = load(lab)
     res = _cli(
-        "calibrate", "--testbed", str(lab), "--kind", "cut,pause", "--durations", "50,200", "--reps", "2",
+        "calibrate", "--testbed", str(lab), "--kind", "cut,pause", "--durations", "50,200", "--reps", "3",
         "--results", str(tmp_path), timeout=900,
     )  # fmt: skip
     assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
@@ -396,7 +396,7 @@ def test_calibrate_on_the_lab_cuts_r1s_port_over_ssh_and_meets_its_targets(lab, 
     assert meta["status"] == "completed" and meta["testbed"]["inventory"] == str(lab)
     assert set(meta["lab"]["offsets_ns"]) == set(ROLES)
     rows = list(csv.DictReader((run_dir / "calibration.csv").open()))
-    assert all(r["n"] == "2" and r["detected"] == "2" for r in rows), rows
+    assert all(r["n"] == "3" and r["detected"] == "3" for r in rows), rows
     cuts = [r for r in rows if r["kind"] == "cut"]
     assert {r["estimator"] for r in cuts} == {"packets", "counters"}
     for r in cuts:
