@@ -16,7 +16,7 @@ import numpy as np
 
 from analysis.hypervisors.criu import criu_figures, load_criu
 from analysis.hypervisors.libvirt import libvirt_figures, load_libvirt, window_events
-from analysis.hypervisors.qemu import hypervisor_figures
+from analysis.hypervisors.qemu import hypervisor_figures, postcopy_effect
 from analysis.hypervisors.xen import load_xen, xen_figures
 from analysis.load import Counters, load_counters, load_irtt, read_json, read_jsonl, read_pcap, sink_gaps
 from analysis.metrics.anatomy import Anatomy
@@ -291,6 +291,14 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
     anat = None
     if window is not None and rate != 0:
         anat = _metric(notes, "anatomy", _anatomy, raw, scenario, window, hv, lv, run_dir, cp)
+    post = None
+    if scenario.get("postcopy") and scenario.get("hv") == "kvm" and scenario.get("driver", "qmp") == "qmp":
+        post = postcopy_effect(raw.events, raw.samples, hv_meta.get("final"))
+        if window is not None and not post.entered:
+            notes.append(
+                "POSTCOPY=1 but the migration completed in pre-copy before the switch took effect "
+                f"(no postcopy-active status; QEMU postcopy-bytes {post.postcopy_bytes}): not a post-copy run"
+            )
     if status == "completed" and window is not None and window.end_status not in (None, "completed"):
         notes.append(f"run completed but QEMU's last status is {window.end_status}")
 
@@ -318,6 +326,7 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
         clock=clock,
         control_plane=cp,
         anatomy=anat,
+        postcopy=post.to_dict() if post is not None else None,
         why_absent=why,
         notes=tuple(notes),
     )

@@ -88,6 +88,8 @@ class Summary:
     control_plane: dict[str, Any] | None = None
     #: the outage's timeline and phases (analysis.metrics.anatomy); None without a window
     anatomy: Anatomy | None = None
+    #: POSTCOPY=1 runs (QMP): whether QEMU entered post-copy (analysis.hypervisors.qemu.postcopy_effect)
+    postcopy: dict[str, Any] | None = None
     why_absent: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
@@ -280,6 +282,7 @@ class Summary:
                 "sampler": self.sampler,
                 "instruments": ins,
                 "clock": self.clock,
+                **({"postcopy": self.postcopy} if self.postcopy is not None else {}),
                 "notes": list(self.notes),
             },
         }

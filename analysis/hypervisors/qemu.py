@@ -120,3 +120,27 @@ def hypervisor_figures(
         reply_source=source,
         absent=absent or None,
     )
+
+
+@dataclass(frozen=True)
+class PostcopyEffect:
+    """Whether a run asked for post-copy (POSTCOPY=1) actually ran in post-copy: QEMU switches
+    only when ``migrate-start-postcopy`` arrives while RAM is still being sent; a migration that
+    converges first completes in pre-copy, and its figures are pre-copy's."""
+
+    entered: bool  # a src MIGRATION event or query-migrate reply said "postcopy-active"
+    postcopy_bytes: int | None  # QEMU's ram.postcopy-bytes of the final reply (None: not reported)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"requested": True, "entered": self.entered, "postcopy_bytes": self.postcopy_bytes}
+
+
+def postcopy_effect(
+    events: list[Mapping[str, Any]], samples: list[Mapping[str, Any]], final: Mapping[str, Any] | None
+) -> PostcopyEffect:
+    """From QEMU's own records of the source (events, query-migrate replies, the final reply)."""
+    seen = any(
+        (e.get("data") or {}).get("status") == "postcopy-active" for e in events if e.get("side", "src") == "src"
+    ) or any((s.get("reply") or {}).get("status") == "postcopy-active" for s in samples if s.get("side") == "src")
+    ram = (final or {}).get("ram") if isinstance((final or {}).get("ram"), Mapping) else {}
+    return PostcopyEffect(seen, _int(ram, "postcopy-bytes"))

@@ -311,3 +311,23 @@ def test_outage_anatomy_of_a_synthetic_run(tmp_path, mode):
     assert f"vCPU blackout {ph['vcpu_blackout']['seconds']:.3f}" in phases
     assert next(ln for ln in lines if ln.startswith("  outage [s]")).split()[2] == f"{e['packets_downtime_s']:.3f}"
     assert "resume" in next(ln for ln in lines if ln.startswith("  timeline [ms]"))
+
+
+def test_postcopy_asked_but_never_entered_says_so(tmp_path):
+    """SYNTHETIC pre-copy run marked POSTCOPY=1: without a postcopy-active status the summary
+    says the run was not a post-copy run; with one (a src MIGRATION event) it says nothing."""
+    run = write_run(tmp_path, "precopy")
+    meta = json.loads((run.run_dir / "meta.json").read_text())
+    meta["scenario"]["postcopy"] = True
+    (run.run_dir / "meta.json").write_text(json.dumps(meta))
+    s = analyse_run(run.run_dir).to_dict()
+    assert s["details"]["postcopy"] == {"requested": True, "entered": False, "postcopy_bytes": None}
+    assert any("not a post-copy run" in n for n in s["details"]["notes"])
+    events = run.run_dir / "qmp_events.jsonl"
+    ev = {"t_ns": run.expect["end_ns"] - 100 * MS, "side": "src", "event": "MIGRATION",
+          "data": {"status": "postcopy-active"}, "qemu_t_ns": 0}  # fmt: skip
+    events.write_text(events.read_text() + json.dumps(ev) + "\n")
+    s = analyse_run(run.run_dir).to_dict()
+    assert s["details"]["postcopy"]["entered"] is True
+    assert not any("post-copy" in n for n in s["details"]["notes"])
+    assert "postcopy" not in analyse_run(write_run(tmp_path, "stopcopy").run_dir).to_dict()["details"]
