@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -146,3 +146,26 @@ def read_pcap(path: Path) -> list[Any]:
     from scapy.utils import rdpcap
 
     return list(rdpcap(str(path)))
+
+
+def read_peer_records(
+    run_dir: Path, roles: Iterable[str], notes: list[str]
+) -> tuple[dict[str, list[Any]], dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    """The routing peers' records of a run (PEERING): per role, the parsed ``peer-<role>.log``
+    and the dissected ``control-<role>.pcap`` (analysis.metrics.control_plane); a missing file
+    leaves the role out, an unreadable capture (a killed tcpdump) too, with a note."""
+    from analysis.metrics.control_plane import dissect, parse_bird_log
+
+    logs: dict[str, list[Any]] = {}
+    captures: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for role in roles:
+        log = Path(run_dir) / f"peer-{role}.log"
+        if log.exists():
+            logs[role] = parse_bird_log(log.read_text(errors="replace"))
+        pcap = Path(run_dir) / f"control-{role}.pcap"
+        if pcap.exists() and pcap.stat().st_size > 0:
+            try:
+                captures[role] = dissect(read_pcap(pcap))
+            except Exception as err:  # a truncated capture must not cost the other figures
+                notes.append(f"control-{role}.pcap unreadable: {type(err).__name__}: {err}")
+    return logs, captures

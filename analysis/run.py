@@ -18,8 +18,8 @@ from analysis.hypervisors.criu import criu_figures, load_criu
 from analysis.hypervisors.libvirt import libvirt_figures, load_libvirt, window_events
 from analysis.hypervisors.qemu import hypervisor_figures, postcopy_effect
 from analysis.hypervisors.xen import load_xen, xen_figures
-from analysis.load import Counters, load_counters, load_irtt, read_json, read_jsonl, read_pcap, sink_gaps
-from analysis.metrics.anatomy import Anatomy
+from analysis.load import Counters, load_counters, load_irtt, read_json, read_jsonl, read_peer_records, sink_gaps
+from analysis.metrics.anatomy import Anatomy, Mark, control_marks
 from analysis.metrics.clock import (
     GEN_ROLE,
     IRTT_ROLE,
@@ -242,7 +242,8 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
         notes.append("no terminal migration status seen: window ends at the last query-migrate reply")
     peering = isinstance(meta.get("peering"), dict)
     cp = _control_plane(Path(run_dir), meta, window, notes) if peering else None
-    span = spans(window, recovered_ns=_recovered_ns(cp)) if window is not None else None
+    cmarks = control_marks(cp)
+    span = spans(window, recovered_ns=_recovered_ns(cmarks)) if window is not None else None
     c = raw.counters
     b_eth0 = c.get("B", "eth0") if c else None
     mig0 = c.get("R1", "mig0") if c else None
@@ -267,13 +268,15 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
         rtt = _metric(notes, "rtt", rtt_phases, raw.irtt.send_ns, raw.irtt.rtt_ns, window.start_ns, window.end_ns)
     elif window is not None:
         why["rtt"] = "no_irtt" if raw.irtt is None else "no_window"
+    criu_rec = None
     if lv is not None:
         hv = _metric(notes, "hypervisor", libvirt_figures, lv.jobinfo, lv.events, window)
     elif scenario.get("hv") == "xen":
         xlines, xextra = load_xen(run_dir, notes)
         hv = _metric(notes, "hypervisor", xen_figures, xlines, xextra, window, meta)
     elif scenario.get("hv") == "criu":
-        hv = _metric(notes, "hypervisor", criu_figures, load_criu(run_dir, notes), window)
+        criu_rec = load_criu(run_dir, notes)
+        hv = _metric(notes, "hypervisor", criu_figures, criu_rec, window)
     else:
         hv = _metric(notes, "hypervisor", hypervisor_figures, raw.samples, window, hv_meta.get("final"))
     cross = _metric(notes, "cross traffic", cross_traffic, raw.gen, raw.sink, b_eth0)
@@ -290,7 +293,7 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
         notes.append(f"incomplete record: {who} {counter}={n}; affects {DROP_COUNTERS[(who, counter)]}")
     anat = None
     if window is not None and rate != 0:
-        anat = _metric(notes, "anatomy", _anatomy, raw, scenario, window, hv, lv, run_dir, cp)
+        anat = _metric(notes, "anatomy", _anatomy, raw, scenario, window, hv, lv, criu_rec, cmarks)
     post = None
     if scenario.get("postcopy") and scenario.get("hv") == "kvm" and scenario.get("driver", "qmp") == "qmp":
         post = postcopy_effect(raw.events, raw.samples, hv_meta.get("final"))
@@ -333,13 +336,11 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
     return summary, _plot_data(raw, window, summary)
 
 
-def _recovered_ns(cp: dict[str, Any] | None) -> int | None:
+def _recovered_ns(cmarks: list[Mark]) -> int | None:
     """When the control plane was whole again (the latest session re-established or peer's
-    routes back); None without flaps or when something never came back (the search then keeps
-    its usual end: what never recovered is a bound either way)."""
-    from analysis.metrics.anatomy import control_marks
-
-    times = [m.t_ns for m in control_marks(cp) if m.key.endswith("_up") or m.key == "routes_back"]
+    routes back, from its anatomy marks); None without flaps or when something never came back
+    (the search then keeps its usual end: what never recovered is a bound either way)."""
+    times = [m.t_ns for m in cmarks if m.key.endswith("_up") or m.key == "routes_back"]
     return max(t for t in times if t is not None) if times and all(t is not None for t in times) else None
 
 
@@ -349,15 +350,14 @@ def _anatomy(
     window: Window,
     hv: Any,
     lv: Any,
-    run_dir: Path,
-    cp: dict[str, Any] | None,
+    criu: dict[str, Any] | None,
+    cmarks: list[Mark],
 ) -> Anatomy:
     """The outage's timeline from every hypervisor's stop/resume records, the sink's gaps and
     the control plane (analysis.metrics.anatomy)."""
     from analysis.metrics import anatomy as am
 
     kind = scenario.get("hv")
-    criu = load_criu(run_dir, []) if kind == "criu" else None
     stop, resume = am.blackout_marks(
         kind, scenario.get("driver"), window.start_ns, raw.events, lv.events if lv is not None else (),
         criu, getattr(hv, "xen", None),
@@ -368,7 +368,7 @@ def _anatomy(
     return am.outage_anatomy(
         window.start_ns, stop, resume, gaps, sink.get("last_ns") if sink.get("packets") else None,
         (raw.gen or {}).get("end_ns"), pkt_s, sink.get("gap_threshold_ns"), window.announce_ns,
-        am.control_marks(cp),
+        cmarks,
     )  # fmt: skip
 
 
@@ -382,21 +382,12 @@ def _control_plane(run_dir: Path, meta: dict[str, Any], window: Window | None, n
     if window is None or window.end_ns is None:
         return {p: None for p in protocols} | {"why_absent": "no_window"}
     peers = peering.get("peers") or {}
-    logs: dict[str, list[cpm.LogEvent]] = {}
-    captures = {}
+    logs, captures = read_peer_records(run_dir, peers, notes)
     for role in peers:
-        path = run_dir / f"peer-{role}.log"
-        if path.exists():
-            logs[role] = cpm.parse_bird_log(path.read_text(errors="replace"))
-        else:
+        if role not in logs:
             notes.append(f"peer-{role}.log missing: {role}'s sessions unknown")
         pcap = run_dir / f"control-{role}.pcap"
-        if pcap.exists() and pcap.stat().st_size > 0:
-            try:
-                captures[role] = cpm.dissect(read_pcap(pcap))
-            except Exception as err:  # a truncated capture (a killed tcpdump) must not cost the summary
-                notes.append(f"control-{role}.pcap unreadable: {type(err).__name__}: {err}")
-        else:
+        if not (pcap.exists() and pcap.stat().st_size > 0):
             notes.append(f"control-{role}.pcap missing: the router's silence at {role} is unknown")
     timers = peering.get("timers") or {}
     limits = {"bgp": timers.get("bgp_hold_s", 0) * 1000.0}

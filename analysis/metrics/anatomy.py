@@ -177,9 +177,14 @@ def control_marks(control_plane: Mapping[str, Any] | None) -> list[Mark]:
     return out
 
 
-def _first_event(events: Sequence[Mapping[str, Any]], side: str, match: Any, after_ns: int) -> Mapping[str, Any] | None:
+def _first_event(
+    events: Sequence[Mapping[str, Any]], side: str, name: str, after_ns: int, libvirt: bool = False
+) -> Mapping[str, Any] | None:
+    """The first ``side`` event named ``name`` at or after ``after_ns`` (QMP: its ``event``;
+    libvirt: its lifecycle ``data.event``)."""
     for e in sorted((e for e in events if isinstance(e.get("t_ns"), int)), key=lambda e: e["t_ns"]):
-        if e.get("side") == side and e["t_ns"] >= after_ns and match(e):
+        kind = (e.get("data") or {}).get("event") if libvirt else e.get("event")
+        if e.get("side") == side and e["t_ns"] >= after_ns and kind == name:
             return e
     return None
 
@@ -195,6 +200,11 @@ def _qmp_mark(key: str, e: Mapping[str, Any] | None, what: str) -> Mark:
     return Mark(key, int(e["t_ns"]), what, res)
 
 
+def _recorded(key: str, t: Any, source: str, why: str) -> Mark:
+    """A mark from a time some record may lack (no resolution stated)."""
+    return Mark(key, int(t), source) if isinstance(t, int) else Mark(key, None, why_absent=why)
+
+
 def blackout_marks(
     hv: str | None,
     driver: str | None,
@@ -205,49 +215,32 @@ def blackout_marks(
     xen: Mapping[str, Any] | None = None,
 ) -> tuple[Mark, Mark]:
     """(vCPU stop on the source, resume on the destination) from each hypervisor's records."""
-    if hv == "kvm" and driver == "libvirt":
-        stop_e = _first_event(
-            libvirt_events, "src", lambda e: (e.get("data") or {}).get("event") == "suspended", start_ns
-        )
-        after = stop_e["t_ns"] if stop_e else start_ns
-        res_e = _first_event(libvirt_events, "dst", lambda e: (e.get("data") or {}).get("event") == "resumed", after)
-        stop = _qmp_mark("vcpu_stop", stop_e, "libvirt suspended event (R1)")
-        resume = _qmp_mark("vcpu_resume", res_e, "libvirt resumed event (R2)")
-        return stop, resume
     if hv == "kvm":
-        stop_e = _first_event(qmp_events, "src", lambda e: e.get("event") == "STOP", start_ns)
-        after = stop_e["t_ns"] if stop_e else start_ns
-        res_e = _first_event(qmp_events, "dst", lambda e: e.get("event") == "RESUME", after)
-        return _qmp_mark("vcpu_stop", stop_e, "QMP STOP (R1)"), _qmp_mark("vcpu_resume", res_e, "QMP RESUME (R2)")
+        lv = driver == "libvirt"
+        events = libvirt_events if lv else qmp_events
+        stop_name, resume_name = ("suspended", "resumed") if lv else ("STOP", "RESUME")
+        source = "libvirt {} event ({})" if lv else "QMP {} ({})"
+        stop_e = _first_event(events, "src", stop_name, start_ns, lv)
+        res_e = _first_event(events, "dst", resume_name, stop_e["t_ns"] if stop_e else start_ns, lv)
+        return (
+            _qmp_mark("vcpu_stop", stop_e, source.format(stop_name, "R1")),
+            _qmp_mark("vcpu_resume", res_e, source.format(resume_name, "R2")),
+        )
     if hv == "criu":
         rounds = [r for r in (criu or {}).get("rounds") or [] if isinstance(r, Mapping)]
-        final = rounds[-1] if rounds else {}
-        restore = (criu or {}).get("restore") or {}
-        t0, t1 = final.get("start_ns"), restore.get("end_ns")
-        stop = (
-            Mark("vcpu_stop", int(t0), "CRIU final dump started (freeze)", None)
-            if isinstance(t0, int)
-            else Mark("vcpu_stop", None, why_absent="no final dump recorded in criu.json")
+        t0 = (rounds[-1] if rounds else {}).get("start_ns")
+        t1 = ((criu or {}).get("restore") or {}).get("end_ns")
+        return (
+            _recorded("vcpu_stop", t0, "CRIU final dump started (freeze)", "no final dump recorded in criu.json"),
+            _recorded("vcpu_resume", t1, "CRIU restore returned", "no restore end recorded in criu.json"),
         )
-        resume = (
-            Mark("vcpu_resume", int(t1), "CRIU restore returned", None)
-            if isinstance(t1, int)
-            else Mark("vcpu_resume", None, why_absent="no restore end recorded in criu.json")
-        )
-        return stop, resume
     if hv == "xen":
-        t0, t1 = (xen or {}).get("suspended_ns"), (xen or {}).get("resumed_ns")
-        stop = (
-            Mark("vcpu_stop", int(t0), "xl: guest has suspended (R1)", None)
-            if isinstance(t0, int)
-            else Mark("vcpu_stop", None, why_absent="no 'guest has suspended' line from xl")
-        )
-        resume = (
-            Mark("vcpu_resume", int(t1), "xl: domain started (R2)", None)
-            if isinstance(t1, int)
-            else Mark("vcpu_resume", None, why_absent="no resumed line from xl")
-        )
-        return stop, resume
+        return (
+            _recorded("vcpu_stop", (xen or {}).get("suspended_ns"), "xl: guest has suspended (R1)",
+                      "no 'guest has suspended' line from xl"),
+            _recorded("vcpu_resume", (xen or {}).get("resumed_ns"), "xl: domain started (R2)",
+                      "no resumed line from xl"),
+        )  # fmt: skip
     why = f"HV={hv} has no vCPU stop/resume records"
     return Mark("vcpu_stop", None, why_absent=why), Mark("vcpu_resume", None, why_absent=why)
 
@@ -330,12 +323,7 @@ def outage_anatomy(
     marks += [first, full, *extra]
     if reattach is None:
         reattach = _phase("reattachment", resume, first)
-    if first.t_ns is not None:
-        reconv = _phase("reconvergence", first, full)
-    else:
-        reconv = Phase("reconvergence", "first_packet", "full_rate", None, None, None, None,
-                       f"no first packet: {first.why_absent}")  # fmt: skip
-    phases = [blackout, reattach, reconv]
+    phases = [blackout, reattach, _phase("reconvergence", first, full)]
     if last_before is not None:
         marks.append(last_before)
         phases.append(_phase("outage", last_before, full))

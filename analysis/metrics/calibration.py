@@ -565,7 +565,7 @@ def write_outputs(run_dir: Path, cal: Calibration, hv: str) -> None:
     _write_csv(run_dir / CSV_NAME, ROW_COLUMNS, (row_record(hv, r) for r in cal.rows))
     _write_csv(run_dir / EVENTS_CSV_NAME, EVENT_COLUMNS, (event_record(hv, e) for e in cal.estimates))
     if cal.control is not None:
-        ccm.write_csv(run_dir / ccm.CSV_NAME, cal.control)
+        _write_csv(run_dir / ccm.CSV_NAME, ccm.COLUMNS, (ccm.record(c) for c in cal.control.checks))
     doc = {
         "hv": hv,
         "passed": cal.passed,

@@ -34,7 +34,6 @@ Pure functions: events, parsed logs and packet arrays in, dataclasses out.
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -365,16 +364,6 @@ def record(c: SessionCheck) -> dict[str, str]:
     }  # fmt: skip
 
 
-def write_csv(path: Path, cc: ControlCalibration) -> None:
-    """``calibration_control_plane.csv``: one row per event, protocol and peer."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(COLUMNS), lineterminator="\n")
-        w.writeheader()
-        w.writerows(record(c) for c in cc.checks)
-    tmp.replace(path)
-
-
 def to_json(cc: ControlCalibration) -> dict[str, Any]:
     """``calibration.json`` ``control_plane``."""
     t = cc.timers
@@ -427,8 +416,7 @@ def load_control(run_dir: Path, meta: Mapping[str, Any], events: Sequence[Event]
     """The control-plane calibration of a results directory (None: the run had no peers);
     reads ``peer-<role>.log`` and ``control-<role>.pcap`` (a missing or unreadable one leaves
     that peer's figures null with a note)."""
-    from analysis.load import read_pcap
-    from analysis.metrics.control_plane import dissect, parse_bird_log
+    from analysis.load import read_peer_records
 
     peering = meta.get("peering")
     if not isinstance(peering, dict):
@@ -442,19 +430,8 @@ def load_control(run_dir: Path, meta: Mapping[str, Any], events: Sequence[Event]
         bfd_interval_ms=float(tm["bfd_interval_ms"]) if "bfd_interval_ms" in tm else None,
         bfd_multiplier=int(tm["bfd_multiplier"]) if "bfd_multiplier" in tm else None,
     )
-    logs: dict[str, list[LogEvent]] = {}
-    captures: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     notes: list[str] = []
-    for role in peers:
-        path = Path(run_dir) / f"peer-{role}.log"
-        if path.exists():
-            logs[role] = parse_bird_log(path.read_text(errors="replace"))
-        pcap = Path(run_dir) / f"control-{role}.pcap"
-        if pcap.exists() and pcap.stat().st_size > 0:
-            try:
-                captures[role] = dissect(read_pcap(pcap))
-            except Exception as err:  # a truncated capture must not cost the other figures
-                notes.append(f"control-{role}.pcap unreadable: {type(err).__name__}: {err}")
+    logs, captures = read_peer_records(run_dir, peers, notes)
     times = capture_times(captures, router_addr, protocols)
     cc = calibrate_control(events, protocols, logs, times, router_addr, timers, list(peers))
     return ControlCalibration(cc.checks, cc.timers, cc.passed, (*notes, *cc.notes))

@@ -281,13 +281,18 @@ def _run_cell(r: dict[str, Any], name: str, scale: float, fmt: str = ".3g") -> s
     return q.short(qual, scale, fmt) if qual else "–"
 
 
+def in_run_order(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Records in the order they ran (those without an order last, by run id)."""
+    return sorted(records, key=lambda r: (r.get("order") is None, r.get("order") or 0, r.get("run_id")))
+
+
 def runs_table(records: Sequence[dict[str, Any]]) -> rh.Table:
     """One row per run."""
     header = ["run", "series", "accel", "rate [Mbit/s]", "frame [B]", "status", "failure class",
               "downtime counters [ms]", "downtime packets [ms]", "duration link [s]", "volume link [MB]",
               "RTT increase [ms]", "forwarded [Mbit/s]", "failure / notes", "directory"]  # fmt: skip
     rows, classes = [], []
-    for r in sorted(records, key=lambda r: (r.get("order") is None, r.get("order") or 0, r.get("run_id"))):
+    for r in in_run_order(records):
         rows.append([
             r.get("run_id"), r.get("series"), r.get("accel"), _f(r.get("rate_bps"), 1e-6, "g"), r.get("frame_bytes"),
             r.get("status"), r.get("failure_class") or "",
@@ -312,7 +317,7 @@ def anatomy_table(records: Sequence[dict[str, Any]]) -> rh.Table | None:
         [r.get("run_id"), r.get("series"), _run_cell(r, "vcpu_blackout_s", 1e3), _run_cell(r, "reattachment_s", 1e3),
          _run_cell(r, "reconvergence_s", 1e3), _run_cell(r, "outage_s", 1e3), _f(r.get("bfd_flaps"), 1, "g"),
          _f(r.get("bgp_flaps"), 1, "g"), r["timeline"]]
-        for r in sorted(rows, key=lambda r: (r.get("order") is None, r.get("order") or 0, r.get("run_id")))
+        for r in in_run_order(rows)
     ]  # fmt: skip
     note = (
         "vCPU blackout: source stop to destination resume; reattachment: resume to the first packet after it; "

@@ -272,30 +272,10 @@ class Peers:
             proc.wait_for(" Started", 10.0, path=self.dir / f"peer-{p.role}.log")
 
     def wait_established(self, timeout_s: float = ESTABLISH_TIMEOUT_S) -> dict[str, int]:
-        """Wait until every peer's log shows its BGP session established (and, with bfd, its
-        BFD session up), read with the parser the analysis uses; returns, per peer, the
+        """Wait until every peer's BGP session is established (and, with bfd, its BFD session
+        up), read from the logs with the parser the analysis uses; returns, per peer, the
         CLOCK_REALTIME ns BIRD logged for the later of the two."""
-        bfd = "bfd" in self.s.peering_protocols
-        routers = {p.role: p.router_addr for p in peers()}
-        deadline = time.monotonic() + timeout_s
-        pending = set(routers)
-        while pending:
-            logs = {r: parse_bird_log((self.dir / f"peer-{r}.log").read_text(errors="replace")) for r in pending}
-            up = [bgp_sessions(logs).established_ns] + ([bfd_sessions(logs, routers).established_ns] if bfd else [])
-            for role in list(pending):
-                times = [u[role] for u in up]
-                if all(t is not None for t in times):
-                    self.established_ns[role] = max(t for t in times if t is not None)
-                    pending.discard(role)
-            for what, p in self.procs.items():
-                if not p.alive():
-                    raise PeeringError(f"{what} exited (status {p.returncode()}): {p.stderr_tail()}")
-            if pending and time.monotonic() > deadline:
-                raise PeeringError(
-                    f"the router's BGP{'/BFD' if bfd else ''} sessions with {', '.join(sorted(pending))} were not up "
-                    f"within {timeout_s:.0f} s of READY (see peer-<role>.log in the run directory)"
-                )
-            time.sleep(0.05)
+        self.established_ns = dict(self.wait_sessions_up(timeout_s, "READY").up_ns)
         return dict(self.established_ns)
 
     def _logs(self) -> dict[str, list[LogEvent]]:
@@ -306,28 +286,29 @@ class Peers:
             if not p.alive():
                 raise PeeringError(f"{what} exited (status {p.returncode()}): {p.stderr_tail()}")
 
+    def _state(self) -> tuple[dict[str, int | None], int]:
+        routers = {p.role: p.router_addr for p in peers()}
+        return sessions_state(self._logs(), routers, "bfd" in self.s.peering_protocols)
+
     def sessions_up(self) -> SessionsUp | None:
         """Every session of every peer up right now, as the peers' logs say (None: not yet)."""
-        routers = {p.role: p.router_addr for p in peers()}
-        up, flaps = sessions_state(self._logs(), routers, "bfd" in self.s.peering_protocols)
+        up, flaps = self._state()
         if any(t is None for t in up.values()):
             return None
         return SessionsUp({r: t for r, t in up.items() if t is not None}, flaps)
 
     def wait_sessions_up(self, timeout_s: float, what: str = "") -> SessionsUp:
         """Wait until every session of every peer is up (polling the peers' logs with the
-        analysis' parser, as ``wait_established``); PeeringError naming the peers still down
-        after ``timeout_s`` (``what``: the event they are waiting on, for the message)."""
+        analysis' parser); PeeringError naming the peers still down after ``timeout_s``
+        (``what``: what they are waiting on, for the message), or naming a peer process that exited."""
         deadline = time.monotonic() + timeout_s
         while (found := self.sessions_up()) is None:
             self._check_alive()
             if time.monotonic() > deadline:
-                routers = {p.role: p.router_addr for p in peers()}
-                up, _ = sessions_state(self._logs(), routers, "bfd" in self.s.peering_protocols)
-                down = ", ".join(sorted(r for r, t in up.items() if t is None))
+                down = ", ".join(sorted(r for r, t in self._state()[0].items() if t is None))
                 names = "BGP/BFD" if "bfd" in self.s.peering_protocols else "BGP"
                 raise PeeringError(
-                    f"the router's {names} sessions with {down} were not up again within {timeout_s:.0f} s"
+                    f"the router's {names} sessions with {down} were not up within {timeout_s:.0f} s"
                     f"{' after ' + what if what else ''} (see peer-<role>.log in the run directory)"
                 )
             time.sleep(LOG_POLL_S)

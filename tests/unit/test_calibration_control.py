@@ -238,3 +238,28 @@ def test_calibration_spec_passes_peering_to_its_scenario_and_defaults_to_none():
     # B must see the cross-traffic at half its packet rate: 10 packets within 24 ms at 10 Mbit/s
     # of 1500 B frames, more than the router's BFD and BGP packets alone bring
     assert forward_window_s(spec) == pytest.approx(10 / (0.5 * 10e6 / 12000))
+
+
+def test_the_peers_wait_reads_the_state_of_the_real_logs(tmp_path):
+    """Peers.sessions_up / wait_sessions_up / wait_established on the real logs, written where a
+    run's peers write them: cut just after the 400 ms pause's first BFD down (A's) A is not up (the wait names
+    it), the whole logs have every session up again."""
+    from analysis.metrics.control_plane import parse_bird_log
+    from migrate.experiment.peering import PeeringError, Peers
+    from migrate.experiment.scenario import Scenario
+
+    texts = {r: (FIX / f"peer-{r}.log").read_text() for r in ROUTER}
+    logs = {r: parse_bird_log(t) for r, t in texts.items()}
+    cut_at = min(e.t_ns for ev in logs.values() for e in ev if "Up to Down" in e.message) + 1000
+    peers = Peers(Scenario(peering="bgp,bfd"), None, None, tmp_path)
+    for r, t in texts.items():
+        kept = [ln for ln in t.splitlines() if not ln[:1].isdigit() or int(float(ln.split()[0]) * 1e9) <= cut_at]
+        (tmp_path / f"peer-{r}.log").write_text("\n".join(kept) + "\n")
+    assert peers.sessions_up() is None
+    with pytest.raises(PeeringError, match=r"sessions with A were not up within 0 s after the pause"):
+        peers.wait_sessions_up(0.0, "the pause")
+    for r, t in texts.items():
+        (tmp_path / f"peer-{r}.log").write_text(t)
+    up = peers.sessions_up()
+    assert up is not None and up.flaps == 4
+    assert peers.wait_established(1.0) == up.up_ns and set(up.up_ns) == set(ROUTER)
