@@ -21,11 +21,15 @@ MIGRATE_FLAGS = $(call flag,HV,hv) $(call flag,DRIVER,driver) $(call flag,MODE,m
   $(call flag,ROUTER,router) $(call flag,NIC,nic) $(call flag,ACCEL,accel) $(call flag,GEN,gen) \
   $(call flag,MIGLINK,miglink) $(call flag,DOWNTIME_LIMIT,downtime-limit) $(call flag,MIGBW,max-bandwidth) \
   $(call flag,AUTO_CONVERGE,auto-converge) $(call flag,XBZRLE,xbzrle) $(call flag,POSTCOPY,postcopy) \
+  $(call flag,MULTIFD,multifd) $(call flag,MULTIFD_COMPRESSION,multifd-compression) \
+  $(call flag,POSTCOPY_PREEMPT,postcopy-preempt) $(call flag,ANNOUNCE,announce) \
+  $(call flag,XBZRLE_CACHE,xbzrle-cache) $(call flag,CPU_THROTTLE,cpu-throttle) \
   $(call flag,MIGRATE_TIMEOUT,migrate-timeout) $(call flag,BOOT_TIMEOUT,boot-timeout) \
   $(call flag,XEN_GUEST,xen-guest) $(call flag,XEN_MIG_MTU,xen-mig-mtu) $(call flag,CRIU_HOST,criu-host) \
   $(call flag,RIB_ROUTES,rib-routes) $(call flag,TESTBED,testbed) \
   $(call flag,PEERING,peering) $(call flag,BFD,bfd) $(call flag,BGP_HOLD,bgp-hold) \
   $(call flag,FAULT,fault) --results $(RESULTS)
+MIGRATE_FLAGS += $(call flag,DIRTY,dirty)  # the guest dirties memory at DIRTY MB/s (docs/migrate.md "Dirty rate")
 
 .PHONY: chaos setup apt venv helpers guest migrate test test-unit test-integration lint clean-testbed clean \
         bench-traffic bench-sampler bench-qmp check-helpers
@@ -108,6 +112,23 @@ bench-ssh:
 hosts-setup:
 	@if [ -z "$(TESTBED)" ]; then echo "make hosts-setup: set TESTBED=<lab inventory, e.g. lab.toml>" >&2; exit 2; fi
 	$(PY) -m migrate hosts-setup --testbed $(TESTBED) $(call flag,PROFILES,profiles) --results $(RESULTS)
+
+# make campaign FILE=campaigns/<name>.toml [REPS=] [SEED=] [RESUME=<dir>] [CHECK=1] (docs/campaigns.md)
+.PHONY: campaign campaign-check
+campaign:
+	@if [ -z "$(FILE)$(RESUME)" ]; then echo "make campaign: set FILE=campaigns/<name>.toml (or RESUME=<campaign dir>)" >&2; exit 2; fi
+	$(PY) -m migrate campaign $(FILE) $(call flag,REPS,reps) $(call flag,SEED,seed) $(call flag,RESUME,resume) \
+	  $(call flag,TESTBED,testbed) $(if $(filter 1 yes true,$(CHECK)),--check) --results $(RESULTS)
+
+# every shipped campaign file parses and expands into valid points (nothing is run)
+campaign-check:
+	$(PY) -m migrate campaign --check campaigns/*.toml
+
+# make paper [REPS=3] [FIG2=<baseline dir>] [FIG3=<campaign dir>] [PARTS=fig2,fig3]: paper 004 side by side
+.PHONY: paper
+paper:
+	$(PY) -m migrate paper $(call flag,REPS,reps) $(call flag,FIG2,fig2) $(call flag,FIG3,fig3) \
+	  $(call flag,PARTS,parts) --results $(RESULTS)
 
 .PHONY: sweep report compare nightly nightly-accept
 sweep:

@@ -62,6 +62,11 @@ REASON_TEXT: dict[str, str] = {
     "records_end": "the records end before the outage was seen to end",
     "below_gap_threshold": "no sink gap above its threshold: shorter than the threshold",
     "anatomy_mark_missing": "a mark of the outage's timeline was not recorded",
+    "dirty_rate_not_recorded": "no dirty-rate measurement recorded (the run ended before it, or predates it)",
+    "dirty_rate_unsupported": "this hypervisor driver does not measure the dirty rate (HV=kvm does)",
+    "dirty_rate_failed": "the dirty-rate measurement failed (see notes)",
+    "dirty_rate_unfinished": "QEMU did not report the dirty-rate measurement finished in time",
+    "below_rate_resolution": "below QEMU's dirty-rate resolution of 1 MB/s (it reported 0)",
 }
 
 

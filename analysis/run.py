@@ -32,9 +32,11 @@ from analysis.metrics.clock import (
 )
 from analysis.metrics.counters import FCS_BYTES, rate_series, sampler_health
 from analysis.metrics.cross import cross_traffic
+from analysis.metrics.dirty import dirty_rate
 from analysis.metrics.downtime import CountersDowntime, PacketsDowntime, counters_downtime, packets_downtime
 from analysis.metrics.instruments import DROP_COUNTERS, instruments
 from analysis.metrics.link import link_activity
+from analysis.metrics.postcopy import postcopy_price
 from analysis.metrics.rtt import rtt_phases
 from analysis.metrics.sendloss import SendTimeLoss, loss_from_raw, send_time_loss, unavailable_reason
 from analysis.metrics.window import Spans, Window, migration_window, spans
@@ -294,14 +296,23 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
     anat = None
     if window is not None and rate != 0:
         anat = _metric(notes, "anatomy", _anatomy, raw, scenario, window, hv, lv, criu_rec, cmarks)
-    post = None
+    post = price = None
     if scenario.get("postcopy") and scenario.get("hv") == "kvm" and scenario.get("driver", "qmp") == "qmp":
         post = postcopy_effect(raw.events, raw.samples, hv_meta.get("final"))
+        price = _metric(
+            notes, "post-copy price", postcopy_price, raw.events, raw.samples,
+            window.start_ns if window is not None else None, getattr(hv, "downtime_s", None),
+            raw.irtt.send_ns if raw.irtt is not None else None, raw.irtt.rtt_ns if raw.irtt is not None else None,
+            loss_from_raw(raw.gen, raw.sink) if rate != 0 else None,
+        )  # fmt: skip
         if window is not None and not post.entered:
             notes.append(
                 "POSTCOPY=1 but the migration completed in pre-copy before the switch took effect "
                 f"(no postcopy-active status; QEMU postcopy-bytes {post.postcopy_bytes}): not a post-copy run"
             )
+    dirty = _metric(notes, "dirty rate", dirty_rate, meta, window.start_ns if window else None, _console(run_dir))
+    if dirty is not None:
+        notes.extend(dirty[1])
     if status == "completed" and window is not None and window.end_status not in (None, "completed"):
         notes.append(f"run completed but QEMU's last status is {window.end_status}")
 
@@ -329,11 +340,22 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
         clock=clock,
         control_plane=cp,
         anatomy=anat,
-        postcopy=post.to_dict() if post is not None else None,
+        postcopy={**post.to_dict(), "price": price.to_dict() if price is not None else None}
+        if post is not None
+        else None,
+        dirty_rate=dirty[0] if dirty is not None else None,
         why_absent=why,
         notes=tuple(notes),
     )
     return summary, _plot_data(raw, window, summary)
+
+
+def _console(run_dir: Path, host: str = "R1") -> str | None:
+    """The source's serial console text (None if it was not kept)."""
+    try:
+        return (Path(run_dir) / f"console-{host}.log").read_text(errors="replace")
+    except OSError:
+        return None
 
 
 def _recovered_ns(cmarks: list[Mark]) -> int | None:

@@ -16,6 +16,7 @@ from analysis.metrics.anatomy import Anatomy
 from analysis.metrics.clock import ClockFigures
 from analysis.metrics.counters import SamplerHealth
 from analysis.metrics.cross import CrossTraffic
+from analysis.metrics.dirty import DirtyRate
 from analysis.metrics.downtime import CountersDowntime, PacketsDowntime
 from analysis.metrics.instruments import Instruments
 from analysis.metrics.link import LinkActivity
@@ -90,6 +91,8 @@ class Summary:
     anatomy: Anatomy | None = None
     #: POSTCOPY=1 runs (QMP): whether QEMU entered post-copy (analysis.hypervisors.qemu.postcopy_effect)
     postcopy: dict[str, Any] | None = None
+    #: the guest's dirty rate before the migration (analysis.metrics.dirty); None if its analysis failed
+    dirty_rate: DirtyRate | None = None
     why_absent: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
@@ -111,6 +114,13 @@ class Summary:
         out.update(self._q_rtt())
         out.update(self._q_cross())
         out.update(self._q_anatomy())
+        d = self.dirty_rate
+        if d is None:
+            out["dirty_rate.measured_mb_s"] = q.absent("failed")
+        elif d.measured_mb_s is None and d.upper_mb_s is not None:
+            out["dirty_rate.measured_mb_s"] = q.at_most(d.upper_mb_s, (d.why_absent or "below_rate_resolution",))
+        elif d.measured_mb_s is None:
+            out["dirty_rate.measured_mb_s"] = q.absent(d.why_absent or "not_reported", detail=d.error or "")
         ins = self.instruments
         for name in ("total_cpu_s", "core_share"):
             code = (ins.absent or {}).get(name) if ins is not None else "no_instrument_cpu"
@@ -264,6 +274,9 @@ class Summary:
                 "core_share": _get(ins, "core_share"),
                 "dropped": _get(ins, "dropped") or {},
             },
+            "dirty_rate": self.dirty_rate
+            if self.dirty_rate is not None
+            else {"requested_mb_s": None, "measured_mb_s": None, "why_absent": "failed"},
             **({"control_plane": self.control_plane} if self.control_plane is not None else {}),
             **({"anatomy": self.anatomy.to_dict()} if self.anatomy is not None else {}),
             "qualifiers": {path: qual.to_dict() for path, qual in sorted(quals.items())},

@@ -75,6 +75,14 @@ DEFAULT_LIB_DIRS: tuple[str, ...] = (
 )
 
 GUESTFS = Path(__file__).resolve().parent / "guestfs"
+#: C sources compiled on the build host into static guest binaries (:data:`GUEST_TOOLS`)
+GUESTSRC = Path(__file__).resolve().parent / "guestsrc"
+#: guest binary name -> its source in GUESTSRC; each is built with ``CC``/:data:`TOOL_CFLAGS`,
+#: installed as ``/usr/sbin/<name>`` and listed in manifest.json ``tools``
+GUEST_TOOLS: dict[str, str] = {"vrmig-dirty": "vrmig-dirty.c"}
+CC = "gcc"
+TOOL_CFLAGS: tuple[str, ...] = ("-static", "-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-Wshadow",
+                                "-Wformat=2", "-D_FORTIFY_SOURCE=2")  # fmt: skip
 RECIPE_FILES = ("build.py", "cpio.py", "debs.py", "elf.py", "profiles.py")
 GZIP_LEVEL = 9
 
@@ -405,7 +413,10 @@ def _recipe_sha256() -> str:
         h.update(name.encode() + b"\0" + (here / name).read_bytes())
     for p in sorted(GUESTFS.iterdir()):
         h.update(p.name.encode() + b"\0" + p.read_bytes())
+    for name, src in sorted(GUEST_TOOLS.items()):
+        h.update(name.encode() + b"\0" + (GUESTSRC / src).read_bytes())
     h.update(json.dumps([GUEST_FORMAT, GUEST_MODULES, DLOPEN_SONAMES, ETC_FILES, GZIP_LEVEL]).encode())
+    h.update(json.dumps([CC, TOOL_CFLAGS]).encode())
     return h.hexdigest()
 
 
@@ -472,6 +483,7 @@ def resolve_inputs(profile: profiles.Profile, kernel_package: str, cdir: Path) -
         "profile": profile.name,
         **_resolve_packages(profile, kernel_package, cdir),
         "recipe_sha256": _recipe_sha256(),
+        "compiler": compiler_version(),
     }
     if not profile.debian:
         root = profiles.xorp_root()
@@ -559,6 +571,39 @@ def _add_xorp(rootfs: Rootfs, root: Path) -> None:
     rootfs.write("/etc/vrmig/xorp-root", f"{root}\n")
 
 
+def compiler_version() -> str:
+    """``gcc --version``'s first line (the guest tools are built with it); BuildError without gcc."""
+    cc = shutil.which(CC)
+    if cc is None:
+        raise BuildError(f"{CC} not found: the guest tools are compiled on this host (`make setup`: gcc, libc6-dev)")
+    out = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout
+    return out.splitlines()[0].strip() if out else CC
+
+
+def _add_tools(rootfs: Rootfs, compiler: str) -> dict[str, Any]:
+    """Compile :data:`GUEST_TOOLS` (static, so they need nothing from the guest's libraries) into
+    ``/usr/sbin``; the manifest's ``tools`` entry of each."""
+    tools: dict[str, Any] = {}
+    for name, src in sorted(GUEST_TOOLS.items()):
+        dst = rootfs.host(f"/usr/sbin/{name}")
+        argv = [CC, *TOOL_CFLAGS, "-o", str(dst), str(GUESTSRC / src)]
+        res = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            tail = " | ".join((res.stderr or res.stdout).strip().splitlines()[-3:])
+            raise BuildError(f"compiling {src} for the guest failed (exit {res.returncode}): {tail}")
+        os.chmod(dst, 0o755)
+        tools[name] = {
+            "path": f"/usr/sbin/{name}",
+            "source": f"routers/guestsrc/{src}",
+            "source_sha256": sha256_file(GUESTSRC / src),
+            "sha256": sha256_file(dst),
+            "bytes": dst.stat().st_size,
+            "compiler": compiler,
+            "cflags": list(TOOL_CFLAGS),
+        }
+    return tools
+
+
 def _initrd_bytes(rootfs_dir: Path) -> tuple[bytes, int]:
     """gzip(newc cpio of the tree + /dev/console + /dev/null); and the uncompressed size."""
     raw = io.BytesIO()
@@ -635,6 +680,7 @@ def _assemble(
             router_version = upstream = os.environ.get("XORP_VERSION", "unknown")
         for name in ("vrmig-boot", "vrmig-router"):
             rootfs.write(f"/usr/sbin/{name}", (GUESTFS / name).read_bytes(), 0o755)
+        tools = _add_tools(rootfs, inputs["compiler"])
         for path, text in ETC_FILES.items():
             rootfs.write("/" + path, text)
         if prof.name == "frr":
@@ -647,6 +693,7 @@ def _assemble(
         shutil.copyfile(vmlinuz[0], stage / paths.KERNEL_NAME)
         manifest = _manifest(prof, inputs, fingerprint, t0, kver, modules, (router_version, upstream), stage, gdir)
         manifest["files"][paths.INITRD_NAME]["uncompressed_bytes"] = raw_size
+        manifest["tools"] = tools
         (stage / paths.MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 

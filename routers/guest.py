@@ -6,6 +6,9 @@ Console contract (serial ``ttyS0``), one line each:
 * ``VRMIG-READY router=<profile> version=<router version>`` - printed exactly once, when the
   router daemon itself reports the connected routes of both interfaces (IPv4 and IPv6).
 * ``VRMIG-FAIL <reason>`` - the guest gave up (missing NIC, daemon died, not ready in time).
+* ``VRMIG-DIRTY rate_mb_s=<R> wss_mib=<N> wss_s=<S> pid=<pid>`` - with ``vrmig.dirty=<R>``: the
+  memory-dirtying load (``vrmig-dirty``, after READY) runs; ``VRMIG-DIRTY-FAIL <reason>`` if it
+  cannot, ``VRMIG-DIRTY-LAG ...`` once if the vCPU cannot sustain the rate.
 """
 
 from __future__ import annotations
@@ -24,6 +27,13 @@ from routers.errors import NotBuiltError, RouterError
 READY_MARKER = "VRMIG-READY"
 BOOT_MARKER = "VRMIG-BOOT"
 FAIL_MARKER = "VRMIG-FAIL"
+
+DIRTY_MARKER = "VRMIG-DIRTY rate_mb_s="
+DIRTY_FAIL_MARKER = "VRMIG-DIRTY-FAIL"
+DIRTY_LAG_MARKER = "VRMIG-DIRTY-LAG"
+#: the guest binary that dirties memory at a set rate (routers/guestsrc/vrmig-dirty.c); images
+#: built before it existed have no manifest.json ``tools`` entry for it
+DIRTY_TOOL = "vrmig-dirty"
 
 #: Bumped whenever the guest's contract (cmdline, init, markers) changes; older images are refused.
 GUEST_FORMAT = 1
@@ -82,8 +92,12 @@ def kernel_cmdline(
     console: str = "ttyS0",
     rib_routes: int = 0,
     routing: Sequence[str] = (),
+    dirty_mb_s: float | None = None,
 ) -> str:
     """The guest kernel command line.
+
+    ``dirty_mb_s``: the guest runs :data:`DIRTY_TOOL` at this rate (MB/s, MB = 2^20 B) once READY
+    (``vrmig.dirty=<rate>``; the image must have the tool: :func:`has_tool`).
 
     ``routing`` are vrmig-router's peering arguments (``peering=bgp,bfd``, ``asn=…``,
     ``peers=…``, ``bfd=…``, ``bgphold=…``), passed as ``vrmig.<argument>``.
@@ -105,6 +119,10 @@ vrmig.if1=198.18.2.1/24,2001:2:0:2::1/64 quiet'
         *([f"vrmig.rib={rib_routes}"] if rib_routes else []),
         *(f"vrmig.{a}" for a in routing),
     ]
+    if dirty_mb_s is not None:
+        if not dirty_mb_s > 0:
+            raise RouterError(f"dirty rate {dirty_mb_s!r} must be above 0 MB/s")
+        args.append(f"vrmig.dirty={dirty_mb_s:g}")
     for arg in extra:
         if not arg or any(c.isspace() for c in arg):
             raise RouterError(f"kernel argument {arg!r} is empty or contains whitespace")
@@ -146,6 +164,32 @@ def namespace_argv(profile: str, if0: list[str], if1: list[str], cache: Path | N
         "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _CHROOT_SCRIPT, "vrmig-chroot",
         str(image.rootfs), profile, f"eth0={_addresses('if0', if0)}", f"eth1={_addresses('if1', if1)}",
     ]  # fmt: skip
+
+
+def has_tool(image: GuestImage, name: str) -> bool:
+    """True if the image's manifest lists guest tool ``name`` (built by routers.build)."""
+    tools = image.manifest.get("tools")
+    return isinstance(tools, dict) and isinstance(tools.get(name), dict)
+
+
+def parse_dirty(line: str) -> dict[str, float] | None:
+    """The fields of a ``VRMIG-DIRTY rate_mb_s=... wss_mib=... wss_s=... pid=...`` line as numbers
+    (None for another line)::
+
+        >>> parse_dirty("VRMIG-DIRTY rate_mb_s=30 wss_mib=120.0 wss_s=4.00 pid=231")
+        {'rate_mb_s': 30.0, 'wss_mib': 120.0, 'wss_s': 4.0, 'pid': 231.0}
+    """
+    start = line.find(DIRTY_MARKER)
+    if start < 0:
+        return None
+    out: dict[str, float] = {}
+    for kv in line[start + len("VRMIG-DIRTY ") :].split():
+        k, _, v = kv.partition("=")
+        try:
+            out[k] = float(v)
+        except ValueError:
+            continue
+    return out if "rate_mb_s" in out else None
 
 
 def parse_ready(line: str) -> dict[str, str] | None:

@@ -76,7 +76,7 @@ def lost_per_ms(sent_start_ms: int, sent: np.ndarray, rx_start_ms: int, rx: np.n
     return LossPerMs(sent_start_ms, sent, np.maximum(diff, 0), int(np.count_nonzero(diff < 0)) + outside)
 
 
-def _between(loss: LossPerMs, t0_ns: int, t1_ns: int) -> SentLost:
+def between(loss: LossPerMs, t0_ns: int, t1_ns: int) -> SentLost:
     """Buckets whose millisecond overlaps [t0_ns, t1_ns]."""
     i0 = max(t0_ns // NS_PER_MS - loss.start_ms, 0)
     i1 = min(t1_ns // NS_PER_MS + 1 - loss.start_ms, loss.sent.size)
@@ -92,12 +92,12 @@ def send_time_loss(loss: LossPerMs, migration: tuple[int, int], outage: tuple[in
     to end + margin, ns); outage = (t_before, t_after) of the longest packet gap (the packets
     downtime), or None.  excess_lost = migration.lost − migration.sent × outside's loss ratio:
     the loss beyond what the router lost anyway (None without traffic outside the span)."""
-    mig = _between(loss, *migration)
+    mig = between(loss, *migration)
     outside = _sent_lost(int(loss.sent.sum()) - mig.sent, int(loss.lost.sum()) - mig.lost)
     excess = None
     if outside.loss_ratio is not None:
         excess = max(0.0, mig.lost - mig.sent * outside.loss_ratio)
-    gap = _between(loss, *outage) if outage is not None else None
+    gap = between(loss, *outage) if outage is not None else None
     return SendTimeLoss(NS_PER_MS / 1e9, mig, gap, outside, excess, loss.inconsistent_ms)
 
 

@@ -114,6 +114,27 @@ def _instruments_line(s: Mapping[str, Any]) -> str:
     )
 
 
+def _dirty_line(s: Mapping[str, Any]) -> str | None:
+    """The guest's dirty rate before the migration (summary.json ``dirty_rate``); None for a run
+    whose driver does not measure it and that asked for no load."""
+    d = s.get("dirty_rate")
+    if not isinstance(d, Mapping):
+        return None
+    requested = d.get("requested_mb_s")
+    if requested is None and d.get("why_absent") in ("dirty_rate_unsupported", "dirty_rate_not_recorded"):
+        return None
+    measured, se = d.get("measured_mb_s"), d.get("sampling_error_mb_s")
+    if measured is not None:
+        line = f"  dirty rate       measured {measured:g}{f' ±{se:.1f}' if se else ''} MB/s"
+        line += f" ({d.get('method')} over {_f(d.get('calc_time_s'), 'g')} s,"
+        line += f" ended {_f(d.get('before_migration_s'), '.2f')} s before the migration)"
+    elif d.get("upper_mb_s") is not None:
+        line = f"  dirty rate       measured <= {d['upper_mb_s']:g} MB/s ({d.get('why_absent')})"
+    else:
+        line = f"  dirty rate       measured {_fig(s, 'dirty_rate.measured_mb_s')}"
+    return line + (f"   requested {requested:g} MB/s" if requested is not None else "   (no load)")
+
+
 def _control_plane_lines(cp: Mapping[str, Any] | None) -> list[str]:
     """One line per protocol of PEERING: survived or how it flapped, the router's longest
     control-plane silence at a peer against the limit the peer enforces, and (BGP) the routes."""
@@ -192,6 +213,30 @@ def _anatomy_lines(a: Mapping[str, Any] | None) -> list[str]:
     ]
 
 
+def _postcopy_lines(post: Mapping[str, Any] | None) -> list[str]:
+    """POSTCOPY=1: whether QEMU entered post-copy and, if it did, the blackout beside its price."""
+    if not isinstance(post, Mapping):
+        return []
+    if not post.get("entered"):
+        return [f"  post-copy        not entered (QEMU postcopy-bytes {_f(post.get('postcopy_bytes'), 'd')})"]
+    pr = post.get("price") or {}
+    why = pr.get("why_absent") or {}
+    w = _f(pr.get("window_s"), "g")
+    before, after = pr.get("rtt_before") or {}, pr.get("rtt_after") or {}
+    block = (
+        _f(pr.get("blocktime_ms"), ".0f") if pr.get("blocktime_ms") is not None else f"{NA} ({why.get('blocktime')})"
+    )
+    lines = [
+        f"  post-copy        blackout {_f(pr.get('blackout_s'))} s   phase {_f(pr.get('phase_s'))} s (resume→completed)"
+        f"   blocktime {block} ms   postcopy-bytes {_f(post.get('postcopy_bytes'), 'd')}",
+        f"  after switch     {w} s after the resume: RTT median/p99 {_f(after.get('median_ms'), '.2f')}/"
+        f"{_f(after.get('p99_ms'), '.2f')} ms (before {_f(before.get('median_ms'), '.2f')}/"
+        f"{_f(before.get('p99_ms'), '.2f')}), probes lost {_f(after.get('lost'), 'd')} of {_f(after.get('sent'), 'd')}"
+        f"; cross-traffic lost {_sent_lost(pr.get('loss_after'), True) if pr.get('loss_after') else NA}",
+    ]
+    return lines
+
+
 def format_table(summary: Summary | Mapping[str, Any]) -> str:
     """Headline metrics of a run, one per line (accepts a Summary or its summary.json dict).
 
@@ -236,7 +281,11 @@ def format_table(summary: Summary | Mapping[str, Any]) -> str:
         lines.append(line)
     if "instruments" in s:
         lines.append(_instruments_line(s))
+    dirty = _dirty_line(s)
+    if dirty:
+        lines.append(dirty)
     lines += _anatomy_lines(s.get("anatomy"))
+    lines += _postcopy_lines(det.get("postcopy"))
     lines += _control_plane_lines(s.get("control_plane"))
     flags = sorted({*(_d(dc, "flags") or []), *(_d(dp, "flags") or [])})
     if flags:

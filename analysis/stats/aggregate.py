@@ -2,7 +2,7 @@
 
 A run is a flat *record* (:func:`run_record`: parameters, status, failure class and the headline
 metrics of its summary.json, with their qualifiers).  Records are grouped into grid points by
-(series, hv, accel, mode, rate, frame size); a point never mixes accelerators
+(series, hv, accel, mode, rate, frame size, QEMU knobs); a point never mixes accelerators
 (:func:`mixed_accelerators`).  Each point gets its failure rate over its migration attempts (with
 a Wilson 95 % interval) and per-class failure counts, and, over its completed runs, the mean,
 median, standard deviation and Student-t 95 % confidence interval of the mean of every metric in
@@ -22,6 +22,7 @@ import numpy as np
 from analysis import qualify as q
 from analysis.metrics.anatomy import timeline_text
 from analysis.stats.inference import t_half_width, wilson_interval
+from migrate.core.knobs import EFFECTIVE_COLUMNS, EFFECTIVE_KEYS, requested_text
 
 CONFIDENCE = 0.95
 DONE_STATUSES = ("completed", "failed")  # outcomes that are data; 'interrupted' is an operator stop
@@ -132,12 +133,24 @@ METRICS: tuple[Metric, ...] = (
        "control_plane.bgp.flaps: BGP sessions that went down during the run (PEERING)"),
     _m("bfd_silence_ms", "ms", "BFD silence", "control_plane.bfd.silence_ms",
        "control_plane.bfd.silence_ms: the router's longest gap in BFD packets at a peer"),
+    _m("postcopy_phase_s", "s", "post-copy phase", "details.postcopy.price.phase_s",
+       "details.postcopy.price.phase_s: destination resume to completion, pages pulled on demand (POSTCOPY=1)"),
+    _m("postcopy_blocktime_ms", "ms", "post-copy blocktime", "details.postcopy.price.blocktime_ms",
+       "details.postcopy.price.blocktime_ms: QEMU's postcopy-blocktime, vCPU time blocked on page faults"),
+    _m("postcopy_rtt_after_median_ms", "ms", "RTT after switch-over", "details.postcopy.price.rtt_after.median_ms",
+       "details.postcopy.price.rtt_after.median_ms: median RTT of the probes sent in the 2 s after the resume"),
+    _m("postcopy_loss_after_ratio", "1", "loss after switch-over", "details.postcopy.price.loss_after.loss_ratio",
+       "details.postcopy.price.loss_after.loss_ratio: cross-traffic sent in the 2 s after the resume and lost"),
+    _m("dirty_measured_mb_s", "MB/s", "dirty rate", "dirty_rate.measured_mb_s",
+       "dirty_rate.measured_mb_s: the guest's dirty page rate QEMU measured before the migration (MB = 2^20 B)"),
 )  # fmt: skip
 METRIC_BY_NAME = {m.name: m for m in METRICS}
 
 AGGREGATE_DEFINITIONS = (
-    "Each grid point (series, hypervisor, accelerator, mode, rate, frame size; a point never mixes "
-    "accelerators) aggregates its repetitions. Failed migrations are data: the **failure rate** is failed "
+    "Each grid point (series, hypervisor, accelerator, mode, rate, frame size, the QEMU knobs asked for; a "
+    "point never mixes accelerators) aggregates its repetitions; its `qemu_<knob>` columns give QEMU's "
+    "effective values as the runs read them back (`a|b` when its runs differ). Failed migrations are data: "
+    "the **failure rate** is failed "
     "migration attempts / migration attempts, with a Wilson 95 % interval. Migration attempts are the completed "
     "runs and the runs that failed in the migration or after it (meta.json `failure_class` `migration` or "
     "`post-migration`); runs that failed in the set-up (`setup`) or were stopped by the operator "
@@ -203,9 +216,15 @@ def run_record(summary: Mapping[str, Any], meta: Mapping[str, Any], **extra: Any
         "frame_bytes": scenario.get("frame_bytes", summary.get("frame_bytes")),
         "peering": scenario.get("peering") or None,
         "bfd": bfd_setting(scenario),
+        "dirty_requested_mb_s": _num(scenario.get("dirty_mbps")),
         "qemu": hv_meta.get("qemu"),
         "created_utc": meta.get("created_utc"),
+        "knobs": requested_text(scenario) or None,
     }
+    # QEMU's values of the knobs as the run read them back (None: not recorded, e.g. a run that
+    # failed before the migration, another hypervisor, or a run older than the record)
+    effective = hv_meta.get("knobs_effective") if isinstance(hv_meta.get("knobs_effective"), Mapping) else {}
+    rec.update({col: effective.get(key) for col, key in zip(EFFECTIVE_COLUMNS, EFFECTIVE_KEYS, strict=True)})
     quals: dict[str, dict[str, Any]] = {}
     for m in METRICS:
         value = m.get(summary)
@@ -313,27 +332,35 @@ class PointStats:
     failure_ci: tuple[float, float] | None
     stats: dict[str, Stats] = field(default_factory=dict)
     run_ids: tuple[str, ...] = ()
+    #: DIRTY= of the point's runs (a point never mixes them: the series carries it); None without
+    dirty_requested_mb_s: float | None = None
+    #: the QEMU knobs the point's runs asked for ('DOWNTIME_LIMIT=50 MULTIFD=2'; '' none)
+    knobs: str = ""
+    #: qemu_<knob> -> QEMU's effective value over the point's runs ('a|b' when they differ; None: not recorded)
+    effective: dict[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[Any, ...]:
-        """(series, hv, accel, mode, rate_bps, frame_bytes)."""
-        return (self.series, self.hv, self.accel, self.mode, self.rate_bps, self.frame_bytes)
+        """(series, hv, accel, mode, rate_bps, frame_bytes, knobs)."""
+        return (self.series, self.hv, self.accel, self.mode, self.rate_bps, self.frame_bytes, self.knobs)
 
 
 def _base_key(rec: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (rec.get("series", ""), rec.get("hv"), rec.get("mode"), rec.get("rate_bps"), rec.get("frame_bytes"))
+    return (rec.get("series", ""), rec.get("hv"), rec.get("mode"), rec.get("rate_bps"), rec.get("frame_bytes"),
+            rec.get("knobs") or "")  # fmt: skip
 
 
 def point_key(rec: Mapping[str, Any]) -> tuple[Any, ...]:
-    """The grid point a record belongs to: (series, hv, accel, mode, rate_bps, frame_bytes)."""
-    series, hv, mode, rate, frame = _base_key(rec)
-    return (series, hv, rec.get("accel"), mode, rate, frame)
+    """The grid point a record belongs to: (series, hv, accel, mode, rate_bps, frame_bytes, knobs):
+    runs that differ only in a QEMU knob are separate points."""
+    series, hv, mode, rate, frame, knobs = _base_key(rec)
+    return (series, hv, rec.get("accel"), mode, rate, frame, knobs)
 
 
 def _point_name(base: tuple[Any, ...]) -> str:
-    series, hv, mode, rate, frame = base
+    series, hv, mode, rate, frame, knobs = base
     rate_s = "?" if rate is None else f"{rate / 1e6:g}M"
-    return " ".join(str(x) for x in (series or f"{hv} {mode}", rate_s, f"{frame} B"))
+    return " ".join(str(x) for x in (series or f"{hv} {mode}", rate_s, f"{frame} B", knobs) if x)
 
 
 def mixed_accelerators(records: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -352,9 +379,10 @@ def mixed_accelerators(records: Iterable[Mapping[str, Any]]) -> list[str]:
 
 
 def _sort_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
-    series, hv, accel, mode, rate, frame = key
+    series, hv, accel, mode, rate, frame, knobs = key
     return (
-        str(series), str(hv), str(accel), str(mode), -1 if frame is None else -frame, -1 if rate is None else rate
+        str(series), str(hv), str(accel), str(mode), -1 if frame is None else -frame, -1 if rate is None else rate,
+        str(knobs),
     )  # fmt: skip
 
 
@@ -386,7 +414,7 @@ def aggregate_point(key: tuple[Any, ...], records: Sequence[Mapping[str, Any]]) 
     completed = [r for r in records if r.get("status") == "completed"]
     counts = failure_class_counts(records)
     attempts, failed = counts.pop("n_attempts"), counts.pop("n_failed")
-    series, hv, accel, mode, rate_bps, frame = key
+    series, hv, accel, mode, rate_bps, frame, knobs = key
     return PointStats(
         series=series,
         hv=hv,
@@ -407,7 +435,24 @@ def aggregate_point(key: tuple[Any, ...], records: Sequence[Mapping[str, Any]]) 
         failure_ci=wilson_interval(failed, attempts),
         stats={m.name: describe_metric(completed, m.name) for m in METRICS},
         run_ids=tuple(str(r.get("run_id", "")) for r in records),
+        dirty_requested_mb_s=_one(r.get("dirty_requested_mb_s") for r in records),
+        knobs=knobs,
+        effective={col: _distinct(r.get(col) for r in records) for col in EFFECTIVE_COLUMNS},
     )
+
+
+def _one(values: Iterable[Any]) -> float | None:
+    """The one number among ``values`` (None when there is none, or more than one)."""
+    found = {v for v in (_num(x) for x in values) if v is not None}
+    return found.pop() if len(found) == 1 else None
+
+
+def _distinct(values: Iterable[Any]) -> Any:
+    """The one value of a point's runs, 'a|b' when they differ, None when no run recorded one."""
+    seen = list(dict.fromkeys(v for v in values if v is not None))
+    if not seen:
+        return None
+    return seen[0] if len(seen) == 1 else "|".join(str(v) for v in seen)
 
 
 def aggregate(records: Iterable[Mapping[str, Any]]) -> list[PointStats]:
@@ -422,13 +467,13 @@ def aggregate(records: Iterable[Mapping[str, Any]]) -> list[PointStats]:
     accel_of = {_base_key(r): r["accel"] for r in records if r.get("accel") is not None}
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
     for rec in records:
-        series, hv, _, mode, rate, frame = point_key(rec)
-        key = (series, hv, accel_of.get(_base_key(rec)), mode, rate, frame)
+        series, hv, _, mode, rate, frame, knobs = point_key(rec)
+        key = (series, hv, accel_of.get(_base_key(rec)), mode, rate, frame, knobs)
         groups.setdefault(key, []).append(rec)
     return [aggregate_point(k, groups[k]) for k in sorted(groups, key=_sort_key)]
 
 
-POINT_ID_COLUMNS = ("series", "hv", "accel", "mode", "rate_bps", "frame_bytes")
+POINT_ID_COLUMNS = ("series", "hv", "accel", "mode", "rate_bps", "frame_bytes", "knobs")
 POINT_COUNT_COLUMNS = (
     "n_runs",
     "n_completed",
@@ -451,7 +496,7 @@ STAT_SUFFIXES = ("n", "mean", "median", "sd", "ci95_low", "ci95_high", "n_censor
 
 def point_columns() -> list[str]:
     """Column names of points.csv."""
-    cols = [*POINT_ID_COLUMNS, *POINT_COUNT_COLUMNS]
+    cols = [*POINT_ID_COLUMNS, "dirty_requested_mb_s", *EFFECTIVE_COLUMNS, *POINT_COUNT_COLUMNS]
     for m in METRICS:
         cols += [f"{m.name}_{s}" for s in STAT_SUFFIXES]
     return cols
@@ -462,6 +507,8 @@ def point_row(p: PointStats) -> dict[str, Any]:
     ci = p.failure_ci or (None, None)
     row: dict[str, Any] = {c: getattr(p, c) for c in (*POINT_ID_COLUMNS, *POINT_COUNT_COLUMNS[:-3])}
     row.update(failure_rate=p.failure_rate, failure_rate_ci95_low=ci[0], failure_rate_ci95_high=ci[1])
+    row["dirty_requested_mb_s"] = p.dirty_requested_mb_s
+    row.update(p.effective)
     for name, st in p.stats.items():
         values = (st.n, st.mean, st.median, st.sd, st.ci_low, st.ci_high, st.n_censored, st.lower_max, st.n_absent,
                   st.n_incomplete)  # fmt: skip
@@ -488,6 +535,9 @@ RUN_COLUMNS = (
     "frame_bytes",
     "peering",
     "bfd",
+    "dirty_requested_mb_s",
+    "knobs",
+    *EFFECTIVE_COLUMNS,
     "qemu",
     "created_utc",
     *(m.name for m in METRICS),

@@ -260,8 +260,14 @@ def _loadavg() -> list[float]:
     return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
 
 
-def run_baseline(spec: BaselineSpec, results_root: Path, resume_dir: Path | None = None) -> Path:
-    """Run (or resume) the baseline matrix; return its results directory."""
+def run_baseline(
+    spec: BaselineSpec,
+    results_root: Path,
+    resume_dir: Path | None = None,
+    campaign: tuple[dict[str, Any], str] | None = None,
+) -> Path:
+    """Run (or resume) the baseline matrix; return its results directory.  ``campaign``: the
+    (meta.json record, file text) of the campaign file this baseline runs, kept in the directory."""
     if resume_dir is None:
         check_results_root(results_root)
     facts = preflight(spec)
@@ -279,6 +285,9 @@ def run_baseline(spec: BaselineSpec, results_root: Path, resume_dir: Path | None
         else:
             run_dir = _new_run_dir(results_root, spec)
             meta = _initial_meta(spec, facts, gen)
+            if campaign is not None:
+                meta["campaign"] = campaign[0]
+                (run_dir / "campaign.toml").write_text(campaign[1])
         write_json(run_dir / "meta.json", meta)
         configs = spec.configs()
         progress = Progress("baseline", sum(spec.sweep_points(c) for c in configs), "points")

@@ -31,7 +31,7 @@ from migrate.campaigns import sweepdir as sd
 from migrate.campaigns.history import History, history_fields, scenario_column
 from migrate.core.atomic import write_text
 from migrate.core.errors import ConfigError
-from migrate.core.units import format_rate, parse_rate_bps
+from migrate.core.units import format_rate
 from migrate.experiment.scenario import Scenario
 
 log = logging.getLogger(__name__)
@@ -106,20 +106,25 @@ def _whole(path: Path, where: str, v: Any, lo: int, hi: int) -> int:
 
 
 def _point(path: Path, defaults: dict[str, Any], raw: Any, i: int) -> tuple[sw.PlanPoint, Any]:
+    """One ``[[point]]``: Make variables over [defaults] (as in a campaign file), parsed by
+    ``vrmig run``'s own parser (migrate.campaigns.campaign); ``label`` and ``metrics`` are the
+    matrix's own keys."""
+    from migrate.campaigns import campaign as cp
+
     if not isinstance(raw, dict):
         raise _bad(path, f"point {i + 1} is not a table")
     spec = {**defaults, **raw}
     label = spec.pop("label", None)
     overrides = spec.pop("metrics", None)
-    if "rate" in spec:
-        spec["rate_bps"] = parse_rate_bps(str(spec.pop("rate")), f"point {i + 1} rate")
-    unknown = set(spec) - set(Scenario.field_names())
-    if unknown:
-        raise _bad(path, f"point {i + 1}: unknown parameter(s) {', '.join(sorted(unknown))}")
+    known = cp.variables("migrate")
     try:
-        scenario = Scenario(**spec)
+        for var, value in spec.items():
+            cp._known(var, known, f"point {i + 1}", "migrate")
+            cp._text(value, var, "migrate")
+        scenario, _ = cp._scenario("migrate", {k: cp._text(v, k, "migrate") for k, v in spec.items()})
     except ConfigError as err:
         raise _bad(path, f"point {i + 1}: {err}") from None
+    assert scenario is not None
     if label is None:
         label = f"{scenario.mode}-{format_rate(scenario.rate_bps)}-{scenario.frame_bytes}"
     return sw.PlanPoint(str(label), scenario), overrides
@@ -244,11 +249,23 @@ def testbed_id(testbed: Path | None) -> str:
     return f"lab:{sw.testbed_record(testbed)['sha256'][:16]}"
 
 
+#: the Scenario's fields when the history's fingerprints were first written: a field added later
+#: enters a point's fingerprint only when it differs from its default, so that a new parameter
+#: (a QEMU knob, say) left alone keeps every accepted night comparable
+FINGERPRINT_FIELDS = (
+    "hv", "mode", "rate_bps", "frame_bytes", "ip", "duration_s", "migrate_at_s", "after_s", "sample_ms", "probe_ms",
+    "mem_mib", "vcpus", "router", "nic", "accel", "gen", "miglink_bps", "downtime_limit_ms", "max_bandwidth_bps",
+    "auto_converge", "xbzrle", "postcopy", "migrate_timeout_s", "boot_timeout_s", "fault", "driver", "xen_guest",
+    "xen_mig_mtu", "criu_host", "rib_routes", "peering", "bfd_interval_ms", "bfd_multiplier", "bgp_hold_s",
+)  # fmt: skip
+
+
 def fingerprint(scenario: Scenario, accel: str | None = None) -> str:
     """Identifies a point's parameters and the accelerator its runs used (``accel``; None for
     history rows written before the accelerator was part of it): runs measured with other
     parameters or under another accelerator are not comparable."""
-    d = scenario.to_dict()
+    default = Scenario().to_dict()
+    d = {k: v for k, v in scenario.to_dict().items() if k in FINGERPRINT_FIELDS or v != default.get(k)}
     if accel is not None:
         d = {**d, "accel_used": accel}
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]

@@ -20,6 +20,7 @@ from analysis.present import html as rh
 from analysis.present.sweep_plot import FIGURES, render_all
 from analysis.stats.aggregate import (
     AGGREGATE_DEFINITIONS,
+    EFFECTIVE_COLUMNS,
     RUN_COLUMNS,
     PointStats,
     Stats,
@@ -96,12 +97,30 @@ def load_source(path: Path, label: str = "", what: str = "RUNS") -> Source:
     raise ConfigError(f"{what}: {path} is not a vrmig run, sweep or results directory (no vrmig marker)")
 
 
-def series_name(label: str, rec: dict[str, Any], meta: dict[str, Any]) -> str:
+#: campaign axes every record names anyway (the point key or the series): not repeated in the series
+KEYED_AXES = ("HV", "DRIVER", "MODE", "RATE", "SIZE", "PEERING", "BFD", "DIRTY", "TESTBED")
+
+
+def campaign_axes(source_meta: dict[str, Any] | None) -> dict[str, str]:
+    """Point label -> "VAR=value ..." of a campaign's axes that no record column names (a
+    DOWNTIME_LIMIT or MULTIFD axis): runs of different values must never pool into one point."""
+    camp = (source_meta or {}).get("campaign") or {}
+    out = {}
+    for p in camp.get("points") or []:
+        axes = {k: v for k, v in (p.get("axes") or {}).items() if k not in KEYED_AXES}
+        out[p["label"]] = " ".join(f"{k}={v}" for k, v in axes.items())
+    return out
+
+
+def series_name(label: str, rec: dict[str, Any], meta: dict[str, Any], axes: str = "") -> str:
     """The series a run's record belongs to: the source's label, the hypervisor with its driver
     where it is not QMP (``kvm-libvirt``, as run directories and chaos name it), the mode, and the
     lab it ran on.  Runs of another driver or testbed are never pooled into one point: QMP's and
     libvirt's stop-and-copy outages differ by a factor of about 2.5 here.  Runs with routing peers
-    carry PEERING and the BFD timers: a timer sweep's settings are separate points."""
+    carry PEERING and the BFD timers, runs with QEMU knobs their settings (``MULTIFD=2``): a timer
+    sweep's settings, and a knob sweep's, are separate points; runs with a dirtying load carry
+    DIRTY (another workload, another point).  ``axes``: the campaign axes of the run's point that
+    no record column names (:func:`campaign_axes`)."""
     hv = rec.get("hv")
     driver = (meta.get("scenario") or {}).get("driver")
     if hv and driver and driver != "qmp":
@@ -110,7 +129,10 @@ def series_name(label: str, rec: dict[str, Any], meta: dict[str, Any]) -> str:
     lab = f"on lab {tb.get('name') or tb['inventory']}" if tb.get("inventory") else None
     peers = f"PEERING={rec['peering']}" if rec.get("peering") else None
     bfd = f"BFD={rec['bfd']}" if rec.get("bfd") else None
-    return " ".join(str(x) for x in (label, hv, rec.get("mode"), peers, bfd, lab) if x)
+    dirty = f"DIRTY={rec['dirty_requested_mb_s']:g}" if rec.get("dirty_requested_mb_s") is not None else None
+    knobs = rec.get("knobs") or None
+    axes = " ".join(a for a in axes.split() if a.split("=")[0] not in (knobs or "").replace("=", " = ").split())
+    return " ".join(str(x) for x in (label, hv, rec.get("mode"), peers, bfd, knobs, dirty, axes, lab) if x)
 
 
 def collect(source: Source) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -118,12 +140,13 @@ def collect(source: Source) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]
     from analysis.run import analyse_run
 
     records, metas = [], []
+    axes = campaign_axes(source.meta)
     for ref in source.runs:
         meta = sd.read_json(ref.run_dir / "meta.json", f"run {ref.run_id}")
         summary = analyse_run(ref.run_dir).to_dict()
         rel = ref.run_dir.relative_to(source.path) if ref.run_dir != source.path else Path(".")
         rec = make_record(summary, meta, run_id=ref.run_id, point=ref.point, rep=ref.rep, order=ref.order)
-        rec["series"] = series_name(source.label, rec, meta)
+        rec["series"] = series_name(source.label, rec, meta, axes.get(str(ref.point), ""))
         rec["run_dir"] = str(rel)
         rec["notes"] = "; ".join((summary.get("details") or {}).get("notes") or [])
         records.append(rec)
@@ -270,6 +293,42 @@ def points_table(points: Sequence[PointStats]) -> rh.Table:
         "(set-up failures and interrupted runs are not attempts). Rows with failed attempts are shaded."
     )
     return rh.Table("Grid points", header, rows, classes, note, id="points")
+
+
+def knobs_rows(points: Sequence[PointStats]) -> tuple[list[str], list[list[Any]]]:
+    """Per point with QEMU knobs: what it asked for and QEMU's effective values as its runs read
+    them back (the columns any such point recorded); no rows when no point set a knob."""
+    with_knobs = [p for p in points if p.knobs]
+    cols = [c for c in EFFECTIVE_COLUMNS if any(p.effective.get(c) is not None for p in with_knobs)]
+    header = ["series", "accel", "rate [Mbit/s]", "frame [B]", "knobs asked", *cols]
+    rows = []
+    for p in with_knobs:
+        eff = ["–" if p.effective.get(c) is None else p.effective[c] for c in cols]
+        rows.append([p.series, p.accel, _f(p.rate_bps, 1e-6, "g"), p.frame_bytes, p.knobs, *eff])
+    return header, rows
+
+
+def knobs_table(points: Sequence[PointStats]) -> rh.Table | None:
+    """:func:`knobs_rows` as a report table (None without knobs)."""
+    header, rows = knobs_rows(points)
+    if not rows:
+        return None
+    note = (
+        "QEMU's values after the knobs were applied, read back with query-migrate-parameters and "
+        "query-migrate-capabilities (qemu_announce: the destination's, which announces the guest after the "
+        "migration; the others the source's). 'a|b': the point's runs differ; '–': not recorded."
+    )
+    return rh.Table("QEMU migration knobs (effective)", header, rows, [""] * len(rows), note, id="knobs")
+
+
+def format_knobs(points: Sequence[PointStats]) -> str:
+    """:func:`knobs_rows` as plain text for the terminal ("" without knobs)."""
+    header, rows = knobs_rows(points)
+    if not rows:
+        return ""
+    cells = [header, *[[str(c) for c in r] for r in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
 
 
 def _run_cell(r: dict[str, Any], name: str, scale: float, fmt: str = ".3g") -> str:
@@ -455,6 +514,7 @@ def build_outputs(
             *(t for t in (timers_table(records),) if t is not None),
             *extra_tables,
             points_table(points),
+            *(t for t in (knobs_table(points),) if t is not None),
             runs_table(records),
             *(t for t in (anatomy_table(records),) if t is not None),
         ],
@@ -470,6 +530,9 @@ def sweep_title(source: Source) -> str:
     """Report title of one sweep."""
     m = source.meta
     grid = m.get("grid") or {}
+    camp = m.get("campaign") or {}
+    if camp.get("name"):
+        return f"vrmig campaign {camp['name']} ({source.path.name}): {len(m['points'])} points × {m['reps']} reps"
     if source.kind == "sweep":
         t = (grid.get("template") or {}) if isinstance(grid, dict) else {}
         size = f"{len(m['points'])} points × {m['reps']} reps"

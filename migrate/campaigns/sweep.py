@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import itertools
 import logging
 import os
 import random
@@ -29,12 +30,14 @@ from migrate.campaigns import sweepdir as sd
 from migrate.core import meta as metamod
 from migrate.core.atomic import write_json
 from migrate.core.errors import ConfigError, Interrupted, VrmigError
+from migrate.core.knobs import KNOB_BY_VAR, label_part
 from migrate.core.progress import Progress
 from migrate.core.sighold import interruptible
 from migrate.core.units import format_rate, parse_rate_bps
 from migrate.experiment.scenario import Scenario, parse_bfd
 
 if TYPE_CHECKING:
+    from migrate.campaigns.campaign import Campaign
     from migrate.campaigns.reporting import Outputs
 
 log = logging.getLogger(__name__)
@@ -42,6 +45,7 @@ log = logging.getLogger(__name__)
 MAX_REPS = 1000
 MAX_RUNS = 100_000
 LOCK_NAME = ".lock"
+CAMPAIGN_COPY = "campaign.toml"  # the campaign file a sweep directory runs (make sweep writes its own)
 
 OnRun = Callable[[dict[str, Any], Path, dict[str, Any]], None]
 
@@ -139,6 +143,15 @@ def point_scenario(template: Scenario, what: str, **changes: Any) -> Scenario:
         raise ConfigError(f"{what}: {err}") from None
 
 
+def knob_axis_values(axes: Sequence[tuple[str, Sequence[str]]]) -> list[list[tuple[str, dict[str, Any]]]]:
+    """Each knob axis (Make variable, values' text) as its (label part, Scenario fields) per value."""
+    out = []
+    for var, texts in axes:
+        knob = KNOB_BY_VAR[var]
+        out.append([(label_part(knob, t), {**knob.unset(), **knob.parse(t)}) for t in texts])
+    return out
+
+
 def grid_plan(
     template: Scenario,
     rates: tuple[int, ...],
@@ -147,24 +160,30 @@ def grid_plan(
     seed: int,
     modes: tuple[str, ...] = (),
     bfds: tuple[tuple[int, int], ...] = (),
+    knob_axes: Sequence[tuple[str, Sequence[str]]] = (),
 ) -> Plan:
-    """The MODES × BFDS × SIZES × RATES plan of ``make sweep`` (MODES and BFDS optional: the
-    template's mode and timers otherwise); every point is validated before anything starts."""
+    """The MODES × BFDS × knobs × SIZES × RATES plan of ``make sweep`` (MODES, BFDS and the QEMU
+    knob axes optional: the template's otherwise; ``knob_axes``: (Make variable, its values'
+    text), e.g. ("MULTIFD", ("1", "4"))); every point is validated before anything starts."""
     check_reps(reps)
     if bfds and "bfd" not in template.peering_protocols:
         raise ConfigError("BFDS= sweeps BFD's timers: set PEERING=bgp,bfd as well")
+    what = "/".join(["MODES/BFDS", *(var for var, _ in knob_axes), "RATES/SIZES"])
     points = []
     for mode in modes or (template.mode,):
         for bfd in bfds or ((template.bfd_interval_ms, template.bfd_multiplier),):
-            for s in sizes:
-                for r in rates:
-                    label = "-".join(
-                        [*([mode] if modes else []), *([f"bfd{bfd[0]}x{bfd[1]}"] if bfds else []), format_rate(r),
-                         str(s)]
-                    )  # fmt: skip
-                    changes = {"rate_bps": r, "frame_bytes": s, "mode": mode,
-                               "bfd_interval_ms": bfd[0], "bfd_multiplier": bfd[1]}  # fmt: skip
-                    points.append(PlanPoint(label, point_scenario(template, "MODES/BFDS/RATES/SIZES", **changes)))
+            for combo in itertools.product(*knob_axis_values(knob_axes)):
+                for s in sizes:
+                    for r in rates:
+                        label = "-".join(
+                            [*([mode] if modes else []), *([f"bfd{bfd[0]}x{bfd[1]}"] if bfds else []),
+                             *(part for part, _ in combo), format_rate(r), str(s)]
+                        )  # fmt: skip
+                        changes = {"rate_bps": r, "frame_bytes": s, "mode": mode,
+                                   "bfd_interval_ms": bfd[0], "bfd_multiplier": bfd[1]}  # fmt: skip
+                        for _, fields in combo:
+                            changes.update(fields)
+                        points.append(PlanPoint(label, point_scenario(template, what, **changes)))
     if len(points) * reps > MAX_RUNS:
         raise ConfigError(f"the grid has {len(points) * reps} runs; at most {MAX_RUNS}")
     grid = {"rates_bps": list(rates), "frame_bytes": list(sizes), "template": template.to_dict()}
@@ -172,7 +191,36 @@ def grid_plan(
         grid["modes"] = list(modes)
     if bfds:
         grid["bfds"] = [f"{i}x{m}" for i, m in bfds]
+    if knob_axes:
+        grid["knobs"] = {var: list(texts) for var, texts in knob_axes}
     return Plan("sweep", tuple(points), reps, seed, grid)
+
+
+def campaign_plan(c: Campaign, seed: int) -> Plan:
+    """The plan of a migrate campaign: its points × reps, in an order shuffled with ``seed``."""
+    points = tuple(PlanPoint(p.label, p.scenario) for p in c.points if p.scenario is not None)
+    if len(points) * c.reps > MAX_RUNS:
+        raise ConfigError(f"{c.path}: the campaign has {len(points) * c.reps} runs; at most {MAX_RUNS}")
+    return Plan("sweep", points, c.reps, seed, {"campaign": c.name, "axes": list(c.axes),
+                                                "template": points[0].scenario.to_dict()})  # fmt: skip
+
+
+def new_campaign(c: Campaign, results_root: Path, testbed: Path | None = None) -> Path:
+    """Validate everything (the lab, the driver's preflight), then create the campaign's
+    directory: a sweep directory with the campaign file copied in and meta.json ``campaign``."""
+    seed = c.seed if c.seed is not None else new_seed()
+    plan = campaign_plan(c, seed)
+    check_lab(plan.points, testbed)
+    vers = versions(plan.points[0].scenario, testbed)
+    for p in plan.points[1:]:
+        if p.scenario.hv != plan.points[0].scenario.hv or p.scenario.driver != plan.points[0].scenario.driver:
+            versions(p.scenario, testbed)  # each hypervisor's preflight before anything runs
+    prepare_results_root(results_root)
+    meta = plan_meta(plan, vers, sys.argv, testbed)
+    meta["campaign"] = {**c.record(), "seed": seed, "seed_given": c.seed is not None}
+    path = create_sweep_dir(results_root, f"{sd.stamp_utc()}-campaign-{c.name}", meta)
+    (path / CAMPAIGN_COPY).write_text(c.text)
+    return path
 
 
 def new_seed() -> int:
@@ -239,12 +287,26 @@ def versions(scenario: Scenario, testbed: Path | None = None) -> dict[str, Any]:
         inv = load(testbed)
         lab_supports(scenario, inv)
         facts = {**facts, **lab_facts(lab_preflight(inv, testbed), scenario, facts)}
+    hv_keys = ("qemu", "qemu_by_host", "accel", "accel_reason", "libvirt", "driver")
     return {
         "git_commit": metamod.git_commit(),
         "host": metamod.host_facts(),
-        "hypervisor": {k: v for k, v in facts.items() if k in ("qemu", "accel", "accel_reason", "libvirt", "driver")},
+        "hypervisor": {k: v for k, v in facts.items() if k in hv_keys},
         "router": (facts.get("guest_image") or {}).get("router"),
     }
+
+
+def check_knobs(points: Sequence[PlanPoint], vers: dict[str, Any], testbed: Path | None = None) -> None:
+    """Every point's QEMU knobs against the QEMU (and libvirt) that will run them (the template's
+    preflight checked only its own): ConfigError, one line, before anything is created."""
+    from migrate.experiment.run import check_knobs as check_point
+
+    hv = vers.get("hypervisor") or {}
+    for p in points:
+        try:
+            check_point(p.scenario, hv, probe=testbed is None)
+        except ConfigError as err:
+            raise ConfigError(f"point {p.label}: {err}") from None
 
 
 @contextlib.contextmanager
@@ -336,7 +398,8 @@ def execute(
     order = meta["order"]
     pending = [r for r in order if r["run_id"] not in state["runs"]]
     log.info("sweep %s: %d of %d runs to do", sweep_dir.name, len(pending), len(order))
-    progress = _progress(meta["kind"], state, len(order))
+    name = (meta.get("campaign") or {}).get("name")
+    progress = _progress(f"campaign {name}" if name else meta["kind"], state, len(order))
     with interruptible(), progress:
         for item in pending:
             mean = progress.mean_s() or 0.0
@@ -431,12 +494,15 @@ def new_sweep(plan: Plan, results_root: Path, testbed: Path | None = None) -> Pa
     template = plan.points[0].scenario
     check_lab(plan.points, testbed)
     vers = versions(template, testbed)
+    check_knobs(plan.points[1:], vers, testbed)
     prepare_results_root(results_root)
     modes = "+".join(plan.grid.get("modes") or [template.mode])
     name = f"{sd.stamp_utc()}-sweep-{template.hv}-{modes}-{len(plan.grid['rates_bps'])}x"
     name += f"{len(plan.grid['frame_bytes'])}x{plan.reps}"
     if plan.grid.get("bfds"):
         name += f"-bfd{len(plan.grid['bfds'])}"
+    for var, texts in (plan.grid.get("knobs") or {}).items():
+        name += f"-{var.lower()}{len(texts)}"
     return create_sweep_dir(results_root, name, plan_meta(plan, vers, sys.argv, testbed))
 
 
@@ -515,5 +581,7 @@ def run_sweep(sweep_dir: Path, testbed: Path | None = None) -> Outputs:
         meta, state = sd.open_sweep(sweep_dir)
         reconcile(sweep_dir, meta, state)
         start_session(sweep_dir, state, vers)
-        execute(sweep_dir, meta, state, testbed=lab)
+        budget = (meta.get("campaign") or {}).get("budget_s")
+        deadline = time.monotonic() + budget if isinstance(budget, int | float) else None
+        execute(sweep_dir, meta, state, deadline_mono=deadline, testbed=lab)
         return write_sweep_outputs(sweep_dir)

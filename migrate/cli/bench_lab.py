@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from migrate.cli.args import rate
 from migrate.core.atomic import write_json
 from migrate.core.errors import VrmigError
+from migrate.experiment.args import rate
 from migrate.experiment.run import run
 from migrate.experiment.scenario import Scenario
 

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from migrate.cli.args import rate, whole
+from migrate.experiment.args import rate, whole
 from migrate.experiment.calibrate import (
     DEFAULT_DURATIONS_MS,
     KINDS,

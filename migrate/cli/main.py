@@ -14,9 +14,8 @@ import signal
 import sys
 from pathlib import Path
 
-from migrate.cli.args import Parser, boolean, rate, scenario_from_args, seconds, whole
 from migrate.core.errors import VrmigError
-from migrate.experiment.scenario import FAULTS
+from migrate.experiment.args import Parser, add_run_arguments, scenario_from_args
 
 log = logging.getLogger("vrmig")
 
@@ -27,50 +26,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help="verbose logging and tracebacks")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="one migration experiment (make migrate)")
-    r.add_argument("--hv", default="kvm", help="hypervisor driver (HV): kvm")
-    r.add_argument("--driver", default="qmp", help="how HV=kvm is driven (DRIVER): qmp|libvirt")
-    r.add_argument("--mode", default="precopy", help="precopy|stopcopy (MODE)")
-    r.add_argument("--rate", type=rate("RATE"), default=None, help="cross-traffic bit/s, K/M/G (100M; HV=xen 1M)")
-    r.add_argument("--size", type=whole("SIZE"), default=1500, help="Ethernet frame bytes 64-1518")
-    r.add_argument("--ip", type=whole("IP"), default=4, help="4|6 for the cross-traffic and probes")
-    r.add_argument("--duration", type=seconds("DURATION"), default=20.0, help="seconds of traffic (at least)")
-    r.add_argument("--migrate-at", type=seconds("MIGRATE_AT"), default=5.0, help="seconds after traffic start")
-    r.add_argument("--after", type=seconds("AFTER"), default=3.0, help="seconds of traffic after the migration")
-    r.add_argument("--sample-ms", type=whole("SAMPLE_MS"), default=10)
-    r.add_argument("--probe-ms", type=whole("PROBE_MS"), default=10)
-    r.add_argument("--mem", type=whole("MEM"), default=256, help="guest MiB")
-    r.add_argument("--router", default="frr", help="frr|bird|xorp")
-    r.add_argument("--nic", default="virtio", help="virtio|e1000")
-    r.add_argument("--accel", default="auto", help="auto|kvm|tcg")
-    r.add_argument("--gen", default="builtin", help="cross-traffic backend")
-    r.add_argument("--miglink", type=rate("MIGLINK"), default=None, help="cap the migration link, e.g. 1G")
-    r.add_argument("--downtime-limit", type=whole("DOWNTIME_LIMIT"), default=None, help="QEMU downtime-limit ms")
-    r.add_argument("--max-bandwidth", type=rate("MIGBW"), default=None, help="QEMU max-bandwidth bit/s")
-    r.add_argument("--auto-converge", type=boolean(), default=False)
-    r.add_argument("--xbzrle", type=boolean(), default=False)
-    r.add_argument("--postcopy", type=boolean(), default=False)
-    r.add_argument("--migrate-timeout", type=seconds("MIGRATE_TIMEOUT"), default=None, help="s (120; HV=xen 600)")
-    r.add_argument("--boot-timeout", type=seconds("BOOT_TIMEOUT"), default=120.0)
-    r.add_argument("--xen-guest", default="pvh", help="HV=xen domU type (XEN_GUEST): pvh (pv is refused)")
-    r.add_argument("--xen-mig-mtu", type=whole("XEN_MIG_MTU"), default=1500, help="HV=xen: migration link MTU")
-    r.add_argument("--rib-routes", type=whole("RIB_ROUTES"), default=0, help="routes in the router's RIB (bird)")
-    r.add_argument("--peering", default="", help="routing sessions with peers on both segments: bgp or bgp,bfd")
-    r.add_argument("--bfd", default="50x3", help="BFD <interval ms>x<multiplier> (PEERING with bfd)")
-    r.add_argument("--bgp-hold", type=whole("BGP_HOLD"), default=9, help="BGP hold time s (keepalive = hold/3)")
-    r.add_argument(
-        "--testbed",
-        type=Path,
-        default=None,
-        help="an inventory of lab hosts reached over SSH (docs/testbed.md); default: the embedded testbed",
-    )
-    r.add_argument("--criu-host", default="local", help="HV=criu: local, or vm (a VM whose kernel has soft-dirty)")
-    r.add_argument("--fault", default=None, help="inject a fault (chaos testing): " + ", ".join(FAULTS))
-    r.add_argument("--results", type=Path, default=Path("results"), help="results root directory")
+    add_run_arguments(r)
     ct = sub.add_parser("clean-testbed", help="remove what crashed runs left behind (from their state files)")
     ct.add_argument(
         "--testbed", type=Path, default=None, help="also on the hosts of this inventory (runs of this machine only)"
     )
-    from migrate.cli.baseline import add_parser as add_baseline_parser
+    from migrate.baseline.args import add_parser as add_baseline_parser
 
     add_baseline_parser(sub)
     from migrate.cli.sweep import add_parsers as add_sweep_parsers

@@ -7,14 +7,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from migrate.cli.args import scenario_from_args, whole
 from migrate.core.errors import ConfigError, Interrupted
 from migrate.core.units import format_rate
+from migrate.experiment.args import knob_values, scenario_from_args, whole
 
 
 def add_parsers(sub: argparse._SubParsersAction, run_parser: argparse.ArgumentParser) -> None:
     """Add the sub-commands; ``sweep`` takes every scenario flag of ``run`` (the grid template)."""
-    s = sub.add_parser("sweep", parents=[run_parser], add_help=False, help="migrations over a RATES×SIZES grid")
+    s = sub.add_parser(
+        "sweep", parents=[run_parser], add_help=False,
+        help="migrations over a RATES×SIZES grid (a QEMU knob given a list, e.g. MULTIFD=1,4, is an axis too)",
+    )  # fmt: skip
     s.add_argument("--rates", default=None, help="RATES: comma-separated cross-traffic rates, e.g. 0,100M,200M")
     s.add_argument("--sizes", default=None, help="SIZES: comma-separated frame bytes (default: --size)")
     s.add_argument("--modes", default=None, help="MODES: comma-separated migration modes, e.g. precopy,stopcopy")
@@ -23,6 +26,24 @@ def add_parsers(sub: argparse._SubParsersAction, run_parser: argparse.ArgumentPa
     s.add_argument("--seed", type=whole("SEED"), default=None, help="SEED of the randomized order (default: random)")
     s.add_argument("--resume", type=Path, default=None, help="RESUME: a sweep directory to continue")
     s.set_defaults(handler=cmd_sweep)
+
+    k = sub.add_parser("campaign", help="run a campaign file (make campaign FILE=campaigns/<name>.toml)")
+    k.add_argument("files", nargs="*", type=Path, help="FILE: the campaign file(s); several only with --check")
+    k.add_argument("--reps", type=whole("REPS"), default=None, help="REPS: override the file's reps")
+    k.add_argument("--seed", type=whole("SEED"), default=None, help="SEED: override the file's seed")
+    k.add_argument("--resume", type=Path, default=None, help="RESUME: a campaign directory to continue")
+    k.add_argument("--check", action="store_true", help="CHECK=1: validate the file(s), run nothing")
+    k.add_argument("--testbed", type=Path, default=None, help="TESTBED: run on the hosts of this lab inventory")
+    k.add_argument("--results", type=Path, default=Path("results"), help="results root directory")
+    k.set_defaults(handler=cmd_campaign)
+
+    pp = sub.add_parser("paper", help="paper 004's campaigns and the side-by-side report (make paper)")
+    pp.add_argument("--reps", type=whole("REPS"), default=None, help="REPS: override the campaigns' repetitions")
+    pp.add_argument("--fig2", type=Path, default=None, help="FIG2: reuse (or resume) this baseline directory")
+    pp.add_argument("--fig3", type=Path, default=None, help="FIG3: reuse (or resume) this campaign directory")
+    pp.add_argument("--parts", default="fig2,fig3", help="PARTS: which campaigns to run (fig2, fig3)")
+    pp.add_argument("--results", type=Path, default=Path("results"), help="results root directory")
+    pp.set_defaults(handler=cmd_paper)
 
     r = sub.add_parser("report", help="rebuild the report of sweeps/runs from their raw data (make report)")
     r.add_argument("dirs", nargs="*", type=Path, help="sweep, night, run or results directories")
@@ -55,14 +76,16 @@ def add_parsers(sub: argparse._SubParsersAction, run_parser: argparse.ArgumentPa
     a.set_defaults(handler=cmd_nightly_accept)
 
 
-def _print_outputs(out) -> None:
-    from migrate.campaigns.reporting import REPORT_NAME, format_points, format_timers
+def _print_outputs(out, comparison: str = "", tables: str = "runs.csv points.csv") -> None:
+    from migrate.campaigns.reporting import REPORT_NAME, format_knobs, format_points, format_timers
 
     print(format_points(out.points))
-    timers = format_timers(out.records)
-    if timers:
-        print(timers)
-    print(f"report: {out.out_dir / REPORT_NAME}   tables: runs.csv points.csv")
+    for table in (format_timers(out.records), format_knobs(out.points)):
+        if table:
+            print(table)
+    if comparison:
+        print(comparison)
+    print(f"report: {out.out_dir / REPORT_NAME}   tables: {tables}")
     print(out.out_dir)
 
 
@@ -89,6 +112,14 @@ def cmd_sweep(a: argparse.Namespace) -> int:
             "MODES": tuple(grid.get("modes", ())),
             "BFDS": tuple(sw.parse_bfd(b) for b in grid.get("bfds", ())),
         }
+        stored_knobs = grid.get("knobs") or {}
+        for knob, values in knob_values(a):
+            if len(values) > 1 and values != stored_knobs.get(knob.var):
+                was = "/" if knob.tuple_valued else ","
+                was = was.join(stored_knobs.get(knob.var) or []) or "(not an axis)"
+                raise ConfigError(
+                    f"RESUME={a.resume} was started with {knob.var}={was}; drop {knob.var} or start a new sweep"
+                )
         for k, v in given.items():
             if v is not None and v != stored[k]:
                 was = ",".join(format_rate(x) for x in stored[k]) if k == "RATES" else stored[k]
@@ -103,18 +134,97 @@ def cmd_sweep(a: argparse.Namespace) -> int:
             raise ConfigError("RATES is required, e.g. RATES=0,100M,200M (or RESUME=<sweep dir>)")
         if a.reps is None:
             raise ConfigError("REPS is required, e.g. REPS=5")
-        template = scenario_from_args(a)
+        template = scenario_from_args(a, axes=True)
         sizes = sw.parse_sizes(a.sizes) if a.sizes is not None else (template.frame_bytes,)
         seed = a.seed if a.seed is not None else sw.new_seed()
         modes = sw.parse_modes(a.modes) if a.modes is not None else ()
         bfds = sw.parse_bfds(a.bfds) if a.bfds is not None else ()
-        plan = sw.grid_plan(template, sw.parse_rates(a.rates), sizes, sw.check_reps(a.reps), seed, modes, bfds)
+        rates = sw.parse_rates(a.rates)
+        axes = [(k.var, values) for k, values in knob_values(a) if len(values) > 1]  # MULTIFD=1,4: an axis
+        plan = sw.grid_plan(template, rates, sizes, sw.check_reps(a.reps), seed, modes, bfds, axes)
         sweep_dir = sw.new_sweep(plan, a.results, testbed)
+        from migrate.campaigns.campaign import sweep_campaign
+
+        (sweep_dir / sw.CAMPAIGN_COPY).write_text(sweep_campaign(a, rates, sizes, plan.reps, seed, modes, bfds, axes))
     try:
         out = sw.run_sweep(sweep_dir, testbed)
     except Interrupted as err:
         raise Interrupted(f"{err}; finished runs are kept: resume with `make sweep RESUME={sweep_dir}`") from None
     _print_outputs(out)
+    return 0
+
+
+def cmd_campaign(a: argparse.Namespace) -> int:
+    """``vrmig campaign FILE``: validate (CHECK=1), run, or RESUME a campaign."""
+    from migrate.campaigns import campaign as cp
+    from migrate.campaigns import sweep as sw
+
+    if a.check:
+        if not a.files:
+            raise ConfigError("FILE is required, e.g. FILE=campaigns/knobs-kvm.toml")
+        for f in a.files:
+            c = cp.load(f, a.reps, a.seed)
+            n = c.n_runs
+            budget = f", budget {cp._hms(c.budget_s)}" if c.budget_s else ""
+            print(f"{f}: {c.command} campaign {c.name}: {len(c.points)} points x {c.reps} reps = {n} runs, "
+                  f"about {cp._hms(c.estimate_s())}{budget}")  # fmt: skip
+        return 0
+    if len(a.files) > 1:
+        raise ConfigError("give one FILE to run (several only with CHECK=1)")
+    if a.resume is not None:
+        from migrate.campaigns.sweepdir import open_sweep
+
+        meta, _ = open_sweep(a.resume)
+        rec = meta.get("campaign")
+        if not isinstance(rec, dict):
+            raise ConfigError(f"RESUME={a.resume} is not a campaign directory (resume a sweep with make sweep)")
+        if a.files:
+            c = cp.load(a.files[0], a.reps, a.seed)
+            if c.sha256 != rec.get("sha256") and c.text != (a.resume / sw.CAMPAIGN_COPY).read_text():
+                raise ConfigError(f"RESUME={a.resume} ran another version of {a.files[0]}: drop FILE or start anew")
+        if a.reps is not None and a.reps != meta.get("reps"):
+            raise ConfigError(f"RESUME={a.resume} was started with REPS={meta.get('reps')}; drop REPS")
+        sweep_dir = a.resume
+    else:
+        if not a.files:
+            raise ConfigError("FILE is required, e.g. make campaign FILE=campaigns/knobs-kvm.toml")
+        c = cp.load(a.files[0], a.reps, a.seed)
+        if c.command == "baseline":
+            return _baseline_campaign(c, a)
+        sweep_dir = sw.new_campaign(c, a.results, a.testbed)
+    try:
+        out = sw.run_sweep(sweep_dir, a.testbed)
+    except Interrupted as err:
+        raise Interrupted(f"{err}; finished runs are kept: resume with `make campaign RESUME={sweep_dir}`") from None
+    _print_outputs(out)
+    return 0
+
+
+def _baseline_campaign(c, a: argparse.Namespace) -> int:
+    """A baseline campaign: one ``vrmig baseline`` over the campaign's variables and reps."""
+    from migrate.campaigns import campaign as cp
+    from migrate.cli import baseline as bl
+
+    if a.testbed is not None:
+        raise ConfigError("TESTBED: baselines run on the embedded testbed only")
+    ns = cp.namespace("baseline", c.points[0].variables, "--reps", str(c.reps), "--results", str(a.results))
+    return bl.run_command(ns, campaign=c)
+
+
+def cmd_paper(a: argparse.Namespace) -> int:
+    """``vrmig paper``: the paper's campaigns, then paper.md/paper.csv/report.html side by side."""
+    import shlex
+    import sys
+
+    from migrate.campaigns.paper import format_claims, run_paper
+
+    try:
+        out, claims = run_paper(a.results, a.reps, a.fig2, a.fig3, shlex.join(["vrmig", *sys.argv[1:]]), a.parts)
+    except Interrupted as err:
+        raise Interrupted(f"{err}; finished runs are kept: give their directories as FIG2=/FIG3= to go on") from None
+    print(format_claims(claims))
+    print(f"report: {out / 'report.html'}   tables: paper.md paper.csv")
+    print(out)
     return 0
 
 
@@ -128,9 +238,10 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 def cmd_compare(a: argparse.Namespace) -> int:
     """``vrmig compare A B``."""
-    from migrate.campaigns.compare import compare
+    from migrate.campaigns.compare import COMPARE_CSV, compare, format_comparison
 
-    _print_outputs(compare(a.a, a.b, a.results, a.out))
+    out = compare(a.a, a.b, a.results, a.out)
+    _print_outputs(out, format_comparison(out.rows), f"runs.csv points.csv {COMPARE_CSV}")
     return 0
 
 

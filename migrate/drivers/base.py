@@ -56,6 +56,8 @@ class Driver(ABC):
     """One hypervisor technology.  The orchestrator calls the phases in order."""
 
     name: str = ""
+    #: DIRTY=: the guest's dirtying load as its start line reported it (rate_mb_s, wss_mib, wss_s)
+    dirty_load: dict[str, float] | None = None
 
     def __init__(self, ctx: RunContext, facts: dict[str, Any]) -> None:
         self.ctx = ctx
@@ -95,6 +97,13 @@ class Driver(ABC):
     def describe(self) -> dict[str, Any]:
         """Effective hypervisor settings for meta.json (after the run)."""
         return {}
+
+    def measure_dirty_rate(self) -> dict[str, Any]:
+        """Measure the guest's dirty page rate now, blocking until done (meta.json ``dirty_rate``,
+        see migrate.experiment.dirty); a driver without a measurement records why."""
+        from migrate.experiment.dirty import unsupported
+
+        return unsupported(self.ctx.scenario.hv)
 
     def fault_targets(self) -> dict[str, Any]:
         """Fault name -> action (callable) for the faults this driver can suffer."""

@@ -20,15 +20,17 @@ from pathlib import Path
 from typing import Any
 
 from analysis.metrics.clock import GEN_ROLE, IRTT_ROLE
+from migrate.core import knobs
 from migrate.core import meta as metamod
 from migrate.core.atomic import write_json
 from migrate.core.errors import ConfigError, DependencyError, Interrupted, MigrationError, TestbedError, VrmigError
 from migrate.core.registry import Registry, clean_stale
 from migrate.core.sighold import Abort, Teardown, signal_handlers
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext, load_driver
-from migrate.drivers.kvm.driver import QEMU
+from migrate.drivers.kvm.driver import QEMU, check_qemu_knobs
 from migrate.experiment import peering
 from migrate.experiment.console import crash_in
+from migrate.experiment.dirty import measure_before_migration
 from migrate.experiment.faults import FaultInjector, kill_pid, link_cap, link_down, unplug
 from migrate.experiment.instruments import Instruments
 from migrate.experiment.peering import Peers
@@ -57,6 +59,22 @@ def preflight(scenario: Scenario, lab: bool = False) -> tuple[type[Driver], dict
     peering.check(scenario)
     driver_cls = load_driver(scenario.hv, scenario.driver, lab)
     return driver_cls, driver_cls.preflight(scenario)
+
+
+def check_knobs(scenario: Scenario, facts: dict[str, Any], probe: bool = True) -> None:
+    """Refuse (ConfigError, one line) a QEMU knob of ``scenario`` that the QEMU of ``facts`` (a
+    preflight's; on a lab, each hypervisor host's ``qemu_by_host``) or libvirt lacks; ``probe``:
+    also ask this machine's QEMU for its multifd compression methods."""
+    if scenario.hv != "kvm":
+        return
+    by_host = facts.get("qemu_by_host")
+    if by_host:
+        for host, qemu in by_host.items():
+            check_qemu_knobs(scenario, qemu, f" on {host}", probe=False)
+    else:
+        check_qemu_knobs(scenario, facts.get("qemu"), " here", probe=probe)
+    if scenario.driver == "libvirt":
+        knobs.check_libvirt(scenario.to_dict(), (facts.get("libvirt") or {}).get("daemon"))
 
 
 #: meta.json ``failure_class`` of a run that did not complete (docs/data-formats.md)
@@ -160,6 +178,8 @@ def run(
         return criuvm.run_in_vm(scenario, results_root)
     check_results_root(results_root)
     driver_cls, facts = preflight(scenario, lab=inv is not None)
+    if inv is not None and lab_check is not None:
+        check_knobs(scenario, lab_facts(lab_check, scenario, facts), probe=False)  # the lab hosts' QEMU
     for prefix in clean_stale():
         log.warning("removed leftovers of crashed run %s", prefix)
 
@@ -354,6 +374,10 @@ def _measure(
 
     t0 = time.monotonic()
     instruments.wait_forwarding(timeout_s=min(scenario.migrate_at_s, 10.0) + 5.0)
+    meta["dirty_rate"] = measure_before_migration(
+        driver, scenario.dirty_mbps, t0 + scenario.migrate_at_s, lambda t: _sleep_until(t, abort)
+    )
+    write_json(run_dir / "meta.json", meta)
     _sleep_until(t0 + scenario.migrate_at_s, abort)
     if dead := instruments.dead():
         raise VrmigError(f"instrument died before the migration: {dead}")

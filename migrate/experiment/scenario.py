@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from migrate.core.errors import ConfigError
+from migrate.core.knobs import MULTIFD_COMPRESSIONS, knob_settings
 from migrate.core.units import format_rate
 
 HVS = ("kvm", "criu", "openvz", "xen")
@@ -40,6 +41,10 @@ PEERING_ROUTERS = ("frr", "bird")
 BFD_INTERVAL_MS = (10, 60_000)
 BFD_MULTIPLIER = (2, 255)
 BGP_HOLD_S = (3, 65_535)
+#: DIRTY= (MB/s, MB = 2^20 B, QEMU's dirty-rate unit): the guest's load writes a working set of at
+#: most half its memory, which must hold 1 s of writes (QEMU's measurement), so DIRTY <= MEM/2
+MAX_DIRTY_MB_S = 10_000.0
+DIRTY_HVS = ("kvm",)
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,17 @@ class Scenario:
     auto_converge: bool = False
     xbzrle: bool = False
     postcopy: bool = False
+    #: QEMU's multifd and later knobs (migrate.core.knobs; docs/migrate.md "QEMU migration knobs")
+    multifd_channels: int | None = None  # MULTIFD=N: the multifd capability with N channels
+    multifd_compression: str | None = None  # MULTIFD_COMPRESSION: none|zlib|zstd
+    postcopy_preempt: bool = False  # POSTCOPY_PREEMPT=1
+    announce_initial_ms: int | None = None  # ANNOUNCE=initial,max,rounds,step
+    announce_max_ms: int | None = None
+    announce_rounds: int | None = None
+    announce_step_ms: int | None = None
+    xbzrle_cache_bytes: int | None = None  # XBZRLE_CACHE=64M
+    cpu_throttle_initial: int | None = None  # CPU_THROTTLE=initial,increment (%)
+    cpu_throttle_increment: int | None = None
     migrate_timeout_s: float = 120.0
     boot_timeout_s: float = 120.0
     fault: str | None = None
@@ -81,6 +97,7 @@ class Scenario:
     bfd_interval_ms: int = 50  # BFD=<interval>x<multiplier>: transmit and receive interval
     bfd_multiplier: int = 3
     bgp_hold_s: int = 9  # BGP_HOLD: the hold time both sides offer (keepalive = hold / 3)
+    dirty_mbps: float | None = None  # DIRTY: the guest dirties memory at this rate (MB/s, MB = 2^20 B)
 
     def __post_init__(self) -> None:
         validate(self)
@@ -92,7 +109,8 @@ class Scenario:
         hv = f"{hv}-vm" if self.criu_host == "vm" else hv
         rib = f"-rib{self.rib_routes}" if self.rib_routes else ""
         peering = f"-{self.peering.replace(',', '+')}" if self.peering else ""
-        return f"{hv}-{self.mode}-{format_rate(self.rate_bps)}-{self.frame_bytes}{rib}{peering}"
+        dirty = f"-dirty{self.dirty_mbps:g}" if self.dirty_mbps is not None else ""
+        return f"{hv}-{self.mode}-{format_rate(self.rate_bps)}-{self.frame_bytes}{rib}{peering}{dirty}"
 
     @property
     def peering_protocols(self) -> tuple[str, ...]:
@@ -153,6 +171,7 @@ def validate(s: Scenario) -> None:
     if s.max_bandwidth_bps is not None:
         _require(s.max_bandwidth_bps > 0, f"MIGBW={s.max_bandwidth_bps} must be > 0 bit/s")
     _require(not (s.postcopy and s.mode == "stopcopy"), "POSTCOPY=1 needs MODE=precopy")
+    validate_knobs(s)
     _require(s.migrate_timeout_s > 0, "MIGRATE_TIMEOUT must be > 0 seconds")
     _require(s.boot_timeout_s > 0, "BOOT_TIMEOUT must be > 0 seconds")
     _require(s.xen_guest in XEN_GUESTS, f"XEN_GUEST={s.xen_guest!r} must be pvh (or pv, which is refused)")
@@ -168,6 +187,88 @@ def validate(s: Scenario) -> None:
     _require(s.fault is None or s.fault in FAULTS, f"FAULT={s.fault!r} is unknown: choose one of {', '.join(FAULTS)}")
     if s.peering:
         validate_peering(s)
+    if s.dirty_mbps is not None:
+        validate_dirty(s)
+
+
+def validate_dirty(s: Scenario) -> None:
+    """DIRTY= (docs/migrate.md "Dirty rate")."""
+    d = s.dirty_mbps
+    _require(isinstance(d, int | float) and d > 0, f"DIRTY={d} must be above 0 MB/s")
+    assert d is not None
+    _require(d <= MAX_DIRTY_MB_S, f"DIRTY={d:g} is above {MAX_DIRTY_MB_S:g} MB/s")
+    _require(
+        s.hv in DIRTY_HVS,
+        f"DIRTY runs with HV=kvm so far (not HV={s.hv}): a dirtying load in CRIU's container or Xen's domU "
+        "is not built yet",
+    )
+    _require(
+        d <= s.mem_mib / 2,
+        f"DIRTY={d:g} needs a working set of 1 s of writes within half the guest's memory: at most "
+        f"{s.mem_mib / 2:g} MB/s with MEM={s.mem_mib} (raise MEM)",
+    )
+
+
+def validate_knobs(s: Scenario) -> None:
+    """QEMU's migration knobs: HV=kvm only, QEMU's ranges (migrate_params_check of QEMU 7.2), the
+    capability each needs, and the combinations QEMU refuses or breaks on."""
+    knob_vars = [k.var for k, _ in knob_settings(s.to_dict())]
+    _require(
+        s.hv == "kvm" or not knob_vars,
+        f"{', '.join(knob_vars)} {'is a QEMU migration knob' if len(knob_vars) == 1 else 'are QEMU migration knobs'}:"
+        f" {'it needs' if len(knob_vars) == 1 else 'they need'} HV=kvm (HV={s.hv} does not migrate with QEMU)",
+    )
+    if s.multifd_channels is not None:
+        _require(1 <= s.multifd_channels <= 255, f"MULTIFD={s.multifd_channels} must be 1-255 channels (0: no multifd)")
+        _require(
+            not s.postcopy,
+            "MULTIFD with POSTCOPY=1 is refused: QEMU 7.2 accepts both capabilities, but its destination can abort "
+            "when a multifd migration switches to post-copy (a yank assertion reported on qemu-devel against "
+            "7.2.0-rc0), and QEMU 8.1 refuses the pair ('Postcopy is not yet compatible with multifd'); "
+            "use one of them",
+        )
+        _require(
+            not s.xbzrle,
+            "MULTIFD with XBZRLE=1 is refused: multifd sends pages without XBZRLE (QEMU 7.2 skips it silently, "
+            "QEMU 8.2 and later refuse the pair: 'Multifd is not compatible with xbzrle'); use one of them",
+        )
+    if s.multifd_compression is not None:
+        _require(
+            s.multifd_compression in MULTIFD_COMPRESSIONS,
+            f"MULTIFD_COMPRESSION={s.multifd_compression!r} is unknown: "
+            f"choose one of {', '.join(MULTIFD_COMPRESSIONS)}",
+        )
+        _require(s.multifd_channels is not None, "MULTIFD_COMPRESSION compresses multifd's channels: set MULTIFD=N too")
+    _require(
+        not s.postcopy_preempt or s.postcopy,
+        "POSTCOPY_PREEMPT=1 needs POSTCOPY=1 (QEMU: 'Postcopy preempt requires postcopy-ram')",
+    )
+    announce = [s.announce_initial_ms, s.announce_max_ms, s.announce_rounds, s.announce_step_ms]
+    if any(v is not None for v in announce):
+        text = ",".join(str(v) for v in announce)
+        _require(all(v is not None for v in announce), f"ANNOUNCE={text} must set all four: initial,max,rounds,step")
+        i, m, r, st = (int(v) for v in announce)  # type: ignore[arg-type]
+        _require(0 <= i <= 100_000, f"ANNOUNCE={text}: initial must be 0-100000 ms")
+        _require(0 <= m <= 100_000, f"ANNOUNCE={text}: max must be 0-100000 ms")
+        _require(0 <= r <= 1000, f"ANNOUNCE={text}: rounds must be 0-1000")
+        _require(1 <= st <= 10_000, f"ANNOUNCE={text}: step must be 1-10000 ms")
+    if s.xbzrle_cache_bytes is not None:
+        n = s.xbzrle_cache_bytes
+        _require(s.xbzrle, "XBZRLE_CACHE sizes XBZRLE's page cache: set XBZRLE=1 too")
+        _require(
+            n >= 4096 and n & (n - 1) == 0,
+            f"XBZRLE_CACHE={n} must be a power of two of at least 4K (QEMU needs a power-of-two number of pages)",
+        )
+        _require(
+            n <= s.mem_mib * 2**20,
+            f"XBZRLE_CACHE={n // 2**20}M is larger than the guest's memory (MEM={s.mem_mib} MiB)",
+        )
+    throttle = [s.cpu_throttle_initial, s.cpu_throttle_increment]
+    if any(v is not None for v in throttle):
+        text = ",".join(str(v) for v in throttle)
+        _require(all(v is not None for v in throttle), f"CPU_THROTTLE={text} must set both: initial,increment")
+        _require(all(1 <= int(v) <= 99 for v in throttle), f"CPU_THROTTLE={text}: both must be 1-99 %")  # type: ignore[arg-type]
+        _require(s.auto_converge, "CPU_THROTTLE sets auto-converge's throttling: set AUTO_CONVERGE=1 too")
 
 
 def parse_bfd(text: str) -> tuple[int, int]:

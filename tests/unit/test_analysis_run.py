@@ -26,6 +26,7 @@ SCHEMA = {
     "instruments",
     "qualifiers",
     "anatomy",
+    "dirty_rate",
     "details",
 }
 
@@ -321,7 +322,10 @@ def test_postcopy_asked_but_never_entered_says_so(tmp_path):
     meta["scenario"]["postcopy"] = True
     (run.run_dir / "meta.json").write_text(json.dumps(meta))
     s = analyse_run(run.run_dir).to_dict()
-    assert s["details"]["postcopy"] == {"requested": True, "entered": False, "postcopy_bytes": None}
+    post = s["details"]["postcopy"]
+    assert {k: post[k] for k in ("requested", "entered", "postcopy_bytes")} == {
+        "requested": True, "entered": False, "postcopy_bytes": None}  # fmt: skip
+    assert post["price"]["phase_s"] is None and "ended in pre-copy" in post["price"]["why_absent"]["switchover"]
     assert any("not a post-copy run" in n for n in s["details"]["notes"])
     events = run.run_dir / "qmp_events.jsonl"
     ev = {"t_ns": run.expect["end_ns"] - 100 * MS, "side": "src", "event": "MIGRATION",

@@ -10,9 +10,9 @@ import pytest
 
 from analysis.baseline.points import analyse_point, cpu_rates
 from analysis.baseline.summary import csv_text, summarise
+from migrate.baseline.args import resume_spec
 from migrate.baseline.plan import MAX_SLOTS, check_slot0_matches_testbed, slot
 from migrate.baseline.spec import UNPACED, BaselineSpec, Config, spec_from_strings
-from migrate.cli.baseline import resume_spec
 from migrate.core.errors import ConfigError
 from migrate.core.sighold import Abort
 

@@ -1,13 +1,13 @@
-"""The one set of command-line converters (migrate.cli.args) that every subcommand uses: a bad
+"""The one set of command-line converters (migrate.experiment.args) that every subcommand uses: a bad
 value is one ConfigError naming the Make variable."""
 
 from __future__ import annotations
 
 import pytest
 
-from migrate.cli.args import names, positive
 from migrate.cli.main import main
 from migrate.core.errors import ConfigError
+from migrate.experiment.args import names, positive
 
 
 def test_positive_takes_numbers_above_zero_only():

@@ -40,12 +40,12 @@ expected_run_s = 30
 alpha = 0.01
 history_nights = 20
 [defaults]
-duration_s = 8.0
-migrate_at_s = 3.0
+DURATION = 8.0
+MIGRATE_AT = 3.0
 [[point]]
-mode = "precopy"
-rate = "100M"
-frame_bytes = 1500
+MODE = "precopy"
+RATE = "100M"
+SIZE = 1500
 [failures]
 min_failures = 2
 alpha = 0.01
@@ -61,9 +61,10 @@ downtime_counters_s = { worse = "higher", min_rel = 0.25, min_abs = 0.03 }
         ("reps = 5", "reps = 0", "reps=0"),
         ("reps = 5", "reps = 3", "too few"),  # 3 runs against 2 x 3 accepted: 1/C(9,3) = 0.012 > 0.01
         ("budget_s = 600", "budget_s = 60", "exceed budget_s"),
-        ('rate = "100M"', 'rate = "fast"', "not a rate"),
-        ('mode = "precopy"', 'mode = "teleport"', "MODE="),
-        ("frame_bytes = 1500", "frame_bytes = 1500\nwarp = 9", "unknown parameter"),
+        ('RATE = "100M"', 'RATE = "fast"', "RATE"),
+        ('MODE = "precopy"', 'MODE = "teleport"', "MODE="),
+        ("SIZE = 1500", "SIZE = 1500\nWARP = 9", "unknown variable WARP"),
+        ("SIZE = 1500", "frame_bytes = 1500", "unknown variable frame_bytes"),
         ("downtime_counters_s =", "downtime_counter =", "not a metric"),
         ('worse = "higher", min_rel = 0.25', 'worse = "up", min_rel = 0.25', "worse must be"),
         ("[nightly]", "[nightly\n", "not valid TOML"),
@@ -75,10 +76,10 @@ downtime_counters_s = { worse = "higher", min_rel = 0.25, min_abs = 0.03 }
         ("min_failures = 2", "min_failures = 0", "min_failures=0"),
         ("min_rate = 0.02", "min_rate = 1.5", "must be below 1"),
         ("min_rate = 0.02", "min_rate = 0.02\nlevel = 3", "use keys"),
-        ("frame_bytes = 1500", "frame_bytes = 1500\nmetrics = { volume_link_bytes = { min_rel = 1 } }", "not in"),
+        ("SIZE = 1500", "SIZE = 1500\nmetrics = { volume_link_bytes = { min_rel = 1 } }", "not in"),
         (
-            "frame_bytes = 1500",
-            'frame_bytes = 1500\nmetrics = { downtime_counters_s = { worse = "lower" } }',
+            "SIZE = 1500",
+            'SIZE = 1500\nmetrics = { downtime_counters_s = { worse = "lower" } }',
             "use keys",
         ),
         ("history_nights = 20", "history_nights = 0", "history_nights=0"),
@@ -324,3 +325,12 @@ def test_an_old_history_gains_the_testbed_columns(tmp_path):
         h.upsert("nights", {"night_id": "n2", "status": "pass", "testbed": "embedded"})
         assert h.night("n1")["testbed"] is None and h.night("n2")["testbed"] == "embedded"
         assert "testbed" in {r[1] for r in h.db.execute("PRAGMA table_info(runs)")}
+
+
+def test_fingerprints_of_the_shipped_matrix_stay_those_of_the_accepted_nights():
+    """The fingerprints the history was written with (2026-11-24, before the matrix took Make
+    variables and before any QEMU knob or DIRTY existed): new Scenario fields left at their
+    defaults must not make the accepted nights incomparable."""
+    m = nt.load_matrix(nt.DEFAULT_MATRIX)
+    got = {p.label: nt.fingerprint(p.scenario, "tcg") for p in m.points}
+    assert got == {"precopy-100M-1500": "88fb279fbd029c83", "stopcopy-20M-1500": "a71de760c2d3bd60"}

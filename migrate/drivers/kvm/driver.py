@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import json
 import logging
 import shutil
 import subprocess
@@ -10,12 +13,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from migrate.core.errors import DependencyError, GuestError, MigrationError
+from analysis.metrics.dirty import tcg_precopy_loses_pages
+from migrate.core import knobs
+from migrate.core.errors import ConfigError, DependencyError, GuestError, MigrationError
 from migrate.core.procs import Proc, ProcessError
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.drivers.kvm.accel import detect_accel
 from migrate.drivers.kvm.qmp import QMPConnection, QMPError
-from migrate.experiment import peering
+from migrate.experiment import dirty, peering
 from migrate.experiment.scenario import Scenario
 from migrate.testbed import topology as topo
 
@@ -79,6 +84,111 @@ def qemu_version() -> str:
     return out.splitlines()[0].strip()
 
 
+def require_dirty_tool(scenario: Scenario, image: Any) -> None:
+    """DIRTY= needs an image built with the guest's dirtying load (routers.guest.DIRTY_TOOL)."""
+    from routers.guest import DIRTY_TOOL, has_tool
+
+    if scenario.dirty_mbps is not None and not has_tool(image, DIRTY_TOOL):
+        raise DependencyError(
+            f"DIRTY={scenario.dirty_mbps:g}: the {scenario.router} guest image has no {DIRTY_TOOL}: "
+            "rebuild with `make guest`"
+        )
+
+
+@functools.cache
+def qemu_enum_values(command: str, member: str) -> list[str] | None:
+    """The values this QEMU's QAPI schema allows for argument ``member`` of ``command`` (from
+    query-qmp-schema of a QEMU started with ``-machine none`` on QMP over stdio, which quits
+    again: no file, socket or process stays behind); None if the schema does not say."""
+    lines = [{"execute": "qmp_capabilities"}, {"execute": "query-qmp-schema", "id": "schema"}, {"execute": "quit"}]
+    argv = [QEMU, "-machine", "none", "-nodefaults", "-display", "none", "-S", "-qmp", "stdio"]
+    try:
+        res = subprocess.run(argv, input="".join(json.dumps(x) + "\n" for x in lines), capture_output=True,
+                             text=True, timeout=QMP_CONNECT_TIMEOUT_S, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as err:
+        log.warning("query-qmp-schema: %s", err)
+        return None
+    schema: list[dict[str, Any]] = []
+    for line in res.stdout.splitlines():
+        with contextlib.suppress(ValueError):
+            obj = json.loads(line)
+            if isinstance(obj, dict) and obj.get("id") == "schema":
+                schema = obj.get("return") or []
+    by_name = {e.get("name"): e for e in schema if isinstance(e, dict)}
+    args = by_name.get(by_name.get(command, {}).get("arg-type"), {})
+    typ = next((m.get("type") for m in args.get("members", []) if m.get("name") == member), None)
+    enum = by_name.get(typ, {})
+    return list(enum["values"]) if enum.get("meta-type") == "enum" and "values" in enum else None
+
+
+def check_qemu_knobs(scenario: Scenario, qemu: str | None, where: str = " here", probe: bool = True) -> None:
+    """Refuse (ConfigError, one line) a knob the QEMU of version text ``qemu`` lacks; with
+    ``probe`` (the QEMU of this machine) also a MULTIFD_COMPRESSION method its build lacks (zstd
+    exists only in builds with zstd: QEMU's schema says)."""
+    knobs.check_qemu(scenario.to_dict(), qemu, where)
+    method = scenario.multifd_compression
+    if probe and method not in (None, "none"):
+        have = qemu_enum_values("migrate-set-parameters", "multifd-compression")
+        if have is not None and method not in have:
+            raise ConfigError(
+                f"MULTIFD_COMPRESSION={method}: this QEMU was built without it (its multifd-compression methods: "
+                f"{', '.join(have)}); QEMU 5.0 and later have zstd when built with libzstd"
+            )
+
+
+def migration_capabilities(s: Scenario) -> list[dict[str, Any]]:
+    """migrate-set-capabilities of both QEMUs (set before migrate-incoming: QEMU reads multifd's
+    and postcopy-preempt's on the destination when the incoming migration starts).  The
+    capabilities older QEMUs lack are sent only when they are on."""
+    caps = [
+        {"capability": "events", "state": True},
+        {"capability": "auto-converge", "state": s.auto_converge},
+        {"capability": "xbzrle", "state": s.xbzrle},
+        {"capability": "postcopy-ram", "state": s.postcopy},
+    ]
+    if s.multifd_channels is not None:
+        caps.append({"capability": "multifd", "state": True})
+    if s.postcopy_preempt:
+        caps.append({"capability": "postcopy-preempt", "state": True})
+    if s.postcopy:  # the destination totals the vCPU time blocked on page faults (QEMU 3.0)
+        caps.append({"capability": "postcopy-blocktime", "state": True})
+    return caps
+
+
+def migration_parameters(s: Scenario, side: str) -> dict[str, Any]:
+    """migrate-set-parameters of the source (``side`` "src") or destination ("dst"): multifd's
+    channels and compression on both (they must match), the announce timers on both (the
+    destination's are the ones QEMU uses: it announces the guest after the migration), the rest
+    on the source only."""
+    p: dict[str, Any] = {}
+    if side == "src":
+        if s.downtime_limit_ms is not None:
+            p["downtime-limit"] = s.downtime_limit_ms
+        if s.max_bandwidth_bps is not None:
+            p["max-bandwidth"] = s.max_bandwidth_bps // 8  # QMP takes bytes/s
+        if s.xbzrle_cache_bytes is not None:
+            p["xbzrle-cache-size"] = s.xbzrle_cache_bytes
+        if s.cpu_throttle_initial is not None:
+            p["cpu-throttle-initial"] = s.cpu_throttle_initial
+            p["cpu-throttle-increment"] = s.cpu_throttle_increment
+    if s.multifd_channels is not None:
+        p["multifd-channels"] = s.multifd_channels
+    if s.multifd_compression is not None:
+        p["multifd-compression"] = s.multifd_compression
+    if s.announce_initial_ms is not None:
+        p.update({"announce-initial": s.announce_initial_ms, "announce-max": s.announce_max_ms,
+                  "announce-rounds": s.announce_rounds, "announce-step": s.announce_step_ms})  # fmt: skip
+    return p
+
+
+def announce_args(s: Scenario) -> dict[str, int]:
+    """announce-self's timers after a stop-and-copy migration: ANNOUNCE's, else QEMU's defaults."""
+    if s.announce_initial_ms is None:
+        return {"initial": 50, "max": 550, "rounds": 5, "step": 100}
+    return {"initial": s.announce_initial_ms, "max": int(s.announce_max_ms or 0),
+            "rounds": int(s.announce_rounds or 0), "step": int(s.announce_step_ms or 0)}  # fmt: skip
+
+
 class KvmDriver(Driver):
     """Live migration with QEMU's own pre-copy (or stop-and-copy driven over QMP)."""
 
@@ -107,7 +217,7 @@ class KvmDriver(Driver):
         left, right = (inv.router[seg] for seg in topo.SEGMENTS)
         append = kernel_cmdline(
             s.router, [left.ipv4, left.ipv6], [right.ipv4, right.ipv6], rib_routes=s.rib_routes,
-            routing=peering.router_args(s),
+            routing=peering.router_args(s), dirty_mb_s=s.dirty_mbps,
         )  # fmt: skip
         qmp_path = self.ctx.registry.dir / f"qmp-{host}.sock"
         kernel, initrd = self.image.kernel, self.image.initrd
@@ -154,13 +264,7 @@ class KvmDriver(Driver):
         return f"tcp:{topo.addr(r2)}:{topo.MIGRATION_PORT}"
 
     def _caps(self) -> list[dict[str, Any]]:
-        s = self.ctx.scenario
-        return [
-            {"capability": "events", "state": True},
-            {"capability": "auto-converge", "state": s.auto_converge},
-            {"capability": "xbzrle", "state": s.xbzrle},
-            {"capability": "postcopy-ram", "state": s.postcopy},
-        ]
+        return migration_capabilities(self.ctx.scenario)
 
     # -- phases ----------------------------------------------------------------------------
     @classmethod
@@ -168,6 +272,8 @@ class KvmDriver(Driver):
         """QEMU present, router image built, accelerator chosen — without side effects."""
         if shutil.which(QEMU) is None:
             raise DependencyError(f"{QEMU} not found: run `make setup` (Debian package qemu-system-x86)")
+        version = qemu_version()
+        check_qemu_knobs(scenario, version)
         from routers.guest import guest_image
         from routers.profiles import get as get_profile
 
@@ -175,12 +281,20 @@ class KvmDriver(Driver):
         if not ok:
             raise DependencyError(f"ROUTER={scenario.router} is unavailable: {why}")
         image = guest_image(scenario.router)
+        require_dirty_tool(scenario, image)
         auto, reason = detect_accel()
         if scenario.accel == "kvm" and auto != "kvm":
             raise DependencyError(f"ACCEL=kvm requested but KVM is unusable here: {reason}")
         accel = auto if scenario.accel == "auto" else scenario.accel
+        version = qemu_version()
+        if scenario.dirty_mbps is not None and tcg_precopy_loses_pages(accel, scenario.mode, version):
+            log.warning(
+                "DIRTY with pre-copy under TCG: %s loses pages the guest writes during pre-copy (fixed in QEMU 9.0, "
+                "commit 03bfc2188f): expect the router to crash on R2; MODE=stopcopy is not affected",
+                version,
+            )
         return {
-            "qemu": qemu_version(),
+            "qemu": version,
             "accel": accel,
             "accel_reason": reason if scenario.accel == "auto" else f"forced by ACCEL={scenario.accel} ({reason})",
             "guest_image": {"kernel": str(image.kernel), "initrd": str(image.initrd), **image.manifest},
@@ -203,6 +317,16 @@ class KvmDriver(Driver):
         except ProcessError as err:
             raise GuestError(f"router guest not ready: {err}") from err
         rec.action("router-ready", host="R1")
+        if self.ctx.scenario.dirty_mbps is not None:
+            self.dirty_load = dirty.wait_load(
+                self.ctx.run_dir / "console-R1.log", dirty.LOAD_START_TIMEOUT_S, self.src.alive, self.ctx.abort
+            )
+            rec.action("dirty-load-running", host="R1", **self.dirty_load)
+
+    def measure_dirty_rate(self) -> dict[str, Any]:
+        """QEMU's dirty-rate measurement on the source (migrate.experiment.dirty.measure_qmp)."""
+        assert self.qsrc is not None
+        return dirty.measure_qmp(self.qsrc.cmd, self.ctx.recorder.action, self.ctx.abort)
 
     def prepare_destination(self) -> None:
         """Start QEMU in R2 with -incoming defer and listen on the migration link."""
@@ -211,25 +335,32 @@ class KvmDriver(Driver):
         caps = self._caps()
         self.qdst.cmd("migrate-set-capabilities", capabilities=caps)
         self.qsrc.cmd("migrate-set-capabilities", capabilities=caps)
+        dst_params = migration_parameters(self.ctx.scenario, "dst")
+        if dst_params:
+            self.qdst.cmd("migrate-set-parameters", **dst_params)
+        self._described["migrate_parameters_dst"] = self.qdst.cmd("query-migrate-parameters")
+        self._described["migrate_capabilities_dst"] = self.qdst.cmd("query-migrate-capabilities")
         uri = self._migration_uri()
         self.qdst.cmd("migrate-incoming", uri=uri)
         self.ctx.recorder.action("incoming", host="R2", uri=uri)
 
     def _set_parameters(self) -> None:
+        """The source's parameters, then QEMU's effective values of both sides read back
+        (meta.json ``hypervisor``: the raw replies and ``knobs_effective``)."""
         assert self.qsrc is not None
-        s = self.ctx.scenario
-        params: dict[str, Any] = {}
-        if s.downtime_limit_ms is not None:
-            params["downtime-limit"] = s.downtime_limit_ms
-        if s.max_bandwidth_bps is not None:
-            params["max-bandwidth"] = s.max_bandwidth_bps // 8  # QMP takes bytes/s
+        params = migration_parameters(self.ctx.scenario, "src")
         if params:
             self.qsrc.cmd("migrate-set-parameters", **params)
-        self._described = {
-            "migrate_parameters": self.qsrc.cmd("query-migrate-parameters"),
-            "migrate_capabilities": self.qsrc.cmd("query-migrate-capabilities"),
-            "qmp_version": self.qsrc.version,
-        }
+        d = self._described
+        d.update(
+            migrate_parameters=self.qsrc.cmd("query-migrate-parameters"),
+            migrate_capabilities=self.qsrc.cmd("query-migrate-capabilities"),
+            qmp_version=self.qsrc.version,
+        )
+        d["knobs_effective"] = knobs.effective(
+            d["migrate_parameters"], d["migrate_capabilities"],
+            d.get("migrate_parameters_dst"), d.get("migrate_capabilities_dst"),
+        )  # fmt: skip
 
     def migrate(self) -> MigrationOutcome:
         """Start the migration and poll both sides until it completes, fails or times out."""
@@ -282,7 +413,10 @@ class KvmDriver(Driver):
                     log.debug("destination query-migrate: %s", err)
             status = reply.get("status")
             if status == "completed":
-                return self._settle(reply)
+                settled = self._settle(reply)
+                if s.postcopy:
+                    self._destination_final()
+                return settled
             if status in ("failed", "cancelled"):
                 raise MigrationError(f"QEMU reports migration {status}: {reply.get('error-desc', 'no reason given')}")
             if not self.dst or not self.dst.alive():
@@ -320,6 +454,24 @@ class KvmDriver(Driver):
             log.warning("QEMU reported total-time 0 for a completed migration")
         return reply
 
+    def _destination_final(self) -> None:
+        """POSTCOPY=1: query the destination until it reports completed (bounded by
+        SETTLE_TIMEOUT_S), so that its last recorded reply carries the final postcopy-blocktime."""
+        if self.qdst is None or self.dst is None or not self.dst.alive():
+            return
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        while True:
+            t_ns = time.time_ns()
+            try:
+                reply = self.qdst.cmd("query-migrate", timeout_s=2.0)
+            except QMPError as err:
+                log.debug("destination query-migrate after completion: %s", err)
+                return
+            self.ctx.recorder.sample("dst", t_ns, reply)
+            if reply.get("status") in ("completed", "failed") or time.monotonic() > deadline:
+                return
+            time.sleep(POLL_INTERVAL_S / 4)
+
     def _cancel(self, reason: str) -> None:
         """Cancel a running migration on the source (QEMU then keeps running the guest there)."""
         assert self.qsrc is not None
@@ -342,7 +494,7 @@ class KvmDriver(Driver):
         rec.action("cont", side="dst")
         self.qdst.cmd("cont")
         rec.action("announce-self", side="dst")
-        self.qdst.cmd("announce-self", initial=50, max=550, rounds=5, step=100)
+        self.qdst.cmd("announce-self", **announce_args(self.ctx.scenario))
 
     def verify(self) -> dict[str, Any]:
         """Run states of both QEMUs (a moved guest: source postmigrate, destination running)."""

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from migrate.core import knobs
 from migrate.core.errors import DependencyError, GuestError, MigrationError
 from migrate.core.procs import MarkerScan
 from migrate.core.registry import pid_alive
@@ -32,7 +33,7 @@ from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.drivers.libvirt import flags as lf
 from migrate.drivers.libvirt.daemon import LIBVIRTD, LabLibvirtd, NamespacedLibvirtd
 from migrate.drivers.libvirt.domain_xml import GuestNic, domain_facts, domain_xml, with_console
-from migrate.experiment import peering
+from migrate.experiment import dirty, peering
 from migrate.experiment.scenario import Scenario
 from migrate.testbed import topology as topo
 
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 POLL_INTERVAL_S = 0.050  # job statistics every 50 ms
 POLL_S = 0.01
 JOB_EVENT_TIMEOUT_S = 5.0  # wait this long for the job-completed event after the API returned
+EFFECTIVE_READ_TIMEOUT_S = 10.0  # and this long for QEMU's effective parameters read during the job
 DOMAIN_STOP_TIMEOUT_S = 10.0
 STATES = {0: "nostate", 1: "running", 2: "blocked", 3: "paused", 4: "shutdown", 5: "shutoff", 6: "crashed"}
 LIFECYCLE = {
@@ -152,6 +154,7 @@ class LibvirtDriver(Driver):
         self._completed: dict[str, tuple[int, dict[str, Any]]] = {}
         self._completed_cv = threading.Condition()
         self._described: dict[str, Any] = {}
+        self._effective_reader: threading.Thread | None = None
         from routers.guest import guest_image
 
         self.image = guest_image(ctx.scenario.router)
@@ -171,8 +174,9 @@ class LibvirtDriver(Driver):
             raise DependencyError(
                 "libvirtd not found: run `make setup` (Debian packages libvirt-daemon, libvirt-daemon-driver-qemu)"
             )
-        facts = KvmDriver.preflight(scenario)
         daemon = subprocess.run([LIBVIRTD, "--version"], capture_output=True, text=True, check=False).stdout
+        knobs.check_libvirt(scenario.to_dict(), daemon)
+        facts = KvmDriver.preflight(scenario)
         lib = libvirt.getVersion()
         facts["libvirt"] = {
             "daemon": daemon.strip(),
@@ -262,6 +266,7 @@ class LibvirtDriver(Driver):
                 [right.ipv4, right.ipv6],
                 rib_routes=s.rib_routes,
                 routing=peering.router_args(s),
+                dirty_mb_s=s.dirty_mbps,
             ),
             console=self._console(topo.HYPERVISOR_HOSTS[0]),
             nic_model=s.nic,
@@ -285,14 +290,22 @@ class LibvirtDriver(Driver):
         except self.lv.libvirtError as err:
             raise GuestError(f"libvirt on {src} could not start the router domain: {err}") from err
         pid = self.daemons[src].qemu_pid(self.domain)
-        wait_for_marker(
-            self.ctx.run_dir / "console-R1.log",
-            READY_MARKER,
-            self.ctx.scenario.boot_timeout_s,
-            alive=(lambda: pid_alive(pid, None)) if pid is not None else (lambda: _active(dom)),
-            abort=self.ctx.abort,
-        )
+        alive = (lambda: pid_alive(pid, None)) if pid is not None else (lambda: _active(dom))
+        console = self.ctx.run_dir / "console-R1.log"
+        wait_for_marker(console, READY_MARKER, self.ctx.scenario.boot_timeout_s, alive=alive, abort=self.ctx.abort)
         self.ctx.recorder.action("router-ready", host=src)
+        if self.ctx.scenario.dirty_mbps is not None:
+            self.dirty_load = dirty.wait_load(console, dirty.LOAD_START_TIMEOUT_S, alive, self.ctx.abort)
+            self.ctx.recorder.action("dirty-load-running", host=src, **self.dirty_load)
+
+    def measure_dirty_rate(self) -> dict[str, Any]:
+        """libvirt's dirty-rate measurement of the domain on R1 (migrate.experiment.dirty.measure_libvirt)."""
+        conn = self.conns[topo.HYPERVISOR_HOSTS[0]]
+        try:
+            dom = conn.lookupByName(self.domain)
+        except self.lv.libvirtError as err:
+            return {"interface": "libvirt", "error": err.get_error_message() or str(err), "ended_ns": time.time_ns()}
+        return dirty.measure_libvirt(dom, conn, self.lv, self.ctx.recorder.action, self.ctx.abort)
 
     def prepare_destination(self) -> None:
         """Start R2's libvirtd and have it probe QEMU's capabilities now (otherwise the first
@@ -344,6 +357,9 @@ class LibvirtDriver(Driver):
         worker.start()
         reason = self._poll(dom, worker, time.monotonic() + s.migrate_timeout_s)
         worker.join()
+        if self._effective_reader is not None:
+            self._effective_reader.join(EFFECTIVE_READ_TIMEOUT_S)
+            self._check_effective(result["t_ns"])
         status = "completed" if result.get("ok") else "failed"
         self._events.write(
             {"t_ns": result["t_ns"], "side": "src", "event": "migrate-api-returned",
@@ -372,6 +388,14 @@ class LibvirtDriver(Driver):
                 stats = {}
             if stats:
                 self._jobstats.write({"t_ns": t_ns, "side": "src", "stats": stats})
+                # QEMU's migration is under way (libvirt set its parameters before the migrate
+                # command; its job begins earlier, while the destination is being prepared)
+                streaming = lf.progress_reply(stats)["status"] == "active" and int(stats.get("memory_total", 0)) > 0
+                if streaming and self._effective_reader is None:  # in a thread: the polling never waits on it
+                    self._effective_reader = threading.Thread(
+                        target=self._read_effective, args=(dom,), name="libvirt-knobs", daemon=True
+                    )
+                    self._effective_reader.start()
                 if self.ctx.faults is not None:
                     self.ctx.faults.on_progress(lf.progress_reply(stats))
             self.daemons[topo.HYPERVISOR_HOSTS[1]].qemu_pid(self.domain)
@@ -392,6 +416,42 @@ class LibvirtDriver(Driver):
             next_t += POLL_INTERVAL_S
             time.sleep(max(0.0, next_t - time.monotonic()))
         return reason
+
+    def _read_effective(self, dom: Any) -> None:
+        """QEMU's migration parameters and capabilities as libvirt set them for this job, read
+        from the source QEMU once it reports RAM figures (libvirt resets them when the job
+        ends): query-migrate-parameters, -capabilities and query-migrate through libvirt's
+        monitor passthrough (``virDomainQemuMonitorCommand``, a query job, which the outgoing
+        migration job admits; libvirt marks the domain tainted 'custom-monitor').  The
+        destination cannot be asked: its incoming migration job admits no other job until it
+        ends, and libvirt then resets the parameters there too.  meta.json
+        ``hypervisor.libvirt.qemu_effective`` has the replies and their time,
+        ``hypervisor.knobs_effective`` the knobs' values (None, with ``knobs_effective_error``,
+        when the source did not answer)."""
+        import libvirt_qemu
+
+        replies: dict[str, Any] = {}
+        try:
+            for key, q in (("parameters", "query-migrate-parameters"), ("capabilities", "query-migrate-capabilities"),
+                           ("migrate", "query-migrate")):  # fmt: skip
+                reply = json.loads(libvirt_qemu.qemuMonitorCommand(dom, json.dumps({"execute": q}), 0))
+                replies[key] = reply.get("return")
+        except (self.lv.libvirtError, ValueError) as err:
+            self._described["knobs_effective_error"] = f"source QEMU: {err}"
+            log.warning("QEMU's effective migration parameters: %s", err)
+        self._described["qemu_effective"] = {"src": replies, "t_ns": time.time_ns()}
+        self._described["knobs_effective"] = (
+            knobs.effective(replies["parameters"], replies.get("capabilities"))
+            if isinstance(replies.get("parameters"), dict)
+            else None
+        )
+
+    def _check_effective(self, api_returned_ns: int) -> None:
+        """QEMU's values count only if they were read before the job ended (libvirt then resets them)."""
+        read = self._described.get("qemu_effective") or {}
+        if self._described.get("knobs_effective") is not None and read.get("t_ns", 0) > api_returned_ns:
+            self._described["knobs_effective"] = None
+            self._described["knobs_effective_error"] = "read after the migration job ended (libvirt resets them then)"
 
     def _abort_job(self, dom: Any, why: str) -> None:
         self.ctx.recorder.action("migrate_cancel", side="src", reason=why)
@@ -441,7 +501,7 @@ class LibvirtDriver(Driver):
         with contextlib.suppress(self.lv.libvirtError, AttributeError):
             max_downtime = dom.migrateGetMaxDowntime(0)
         (self.ctx.run_dir / "libvirt-domain-dest.xml").write_text(params.get(lf.PARAM_DEST_XML, ""))
-        self._described = {
+        self._described |= {
             "migrate_flags": lf.flag_names(flags),
             "migrate_params": {k: v for k, v in params.items() if k != lf.PARAM_DEST_XML},
             "dest_xml": "libvirt-domain-dest.xml",
@@ -508,8 +568,20 @@ class LibvirtDriver(Driver):
                 lv["hosts"][host]["hypervisor_version"] = conn.getVersion()
         with contextlib.suppress(OSError, ValueError):
             lv["domain"] = domain_facts((self.ctx.run_dir / "libvirt-domain.xml").read_text())
+        effective = lv.pop("knobs_effective", None)
+        effective_error = lv.pop("knobs_effective_error", None)
+        if effective is None and not effective_error:
+            effective_error = (
+                "the migration job was never seen running" if self._effective_reader is None
+                else f"QEMU's parameters were not read within {EFFECTIVE_READ_TIMEOUT_S:.0f} s"
+            )  # fmt: skip
         return {
             "libvirt": {**self.facts.get("libvirt", {}), **lv},
+            "knobs_effective": effective,
+            "knobs_effective_dst": None,
+            "knobs_effective_dst_why": "libvirt admits no query of the destination QEMU during its incoming "
+            "migration job, and resets its parameters when the job ends",
+            **({"knobs_effective_error": effective_error} if effective_error else {}),
             "accel": self.accel,
             "accel_reason": self.accel_reason,
         }

@@ -15,18 +15,24 @@ VIR_MIGRATE_PEER2PEER = 1 << 1
 VIR_MIGRATE_COMPRESSED = 1 << 11
 VIR_MIGRATE_AUTO_CONVERGE = 1 << 13
 VIR_MIGRATE_POSTCOPY = 1 << 15
+VIR_MIGRATE_PARALLEL = 1 << 17  # multifd (libvirt 5.2.0)
 FLAG_NAMES = {
     VIR_MIGRATE_LIVE: "LIVE",
     VIR_MIGRATE_PEER2PEER: "PEER2PEER",
     VIR_MIGRATE_COMPRESSED: "COMPRESSED",
     VIR_MIGRATE_AUTO_CONVERGE: "AUTO_CONVERGE",
     VIR_MIGRATE_POSTCOPY: "POSTCOPY",
+    VIR_MIGRATE_PARALLEL: "PARALLEL",
 }
 # typed-parameter names of virDomainMigrateToURI3
 PARAM_URI = "migrate_uri"
 PARAM_DEST_XML = "destination_xml"
 PARAM_BANDWIDTH = "bandwidth"  # MiB/s
 PARAM_COMPRESSION = "compression"
+PARAM_PARALLEL_CONNECTIONS = "parallel.connections"  # QEMU's multifd-channels
+PARAM_XBZRLE_CACHE = "compression.xbzrle.cache"  # QEMU's xbzrle-cache-size, bytes
+PARAM_AUTO_CONVERGE_INITIAL = "auto_converge.initial"  # QEMU's cpu-throttle-initial
+PARAM_AUTO_CONVERGE_INCREMENT = "auto_converge.increment"  # QEMU's cpu-throttle-increment
 MIB = 2**20
 #: switch to post-copy once the first full RAM pass is done (as the QMP driver does)
 POSTCOPY_AFTER_ITERATION = 2
@@ -37,7 +43,7 @@ JOB_TYPES = {0: "none", 1: "bounded", 2: "unbounded", 3: "completed", 4: "failed
 def migrate_flags(s: Scenario) -> int:
     """Flags for MODE and the QEMU knobs: always PEER2PEER (daemon to daemon over the link);
     LIVE for pre-copy (without it libvirt pauses the guest first: stop-and-copy);
-    AUTO_CONVERGE, COMPRESSED (xbzrle) and POSTCOPY as asked."""
+    AUTO_CONVERGE, COMPRESSED (xbzrle), POSTCOPY and PARALLEL (MULTIFD) as asked."""
     flags = VIR_MIGRATE_PEER2PEER
     if s.mode == "precopy":
         flags |= VIR_MIGRATE_LIVE
@@ -47,6 +53,8 @@ def migrate_flags(s: Scenario) -> int:
         flags |= VIR_MIGRATE_COMPRESSED
     if s.postcopy:
         flags |= VIR_MIGRATE_POSTCOPY
+    if s.multifd_channels is not None:
+        flags |= VIR_MIGRATE_PARALLEL
     return flags
 
 
@@ -62,7 +70,9 @@ def bandwidth_mib_s(max_bandwidth_bps: int) -> int:
 
 def migrate_params(s: Scenario, migrate_uri: str, dest_xml: str | None) -> dict[str, Any]:
     """Typed parameters: the data-stream URI on the migration link, the destination XML (its own
-    console log), the bandwidth cap and the compression method."""
+    console log), the bandwidth cap, the compression method (xbzrle, or multifd's zlib/zstd:
+    libvirt 9.4.0) and cache, multifd's connections and auto-converge's throttling.  libvirt sets
+    the QEMU parameters of both sides itself (multifd's before the destination listens)."""
     params: dict[str, Any] = {PARAM_URI: migrate_uri}
     if dest_xml is not None:
         params[PARAM_DEST_XML] = dest_xml
@@ -70,6 +80,15 @@ def migrate_params(s: Scenario, migrate_uri: str, dest_xml: str | None) -> dict[
         params[PARAM_BANDWIDTH] = bandwidth_mib_s(s.max_bandwidth_bps)
     if s.xbzrle:
         params[PARAM_COMPRESSION] = "xbzrle"
+    if s.xbzrle_cache_bytes is not None:
+        params[PARAM_XBZRLE_CACHE] = s.xbzrle_cache_bytes
+    if s.multifd_channels is not None:
+        params[PARAM_PARALLEL_CONNECTIONS] = s.multifd_channels
+    if s.multifd_compression not in (None, "none"):
+        params[PARAM_COMPRESSION] = s.multifd_compression
+    if s.cpu_throttle_initial is not None:
+        params[PARAM_AUTO_CONVERGE_INITIAL] = s.cpu_throttle_initial
+        params[PARAM_AUTO_CONVERGE_INCREMENT] = s.cpu_throttle_increment
     return params
 
 

@@ -1,0 +1,159 @@
+"""``vrmig paper`` (= ``make paper``): paper 004's two campaigns, then a report that puts each of
+the paper's stated results beside the measured one, with the conditions that differ.
+
+The campaigns are the shipped files ``campaigns/paper004-fig2.toml`` (a baseline) and
+``campaigns/paper004-fig3.toml`` (migrations); ``REPS`` overrides their repetitions for a quick
+look.  ``FIG2=<baseline dir>`` / ``FIG3=<campaign dir>`` reuse finished (or resume interrupted)
+ones instead of running them again.  The comparison itself is :mod:`analysis.paper`."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from analysis import paper as ap
+from analysis.present import html as rh
+from migrate.campaigns import campaign as cp
+from migrate.campaigns import sweepdir as sd
+from migrate.core.atomic import write_json, write_text
+from migrate.core.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[2]
+FIG2 = REPO / "campaigns" / "paper004-fig2.toml"
+FIG3 = REPO / "campaigns" / "paper004-fig3.toml"
+COLUMNS = ("id", "figure", "statement", "paper", "measured", "comparison", "n", "why_absent", "conditions")
+
+
+def _fig2(reps: int | None, results: Path, given: Path | None) -> Path:
+    """The Fig. 2 baseline directory: ``given`` (finished or resumed), else a new run of the campaign."""
+    from migrate.baseline.run import load_resume, run_baseline
+
+    if given is not None:
+        if not (given / "meta.json").is_file():
+            raise ConfigError(f"FIG2={given} is not a baseline results directory (no meta.json)")
+        meta = json.loads((given / "meta.json").read_text())
+        if meta.get("kind") != "baseline":
+            raise ConfigError(f"FIG2={given} is a {meta.get('kind')!r} directory, not a baseline")
+        if meta.get("status") == "completed":
+            return given
+        stored, _ = load_resume(given)
+        return run_baseline(stored, results, resume_dir=given)
+    c = cp.load(FIG2, reps)
+    return run_baseline(cp.baseline_spec(c), results, campaign=(c.record(), c.text))
+
+
+def _fig3(reps: int | None, results: Path, given: Path | None) -> Path:
+    """The Fig. 3 campaign directory: ``given`` (resumed to its end), else a new run of the campaign."""
+    from migrate.campaigns import sweep as sw
+
+    if given is not None:
+        meta, _ = sd.open_sweep(given, "FIG3")
+        if (meta.get("campaign") or {}).get("name") != "paper004-fig3":
+            raise ConfigError(f"FIG3={given} is not a run of campaigns/paper004-fig3.toml")
+        sw.run_sweep(given)
+        return given
+    c = cp.load(FIG3, reps)
+    d = sw.new_campaign(c, results)
+    sw.run_sweep(d)
+    return d
+
+
+def build(fig2_dir: Path | None, fig3_dir: Path | None) -> tuple[list[ap.Claim], dict[str, Any]]:
+    """The claims from finished directories (either may be None: its claims are then absent)."""
+    from migrate.campaigns.reporting import collect, load_source
+
+    summary = None
+    if fig2_dir is not None:
+        path = fig2_dir / "summary.json"
+        summary = json.loads(path.read_text()) if path.is_file() else None
+    records: list[dict[str, Any]] = []
+    metas: list[dict[str, Any]] = []
+    if fig3_dir is not None:
+        records, metas = collect(load_source(fig3_dir, what="FIG3"))
+    facts = ap.facts_of(metas)
+    if summary is not None and facts["accel"] == "?":
+        facts["accel"] = str(summary.get("accel") or "?")
+    claims = ap.fig2_claims(summary, facts) + ap.fig3_claims(records, facts)
+    return claims, {"fig2": str(fig2_dir) if fig2_dir else None, "fig3": str(fig3_dir) if fig3_dir else None,
+                    **facts}  # fmt: skip
+
+
+def csv_text(claims: list[ap.Claim]) -> str:
+    """paper.csv: one row per claim."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(COLUMNS), lineterminator="\n", extrasaction="ignore")
+    w.writeheader()
+    for c in claims:
+        w.writerow({k: "" if v is None else v for k, v in c.to_dict().items()})
+    return buf.getvalue()
+
+
+def markdown(claims: list[ap.Claim], sources: dict[str, Any], command: str) -> str:
+    """paper.md: the side-by-side table, the sources and the command."""
+    lines = [
+        "# Paper 004 side by side",
+        "",
+        f"Command: `{command}`. Baseline (Fig. 2): `{sources['fig2']}`. Migrations (Fig. 3): `{sources['fig3']}`.",
+        f"QEMU {sources['qemu']}, accelerator {sources['accel']}.",
+        "",
+        "| id | figure | the paper states | paper | measured here | comparison | conditions that differ |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in claims:
+        measured = c.measured if c.measured is not None else f"— ({c.why_absent})"
+        lines.append(f"| {c.id} | {c.figure} | {c.statement} | {c.paper} | {measured} | {c.comparison or '—'} | "
+                     f"{c.conditions} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def write(out_dir: Path, claims: list[ap.Claim], sources: dict[str, Any], command: str) -> None:
+    """paper.md, paper.csv, claims.json and report.html in ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_text(out_dir / "paper.md", markdown(claims, sources, command))
+    write_text(out_dir / "paper.csv", csv_text(claims))
+    write_json(out_dir / "claims.json", {"sources": sources, "command": command,
+                                         "claims": [c.to_dict() for c in claims]})  # fmt: skip
+    rows = [[c.id, c.figure, c.statement, c.paper, c.measured if c.measured is not None else f"— ({c.why_absent})",
+             c.comparison or "—", c.conditions] for c in claims]  # fmt: skip
+    table = rh.Table("Paper 004: stated vs measured",
+                     ["id", "figure", "the paper states", "paper", "measured here", "comparison", "conditions"],
+                     rows, note="Magnitudes as measured/paper ratios; (in)dependence on the rate by Spearman's rank "
+                     f"correlation at alpha={ap.ALPHA}. Absent measurements say why.")  # fmt: skip
+    report = rh.Report(title="vrmig: paper 004 side by side", subtitle=f"`{command}`", tables=[table],
+                       metadata=[("sources", sources)], generated_utc=sd.now_utc())  # fmt: skip
+    write_text(out_dir / "report.html", rh.render(report))
+
+
+def format_claims(claims: list[ap.Claim]) -> str:
+    """The printed table: one line per claim."""
+    out = []
+    for c in claims:
+        got = c.measured if c.measured is not None else f"absent: {c.why_absent}"
+        out.append(f"{c.id} {c.figure}: {c.statement}\n    paper: {c.paper}\n    here:  {got}"
+                   + (f"\n    {c.comparison}" if c.comparison else ""))  # fmt: skip
+    return "\n".join(out)
+
+
+def run_paper(results: Path, reps: int | None, fig2: Path | None, fig3: Path | None, command: str,
+              only: str = "fig2,fig3") -> tuple[Path, list[ap.Claim]]:  # fmt: skip
+    """Run (or reuse) the two campaigns and write the side-by-side report; returns its directory."""
+    from migrate.campaigns.sweep import prepare_results_root
+
+    parts = {p.strip() for p in only.split(",") if p.strip()}
+    if not parts or parts - {"fig2", "fig3"}:
+        raise ConfigError(f"PARTS={only!r}: use fig2, fig3 or fig2,fig3")
+    cp.load(FIG2, reps)  # both files valid before anything runs
+    cp.load(FIG3, reps)
+    prepare_results_root(results)
+    d2 = _fig2(reps, results, fig2) if "fig2" in parts or fig2 is not None else None
+    d3 = _fig3(reps, results, fig3) if "fig3" in parts or fig3 is not None else None
+    claims, sources = build(d2, d3)
+    out = results / f"{sd.stamp_utc()}-paper004"
+    write(out, claims, sources, command)
+    return out, claims

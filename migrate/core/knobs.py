@@ -1,0 +1,311 @@
+"""QEMU's migration knobs (HV=kvm): their Make variables and Scenario fields, how each reaches
+QEMU (a QMP migration capability or parameter) and libvirt (a ``virDomainMigrateFlags`` bit or a
+``VIR_MIGRATE_PARAM_*`` typed parameter), the first releases that have it, and QEMU's effective
+values as meta.json records them (``hypervisor.knobs_effective``).
+
+The first QEMU release of each capability and parameter is the ``since`` of QEMU's QAPI schema
+(qapi/migration.json); the first libvirt release is the ``Since:`` of libvirt-domain.h.  A knob
+the installed QEMU or libvirt lacks is refused before anything starts (:func:`check_qemu`,
+:func:`check_libvirt`), with one line that names the release that has it.
+
+In ``make migrate`` every variable takes one value; in ``make sweep`` a list makes it an axis of
+the grid (:func:`split_values`): values separated by commas, or by ``/`` for the knobs whose
+value has commas itself (``ANNOUNCE=50,550,5,100/0,0,0,1``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from migrate.core.errors import ConfigError
+from migrate.core.units import format_rate, parse_rate_bps
+
+Version = tuple[int, ...]
+
+#: MULTIFD_COMPRESSION methods (QEMU's MultiFDCompression enum of 5.0; zstd only in builds with zstd)
+MULTIFD_COMPRESSIONS = ("none", "zlib", "zstd")
+_SIZE_SUFFIX = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def _whole(var: str, text: str) -> int:
+    if not re.fullmatch(r"\s*\d+\s*", text):
+        raise ConfigError(f"{var}={text!r} is not a whole number")
+    return int(text)
+
+
+def _wholes(var: str, text: str, names: Sequence[str], example: str) -> list[int]:
+    parts = text.split(",")
+    if len(parts) != len(names) or not all(re.fullmatch(r"\s*\d+\s*", p) for p in parts):
+        raise ConfigError(f"{var}={text!r} is not {','.join(names)} (whole numbers): e.g. {var}={example}")
+    return [int(p) for p in parts]
+
+
+def _boolean(var: str, text: str) -> bool:
+    if text.lower() in ("1", "yes", "true", "on"):
+        return True
+    if text.lower() in ("0", "no", "false", "off"):
+        return False
+    raise ConfigError(f"{var}={text!r} is not a boolean: use 1 or 0")
+
+
+def parse_size(var: str, text: str) -> int:
+    """``64M`` -> bytes (K/M/G are powers of 1024, as QEMU reads sizes); ConfigError otherwise."""
+    m = re.fullmatch(r"\s*(\d+)\s*([kKmMgG]?)(?:i?B)?\s*", text)
+    if m is None:
+        raise ConfigError(
+            f"{var}={text!r} is not a size: use bytes with an optional K/M/G suffix (1024-based), e.g. 64M"
+        )
+    return int(m[1]) * _SIZE_SUFFIX[m[2].upper()]
+
+
+def format_size(n: int) -> str:
+    """67108864 -> '64M' (the largest 1024-based suffix that divides it)."""
+    for suffix in ("G", "M", "K"):
+        if n >= _SIZE_SUFFIX[suffix] and n % _SIZE_SUFFIX[suffix] == 0:
+            return f"{n // _SIZE_SUFFIX[suffix]}{suffix}"
+    return str(n)
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One knob: Make variable (``var``; its flag is ``flag``), the Scenario fields it sets, the
+    QMP capabilities and parameters it sets, the first QEMU release that has them, how libvirt
+    takes it (empty: libvirt has no flag or parameter for it) and from which release, ``parse``
+    (one value's text -> field values) and ``text`` (field values -> the value's text, None
+    when the knob is not set)."""
+
+    var: str
+    flag: str
+    fields: tuple[str, ...]
+    caps: tuple[str, ...]
+    params: tuple[str, ...]
+    qemu_since: Version
+    libvirt: str
+    libvirt_since: Version | None
+    parse: Callable[[str], dict[str, Any]]
+    text: Callable[[Mapping[str, Any]], str | None]
+    #: its value has commas itself: sweep lists are separated by '/'
+    tuple_valued: bool = False
+
+    def unset(self) -> dict[str, Any]:
+        """Field values of the knob left unset (QEMU's own default applies)."""
+        return {f: (False if f in _BOOL_FIELDS else None) for f in self.fields}
+
+
+_BOOL_FIELDS = ("auto_converge", "xbzrle", "postcopy", "postcopy_preempt")
+
+
+def _flag_text(field: str) -> Callable[[Mapping[str, Any]], str | None]:
+    return lambda s: "1" if s.get(field) else None
+
+
+def _int_text(field: str) -> Callable[[Mapping[str, Any]], str | None]:
+    return lambda s: None if s.get(field) is None else str(s[field])
+
+
+def _ints_text(*fields: str) -> Callable[[Mapping[str, Any]], str | None]:
+    return lambda s: None if s.get(fields[0]) is None else ",".join(str(s.get(f)) for f in fields)
+
+
+def _multifd(text: str) -> dict[str, Any]:
+    if text.strip().lower() == "off":
+        return {"multifd_channels": None}
+    n = _whole("MULTIFD", text)
+    return {"multifd_channels": n or None}  # 0: no multifd, QEMU's single migration stream
+
+
+def _compression(text: str) -> dict[str, Any]:
+    t = text.strip()
+    if t not in MULTIFD_COMPRESSIONS:
+        raise ConfigError(f"MULTIFD_COMPRESSION={text!r} is unknown: choose one of {', '.join(MULTIFD_COMPRESSIONS)}")
+    return {"multifd_compression": t}
+
+
+ANNOUNCE_FIELDS = ("announce_initial_ms", "announce_max_ms", "announce_rounds", "announce_step_ms")
+CPU_THROTTLE_FIELDS = ("cpu_throttle_initial", "cpu_throttle_increment")
+
+KNOBS: tuple[Knob, ...] = (
+    Knob("DOWNTIME_LIMIT", "downtime-limit", ("downtime_limit_ms",), (), ("downtime-limit",), (2, 8),
+         "migrateSetMaxDowntime", (0, 8, 0),
+         lambda t: {"downtime_limit_ms": _whole("DOWNTIME_LIMIT", t)}, _int_text("downtime_limit_ms")),
+    Knob("MIGBW", "max-bandwidth", ("max_bandwidth_bps",), (), ("max-bandwidth",), (2, 8),
+         "VIR_MIGRATE_PARAM_BANDWIDTH (whole MiB/s)", (1, 1, 0),
+         lambda t: {"max_bandwidth_bps": parse_rate_bps(t, "MIGBW")},
+         lambda s: None if s.get("max_bandwidth_bps") is None else format_rate(s["max_bandwidth_bps"])),
+    Knob("AUTO_CONVERGE", "auto-converge", ("auto_converge",), ("auto-converge",), (), (1, 6),
+         "VIR_MIGRATE_AUTO_CONVERGE", (1, 2, 3),
+         lambda t: {"auto_converge": _boolean("AUTO_CONVERGE", t)}, _flag_text("auto_converge")),
+    Knob("XBZRLE", "xbzrle", ("xbzrle",), ("xbzrle",), (), (1, 2),
+         "VIR_MIGRATE_COMPRESSED with VIR_MIGRATE_PARAM_COMPRESSION=xbzrle", (1, 3, 4),
+         lambda t: {"xbzrle": _boolean("XBZRLE", t)}, _flag_text("xbzrle")),
+    Knob("POSTCOPY", "postcopy", ("postcopy",), ("postcopy-ram",), (), (2, 6),
+         "VIR_MIGRATE_POSTCOPY and virDomainMigrateStartPostCopy", (1, 3, 3),
+         lambda t: {"postcopy": _boolean("POSTCOPY", t)}, _flag_text("postcopy")),
+    Knob("MULTIFD", "multifd", ("multifd_channels",), ("multifd",), ("multifd-channels",), (4, 0),
+         "VIR_MIGRATE_PARALLEL with VIR_MIGRATE_PARAM_PARALLEL_CONNECTIONS", (5, 2, 0),
+         _multifd, _int_text("multifd_channels")),
+    Knob("MULTIFD_COMPRESSION", "multifd-compression", ("multifd_compression",), (), ("multifd-compression",),
+         (5, 0), "VIR_MIGRATE_PARAM_COMPRESSION=zlib|zstd with VIR_MIGRATE_PARALLEL", (9, 4, 0),
+         _compression, lambda s: s.get("multifd_compression")),
+    Knob("POSTCOPY_PREEMPT", "postcopy-preempt", ("postcopy_preempt",), ("postcopy-preempt",), (), (7, 1),
+         "", None, lambda t: {"postcopy_preempt": _boolean("POSTCOPY_PREEMPT", t)}, _flag_text("postcopy_preempt")),
+    Knob("ANNOUNCE", "announce", ANNOUNCE_FIELDS, (),
+         ("announce-initial", "announce-max", "announce-rounds", "announce-step"), (4, 0), "", None,
+         lambda t: dict(zip(ANNOUNCE_FIELDS, _wholes("ANNOUNCE", t, ("initial", "max", "rounds", "step"),
+                                                     "50,550,5,100"), strict=True)),
+         _ints_text(*ANNOUNCE_FIELDS), tuple_valued=True),
+    Knob("XBZRLE_CACHE", "xbzrle-cache", ("xbzrle_cache_bytes",), (), ("xbzrle-cache-size",), (2, 11),
+         "VIR_MIGRATE_PARAM_COMPRESSION_XBZRLE_CACHE", (1, 3, 4),
+         lambda t: {"xbzrle_cache_bytes": parse_size("XBZRLE_CACHE", t)},
+         lambda s: None if s.get("xbzrle_cache_bytes") is None else format_size(s["xbzrle_cache_bytes"])),
+    Knob("CPU_THROTTLE", "cpu-throttle", CPU_THROTTLE_FIELDS, (), ("cpu-throttle-initial", "cpu-throttle-increment"),
+         (2, 7), "VIR_MIGRATE_PARAM_AUTO_CONVERGE_INITIAL/_INCREMENT", (2, 0, 0),
+         lambda t: dict(zip(CPU_THROTTLE_FIELDS, _wholes("CPU_THROTTLE", t, ("initial", "increment"), "20,10"),
+                            strict=True)),
+         _ints_text(*CPU_THROTTLE_FIELDS), tuple_valued=True),
+)  # fmt: skip
+KNOB_BY_VAR = {k.var: k for k in KNOBS}
+KNOB_FIELDS = tuple(f for k in KNOBS for f in k.fields)
+
+
+def split_values(knob: Knob, text: str) -> list[str]:
+    """A variable's text as a list of values: ``MULTIFD=1,4`` -> ['1', '4'], ``ANNOUNCE=50,550,5,100``
+    -> one value (its lists are separated by '/'); empty items are refused."""
+    sep = "/" if knob.tuple_valued else ","
+    items = [t.strip() for t in str(text).split(sep)]
+    if not text.strip() or any(not t for t in items):
+        raise ConfigError(f"{knob.var}={text!r} has an empty value")
+    if len(set(items)) != len(items):
+        raise ConfigError(f"{knob.var}={text!r} lists a value twice")
+    return items
+
+
+def knob_settings(scenario: Mapping[str, Any]) -> list[tuple[Knob, str]]:
+    """The knobs a scenario sets (in KNOBS order) with their values' text."""
+    out = []
+    for k in KNOBS:
+        t = k.text(scenario)
+        if t is not None:
+            out.append((k, t))
+    return out
+
+
+def requested_text(scenario: Mapping[str, Any]) -> str:
+    """``DOWNTIME_LIMIT=50 MULTIFD=2``: the knobs a scenario sets ('' none)."""
+    return " ".join(f"{k.var}={t}" for k, t in knob_settings(scenario))
+
+
+def label_part(knob: Knob, text: str) -> str:
+    """A sweep point label's part for one knob value: ``multifd4``, ``announce50x550x5x100``."""
+    return f"{knob.var.lower()}{text.replace(',', 'x')}"
+
+
+# -- versions --------------------------------------------------------------------------------
+
+
+def parse_version(text: str | None) -> Version | None:
+    """``QEMU emulator version 7.2.22 (Debian ...)`` or ``libvirtd (libvirt) 9.0.0`` -> (7, 2, 22);
+    None when no version is in the text."""
+    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    return None if m is None else (int(m[1]), int(m[2]), int(m[3] or 0))
+
+
+def _v(v: Version) -> str:
+    return ".".join(map(str, v))
+
+
+def check_qemu(scenario: Mapping[str, Any], qemu: str | None, where: str = "") -> None:
+    """ConfigError (one line) for the first knob of ``scenario`` that the QEMU of version text
+    ``qemu`` lacks; nothing when its version cannot be read (the QMP replies then tell)."""
+    have = parse_version(qemu)
+    if have is None:
+        return
+    for k, t in knob_settings(scenario):
+        if have < k.qemu_since:
+            names = ", ".join([*(f"capability {c}" for c in k.caps), *(f"parameter {p}" for p in k.params)])
+            raise ConfigError(
+                f"{k.var}={t} needs QEMU {_v(k.qemu_since)} or later ({names}); the QEMU{where} is {_v(have)}"
+            )
+
+
+def check_libvirt(scenario: Mapping[str, Any], libvirt: str | None) -> None:
+    """ConfigError (one line) for the first knob of ``scenario`` that libvirt (daemon version text
+    ``libvirt``) cannot apply: one for which libvirt has no flag or parameter, or one newer than it."""
+    have = parse_version(libvirt)
+    for k, t in knob_settings(scenario):
+        if k.libvirt_since is None:
+            qemu_name = ", ".join((*k.caps, *k.params))
+            raise ConfigError(
+                f"{k.var}={t} cannot be applied with DRIVER=libvirt: libvirt has no migration flag or parameter "
+                f"for QEMU's {qemu_name}{f' (libvirt {_v(have)} here)' if have else ''}; use DRIVER=qmp"
+            )
+        since = k.libvirt_since
+        if k.var == "MULTIFD_COMPRESSION" and t == "none":
+            continue  # parallel migration without compression: libvirt's default since 5.2.0
+        if have is not None and have < since:
+            raise ConfigError(
+                f"{k.var}={t} needs libvirt {_v(since)} or later ({k.libvirt}); the libvirtd here is {_v(have)}"
+            )
+
+
+# -- QEMU's effective values -----------------------------------------------------------------
+
+#: knobs_effective keys (runs.csv has them as ``qemu_<key>``): QEMU's values read back with
+#: query-migrate-parameters and query-migrate-capabilities; ``announce`` is the destination's (the
+#: destination QEMU announces the guest's MACs after the migration), the others the source's
+EFFECTIVE_KEYS = (
+    "downtime_limit_ms", "max_bandwidth_bps", "auto_converge", "xbzrle", "postcopy", "multifd",
+    "multifd_channels", "multifd_compression", "postcopy_preempt", "announce", "xbzrle_cache_bytes",
+    "cpu_throttle",
+)  # fmt: skip
+EFFECTIVE_COLUMNS = tuple(f"qemu_{k}" for k in EFFECTIVE_KEYS)
+
+
+def _caps(reply: Any) -> dict[str, bool]:
+    if not isinstance(reply, list):
+        return {}
+    return {c["capability"]: bool(c["state"]) for c in reply if isinstance(c, dict) and "capability" in c}
+
+
+def _joined(params: Mapping[str, Any], names: Sequence[str]) -> str | None:
+    vals = [params.get(n) for n in names]
+    return None if any(v is None for v in vals) else ",".join(str(v) for v in vals)
+
+
+def effective(
+    src_params: Mapping[str, Any] | None,
+    src_caps: Any,
+    dst_params: Mapping[str, Any] | None = None,
+    dst_caps: Any = None,
+) -> dict[str, Any]:
+    """meta.json ``hypervisor.knobs_effective`` from QEMU's query-migrate-parameters and
+    query-migrate-capabilities replies: every key of EFFECTIVE_KEYS, None where QEMU did not
+    report it (an older QEMU, or no reply); ``multifd_dst``/``postcopy_preempt_dst`` and
+    ``multifd_channels_dst`` say what the destination had (they must match the source)."""
+    sp, dp = dict(src_params or {}), dict(dst_params or {})
+    sc, dc = _caps(src_caps), _caps(dst_caps)
+    bw = sp.get("max-bandwidth")
+    out: dict[str, Any] = {
+        "downtime_limit_ms": sp.get("downtime-limit"),
+        "max_bandwidth_bps": None if bw is None else int(bw) * 8,
+        "auto_converge": sc.get("auto-converge"),
+        "xbzrle": sc.get("xbzrle"),
+        "postcopy": sc.get("postcopy-ram"),
+        "multifd": sc.get("multifd"),
+        "multifd_channels": sp.get("multifd-channels"),
+        "multifd_compression": sp.get("multifd-compression"),
+        "postcopy_preempt": sc.get("postcopy-preempt"),
+        "announce": _joined(dp, ("announce-initial", "announce-max", "announce-rounds", "announce-step")),
+        "xbzrle_cache_bytes": sp.get("xbzrle-cache-size"),
+        "cpu_throttle": _joined(sp, ("cpu-throttle-initial", "cpu-throttle-increment")),
+    }
+    if dst_params is not None or dst_caps is not None:
+        out.update(
+            multifd_dst=dc.get("multifd"),
+            multifd_channels_dst=dp.get("multifd-channels"),
+            multifd_compression_dst=dp.get("multifd-compression"),
+            postcopy_preempt_dst=dc.get("postcopy-preempt"),
+        )
+    return out
