@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import REPO, require_root_and
+from tests.integration.conftest import REPO, assert_cut_row_within_targets, require_root_and
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +46,7 @@ def test_calibrate_kvm_cuts_and_pauses(tmp_path, no_leftovers):
     require_root_and("qemu-system-x86_64", *TOOLS)
     _image("frr")
     proc = subprocess.run(
-        _argv(tmp_path, "--durations", "50,200", "--reps", "2"),
+        _argv(tmp_path, "--durations", "50,200", "--reps", "3"),
         cwd=REPO, capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
@@ -59,27 +59,25 @@ def test_calibrate_kvm_cuts_and_pauses(tmp_path, no_leftovers):
         assert (run_dir / name).stat().st_size > 0, name
 
     edges = [a for a in _actions(run_dir) if a["action"] in ("cut", "restore", "pause", "resume")]
-    assert len(edges) == 16 and all(a["before_ns"] < a["after_ns"] for a in edges)
+    assert len(edges) == 24 and all(a["before_ns"] < a["after_ns"] for a in edges)
 
     rows = _rows(run_dir)
     assert sorted((r["kind"], r["estimator"], r["pause_ms"]) for r in rows) == sorted(
         (k, e, d) for k in ("cut", "pause") for e in ("packets", "counters") for d in ("50", "200")
     )
-    assert all(r["hv"] == "kvm" and r["n"] == "2" and r["detected"] == "2" for r in rows), rows
+    # 3 repetitions, so that the median error of a cut is a median (with 2 it is the mean, and
+    # one late edge, 1.19 ms against a 1.078 ms target, failed a full run)
+    assert all(r["hv"] == "kvm" and r["n"] == "3" and r["detected"] == "3" for r in rows), rows
     cuts = [r for r in rows if r["kind"] == "cut"]
     for r in cuts:
-        # the typical event meets the a-priori target; every event is within it once the stream's
-        # own inter-arrival gaps near the event are allowed for (a router forwarding in bursts)
-        assert abs(float(r["median_error_ms"])) <= float(r["target_ms"]), r
-        assert r["pass_stream"] == "true", r
-        assert r["pass"] in ("true", "false")
+        assert_cut_row_within_targets(r)
     assert proc.returncode == (0 if all(r["pass"] == "true" for r in cuts) else 1)
     for r in rows:
         if r["kind"] == "pause":
             assert r["pass"] == "" and r["target_ms"] == ""
             # a paused router forwards nothing: the outage is not shorter than the pause
             assert float(r["median_error_ms"]) > -2 * float(r["resolution_ms"] or 10), r
-    assert len(_rows(run_dir, "calibration_events.csv")) == 16
+    assert len(_rows(run_dir, "calibration_events.csv")) == 24
 
 
 def test_calibrate_pauses_against_bgp_and_bfd(tmp_path, no_leftovers):
