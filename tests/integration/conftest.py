@@ -1,5 +1,6 @@
 """Integration tests need root and the built tools; otherwise they skip with the reason."""
 
+import json
 import os
 import re
 import shutil
@@ -60,17 +61,41 @@ def no_leftovers():
     assert not new_state, f"state left behind: {sorted(new_state)}"
 
 
-def assert_cut_row_within_targets(r: dict[str, str]) -> None:
+def router_granularity_ms(run_dir: Path) -> float:
+    """The router's own departure granularity as B saw it: the mean length of the inter-arrival
+    gap that contains a random instant, E[g²]/E[g] over the stream outside the calibration's
+    events (``sink.json`` gaps, ``actions.jsonl`` edges).  The sink records only gaps above its
+    threshold; every other instant is counted as lying in a gap of threshold length (an upper
+    bound).  An edge falls in such a gap and the outage at B grows by its residual, whose mean is
+    half of it, at each of the event's two edges."""
+    sink = json.loads((run_dir / "sink.json").read_text())
+    acts = [json.loads(line) for line in (run_dir / "actions.jsonl").read_text().splitlines() if line.strip()]
+    starts = [a for a in acts if a["action"] in ("cut", "pause")]
+    ends = [a for a in acts if a["action"] in ("restore", "resume")]
+    spans = [(s["before_ns"], e["after_ns"]) for s, e in zip(starts, ends, strict=True)]
+    gaps = [
+        (lo, hi) for lo, hi, *_ in sink["gaps"] if not any(lo < span_hi and hi > span_lo for span_lo, span_hi in spans)
+    ]  # fmt: skip
+    total = sink["last_ns"] - sink["first_ns"] - sum(hi - lo for lo, hi in spans)
+    long_s = sum(hi - lo for lo, hi in gaps)
+    square = sum((hi - lo) ** 2 for lo, hi in gaps) + sink["gap_threshold_ns"] * (total - long_s)
+    return square / total / 1e6
+
+
+def assert_cut_row_within_targets(r: dict[str, str], granularity_ms: float) -> None:
     """A cut row's errors against its targets.  Below: the a-priori target, strictly (nothing
     can make the outage at B shorter than the cut by more than the edges' brackets and one
-    departure interval each side).  Above: the target with the stream's own gaps near each event
-    allowed for, on the median and on every event (``pass_stream``): a router that forwards in
-    bursts (a VM under TCG on a loaded host) delays the first packet after the restore by up to
-    a burst gap, which the a-priori target does not know of; three full runs on a busy machine
-    saw medians 1.19, 1.37 and 1.73 ms against a-priori targets of 1.08, 1.10 and 1.41 ms.
-    The a-priori verdict itself stays in ``pass`` and in the command's exit status."""
+    departure interval each side).  Above: the a-priori target knows the generator's departure
+    interval, not the router's: a router that forwards in bursts (a VM under TCG) delays the
+    first packet after the restore, and advances the last one before the cut, by the residual
+    of the gap each edge falls in.  The median of a row may exceed the a-priori target by
+    3 x the router's granularity (:func:`router_granularity_ms`, whose expected sum over the
+    two edges is 1 x); every event is within the target that allows for the longest gap near it
+    (``pass_stream``).  Measured: medians 1.19, 1.37, 1.73, 1.60 ms against a-priori targets
+    of 1.08, 1.10, 1.41, 1.50 ms; granularity 1.09 ms.  The a-priori verdict stays in ``pass``
+    and in the command's exit status."""
     median = float(r["median_error_ms"])
     assert median >= -float(r["target_ms"]), r
-    assert median <= float(r["stream_target_ms"]), r
+    assert median <= float(r["target_ms"]) + 3 * granularity_ms, (granularity_ms, r)
     assert r["pass_stream"] == "true", r
     assert r["pass"] in ("true", "false"), r
