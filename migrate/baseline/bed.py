@@ -12,6 +12,7 @@ from pyroute2 import IPRoute
 
 from migrate.baseline.plan import Slot
 from migrate.core.errors import TestbedError
+from migrate.core.netlink import iproute
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import Testbed, TestbedBuilder, add_tap
 
@@ -42,7 +43,7 @@ class BaselineBed:
             self.builder._netns(role)
             ns = self.tb.ns(role)
             sw_port = f"p{role}"
-            with IPRoute(netns=ns) as ipr:
+            with iproute(ns) as ipr:
                 ipr.link(
                     "add", ifname=topo.HOST_IF, kind="veth", peer={"ifname": sw_port, "net_ns_fd": self.tb.ns("SW")}
                 )
@@ -65,10 +66,10 @@ class BaselineBed:
         ns = self.tb.ns(s.router_role)
         r1 = self.tb.ns("R1")
         for i, side in enumerate(topo.SEGMENTS):
-            with IPRoute(netns=r1) as ipr:
+            with iproute(r1) as ipr:
                 ipr.link("add", ifname=s.veth(side), kind="veth", peer={"ifname": f"eth{i}", "net_ns_fd": ns})
                 ipr.link("set", index=_index(ipr, s.veth(side)), master=_index(ipr, f"br{side}"), state="up")
-            with IPRoute(netns=ns) as ipr:
+            with iproute(ns) as ipr:
                 ipr.link("set", index=_index(ipr, f"eth{i}"), address=s.mac(side))
         return ns
 
@@ -76,7 +77,7 @@ class BaselineBed:
         """HV=kvm: taps on R1's bridges for slot ``k`` (slot 0: the testbed's tapL/tapR); returns
         ((tap, MAC) left, (tap, MAC) right) for QEMU."""
         if s.k > 0:
-            with IPRoute(netns=self.tb.ns("R1")) as ipr:
+            with iproute(self.tb.ns("R1")) as ipr:
                 for side in topo.SEGMENTS:
                     add_tap(self.tb.ns("R1"), s.tap(side))
                     ipr.link("set", index=_index(ipr, s.tap(side)), master=_index(ipr, f"br{side}"), state="up")
@@ -105,6 +106,6 @@ def ping_until(ns: str, dst: str, timeout_s: float = PING_TIMEOUT_S, abort=None)
 
 def link_packets(ns: str, ifname: str = topo.HOST_IF) -> tuple[int, int]:
     """(rx_packets, tx_packets) of an interface."""
-    with IPRoute(netns=ns) as ipr:
+    with iproute(ns) as ipr:
         stats = ipr.link("get", ifname=ifname)[0].get_attr("IFLA_STATS64")
         return int(stats["rx_packets"]), int(stats["tx_packets"])

@@ -14,9 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyroute2 import IPRoute
-
 from migrate.core.errors import ConfigError, DependencyError
+from migrate.core.netlink import iproute
 from migrate.core.procs import Proc, ProcessError
 from migrate.core.registry import Registry
 from migrate.core.units import format_rate
@@ -70,7 +69,7 @@ def measure(needs: Iterable[tuple[int, int, int]], scratch: Path) -> dict[tuple[
     caps: dict[tuple[int, int], Capability] = {}
     try:
         reg.create_netns(ns)
-        with IPRoute(netns=ns) as ipr:
+        with iproute(ns) as ipr:
             ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
         for (ip, frame), bps in sorted(wanted.items()):
             sink = Proc(

@@ -249,9 +249,9 @@ class PortCut:
     """Cuts and restores one bridge port in a namespace with one netlink request each."""
 
     def __init__(self, ns: str, ifname: str) -> None:
-        from pyroute2 import IPRoute
+        from migrate.core.netlink import iproute
 
-        with IPRoute(netns=ns) as ipr:
+        with iproute(ns) as ipr:
             found = ipr.link_lookup(ifname=ifname)
             if not found or not ipr.get_links(found[0])[0].get_attr("IFLA_MASTER"):
                 raise VrmigError(f"{ifname} in {ns} is not a bridge port: cannot cut the router's path there")

@@ -15,8 +15,7 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from pyroute2 import IPRoute
-
+from migrate.core.netlink import iproute
 from migrate.experiment.scenario import FAULTS
 from migrate.testbed import topology as topo
 
@@ -72,7 +71,7 @@ def link_down(ns: str) -> Callable[[], None]:
     """A fault action that takes R1's end of the migration link down."""
 
     def act() -> None:
-        with IPRoute(netns=ns) as ipr:
+        with iproute(ns) as ipr:
             ipr.link("set", index=ipr.link_lookup(ifname=topo.MIGRATION_IF)[0], state="down")
 
     return act
@@ -82,7 +81,7 @@ def link_cap(ns: str) -> Callable[[], None]:
     """A fault action that throttles R1's end of the migration link to near zero."""
 
     def act() -> None:
-        with IPRoute(netns=ns) as ipr:
+        with iproute(ns) as ipr:
             idx = ipr.link_lookup(ifname=topo.MIGRATION_IF)[0]
             ipr.tc("replace", "tbf", index=idx, handle="1:", rate=f"{LINK_CAP_BPS}bit", burst=1600, latency="50ms")
 
@@ -96,7 +95,7 @@ def unplug(ns: str, ifname: str) -> Callable[[], None]:
     it sends reaches the segment, as on a destination host whose network is not wired up."""
 
     def act() -> None:
-        with IPRoute(netns=ns) as ipr:
+        with iproute(ns) as ipr:
             ipr.link("set", index=ipr.link_lookup(ifname=ifname)[0], master=0)
 
     return act

@@ -19,11 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from pyroute2 import IPRoute
-
 from crosstraffic.backends.builtin import BuiltinBackend
 from migrate.core.atomic import write_text
 from migrate.core.errors import DependencyError, VrmigError
+from migrate.core.netlink import iproute
 from migrate.core.procs import Proc
 from migrate.core.registry import Registry
 from migrate.experiment.recorder import Recorder
@@ -131,7 +130,7 @@ def udp_in_datagrams(pid: int) -> int | None:
 
 def rx_packets(ns: str, ifname: str) -> int:
     """Kernel rx packet counter of one interface."""
-    with IPRoute(netns=ns) as ipr:
+    with iproute(ns) as ipr:
         link = ipr.link("get", ifname=ifname)[0]
         stats = link.get_attr("IFLA_STATS64")
         return int(stats["rx_packets"])

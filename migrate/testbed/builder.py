@@ -12,6 +12,7 @@ from pathlib import Path
 from pyroute2 import IPRoute
 
 from migrate.core.errors import TestbedError
+from migrate.core.netlink import iproute
 from migrate.core.procs import Proc
 from migrate.core.registry import Registry
 from migrate.testbed import topology as topo
@@ -98,7 +99,7 @@ class Testbed:
 
     def rx_packets(self, role: str, ifname: str) -> int:
         """Kernel rx packet counter of one interface of ``role``."""
-        with IPRoute(netns=self.ns(role)) as ipr:
+        with iproute(self.ns(role)) as ipr:
             link = ipr.link("get", ifname=ifname)[0]
             return int(link.get_attr("IFLA_STATS64")["rx_packets"])
 
@@ -152,7 +153,7 @@ class TestbedBuilder:
         if role == topo.SWITCH or role in topo.HYPERVISOR_HOSTS:
             sysctls += _L2_SYSCTLS
         _run(["ip", "netns", "exec", name, "sysctl", "-qw", *sysctls])
-        with IPRoute(netns=name) as ipr:
+        with iproute(name) as ipr:
             ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
 
     @staticmethod
@@ -163,12 +164,12 @@ class TestbedBuilder:
         return idx
 
     def _switch(self) -> None:
-        with IPRoute(netns=self.tb.ns(topo.SWITCH)) as ipr:
+        with iproute(self.tb.ns(topo.SWITCH)) as ipr:
             for seg in topo.SEGMENTS:
                 self._bridge(ipr, f"seg{seg}")
 
     def _attach_to_switch(self, sw_port: str, segment: str) -> None:
-        with IPRoute(netns=self.tb.ns(topo.SWITCH)) as ipr:
+        with iproute(self.tb.ns(topo.SWITCH)) as ipr:
             idx = ipr.link_lookup(ifname=sw_port)[0]
             br = ipr.link_lookup(ifname=f"seg{segment}")[0]
             ipr.link("set", index=idx, master=br, state="up")
@@ -177,7 +178,7 @@ class TestbedBuilder:
         ns = self.tb.ns(h.role)
         sw_port = f"p{h.role}"
         rp = topo.router_port(h.segment)
-        with IPRoute(netns=ns) as ipr:
+        with iproute(ns) as ipr:
             ipr.link(
                 "add",
                 ifname=topo.HOST_IF,
@@ -198,7 +199,7 @@ class TestbedBuilder:
 
     def _hypervisor_host(self, r: str) -> None:
         ns = self.tb.ns(r)
-        with IPRoute(netns=ns) as ipr:
+        with iproute(ns) as ipr:
             for seg in topo.SEGMENTS:
                 sw_port = f"p{r}{seg}"
                 up = f"up{seg}"
@@ -217,7 +218,7 @@ class TestbedBuilder:
 
     def _migration_link(self) -> None:
         r1, r2 = (self.tb.ns(r) for r in topo.HYPERVISOR_HOSTS)
-        with IPRoute(netns=r1) as ipr:
+        with iproute(r1) as ipr:
             ipr.link(
                 "add",
                 ifname=topo.MIGRATION_IF,
@@ -225,7 +226,7 @@ class TestbedBuilder:
                 peer={"ifname": topo.MIGRATION_IF, "net_ns_fd": r2},
             )
         for r in topo.HYPERVISOR_HOSTS:
-            with IPRoute(netns=self.tb.ns(r)) as ipr:
+            with iproute(self.tb.ns(r)) as ipr:
                 idx = ipr.link_lookup(ifname=topo.MIGRATION_IF)[0]
                 a, plen = topo.MIGRATION_ADDR[r].split("/")
                 ipr.addr("add", index=idx, address=a, prefixlen=int(plen))

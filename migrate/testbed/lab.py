@@ -249,9 +249,9 @@ def _lab_lock() -> Iterator[None]:
 
 
 def _addresses_in_root_ns() -> list[ipaddress.IPv4Interface]:
-    from pyroute2 import IPRoute
+    from migrate.core.netlink import iproute
 
-    with IPRoute() as ipr:
+    with iproute() as ipr:
         return [
             ipaddress.IPv4Interface(f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}")
             for a in ipr.get_addr(family=socket.AF_INET)
@@ -287,20 +287,20 @@ def _keygen(path: Path, comment: str) -> str:
 
 
 def _mgmt_link(st: LabState, role: str) -> None:
-    from pyroute2 import IPRoute
+    from migrate.core.netlink import iproute
 
     net = ipaddress.IPv4Network(st.mgmt_net)
     outer, inner = mgmt_addresses(net, role)
     name = root_ifname(st.prefix, role)
     st.links.append(name)
     st.save()
-    with IPRoute() as ipr:
+    with iproute() as ipr:
         ipr.link("add", ifname=name, kind="veth", peer={"ifname": MGMT_IF, "net_ns_fd": st.ns(role)})
         idx = ipr.link_lookup(ifname=name)[0]
         a, plen = outer.split("/")
         ipr.addr("add", index=idx, address=a, prefixlen=int(plen))
         ipr.link("set", index=idx, state="up")
-    with IPRoute(netns=st.ns(role)) as ipr:
+    with iproute(st.ns(role)) as ipr:
         idx = ipr.link_lookup(ifname=MGMT_IF)[0]
         a, plen = inner.split("/")
         ipr.addr("add", index=idx, address=a, prefixlen=int(plen))
@@ -814,11 +814,11 @@ def processes_in_namespaces(names: list[str]) -> list[dict[str, Any]]:
 
 def _teardown(st: LabState) -> list[str]:
     """Remove everything ``st`` lists; the lab directory last, only if all else went."""
-    from pyroute2 import IPRoute
+    from migrate.core.netlink import iproute
 
     procs = processes_in_namespaces(st.namespaces) + list(st.processes)
     problems = teardown_state({"processes": procs})
-    with IPRoute() as ipr:
+    with iproute() as ipr:
         for name in reversed(st.links):
             idx = ipr.link_lookup(ifname=name)
             if idx:

@@ -97,7 +97,7 @@ def realtime_priority(prio: int) -> Iterator[None]:
 
 def test_largest_gap_matches_a_200ms_link_outage(pair):
     """Take the sink-side veth down for 200 ms while 20 Mbit/s of 1500 B frames flow."""
-    from pyroute2 import IPRoute
+    from migrate.core.netlink import iproute
 
     rate, frame = 20_000_000, 1500
     interval_ms = frame * 8 / rate * 1e3  # 0.6 ms
@@ -108,7 +108,7 @@ def test_largest_gap_matches_a_200ms_link_outage(pair):
     argv = [*b.gen_argv(dst=pair.b4, port=PORT, rate_bps=rate, frame_bytes=frame, duration_s=0), "--fifo", "10"]
     gen = Child(argv, netns=pair.a)
     try:
-        with IPRoute(netns=pair.b) as ipr, realtime_priority(20):
+        with iproute(pair.b) as ipr, realtime_priority(20):
             idx = ipr.link_lookup(ifname=pair.b_if)[0]
             time.sleep(0.5)  # stimulus schedule: traffic flows before the outage
             t0 = time.monotonic()

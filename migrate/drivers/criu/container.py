@@ -18,9 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyroute2 import IPRoute
-
 from migrate.core.errors import GuestError
+from migrate.core.netlink import iproute
 from migrate.core.procs import Proc
 from migrate.core.registry import Registry, pid_alive, proc_starttime
 from migrate.testbed import topology as topo
@@ -50,7 +49,7 @@ def veth_specs() -> list[tuple[str, str, str]]:
 def delete_links(ns: str, names: list[str]) -> list[str]:
     """Delete the named links in namespace ``ns`` (those that exist); returns the deleted ones."""
     deleted = []
-    with IPRoute(netns=ns) as ipr:
+    with iproute(ns) as ipr:
         for name in names:
             idx = ipr.link_lookup(ifname=name)
             if idx:
@@ -62,7 +61,7 @@ def delete_links(ns: str, names: list[str]) -> list[str]:
 def set_bridged(ns: str, attached: bool) -> None:
     """Enslave (or release) the host-side veth peers in ``ns`` to (from) their bridges: released,
     no frame reaches the container and none of its frames is bridged (the data-plane lock)."""
-    with IPRoute(netns=ns) as ipr:
+    with iproute(ns) as ipr:
         for _inner, outer, br in veth_specs():
             idx = ipr.link_lookup(ifname=outer)
             if not idx:
@@ -162,7 +161,7 @@ class Container:
         """veth pairs: container eth0/eth1 (fixed MACs) <-> host tapL/tapR (or the given names)
         enslaved to brL/brR."""
         assert self.pid is not None
-        with IPRoute(netns=self.host_ns) as ipr:
+        with iproute(self.host_ns) as ipr:
             for w in self.ports:
                 ipr.link(
                     "add",
@@ -257,10 +256,10 @@ def peers_in(pid: int, host_ns: str) -> dict[str, bool]:
     name each other's ifindex; read from the container's namespace via /proc, nothing kept open.)"""
     out: dict[str, bool] = {}
     inner: dict[str, tuple[int, int | None]] = {}
-    with IPRoute(netns=f"/proc/{pid}/ns/net") as ipr:
+    with iproute(f"/proc/{pid}/ns/net") as ipr:
         for link in ipr.get_links():
             inner[link.get_attr("IFLA_IFNAME")] = (link["index"], link.get_attr("IFLA_LINK"))
-    with IPRoute(netns=host_ns) as ipr:
+    with iproute(host_ns) as ipr:
         for name, outer, _br in veth_specs():
             found = ipr.link_lookup(ifname=outer)
             if not found or name not in inner:

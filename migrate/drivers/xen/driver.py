@@ -33,9 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pyroute2 import IPRoute
-
 from migrate.core.errors import ConfigError, DependencyError, GuestError, MigrationError
+from migrate.core.netlink import iproute
 from migrate.core.procs import Proc
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.drivers.criu.nsock import NetDevCounters, netns_path
@@ -214,7 +213,7 @@ class XenDriver(Driver):
     def _mig_bridge(self, host: str) -> None:
         """In ``host``'s namespace: bridge ``mig0`` with the nested host's tap; the dom0s own the
         link's addresses now (the namespace's address is removed)."""
-        with IPRoute(netns=self.ctx.testbed.ns(host)) as ipr:
+        with iproute(self.ctx.testbed.ns(host)) as ipr:
             ipr.link("add", ifname=MIG_BRIDGE, kind="bridge", br_stp_state=0, br_forward_delay=0)
             add_tap(self.ctx.testbed.ns(host), MIG_TAP)
             br = ipr.link_lookup(ifname=MIG_BRIDGE)[0]
