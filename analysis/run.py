@@ -6,6 +6,7 @@ raises.  Re-run on an old directory with ``python -m analysis <run_dir>``."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -20,6 +21,8 @@ from analysis.hypervisors.qemu import hypervisor_figures, postcopy_effect
 from analysis.hypervisors.xen import load_xen, xen_figures
 from analysis.load import Counters, load_counters, load_irtt, read_json, read_jsonl, read_peer_records, sink_gaps
 from analysis.metrics.anatomy import Anatomy, Mark, control_marks
+from analysis.metrics.churn import TSV_NAME as CHURN_TSV
+from analysis.metrics.churn import ChurnFigures, churn_figures, in_pool, pool_of
 from analysis.metrics.clock import (
     GEN_ROLE,
     IRTT_ROLE,
@@ -243,7 +246,7 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
     elif window.end_source == "last-sample":
         notes.append("no terminal migration status seen: window ends at the last query-migrate reply")
     peering = isinstance(meta.get("peering"), dict)
-    cp = _control_plane(Path(run_dir), meta, window, notes) if peering else None
+    cp, churn = _control_plane(Path(run_dir), meta, window, notes) if peering else (None, None)
     cmarks = control_marks(cp)
     span = spans(window, recovered_ns=_recovered_ns(cmarks)) if window is not None else None
     c = raw.counters
@@ -344,6 +347,7 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
         if post is not None
         else None,
         dirty_rate=dirty[0] if dirty is not None else None,
+        churn=churn,
         why_absent=why,
         notes=tuple(notes),
     )
@@ -394,17 +398,25 @@ def _anatomy(
     )  # fmt: skip
 
 
-def _control_plane(run_dir: Path, meta: dict[str, Any], window: Window | None, notes: list[str]) -> dict[str, Any]:
+def _control_plane(
+    run_dir: Path, meta: dict[str, Any], window: Window | None, notes: list[str]
+) -> tuple[dict[str, Any], ChurnFigures | None]:
     """summary.json ``control_plane``: per protocol of PEERING, from the peers' logs and captures
-    (analysis.metrics.control_plane); a protocol without a window or records is null with why."""
+    (analysis.metrics.control_plane); a protocol without a window or records is null with why.
+    With CHURN, also summary.json ``churn`` (analysis.metrics.churn) from the same logs."""
     from analysis.metrics import control_plane as cpm
 
     peering = meta["peering"]
     protocols = tuple(peering.get("protocols") or ())
-    if window is None or window.end_ns is None:
-        return {p: None for p in protocols} | {"why_absent": "no_window"}
     peers = peering.get("peers") or {}
+    meta_churn = meta.get("churn") if isinstance(meta.get("churn"), dict) else None
+    if window is None or window.end_ns is None:
+        churn = _churn(run_dir, meta_churn, read_peer_records(run_dir, peers, [])[0], None) if meta_churn else None
+        return {p: None for p in protocols} | {"why_absent": "no_window"}, churn
     logs, captures = read_peer_records(run_dir, peers, notes)
+    churn = _churn(run_dir, meta_churn, logs, window.start_ns) if meta_churn else None
+    if churn is not None:
+        notes.extend(churn.notes)
     for role in peers:
         if role not in logs:
             notes.append(f"peer-{role}.log missing: {role}'s sessions unknown")
@@ -422,8 +434,23 @@ def _control_plane(run_dir: Path, meta: dict[str, Any], window: Window | None, n
         {r: v["router_addr"] for r, v in peers.items()},
         (window.start_ns, window.end_ns),
         limits,
+        ignore_prefix=functools.partial(in_pool, pool=pool_of(meta_churn)) if meta_churn else None,
     )
-    return {p: f.to_dict() for p, f in figures.items()}
+    return {p: f.to_dict() for p, f in figures.items()}, churn
+
+
+def _churn(
+    run_dir: Path, meta_churn: dict[str, Any], logs: dict[str, Any], migration_start_ns: int | None
+) -> ChurnFigures:
+    """summary.json ``churn`` from churn.tsv and the observing peer's log."""
+    rows = []
+    try:
+        for line in (run_dir / CHURN_TSV).read_text().splitlines()[1:]:
+            rows.append([int(x) for x in line.split("\t")])
+    except (OSError, ValueError):
+        pass  # no ticks: the rates are absent with their reason
+    ticks = np.asarray(rows, dtype=np.int64).reshape(-1, 5)
+    return churn_figures(meta_churn, ticks, logs.get(meta_churn.get("observer", "A")), migration_start_ns)
 
 
 def _plot_data(raw: _Raw, window: Window | None, summary: Summary) -> PlotData:

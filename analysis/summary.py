@@ -13,6 +13,7 @@ import numpy as np
 from analysis import qualify as q
 from analysis.hypervisors.qemu import HypervisorFigures
 from analysis.metrics.anatomy import Anatomy
+from analysis.metrics.churn import ChurnFigures
 from analysis.metrics.clock import ClockFigures
 from analysis.metrics.counters import SamplerHealth
 from analysis.metrics.cross import CrossTraffic
@@ -93,6 +94,8 @@ class Summary:
     postcopy: dict[str, Any] | None = None
     #: the guest's dirty rate before the migration (analysis.metrics.dirty); None if its analysis failed
     dirty_rate: DirtyRate | None = None
+    #: route churn through the router (CHURN=, analysis.metrics.churn); None without
+    churn: ChurnFigures | None = None
     why_absent: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
@@ -121,6 +124,10 @@ class Summary:
             out["dirty_rate.measured_mb_s"] = q.at_most(d.upper_mb_s, (d.why_absent or "below_rate_resolution",))
         elif d.measured_mb_s is None:
             out["dirty_rate.measured_mb_s"] = q.absent(d.why_absent or "not_reported", detail=d.error or "")
+        if self.churn is not None:
+            for name in ("issued_routes_s", "relayed_routes_s", "stall_ms"):
+                if getattr(self.churn, name) is None:
+                    out[f"churn.{name}"] = q.absent(self.churn.why_absent.get(name, "not_measured"))
         ins = self.instruments
         for name in ("total_cpu_s", "core_share"):
             code = (ins.absent or {}).get(name) if ins is not None else "no_instrument_cpu"
@@ -278,6 +285,7 @@ class Summary:
             if self.dirty_rate is not None
             else {"requested_mb_s": None, "measured_mb_s": None, "why_absent": "failed"},
             **({"control_plane": self.control_plane} if self.control_plane is not None else {}),
+            **({"churn": self.churn.to_dict()} if self.churn is not None else {}),
             **({"anatomy": self.anatomy.to_dict()} if self.anatomy is not None else {}),
             "qualifiers": {path: qual.to_dict() for path, qual in sorted(quals.items())},
             "details": {

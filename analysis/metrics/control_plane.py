@@ -23,6 +23,7 @@ of the one machine (peers, captures and QMP events share its clock).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -212,9 +213,12 @@ class RouteRecovery:
     lost: bool  # some route of before was missing at some point after the start
 
 
-def route_recovery(peer: str, events: list[LogEvent], start_ns: int) -> RouteRecovery:
+def route_recovery(
+    peer: str, events: list[LogEvent], start_ns: int, ignore: Callable[[str], bool] | None = None
+) -> RouteRecovery:
     """From the peer's "rtr.ipv4 > added/removed <prefix>" lines (routes learned from the
-    router): what it held at ``start_ns``, what it lost after, and when it had all of it again."""
+    router): what it held at ``start_ns``, what it lost after, and when it had all of it again.
+    ``ignore``: prefixes left out (the churned ones, CHURN=, come and go by design)."""
     held: set[str] = set()
     before: set[str] | None = None
     withdrawn = 0
@@ -229,6 +233,8 @@ def route_recovery(peer: str, events: list[LogEvent], start_ns: int) -> RouteRec
         if not m or m[1] != ">":
             continue
         prefix = m[3]
+        if ignore is not None and ignore(prefix):
+            continue
         if m[2] == "added":
             held.add(prefix)
         else:
@@ -317,9 +323,11 @@ def control_plane(
     router_addr: dict[str, str],
     window: tuple[int, int],
     limits_ms: dict[str, float],
+    ignore_prefix: Callable[[str], bool] | None = None,
 ) -> dict[str, ProtocolFigures]:
     """The figures of every protocol of PEERING; ``captures`` per peer are (t_ns, src, proto)
-    arrays of :func:`dissect`; ``window`` is the migration window (ns)."""
+    arrays of :func:`dissect`; ``window`` is the migration window (ns); ``ignore_prefix``: routes
+    left out of the route recovery (:func:`route_recovery`)."""
     out: dict[str, ProtocolFigures] = {}
     for proto in protocols:
         limit = limits_ms[proto]
@@ -333,7 +341,7 @@ def control_plane(
                 notes.append(f"no capture at {peer}: its silence is unknown")
         if proto == "bgp":
             sessions = bgp_sessions(logs)
-            routes = tuple(route_recovery(peer, ev, window[0]) for peer, ev in logs.items())
+            routes = tuple(route_recovery(peer, ev, window[0], ignore_prefix) for peer, ev in logs.items())
             out[proto] = ProtocolFigures(proto, sessions, tuple(silences), routes, tuple(notes))
         else:
             out[proto] = ProtocolFigures(proto, bfd_sessions(logs, router_addr), tuple(silences), (), tuple(notes))

@@ -143,6 +143,12 @@ METRICS: tuple[Metric, ...] = (
        "details.postcopy.price.loss_after.loss_ratio: cross-traffic sent in the 2 s after the resume and lost"),
     _m("dirty_measured_mb_s", "MB/s", "dirty rate", "dirty_rate.measured_mb_s",
        "dirty_rate.measured_mb_s: the guest's dirty page rate QEMU measured before the migration (MB = 2^20 B)"),
+    _m("churn_issued_routes_s", "routes/s", "churn issued", "churn.issued_routes_s",
+       "churn.issued_routes_s: route changes B made per second before the migration (CHURN=)"),
+    _m("churn_relayed_routes_s", "routes/s", "churn relayed", "churn.relayed_routes_s",
+       "churn.relayed_routes_s: churned route changes the router passed on to A per second before the migration"),
+    _m("churn_stall_ms", "ms", "churn stall", "churn.stall_ms",
+       "churn.stall_ms: the longest time A received no churned route change from the migration's start"),
 )  # fmt: skip
 METRIC_BY_NAME = {m.name: m for m in METRICS}
 
@@ -217,6 +223,7 @@ def run_record(summary: Mapping[str, Any], meta: Mapping[str, Any], **extra: Any
         "peering": scenario.get("peering") or None,
         "bfd": bfd_setting(scenario),
         "dirty_requested_mb_s": _num(scenario.get("dirty_mbps")),
+        "churn_requested_routes_s": _num(scenario.get("churn_rps")),
         "qemu": hv_meta.get("qemu"),
         "created_utc": meta.get("created_utc"),
         "knobs": requested_text(scenario) or None,
@@ -334,6 +341,8 @@ class PointStats:
     run_ids: tuple[str, ...] = ()
     #: DIRTY= of the point's runs (a point never mixes them: the series carries it); None without
     dirty_requested_mb_s: float | None = None
+    #: CHURN= of the point's runs (the series carries it too); None without
+    churn_requested_routes_s: float | None = None
     #: the QEMU knobs the point's runs asked for ('DOWNTIME_LIMIT=50 MULTIFD=2'; '' none)
     knobs: str = ""
     #: qemu_<knob> -> QEMU's effective value over the point's runs ('a|b' when they differ; None: not recorded)
@@ -436,6 +445,7 @@ def aggregate_point(key: tuple[Any, ...], records: Sequence[Mapping[str, Any]]) 
         stats={m.name: describe_metric(completed, m.name) for m in METRICS},
         run_ids=tuple(str(r.get("run_id", "")) for r in records),
         dirty_requested_mb_s=_one(r.get("dirty_requested_mb_s") for r in records),
+        churn_requested_routes_s=_one(r.get("churn_requested_routes_s") for r in records),
         knobs=knobs,
         effective={col: _distinct(r.get(col) for r in records) for col in EFFECTIVE_COLUMNS},
     )
@@ -496,7 +506,8 @@ STAT_SUFFIXES = ("n", "mean", "median", "sd", "ci95_low", "ci95_high", "n_censor
 
 def point_columns() -> list[str]:
     """Column names of points.csv."""
-    cols = [*POINT_ID_COLUMNS, "dirty_requested_mb_s", *EFFECTIVE_COLUMNS, *POINT_COUNT_COLUMNS]
+    cols = [*POINT_ID_COLUMNS, "dirty_requested_mb_s", "churn_requested_routes_s", *EFFECTIVE_COLUMNS,
+            *POINT_COUNT_COLUMNS]  # fmt: skip
     for m in METRICS:
         cols += [f"{m.name}_{s}" for s in STAT_SUFFIXES]
     return cols
@@ -508,6 +519,7 @@ def point_row(p: PointStats) -> dict[str, Any]:
     row: dict[str, Any] = {c: getattr(p, c) for c in (*POINT_ID_COLUMNS, *POINT_COUNT_COLUMNS[:-3])}
     row.update(failure_rate=p.failure_rate, failure_rate_ci95_low=ci[0], failure_rate_ci95_high=ci[1])
     row["dirty_requested_mb_s"] = p.dirty_requested_mb_s
+    row["churn_requested_routes_s"] = p.churn_requested_routes_s
     row.update(p.effective)
     for name, st in p.stats.items():
         values = (st.n, st.mean, st.median, st.sd, st.ci_low, st.ci_high, st.n_censored, st.lower_max, st.n_absent,
@@ -536,6 +548,7 @@ RUN_COLUMNS = (
     "peering",
     "bfd",
     "dirty_requested_mb_s",
+    "churn_requested_routes_s",
     "knobs",
     *EFFECTIVE_COLUMNS,
     "qemu",

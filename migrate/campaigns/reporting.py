@@ -98,7 +98,7 @@ def load_source(path: Path, label: str = "", what: str = "RUNS") -> Source:
 
 
 #: campaign axes every record names anyway (the point key or the series): not repeated in the series
-KEYED_AXES = ("HV", "DRIVER", "MODE", "RATE", "SIZE", "PEERING", "BFD", "DIRTY", "TESTBED")
+KEYED_AXES = ("HV", "DRIVER", "MODE", "RATE", "SIZE", "PEERING", "BFD", "DIRTY", "CHURN", "TESTBED")
 
 
 def campaign_axes(source_meta: dict[str, Any] | None) -> dict[str, str]:
@@ -119,7 +119,7 @@ def series_name(label: str, rec: dict[str, Any], meta: dict[str, Any], axes: str
     libvirt's stop-and-copy outages differ by a factor of about 2.5 here.  Runs with routing peers
     carry PEERING and the BFD timers, runs with QEMU knobs their settings (``MULTIFD=2``): a timer
     sweep's settings, and a knob sweep's, are separate points; runs with a dirtying load carry
-    DIRTY (another workload, another point).  ``axes``: the campaign axes of the run's point that
+    DIRTY or CHURN (another workload, another point).  ``axes``: the campaign axes of the run's point that
     no record column names (:func:`campaign_axes`)."""
     hv = rec.get("hv")
     driver = (meta.get("scenario") or {}).get("driver")
@@ -130,6 +130,8 @@ def series_name(label: str, rec: dict[str, Any], meta: dict[str, Any], axes: str
     peers = f"PEERING={rec['peering']}" if rec.get("peering") else None
     bfd = f"BFD={rec['bfd']}" if rec.get("bfd") else None
     dirty = f"DIRTY={rec['dirty_requested_mb_s']:g}" if rec.get("dirty_requested_mb_s") is not None else None
+    if rec.get("churn_requested_routes_s") is not None:
+        dirty = " ".join(x for x in (dirty, f"CHURN={rec['churn_requested_routes_s']:g}") if x)
     knobs = rec.get("knobs") or None
     axes = " ".join(a for a in axes.split() if a.split("=")[0] not in (knobs or "").replace("=", " = ").split())
     return " ".join(str(x) for x in (label, hv, rec.get("mode"), peers, bfd, knobs, dirty, axes, lab) if x)

@@ -65,6 +65,21 @@ def seconds(name: str) -> Callable[[str], float]:
     return conv
 
 
+def non_negative(name: str, unit: str) -> Callable[[str], float]:
+    """Converter to a finite float of 0 or more in ``unit``; the error names ``name``."""
+
+    def conv(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise ConfigError(f"{name}={text!r} is not a number of {unit}") from None
+        if not (v >= 0 and v != float("inf")):
+            raise ConfigError(f"{name}={text!r} must be 0 or more")
+        return v
+
+    return conv
+
+
 def positive(name: str, unit: str) -> Callable[[str], float]:
     """Converter to a float above 0 in ``unit`` (e.g. "milliseconds"); the error names ``name``."""
 
@@ -179,7 +194,7 @@ def scenario_from_args(a: argparse.Namespace, axes: bool = False) -> Scenario:
         xen_mig_mtu=getattr(a, "xen_mig_mtu", 1500), criu_host=getattr(a, "criu_host", "local"),
         rib_routes=getattr(a, "rib_routes", 0), peering=getattr(a, "peering", ""),
         bfd_interval_ms=bfd[0], bfd_multiplier=bfd[1], bgp_hold_s=getattr(a, "bgp_hold", 9),
-        dirty_mbps=getattr(a, "dirty", None),
+        dirty_mbps=getattr(a, "dirty", None), churn_rps=getattr(a, "churn", None),
         **knob_fields(a, axes),
     )  # fmt: skip
 
@@ -214,6 +229,8 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument("--bfd", default="50x3", help="BFD <interval ms>x<multiplier> (PEERING with bfd)")
     r.add_argument("--bgp-hold", type=whole("BGP_HOLD"), default=9, help="BGP hold time s (keepalive = hold/3)")
     r.add_argument("--dirty", type=positive("DIRTY", "MB/s"), default=None, help="guest dirties MB/s (2^20 B)")
+    r.add_argument("--churn", type=non_negative("CHURN", "route changes per second"), default=None,
+                   help="B flaps routes at this rate (PEERING=bgp); 0: peers without flaps")  # fmt: skip
     r.add_argument(
         "--testbed",
         type=Path,

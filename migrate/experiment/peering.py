@@ -32,8 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyroute2 import IPRoute
-
 from analysis.metrics.control_plane import (
     BFD_PORT,
     BGP_PORT,
@@ -44,8 +42,10 @@ from analysis.metrics.control_plane import (
     parse_bird_log,
 )
 from migrate.core.errors import DependencyError, VrmigError
+from migrate.core.netlink import iproute
 from migrate.core.procs import Proc
 from migrate.core.registry import Registry
+from migrate.experiment import churn
 from migrate.experiment.scenario import Scenario
 from migrate.testbed import topology as topo
 
@@ -164,6 +164,14 @@ def bird_conf(s: Scenario, p: PeerSpec, log_path: Path, ifname: str = topo.HOST_
         "protocol device { }",
         'protocol direct { ipv4; interface "lo"; }',
     ]
+    export = f"net = {p.announced}"
+    if s.churn_rps is not None and p.role == churn.PEER:
+        # the churned routes (migrate.experiment.churn): learned from a kernel table the
+        # orchestrator writes, exported to the router with the announced address
+        lines.append(
+            f"protocol kernel churn {{ kernel table {churn.TABLE}; learn; ipv4 {{ import all; export none; }}; }}"
+        )
+        export += f" || net ~ [ {churn.POOL}{{32,32}} ]"
     if bfd:
         lines.append(
             f'protocol bfd {{ interface "{ifname}" {{ interval {s.bfd_interval_ms} ms; '
@@ -176,7 +184,7 @@ def bird_conf(s: Scenario, p: PeerSpec, log_path: Path, ifname: str = topo.HOST_
         f"  hold time {s.bgp_hold_s}; keepalive time {keepalive};",
         "  connect delay time 1; connect retry time 1; error wait time 1, 10;",
         *(["  bfd on;"] if bfd else []),
-        f"  ipv4 {{ import all; export where net = {p.announced}; }};",
+        f"  ipv4 {{ import all; export where {export}; }};",
         "}",
         "",
     ]
@@ -248,7 +256,7 @@ class Peers:
         loader, bird, libs = bird_image_paths()
         for p in peers():
             ns = self.tb.ns(p.role)
-            with IPRoute(netns=ns) as ipr:
+            with iproute(ns) as ipr:
                 lo = ipr.link_lookup(ifname="lo")[0]
                 addr, plen = p.announced.split("/")
                 ipr.addr("add", index=lo, address=addr, prefixlen=int(plen))

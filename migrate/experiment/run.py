@@ -29,6 +29,7 @@ from migrate.core.sighold import Abort, Teardown, signal_handlers
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext, load_driver
 from migrate.drivers.kvm.driver import QEMU, check_qemu_knobs
 from migrate.experiment import peering
+from migrate.experiment.churn import Churn
 from migrate.experiment.console import crash_in
 from migrate.experiment.dirty import measure_before_migration
 from migrate.experiment.faults import FaultInjector, kill_pid, link_cap, link_down, unplug
@@ -288,14 +289,21 @@ def _execute(
                         peers.wait_established()
                         meta["peering"] = peers.describe()
                         write_json(run_dir / "meta.json", meta)
-                    driver.prepare_destination()
-                    instruments = Instruments(scenario, tb, registry, run_dir, recorder)
-                    try:
-                        with td.step("stop instruments", instruments):
-                            _measure(scenario, driver, instruments, injector, tb, run_dir, meta, abort, phase)
-                    finally:
-                        if "instruments_cpu_s" not in meta:
-                            _instruments_cpu(meta, instruments)
+                    with td.step("stop route churn", Churn(scenario, tb, registry, run_dir)) as churn:
+                        try:
+                            churn.start()
+                            driver.prepare_destination()
+                            instruments = Instruments(scenario, tb, registry, run_dir, recorder)
+                            try:
+                                with td.step("stop instruments", instruments):
+                                    _measure(scenario, driver, instruments, injector, tb, run_dir, meta, abort, phase)
+                            finally:
+                                if "instruments_cpu_s" not in meta:
+                                    _instruments_cpu(meta, instruments)
+                        finally:
+                            churn.stop()
+                            if scenario.churn_rps is not None:
+                                meta["churn"] = churn.describe()
     finally:
         problems = td.problems + registry.teardown_problems
         if problems:

@@ -45,6 +45,10 @@ BGP_HOLD_S = (3, 65_535)
 #: most half its memory, which must hold 1 s of writes (QEMU's measurement), so DIRTY <= MEM/2
 MAX_DIRTY_MB_S = 10_000.0
 DIRTY_HVS = ("kvm",)
+#: CHURN= (route changes per second at B, migrate.experiment.churn): ``ip -batch`` makes 50,000
+#: changes/s here; in a pool of 1024 prefixes a route stays announced for at least 0.2 s at
+#: this highest rate
+MAX_CHURN_ROUTES_S = 5000.0
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,8 @@ class Scenario:
     bfd_multiplier: int = 3
     bgp_hold_s: int = 9  # BGP_HOLD: the hold time both sides offer (keepalive = hold / 3)
     dirty_mbps: float | None = None  # DIRTY: the guest dirties memory at this rate (MB/s, MB = 2^20 B)
+    #: CHURN: B flaps routes at this many route changes per second (0: peers, no flaps; None: off)
+    churn_rps: float | None = None
 
     def __post_init__(self) -> None:
         validate(self)
@@ -110,6 +116,7 @@ class Scenario:
         rib = f"-rib{self.rib_routes}" if self.rib_routes else ""
         peering = f"-{self.peering.replace(',', '+')}" if self.peering else ""
         dirty = f"-dirty{self.dirty_mbps:g}" if self.dirty_mbps is not None else ""
+        dirty += f"-churn{self.churn_rps:g}" if self.churn_rps is not None else ""
         return f"{hv}-{self.mode}-{format_rate(self.rate_bps)}-{self.frame_bytes}{rib}{peering}{dirty}"
 
     @property
@@ -189,6 +196,20 @@ def validate(s: Scenario) -> None:
         validate_peering(s)
     if s.dirty_mbps is not None:
         validate_dirty(s)
+    if s.churn_rps is not None:
+        validate_churn(s)
+
+
+def validate_churn(s: Scenario) -> None:
+    """CHURN= (docs/peering.md "Route churn")."""
+    c = s.churn_rps
+    _require(isinstance(c, int | float) and c >= 0, f"CHURN={c} must be 0 or more route changes per second")
+    assert c is not None
+    _require(c <= MAX_CHURN_ROUTES_S, f"CHURN={c:g} is above {MAX_CHURN_ROUTES_S:g} route changes per second")
+    _require(
+        "bgp" in s.peering.split(","),
+        f"CHURN={c:g} flaps routes over the routing peers' BGP sessions: add PEERING=bgp (or bgp,bfd)",
+    )
 
 
 def validate_dirty(s: Scenario) -> None:
