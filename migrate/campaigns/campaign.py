@@ -77,6 +77,8 @@ class CampaignPoint:
     axes: dict[str, str]
     scenario: Scenario | None = None  # migrate campaigns: the validated scenario
     units_per_rep: int = 1  # runs per repetition: 1 for a migration, the matrix's points for a baseline
+    #: variable -> the line of the file that sets it for this point (its axis, else its default)
+    var_lines: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,19 @@ class Campaign:
     axes: tuple[str, ...]
     sha256: str
     text: str = field(repr=False)
+
+    def refusal(self, label: str, err: ConfigError) -> ConfigError:
+        """A refusal found after parsing (a preflight's: a knob the QEMU or libvirt that will run
+        the point lacks), as ``file:line: message (point label)`` with the line of the first
+        variable the message names; unchanged when it names none of the point's variables."""
+        point = next((p for p in self.points if p.label == label), None)
+        if point is None:
+            return err
+        for var in re.findall(r"\b([A-Z][A-Z0-9_]+)\b", str(err)):
+            if var in point.var_lines:
+                where = f" (point {label})" if point.axes else ""
+                return _err(self.path, point.var_lines[var], f"{err}{where}")
+        return err
 
     def record(self) -> dict[str, Any]:
         """meta.json ``campaign`` of the directory that runs it."""
@@ -537,7 +552,8 @@ def load(path: Path, reps: int | None = None, seed: int | None = None) -> Campai
                 raise _err(path, lines.of(t, None, i) if sub is None else lines.of(t, sub, i),
                            f"points {scenarios[key]} and {label} are the same experiment: drop one")  # fmt: skip
             scenarios[key] = label
-            points.append(CampaignPoint(label, var_text, axes, scen, units))
+            var_lines = {v: _line_of_message(v, blk, path, lines, axes) for v in var_text}
+            points.append(CampaignPoint(label, var_text, axes, scen, units, var_lines))
             if len(points) > MAX_POINTS:
                 raise _err(path, 1, f"the campaign expands to more than {MAX_POINTS} points")
     campaign = Campaign(

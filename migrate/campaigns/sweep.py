@@ -211,10 +211,24 @@ def new_campaign(c: Campaign, results_root: Path, testbed: Path | None = None) -
     seed = c.seed if c.seed is not None else new_seed()
     plan = campaign_plan(c, seed)
     check_lab(plan.points, testbed)
-    vers = versions(plan.points[0].scenario, testbed)
+    first = plan.points[0]
+    try:
+        vers = versions(first.scenario, testbed)
+    except ConfigError as err:
+        raise c.refusal(first.label, err) from None
     for p in plan.points[1:]:
-        if p.scenario.hv != plan.points[0].scenario.hv or p.scenario.driver != plan.points[0].scenario.driver:
-            versions(p.scenario, testbed)  # each hypervisor's preflight before anything runs
+        if p.scenario.hv != first.scenario.hv or p.scenario.driver != first.scenario.driver:
+            try:
+                versions(p.scenario, testbed)  # each hypervisor's preflight before anything runs
+            except ConfigError as err:
+                raise c.refusal(p.label, err) from None
+    from migrate.experiment.run import check_knobs as check_point
+
+    for p in plan.points:  # every point's knobs against the QEMU and libvirt that will run it
+        try:
+            check_point(p.scenario, vers.get("hypervisor") or {}, probe=testbed is None)
+        except ConfigError as err:
+            raise c.refusal(p.label, err) from None
     prepare_results_root(results_root)
     meta = plan_meta(plan, vers, sys.argv, testbed)
     meta["campaign"] = {**c.record(), "seed": seed, "seed_given": c.seed is not None}

@@ -173,3 +173,23 @@ def test_lines_of_keys_in_tables_and_parts():
     assert lines.of("part", "RATE", 0, "grid") == 6
     assert lines.of("part", "HV", 1, "defaults") == 8
     assert lines.of("part", None, 1) == 7
+
+
+def test_a_knob_the_libvirtd_lacks_is_refused_at_its_line_before_anything_is_created(tmp_path, monkeypatch):
+    """The preflight's knob refusal for one point (libvirt 9.0 has no zstd multifd compression:
+    9.4.0) names the file and the axis' line; no results directory is made."""
+    import migrate.drivers.kvm.driver as kvm
+
+    p = _write(tmp_path, HEAD + '[defaults]\nDRIVER = "libvirt"\nMULTIFD = 2\n'
+               '[grid]\nMULTIFD_COMPRESSION = ["none", "zstd"]\n')  # fmt: skip
+    c = cp.load(p)
+    hv = {"qemu": "QEMU emulator version 7.2.22", "libvirt": {"daemon": "9.0.0"}, "accel": "tcg"}
+    monkeypatch.setattr(sw, "versions", lambda *a, **k: {"hypervisor": hv})
+    monkeypatch.setattr(kvm, "qemu_enum_values", lambda *a: ["none", "zlib", "zstd"])
+    results = tmp_path / "results"
+    with pytest.raises(ConfigError) as exc:
+        sw.new_campaign(c, results)
+    line = p.read_text().splitlines().index('MULTIFD_COMPRESSION = ["none", "zstd"]') + 1
+    assert str(exc.value).startswith(f"{c.path}:{line}: MULTIFD_COMPRESSION=zstd needs libvirt 9.4.0"), exc.value
+    assert str(exc.value).endswith("(point multifd_compression=zstd)") and "\n" not in str(exc.value)
+    assert not results.exists()
