@@ -247,7 +247,7 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
         notes.append("no terminal migration status seen: window ends at the last query-migrate reply")
     peering = isinstance(meta.get("peering"), dict)
     cp, churn = _control_plane(Path(run_dir), meta, window, notes) if peering else (None, None)
-    cmarks = control_marks(cp)
+    cmarks = control_marks(cp, window.start_ns if window is not None else None)
     span = spans(window, recovered_ns=_recovered_ns(cmarks)) if window is not None else None
     c = raw.counters
     b_eth0 = c.get("B", "eth0") if c else None

@@ -148,15 +148,20 @@ def _phase(key: str, a: Mark, b: Mark) -> Phase:
     return Phase(key, a.key, b.key, span, span, span, res)
 
 
-def control_marks(control_plane: Mapping[str, Any] | None) -> list[Mark]:
+def control_marks(control_plane: Mapping[str, Any] | None, since_ns: int | None = None) -> list[Mark]:
     """Per protocol of summary.json ``control_plane``: the first session down and the last one
-    up again (from the peers' logs, 1 us), and the time the peers' RIBs were whole again."""
+    up again (from the peers' logs, 1 us), and the time the peers' RIBs were whole again.
+    ``since_ns`` (the migration's start): a session that went down before it is none of the
+    migration's doing (a BFD flap of a busy TCG guest during the settle time) and is left out."""
     out: list[Mark] = []
     for proto in ("bfd", "bgp", "ospf"):
         f = (control_plane or {}).get(proto)
         if not isinstance(f, Mapping):
             continue
-        flaps = [d for d in f.get("flap_details") or [] if isinstance(d.get("down_ns"), int)]
+        flaps = [
+            d for d in f.get("flap_details") or []
+            if isinstance(d.get("down_ns"), int) and (since_ns is None or d["down_ns"] >= since_ns)
+        ]  # fmt: skip
         if not flaps:
             continue
         src = "peers' BIRD logs"

@@ -106,3 +106,15 @@ def test_missing_resume_is_absent_with_its_reason():
     assert stop.t_ns == 5 and resume.t_ns is None and "RESUME" in resume.why_absent
     a = am.outage_anatomy(0, stop, resume, np.zeros((0, 4)), 10_000, 10_000, 0.001, 4 * MS)
     assert a.phase("vcpu_blackout").seconds is None and "RESUME" in a.phase("vcpu_blackout").why_absent
+
+
+def test_synthetic_a_flap_before_the_migration_is_not_the_migrations():
+    """Synthetic control plane: BFD flapped 6 s before the migration began (a busy TCG guest during
+    the settle time) and again during it; the marks take the flap during the migration only."""
+    cp = {"bfd": {"flap_details": [
+        {"peer": "A", "down_ns": 1_000, "up_ns": 2_000},
+        {"peer": "A", "down_ns": 7_000_000_000, "up_ns": 9_000_000_000},
+    ]}}  # fmt: skip
+    marks = {m.key: m.t_ns for m in am.control_marks(cp, since_ns=6_000_000_000)}
+    assert marks == {"bfd_down": 7_000_000_000, "bfd_up": 9_000_000_000}
+    assert {m.key: m.t_ns for m in am.control_marks(cp)}["bfd_down"] == 1_000  # all of the run

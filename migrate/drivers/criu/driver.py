@@ -35,6 +35,7 @@ from migrate.core.atomic import write_json
 from migrate.core.errors import DependencyError, GuestError, MigrationError
 from migrate.core.procs import Proc, ProcessError
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
+from migrate.drivers.criu import hostvm
 from migrate.drivers.criu import rounds as criu_rounds
 from migrate.drivers.criu.announce import announce
 from migrate.drivers.criu.container import Container, delete_links, peers_in, veth_specs
@@ -58,6 +59,17 @@ log = logging.getLogger(__name__)
 PAGE_SERVER_PORT = topo.MIGRATION_PORT
 XFER_PORT = topo.MIGRATION_PORT + 1
 READY_TIMEOUT_S = 10.0
+#: inside the CRIU host VM (CRIU_HOST=vm: everything emulated under TCG on a host without VT-x) a
+#: helper's Python starts from the 9p-shared repository; the image receiver missed READY within
+#: 10 s in 2 of 2 full test runs on a fresh machine
+READY_TIMEOUT_VM_S = 60.0
+
+
+def ready_timeout_s() -> float:
+    """How long a helper may take to report ready: longer inside the CRIU host VM."""
+    return READY_TIMEOUT_VM_S if hostvm.in_vm() else READY_TIMEOUT_S
+
+
 POLL_S = 0.005
 #: release the router's host-side ports from the bridges while CRIU has it frozen (see
 #: action.sh): without it the container's kernel forwards on while the router is frozen
@@ -283,7 +295,7 @@ class CriuDriver(Driver):
             "R2",
         )
         try:
-            p.wait_for("\0", READY_TIMEOUT_S, path=p.stdout_path, abort=self.ctx.abort)
+            p.wait_for("\0", ready_timeout_s(), path=p.stdout_path, abort=self.ctx.abort)
         except ProcessError as err:
             excerpt = error_excerpt(self._keep_log("R2", images, "page-server.log", f"page-server-{index}.log"))
             raise MigrationError(f"criu page-server on R2 did not start: {err}: {excerpt}") from err
@@ -339,7 +351,7 @@ class CriuDriver(Driver):
             "R2",
         )
         try:
-            self.receiver.wait_for("READY", READY_TIMEOUT_S, path=self.receiver.stdout_path, abort=self.ctx.abort)
+            self.receiver.wait_for("READY", ready_timeout_s(), path=self.receiver.stdout_path, abort=self.ctx.abort)
         except ProcessError as err:
             raise MigrationError(f"image receiver on R2 did not start: {err}") from err
 
@@ -494,7 +506,7 @@ class CriuDriver(Driver):
         """TCP connection from R1 to R2's image receiver, opened ahead of the final dump."""
         conn = socket_in(netns_path(self.src_ns), socket.AF_INET, socket.SOCK_STREAM)
         try:
-            conn.settimeout(READY_TIMEOUT_S)
+            conn.settimeout(ready_timeout_s())
             conn.connect((self._r2_addr(), XFER_PORT))
             conn.sendall(MAGIC)
         except OSError as err:
