@@ -411,7 +411,7 @@ def _control_plane(
     peers = peering.get("peers") or {}
     meta_churn = meta.get("churn") if isinstance(meta.get("churn"), dict) else None
     if window is None or window.end_ns is None:
-        churn = _churn(run_dir, meta_churn, read_peer_records(run_dir, peers, [])[0], None) if meta_churn else None
+        churn = _churn(run_dir, meta_churn, None, None) if meta_churn else None
         return {p: None for p in protocols} | {"why_absent": "no_window"}, churn
     logs, captures = read_peer_records(run_dir, peers, notes)
     churn = _churn(run_dir, meta_churn, logs, window.start_ns) if meta_churn else None
@@ -440,9 +440,16 @@ def _control_plane(
 
 
 def _churn(
-    run_dir: Path, meta_churn: dict[str, Any], logs: dict[str, Any], migration_start_ns: int | None
+    run_dir: Path, meta_churn: dict[str, Any], logs: dict[str, Any] | None, migration_start_ns: int | None
 ) -> ChurnFigures:
-    """summary.json ``churn`` from churn.tsv and the observing peer's log."""
+    """summary.json ``churn`` from churn.tsv and the observing peer's log (``logs``: the peers'
+    parsed logs when the control plane read them; None: read the observer's alone)."""
+    from analysis.metrics.control_plane import parse_bird_log
+
+    observer = meta_churn.get("observer", "A")
+    if logs is None:
+        path = run_dir / f"peer-{observer}.log"
+        logs = {observer: parse_bird_log(path.read_text(errors="replace"))} if path.exists() else {}
     rows = []
     try:
         for line in (run_dir / CHURN_TSV).read_text().splitlines()[1:]:
@@ -450,7 +457,7 @@ def _churn(
     except (OSError, ValueError):
         pass  # no ticks: the rates are absent with their reason
     ticks = np.asarray(rows, dtype=np.int64).reshape(-1, 5)
-    return churn_figures(meta_churn, ticks, logs.get(meta_churn.get("observer", "A")), migration_start_ns)
+    return churn_figures(meta_churn, ticks, logs.get(observer), migration_start_ns)
 
 
 def _plot_data(raw: _Raw, window: Window | None, summary: Summary) -> PlotData:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis.metrics.control_plane import _ROUTE, BGP_PROTO, LogEvent
+from analysis.metrics.control_plane import LogEvent, learned_change
 
 TSV_NAME = "churn.tsv"  # written by migrate.experiment.churn
 TSV_COLUMNS = ("tick_start_ns", "tick_end_ns", "announced", "withdrawn", "behind")
@@ -80,13 +80,7 @@ def in_pool(prefix: str, pool: ipaddress.IPv4Network | None) -> bool:
 def relayed_times(events: Sequence[LogEvent], pool: ipaddress.IPv4Network | None) -> np.ndarray:
     """Times (ns) of the pool's route changes a peer received from the router (its BGP
     protocol's imports: ``rtr.ipv4 > added|removed``)."""
-    out = []
-    for e in events:
-        if not e.proto.startswith(BGP_PROTO + "."):
-            continue
-        m = _ROUTE.match(e.message)
-        if m and m[1] == ">" and in_pool(m[3], pool):
-            out.append(e.t_ns)
+    out = [e.t_ns for e in events if (c := learned_change(e)) is not None and in_pool(c[1], pool)]
     return np.asarray(out, dtype=np.int64)
 
 

@@ -213,6 +213,15 @@ class RouteRecovery:
     lost: bool  # some route of before was missing at some point after the start
 
 
+def learned_change(e: LogEvent) -> tuple[str, str] | None:
+    """("added"|"removed", prefix) when ``e`` is a peer's import of a route from the router (its
+    BGP protocol's ``rtr.ipv4 > added/removed <prefix>`` line); None for any other line."""
+    if not e.proto.startswith(BGP_PROTO + "."):
+        return None
+    m = _ROUTE.match(e.message)
+    return (m[2], m[3]) if m and m[1] == ">" else None
+
+
 def route_recovery(
     peer: str, events: list[LogEvent], start_ns: int, ignore: Callable[[str], bool] | None = None
 ) -> RouteRecovery:
@@ -227,20 +236,18 @@ def route_recovery(
     for e in events:
         if before is None and e.t_ns >= start_ns:
             before = set(held)
-        if not e.proto.startswith(BGP_PROTO + "."):
+        change = learned_change(e)
+        if change is None:
             continue
-        m = _ROUTE.match(e.message)
-        if not m or m[1] != ">":
-            continue
-        prefix = m[3]
+        what, prefix = change
         if ignore is not None and ignore(prefix):
             continue
-        if m[2] == "added":
+        if what == "added":
             held.add(prefix)
         else:
             held.discard(prefix)
         if before is not None:
-            if m[2] == "removed":
+            if what == "removed":
                 withdrawn += 1
                 if prefix in before:
                     lost, whole = True, None

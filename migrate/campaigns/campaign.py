@@ -43,7 +43,7 @@ import itertools
 import math
 import re
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,8 +77,9 @@ class CampaignPoint:
     axes: dict[str, str]
     scenario: Scenario | None = None  # migrate campaigns: the validated scenario
     units_per_rep: int = 1  # runs per repetition: 1 for a migration, the matrix's points for a baseline
-    #: variable -> the line of the file that sets it for this point (its axis, else its default)
-    var_lines: dict[str, int] = field(default_factory=dict)
+    #: a validation message -> the line of the file that sets the variable it names for this
+    #: point (its axis, else its default); asked only when a later check refuses the point
+    locate: Callable[[str], int] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -103,13 +104,11 @@ class Campaign:
         the point lacks), as ``file:line: message (point label)`` with the line of the first
         variable the message names; unchanged when it names none of the point's variables."""
         point = next((p for p in self.points if p.label == label), None)
-        if point is None:
+        named = re.findall(r"\b([A-Z][A-Z0-9_]+)\b", str(err))
+        if point is None or point.locate is None or not any(v in point.variables for v in named):
             return err
-        for var in re.findall(r"\b([A-Z][A-Z0-9_]+)\b", str(err)):
-            if var in point.var_lines:
-                where = f" (point {label})" if point.axes else ""
-                return _err(self.path, point.var_lines[var], f"{err}{where}")
-        return err
+        where = f" (point {label})" if point.axes else ""
+        return _err(self.path, point.locate(" ".join(v for v in named if v in point.variables)), f"{err}{where}")
 
     def record(self) -> dict[str, Any]:
         """meta.json ``campaign`` of the directory that runs it."""
@@ -552,8 +551,8 @@ def load(path: Path, reps: int | None = None, seed: int | None = None) -> Campai
                 raise _err(path, lines.of(t, None, i) if sub is None else lines.of(t, sub, i),
                            f"points {scenarios[key]} and {label} are the same experiment: drop one")  # fmt: skip
             scenarios[key] = label
-            var_lines = {v: _line_of_message(v, blk, path, lines, axes) for v in var_text}
-            points.append(CampaignPoint(label, var_text, axes, scen, units, var_lines))
+            locate = functools.partial(_line_of_message, block=blk, path=path, lines=lines, axes=axes)
+            points.append(CampaignPoint(label, var_text, axes, scen, units, locate))
             if len(points) > MAX_POINTS:
                 raise _err(path, 1, f"the campaign expands to more than {MAX_POINTS} points")
     campaign = Campaign(

@@ -8,6 +8,7 @@ bad value gets one line that says which variable to fix; docs/bad-input.md lists
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -65,34 +66,30 @@ def seconds(name: str) -> Callable[[str], float]:
     return conv
 
 
-def non_negative(name: str, unit: str) -> Callable[[str], float]:
-    """Converter to a finite float of 0 or more in ``unit``; the error names ``name``."""
+def _bounded(name: str, unit: str, ok: Callable[[float], bool], requirement: str) -> Callable[[str], float]:
+    """Converter to a float in ``unit`` that ``ok`` accepts; the errors name ``name`` and say
+    ``requirement``."""
 
     def conv(text: str) -> float:
         try:
             v = float(text)
         except ValueError:
             raise ConfigError(f"{name}={text!r} is not a number of {unit}") from None
-        if not (v >= 0 and v != float("inf")):
-            raise ConfigError(f"{name}={text!r} must be 0 or more")
+        if not ok(v):
+            raise ConfigError(f"{name}={text!r} must be {requirement}")
         return v
 
     return conv
+
+
+def non_negative(name: str, unit: str) -> Callable[[str], float]:
+    """Converter to a finite float of 0 or more in ``unit``; the error names ``name``."""
+    return _bounded(name, unit, lambda v: 0 <= v < math.inf, "0 or more")
 
 
 def positive(name: str, unit: str) -> Callable[[str], float]:
     """Converter to a float above 0 in ``unit`` (e.g. "milliseconds"); the error names ``name``."""
-
-    def conv(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise ConfigError(f"{name}={text!r} is not a number of {unit}") from None
-        if not v > 0:
-            raise ConfigError(f"{name}={text!r} must be above 0")
-        return v
-
-    return conv
+    return _bounded(name, unit, lambda v: v > 0, "above 0")
 
 
 def names(name: str, example: str) -> Callable[[str], list[str]]:

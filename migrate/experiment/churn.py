@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.metrics.churn import TSV_COLUMNS, TSV_NAME
-from analysis.metrics.control_plane import parse_bird_log
+from analysis.metrics.control_plane import learned_change, parse_bird_log
 from migrate.core.errors import VrmigError
 from migrate.core.procs import Proc
 from migrate.core.registry import Registry
@@ -155,7 +155,7 @@ class Churn:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for e in reversed(parse_bird_log(path.read_text(errors="replace"))):
-                if e.message.startswith("> added") and f" {pfx} " in f"{e.message} ":
+                if learned_change(e) == ("added", pfx):
                     return e.t_ns
             time.sleep(POLL_S)
         raise ChurnError(

@@ -4,7 +4,12 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,3 +104,33 @@ def assert_cut_row_within_targets(r: dict[str, str], granularity_ms: float) -> N
     assert median <= float(r["target_ms"]) + 3 * granularity_ms, (granularity_ms, r)
     assert r["pass_stream"] == "true", r
     assert r["pass"] in ("true", "false"), r
+
+
+def start_vrmig(command: str, args: list[str], log: Path) -> subprocess.Popen:
+    """``python -m migrate <command> <args>`` from the repository, in its own session (as from a
+    terminal), its stderr appended to ``log``."""
+    argv = [sys.executable, "-m", "migrate", command, *args]
+    with open(log, "ab") as err:
+        return subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=err, start_new_session=True)
+
+
+def sweep_state(d: Path) -> dict:
+    """A sweep or campaign directory's state.json ({} while there is none or it is being written)."""
+    try:
+        return json.loads((d / "state.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def wait_until(what: str, cond: Callable[[], Any], proc: subprocess.Popen, log: Path, timeout_s: float,
+               poll_s: float = 0.2) -> Any:  # fmt: skip
+    """``cond()``'s first true value; the test fails if ``proc`` exits first or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        if proc.poll() is not None:
+            pytest.fail(f"{proc.args[3]} exited ({proc.returncode}) before {what}:\n{log.read_text()[-3000:]}")
+        time.sleep(poll_s)
+    pytest.fail(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")

@@ -6,14 +6,10 @@ and -capabilities in meta.json), and the points stay apart in points.csv."""
 import csv
 import json
 import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import REPO, require_root_and
+from tests.integration.conftest import require_root_and, start_vrmig, sweep_state, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -38,31 +34,6 @@ MULTIFD = [1, 2]
 """
 
 
-def _campaign(args: list[str], log: Path) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "migrate", "campaign", *args]
-    with open(log, "ab") as err:
-        return subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=err, start_new_session=True)
-
-
-def _state(d: Path) -> dict:
-    try:
-        return json.loads((d / "state.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-
-
-def _wait(cond, proc: subprocess.Popen, log: Path, what: str):
-    deadline = time.monotonic() + TIMEOUT_S
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        if proc.poll() is not None:
-            pytest.fail(f"campaign exited ({proc.returncode}) before {what}:\n{log.read_text()[-3000:]}")
-        time.sleep(0.2)
-    pytest.fail(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
-
-
 def test_two_axis_campaign_resumes_and_records_effective_parameters(tmp_path):
     require_root_and("qemu-system-x86_64", "irtt", "crosstraffic/bin/vrgen", "probes/bin/vrsampler")
     f = tmp_path / "dl-multifd.toml"
@@ -70,16 +41,18 @@ def test_two_axis_campaign_resumes_and_records_effective_parameters(tmp_path):
     results, log = tmp_path / "results", tmp_path / "campaign.log"
     procs = []
     try:
-        p = _campaign([str(f), "--results", str(results)], log)
+        p = start_vrmig("campaign", [str(f), "--results", str(results)], log)
         procs.append(p)
-        d = _wait(lambda: next(results.glob("*-campaign-dl-multifd"), None), p, log, "the campaign directory")
-        _wait(lambda: len(_state(d).get("runs", {})) >= 1, p, log, "the first finished run")
+        d = wait_until(
+            "the campaign directory", lambda: next(results.glob("*-campaign-dl-multifd"), None), p, log, TIMEOUT_S
+        )
+        wait_until("the first finished run", lambda: len(sweep_state(d).get("runs", {})) >= 1, p, log, TIMEOUT_S)
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=120) == 130, log.read_text()[-3000:]
         assert "make campaign RESUME=" in log.read_text()
-        done = len(_state(d)["runs"])
+        done = len(sweep_state(d)["runs"])
         assert 1 <= done < 4
-        p = _campaign(["--resume", str(d)], log)
+        p = start_vrmig("campaign", ["--resume", str(d)], log)
         procs.append(p)
         out, _ = p.communicate(timeout=TIMEOUT_S)
         assert p.returncode == 0, log.read_text()[-3000:]
@@ -92,7 +65,7 @@ def test_two_axis_campaign_resumes_and_records_effective_parameters(tmp_path):
     assert (d / "campaign.toml").read_text() == CAMPAIGN
     meta = json.loads((d / "meta.json").read_text())
     assert meta["campaign"]["name"] == "dl-multifd" and meta["campaign"]["axes"] == ["DOWNTIME_LIMIT", "MULTIFD"]
-    st = _state(d)
+    st = sweep_state(d)
     assert len(st["runs"]) == 4 and len(st["sessions"]) == 2
     axes = {p["label"]: p["axes"] for p in meta["campaign"]["points"]}
     for run_id, rec in st["runs"].items():

@@ -13,13 +13,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import REPO, require_root_and
+from tests.integration.conftest import require_root_and, start_vrmig, sweep_state, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -37,29 +35,8 @@ def _guest_built() -> None:
         pytest.skip(str(err))
 
 
-def _sweep(args: list[str], log: Path) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "migrate", "sweep", *args]
-    with open(log, "ab") as err:
-        return subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=err, start_new_session=True)
-
-
 def _wait(what: str, cond, proc: subprocess.Popen, log: Path):
-    deadline = time.monotonic() + PHASE_TIMEOUT_S
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        if proc.poll() is not None:
-            pytest.fail(f"sweep exited ({proc.returncode}) before {what}:\n{log.read_text()[-3000:]}")
-        time.sleep(POLL_S)
-    pytest.fail(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
-
-
-def _state(sweep: Path) -> dict:
-    try:
-        return json.loads((sweep / "state.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
+    return wait_until(what, cond, proc, log, PHASE_TIMEOUT_S, POLL_S)
 
 
 def _run_dirs(sweep: Path) -> set[str]:
@@ -116,33 +93,33 @@ def test_sweep_killed_twice_and_resumed(tmp_path):
     procs: list[subprocess.Popen] = []
     try:
         # phase 1: first run completes; SIGTERM as soon as the second run has its directory
-        p = _sweep([*grid, "--seed", "11", "--results", str(results)], log)
+        p = start_vrmig("sweep", [*grid, "--seed", "11", "--results", str(results)], log)
         procs.append(p)
         sweep = _wait("the sweep directory", lambda: next(results.glob("*-sweep-*"), None), p, log)
-        _wait("one finished run", lambda: len(_state(sweep).get("runs", {})) == 1, p, log)
-        first_id, first = next(iter(_state(sweep)["runs"].items()))
+        _wait("one finished run", lambda: len(sweep_state(sweep).get("runs", {})) == 1, p, log)
+        first_id, first = next(iter(sweep_state(sweep)["runs"].items()))
         first_digest = _digest(sweep / first["run_dir"])
         known = _run_dirs(sweep)
         _wait("the second run's directory", lambda: _new_run_with(sweep, known, None), p, log)
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=120) == 130, log.read_text()[-3000:]
-        st = _state(sweep)
+        st = sweep_state(sweep)
         assert list(st["runs"]) == [first_id] and st["current"] is None
         assert [a["status"] for a in st["attempts"]] in (["interrupted"], ["running"])  # running: stopped at birth
         assert "RESUME=" in log.read_text()
 
         # phase 2: resume; SIGKILL while a run forwards traffic (QEMU and instruments up)
-        p = _sweep(["--resume", str(sweep)], log)
+        p = start_vrmig("sweep", ["--resume", str(sweep)], log)
         procs.append(p)
         known = _run_dirs(sweep)
         victim = _wait("a run with traffic", lambda: _new_run_with(sweep, known, "instruments"), p, log)
-        done_before_kill = dict(_state(sweep)["runs"])
+        done_before_kill = dict(sweep_state(sweep)["runs"])
         os.kill(p.pid, signal.SIGKILL)
         p.wait(timeout=30)
-        assert _state(sweep)["current"] is not None  # the run in flight was never recorded
+        assert sweep_state(sweep)["current"] is not None  # the run in flight was never recorded
 
         # phase 3: resume to the end
-        p = _sweep(["--resume", str(sweep)], log)
+        p = start_vrmig("sweep", ["--resume", str(sweep)], log)
         procs.append(p)
         out, _ = p.communicate(timeout=PHASE_TIMEOUT_S * 2)
         assert p.returncode == 0, log.read_text()[-3000:]
@@ -156,7 +133,7 @@ def test_sweep_killed_twice_and_resumed(tmp_path):
         clean_stale()  # only if a failed assertion left a SIGKILLed run behind
 
     assert out.decode().strip().splitlines()[-1] == str(sweep)
-    st = _state(sweep)
+    st = sweep_state(sweep)
     meta = json.loads((sweep / "meta.json").read_text())
     assert set(st["runs"]) == {r["run_id"] for r in meta["order"]}  # all 4, each once
     assert all(r["status"] in ("completed", "failed") for r in st["runs"].values())
