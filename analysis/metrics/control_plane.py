@@ -4,11 +4,13 @@ Inputs are what the peers recorded (migrate/experiment/peering.py): BIRD's log o
 (every state change, BFD session change and route change with a CLOCK_REALTIME time in
 microseconds) and each peer's capture of BGP and BFD packets.  Per protocol the figures are:
 
-* ``survived``: no session of the protocol went down from its establishment to the end of the
-  run (None if a session was never seen up);
-* ``flaps``: how many times a session went down; per flap, when, why (the line BIRD logged with
-  it, e.g. "BFD session down", "Error: Hold timer expired") and how long until it was up again
-  (None: not within the run, so the figure is a lower bound, carried as such);
+* ``survived``: no session of the protocol went down from the migration's start to the end of
+  the run (None if a session was never seen up, or was down when the migration began);
+* ``flaps``: how many times a session went down from the migration's start (those that began
+  before it are counted apart, ``flaps_before_migration``: the busy router's own doing); per
+  flap, when, why (the line BIRD logged with it, e.g. "BFD session down", "Error: Hold timer
+  expired") and how long until it was up again (None: not within the run, so the figure is a
+  lower bound, carried as such);
 * ``silence``: the longest gap between two control packets *from the router* at a peer, over
   the migration window widened by one limit each side (BGP: any BGP message; BFD: control
   packets), beside the limit the peer enforces (BGP: hold time; BFD: interval x multiplier) and
@@ -96,11 +98,38 @@ class Sessions:
     established_ns: dict[str, int | None]  # first time up, per peer
     flaps: tuple[Flap, ...]
     end_ns: int | None  # the last log line: the runs' records end there
+    #: flaps that began before ``since_ns`` (:meth:`since`): not the migration's doing
+    before: tuple[Flap, ...] = ()
+    since_ns: int | None = None
+
+    def since(self, t_ns: int) -> Sessions:
+        """The same sessions seen from ``t_ns`` (the migration's start): ``flaps`` are those that
+        began at or after it, ``before`` those that began earlier."""
+        every = self.before + self.flaps
+        return Sessions(
+            self.established_ns,
+            tuple(f for f in every if f.down_ns >= t_ns),
+            self.end_ns,
+            tuple(f for f in every if f.down_ns < t_ns),
+            t_ns,
+        )
+
+    @property
+    def down_at_start(self) -> tuple[str, ...]:
+        """Peers whose session was not up at ``since_ns``: first up only later, or down then
+        after a flap that began before it."""
+        if self.since_ns is None:
+            return ()
+        t = self.since_ns
+        late = {p for p, e in self.established_ns.items() if e is not None and e > t}
+        down = {f.peer for f in self.before if f.up_ns is None or f.up_ns > t}
+        return tuple(sorted(late | down))
 
     @property
     def survived(self) -> bool | None:
-        """No session went down (None: some session was never up)."""
-        if any(t is None for t in self.established_ns.values()):
+        """No session went down (from ``since_ns`` when set; None: some session was never up,
+        or was down at ``since_ns``, so nothing can be said about it)."""
+        if any(t is None for t in self.established_ns.values()) or self.down_at_start:
             return None
         return not self.flaps
 
@@ -271,10 +300,10 @@ class ProtocolFigures:
     def to_dict(self) -> dict[str, Any]:
         """JSON form: nulls where a figure is absent, with the reason in ``notes``."""
         worst = max((s for s in self.silences if s.gap_ms is not None), key=lambda s: s.gap_ms or 0, default=None)
-        out: dict[str, Any] = {
-            "survived": self.sessions.survived,
-            "flaps": len(self.sessions.flaps),
-            "flap_details": [
+        end = self.sessions.end_ns
+
+        def details(flaps: tuple[Flap, ...]) -> list[dict[str, Any]]:
+            return [
                 {
                     "peer": f.peer,
                     "down_ns": f.down_ns,
@@ -282,12 +311,19 @@ class ProtocolFigures:
                     "up_ns": f.up_ns,
                     "down_for_s": f.down_for_s,
                     # not up again within the run: the outage lasted at least until the records end
-                    "down_for_s_lower": None
-                    if f.up_ns is not None or self.sessions.end_ns is None
-                    else (self.sessions.end_ns - f.down_ns) / 1e9,
+                    "down_for_s_lower": None if f.up_ns is not None or end is None else (end - f.down_ns) / 1e9,
                 }
-                for f in self.sessions.flaps
-            ],
+                for f in flaps
+            ]
+
+        out: dict[str, Any] = {
+            "survived": self.sessions.survived,
+            "flaps": len(self.sessions.flaps),
+            "flap_details": details(self.sessions.flaps),
+            # sessions that went down before the migration began (the router's own instability)
+            "flaps_before_migration": len(self.sessions.before),
+            "flap_details_before_migration": details(self.sessions.before),
+            "down_at_migration": list(self.sessions.down_at_start),
             "established_ns": self.sessions.established_ns,
             "silence_ms": None if worst is None else worst.gap_ms,
             "silence_peer": None if worst is None else worst.peer,
@@ -346,12 +382,23 @@ def control_plane(
         for peer in logs:
             if peer not in captures:
                 notes.append(f"no capture at {peer}: its silence is unknown")
-        if proto == "bgp":
-            sessions = bgp_sessions(logs)
-            routes = tuple(route_recovery(peer, ev, window[0], ignore_prefix) for peer, ev in logs.items())
-            out[proto] = ProtocolFigures(proto, sessions, tuple(silences), routes, tuple(notes))
-        else:
-            out[proto] = ProtocolFigures(proto, bfd_sessions(logs, router_addr), tuple(silences), (), tuple(notes))
+        sessions = (bgp_sessions(logs) if proto == "bgp" else bfd_sessions(logs, router_addr)).since(window[0])
+        if sessions.before:
+            notes.append(
+                f"{len(sessions.before)} {proto.upper()} flap(s) before the migration began, left out of"
+                " survived/flaps (flap_details_before_migration)"
+            )
+        if sessions.down_at_start:
+            notes.append(
+                f"{proto.upper()} session(s) with {', '.join(sessions.down_at_start)} down when the migration"
+                " began: whether they survive it is unknown (survived is null)"
+            )
+        routes = (
+            tuple(route_recovery(peer, ev, window[0], ignore_prefix) for peer, ev in logs.items())
+            if proto == "bgp"
+            else ()
+        )
+        out[proto] = ProtocolFigures(proto, sessions, tuple(silences), routes, tuple(notes))
     return out
 
 

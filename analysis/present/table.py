@@ -148,6 +148,8 @@ def _control_plane_lines(cp: Mapping[str, Any] | None) -> list[str]:
         if not isinstance(f, Mapping):
             continue
         survived = {True: "survived", False: "FLAPPED", None: "never up"}[f.get("survived")]
+        if f.get("survived") is None and f.get("down_at_migration"):
+            survived = f"unknown (down at the migration's start: {', '.join(f['down_at_migration'])})"
         if f.get("flaps"):
             downs = []
             for d in f.get("flap_details") or []:
@@ -164,6 +166,8 @@ def _control_plane_lines(cp: Mapping[str, Any] | None) -> list[str]:
             if f.get("silence_ms") is not None
             else "silence –, no capture"
         )
+        if f.get("flaps_before_migration"):
+            survived += f" [{f['flaps_before_migration']} flap(s) before the migration, not counted]"
         line = f"  {proto.upper():<16} {survived}; {silence}"
         routes = f.get("routes") or {}
         lost = {peer: r for peer, r in routes.items() if r.get("lost")}

@@ -63,6 +63,9 @@ CAPTURE_SNAPLEN = 256  # headers and BGP's fixed part; UPDATE bodies are not nee
 TCPDUMP = "tcpdump"
 #: how long the sessions may take to come up once the router reports READY
 ESTABLISH_TIMEOUT_S = 60.0
+#: how long a session that flapped before the migration may take to come up again before it
+#: (BIRD's "startup delayed by 4 seconds due to errors" after repeated flaps, plus BFD's Init)
+REUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
 LOG_POLL_S = 0.05
 
@@ -285,6 +288,16 @@ class Peers:
         CLOCK_REALTIME ns BIRD logged for the later of the two."""
         self.established_ns = dict(self.wait_sessions_up(timeout_s, "READY").up_ns)
         return dict(self.established_ns)
+
+    def ready_for_migration(self, timeout_s: float = REUP_TIMEOUT_S) -> dict[str, Any]:
+        """Every session up right before the migration: a session of the busy router may flap
+        in the lead-in (a TCG guest can miss a 150 ms BFD detection time), and migrating while
+        it is down would measure nothing about the sessions.  Waits (observing the logs) until
+        all are up again; meta.json ``peering.before_migration``: the flaps so far and how long
+        the migration waited (0 when nothing had flapped).  PeeringError after ``timeout_s``."""
+        t = time.monotonic()
+        up = self.wait_sessions_up(timeout_s, "a flap before the migration")
+        return {"flaps": up.flaps, "waited_s": round(time.monotonic() - t, 3), "up_ns": dict(up.up_ns)}
 
     def _logs(self) -> dict[str, list[LogEvent]]:
         return {p.role: parse_bird_log((self.dir / f"peer-{p.role}.log").read_text(errors="replace")) for p in peers()}

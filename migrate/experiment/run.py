@@ -296,7 +296,9 @@ def _execute(
                             instruments = Instruments(scenario, tb, registry, run_dir, recorder)
                             try:
                                 with td.step("stop instruments", instruments):
-                                    _measure(scenario, driver, instruments, injector, tb, run_dir, meta, abort, phase)
+                                    _measure(
+                                        scenario, driver, instruments, injector, tb, run_dir, meta, abort, phase, peers
+                                    )
                             finally:
                                 if "instruments_cpu_s" not in meta:
                                     _instruments_cpu(meta, instruments)
@@ -372,9 +374,10 @@ def _measure(
     meta: dict[str, Any],
     abort: Abort,
     phase: Phase,
+    peers: Peers,
 ) -> None:
-    """Instruments on, forwarding seen, the migration at MIGRATE_AT, traffic until the end, the
-    verdict."""
+    """Instruments on, forwarding seen, the migration at MIGRATE_AT (later if a routing session
+    that flapped must come up again first), traffic until the end, the verdict."""
     instruments.start()
     injector.targets = {**driver.fault_targets(), **fault_actions(tb, instruments)}
     meta["instruments"] = instruments.describe()
@@ -389,6 +392,11 @@ def _measure(
     _sleep_until(t0 + scenario.migrate_at_s, abort)
     if dead := instruments.dead():
         raise VrmigError(f"instrument died before the migration: {dead}")
+    if scenario.peering:
+        meta["peering"]["before_migration"] = before = peers.ready_for_migration()
+        if before["flaps"]:
+            log.warning("routing sessions flapped %d times before the migration; it waited %.1f s for them",
+                        before["flaps"], before["waited_s"])  # fmt: skip
     _migrate(scenario, driver, instruments, run_dir, meta, phase)
     t_end = time.monotonic()
     _sleep_until(max(t0 + scenario.duration_s, t_end + scenario.after_s), abort)

@@ -92,3 +92,32 @@ def test_a_capture_read_first_in_a_fresh_process_has_the_routers_packets():
     out = subprocess.run([sys.executable, "-c", code, str(FIX / "precopy" / "control-A.pcap")],
                          capture_output=True, text=True, check=True, cwd=root)  # fmt: skip
     assert int(out.stdout) > 100
+
+
+def test_a_flap_before_the_migration_is_not_the_migrations():
+    """Real records (fixtures/peering/preflap): B's BFD session went down 6.3 s before the
+    stop-and-copy (the router said Down 5 ms after BGP came up) and was up again 1 s later;
+    the migration's own flaps are A's and B's BFD expiries in the pause."""
+    run = json.loads((FIX / "preflap" / "run.json").read_text())
+    logs = {r: cpm.parse_bird_log((FIX / "preflap" / f"peer-{r}.log").read_text()) for r in ROUTER}
+    w = run["window"]
+    figs = cpm.control_plane(("bgp", "bfd"), logs, {}, ROUTER, (w["start_ns"], w["end_ns"]),
+                             {"bgp": 9000.0, "bfd": 150.0})  # fmt: skip
+    bfd, bgp = figs["bfd"].to_dict(), figs["bgp"].to_dict()
+    assert bfd["flaps_before_migration"] == 1 and bgp["flaps_before_migration"] == 1, (bfd, bgp)
+    (pre,) = bfd["flap_details_before_migration"]
+    assert pre["peer"] == "B" and pre["cause"] == "remote state Down" and pre["down_ns"] < w["start_ns"]
+    assert bfd["flaps"] == 2 and bgp["flaps"] == 2 and all(f["down_ns"] >= w["start_ns"] for f in bfd["flap_details"])
+    assert {f["cause"] for f in bgp["flap_details"]} == {"BFD session down"}
+    assert bfd["survived"] is False and bfd["down_at_migration"] == []
+    assert any("before the migration" in n for n in bfd["notes"])
+    # seen from before B's session was up again, it was down at the start: nothing is known
+    early = figs["bfd"].sessions.since(pre["up_ns"] - 1)
+    assert early.down_at_start == ("B",) and early.survived is None
+
+
+def test_a_session_first_up_after_the_start_has_no_verdict():
+    logs, _, _ = _load("precopy")
+    s = cpm.bgp_sessions(logs)
+    t = min(s.established_ns.values()) + 1  # between the two peers' establishment
+    assert s.since(t).survived is None and len(s.since(t).down_at_start) == 1
