@@ -8,11 +8,9 @@ from __future__ import annotations
 import subprocess
 import time
 
-from pyroute2 import IPRoute
-
 from migrate.baseline.plan import Slot
 from migrate.core.errors import TestbedError
-from migrate.core.netlink import iproute
+from migrate.core.netlink import Rtnl, iproute
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import Testbed, TestbedBuilder, add_tap
 
@@ -20,7 +18,7 @@ PING_TIMEOUT_S = 60.0
 PING_WAIT_S = 1
 
 
-def _index(ipr: IPRoute, name: str) -> int:
+def _index(ipr: Rtnl, name: str) -> int:
     found = ipr.link_lookup(ifname=name)
     if not found:
         raise TestbedError(f"interface {name} not found")

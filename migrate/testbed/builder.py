@@ -9,10 +9,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyroute2 import IPRoute
-
 from migrate.core.errors import TestbedError
-from migrate.core.netlink import iproute
+from migrate.core.netlink import Rtnl, iproute
 from migrate.core.procs import Proc
 from migrate.core.registry import Registry
 from migrate.testbed import topology as topo
@@ -157,7 +155,7 @@ class TestbedBuilder:
             ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
 
     @staticmethod
-    def _bridge(ipr: IPRoute, name: str) -> int:
+    def _bridge(ipr: Rtnl, name: str) -> int:
         ipr.link("add", ifname=name, kind="bridge", **BRIDGE_OPTS)
         idx = ipr.link_lookup(ifname=name)[0]
         ipr.link("set", index=idx, state="up")
@@ -235,7 +233,7 @@ class TestbedBuilder:
                     self._cap(ipr, idx, self.miglink_bps)
 
     @staticmethod
-    def _cap(ipr: IPRoute, idx: int, rate_bps: int) -> None:
+    def _cap(ipr: Rtnl, idx: int, rate_bps: int) -> None:
         """Token-bucket cap on the migration link (egress of each end)."""
         burst = max(rate_bps // 8 // 100, 16 * 1024)  # 10 ms worth, at least 16 KiB
         ipr.tc(
