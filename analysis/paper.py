@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from analysis.values import finite
+
 #: level of the rank-correlation tests of the paper's dependence claims
 ALPHA = 0.05
 GBIT = 1e9
@@ -54,12 +56,8 @@ class Claim:
         return asdict(self)
 
 
-def _num(x: Any) -> float | None:
-    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) and np.isfinite(x) else None
-
-
 def _mean(d: Any) -> float | None:
-    return _num(d.get("mean")) if isinstance(d, Mapping) else _num(d)
+    return finite(d.get("mean")) if isinstance(d, Mapping) else finite(d)
 
 
 def _config(summary: Mapping[str, Any] | None, hv: str, frame: int) -> Mapping[str, Any] | None:
@@ -103,7 +101,7 @@ def _forwarding(summary: Mapping[str, Any] | None, hv: str, frame: int) -> tuple
     fwd = _mean((best or {}).get("forwarded_bps"))
     if fwd is None:
         return None, f"HV={hv} at {frame} B forwarded nothing measurable (all points failed)", 0
-    lossfree = _num(c.get("sweep_loss_free_bps"))
+    lossfree = finite(c.get("sweep_loss_free_bps"))
     n = int(((best or {}).get("forwarded_bps") or {}).get("n") or 0)
     lf = "none of the swept rates" if not lossfree else f"{lossfree / 1e6:.1f} Mbit/s"
     bound = generator_bound(c)
@@ -130,7 +128,7 @@ def _runs(records: Sequence[Mapping[str, Any]], hv: str, frame: int) -> list[Map
 
 def _values(runs: Sequence[Mapping[str, Any]], metric: str) -> tuple[np.ndarray, np.ndarray]:
     """(rates, values) of the runs whose metric is a point value (bounds and absences left out)."""
-    pairs = [(r.get("rate_bps"), _num(r.get(metric))) for r in runs]
+    pairs = [(r.get("rate_bps"), finite(r.get(metric))) for r in runs]
     pairs = [(float(rate), v) for rate, v in pairs if isinstance(rate, int | float) and v is not None]
     return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
 

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from analysis.values import finite
+
 #: QEMU's (and libvirt's ``dirtyrate.calc_status``) measurement states
 UNSTARTED, MEASURING, MEASURED = "unstarted", "measuring", "measured"
 LIBVIRT_STATUS = {0: UNSTARTED, 1: MEASURING, 2: MEASURED}
@@ -32,12 +34,6 @@ BELOW_RESOLUTION = "below_rate_resolution"
 
 def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        return None
-    return float(v)
 
 
 @dataclass(frozen=True)
@@ -69,7 +65,7 @@ def parse_query_dirty_rate(reply: Mapping[str, Any]) -> Reading:
         mb_s=_int(reply.get("dirty-rate")) if status == MEASURED else None,
         mode=reply.get("mode") if isinstance(reply.get("mode"), str) else None,
         sample_pages=_int(reply.get("sample-pages")),
-        calc_time_s=_num(reply.get("calc-time")),
+        calc_time_s=finite(reply.get("calc-time")),
         start_time_s=_int(reply.get("start-time")),
     )
 
@@ -86,7 +82,7 @@ def parse_libvirt_dirtyrate(stats: Mapping[str, Any]) -> Reading:
         mb_s=_int(stats.get("dirtyrate.megabytes_per_second")) if status == MEASURED else None,
         mode=mode,
         sample_pages=QEMU_DEFAULT_SAMPLE_PAGES if mode in (None, "page-sampling") else None,
-        calc_time_s=_num(stats.get("dirtyrate.calc_period")),
+        calc_time_s=finite(stats.get("dirtyrate.calc_period")),
         start_time_s=_int(stats.get("dirtyrate.calc_start_time")),
     )
 
@@ -166,7 +162,7 @@ def dirty_rate(
 
     notes: list[str] = []
     scenario = meta.get("scenario") if isinstance(meta.get("scenario"), Mapping) else {}
-    requested = _num(scenario.get("dirty_mbps"))
+    requested = finite(scenario.get("dirty_mbps"))
     rec = meta.get("dirty_rate")
     if not isinstance(rec, Mapping):
         return DirtyRate(requested, None, None, None, None, NOT_RECORDED), notes
@@ -174,7 +170,7 @@ def dirty_rate(
     lagged = None if console is None or requested is None else DIRTY_LAG_MARKER in console
     if lagged:
         notes.append(f"DIRTY={requested:g}: the guest's load fell behind (VRMIG-DIRTY-LAG): the rate was not sustained")
-    calc = _num(rec.get("calc_time_s"))
+    calc = finite(rec.get("calc_time_s"))
     if load is not None and calc is not None and isinstance(load.get("wss_s"), int | float) and load["wss_s"] < calc:
         notes.append(
             f"DIRTY={requested:g}: the load's working set ({load.get('wss_mib')} MiB) holds {load['wss_s']:g} s of "
@@ -203,7 +199,7 @@ def dirty_rate(
             why, upper = BELOW_RESOLUTION, RESOLUTION_MB_S
         else:
             measured = float(r.mb_s)
-            mem = _num(scenario.get("mem_mib"))
+            mem = finite(scenario.get("mem_mib"))
             if method == "page-sampling" and sample_pages and mem and calc:
                 se = sampling_error_mb_s(measured, sample_pages, mem, calc)
     if error:
@@ -221,7 +217,7 @@ def dirty_rate(
         started_ns=started,
         ended_ns=ended,
         before_migration_s=before,
-        delayed_migration_s=_num(rec.get("delayed_migration_s")),
+        delayed_migration_s=finite(rec.get("delayed_migration_s")),
         load=dict(load) if load is not None else None,
         load_lagged=lagged,
         error=error,

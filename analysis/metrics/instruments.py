@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from analysis.values import finite
+
 INSTRUMENTS = ("gen", "sink", "sampler", "prober")
 
 #: bounded records of the instruments: (file, counter) -> the figures it affects
@@ -46,20 +48,16 @@ class Instruments:
     absent: dict[str, str] | None = None
 
 
-def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
-
-
 def _wall(
     meta: Mapping[str, Any], gen: Mapping[str, Any] | None, scenario: Mapping[str, Any]
 ) -> tuple[float | None, str | None]:
-    wall = _num(meta.get("instruments_wall_s"))
+    wall = finite(meta.get("instruments_wall_s"))
     if wall is not None and wall > 0:
         return wall, "meta"
     start, end = (gen or {}).get("start_ns"), (gen or {}).get("end_ns")
     if isinstance(start, int) and isinstance(end, int) and end > start:
         return (end - start) / 1e9, "gen.json"
-    dur = _num(scenario.get("duration_s"))
+    dur = finite(scenario.get("duration_s"))
     if dur is not None and dur > 0:
         return dur, "scenario"
     return None, None
@@ -84,7 +82,7 @@ def instruments(meta: Mapping[str, Any], gen: Mapping[str, Any] | None, sink: Ma
     total = None
     counted: tuple[str, ...] = ()
     if isinstance(raw, Mapping):
-        cpu = {k: _num(raw.get(k)) for k in INSTRUMENTS}
+        cpu = {k: finite(raw.get(k)) for k in INSTRUMENTS}
         counted = tuple(k for k, v in cpu.items() if v is not None)
         total = sum(v for v in cpu.values() if v is not None) if counted else None
     if total is None:

@@ -12,7 +12,6 @@ censored (with the largest bound) and how many had no figure."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +21,7 @@ import numpy as np
 from analysis import qualify as q
 from analysis.metrics.anatomy import timeline_text
 from analysis.stats.inference import t_half_width, wilson_interval
+from analysis.values import finite
 from migrate.core.knobs import EFFECTIVE_COLUMNS, EFFECTIVE_KEYS, requested_text
 
 CONFIDENCE = 0.95
@@ -40,19 +40,13 @@ def _d(obj: Any, *keys: str) -> Any:
     return obj
 
 
-def _num(x: Any) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, int | float):
-        return None
-    return float(x) if math.isfinite(x) else None
-
-
 def _diff(a: Any, b: Any) -> float | None:
-    a, b = _num(a), _num(b)
+    a, b = finite(a), finite(b)
     return None if a is None or b is None else a - b
 
 
 def _ratio(a: Any, b: Any) -> float | None:
-    a, b = _num(a), _num(b)
+    a, b = finite(a), finite(b)
     return None if a is None or b is None or b == 0 else a / b
 
 
@@ -72,7 +66,7 @@ class Metric:
 
 
 def _path(path: str) -> Callable[[Mapping[str, Any]], float | None]:
-    return lambda s: _num(_d(s, *path.split(".")))
+    return lambda s: finite(_d(s, *path.split(".")))
 
 
 def _m(name: str, unit: str, label: str, path: str, definition: str, censorable: bool = False) -> Metric:
@@ -222,8 +216,8 @@ def run_record(summary: Mapping[str, Any], meta: Mapping[str, Any], **extra: Any
         "frame_bytes": scenario.get("frame_bytes", summary.get("frame_bytes")),
         "peering": scenario.get("peering") or None,
         "bfd": bfd_setting(scenario),
-        "dirty_requested_mb_s": _num(scenario.get("dirty_mbps")),
-        "churn_requested_routes_s": _num(scenario.get("churn_rps")),
+        "dirty_requested_mb_s": finite(scenario.get("dirty_mbps")),
+        "churn_requested_routes_s": finite(scenario.get("churn_rps")),
         "qemu": hv_meta.get("qemu"),
         "created_utc": meta.get("created_utc"),
         "knobs": requested_text(scenario) or None,
@@ -240,7 +234,7 @@ def run_record(summary: Mapping[str, Any], meta: Mapping[str, Any], **extra: Any
         if qual is not None:
             quals[m.name] = qual
         if m.censorable:
-            rec[f"{m.name}_lower"] = _num(qual.get("lower")) if qual and qual.get("state") == q.CENSORED else None
+            rec[f"{m.name}_lower"] = finite(qual.get("lower")) if qual and qual.get("state") == q.CENSORED else None
     rec["quals"] = quals
     rec["qualifiers"] = qualifiers_text(quals)
     anatomy = summary.get("anatomy")
@@ -275,7 +269,7 @@ class Stats:
 
 def describe(values: Iterable[Any], confidence: float = CONFIDENCE) -> Stats:
     """Mean, median, sd and the Student-t CI of the mean of the finite numbers in ``values``."""
-    x = np.array([v for v in (_num(v) for v in values) if v is not None], dtype=float)
+    x = np.array([v for v in (finite(v) for v in values) if v is not None], dtype=float)
     n = int(x.size)
     if n == 0:
         return Stats(0)
@@ -292,9 +286,9 @@ def describe_metric(records: Sequence[Mapping[str, Any]], name: str, confidence:
     (a censored value is None in its record, so it never enters the mean)."""
     st = describe((r.get(name) for r in records), confidence)
     quals = [_d(r, "quals", name) for r in records]
-    lowers = [_num(_d(qu, "lower")) for qu in quals if _d(qu, "state") == q.CENSORED]
+    lowers = [finite(_d(qu, "lower")) for qu in quals if _d(qu, "state") == q.CENSORED]
     n_censored = len(lowers)
-    values = [_num(r.get(name)) for r in records]
+    values = [finite(r.get(name)) for r in records]
     bounds = [b for b in lowers if b is not None]
     return Stats(
         **{k: getattr(st, k) for k in ("n", "mean", "median", "sd", "ci_low", "ci_high")},
@@ -453,7 +447,7 @@ def aggregate_point(key: tuple[Any, ...], records: Sequence[Mapping[str, Any]]) 
 
 def _one(values: Iterable[Any]) -> float | None:
     """The one number among ``values`` (None when there is none, or more than one)."""
-    found = {v for v in (_num(x) for x in values) if v is not None}
+    found = {v for v in (finite(x) for x in values) if v is not None}
     return found.pop() if len(found) == 1 else None
 
 

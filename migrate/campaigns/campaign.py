@@ -234,7 +234,7 @@ def variables(command: str) -> dict[str, str]:
     return out
 
 
-def _text(value: Any, var: str, command: str) -> str:
+def variable_text(value: Any, var: str, command: str) -> str:
     """A TOML value as the text ``make VAR=...`` would pass."""
     if isinstance(value, bool):
         return "1" if value else "0"
@@ -251,7 +251,9 @@ def _text(value: Any, var: str, command: str) -> str:
     )
 
 
-def _known(var: str, known: Mapping[str, str], where: str, command: str) -> None:
+def check_known(var: str, known: Mapping[str, str], where: str, command: str) -> None:
+    """ConfigError unless ``var`` is one of the command's ``make`` variables (with the closest
+    one as a hint); ``where`` names the table or point for the message."""
     if var in known:
         return
     close = difflib.get_close_matches(var, list(known), n=1)
@@ -364,7 +366,7 @@ def _expand(block: _Block, path: Path, lines: _Lines, command: str, known: Mappi
             t, i, sub = _where(block, table)
             line = lines.of(t, var, i, sub)
             try:
-                _known(var, known, f"[{table}]", command)
+                check_known(var, known, f"[{table}]", command)
             except ConfigError as err:
                 raise _err(path, line, str(err)) from None
             if var in seen:
@@ -377,7 +379,7 @@ def _expand(block: _Block, path: Path, lines: _Lines, command: str, known: Mappi
             texts = []
             for v in values:
                 try:
-                    texts.append(_text(v, var, "migrate"))
+                    texts.append(variable_text(v, var, "migrate"))
                 except ConfigError as err:
                     raise _err(path, line, f"axis {var}: {err}") from None
             dup = [x for x in texts if texts.count(x) > 1]
@@ -441,7 +443,7 @@ def baseline_spec(c: Campaign) -> Any:
     return spec_from_args(namespace("baseline", c.points[0].variables, "--reps", str(c.reps)))
 
 
-def _scenario(command: str, variables_text: Mapping[str, str]) -> tuple[Scenario | None, int]:
+def scenario_of(command: str, variables_text: Mapping[str, str]) -> tuple[Scenario | None, int]:
     """Parse the variables with the command's own parser: (the Scenario of a migrate point, or
     None for a baseline; runs per repetition)."""
     from migrate.experiment.args import scenario_from_args
@@ -517,8 +519,8 @@ def load(path: Path, reps: int | None = None, seed: int | None = None) -> Campai
             own = blk.index is not None and var in blk.own
             line = lines.of("part", var, blk.index, "defaults") if own else lines.of("defaults", var)
             try:
-                _known(var, known, "[defaults]", command)
-                _text(value, var, command)
+                check_known(var, known, "[defaults]", command)
+                variable_text(value, var, command)
             except ConfigError as err:
                 raise _err(path, line, str(err)) from None
     if command == "baseline" and any(b.grid or b.zipped for b in blocks):
@@ -532,15 +534,15 @@ def load(path: Path, reps: int | None = None, seed: int | None = None) -> Campai
     all_axes: list[str] = []
     for blk in blocks:
         for axes_raw in _expand(blk, path, lines, command, known):
-            axes = {k: _text(v, k, command) for k, v in axes_raw.items()}
+            axes = {k: variable_text(v, k, command) for k, v in axes_raw.items()}
             for k in axes:
                 if k not in all_axes:
                     all_axes.append(k)
-            var_text = {k: _text(v, k, command) for k, v in blk.defaults.items()}
+            var_text = {k: variable_text(v, k, command) for k, v in blk.defaults.items()}
             var_text.update(axes)
             label = _label(blk, axes, len(blocks) > 1)
             try:
-                scen, units = _scenario(command, var_text)
+                scen, units = scenario_of(command, var_text)
             except ConfigError as err:
                 line = _line_of_message(str(err), blk, path, lines, axes)
                 where = f" (point {label})" if axes else ""

@@ -119,9 +119,9 @@ def _point(path: Path, defaults: dict[str, Any], raw: Any, i: int) -> tuple[sw.P
     known = cp.variables("migrate")
     try:
         for var, value in spec.items():
-            cp._known(var, known, f"point {i + 1}", "migrate")
-            cp._text(value, var, "migrate")
-        scenario, _ = cp._scenario("migrate", {k: cp._text(v, k, "migrate") for k, v in spec.items()})
+            cp.check_known(var, known, f"point {i + 1}", "migrate")
+            cp.variable_text(value, var, "migrate")
+        scenario, _ = cp.scenario_of("migrate", {k: cp.variable_text(v, k, "migrate") for k, v in spec.items()})
     except ConfigError as err:
         raise _bad(path, f"point {i + 1}: {err}") from None
     assert scenario is not None
