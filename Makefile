@@ -27,7 +27,7 @@ MIGRATE_FLAGS = $(call flag,HV,hv) $(call flag,DRIVER,driver) $(call flag,MODE,m
   $(call flag,MIGRATE_TIMEOUT,migrate-timeout) $(call flag,BOOT_TIMEOUT,boot-timeout) \
   $(call flag,XEN_GUEST,xen-guest) $(call flag,XEN_MIG_MTU,xen-mig-mtu) $(call flag,CRIU_HOST,criu-host) \
   $(call flag,RIB_ROUTES,rib-routes) $(call flag,TESTBED,testbed) \
-  $(call flag,PEERING,peering) $(call flag,BFD,bfd) $(call flag,BGP_HOLD,bgp-hold) \
+  $(call flag,PEERING,peering) $(call flag,BFD,bfd) $(call flag,BGP_HOLD,bgp-hold) $(call flag,OSPF_DEAD,ospf-dead) \
   $(call flag,FAULT,fault) --results $(RESULTS)
 MIGRATE_FLAGS += $(call flag,DIRTY,dirty)  # the guest dirties memory at DIRTY MB/s (docs/migrate.md "Dirty rate")
 MIGRATE_FLAGS += $(call flag,CHURN,churn)  # B flaps CHURN routes/s (PEERING=bgp; docs/peering.md "Route churn")

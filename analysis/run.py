@@ -425,6 +425,8 @@ def _control_plane(
             notes.append(f"control-{role}.pcap missing: the router's silence at {role} is unknown")
     timers = peering.get("timers") or {}
     limits = {"bgp": timers.get("bgp_hold_s", 0) * 1000.0}
+    if "ospf_dead_s" in timers:
+        limits["ospf"] = float(timers["ospf_dead_s"]) * 1000.0
     if "bfd_interval_ms" in timers:
         limits["bfd"] = float(timers["bfd_interval_ms"] * timers["bfd_multiplier"])
     figures = cpm.control_plane(

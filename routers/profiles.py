@@ -4,7 +4,7 @@
 name     software                source
 =======  ======================  =============================================================
 frr      FRRouting (default)     Debian package ``frr``: ``zebra`` + ``staticd``, ``vtysh``;
-                                 ``bgpd`` + ``bfdd`` for routing sessions (PEERING=)
+                                 ``bgpd`` + ``ospfd`` + ``bfdd`` for routing sessions (PEERING=)
 bird     BIRD 2                  Debian package ``bird2``: ``bird``, ``birdc``
 xorp     XORP                    not packaged in Debian: an existing installation on the host
                                  (``xorp_rtrmgr`` on ``PATH``, or ``$XORP_ROOT``)
@@ -105,10 +105,17 @@ PROFILES: dict[str, Profile] = {
         Profile(
             name="frr",
             software="FRRouting",
-            description="FRRouting zebra + staticd, bgpd + bfdd with PEERING= (Debian package frr)",
+            description="FRRouting zebra + staticd, bgpd + ospfd + bfdd with PEERING= (Debian package frr)",
             daemons=("zebra", "staticd"),
             package="frr",
-            files=("usr/lib/frr/zebra", "usr/lib/frr/staticd", "usr/lib/frr/bgpd", "usr/lib/frr/bfdd", "usr/bin/vtysh"),
+            files=(
+                "usr/lib/frr/zebra",
+                "usr/lib/frr/staticd",
+                "usr/lib/frr/bgpd",
+                "usr/lib/frr/ospfd",
+                "usr/lib/frr/bfdd",
+                "usr/bin/vtysh",
+            ),
         ),
         Profile(
             name="bird",

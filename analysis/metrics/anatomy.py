@@ -171,7 +171,9 @@ def control_marks(control_plane: Mapping[str, Any] | None, since_ns: int | None 
             out.append(Mark(f"{proto}_up", max(ups), src, 1e-6))  # type: ignore[type-var]
         else:
             out.append(Mark(f"{proto}_up", None, src, None, "a session was not up again within the run"))
-        if proto == "bgp":
+        # the routes back: those of the protocol that carries the cross-traffic's route (BGP
+        # when the peers run it, OSPF alone otherwise; migrate.experiment.peering)
+        if proto == "bgp" or (proto == "ospf" and not isinstance((control_plane or {}).get("bgp"), Mapping)):
             lost = [r for r in (f.get("routes") or {}).values() if isinstance(r, Mapping) and r.get("lost")]
             if lost:
                 back = [r.get("whole_again_ns") for r in lost]

@@ -2,7 +2,8 @@
 
 Inputs are what the peers recorded (migrate/experiment/peering.py): BIRD's log of each peer
 (every state change, BFD session change and route change with a CLOCK_REALTIME time in
-microseconds) and each peer's capture of BGP and BFD packets.  Per protocol the figures are:
+microseconds) and each peer's capture of BGP, OSPF and BFD packets.  Per protocol (``bgp``: the
+eBGP session; ``ospf``: the OSPF adjacency, up while the neighbor is Full; ``bfd``) the figures are:
 
 * ``survived``: no session of the protocol went down from the migration's start to the end of
   the run (None if a session was never seen up, or was down when the migration began);
@@ -12,10 +13,11 @@ microseconds) and each peer's capture of BGP and BFD packets.  Per protocol the 
   expired") and how long until it was up again (None: not within the run, so the figure is a
   lower bound, carried as such);
 * ``silence``: the longest gap between two control packets *from the router* at a peer, over
-  the migration window widened by one limit each side (BGP: any BGP message; BFD: control
-  packets), beside the limit the peer enforces (BGP: hold time; BFD: interval x multiplier) and
+  the migration window widened by one limit each side (BGP: any BGP message; OSPF: any OSPF
+  packet; BFD: control packets), beside the limit the peer enforces (BGP: hold time; OSPF: the
+  router dead interval; BFD: interval x multiplier) and
   the margin left (limit - silence; negative: the peer had to declare the session down);
-* routes: at each peer, how many routes it withdrew after the migration began and how long
+* routes (BGP and OSPF): at each peer, how many routes it withdrew after the migration began and how long
   until it held again every route it held before (None if it never lost one).
 
 Pure functions: text and packet arrays in, dataclasses out.  Timestamps are CLOCK_REALTIME ns
@@ -35,12 +37,21 @@ import numpy as np
 _LINE = re.compile(r"^(\d+)\.(\d{6}) <(\w+)> ([\w.]+): (.*)$")
 _STATE = re.compile(r"^State changed to (\w+)$")
 _BFD = re.compile(r"^Session to (\S+) changed state from (\w+) to (\w+)$")
+#: BIRD's OSPF neighbor state machine (RFC 2328 10.1 state names; "2-Way" has a hyphen)
+_OSPF_NBR = re.compile(r"^Neighbor (\S+) on (\S+) changed state from ([\w-]+) to ([\w-]+)$")
+#: BIRD's OSPF lines that say why an adjacency left Full (the first one logged before it did)
+_OSPF_CAUSES = {
+    "Inactivity timer expired": "dead interval expired",
+    "BFD session down": "BFD session down",
+}
 _ROUTE = re.compile(r"^([<>]) (added|removed) (?:\[[^\]]*\] )?(\S+)")
 #: BIRD's messages that say why a BGP session ended (the first one logged before it went down)
 _CAUSES = ("BFD session down", "Error:", "Received:", "BGP session closed", "Connection lost")
 
 BGP_PROTO = "rtr"  # the peers' BGP protocol name (migrate.experiment.peering.bird_conf)
+OSPF_PROTO = "ospf1"  # the peers' OSPF protocol name (same)
 BGP_PORT = 179
+OSPF_IP_PROTO = 89  # OSPF runs directly over IP (RFC 2328 A.1)
 BFD_PORT = 3784  # single-hop BFD control packets (RFC 5881)
 
 
@@ -198,6 +209,46 @@ def bfd_sessions(logs: dict[str, list[LogEvent]], router_addr: dict[str, str]) -
     return Sessions(est, tuple(sorted(flaps, key=lambda f: f.down_ns)), end)
 
 
+def ospf_sessions(logs: dict[str, list[LogEvent]]) -> Sessions:
+    """OSPF: the adjacency with the router at each peer (the only neighbor on the peer's
+    segment interface) is up when its neighbor state reaches Full and down when it leaves Full
+    (RFC 2328 10.1); the cause is BIRD's line before it ("Inactivity timer expired": no hello
+    within the dead interval), else the state it fell to (e.g. Init: the router's hello no
+    longer listed the peer)."""
+    est: dict[str, int | None] = {}
+    flaps: list[Flap] = []
+    end = None
+    for peer, events in logs.items():
+        est[peer] = None
+        down: int | None = None
+        cause: str | None = None
+        full = False
+        for e in events:
+            end = e.t_ns if end is None else max(end, e.t_ns)
+            if e.proto != OSPF_PROTO:
+                continue
+            for prefix, why in _OSPF_CAUSES.items():
+                if full and cause is None and e.message.startswith(prefix):
+                    cause = why
+            m = _OSPF_NBR.match(e.message)
+            if not m:
+                continue
+            old, new = m[3], m[4]
+            if new == "Full":
+                if est[peer] is None:
+                    est[peer] = e.t_ns
+                if down is not None:
+                    flaps.append(Flap(peer, down, cause, e.t_ns))
+                    down = None
+                full, cause = True, None
+            elif old == "Full":
+                down, full = e.t_ns, False
+                cause = cause or f"neighbor state {new}"
+        if down is not None:
+            flaps.append(Flap(peer, down, cause, None))
+    return Sessions(est, tuple(sorted(flaps, key=lambda f: f.down_ns)), end)
+
+
 @dataclass(frozen=True)
 class Silence:
     """The longest gap between control packets from the router at one peer."""
@@ -242,21 +293,27 @@ class RouteRecovery:
     lost: bool  # some route of before was missing at some point after the start
 
 
-def learned_change(e: LogEvent) -> tuple[str, str] | None:
-    """("added"|"removed", prefix) when ``e`` is a peer's import of a route from the router (its
-    BGP protocol's ``rtr.ipv4 > added/removed <prefix>`` line); None for any other line."""
-    if not e.proto.startswith(BGP_PROTO + "."):
+def learned_change(e: LogEvent, proto: str = BGP_PROTO) -> tuple[str, str] | None:
+    """("added"|"removed", prefix) when ``e`` is a peer's import of a route from the router (the
+    ``rtr.ipv4 > added/removed <prefix>`` line of its BGP protocol, or of ``proto``); None for
+    any other line."""
+    if not e.proto.startswith(proto + "."):
         return None
     m = _ROUTE.match(e.message)
     return (m[2], m[3]) if m and m[1] == ">" else None
 
 
 def route_recovery(
-    peer: str, events: list[LogEvent], start_ns: int, ignore: Callable[[str], bool] | None = None
+    peer: str,
+    events: list[LogEvent],
+    start_ns: int,
+    ignore: Callable[[str], bool] | None = None,
+    proto: str = BGP_PROTO,
 ) -> RouteRecovery:
     """From the peer's "rtr.ipv4 > added/removed <prefix>" lines (routes learned from the
-    router): what it held at ``start_ns``, what it lost after, and when it had all of it again.
-    ``ignore``: prefixes left out (the churned ones, CHURN=, come and go by design)."""
+    router; ``proto``: the BIRD protocol that learned them): what it held at ``start_ns``, what
+    it lost after, and when it had all of it again.  ``ignore``: prefixes left out (the churned
+    ones, CHURN=, come and go by design)."""
     held: set[str] = set()
     before: set[str] | None = None
     withdrawn = 0
@@ -265,7 +322,7 @@ def route_recovery(
     for e in events:
         if before is None and e.t_ns >= start_ns:
             before = set(held)
-        change = learned_change(e)
+        change = learned_change(e, proto)
         if change is None:
             continue
         what, prefix = change
@@ -341,7 +398,7 @@ class ProtocolFigures:
             },
             "notes": list(self.notes),
         }
-        if self.protocol == "bgp":
+        if self.protocol in ("bgp", "ospf"):
             out["routes"] = {
                 r.peer: {
                     "held_before": r.held_before,
@@ -355,7 +412,7 @@ class ProtocolFigures:
 
 
 def control_times(t_ns: np.ndarray, src: np.ndarray, proto: np.ndarray, router_addr: str, which: str) -> np.ndarray:
-    """Times of the control packets ``which`` ("bgp" messages or "bfd" packets) sent by the router."""
+    """Times of the control packets ``which`` ("bgp" messages, "ospf" or "bfd" packets) sent by the router."""
     return np.asarray(t_ns)[(np.asarray(src) == router_addr) & (np.asarray(proto) == which)]
 
 
@@ -382,7 +439,8 @@ def control_plane(
         for peer in logs:
             if peer not in captures:
                 notes.append(f"no capture at {peer}: its silence is unknown")
-        sessions = (bgp_sessions(logs) if proto == "bgp" else bfd_sessions(logs, router_addr)).since(window[0])
+        found = {"bgp": bgp_sessions, "ospf": ospf_sessions}
+        sessions = (found[proto](logs) if proto in found else bfd_sessions(logs, router_addr)).since(window[0])
         if sessions.before:
             notes.append(
                 f"{len(sessions.before)} {proto.upper()} flap(s) before the migration began, left out of"
@@ -393,9 +451,10 @@ def control_plane(
                 f"{proto.upper()} session(s) with {', '.join(sessions.down_at_start)} down when the migration"
                 " began: whether they survive it is unknown (survived is null)"
             )
+        bird_proto = {"bgp": BGP_PROTO, "ospf": OSPF_PROTO}.get(proto)
         routes = (
-            tuple(route_recovery(peer, ev, window[0], ignore_prefix) for peer, ev in logs.items())
-            if proto == "bgp"
+            tuple(route_recovery(peer, ev, window[0], ignore_prefix, bird_proto) for peer, ev in logs.items())
+            if bird_proto is not None
             else ()
         )
         out[proto] = ProtocolFigures(proto, sessions, tuple(silences), routes, tuple(notes))
@@ -403,9 +462,10 @@ def control_plane(
 
 
 def dissect(packets: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(t_ns, source address, "bgp"/"bfd") of the control packets in scapy ``packets``: a TCP
-    segment from or to port 179 with payload counts as BGP (pure ACKs carry no message), a UDP
-    datagram to port 3784 as BFD.  Other packets are left out."""
+    """(t_ns, source address, "bgp"/"ospf"/"bfd") of the control packets in scapy ``packets``: a
+    TCP segment from or to port 179 with payload counts as BGP (pure ACKs carry no message), an
+    IP packet of protocol 89 as OSPF, a UDP datagram to port 3784 as BFD.  Other packets are left
+    out."""
     from scapy.layers.inet import IP, TCP, UDP
 
     t, src, kind = [], [], []
@@ -417,6 +477,8 @@ def dissect(packets: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             k = "bgp"
         elif UDP in p and p[UDP].dport == BFD_PORT:
             k = "bfd"
+        elif ip.proto == OSPF_IP_PROTO:
+            k = "ospf"
         else:
             continue
         t.append(int(p.time * 10**9))  # scapy's EDecimal: exact for a nanosecond capture

@@ -163,6 +163,10 @@ def validate(spec: CalibrationSpec) -> None:
         raise ConfigError(f"REPS={spec.reps} must be between 1 and {MAX_REPS}")
     if spec.rate_bps <= 0:
         raise ConfigError(f"RATE={spec.rate_bps}: a calibration needs cross-traffic (the estimators measure it)")
+    if "ospf" in spec.peering.split(","):
+        raise ConfigError(
+            f"PEERING={spec.peering}: make calibrate judges BGP and BFD sessions; use PEERING=bgp or bgp,bfd"
+        )
     spec.scenario()  # SIZE, ROUTER, ACCEL, MEM, SAMPLE_MS, DRIVER/HV combinations: the Scenario's own checks
 
 

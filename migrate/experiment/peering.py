@@ -1,20 +1,21 @@
-"""Routing peers of the router (``PEERING=bgp`` or ``bgp,bfd``; docs/peering.md).
+"""Routing peers of the router (``PEERING=`` any of ``bgp``, ``ospf``, ``bfd``; docs/peering.md).
 
 One peer per segment, on the end host that already sits there: A on segment L, B on segment R.
 Each runs BIRD 2 (the Debian ``bird2`` binaries of the bird router image, started through that
-image's own dynamic loader, so nothing is installed on the host) with one eBGP session to the
-router's port on its segment and, with ``bfd``, a BFD session on it.  B announces the
+image's own dynamic loader, so nothing is installed on the host) with, as asked, one eBGP
+session to the router's port on its segment (with ``bfd``, a BFD session on it) and an OSPFv2
+adjacency with the router in area 0 (point-to-point, as the router has it).  B announces the
 cross-traffic sink's address (:data:`SINK_ROUTED`, a /32 on B's loopback) and A its own
-(both in ``topology.ANNOUNCED``): the router forwards the cross-traffic only while it holds
-B's route, so a session that goes down withdraws it and blackholes the traffic as it would in a
-real network.
+(both in ``topology.ANNOUNCED``), over BGP when the peers run it, else over OSPF (an external
+route): the router forwards the cross-traffic only while it holds B's route, so a session that
+goes down withdraws it and blackholes the traffic as it would in a real network.
 
 What is recorded, per peer, in the run directory:
 
 * ``peer-<role>.log``: BIRD's log, every protocol state change, BFD session change and route
   change with its CLOCK_REALTIME timestamp in microseconds (``timeformat log "%s.%6f"``; BIRD
   stamps the events of one pass of its event loop with one time);
-* ``control-<role>.pcap``: every BGP (TCP 179) and BFD (UDP 3784) packet on the peer's
+* ``control-<role>.pcap``: every BGP (TCP 179), OSPF (IP protocol 89) and BFD (UDP 3784) packet on the peer's
   interface, captured by tcpdump (``-j adapter_unsynced``: kernel time stamps, CLOCK_REALTIME);
 * ``peer-<role>.conf``: BIRD's configuration.
 
@@ -36,9 +37,12 @@ from analysis.metrics.control_plane import (
     BFD_PORT,
     BGP_PORT,
     BGP_PROTO,
+    OSPF_IP_PROTO,
+    OSPF_PROTO,
     LogEvent,
     bfd_sessions,
     bgp_sessions,
+    ospf_sessions,
     parse_bird_log,
 )
 from migrate.core.errors import DependencyError, VrmigError
@@ -58,7 +62,7 @@ PEER_ASN = {"A": 65001, "B": 65002}
 #: the addresses the peers announce (/32 on their loopbacks, topology.ANNOUNCED): the
 #: cross-traffic goes to B's
 SINK_ROUTED = topo.ANNOUNCED["B"]
-CAPTURE_FILTER = f"tcp port {BGP_PORT} or udp port {BFD_PORT}"
+CAPTURE_FILTER = f"tcp port {BGP_PORT} or udp port {BFD_PORT} or ip proto {OSPF_IP_PROTO}"
 CAPTURE_SNAPLEN = 256  # headers and BGP's fixed part; UPDATE bodies are not needed
 TCPDUMP = "tcpdump"
 #: how long the sessions may take to come up once the router reports READY
@@ -79,12 +83,16 @@ class SessionsUp:
 
 
 def sessions_state(
-    logs: dict[str, list[LogEvent]], routers: dict[str, str], bfd: bool
+    logs: dict[str, list[LogEvent]], routers: dict[str, str], protocols: tuple[str, ...]
 ) -> tuple[dict[str, int | None], int]:
-    """From the peers' parsed logs: per peer, when the latest of its sessions (BGP and, with
-    ``bfd``, BFD) came up if all of them are up now (None: one is down or never was up), and
-    how many times a session went down so far."""
-    found = [bgp_sessions(logs)] + ([bfd_sessions(logs, routers)] if bfd else [])
+    """From the peers' parsed logs: per peer, when the latest of its sessions (those of
+    ``protocols``: BGP, the OSPF adjacency, BFD) came up if all of them are up now (None: one
+    is down or never was up), and how many times a session went down so far."""
+    found = [
+        *([bgp_sessions(logs)] if "bgp" in protocols else []),
+        *([ospf_sessions(logs)] if "ospf" in protocols else []),
+        *([bfd_sessions(logs, routers)] if "bfd" in protocols else []),
+    ]
     up: dict[str, int | None] = {}
     for peer in logs:
         times: list[int | None] = []
@@ -142,6 +150,7 @@ def router_args(s: Scenario) -> list[str]:
         "peers=" + ",".join(f"{p.addr}/{p.asn}" for p in peers()),
         f"bfd={s.bfd_interval_ms}x{s.bfd_multiplier}",
         f"bgphold={s.bgp_hold_s}",
+        *([f"ospfdead={s.ospf_dead_s}"] if "ospf" in s.peering_protocols else []),
     ]
 
 
@@ -158,6 +167,7 @@ def bird_conf(s: Scenario, p: PeerSpec, log_path: Path, ifname: str = topo.HOST_
     wait instead of the router; the router side (FRR) retries every second (``timers connect
     1``)."""
     bfd = "bfd" in s.peering_protocols
+    bgp = "bgp" in s.peering_protocols
     keepalive = max(1, s.bgp_hold_s // 3)
     lines = [
         'timeformat log "%s.%6f";',
@@ -180,6 +190,17 @@ def bird_conf(s: Scenario, p: PeerSpec, log_path: Path, ifname: str = topo.HOST_
             f'protocol bfd {{ interface "{ifname}" {{ interval {s.bfd_interval_ms} ms; '
             f"multiplier {s.bfd_multiplier}; }}; }}"
         )
+    if "ospf" in s.peering_protocols:
+        # the announced address goes over OSPF (an external route) only when there is no BGP:
+        # one protocol carries the cross-traffic's route (docs/peering.md)
+        lines += [
+            f"protocol ospf v2 {OSPF_PROTO} {{",
+            f"  ipv4 {{ import all; export {'none' if bgp else f'where net = {p.announced}'}; }};",
+            f'  area 0 {{ interface "{ifname}" {{ type ptp; hello {s.ospf_hello_s}; dead {s.ospf_dead_s}; }}; }};',
+            "}",
+        ]
+    if not bgp:
+        return "\n".join([*lines, ""])
     lines += [
         f"protocol bgp {BGP_PROTO} {{",
         f"  local {p.addr} as {p.asn};",
@@ -215,8 +236,29 @@ def check(s: Scenario) -> None:
     if not s.peering:
         return
     bird_image_paths()
+    if "ospf" in s.peering_protocols:
+        _check_ospf_image(s.router)
     if shutil.which(TCPDUMP) is None:
         raise DependencyError("PEERING captures the control packets with tcpdump: run `make setup` (Debian tcpdump)")
+
+
+def _check_ospf_image(router: str) -> None:
+    """The router's guest image was built with OSPF: its vrmig-router takes ``ospfdead=`` and,
+    for FRR, it holds ospfd (an image built before OSPF would refuse ``peering=ospf`` only once
+    booted)."""
+    from routers.paths import rootfs_dir
+
+    root = rootfs_dir(router)
+    script = root / "usr/sbin/vrmig-router"
+    daemon = root / "usr/lib/frr/ospfd"
+    try:
+        has = "ospfdead=" in script.read_text(errors="replace") and (router != "frr" or daemon.is_file())
+    except OSError:
+        has = False
+    if not has:
+        raise DependencyError(
+            f"PEERING=ospf: the {router} guest image in {root.parent} was built without OSPF: run `make guest`"
+        )
 
 
 def tool_versions() -> dict[str, str | None]:
@@ -309,7 +351,7 @@ class Peers:
 
     def _state(self) -> tuple[dict[str, int | None], int]:
         routers = {p.role: p.router_addr for p in peers()}
-        return sessions_state(self._logs(), routers, "bfd" in self.s.peering_protocols)
+        return sessions_state(self._logs(), routers, self.s.peering_protocols)
 
     def sessions_up(self) -> SessionsUp | None:
         """Every session of every peer up right now, as the peers' logs say (None: not yet)."""
@@ -327,7 +369,7 @@ class Peers:
             self._check_alive()
             if time.monotonic() > deadline:
                 down = ", ".join(sorted(r for r, t in self._state()[0].items() if t is None))
-                names = "BGP/BFD" if "bfd" in self.s.peering_protocols else "BGP"
+                names = "/".join(p.upper() for p in self.s.peering_protocols)
                 raise PeeringError(
                     f"the router's {names} sessions with {down} were not up within {timeout_s:.0f} s"
                     f"{' after ' + what if what else ''} (see peer-<role>.log in the run directory)"
@@ -359,13 +401,23 @@ class Peers:
                 }
                 for p in peers()
             },
-            "cross_traffic_route": f"{SINK_ROUTED} announced by B over BGP",
+            "cross_traffic_route": f"{SINK_ROUTED} announced by B over "
+            + ("BGP" if "bgp" in self.s.peering_protocols else "OSPF (an external route)"),
             "timers": {
                 "bgp_hold_s": self.s.bgp_hold_s,
                 "bgp_keepalive_s": max(1, self.s.bgp_hold_s // 3),
                 **(
                     {"bfd_interval_ms": self.s.bfd_interval_ms, "bfd_multiplier": self.s.bfd_multiplier}
                     if "bfd" in self.s.peering_protocols
+                    else {}
+                ),
+                **(
+                    {
+                        "ospf_dead_s": self.s.ospf_dead_s,
+                        "ospf_hello_s": self.s.ospf_hello_s,
+                        "ospf_network": "point-to-point",
+                    }
+                    if "ospf" in self.s.peering_protocols
                     else {}
                 ),
             },

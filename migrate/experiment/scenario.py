@@ -32,7 +32,7 @@ MAX_RIB_ROUTES = 2_000_000  # about twice an Internet BGP table
 MIN_FRAME_BYTES = 64
 MAX_FRAME_BYTES = 1518
 MIN_IPV6_FRAME_BYTES = 82  # 14 Eth + 40 IPv6 + 8 UDP + 16 B payload (seq, timestamp) + 4 FCS
-#: routing protocols of PEERING= (docs/peering.md); ospf is refused so far
+#: routing protocols of PEERING= (docs/peering.md)
 PEERING_PROTOCOLS = ("bgp", "ospf", "bfd")
 PEERING_HVS = ("kvm", "criu")
 PEERING_ROUTERS = ("frr", "bird")
@@ -41,6 +41,9 @@ PEERING_ROUTERS = ("frr", "bird")
 BFD_INTERVAL_MS = (10, 60_000)
 BFD_MULTIPLIER = (2, 255)
 BGP_HOLD_S = (3, 65_535)
+#: OSPF_DEAD (s): the hello interval is a quarter of it, at least 1 s (RFC 2328 takes 16 bits for
+#: both; a dead interval of at least twice the hello keeps one lost hello from ending it)
+OSPF_DEAD_S = (2, 65_535)
 #: DIRTY= (MB/s, MB = 2^20 B, QEMU's dirty-rate unit): the guest's load writes a working set of at
 #: most half its memory, which must hold 1 s of writes (QEMU's measurement), so DIRTY <= MEM/2
 MAX_DIRTY_MB_S = 10_000.0
@@ -96,11 +99,13 @@ class Scenario:
     xen_mig_mtu: int = 1500  # HV=xen nested: MTU of the dom0s' migration link NICs
     criu_host: str = "local"  # HV=criu: "vm" runs the experiment in a VM with a soft-dirty kernel
     rib_routes: int = 0  # routes held in the router's RIB (ROUTER=bird): routing state to migrate
-    #: routing sessions between the router and peers on both segments ("" none; "bgp" or "bgp,bfd")
+    #: routing sessions between the router and peers on both segments ("" none; any of bgp, ospf,
+    #: bfd, with bfd only beside bgp)
     peering: str = ""
     bfd_interval_ms: int = 50  # BFD=<interval>x<multiplier>: transmit and receive interval
     bfd_multiplier: int = 3
     bgp_hold_s: int = 9  # BGP_HOLD: the hold time both sides offer (keepalive = hold / 3)
+    ospf_dead_s: int = 4  # OSPF_DEAD: the router dead interval both sides use (hello = dead / 4)
     dirty_mbps: float | None = None  # DIRTY: the guest dirties memory at this rate (MB/s, MB = 2^20 B)
     #: CHURN: B flaps routes at this many route changes per second (0: peers, no flaps; None: off)
     churn_rps: float | None = None
@@ -118,6 +123,12 @@ class Scenario:
         dirty = f"-dirty{self.dirty_mbps:g}" if self.dirty_mbps is not None else ""
         dirty += f"-churn{self.churn_rps:g}" if self.churn_rps is not None else ""
         return f"{hv}-{self.mode}-{format_rate(self.rate_bps)}-{self.frame_bytes}{rib}{peering}{dirty}"
+
+    @property
+    def ospf_hello_s(self) -> int:
+        """OSPF's hello interval: a quarter of the dead interval (FRR's and BIRD's default
+        ratio, 10 s and 40 s), at least 1 s; vrmig-router computes the same for the router."""
+        return max(1, self.ospf_dead_s // 4)
 
     @property
     def peering_protocols(self) -> tuple[str, ...]:
@@ -308,13 +319,12 @@ def validate_peering(s: Scenario) -> None:
     _require(not unknown, f"PEERING={s.peering}: {bad} unknown: use any of {','.join(PEERING_PROTOCOLS)}")
     _require(len(set(names)) == len(names), f"PEERING={s.peering} names a protocol twice")
     _require(
-        "ospf" not in names,
-        f"PEERING={s.peering}: OSPF adjacencies are not built yet (docs/peering.md): use PEERING=bgp or bgp,bfd",
+        "bfd" not in names or "bgp" in names,
+        f"PEERING={s.peering}: BFD runs on the BGP sessions here: use PEERING=bgp,bfd (or bgp,ospf,bfd)",
     )
-    _require("bgp" in names, f"PEERING={s.peering}: BFD runs on the BGP sessions here: use PEERING=bgp,bfd")
     _require(
         s.router in PEERING_ROUTERS,
-        f"PEERING needs a router with routing daemons: ROUTER=frr (bgpd, bfdd) or bird (not ROUTER={s.router})",
+        f"PEERING needs a router with routing daemons: ROUTER=frr (bgpd, ospfd, bfdd) or bird (not ROUTER={s.router})",
     )
     _require(
         s.hv in PEERING_HVS,
@@ -328,6 +338,11 @@ def validate_peering(s: Scenario) -> None:
     _require(lo <= s.bfd_multiplier <= hi, f"{bfd}: the multiplier must be {lo}-{hi}")
     lo, hi = BGP_HOLD_S
     _require(lo <= s.bgp_hold_s <= hi, f"BGP_HOLD={s.bgp_hold_s} must be {lo}-{hi} s (RFC 4271)")
+    lo, hi = OSPF_DEAD_S
+    _require(
+        lo <= s.ospf_dead_s <= hi,
+        f"OSPF_DEAD={s.ospf_dead_s} must be {lo}-{hi} s (the hello interval is a quarter of it, at least 1 s)",
+    )
 
 
 _IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")

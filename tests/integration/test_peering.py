@@ -140,3 +140,87 @@ def test_bgp_sessions_through_a_criu_migration(tmp_path):
     assert "BGP " in cp.stdout
     # CRIU was told to move the established BGP connections (its own log says so)
     assert "Will dump/restore TCP connections" in (run_dir / "criu" / "dump-1.log").read_text(errors="replace")
+
+
+def _run_args(tmp_path: Path, *args: str) -> tuple[dict, dict, str]:
+    cp = subprocess.run(
+        [sys.executable, "-m", "migrate", "run", *args, "--results", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=False, env={**os.environ},
+    )  # fmt: skip
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
+    run_dir = Path(cp.stdout.strip().splitlines()[-1])
+    meta = json.loads((run_dir / "meta.json").read_text())
+    return meta, json.loads((run_dir / "summary.json").read_text()), cp.stdout
+
+
+def _ospf_image() -> None:
+    from migrate.core.errors import DependencyError
+    from migrate.experiment.peering import _check_ospf_image
+
+    try:
+        _check_ospf_image("frr")
+    except DependencyError as err:
+        pytest.skip(str(err))
+
+
+def test_ospf_outlasts_the_stop_and_copy_that_ends_bfd(tmp_path):
+    """PEERING=bgp,ospf,bfd BFD=50x3 OSPF_DEAD=4, stop-and-copy (the guest paused ~0.85 s under
+    TCG): BFD's 150 ms detection time ends its sessions and BGP's with them, while OSPF's 4 s
+    dead interval outlasts the pause: the adjacencies stay Full and the router's longest OSPF
+    silence, which holds the pause, stays below the dead interval."""
+    require_root_and(*TOOLS)
+    _guest_and_peers()
+    _ospf_image()
+    meta, summary, out = _run_args(
+        tmp_path, "--peering", "bgp,ospf,bfd", "--bfd", f"{BFD_MS}x{BFD_MULT}", "--ospf-dead", "4",
+        "--mode", "stopcopy", "--rate", "10M", "--duration", "14", "--migrate-at", "4", "--after", "8",
+    )  # fmt: skip
+    assert meta["status"] == "completed", meta.get("failure")
+    timers = meta["peering"]["timers"]
+    assert (timers["ospf_dead_s"], timers["ospf_hello_s"], timers["ospf_network"]) == (4, 1, "point-to-point")
+    assert "over BGP" in meta["peering"]["cross_traffic_route"]
+    cp = summary["control_plane"]
+    ospf, bfd = cp["ospf"], cp["bfd"]
+    assert all(t is not None for t in ospf["established_ns"].values()) and set(ospf["established_ns"]) == {"A", "B"}
+    assert bfd["survived"] is False, bfd
+    assert ospf["survived"] is True and ospf["flaps"] == 0, ospf
+    assert ospf["limit_ms"] == 4000.0
+    blackout_ms = summary["anatomy"]["phases"]["vcpu_blackout"]["seconds"] * 1000.0
+    for peer, v in ospf["silence_by_peer"].items():
+        # hellos once a second: the silence at each peer holds the pause, and is below 4 s
+        assert v["packets"] > 0 and blackout_ms <= v["gap_ms"] < 4000.0, (peer, v, blackout_ms)
+    assert "OSPF " in out and "  OSPF             survived" in out
+
+
+def test_ospf_carries_the_cross_traffic_and_its_loss_ends_it(tmp_path):
+    """PEERING=ospf OSPF_DEAD=2 and a migration link capped at 300 Mbit/s: the stop-and-copy pause
+    (> 2 s) outlasts the dead interval, so both peers declare the adjacency down ("dead interval
+    expired"), B's route to the sink (an OSPF external route: the only one) goes with it, and the
+    cross-traffic is back only once the adjacency is Full again and the route re-learned."""
+    require_root_and(*TOOLS)
+    _guest_and_peers()
+    _ospf_image()
+    meta, summary, out = _run_args(
+        tmp_path, "--peering", "ospf", "--ospf-dead", "2", "--miglink", "300M",
+        "--mode", "stopcopy", "--rate", "10M", "--duration", "16", "--migrate-at", "4", "--after", "10",
+    )  # fmt: skip
+    assert meta["status"] == "completed", meta.get("failure")
+    assert "over OSPF" in meta["peering"]["cross_traffic_route"]
+    ospf = summary["control_plane"]["ospf"]
+    assert set(summary["control_plane"]) >= {"ospf"} and "bgp" not in summary["control_plane"], summary["control_plane"]
+    blackout_s = summary["anatomy"]["phases"]["vcpu_blackout"]["seconds"]
+    assert blackout_s > 2.0, summary["anatomy"]["phases"]  # the test's premise: the pause outlasts the dead interval
+    assert ospf["survived"] is False, ospf
+    firsts = {}
+    for f in ospf["flap_details"]:
+        firsts.setdefault(f["peer"], f)
+    assert set(firsts) == {"A", "B"} and all(f["cause"] == "dead interval expired" for f in firsts.values()), ospf
+    _consistent(ospf, 1000.0)  # silence >= dead - one hello
+    back = firsts["B"]["up_ns"]
+    assert back is not None, ospf
+    gap = summary["details"]["downtime_packets"]
+    # the cross-traffic needs B's adjacency back (its route comes over it)
+    assert gap["t_after_ns"] is not None and gap["t_after_ns"] >= back, (gap, firsts["B"])
+    routes = ospf["routes"]["A"]
+    assert routes["lost"] and routes["whole_again_ns"] is not None, routes
+    assert "OSPF             FLAPPED" in out

@@ -211,15 +211,15 @@ def test_sessions_state_from_the_real_logs():
     from migrate.experiment.peering import sessions_state
 
     logs = {r: parse_bird_log((FIX / f"peer-{r}.log").read_text()) for r in ROUTER}
-    up, flaps = sessions_state(logs, ROUTER, bfd=True)
+    up, flaps = sessions_state(logs, ROUTER, ("bgp", "bfd"))
     assert flaps == 4 and all(t is not None for t in up.values())  # BFD and BGP at A and B, all back
     # cut the logs just after the 400 ms pause's BFD down: every peer is down then
     cut_at = min(e.t_ns for ev in logs.values() for e in ev if "Up to Down" in e.message) + 1000
     early = {r: [e for e in ev if e.t_ns <= cut_at] for r, ev in logs.items()}
-    up, flaps = sessions_state(early, ROUTER, bfd=True)
+    up, flaps = sessions_state(early, ROUTER, ("bgp", "bfd"))
     assert up["A"] is None and flaps >= 1
     never = {r: [LogEvent(T0, "TRACE", "device1", "Initializing")] for r in ROUTER}
-    assert sessions_state(never, ROUTER, bfd=False)[0] == {"A": None, "B": None}
+    assert sessions_state(never, ROUTER, ("bgp",))[0] == {"A": None, "B": None}
 
 
 def test_calibration_spec_passes_peering_to_its_scenario_and_defaults_to_none():

@@ -342,3 +342,59 @@ def test_peering_config_of_the_router(profile, tmp_path):
         argv = [str(loader), "--library-path", ":".join(map(str, libs)), str(bird), "-p", "-c", str(conf)]
         cp = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
         assert cp.returncode == 0, cp.stdout + cp.stderr
+
+
+def _bird_parses(tmp_path, text: str) -> None:
+    """BIRD of the built bird image reads ``text`` (bird -p; skipped if not built)."""
+    from migrate.core.errors import DependencyError
+    from migrate.experiment.peering import bird_image_paths
+
+    try:
+        loader, bird, libs = bird_image_paths()
+    except DependencyError as err:
+        pytest.skip(str(err))
+    conf = tmp_path / "check.conf"
+    conf.write_text(text)
+    argv = [str(loader), "--library-path", ":".join(map(str, libs)), str(bird), "-p", "-c", str(conf)]
+    cp = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert cp.returncode == 0, cp.stdout + cp.stderr + text
+
+
+@pytest.mark.parametrize("profile", ["frr", "bird"])
+def test_ospf_config_of_the_router(profile, tmp_path):
+    """vrmig-router peering=ospf ospfdead=8: an OSPFv2 adjacency in area 0 on every interface,
+    point-to-point, hello 2 s (a quarter of the dead interval), for FRR or BIRD (checked by the
+    bird image's BIRD)."""
+    env = {"PEERING": "ospf", "OSPF_DEAD": "8", "PAIRS": BOTH, "RUN": str(tmp_path), "IFACES": " eth0 eth1",
+           "RIB": "0", "ASN": "", "PEERS": ""}  # fmt: skip
+    body = "frr_ospf_conf" if profile == "frr" else "bird_peering_conf"
+    r = _script(body, **env)
+    assert r.returncode == 0, r.stderr
+    text = r.stdout
+    if profile == "frr":
+        for ifname in ("eth0", "eth1"):
+            block = text.split(f"interface {ifname}\n", 1)[1].split("exit", 1)[0]
+            assert " ip ospf area 0" in block and " ip ospf network point-to-point" in block, block
+            assert " ip ospf hello-interval 2" in block and " ip ospf dead-interval 8" in block, block
+        assert "router ospf\n ospf router-id 198.18.1.1\n redistribute connected" in text
+    else:
+        assert "protocol bgp" not in text and 'interface "eth0", "eth1" { type ptp; hello 2; dead 8; }' in text
+        _bird_parses(tmp_path, "router id 198.18.1.1;\nprotocol device { }\n" + text)
+
+
+@pytest.mark.parametrize("peering", ["ospf", "bgp,ospf,bfd"])
+def test_ospf_config_of_the_peers(peering, tmp_path):
+    """The peers' BIRD with OSPF: B announces the sink over OSPF only when there is no BGP
+    (one protocol carries the cross-traffic's route); BIRD reads the configuration."""
+    from migrate.experiment.peering import bird_conf, peers
+    from migrate.experiment.scenario import Scenario
+
+    s = Scenario(peering=peering, ospf_dead_s=4)
+    b = next(p for p in peers() if p.role == "B")
+    text = bird_conf(s, b, tmp_path / "peer-B.log")
+    assert "protocol ospf v2 ospf1 {" in text and "type ptp; hello 1; dead 4;" in text
+    if peering == "ospf":
+        assert f"export where net = {b.announced};" in text and "protocol bgp" not in text
+    else:
+        assert "ipv4 { import all; export none; };" in text and "protocol bgp rtr {" in text
+    _bird_parses(tmp_path, text)
