@@ -185,6 +185,25 @@ def veth_pair(tag: str = "") -> Iterator[VethPair]:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
 
 
+def wait_udp_drained(netns: str | None, port: int, timeout_s: float, poll_s: float = 0.01) -> bool:
+    """Block until no UDP socket bound to ``port`` in ``netns`` holds unread data (``ss``'s
+    Recv-Q 0 on two polls in a row), so a sink stopped now has read every packet that reached
+    it; True when drained, False after ``timeout_s`` (no such socket counts as drained).  A sink
+    stopped as soon as the generator exits can miss the last packets still queued for it
+    (ITGRecv counted 486 of 488 so, reporting no loss: they never reached its log)."""
+    deadline = time.monotonic() + timeout_s
+    empty = 0
+    while True:
+        f = run(["ss", "-lunH", f"sport = :{port}"], netns=netns, timeout_s=10)
+        queued = sum(int(line.split()[1]) for line in f.stdout.splitlines() if len(line.split()) > 1)
+        empty = empty + 1 if f.returncode == 0 and queued == 0 else 0
+        if empty >= 2:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll_s)
+
+
 def wait_tcp_listen(
     netns: str | None, port: int, timeout_s: float, child: Child | None = None, poll_s: float = 0.01
 ) -> None:

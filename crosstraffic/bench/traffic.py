@@ -55,7 +55,7 @@ from crosstraffic import get_backend
 from crosstraffic.backend import Backend, TrafficError
 from crosstraffic.backends.builtin import BIN_DIR
 from crosstraffic.bench.bed import BedError, BridgeBed, bridge_bed
-from crosstraffic.runner import REPO, Child, RunError, run, wait_tcp_listen
+from crosstraffic.runner import REPO, Child, RunError, run, wait_tcp_listen, wait_udp_drained
 
 log = logging.getLogger("crosstraffic.bench.traffic")
 
@@ -65,6 +65,7 @@ FRAMES = (64, 1500)
 RATES_BPS = (10_000_000, 100_000_000, 500_000_000)
 READY_TIMEOUT_S = 10.0
 GEN_GRACE_S = 60.0
+SINK_DRAIN_S = 10.0  # at most this long for the sink to read what reached it before it is stopped
 RATE_ERROR_TARGET = 0.01
 TARGET_X_IPERF3 = 2.5
 TARGET_X_TRAFGEN = 1.2
@@ -338,6 +339,7 @@ def run_one(
     if not b.gen_exit_ok(rc):
         raise RunError(f"{v.label} generator exited with {rc}: {gen_err.strip()[-300:]}")
     if not b.sink_stops_itself:
+        wait_udp_drained(bed.b, PORT, SINK_DRAIN_S)  # the sink reads what reached it first
         sink.signal(b.sink_stop_signal)
     sf = sink.finish(60)
     g = b.parse_gen(_decoded(b.gen_decode_argv(), gen_out))

@@ -21,7 +21,7 @@ from crosstraffic import get_backend
 from crosstraffic.backend import Backend, GenResult, SinkResult
 from crosstraffic.backends.trafgen import CRT_MODULI, packet_config
 from crosstraffic.bench.bed import NS_PREFIX, BridgeBed, bridge_bed
-from crosstraffic.runner import REPO, Child, run, wait_tcp_listen
+from crosstraffic.runner import REPO, Child, run, wait_tcp_listen, wait_udp_drained
 from tests.integration.conftest import require_root_and
 
 pytestmark = pytest.mark.integration
@@ -57,6 +57,7 @@ def round_trip(b: Backend, bed: BridgeBed, dst: str, rate: int, frame: int, dur:
         gen = Child(b.gen_argv(dst=dst, port=PORT, rate_bps=rate, frame_bytes=frame, duration_s=dur), netns=bed.a)
         g = gen.finish(dur + 30)
         assert b.gen_exit_ok(g.returncode), g.stderr
+        assert wait_udp_drained(bed.b, PORT, 10.0), "the sink did not read what reached it within 10 s"
         sink.signal(b.sink_stop_signal)
         s = sink.finish(30)
         assert s.returncode == 0, s.stderr
