@@ -100,7 +100,7 @@ def kernel_cmdline(
     (``vrmig.dirty=<rate>``; the image must have the tool: :func:`has_tool`).
 
     ``routing`` are vrmig-router's peering arguments (``peering=bgp,bfd``, ``asn=…``,
-    ``peers=…``, ``bfd=…``, ``bgphold=…``), passed as ``vrmig.<argument>``.
+    ``peers=…``, ``bfd=…``, ``bgphold=…``, ``ospfdead=…``), passed as ``vrmig.<argument>``.
 
     ``if0``/``if1`` are the addresses (with prefix length) of ``eth0`` (first NIC, left segment)
     and ``eth1`` (second NIC, right segment); ``console`` is ``hvc0`` for a Xen domU::

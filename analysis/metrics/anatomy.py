@@ -13,8 +13,9 @@ protocols' reconvergence.  The phases are:
 * **reattachment**: resume until the first cross-traffic packet the sink receives after it (the
   router forwards again, from R2);
 * **reconvergence**: that first packet until the cross-traffic is back at its offered rate: the
-  end of the last gap *with lost packets* that follows within ``settle_s`` of the previous one
-  (a routing session that falls after the resume withdraws the sink's route and opens a second
+  end of the last gap *with lost packets* that follows within ``settle_s`` of the previous one,
+  or starts before the last control-plane session is up again and the routes are back (a
+  routing session that falls after the resume withdraws the sink's route and opens a second
   gap; delay-only gaps, where every packet still arrives, do not count);
 * **outage**: the last packet before the blackout until full rate: the whole data-plane outage.
 
@@ -316,8 +317,16 @@ def outage_anatomy(
         else:
             cur = chain_from
             lossy = g[(g[:, 0] >= chain_from) & (g[:, 3] - g[:, 2] > 1)] if g.size else g
+            # a session still down (or the routes not yet back) keeps the outage open: a lossy
+            # gap that starts before the control plane's last recovery is part of it however
+            # long the traffic flowed before it (an OSPF adjacency the restored router dropped
+            # 1.3 s after the first packet took the sink's route with it for 4.8 s)
+            recovered = [
+                m.t_ns for m in extra if m.t_ns is not None and (m.key.endswith("_up") or m.key == "routes_back")
+            ]
+            recovering_until = max(recovered, default=None)
             for t0, t1, _s0, _s1 in lossy:
-                if (t0 - cur) / 1e9 > settle_s:
+                if (t0 - cur) / 1e9 > settle_s and (recovering_until is None or t0 > recovering_until):
                     break
                 cur = max(cur, int(t1))
             seen_until = min(x for x in (last_packet_ns, traffic_end_ns) if x is not None)

@@ -243,18 +243,18 @@ def check(s: Scenario) -> None:
 
 
 def _check_ospf_image(router: str) -> None:
-    """The router's guest image was built with OSPF: its vrmig-router takes ``ospfdead=`` and,
-    for FRR, it holds ospfd (an image built before OSPF would refuse ``peering=ospf`` only once
-    booted)."""
+    """The router's guest image was built with OSPF: its boot script passes ``ospfdead=`` on,
+    its vrmig-router takes it and, for FRR, it holds ospfd (an image built before OSPF would
+    refuse ``peering=ospf`` only once booted, or run with the default dead interval)."""
     from routers.paths import rootfs_dir
 
     root = rootfs_dir(router)
-    script = root / "usr/sbin/vrmig-router"
-    daemon = root / "usr/lib/frr/ospfd"
+    scripts = (root / "usr/sbin/vrmig-router", root / "usr/sbin/vrmig-boot")
     try:
-        has = "ospfdead=" in script.read_text(errors="replace") and (router != "frr" or daemon.is_file())
+        has = all("ospfdead=" in f.read_text(errors="replace") for f in scripts)
     except OSError:
         has = False
+    has = has and (router != "frr" or (root / "usr/lib/frr/ospfd").is_file())
     if not has:
         raise DependencyError(
             f"PEERING=ospf: the {router} guest image in {root.parent} was built without OSPF: run `make guest`"

@@ -195,8 +195,8 @@ def test_ospf_outlasts_the_stop_and_copy_that_ends_bfd(tmp_path):
 def test_ospf_carries_the_cross_traffic_and_its_loss_ends_it(tmp_path):
     """PEERING=ospf OSPF_DEAD=2 and a migration link capped at 300 Mbit/s: the stop-and-copy pause
     (> 2 s) outlasts the dead interval, so both peers declare the adjacency down ("dead interval
-    expired"), B's route to the sink (an OSPF external route: the only one) goes with it, and the
-    cross-traffic is back only once the adjacency is Full again and the route re-learned."""
+    expired"); the sink's route (B's OSPF external route: the only one) is the router's, and the
+    cross-traffic is back at full rate only once the adjacencies are Full again."""
     require_root_and(*TOOLS)
     _guest_and_peers()
     _ospf_image()
@@ -216,11 +216,13 @@ def test_ospf_carries_the_cross_traffic_and_its_loss_ends_it(tmp_path):
         firsts.setdefault(f["peer"], f)
     assert set(firsts) == {"A", "B"} and all(f["cause"] == "dead interval expired" for f in firsts.values()), ospf
     _consistent(ospf, 1000.0)  # silence >= dead - one hello
-    back = firsts["B"]["up_ns"]
-    assert back is not None, ospf
-    gap = summary["details"]["downtime_packets"]
-    # the cross-traffic needs B's adjacency back (its route comes over it)
-    assert gap["t_after_ns"] is not None and gap["t_after_ns"] >= back, (gap, firsts["B"])
-    routes = ospf["routes"]["A"]
-    assert routes["lost"] and routes["whole_again_ns"] is not None, routes
+    ups = [f["up_ns"] for f in ospf["flap_details"]]
+    assert ups and all(u is not None for u in ups), ospf
+    # the peers declared the router dead during the pause (dead interval after its last hello)
+    # and were Full again after the resume; whether the restored router also dropped them (and
+    # the sink's route with it: seen once here, traffic for 1.3 s after the resume, then 4.8 s of
+    # loss until Full again) varies from run to run; the anatomy keeps such a gap in the outage
+    marks = {m["key"]: m["t_ns"] for m in summary["anatomy"]["marks"]}
+    assert marks["vcpu_stop"] < marks["ospf_down"] < marks["vcpu_resume"] < marks["ospf_up"] == max(ups), marks
+    assert marks["full_rate"] is not None and marks["full_rate"] >= marks["first_packet"], marks
     assert "OSPF             FLAPPED" in out

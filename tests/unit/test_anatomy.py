@@ -118,3 +118,18 @@ def test_synthetic_a_flap_before_the_migration_is_not_the_migrations():
     marks = {m.key: m.t_ns for m in am.control_marks(cp, since_ns=6_000_000_000)}
     assert marks == {"bfd_down": 7_000_000_000, "bfd_up": 9_000_000_000}
     assert {m.key: m.t_ns for m in am.control_marks(cp)}["bfd_down"] == 1_000  # all of the run
+
+
+def test_synthetic_a_lossy_gap_before_the_sessions_are_back_is_part_of_the_outage():
+    """Synthetic: traffic back 20 ms after the resume, then a second lossy gap 1.3 s later (the
+    restored router dropped its OSPF adjacency and the sink's route with it) until 6 s; the
+    adjacency is up again at 5.5 s.  With that mark the outage runs to the second gap's end;
+    without it the second gap, beyond settle_s, is not the migration's."""
+    gaps = [[990 * MS, 1_120 * MS, 10, 140], [2_420 * MS, 6_000 * MS, 1_440, 5_000]]
+    up = am.Mark("ospf_up", 5_500 * MS, "synthetic", 1e-6)
+    with_cp = am.outage_anatomy(
+        0, am.Mark("vcpu_stop", 1_000 * MS, "synthetic", 0.0), am.Mark("vcpu_resume", 1_100 * MS, "synthetic", 0.0),
+        np.asarray(gaps, dtype=np.int64), 10_000 * MS, 10_000 * MS, 0.001, 4 * MS, extra=[up],
+    )  # fmt: skip
+    assert with_cp.mark("full_rate").t_ns == 6_000 * MS
+    assert _synthetic(gaps).mark("full_rate").t_ns == 1_120 * MS

@@ -121,3 +121,43 @@ def test_a_session_first_up_after_the_start_has_no_verdict():
     s = cpm.bgp_sessions(logs)
     t = min(s.established_ns.values()) + 1  # between the two peers' establishment
     assert s.since(t).survived is None and len(s.since(t).down_at_start) == 1
+
+
+def test_ospf_adjacencies_that_outlived_their_dead_interval():
+    """Real records (fixtures/peering/ospf-stopcopy): PEERING=ospf OSPF_DEAD=2, a 3.25 s
+    stop-and-copy pause: both peers' inactivity timers fired during it, the adjacencies left Full
+    and were Full again after the resume; the router's OSPF packets (IP protocol 89, hellos every
+    1 s) are dissected from the captures and the longest silence holds the pause."""
+    run = json.loads((FIX / "ospf-stopcopy" / "run.json").read_text())
+    logs = {r: cpm.parse_bird_log((FIX / "ospf-stopcopy" / f"peer-{r}.log").read_text()) for r in ROUTER}
+    caps = {r: cpm.dissect(read_pcap(FIX / "ospf-stopcopy" / f"control-{r}.pcap")) for r in ROUTER}
+    w = run["window"]
+    _t, src, kind = caps["A"]
+    assert set(kind) == {"ospf"} and "198.18.1.1" in set(src)
+    figs = cpm.control_plane(("ospf",), logs, caps, ROUTER, (w["start_ns"], w["end_ns"]), {"ospf": 2000.0})
+    ospf = figs["ospf"].to_dict()
+    assert all(t is not None for t in ospf["established_ns"].values())
+    assert ospf["survived"] is False and ospf["flaps"] == 2, ospf
+    assert {f["peer"]: f["cause"] for f in ospf["flap_details"]} == {"A": "dead interval expired",
+                                                                    "B": "dead interval expired"}  # fmt: skip
+    for f in ospf["flap_details"]:
+        assert w["start_ns"] < f["down_ns"] < w["end_ns"] < f["up_ns"], f  # down in the pause, Full after it
+    pause_ms = (w["end_ns"] - w["start_ns"]) / 1e6
+    assert ospf["limit_ms"] == 2000.0 and ospf["silence_ms"] > pause_ms > 2000.0 and ospf["margin_ms"] < 0, ospf
+    assert set(ospf["routes"]) == {"A", "B"}
+
+
+def test_ospf_sessions_from_neighbor_states():
+    """Synthetic BIRD lines: Full is up; leaving Full is down, with the inactivity timer's line
+    as the cause, else the state it fell to."""
+    lines = [
+        "100.000000 <TRACE> ospf1: Neighbor 198.18.1.1 on eth0 changed state from Loading to Full",
+        "101.000000 <TRACE> ospf1: Neighbor 198.18.1.1 on eth0 changed state from Full to Init",
+        "102.000000 <TRACE> ospf1: Neighbor 198.18.1.1 on eth0 changed state from Loading to Full",
+        "103.000000 <TRACE> ospf1: Inactivity timer expired for nbr 198.18.1.1 on eth0",
+        "103.000000 <TRACE> ospf1: Neighbor 198.18.1.1 on eth0 changed state from Full to Down",
+    ]
+    s = cpm.ospf_sessions({"A": cpm.parse_bird_log("\n".join(lines))})
+    assert s.established_ns == {"A": 100 * 10**9}
+    got = [(f.cause, f.up_ns) for f in s.flaps]
+    assert got == [("neighbor state Init", 102 * 10**9), ("dead interval expired", None)]
