@@ -145,8 +145,16 @@ class Sessions:
         return not self.flaps
 
 
-def bgp_sessions(logs: dict[str, list[LogEvent]]) -> Sessions:
-    """BGP: up at "State changed to up", down at the first other state after it."""
+#: what one log line says about a session: ("up", None), ("down", the cause to use when no
+#: earlier line gave one), ("cause", why it is about to go down), or None (nothing)
+Step = tuple[str, str | None] | None
+
+
+def _sessions(logs: dict[str, list[LogEvent]], step: Callable[[str, LogEvent], Step]) -> Sessions:
+    """The sessions of one protocol at every peer, from ``step``'s reading of each line: a
+    session is established at its first "up"; a "down" while up begins a flap, whose cause is
+    the first "cause" line since it was last up (else the "down" line's own); the next "up"
+    ends it (a flap not ended is still down when the records end)."""
     est: dict[str, int | None] = {}
     flaps: list[Flap] = []
     end = None
@@ -157,56 +165,59 @@ def bgp_sessions(logs: dict[str, list[LogEvent]]) -> Sessions:
         cause: str | None = None
         for e in events:
             end = e.t_ns if end is None else max(end, e.t_ns)
-            if e.proto != BGP_PROTO:
+            said = step(peer, e)
+            if said is None:
                 continue
-            if up and cause is None and e.message.startswith(_CAUSES):
-                cause = e.message
-            m = _STATE.match(e.message)
-            if not m:
-                continue
-            if m[1] == "up":
+            kind, text = said
+            if kind == "cause":
+                if up and cause is None:
+                    cause = text
+            elif kind == "up":
                 if est[peer] is None:
                     est[peer] = e.t_ns
                 if down is not None:
                     flaps.append(Flap(peer, down[0], down[1], e.t_ns))
                     down = None
                 up, cause = True, None
-            elif up:
-                down, up = (e.t_ns, cause), False
+            elif up:  # "down"
+                down, up = (e.t_ns, cause or text), False
         if down is not None:
             flaps.append(Flap(peer, down[0], down[1], None))
     return Sessions(est, tuple(sorted(flaps, key=lambda f: f.down_ns)), end)
 
 
+def bgp_sessions(logs: dict[str, list[LogEvent]]) -> Sessions:
+    """BGP: up at "State changed to up", down at the first other state after it; the cause is
+    the first of BIRD's lines that say why a session ended (``_CAUSES``)."""
+
+    def step(_peer: str, e: LogEvent) -> Step:
+        if e.proto != BGP_PROTO:
+            return None
+        if e.message.startswith(_CAUSES):
+            return ("cause", e.message)
+        m = _STATE.match(e.message)
+        if not m:
+            return None
+        return ("up", None) if m[1] == "up" else ("down", None)
+
+    return _sessions(logs, step)
+
+
 def bfd_sessions(logs: dict[str, list[LogEvent]], router_addr: dict[str, str]) -> Sessions:
-    """BFD: the session to the router's address at each peer, from its state changes."""
-    est: dict[str, int | None] = {}
-    flaps: list[Flap] = []
-    end = None
-    for peer, events in logs.items():
-        est[peer] = None
-        down: int | None = None
-        cause = None
-        for e in events:
-            end = e.t_ns if end is None else max(end, e.t_ns)
-            m = _BFD.match(e.message)
-            if not m or m[1] != router_addr[peer]:
-                if "expired" in e.message and router_addr[peer] in e.message:
-                    cause = "detection time expired"
-                continue
-            old, new = m[2], m[3]
-            if new == "Up":
-                if est[peer] is None:
-                    est[peer] = e.t_ns
-                if down is not None:
-                    flaps.append(Flap(peer, down, cause, e.t_ns))
-                    down, cause = None, None
-            elif old == "Up":
-                down = e.t_ns
-                cause = cause or f"remote state {new}"
-        if down is not None:
-            flaps.append(Flap(peer, down, cause, None))
-    return Sessions(est, tuple(sorted(flaps, key=lambda f: f.down_ns)), end)
+    """BFD: the session to the router's address at each peer, from its state changes (the
+    cause: its detection time expired, else the state the router said it was in)."""
+
+    def step(peer: str, e: LogEvent) -> Step:
+        m = _BFD.match(e.message)
+        if not m or m[1] != router_addr[peer]:
+            expired = "expired" in e.message and router_addr[peer] in e.message
+            return ("cause", "detection time expired") if expired else None
+        old, new = m[2], m[3]
+        if new == "Up":
+            return ("up", None)
+        return ("down", f"remote state {new}") if old == "Up" else None
+
+    return _sessions(logs, step)
 
 
 def ospf_sessions(logs: dict[str, list[LogEvent]]) -> Sessions:
@@ -215,38 +226,22 @@ def ospf_sessions(logs: dict[str, list[LogEvent]]) -> Sessions:
     (RFC 2328 10.1); the cause is BIRD's line before it ("Inactivity timer expired": no hello
     within the dead interval), else the state it fell to (e.g. Init: the router's hello no
     longer listed the peer)."""
-    est: dict[str, int | None] = {}
-    flaps: list[Flap] = []
-    end = None
-    for peer, events in logs.items():
-        est[peer] = None
-        down: int | None = None
-        cause: str | None = None
-        full = False
-        for e in events:
-            end = e.t_ns if end is None else max(end, e.t_ns)
-            if e.proto != OSPF_PROTO:
-                continue
-            for prefix, why in _OSPF_CAUSES.items():
-                if full and cause is None and e.message.startswith(prefix):
-                    cause = why
-            m = _OSPF_NBR.match(e.message)
-            if not m:
-                continue
-            old, new = m[3], m[4]
-            if new == "Full":
-                if est[peer] is None:
-                    est[peer] = e.t_ns
-                if down is not None:
-                    flaps.append(Flap(peer, down, cause, e.t_ns))
-                    down = None
-                full, cause = True, None
-            elif old == "Full":
-                down, full = e.t_ns, False
-                cause = cause or f"neighbor state {new}"
-        if down is not None:
-            flaps.append(Flap(peer, down, cause, None))
-    return Sessions(est, tuple(sorted(flaps, key=lambda f: f.down_ns)), end)
+
+    def step(_peer: str, e: LogEvent) -> Step:
+        if e.proto != OSPF_PROTO:
+            return None
+        for prefix, why in _OSPF_CAUSES.items():
+            if e.message.startswith(prefix):
+                return ("cause", why)
+        m = _OSPF_NBR.match(e.message)
+        if not m:
+            return None
+        old, new = m[3], m[4]
+        if new == "Full":
+            return ("up", None)
+        return ("down", f"neighbor state {new}") if old == "Full" else None
+
+    return _sessions(logs, step)
 
 
 @dataclass(frozen=True)
