@@ -33,7 +33,7 @@ MIGRATE_FLAGS += $(call flag,DIRTY,dirty)  # the guest dirties memory at DIRTY M
 MIGRATE_FLAGS += $(call flag,CHURN,churn)  # B flaps CHURN routes/s (PEERING=bgp; docs/peering.md "Route churn")
 
 .PHONY: chaos setup apt venv helpers guest migrate test test-unit test-integration lint clean-testbed clean \
-        bench-traffic bench-sampler bench-qmp check-helpers
+        bench-traffic bench-sampler bench-qmp bench-qmp-client check-helpers
 
 setup: apt venv helpers guest criu xen
 
@@ -168,7 +168,7 @@ test-unit:
 	$(PYTEST) -q tests/unit
 
 test-integration:
-	$(PYTEST) -q -rs tests/integration
+	$(PYTEST) -q -rs --durations=25 tests/integration
 
 lint:
 	.venv/bin/ruff check .
@@ -199,6 +199,12 @@ bench-sampler: venv
 # existing HV=kvm runs (run directories or roots), per event kind; default every run in $(RESULTS)
 bench-qmp: venv
 	$(PY) -m analysis.hypervisors.qmp_arrival --out $(RESULTS)/bench/qmp.csv $(or $(RUNS),$(RESULTS))
+
+# make bench-qmp-client: the QMP client's arrival stamp against a fake QEMU, with and without the
+# arrival watch and beside a thread blocked in recv, side by side (no QEMU, no root)
+bench-qmp-client: venv
+	$(MAKE) -C probes
+	$(PY) -m tests.bench.bench_qmp_client --out $(RESULTS)/bench/qmp-client.json
 
 clean:
 	$(MAKE) -C crosstraffic clean

@@ -36,7 +36,8 @@ DIRTY_LAG_MARKER = "VRMIG-DIRTY-LAG"
 DIRTY_TOOL = "vrmig-dirty"
 
 #: Bumped whenever the guest's contract (cmdline, init, markers) changes; older images are refused.
-GUEST_FORMAT = 1
+#: 2: ``vrmig.ospfdead`` on the cmdline and FRR's ospfd in the frr image (PEERING=ospf).
+GUEST_FORMAT = 2
 
 #: NIC model (the orchestrator's NIC=) -> the guest kernel driver it needs.
 NIC_DRIVERS = {"virtio": "virtio_net", "e1000": "e1000"}

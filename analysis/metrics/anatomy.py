@@ -16,7 +16,10 @@ protocols' reconvergence.  The phases are:
   end of the last gap *with lost packets* that follows within ``settle_s`` of the previous one,
   or starts before the last control-plane session is up again and the routes are back (a
   routing session that falls after the resume withdraws the sink's route and opens a second
-  gap; delay-only gaps, where every packet still arrives, do not count);
+  gap; delay-only gaps, where every packet still arrives, do not count).  A session not up
+  again within the run keeps every later lossy gap in the outage, and if the sink then heard
+  nothing for more than ``settle_s`` before the generator stopped, full rate is a lower bound
+  at the generator's stop;
 * **outage**: the last packet before the blackout until full rate: the whole data-plane outage.
 
 Resolutions: a hypervisor mark carries its own (QEMU's event timestamps: 1 us; an orchestrator
@@ -321,17 +324,38 @@ def outage_anatomy(
             # gap that starts before the control plane's last recovery is part of it however
             # long the traffic flowed before it (an OSPF adjacency the restored router dropped
             # 1.3 s after the first packet took the sink's route with it for 4.8 s)
-            recovered = [
-                m.t_ns for m in extra if m.t_ns is not None and (m.key.endswith("_up") or m.key == "routes_back")
-            ]
-            recovering_until = max(recovered, default=None)
+            recovery = [m for m in extra if m.key.endswith("_up") or m.key == "routes_back"]
+            # a session (not a route trace: one missing route of a peer's RIB says little of the
+            # sink's) that was not up again within the run
+            never_recovered = any(m.t_ns is None for m in recovery if m.key.endswith("_up"))
+            recovering_until = max((m.t_ns for m in recovery if m.t_ns is not None), default=None)
+            # a session that was not up again within the run keeps the outage open to the end:
+            # every later lossy gap is part of it (a CRIU-restored BIRD that no longer hears its
+            # OSPF neighbours loses the sink's route a dead interval after the restore)
+            if never_recovered:
+                recovering_until = max(last_packet_ns, traffic_end_ns or last_packet_ns)
             for t0, t1, _s0, _s1 in lossy:
                 if (t0 - cur) / 1e9 > settle_s and (recovering_until is None or t0 > recovering_until):
                     break
                 cur = max(cur, int(t1))
             seen_until = min(x for x in (last_packet_ns, traffic_end_ns) if x is not None)
             src = "sink: end of the last lossy gap"
-            if (seen_until - cur) / 1e9 >= settle_s:
+            # the sink heard nothing in the last settle_s before the generator stopped while a
+            # session was still down: the traffic stopped arriving (the route went with the
+            # session), an open gap that is part of the outage.  Without that evidence the sink's
+            # records merely end first (full rate is then a bound, below)
+            open_gap = traffic_end_ns is not None and (traffic_end_ns - last_packet_ns) / 1e9 > settle_s
+            if open_gap and never_recovered:
+                assert traffic_end_ns is not None
+                full = Mark("full_rate", traffic_end_ns, "the generator stopped (traffic never came back)", pkt,
+                            bound="lower")  # fmt: skip
+                notes.append(
+                    f"the traffic stopped arriving {(traffic_end_ns - last_packet_ns) / 1e9:.2f} s before the "
+                    "generator stopped"
+                    + (" and a control-plane session was not up again" if never_recovered else "")
+                    + ": the outage lasted at least until the generator stopped"
+                )
+            elif (seen_until - cur) / 1e9 >= settle_s:
                 full = Mark("full_rate", cur, src, pkt)
             else:
                 full = Mark("full_rate", cur, src, pkt, bound="lower")

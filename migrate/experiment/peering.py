@@ -236,29 +236,8 @@ def check(s: Scenario) -> None:
     if not s.peering:
         return
     bird_image_paths()
-    if "ospf" in s.peering_protocols:
-        _check_ospf_image(s.router)
     if shutil.which(TCPDUMP) is None:
         raise DependencyError("PEERING captures the control packets with tcpdump: run `make setup` (Debian tcpdump)")
-
-
-def _check_ospf_image(router: str) -> None:
-    """The router's guest image was built with OSPF: its boot script passes ``ospfdead=`` on,
-    its vrmig-router takes it and, for FRR, it holds ospfd (an image built before OSPF would
-    refuse ``peering=ospf`` only once booted, or run with the default dead interval)."""
-    from routers.paths import rootfs_dir
-
-    root = rootfs_dir(router)
-    scripts = (root / "usr/sbin/vrmig-router", root / "usr/sbin/vrmig-boot")
-    try:
-        has = all("ospfdead=" in f.read_text(errors="replace") for f in scripts)
-    except OSError:
-        has = False
-    has = has and (router != "frr" or (root / "usr/lib/frr/ospfd").is_file())
-    if not has:
-        raise DependencyError(
-            f"PEERING=ospf: the {router} guest image in {root.parent} was built without OSPF: run `make guest`"
-        )
 
 
 def tool_versions() -> dict[str, str | None]:

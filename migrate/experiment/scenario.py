@@ -34,7 +34,7 @@ MAX_FRAME_BYTES = 1518
 MIN_IPV6_FRAME_BYTES = 82  # 14 Eth + 40 IPv6 + 8 UDP + 16 B payload (seq, timestamp) + 4 FCS
 #: routing protocols of PEERING= (docs/peering.md)
 PEERING_PROTOCOLS = ("bgp", "ospf", "bfd")
-PEERING_HVS = ("kvm", "criu")
+PEERING_HVS = ("kvm", "criu", "xen")
 PEERING_ROUTERS = ("frr", "bird")
 #: the daemons' ranges: FRR bfdd 10-60000 ms and multiplier 2-255 (BIRD accepts these too); a BGP
 #: hold time of 3-65535 s (RFC 4271: 0 or at least 3; 0, no keepalives, would hide a silence)
@@ -328,7 +328,7 @@ def validate_peering(s: Scenario) -> None:
     )
     _require(
         s.hv in PEERING_HVS,
-        f"PEERING runs with HV=kvm or criu so far (not HV={s.hv}): peering under Xen is not built yet",
+        f"PEERING runs with HV={', '.join(PEERING_HVS)} (not HV={s.hv})",
     )
     _require(s.ip == 4, "PEERING runs with IP=4 so far (the sessions and the announced sink address are IPv4)")
     bfd = f"BFD={s.bfd_interval_ms}x{s.bfd_multiplier}"

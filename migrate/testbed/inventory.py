@@ -30,7 +30,17 @@ _MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 _TOP_KEYS = {"version", "name", "deploy_dir", "ssh", "hosts", "router"}
 _SSH_KEYS = {"host", "port", "user", "key", "known_hosts"}
 _END_KEYS = {"ssh", "transport", "segment", "interface", "ipv4", "ipv6"}
-_HV_KEYS = {"ssh", "transport", "uplinks", "bridges", "taps", "migration", "libvirt_uri", "libvirt_peer_uri"}
+_HV_KEYS = {
+    "ssh",
+    "transport",
+    "uplinks",
+    "bridges",
+    "taps",
+    "migration",
+    "libvirt_uri",
+    "libvirt_peer_uri",
+    "libvirt_tls",
+}
 _PORT_KEYS = {"ipv4", "ipv6", "mac"}
 
 
@@ -69,6 +79,9 @@ class HostSpec:
     libvirt_uri: str | None = None
     #: how the *other* hypervisor host's libvirtd reaches this one (peer-to-peer migration)
     libvirt_peer_uri: str | None = None
+    #: a directory on the orchestrator with this host's TLS files for libvirt (migrate.testbed.pki.FILES),
+    #: which hosts-setup installs in LIBVIRT_PKI_DIR; checked by hosts-setup, not at load
+    libvirt_tls: Path | None = None
 
     def address(self, family: int) -> str:
         """The end host's data address (no prefix length) of IP version ``family``."""
@@ -247,7 +260,17 @@ def _host(c: _Ctx, role: str, t: dict[str, Any], ssh_defaults: dict[str, Any], b
         migration_ipv4=_cidr(c, f"{where}.migration", "ipv4", _str(c, f"{where}.migration", mig, "ipv4"), 4),
         libvirt_uri=_str(c, where, t, "libvirt_uri", required=False),
         libvirt_peer_uri=_str(c, where, t, "libvirt_peer_uri", required=False),
+        libvirt_tls=_opt_path(c, where, t, "libvirt_tls", base),
     )
+
+
+def _opt_path(c: _Ctx, where: str, t: dict[str, Any], key: str, base: Path) -> Path | None:
+    """An optional path, relative to the inventory's directory unless absolute."""
+    v = _str(c, where, t, key, required=False)
+    if v is None:
+        return None
+    p = Path(v)
+    return p if p.is_absolute() else base / p
 
 
 def _router(c: _Ctx, t: Any) -> dict[str, RouterPortSpec]:

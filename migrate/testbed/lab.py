@@ -46,7 +46,7 @@ from migrate.core.atomic import write_json, write_text
 from migrate.core.errors import ConfigError, DependencyError, Interrupted, TestbedError
 from migrate.core.registry import PREFIX_RE, RUN_ENV, proc_starttime, teardown_state
 from migrate.core.sighold import held_signals
-from migrate.testbed import inventory
+from migrate.testbed import inventory, pki
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import TestbedBuilder
 
@@ -447,6 +447,10 @@ exec "$L" --listen -f "$B/etc/libvirtd.conf" -p "$B/libvirtd.pid"
 """
 #: where libvirtd puts its sockets inside the host (its default, so URIs need no socket=)
 LIBVIRT_SOCK_DIR = "/run/libvirt"
+#: the host's TLS certificates for libvirt, inside the host (under its private /etc/libvirt)
+LIBVIRT_PKI_DIR = pki.LIBVIRT_PKI_DIR
+#: in the lab directory: the certificate of the lab's CA, for whoever inspects the daemons' TLS
+LIBVIRT_CA_NAME = "libvirt-ca.pem"
 #: libvirtd's QEMU capabilities cache inside its private tree (one XML file per QEMU binary)
 CAPS_SUBDIR = Path("cache") / "qemu" / "capabilities"
 #: under LAB_ROOT: the capabilities the first lab's daemon probed (seconds per QEMU binary under
@@ -463,9 +467,15 @@ def libvirt_uri(lab_dir: Path, key: Path, host: str) -> str:
 
 
 def libvirt_peer_uri(role: str) -> str:
-    """The qemu+tcp URI by which the other hypervisor host's libvirtd reaches ``role``'s, on the
-    migration link (libvirt's default TCP port)."""
-    return f"qemu+tcp://{topo.addr(topo.MIGRATION_ADDR[role])}/system"
+    """The qemu+tls URI by which the other hypervisor host's libvirtd reaches ``role``'s, on the
+    migration link (libvirt's default TLS port), with its client certificate from LIBVIRT_PKI_DIR
+    inside that host (migrate.testbed.pki)."""
+    return f"qemu+tls://{topo.addr(topo.MIGRATION_ADDR[role])}/system?pkipath={LIBVIRT_PKI_DIR}"
+
+
+def tls_dir(st: LabState, role: str) -> Path:
+    """The lab directory's copy of ``role``'s libvirt TLS files (the inventory's ``libvirt_tls``)."""
+    return st.dir / "pki" / role
 
 
 def libvirt_dir(st: LabState, role: str) -> Path:
@@ -473,11 +483,12 @@ def libvirt_dir(st: LabState, role: str) -> Path:
     return st.host_dir(role) / "libvirt"
 
 
-def _start_libvirtd(st: LabState, role: str, sshd_pid: int, caps: Path) -> subprocess.Popen[bytes]:
+def _start_libvirtd(st: LabState, role: str, sshd_pid: int, caps: Path, ca: pki.Authority) -> subprocess.Popen[bytes]:
     """Start ``role``'s libvirtd in the network and mount namespaces of its (running) sshd, so
     that SSH sessions (virsh, virt-ssh-helper) see its socket at the default path and the
     daemon sees the host's deploy-dir tmpfs; its QEMU capabilities cache starts with the files
-    in ``caps``.  Recorded by PID and start time at once."""
+    in ``caps``; it listens for the other host's daemon over TLS with certificates from the
+    lab's ``ca``.  Recorded by PID and start time at once."""
     from migrate.drivers.libvirt import daemon as lvd
 
     comm = Path(f"/proc/{sshd_pid}/comm").read_text().strip()
@@ -491,7 +502,12 @@ def _start_libvirtd(st: LabState, role: str, sshd_pid: int, caps: Path) -> subpr
     for f in _caps_files(caps):
         shutil.copy2(f, base / CAPS_SUBDIR / f.name)
     mig = topo.addr(topo.MIGRATION_ADDR[role])
-    (base / "etc" / "libvirtd.conf").write_text(lvd.libvirtd_conf(Path(LIBVIRT_SOCK_DIR), mig, str(uuid.uuid4())))
+    # the inventory's copy (libvirt_tls: what hosts-setup installs) and the host's own
+    pki.write_host(tls_dir(st, role), ca, role, mig)
+    shutil.copytree(tls_dir(st, role), base / "etc" / "pki")
+    (base / "etc" / "libvirtd.conf").write_text(
+        lvd.libvirtd_conf(Path(LIBVIRT_SOCK_DIR), mig, str(uuid.uuid4()), tls_dir=LIBVIRT_PKI_DIR)
+    )
     (base / "etc" / "qemu.conf").write_text(lvd.qemu_conf(mig))
     lvd.ensure_mount_points()
     mounts = list(lvd.MOUNTS)
@@ -577,14 +593,18 @@ def _start_libvirt(st: LabState, key: Path, sshds: dict[str, subprocess.Popen[by
     script.write_text(LIBVIRT_SSH_SCRIPT)
     script.chmod(0o700)
     uris = {
-        r: {"uri": libvirt_uri(st.dir, key, st.mgmt_addr(r)), "peer_uri": libvirt_peer_uri(r)}
+        r: {"uri": libvirt_uri(st.dir, key, st.mgmt_addr(r)), "peer_uri": libvirt_peer_uri(r),
+            "tls": str(tls_dir(st, r))}
         for r in topo.HYPERVISOR_HOSTS
-    }
+    }  # fmt: skip
+    (st.dir / "pki").mkdir(mode=0o700)
     shared = LAB_ROOT / CAPS_CACHE_NAME
     first = topo.HYPERVISOR_HOSTS[0]
     groups = [list(topo.HYPERVISOR_HOSTS)] if _caps_files(shared) else [[first], list(topo.HYPERVISOR_HOSTS[1:])]
+    ca = pki.new_authority(st.name)  # its key stays in memory: lab-up issues every certificate now
+    (st.dir / LIBVIRT_CA_NAME).write_bytes(ca.pem)
     for group in groups:
-        procs = {r: _start_libvirtd(st, r, sshds[r].pid, shared) for r in group}
+        procs = {r: _start_libvirtd(st, r, sshds[r].pid, shared, ca) for r in group}
         for r, p in procs.items():
             log.debug("libvirtd of lab host %s ready after %.3f s", r, _wait_libvirtd(st, r, p, uris[r]["uri"]))
         _keep_caps(st, first)
@@ -622,6 +642,7 @@ taps = { L = "tapL", R = "tapR" }
 migration = { interface = {{ r.mig_if|q }}, ipv4 = {{ r.mig_ipv4|q }} }
 {% if r.libvirt_uri %}libvirt_uri = {{ r.libvirt_uri|q }}
 libvirt_peer_uri = {{ r.libvirt_peer_uri|q }}
+{% endif %}{% if r.libvirt_tls %}libvirt_tls = {{ r.libvirt_tls|q }}
 {% endif %}{% endfor %}{% for p in ports %}
 [router.{{ p.segment }}]
 ipv4 = {{ p.ipv4|q }}
@@ -646,7 +667,7 @@ def render_inventory(
 ) -> str:
     """The inventory text (docs/lab.example.toml's format) of a lab whose host ``role`` has the
     management address ``mgmt[role]`` and, if given, the libvirt URIs ``libvirt[role]``
-    (``uri``, ``peer_uri``)."""
+    (``uri``, ``peer_uri``, and ``tls``: the directory of its libvirt TLS files)."""
     import jinja2
 
     env = jinja2.Environment(autoescape=False, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
@@ -659,7 +680,8 @@ def render_inventory(
     lv = libvirt or {}
     hv_hosts = [
         {"role": r, "mgmt": mgmt[r], "mig_if": topo.MIGRATION_IF, "mig_ipv4": topo.MIGRATION_ADDR[r],
-         "libvirt_uri": lv.get(r, {}).get("uri"), "libvirt_peer_uri": lv.get(r, {}).get("peer_uri")}
+         "libvirt_uri": lv.get(r, {}).get("uri"), "libvirt_peer_uri": lv.get(r, {}).get("peer_uri"),
+         "libvirt_tls": lv.get(r, {}).get("tls")}
         for r in topo.HYPERVISOR_HOSTS
     ]  # fmt: skip
     return env.from_string(INVENTORY_TEMPLATE).render(

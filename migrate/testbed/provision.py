@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from migrate.core.errors import DependencyError
+from migrate.testbed import pki
 from migrate.testbed import results as resultsmod
 from migrate.testbed.inventory import END_ROLES, HV_ROLES, ROLES, HostSpec, Inventory, InventoryError
 
@@ -140,6 +141,9 @@ def host_vars(h: HostSpec, deploy_dir: str) -> dict[str, Any]:
         v["vrmig_taps"] = [{"name": h.taps[s], "bridge": h.bridges[s]} for s in sorted(h.taps)]
         # the host's address on the migration link (libvirt's qemu.conf migration_host)
         v["vrmig_migration_address"] = str(ipaddress.ip_interface(h.migration_ipv4 or "").ip)
+        if h.libvirt_tls is not None:  # libvirt's TLS files, installed in pki.LIBVIRT_PKI_DIR
+            v["vrmig_libvirt_tls"] = str(h.libvirt_tls)
+            v["vrmig_libvirt_pki_dir"] = pki.LIBVIRT_PKI_DIR
     return v
 
 
@@ -280,7 +284,8 @@ def explain_unreachable(inv: Inventory, failures: dict[str, str], control_dir: P
 
 
 def check_local_files(inv: Inventory) -> None:
-    """Each SSH host's key and known-hosts file must exist here (else InventoryError, exit 2)."""
+    """Each SSH host's key and known-hosts file, and a hypervisor host's libvirt TLS files, must
+    exist here (else InventoryError, exit 2)."""
     for r, h in inv.hosts.items():
         if h.ssh is None:
             continue
@@ -288,6 +293,13 @@ def check_local_files(inv: Inventory) -> None:
             if not p.is_file():
                 raise InventoryError(
                     f"{inv.path}: hosts.{r}.ssh: {what} {p} does not exist (fix the path or create it)"
+                )
+        if h.libvirt_tls is not None:
+            missing = [f for f in pki.FILES if not (h.libvirt_tls / f).is_file()]
+            if missing:
+                raise InventoryError(
+                    f"{inv.path}: hosts.{r}.libvirt_tls: {h.libvirt_tls} lacks {', '.join(missing)} (a directory "
+                    f"with libvirt's {', '.join(pki.FILES)} for this host; docs/testbed.md)"
                 )
 
 

@@ -16,6 +16,27 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
+def qemu_tcg_precopy_crash(meta: dict[str, Any]) -> bool:
+    """The run failed only because the router crashed on R2 from QEMU's own TCG pre-copy bug
+    (migrate.experiment.run.TCG_PRECOPY_BUG, named in the failure by the run itself): QEMU's
+    fault, not the suite's, seen in about 1 of 12 TCG pre-copy runs here.  A test that needs a
+    completed pre-copy run may run it once more."""
+    from migrate.experiment.run import TCG_PRECOPY_BUG
+
+    return meta.get("failure_class") == "post-migration" and TCG_PRECOPY_BUG in (meta.get("failure") or "")
+
+
+def once_more_after_qemu_crash(attempt: Callable[[str], Path | None]) -> Path | None:
+    """``attempt("try1")`` runs once and returns its run directory (None: none printed); if that
+    run failed from :func:`qemu_tcg_precopy_crash`, ``attempt("try2")`` runs and its directory
+    is returned instead."""
+    run_dir = attempt("try1")
+    meta = run_dir / "meta.json" if run_dir is not None else None
+    if meta is not None and meta.exists() and qemu_tcg_precopy_crash(json.loads(meta.read_text())):
+        run_dir = attempt("try2")
+    return run_dir
+
+
 def require_root_and(*tools: str) -> None:
     """Skip unless running as root with every tool (binary name or repo-relative path) present."""
     if os.geteuid() != 0:

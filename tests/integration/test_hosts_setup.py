@@ -337,10 +337,10 @@ def _libvirt_setting(lab: Lab, role: str, conf: str, key: str) -> list[str]:
 
 
 def test_hosts_setup_writes_libvirts_settings_and_says_to_restart_it(lab: Lab, tmp_path: Path) -> None:
-    """A clone's settings (R2 with R1's host UUID, no migration_host): hosts-setup gives R2 a UUID
-    of its own and the migration link's address, and, with no systemd to restart libvirtd (the
-    emulated lab's daemons are lab-up's), fails R2 with the line saying so; the next run finds
-    nothing to change."""
+    """A clone's settings (R2 with R1's host UUID, no migration_host, its TLS server certificate
+    gone): hosts-setup gives R2 a UUID of its own, the migration link's address and the
+    inventory's certificate, and, with no systemd to restart libvirtd (the emulated lab's daemons
+    are lab-up's), fails R2 with the line saying so; the next run finds nothing to change."""
     if not isinstance(lab, EmulatedLab):
         pytest.skip("only the emulated lab's hosts have a private /etc/libvirt")
     from migrate.testbed.inventory import load
@@ -355,6 +355,8 @@ def test_hosts_setup_writes_libvirts_settings_and_says_to_restart_it(lab: Lab, t
     )
     assert _libvirt_setting(lab, "R2", "libvirtd.conf", "host_uuid") == r1_uuid
     assert _libvirt_setting(lab, "R2", "qemu.conf", "migration_host") == []
+    # and R2 has lost its TLS server certificate (the daemon keeps the one it loaded)
+    assert lab.ssh("R2", "rm", "/etc/libvirt/pki/servercert.pem").returncode == 0
 
     cp, _ = _hosts_setup(lab.inventory, tmp_path / "results")
     assert cp.returncode == 2, cp.stdout + cp.stderr
@@ -367,6 +369,11 @@ def test_hosts_setup_writes_libvirts_settings_and_says_to_restart_it(lab: Lab, t
     mig = load(lab.inventory).hosts["R2"].migration_ipv4
     assert mig is not None
     assert _libvirt_setting(lab, "R2", "qemu.conf", "migration_host") == [mig.split("/")[0]]
+    tls = load(lab.inventory).hosts["R2"].libvirt_tls  # the inventory's copy, installed again
+    assert tls is not None
+    r = lab.ssh("R2", "sha256sum", "/etc/libvirt/pki/servercert.pem")
+    assert r.returncode == 0 and r.stdout.split()[0] == _sha256((tls / "servercert.pem").read_bytes()), r
+    assert _libvirt_setting(lab, "R2", "libvirtd.conf", "listen_tls") == ["1"]
 
     again, _ = _hosts_setup(lab.inventory, tmp_path / "results")
     assert again.returncode == 0, again.stdout + again.stderr

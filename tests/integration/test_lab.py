@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shlex
 import signal
 import subprocess
 import sys
@@ -68,9 +69,9 @@ class Ssh:
         self.key, self.kh = Path(inv["ssh"]["key"]), Path(inv["ssh"]["known_hosts"])
         self.hosts = {r: h["ssh"]["host"] for r, h in inv["hosts"].items()}
 
-    def run(self, role: str, cmd: str) -> subprocess.CompletedProcess[str]:
+    def run(self, role: str, cmd: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
         argv = lab.ssh_argv(self.key, self.kh, self.hosts[role])
-        return subprocess.run([*argv, cmd], capture_output=True, text=True, timeout=30, check=False)
+        return subprocess.run([*argv, cmd], input=input, capture_output=True, text=True, timeout=30, check=False)
 
     def out(self, role: str, cmd: str) -> str:
         res = self.run(role, cmd)
@@ -180,7 +181,9 @@ def test_lab_libvirtds_over_qemu_ssh_and_the_migration_link(tmp_path):
         uri = {r: inv.hosts[r].libvirt_uri for r in ("R1", "R2")}
         peer = {r: inv.hosts[r].libvirt_peer_uri for r in ("R1", "R2")}
         assert all(u and u.startswith(f"qemu+ssh://root@{ssh.hosts[r]}/system?") for r, u in uri.items()), uri
-        assert peer == {"R1": "qemu+tcp://198.19.255.1/system", "R2": "qemu+tcp://198.19.255.2/system"}
+        assert peer == {
+            r: f"qemu+tls://198.19.255.{i}/system?pkipath=/etc/libvirt/pki" for i, r in ((1, "R1"), (2, "R2"))
+        }
         for r in ("R1", "R2"):
             assert registry.pid_alive(procs[f"libvirtd of {r}"]["pid"], procs[f"libvirtd of {r}"]["starttime"])
         # the orchestrator: virsh through qemu+ssh (virt-ssh-helper on the host; no nc there)
@@ -199,12 +202,32 @@ def test_lab_libvirtds_over_qemu_ssh_and_the_migration_link(tmp_path):
         for r in ("R1", "R2"):
             assert ssh.run(r, "test -S /run/libvirt/libvirt-sock").returncode == 0, r
         assert Path("/run/libvirt/libvirt-sock").exists() == machine_sock
-        # peer to peer over the migration link: R1's virsh reaches R2's daemon and back
+        # peer to peer over the migration link, TLS: R1's virsh reaches R2's daemon and back with
+        # its host's client certificate; nothing listens on libvirt's plain TCP port
         for src, dst in (("R1", "R2"), ("R2", "R1")):
-            caps = ssh.out(src, f"virsh -q -c {peer[dst]} capabilities")
+            assert peer[dst].startswith("qemu+tls://"), peer[dst]
+            caps = ssh.out(src, f"virsh -q -c {shlex.quote(peer[dst])} capabilities")
             assert _host_uuid(caps) == uuids[dst], (src, dst)
-            listen = ssh.out(dst, "ss -Hltn sport = :16509").split()
-            assert [a for a in listen if a.endswith(":16509")] == [f"{peer[dst].split('/')[2]}:16509"], listen
+            listen = ssh.out(dst, "ss -Hltn").split()
+            addr = peer[dst].split("/")[2]
+            assert f"{addr}:16514" in listen and not [a for a in listen if a.endswith(":16509")], listen
+        # a client whose certificate another CA signed is refused by the daemon
+        from migrate.testbed import pki
+
+        alien = tmp_path / "alien-pki"
+        pki.write_host(alien, pki.new_authority("alien"), "R1", "198.19.255.1")
+        ssh.out("R1", f"mkdir -p {raw['deploy_dir']}/alien-pki")
+        for name in ("clientcert.pem", "clientkey.pem"):
+            ssh.run("R1", f"cat > {raw['deploy_dir']}/alien-pki/{name}", input=(alien / name).read_text())
+        # the client trusts both CAs (its own certificate passes libvirt's check of it, R2's server
+        # is trusted): only R2's daemon, which trusts the lab's CA alone, can refuse the connection
+        both = ssh.out("R1", "cat /etc/libvirt/pki/cacert.pem") + (alien / "cacert.pem").read_text()
+        ssh.run("R1", f"cat > {raw['deploy_dir']}/alien-pki/cacert.pem", input=both)
+        alien_uri = peer["R2"].replace("pkipath=/etc/libvirt/pki", f"pkipath={raw['deploy_dir']}/alien-pki")
+        refused = ssh.run("R1", f"virsh -q -c {shlex.quote(alien_uri)} version")
+        assert refused.returncode != 0, refused
+        r2_log = (lab_dir / "hosts" / "R2" / "libvirtd.log").read_text(errors="replace")
+        assert "authentication failed: Failed to verify peer's certificate" in r2_log, r2_log[-1500:]
         # host keys are checked: the same wrapper with a known_hosts naming another key for R1 fails
         bad = tmp_path / "bad"
         bad.mkdir()

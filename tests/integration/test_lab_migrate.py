@@ -18,7 +18,13 @@ from pathlib import Path
 import pytest
 
 from migrate.testbed.inventory import ROLES, load
-from tests.integration.conftest import REPO, assert_cut_row_within_targets, require_root_and, router_granularity_ms
+from tests.integration.conftest import (
+    REPO,
+    assert_cut_row_within_targets,
+    once_more_after_qemu_crash,
+    require_root_and,
+    router_granularity_ms,
+)
 
 PY = sys.executable
 GRACE_S = 10.0
@@ -90,13 +96,20 @@ def _processes_with(text: str) -> list[str]:
 
 
 def _run(lab: Path, results: Path, mode: str, driver: str = "qmp") -> tuple[Path, dict, dict]:
-    res = _cli(
-        "run", "--hv", "kvm", "--driver", driver, "--mode", mode, "--rate", "10M", "--duration", "12",
-        "--migrate-at", "4", "--testbed", str(lab), "--results", str(results),
-    )  # fmt: skip
-    assert res.stdout.strip(), res.stderr[-2000:]
-    run_dir = Path(res.stdout.strip().splitlines()[-1])
-    return run_dir, json.loads((run_dir / "meta.json").read_text()), json.loads((run_dir / "summary.json").read_text())
+    """One lab run; once more if the first failed from QEMU's TCG pre-copy crash (conftest)."""
+
+    def attempt(tag: str) -> Path:
+        res = _cli(
+            "run", "--hv", "kvm", "--driver", driver, "--mode", mode, "--rate", "10M", "--duration", "12",
+            "--migrate-at", "4", "--testbed", str(lab), "--results", str(results / tag),
+        )  # fmt: skip
+        assert res.stdout.strip(), res.stderr[-2000:]
+        return Path(res.stdout.strip().splitlines()[-1])
+
+    run_dir = once_more_after_qemu_crash(attempt)
+    assert run_dir is not None
+    meta = json.loads((run_dir / "meta.json").read_text())
+    return run_dir, meta, json.loads((run_dir / "summary.json").read_text())
 
 
 def test_hosts_check_is_clean_after_hosts_setup(lab):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import require_root_and
+from tests.integration.conftest import once_more_after_qemu_crash, require_root_and
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = ("qemu-system-x86_64", "irtt", "tcpdump")
@@ -30,12 +30,20 @@ def _guest_and_peers() -> None:
 
 
 def _run(tmp_path: Path, mode: str) -> tuple[dict, dict, str]:
-    cp = subprocess.run(
-        [sys.executable, "-m", "migrate", "run", "--peering", "bgp,bfd", "--bfd", f"{BFD_MS}x{BFD_MULT}",
-         "--mode", mode, "--rate", "10M", "--duration", "14", "--migrate-at", "4", "--after", "8",
-         "--results", str(tmp_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=600, check=False, env={**os.environ},
-    )  # fmt: skip
+    done: list[subprocess.CompletedProcess[str]] = []
+
+    def attempt(tag: str) -> Path | None:
+        done.append(subprocess.run(
+            [sys.executable, "-m", "migrate", "run", "--peering", "bgp,bfd", "--bfd", f"{BFD_MS}x{BFD_MULT}",
+             "--mode", mode, "--rate", "10M", "--duration", "14", "--migrate-at", "4", "--after", "8",
+             "--results", str(tmp_path / tag)],
+            cwd=REPO, capture_output=True, text=True, timeout=600, check=False, env={**os.environ},
+        ))  # fmt: skip
+        lines = done[-1].stdout.strip().splitlines()
+        return Path(lines[-1]) if lines else None
+
+    once_more_after_qemu_crash(attempt)  # (conftest)
+    cp = done[-1]
     assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
     run_dir = Path(cp.stdout.strip().splitlines()[-1])
     meta = json.loads((run_dir / "meta.json").read_text())
@@ -100,7 +108,10 @@ def test_bgp_and_bfd_through_a_migration(tmp_path, mode):
         back = [f["up_ns"] for f in bgp["flap_details"] if f["peer"] == "B"]
         assert back and all(t is not None for t in back), bgp
         gap = summary["details"]["downtime_packets"]
-        assert gap["t_after_ns"] is not None and gap["t_after_ns"] >= max(back), (gap, back)
+        # the blackout's gap can end before B's session is back: the resumed router forwards on
+        # its stale route until its bgpd learns that B dropped the session, then loses the route
+        # (a second lossy gap, seen once in 7 runs); the outage's end is what waits for B
+        assert gap["t_after_ns"] is not None, gap
         # the whole outage is measured (not clipped at end + 2 s) and its anatomy puts the
         # reconvergence after the resume: full rate only once BGP was up again
         assert "clipped_end" not in gap["flags"], gap
@@ -111,9 +122,10 @@ def test_bgp_and_bfd_through_a_migration(tmp_path, mode):
 
 
 def test_bgp_sessions_through_a_criu_migration(tmp_path):
-    """HV=criu ROUTER=bird PEERING=bgp: the router's BGP TCP connections are dumped and restored
-    with CRIU's established-TCP support; the run records, per peer, whether its session survived
-    (and if not, why and for how long it was down)."""
+    """HV=criu ROUTER=bird PEERING=bgp,ospf: the router's BGP TCP connections are dumped and
+    restored with CRIU's established-TCP support; the run records, per peer, whether its session
+    survived (and if not, why and for how long it was down).  OSPF's multicast memberships are
+    not restored by CRIU: the driver records them lost (the route to the sink stays, via BGP)."""
     require_root_and("irtt", "tcpdump", "unshare", "iptables")
     _guest_and_peers()
     from migrate.core.errors import DependencyError
@@ -124,7 +136,7 @@ def test_bgp_sessions_through_a_criu_migration(tmp_path):
     except DependencyError as err:
         pytest.skip(str(err))
     cp = subprocess.run(
-        [sys.executable, "-m", "migrate", "run", "--hv", "criu", "--router", "bird", "--peering", "bgp",
+        [sys.executable, "-m", "migrate", "run", "--hv", "criu", "--router", "bird", "--peering", "bgp,ospf",
          "--mode", "stopcopy", "--rate", "10M", "--duration", "12", "--migrate-at", "4", "--after", "6",
          "--results", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
@@ -135,6 +147,12 @@ def test_bgp_sessions_through_a_criu_migration(tmp_path):
     bgp = json.loads((run_dir / "summary.json").read_text())["control_plane"]["bgp"]
     assert meta["status"] == "completed" and set(meta["peering"]["established_ns"]) == {"A", "B"}
     assert bgp["survived"] is not None and bgp["silence_ms"] is not None
+    mcast = json.loads((run_dir / "criu.json").read_text())["multicast"]
+    before = {g for gs in mcast["before"].values() for g in gs}
+    assert "224.0.0.5" in before, mcast  # BIRD's OSPF joined AllSPFRouters on its ports
+    assert any(x.startswith("224.0.0.5 on ") for x in mcast["lost"]), mcast
+    assert meta["hypervisor"]["multicast_lost"] == mcast["lost"]
+    assert (run_dir / "criu" / "igmp-before.txt").read_text().startswith("Idx")
     for f in bgp["flap_details"]:  # a session that went down says why and for how long
         assert f["cause"] and (f["down_for_s"] is not None or f["down_for_s_lower"] is not None), f
     assert "BGP " in cp.stdout
@@ -153,16 +171,6 @@ def _run_args(tmp_path: Path, *args: str) -> tuple[dict, dict, str]:
     return meta, json.loads((run_dir / "summary.json").read_text()), cp.stdout
 
 
-def _ospf_image() -> None:
-    from migrate.core.errors import DependencyError
-    from migrate.experiment.peering import _check_ospf_image
-
-    try:
-        _check_ospf_image("frr")
-    except DependencyError as err:
-        pytest.skip(str(err))
-
-
 def test_ospf_outlasts_the_stop_and_copy_that_ends_bfd(tmp_path):
     """PEERING=bgp,ospf,bfd BFD=50x3 OSPF_DEAD=4, stop-and-copy (the guest paused ~0.85 s under
     TCG): BFD's 150 ms detection time ends its sessions and BGP's with them, while OSPF's 4 s
@@ -170,7 +178,6 @@ def test_ospf_outlasts_the_stop_and_copy_that_ends_bfd(tmp_path):
     silence, which holds the pause, stays below the dead interval."""
     require_root_and(*TOOLS)
     _guest_and_peers()
-    _ospf_image()
     meta, summary, out = _run_args(
         tmp_path, "--peering", "bgp,ospf,bfd", "--bfd", f"{BFD_MS}x{BFD_MULT}", "--ospf-dead", "4",
         "--mode", "stopcopy", "--rate", "10M", "--duration", "14", "--migrate-at", "4", "--after", "8",
@@ -199,7 +206,6 @@ def test_ospf_carries_the_cross_traffic_and_its_loss_ends_it(tmp_path):
     cross-traffic is back at full rate only once the adjacencies are Full again."""
     require_root_and(*TOOLS)
     _guest_and_peers()
-    _ospf_image()
     meta, summary, out = _run_args(
         tmp_path, "--peering", "ospf", "--ospf-dead", "2", "--miglink", "300M",
         "--mode", "stopcopy", "--rate", "10M", "--duration", "16", "--migrate-at", "4", "--after", "10",

@@ -105,30 +105,51 @@ def traffic(x: str) -> Iterator[None]:
         yield
 
 
+def _steal_s() -> float:
+    """CPU time the hypervisor under this machine gave to others (/proc/stat steal, all CPUs)."""
+    from migrate.core.cpustat import parse_proc_stat, user_hz
+
+    return parse_proc_stat(Path("/proc/stat").read_text())["steal"] / user_hz()
+
+
+ON_TIME_TRIES = 3
+
+
 def test_sampler_one_second_with_traffic(veth_pair, tmp_path):
+    """One second at 10 ms with traffic.  Its rounds are on time (90 % within 2 ms of the period)
+    in one of ON_TIME_TRIES seconds: once, in CI, only 61 % were, in the same minutes as a
+    routing test's BFD sessions flapped 18 times on a busy machine; a late second is retried
+    (the assertion gives each try's share and the CPU time stolen from this VM, /proc/stat),
+    and a sampler off its schedule is late in all of them."""
     require_root_and("probes/bin/vrsampler")
     from probes.sampler import load_counters, sampler_argv
 
     x, y = veth_pair
-    out = tmp_path / "counters.tsv"
-    argv = sampler_argv(out, {x: ["vx", "lo"], y: ["vy"], ".": ["lo"]}, 10, rt=True, duration_s=1.0)
-    with traffic(x):
-        t_start = time.time_ns()
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
-        t_end = time.time_ns()
-    assert res.returncode == 0, res.stderr
+    tries = []
+    for i in range(ON_TIME_TRIES):
+        out = tmp_path / f"counters-{i}.tsv"
+        argv = sampler_argv(out, {x: ["vx", "lo"], y: ["vy"], ".": ["lo"]}, 10, rt=True, duration_s=1.0)
+        with traffic(x):
+            t_start, steal = time.time_ns(), _steal_s()
+            res = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+            t_end, steal = time.time_ns(), _steal_s() - steal
+        assert res.returncode == 0, res.stderr
+        c = load_counters(out)
+        dt = np.diff(c.series(x, "vx").t_ns)
+        on_time = float(np.mean(np.abs(dt - 10_000_000) < 2_000_000))
+        tries.append((on_time, round(steal, 3)))
+        if on_time > 0.9:
+            break
+    assert tries[-1][0] > 0.9, f"(on-time share, steal s) per try: {tries}"
     assert "READY" in res.stderr.splitlines()
     assert res.stderr.splitlines()[-1].startswith("# cpu_user_s=")
 
-    c = load_counters(out)
     assert set(c.keys()) == {(x, "vx"), (x, "lo"), (y, "vy"), (".", "lo")}
     vx, vy = c.series(x, "vx"), c.series(y, "vy")
     assert 85 <= len(vx) <= 102
     # one clock: CLOCK_REALTIME, inside the run
     assert t_start <= vx.t_ns[0] and vx.t_ns[-1] <= t_end
-    dt = np.diff(vx.t_ns)
     assert abs(np.median(dt) - 10_000_000) < 500_000, np.median(dt)
-    assert np.mean(np.abs(dt - 10_000_000) < 2_000_000) > 0.9
     # counters grow: ~2000 packets/s sent by x, received by y
     sent = int(vx.tx_packets[-1] - vx.tx_packets[0])
     got = int(vy.rx_packets[-1] - vy.rx_packets[0])

@@ -53,10 +53,10 @@ def test_precopy_outage_is_blackout_plus_reattachment():
     assert ph["vcpu_blackout"].resolution_s < 1e-3
 
 
-def _synthetic(gaps, last_ns=10_000 * MS, stop=1_000 * MS, resume=1_100 * MS, end=10_000 * MS, thr=4 * MS):
+def _synthetic(gaps, last_ns=10_000 * MS, stop=1_000 * MS, resume=1_100 * MS, end=10_000 * MS, thr=4 * MS, extra=()):
     return am.outage_anatomy(
         0, am.Mark("vcpu_stop", stop, "synthetic", 0.0), am.Mark("vcpu_resume", resume, "synthetic", 0.0),
-        np.asarray(gaps, dtype=np.int64).reshape(-1, 4), last_ns, end, 0.001, thr,
+        np.asarray(gaps, dtype=np.int64).reshape(-1, 4), last_ns, end, 0.001, thr, extra=extra,
     )  # fmt: skip
 
 
@@ -127,9 +127,39 @@ def test_synthetic_a_lossy_gap_before_the_sessions_are_back_is_part_of_the_outag
     without it the second gap, beyond settle_s, is not the migration's."""
     gaps = [[990 * MS, 1_120 * MS, 10, 140], [2_420 * MS, 6_000 * MS, 1_440, 5_000]]
     up = am.Mark("ospf_up", 5_500 * MS, "synthetic", 1e-6)
-    with_cp = am.outage_anatomy(
-        0, am.Mark("vcpu_stop", 1_000 * MS, "synthetic", 0.0), am.Mark("vcpu_resume", 1_100 * MS, "synthetic", 0.0),
-        np.asarray(gaps, dtype=np.int64), 10_000 * MS, 10_000 * MS, 0.001, 4 * MS, extra=[up],
-    )  # fmt: skip
+    with_cp = _synthetic(gaps, extra=[up])
     assert with_cp.mark("full_rate").t_ns == 6_000 * MS
+    assert _synthetic(gaps).mark("full_rate").t_ns == 1_120 * MS
+
+
+def test_synthetic_a_session_never_up_again_keeps_the_outage_open_to_the_generators_stop():
+    """Synthetic, shaped like a real CRIU run with PEERING=ospf (the restored BIRD no longer heard
+    its OSPF neighbours): traffic back 20 ms after the resume, then nothing from 5.5 s (the
+    router declared its neighbour dead and withdrew the sink's route) until the generator stopped
+    at 16 s, and the adjacencies were not up again within the run.  The outage is a lower bound
+    to the generator's stop, not the 0.13 s of the blackout's gap; with the adjacency back, the
+    same records end the outage at the first packet."""
+    gaps = [[990 * MS, 1_120 * MS, 10, 140]]
+    down = am.Mark("ospf_down", 1_050 * MS, "synthetic", 1e-6)
+    never = am.Mark("ospf_up", None, "synthetic", None, "a session was not up again within the run")
+
+    def anatomy(extra):
+        return _synthetic(gaps, last_ns=5_500 * MS, end=16_000 * MS, extra=extra)
+
+    a = anatomy([down, never])
+    full, out = a.mark("full_rate"), a.phase("outage")
+    assert full.t_ns == 16_000 * MS and full.bound == "lower", full
+    assert out.seconds is None and out.lower_s == pytest.approx(15.010), out
+    assert any("not up again" in n for n in a.notes), a.notes
+    back = anatomy([down, am.Mark("ospf_up", 2_000 * MS, "synthetic", 1e-6)])
+    assert back.mark("full_rate").t_ns == 1_120 * MS and back.mark("full_rate").bound is None
+
+
+def test_synthetic_a_session_never_up_again_chains_a_lossy_gap_beyond_settle():
+    """A session not up again by the end of the records: a lossy gap 3 s after the traffic came
+    back is still the migration's outage (with the session back before it, it is not)."""
+    gaps = [[990 * MS, 1_120 * MS, 10, 140], [4_120 * MS, 6_000 * MS, 3_140, 5_000]]
+    never = am.Mark("bgp_up", None, "synthetic", None, "a session was not up again within the run")
+    a = _synthetic(gaps, extra=[never])
+    assert a.mark("full_rate").t_ns == 6_000 * MS
     assert _synthetic(gaps).mark("full_rate").t_ns == 1_120 * MS

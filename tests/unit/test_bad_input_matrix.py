@@ -33,7 +33,7 @@ BAD_INPUTS = [
     ("PEERING", ["run", "--peering", "bgp,bgp"]),
     ("PEERING", ["run", "--peering", "bfd"]),
     ("PEERING", ["run", "--peering", "bgp", "--router", "xorp"]),
-    ("PEERING", ["run", "--peering", "bgp", "--hv", "xen"]),
+    ("PEERING", ["run", "--peering", "bgp", "--hv", "openvz"]),
     ("PEERING", ["run", "--peering", "ospf,bfd"]),
     ("BFD", ["run", "--peering", "bgp,bfd", "--bfd", "5x3"]),
     ("BFD", ["run", "--peering", "bgp,bfd", "--bfd", "50x1"]),

@@ -82,7 +82,11 @@ def _mgmt() -> dict[str, str]:
 
 def _libvirt(d: Path) -> dict[str, dict[str, str]]:
     return {
-        r: {"uri": lab.libvirt_uri(d, d / "id_ed25519", _mgmt()[r]), "peer_uri": lab.libvirt_peer_uri(r)}
+        r: {
+            "uri": lab.libvirt_uri(d, d / "id_ed25519", _mgmt()[r]),
+            "peer_uri": lab.libvirt_peer_uri(r),
+            "tls": str(d / "pki" / r),
+        }
         for r in ("R1", "R2")
     }
 
@@ -102,9 +106,11 @@ def test_inventory_is_the_example_with_the_labs_own_libvirt_uris(tmp_path):
     want["ssh"]["known_hosts"] = str(tmp_path / "known_hosts")
     for r in ("R1", "R2"):
         w, g = want["hosts"][r], got["hosts"][r]
-        assert g["libvirt_peer_uri"] == w["libvirt_peer_uri"]  # qemu+tcp:// on its own migration address
+        assert g["libvirt_peer_uri"] == w["libvirt_peer_uri"]  # qemu+tls:// on its own migration address
         assert g["libvirt_uri"].split("?")[0] == w["libvirt_uri"].split("?")[0]  # qemu+ssh://root@<mgmt>/system
         w["libvirt_uri"] = g["libvirt_uri"]
+        assert w["libvirt_tls"] == f"/etc/vrmig/lab/pki/{r}" and g["libvirt_tls"] == str(tmp_path / "pki" / r)
+        w["libvirt_tls"] = g["libvirt_tls"]
     assert got == want
     assert list(got["hosts"]) == list(want["hosts"])  # same order of roles
 
@@ -119,7 +125,7 @@ def test_inventory_loads_with_the_suites_loader(tmp_path):
     assert inv.name == "t_1"
     assert all(h.transport == "ssh" and h.ssh and h.ssh.key == tmp_path / "id_ed25519" for h in inv.hosts.values())
     assert inv.hosts["R1"].libvirt_uri == _libvirt(tmp_path)["R1"]["uri"]
-    assert inv.hosts["R2"].libvirt_peer_uri == "qemu+tcp://198.19.255.2/system"
+    assert inv.hosts["R2"].libvirt_peer_uri == "qemu+tls://198.19.255.2/system?pkipath=/etc/libvirt/pki"
 
 
 def test_libvirt_uri_checks_host_keys_with_the_labs_known_hosts(tmp_path):
@@ -158,8 +164,8 @@ def test_libvirt_ssh_wrapper_passes_libvirts_arguments_through(tmp_path):
 
 
 def test_libvirt_peer_uris_are_on_the_migration_link():
-    assert lab.libvirt_peer_uri("R1") == "qemu+tcp://198.19.255.1/system"
-    assert lab.libvirt_peer_uri("R2") == "qemu+tcp://198.19.255.2/system"
+    assert lab.libvirt_peer_uri("R1") == "qemu+tls://198.19.255.1/system?pkipath=/etc/libvirt/pki"
+    assert lab.libvirt_peer_uri("R2") == "qemu+tls://198.19.255.2/system?pkipath=/etc/libvirt/pki"
 
 
 @pytest.mark.parametrize("d", ["/run/vrmig-lab/a b", "/tmp/x%d", '/tmp/q"', "/tmp/a&b", "/tmp/p+q", "/tmp/x\ny"])

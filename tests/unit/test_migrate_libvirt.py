@@ -142,6 +142,14 @@ def test_daemon_config_files():
     assert 'stdio_handler = "file"' in q and "namespaces = [ ]" in q
 
 
+def test_daemon_config_with_tls_listens_for_tls_only():
+    conf = lvd.libvirtd_conf(Path("/run/libvirt"), "198.19.255.2", "uuid-2", tls_dir="/etc/libvirt/pki")
+    lines = conf.splitlines()
+    assert "listen_tls = 1" in lines and "listen_tcp = 0" in lines and 'tls_port = "16514"' in lines
+    assert 'ca_file = "/etc/libvirt/pki/cacert.pem"' in lines and 'key_file = "/etc/libvirt/pki/serverkey.pem"' in lines
+    assert not any(x.startswith(("auth_tcp", "tcp_port", "tls_no_verify")) for x in lines), conf
+
+
 def test_account_overlays_only_when_the_host_lacks_the_qemu_account(monkeypatch):
     def missing(name):
         raise KeyError(name)

@@ -144,6 +144,72 @@ def test_completed_and_forwarding_records_the_first_packet_sent_after(tmp_path, 
     assert inst.actions[0][0] == "forwarding-observed"
 
 
+class TimedInstruments(FakeInstruments):
+    """The sink sees a packet sent after the completion only ``forward_after_s`` after the first
+    read (SYNTHETIC): a router that forwards again only once its routing sessions are back."""
+
+    def __init__(self, forward_after_s: float) -> None:
+        super().__init__(10_000_000, [])
+        self.t0: float | None = None
+        self.forward_after_s = forward_after_s
+
+    def sink_state(self) -> dict[str, Any] | None:
+        self.t0 = self.t0 or time.monotonic()
+        late = time.monotonic() - self.t0 >= self.forward_after_s
+        return _state(_after(3 if late else 0))
+
+
+def _peers_down_for(seconds: float) -> Any:
+    """A sessions_down reading that says "down" for ``seconds`` after its first call."""
+    calls: list[float] = []
+
+    def down() -> bool:
+        calls.append(time.monotonic())
+        return calls[-1] - calls[0] < seconds
+
+    return down
+
+
+def test_forwarding_waits_for_routing_sessions_that_are_down(monkeypatch):
+    """The base window (0.2 s) passes while a session is down; the router forwards 0.4 s in,
+    0.1 s after the sessions came back: seen, with when they were last down."""
+    monkeypatch.setattr(runmod, "AFTER_MIGRATION_OBSERVE_S", 0.2)
+    monkeypatch.setattr(runmod, "SESSIONS_POLL_S", 0.01)
+    down = _peers_down_for(0.3)
+    live = runmod.observe_forwarding(TimedInstruments(0.4), T_COMPLETED, None, down)
+    assert live["seen"] is True and 0.38 <= live["seen_after_s"] < 0.49, live
+    assert 0.25 <= live["sessions_down_s"] <= 0.31, live
+    # without the sessions' reading the same router is declared not forwarding after 0.2 s
+    live = runmod.observe_forwarding(TimedInstruments(0.4), T_COMPLETED, None, None)
+    assert live["seen"] is False and "sessions_down_s" not in live
+
+
+def test_forwarding_wait_for_sessions_is_bounded_and_named(monkeypatch):
+    """Sessions that never come back extend the wait only to SESSIONS_BACK_MAX_S (+ the window)."""
+    monkeypatch.setattr(runmod, "AFTER_MIGRATION_OBSERVE_S", 0.2)
+    monkeypatch.setattr(runmod, "SESSIONS_POLL_S", 0.01)
+    monkeypatch.setattr(runmod, "SESSIONS_BACK_MAX_S", 0.4)
+    down = _peers_down_for(1e9)
+    t = time.monotonic()
+    live = runmod.observe_forwarding(TimedInstruments(1e9), T_COMPLETED, None, down)
+    assert live["seen"] is False and 0.35 <= live["sessions_down_s"] <= 0.41, live
+    assert 0.55 <= time.monotonic() - t < 1.0
+
+
+def test_post_migration_failure_names_the_sessions(tmp_path, monkeypatch):
+    monkeypatch.setattr(runmod, "SESSIONS_POLL_S", 0.01)
+    monkeypatch.setattr(runmod, "SESSIONS_BACK_MAX_S", 0.1)
+    peers = SimpleNamespace(sessions_up=lambda: None)  # never all up
+    inst = FakeInstruments(10_000_000, [_state(_after(0))])
+    monkeypatch.setattr(runmod, "AFTER_MIGRATION_OBSERVE_S", 0.2)
+    monkeypatch.setattr(runmod, "completion_ns", lambda run_dir, s, returned: (T_COMPLETED, "window end (event)"))
+    meta: dict[str, Any] = {"status": "running", "failure": None, "failure_class": None, "hypervisor": {}}
+    s = Scenario(mode="precopy", rate_bps=10_000_000)
+    runmod._migrate(s, FakeDriver(MigrationOutcome(completed=True)), inst, tmp_path, meta, runmod.Phase(), peers)
+    assert meta["failure_class"] == "post-migration"
+    assert "of its routing sessions last seen down" in meta["failure"], meta["failure"]
+
+
 def test_instrument_dead_at_completion_is_class_migration(tmp_path, monkeypatch):
     inst = FakeInstruments(10_000_000, [_state()], dead="gen (exit status -9)")
     meta, _ = _migrate(tmp_path, monkeypatch, FakeDriver(MigrationOutcome(completed=True)), inst)
@@ -370,3 +436,27 @@ def test_sender_offsets_are_the_lab_hosts_start_offsets():
 
     assert runmod.sender_offsets(Lab()) == {"A": -1234}
     assert runmod.sender_offsets(Embedded()) == {}
+
+
+def test_a_router_that_crashed_on_r2_after_forwarding_fails_post_migration(tmp_path):
+    """A real console of a router that panicked on R2 after a TCG pre-copy migration
+    (tests/fixtures/console): a run that had seen it forward is not completed; QEMU's pre-copy
+    bug is named."""
+    shutil.copy(FIXTURES / "console" / "kvm_tcg_panic_after_precopy.log", tmp_path / "console-R2.log")
+    meta: dict[str, Any] = {"status": "running", "failure": None, "failure_class": None, "accel": "tcg",
+                            "hypervisor": {"qemu": "QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)"},
+                            "after_migration": {"forwarding": True}}  # fmt: skip
+    runmod._crashed_after(Scenario(mode="precopy"), tmp_path, meta)
+    assert (meta["status"], meta["failure_class"]) == ("failed", "post-migration")
+    assert meta["failure"].startswith("the router crashed on R2 after the migration completed: ")
+    assert "Kernel panic" in meta["failure"] and "QEMU before 9.0 under TCG" in meta["failure"]
+    # stop-and-copy, or a QEMU with the fix: the crash without the pre-copy note
+    for s, qemu in ((Scenario(mode="stopcopy"), "version 7.2.22"), (Scenario(mode="precopy"), "version 9.0.0")):
+        m = {**meta, "status": "running", "failure": None, "failure_class": None, "hypervisor": {"qemu": qemu}}
+        runmod._crashed_after(s, tmp_path, m)
+        assert m["failure_class"] == "post-migration" and "QEMU before 9.0" not in m["failure"], m
+    # a clean console: nothing changes
+    (tmp_path / "console-R2.log").write_text("[    1.0] VRMIG-READY\n")
+    clean = {**meta, "status": "running", "failure": None, "failure_class": None}
+    runmod._crashed_after(Scenario(mode="precopy"), tmp_path, clean)
+    assert clean["status"] == "running" and clean["failure"] is None

@@ -237,3 +237,45 @@ def test_scenario_refuses_a_migration_address_that_is_not_an_ip(tmp_path, monkey
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip().count("\n") == 0 and "XEN_MIG_ADDR" in res.stderr
     assert not (tmp_path / "res").exists() and not marker.exists()
+
+
+def test_the_router_domu_boots_with_the_runs_peering_arguments(tmp_path, monkeypatch):
+    """PEERING under Xen: the domU's kernel command line (the config written into dom0 and kept
+    as xen-domu.cfg) carries vrmig-router's peering arguments, as the KVM guest's does."""
+    from types import SimpleNamespace
+
+    from migrate.drivers.xen import driver as xen
+    from migrate.experiment import peering
+    from routers.guest import READY_MARKER
+
+    written: list[str] = []
+
+    class Dom0:
+        def run(self, argv, timeout_s=30.0):
+            if argv[:2] == ["sh", "-c"] and argv[4:5] == [xen.CFG_PATH]:
+                written.append(argv[5])
+            return 0, ""
+
+        def stream(self, tag, argv):
+            pass
+
+    class Streams:
+        def wait(self, host, tag, needles, timeout_s, alive):
+            return {"line": f"{READY_MARKER} router=frr"}
+
+    scenario = SimpleNamespace(
+        router="frr", mem_mib=256, vcpus=1, xen_guest="pvh", boot_timeout_s=5.0, rib_routes=0,
+        peering="bgp,ospf,bfd", peering_protocols=("bgp", "ospf", "bfd"), bfd_interval_ms=50, bfd_multiplier=3,
+        bgp_hold_s=9, ospf_dead_s=4,
+    )  # fmt: skip
+    drv = xen.XenDriver.__new__(xen.XenDriver)
+    drv.ctx = SimpleNamespace(
+        scenario=scenario, recorder=SimpleNamespace(action=lambda *a, **k: None), run_dir=tmp_path
+    )
+    drv.dom0, drv.streams, drv.procs = {"R1": Dom0()}, Streams(), {}
+    drv._create_domu()
+    cfg = (tmp_path / "xen-domu.cfg").read_text()
+    assert written == [cfg]
+    for arg in peering.router_args(scenario):
+        assert f"vrmig.{arg}" in cfg, (arg, cfg)
+    assert "vrmig.peering=bgp,ospf,bfd" in cfg and "vrmig.ospfdead=4" in cfg

@@ -152,6 +152,33 @@ def test_missing_key_file_is_bad_input(lab: Path) -> None:
         provision.check_local_files(load(lab))
 
 
+def test_libvirt_tls_files_go_to_the_hypervisors_and_must_exist(lab: Path, tmp_path: Path) -> None:
+    inv = load(lab)
+    hv = provision.ansible_inventory(inv, IMAGES)["all"]["children"]["hypervisors"]["hosts"]
+    assert hv["R1"]["vrmig_libvirt_tls"] == "/etc/vrmig/lab/pki/R1"
+    assert hv["R2"]["vrmig_libvirt_pki_dir"] == "/etc/libvirt/pki"
+    # the keys and known_hosts exist; R1's TLS directory lacks its keys
+    text = lab.read_text().replace('"/etc/vrmig/lab/pki/R1"', '"pki/R1"').replace('"/etc/vrmig/lab/pki/R2"', '"pki/R2"')
+    for k in ("/etc/vrmig/lab/id_ed25519", "/etc/vrmig/lab/known_hosts"):
+        text = text.replace(f'"{k}"', f'"{tmp_path / Path(k).name}"')
+        (tmp_path / Path(k).name).write_text("x")
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "r2 key").write_text("x")
+    (tmp_path / "kh").write_text("x")
+    for r in ("R1", "R2"):
+        (tmp_path / "pki" / r).mkdir(parents=True)
+        for f in ("cacert.pem", "servercert.pem", "clientcert.pem") + (
+            () if r == "R1" else ("serverkey.pem", "clientkey.pem")
+        ):
+            (tmp_path / "pki" / r / f).write_text("x")
+    lab.write_text(text)
+    with pytest.raises(InventoryError, match=r"hosts\.R1\.libvirt_tls: .*/pki/R1 lacks serverkey\.pem, clientkey\.pem"):
+        provision.check_local_files(load(lab))
+    for f in ("serverkey.pem", "clientkey.pem"):
+        (tmp_path / "pki" / "R1" / f).write_text("x")
+    provision.check_local_files(load(lab))
+
+
 def test_cli_bad_inventory_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from migrate.cli.main import main
 

@@ -365,3 +365,50 @@ def test_fake_server_a_message_is_stamped_when_its_last_byte_arrives(tmp_path):
     finally:
         conn.close()
         server.__exit__()
+
+
+@pytest.mark.parametrize("watch", [True, False])
+def test_fake_server_an_event_is_stamped_when_it_arrives_even_while_the_loop_is_busy(tmp_path, watch):
+    """The arrival watch stamps an event when its bytes reach the socket, not when the event loop
+    gets round to reading them: with the loop thread held for 150 ms, an event written at its
+    start carries the write's time (within 20 ms); without the watch, the loop's later one."""
+    got = threading.Event()
+
+    def handler(srv: FakeQMP, msg: dict[str, Any]) -> None:
+        srv.reply(msg)
+
+    events: list[dict[str, Any]] = []
+    server = FakeQMP(tmp_path / "qmp-src.sock", handler)
+    server.__enter__()
+    conn = QMPConnection(server.path, "src", on_event=lambda r: (events.append(r), got.set()), arrival_watch=watch)
+    conn.connect(5.0, _alive)
+    try:
+        assert _watch_threads() == (1 if watch else 0)
+        assert conn._loop is not None
+        held = threading.Event()
+        conn._loop.call_soon_threadsafe(lambda: (held.set(), time.sleep(0.15)))
+        assert held.wait(2.0)
+        t0 = time.time_ns()
+        server.event("STOP")
+        t1 = time.time_ns()
+        assert got.wait(2.0)
+        stamp = events[0]["t_ns"]
+        if watch:
+            assert t0 <= stamp < t1 + 0.02e9, (stamp - t0) / 1e6
+        else:
+            assert stamp >= t0 + 0.1e9, (stamp - t0) / 1e6
+    finally:
+        conn.close()
+        server.__exit__()
+    assert _watch_threads() == 0  # close() stopped the watch's C thread
+
+
+def _watch_threads() -> int:
+    """Threads of this process named by probes/qmpwatch.c."""
+    n = 0
+    for comm in Path("/proc/self/task").glob("*/comm"):
+        try:
+            n += comm.read_text().strip() == "vrmig-qmpwatch"
+        except OSError:  # the thread ended meanwhile
+            pass
+    return n

@@ -365,6 +365,7 @@ class CriuDriver(Driver):
         self.deadline = time.monotonic() + s.migrate_timeout_s
         self.record["status"] = "running"
         self._open_counters()
+        self._memberships("before", self.src.pid)
         try:
             index = 1
             if s.mode == "precopy":
@@ -393,6 +394,8 @@ class CriuDriver(Driver):
             tx1 = self._tx_bytes()
             self._account_dump(dump, tx1 - tx0, includes_transfer=True)
             self._account_restore(restore, index)
+            assert self.dst is not None and self.dst.pid is not None
+            self._memberships("after", self.dst.pid)
             if self.receiver is not None and self._wait(self.receiver, "image receiver") != 0:
                 log.warning(
                     "image receiver exited with %s: %s", self.receiver.returncode(), self.receiver.stderr_tail()
@@ -409,6 +412,32 @@ class CriuDriver(Driver):
         rec.action("migration-end", t_ns=self.record["restore"]["end_ns"], side="dst", status="completed")
         self._write_record()
         return MigrationOutcome(completed=True, hypervisor=self._outcome())
+
+    def _memberships(self, when: str, pid: int) -> None:
+        """criu.json ``multicast``: the router's multicast memberships ``before`` the first dump
+        and ``after`` the restore, and those the restore ``lost`` (CRIU does not restore them;
+        a restored OSPF router then hears no hello), warned about once."""
+        from migrate.drivers.criu import mcast
+
+        m = self.record.setdefault("multicast", {})
+        try:  # a reading that fails is recorded, never the migration's failure
+            lists = mcast.read_lists(pid)
+            for name, text in lists.items():  # the raw lists, kept beside criu.json
+                (self.ctx.run_dir / "criu").mkdir(exist_ok=True)
+                (self.ctx.run_dir / "criu" / f"{name}-{when}.txt").write_text(text)
+            found = mcast.memberships(lists)
+        except (OSError, ValueError, IndexError) as err:
+            m[when], m[f"{when}_error"] = None, str(err)
+            return
+        m[when] = found
+        if when == "after" and m.get("before") is not None:
+            m["lost"] = mcast.lost(m["before"], found)
+            if m["lost"]:
+                log.warning(
+                    "the restored router lost its multicast memberships (%s): CRIU does not restore "
+                    "them, so it no longer receives what is sent to those groups (OSPF hellos)",
+                    ", ".join(m["lost"]),
+                )
 
     def _precopy_rounds(self) -> int:
         """P.Haul's iterations: pre-dump while the dirty set shrinks; returns the final dump's index."""
@@ -665,6 +694,7 @@ class CriuDriver(Driver):
                 "shrink_factor": criu_rounds.SHRINK_FACTOR,
             },
             "rounds": len(self.record["rounds"]),
+            "multicast_lost": self.record.get("multicast", {}).get("lost"),
         }
 
     def stop(self) -> None:

@@ -22,7 +22,8 @@ interval late during a migration, a whole boot late before one); it also runs th
 calling thread, so a second connection in the same thread only progresses when the first one's
 calls run.  Here each connection owns an event loop in its own thread: ``QMPClient``'s reader task
 reads every message as it arrives, :class:`_Client` stamps it with the time its bytes reached the
-loop (the transport's read callback) and :class:`_ArrivalStamp` records each event with that
+loop (the transport's read callback) or, when it saw them first, the time a thread waiting on the
+socket beside the loop saw them queued (:class:`_ArrivalWatch`), and :class:`_ArrivalStamp` records each event with that
 stamp as it is dispatched; commands are submitted to that loop from the caller's thread and
 bounded with ``asyncio.wait_for``.  The source (R1) and destination (R2)
 connections of a run are two such objects, each with its own loop, so a command in flight on one
@@ -33,7 +34,9 @@ while a command on that side waits for its reply.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
+import os
 import socket
 import threading
 import time
@@ -45,7 +48,7 @@ from typing import Any, TypeVar
 
 import qemu.qmp as qmp
 
-from migrate.core.errors import VrmigError
+from migrate.core.errors import DependencyError, VrmigError
 
 log = logging.getLogger(__name__)
 # qemu.qmp logs the end-of-file of every connection whose QEMU quits at INFO; its warnings and
@@ -78,8 +81,74 @@ def event_record(side: str, event: Any, t_ns: int) -> dict[str, Any]:
     }
 
 
+WATCH_LIB = Path(__file__).resolve().parents[3] / "probes" / "bin" / "libvrqmpwatch.so"
+WATCH_RT_PRIORITY = 1  # SCHED_FIFO priority of the watch's thread (probes/qmpwatch.c)
+_watch_lib: ctypes.PyDLL | None = None
+
+
+def _load_watch() -> ctypes.PyDLL:
+    """probes/bin/libvrqmpwatch.so (``make helpers``), loaded once."""
+    global _watch_lib
+    if _watch_lib is None:
+        try:
+            # PyDLL: its calls keep the GIL (each is a few loads and stores; none waits for the thread)
+            lib = ctypes.PyDLL(str(WATCH_LIB), use_errno=True)
+        except OSError as err:
+            raise DependencyError(
+                f"the QMP arrival watch {WATCH_LIB} is not built ({err}): run `make helpers`"
+            ) from None
+        lib.vrw_start.argtypes, lib.vrw_start.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_void_p
+        lib.vrw_set_fed.argtypes, lib.vrw_set_fed.restype = [ctypes.c_void_p, ctypes.c_int64], None
+        lib.vrw_stamp.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+        lib.vrw_stamp.restype = ctypes.c_int64
+        lib.vrw_stop.argtypes, lib.vrw_stop.restype = [ctypes.c_void_p], None
+        _watch_lib = lib
+    return _watch_lib
+
+
+class _ArrivalWatch:
+    """When bytes were first seen queued on a QMP socket (probes/qmpwatch.c): a thread in C,
+    blocked in its own edge-triggered epoll on the socket, wakes with every arrival and reads how
+    many bytes wait unread (``FIONREAD``), then the clock, without the interpreter's lock.
+
+    Why a second waiter beside the event loop: the loop sees an arrival only after asyncio's
+    read path in Python (the selector's return, the loop's bookkeeping, the transport's read
+    callback; docs/measurements/2026-11-25-qmp-client.md).  Why in C: a Python thread woken with
+    the loop races it for the GIL and, measured, stamps later than the loop alone
+    (docs/measurements/2026-11-25-qmp-arrival-watch.md).  It reads no data: the loop consumes every
+    byte, so ``qemu.qmp`` sees the stream unchanged.  :meth:`stamp` never gives a time before the
+    bytes arrived, and never a time later than the loop's own."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._lib = _load_watch()
+        handle = self._lib.vrw_start(sock.fileno(), WATCH_RT_PRIORITY)
+        if not handle:
+            err = ctypes.get_errno()
+            raise OSError(err, f"QMP arrival watch: {os.strerror(err)}")
+        self._h: int | None = handle
+
+    def set_fed(self, fed: int) -> None:
+        """The loop has handed the stream's first ``fed`` bytes to the reader."""
+        if self._h is not None:
+            self._lib.vrw_set_fed(self._h, fed)
+
+    def stamp(self, end: int, now_ns: int) -> int:
+        """The earliest time at which the stream's first ``end`` bytes were known to have
+        arrived, or ``now_ns`` (the loop's time) if the watch saw them no earlier."""
+        if self._h is None:
+            return now_ns
+        return int(self._lib.vrw_stamp(self._h, end, now_ns))
+
+    def close(self) -> None:
+        """Stop the thread and release its descriptors (not the socket); idempotent."""
+        h, self._h = self._h, None
+        if h is not None:
+            self._lib.vrw_stop(h)
+
+
 class _Client(qmp.QMPClient):
-    """``QMPClient`` that stamps each message with the time its last byte reached the event loop.
+    """``QMPClient`` that stamps each message with the time its last byte reached the event loop,
+    or the earlier time the arrival watch (``watch``) saw it queued on the socket.
 
     The stamp is taken where asyncio hands received bytes to the connection's ``StreamReader``
     (``feed_data``, called by the transport's read callback as soon as the selector reports the
@@ -99,8 +168,9 @@ class _Client(qmp.QMPClient):
 
     arrival_ns = 0  # CLOCK_REALTIME ns at which the message being routed was received
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, watch: _ArrivalWatch | None = None) -> None:
         super().__init__(name)
+        self._watch = watch
         self._feeds: deque[tuple[int, int]] = deque()  # (bytes fed so far, time.time_ns())
         self._fed = 0
         self._consumed = 0
@@ -113,11 +183,19 @@ class _Client(qmp.QMPClient):
         self._fed = len(getattr(reader, "_buffer", b""))
         if self._fed:
             self._feeds.append((self._fed, time.time_ns()))
+        if self._watch is not None:
+            self._watch.set_fed(self._fed)
         feed = reader.feed_data
+
+        watch = self._watch
 
         def stamped_feed(data: bytes) -> None:
             self._fed += len(data)
-            self._feeds.append((self._fed, time.time_ns()))
+            now = time.time_ns()
+            if watch is not None:
+                watch.set_fed(self._fed)
+                now = watch.stamp(self._fed, now)
+            self._feeds.append((self._fed, now))
             feed(data)
 
         reader.feed_data = stamped_feed  # type: ignore[method-assign]
@@ -184,16 +262,20 @@ def _wait_for_listener(path: Path, side: str, timeout_s: float, alive: Callable[
 class QMPConnection:
     """One QMP connection to one QEMU; ``side`` ('src'/'dst') labels its events.
 
-    ``on_event`` is called with each event's record from the connection's loop thread."""
+    ``on_event`` is called with each event's record from the connection's loop thread.
+    ``arrival_watch=False`` stamps with the loop's time alone (``make bench-qmp-client`` compares
+    both)."""
 
-    def __init__(self, path: Path, side: str, on_event: EventSink | None = None) -> None:
+    def __init__(self, path: Path, side: str, on_event: EventSink | None = None, *, arrival_watch: bool = True) -> None:
         self.path = path
+        self.arrival_watch = arrival_watch
         self.side = side
         self.version: dict[str, Any] = {}
         self._stamp = _ArrivalStamp(side, on_event)
         self._client: _Client | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._watch: _ArrivalWatch | None = None
 
     def __enter__(self) -> QMPConnection:
         return self
@@ -208,6 +290,12 @@ class QMPConnection:
         negotiate capabilities; on failure nothing is left running."""
         t_end = time.monotonic() + timeout_s
         sock = _wait_for_listener(self.path, self.side, timeout_s, alive)
+        if self.arrival_watch:
+            try:
+                self._watch = _ArrivalWatch(sock)
+            except OSError:
+                sock.close()
+                raise
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"qmp-{self.side}", daemon=True)
         self._thread.start()
@@ -221,7 +309,7 @@ class QMPConnection:
         self.version = dict(self._client.greeting.QMP.version)
 
     async def _open(self, sock: socket.socket) -> _Client:
-        client = _Client(f"vrmig-{self.side}")
+        client = _Client(f"vrmig-{self.side}", self._watch)
         self._stamp.client = client
         client.register_listener(self._stamp)
         await client.connect(sock)
@@ -258,21 +346,27 @@ class QMPConnection:
 
     def close(self) -> None:
         """Disconnect (QEMU keeps running) and stop the loop thread; idempotent."""
-        loop, thread, client = self._loop, self._thread, self._client
-        self._loop, self._thread, self._client = None, None, None
-        if loop is None:
-            return
-        if client is not None:
-            fut = asyncio.run_coroutine_threadsafe(client.disconnect(), loop)
-            try:
-                fut.result(CLOSE_TIMEOUT_S)
-            except (qmp.QMPError, OSError, EOFError, TimeoutError) as err:
-                # disconnect() re-raises what ended the reader: EOF once QEMU has quit
-                log.debug("QMP %s disconnect: %s: %s", self.side, type(err).__name__, err)
-        loop.call_soon_threadsafe(loop.stop)
-        if thread is not None:
-            thread.join(CLOSE_TIMEOUT_S)
-            if thread.is_alive():
-                log.warning("QMP %s: event loop thread did not stop within %.0f s", self.side, CLOSE_TIMEOUT_S)
+        loop, thread, client, watch = self._loop, self._thread, self._client, self._watch
+        self._loop, self._thread, self._client, self._watch = None, None, None, None
+        try:
+            if loop is None:
                 return
-        loop.close()
+            if client is not None:
+                fut = asyncio.run_coroutine_threadsafe(client.disconnect(), loop)
+                try:
+                    fut.result(CLOSE_TIMEOUT_S)
+                except (qmp.QMPError, OSError, EOFError, TimeoutError) as err:
+                    # disconnect() re-raises what ended the reader: EOF once QEMU has quit
+                    log.debug("QMP %s disconnect: %s: %s", self.side, type(err).__name__, err)
+            loop.call_soon_threadsafe(loop.stop)
+            if thread is not None:
+                thread.join(CLOSE_TIMEOUT_S)
+                if thread.is_alive():
+                    log.warning("QMP %s: event loop thread did not stop within %.0f s", self.side, CLOSE_TIMEOUT_S)
+                    watch = None  # the loop may still stamp with it: left to the process's end
+                    return
+            loop.close()
+        finally:
+            # only once the loop thread, which stamps through the watch, has stopped
+            if watch is not None:
+                watch.close()

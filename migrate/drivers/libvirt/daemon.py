@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 LIBVIRTD = "libvirtd"
 TCP_PORT = 16509
+TLS_PORT = 16514
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
 POLL_S = 0.05
@@ -52,9 +53,30 @@ exec libvirtd --listen -f "$B/etc/libvirtd.conf" -p "$B/libvirtd.pid"
 """
 
 
-def libvirtd_conf(sock_dir: Path, listen_addr: str, host_uuid: str) -> str:
-    """libvirtd.conf: private UNIX sockets, TCP without auth on the migration link only,
-    a distinct host UUID (libvirt refuses to migrate to "the same host"), warnings to stderr."""
+def libvirtd_conf(sock_dir: Path, listen_addr: str, host_uuid: str, tls_dir: str | None = None) -> str:
+    """libvirtd.conf: private UNIX sockets, a distinct host UUID (libvirt refuses to migrate to
+    "the same host"), warnings to stderr, and the listener for the other daemon on the migration
+    link: TCP without auth (the embedded testbed's namespaces), or with ``tls_dir`` (the emulated
+    lab, as real hosts do) TLS with the certificates in that directory (migrate.testbed.pki)."""
+    if tls_dir is None:
+        listen = [
+            "listen_tls = 0",
+            "listen_tcp = 1",
+            f'listen_addr = "{listen_addr}"',
+            f'tcp_port = "{TCP_PORT}"',
+            'auth_tcp = "none"  # confined to the testbed migration link; real hosts use TLS or SSH',
+        ]
+    else:
+        listen = [
+            "listen_tls = 1",
+            "listen_tcp = 0",
+            f'listen_addr = "{listen_addr}"',
+            f'tls_port = "{TLS_PORT}"',
+            'auth_tls = "none"  # the client certificate, signed by the lab\'s CA, is the authentication',
+            f'ca_file = "{tls_dir}/cacert.pem"',
+            f'cert_file = "{tls_dir}/servercert.pem"',
+            f'key_file = "{tls_dir}/serverkey.pem"',
+        ]
     return "\n".join(
         [
             f'unix_sock_dir = "{sock_dir}"',
@@ -62,11 +84,7 @@ def libvirtd_conf(sock_dir: Path, listen_addr: str, host_uuid: str) -> str:
             'unix_sock_rw_perms = "0700"',
             'auth_unix_ro = "none"',
             'auth_unix_rw = "none"',
-            "listen_tls = 0",
-            "listen_tcp = 1",
-            f'listen_addr = "{listen_addr}"',
-            f'tcp_port = "{TCP_PORT}"',
-            'auth_tcp = "none"  # confined to the testbed migration link; real hosts use TLS or SSH',
+            *listen,
             f'host_uuid = "{host_uuid}"',
             'log_outputs = "3:stderr"',
             "",

@@ -30,6 +30,7 @@ import os
 import shlex
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ from migrate.drivers.xen.xl import (
     receiver_argv,
     sender_argv,
 )
+from migrate.experiment import peering
 from migrate.experiment.scenario import XEN_PV_REFUSAL, Scenario, xen_host_env
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import add_tap
@@ -323,7 +325,7 @@ class XenDriver(Driver):
             self.dom0["R1"], self.streams, "R1", s.router, ([left.ipv4, left.ipv6], [right.ipv4, right.ipv6]),
             mem_mib=s.mem_mib, vcpus=s.vcpus, guest_type=s.xen_guest, timeout_s=s.boot_timeout_s,
             alive=self.procs["R1"].alive if "R1" in self.procs else None, save_cfg=self.ctx.run_dir / "xen-domu.cfg",
-            rib_routes=s.rib_routes,
+            rib_routes=s.rib_routes, routing=peering.router_args(s),
         )  # fmt: skip
         rec.action("router-ready", host="R1")
 
@@ -481,15 +483,17 @@ def create_router_domu(
     macs: tuple[str, str] = ROUTER_MACS,
     timeout_s: float = 120.0,
     rib_routes: int = 0,
+    routing: Sequence[str] = (),
     alive: Any = None,
     save_cfg: Path | None = None,
 ) -> str:
     """Write the domU's config into ``host``'s dom0, stream its console, ``xl create`` it and wait
-    for the router's READY line (returned); GuestError with the console's tail otherwise."""
+    for the router's READY line (returned); GuestError with the console's tail otherwise.
+    ``routing``: vrmig-router's peering arguments (:func:`migrate.experiment.peering.router_args`)."""
     from routers.guest import FAIL_MARKER, READY_MARKER, kernel_cmdline
     from routers.xen_image import DOMU_DIR
 
-    cmdline = kernel_cmdline(profile, cidrs[0], cidrs[1], console="hvc0", rib_routes=rib_routes)
+    cmdline = kernel_cmdline(profile, cidrs[0], cidrs[1], console="hvc0", rib_routes=rib_routes, routing=routing)
     cfg = domu_config(f"{DOMU_DIR}/vmlinuz", f"{DOMU_DIR}/initrd.img", cmdline, mem_mib=mem_mib, vcpus=vcpus,
                       guest_type=guest_type, macs=macs)  # fmt: skip
     if save_cfg is not None:
