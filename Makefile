@@ -145,7 +145,8 @@ compare:
 	$(PY) -m migrate compare $(A) $(B) $(call flag,OUT,out) --results $(RESULTS)
 
 nightly:
-	$(PY) -m migrate nightly $(call flag,MATRIX,matrix) $(call flag,HISTORY,history) $(call flag,TESTBED,testbed) --results $(RESULTS)
+	$(PY) -m migrate nightly $(call flag,MATRIX,matrix) $(call flag,HISTORY,history) $(call flag,TESTBED,testbed) \
+	  $(call flag,AB,ab) --results $(RESULTS)
 
 nightly-accept:
 	$(PY) -m migrate nightly-accept $(call flag,NIGHT,night) $(call flag,HISTORY,history) --results $(RESULTS)

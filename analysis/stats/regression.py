@@ -286,6 +286,20 @@ def _values(rule: Rule, runs: Sequence[Mapping[str, Any]], bounds: bool = False)
     return out, n_bounds
 
 
+def decide_ab(
+    rules: Sequence[Rule], accepted: Sequence[Mapping[str, Any]], tonight: Sequence[Mapping[str, Any]], alpha: float
+) -> list[Verdict]:
+    """The in-night A/B: each metric of tonight's arm against the accepted commit's arm, both run
+    in the same night (run rows as for :func:`decide_night`; only completed runs count, tonight's
+    lower bounds as their bound).  Each check is decided at ``alpha`` on its own, outside the
+    matrix's Holm family: the A/B is a separate test with its own level."""
+    out = []
+    for rule in rules:
+        cand, n_bounds = _values(rule, tonight, bounds=True)
+        out.append(check_metric(rule, _values(rule, accepted)[0], cand, alpha, n_bounds))
+    return out
+
+
 def decide_night(points: Sequence[PointRuns], alpha: float, failures: FailureRule) -> list[tuple[str, Verdict]]:
     """Every check of a night: per point its metric rules, ``migration_failures`` and, when runs
     failed before their migration, ``setup_failures`` (an error).  The metric checks of all

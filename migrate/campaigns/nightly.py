@@ -18,7 +18,7 @@ import sys
 import time
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +26,13 @@ from analysis.present import html as rh
 from analysis.present.junit import junit_xml
 from analysis.stats.aggregate import METRIC_BY_NAME
 from analysis.stats.regression import FailureRule, PointRuns, Rule, Verdict, decide_night, detectable, min_p_value
+from migrate.campaigns import ab as ab_mod
 from migrate.campaigns import sweep as sw
 from migrate.campaigns import sweepdir as sd
+from migrate.campaigns.ab import AbSpec
 from migrate.campaigns.history import History, history_fields, scenario_column
 from migrate.core.atomic import write_text
-from migrate.core.errors import ConfigError
+from migrate.core.errors import ConfigError, VrmigError
 from migrate.core.units import format_rate
 from migrate.experiment.scenario import Scenario
 
@@ -44,7 +46,8 @@ SUITE = "vrmig.nightly"
 EXIT_REGRESSION = 1
 #: the matrix loader requires every metric check to be decidable once this many nights are accepted
 DECIDABLE_AFTER_NIGHTS = 2
-_SECTIONS = {"nightly", "defaults", "point", "metrics", "failures"}
+_SECTIONS = {"nightly", "defaults", "point", "metrics", "failures", "ab"}
+_AB_KEYS = {"point", "reps", "alpha", "budget_s", "metrics"}
 _NIGHTLY_KEYS = {"reps", "budget_s", "expected_run_s", "alpha", "seed", "history_nights"}
 _RULE_KEYS = {"worse", "min_rel", "min_abs"}
 _OVERRIDE_KEYS = {"min_rel", "min_abs"}
@@ -67,6 +70,7 @@ class Matrix:
     failures: FailureRule
     history_nights: int
     point_rules: tuple[tuple[str, tuple[Rule, ...]], ...]
+    ab: AbSpec | None = None  # the in-night A/B (migrate.campaigns.ab); None: the matrix has no [ab]
 
     @property
     def n_runs(self) -> int:
@@ -85,8 +89,8 @@ class Matrix:
     @property
     def false_alarm_bound(self) -> float:
         """Nominal chance that an unchanged night fails: alpha (metric checks, family-wise) plus
-        each point's failure level."""
-        return self.alpha + len(self.points) * self.failures.alpha
+        each point's failure level, plus the A/B's level."""
+        return self.alpha + len(self.points) * self.failures.alpha + (self.ab.alpha if self.ab else 0.0)
 
 
 def _bad(path: Path, msg: str) -> ConfigError:
@@ -105,10 +109,13 @@ def _whole(path: Path, where: str, v: Any, lo: int, hi: int) -> int:
     return v
 
 
-def _point(path: Path, defaults: dict[str, Any], raw: Any, i: int) -> tuple[sw.PlanPoint, Any]:
+def _point(
+    path: Path, defaults: dict[str, Any], raw: Any, i: int
+) -> tuple[sw.PlanPoint, Any, tuple[tuple[str, str], ...]]:
     """One ``[[point]]``: Make variables over [defaults] (as in a campaign file), parsed by
     ``vrmig run``'s own parser (migrate.campaigns.campaign); ``label`` and ``metrics`` are the
-    matrix's own keys."""
+    matrix's own keys.  Returns the point, its metric overrides and its variables as make passes
+    them."""
     from migrate.campaigns import campaign as cp
 
     if not isinstance(raw, dict):
@@ -121,13 +128,14 @@ def _point(path: Path, defaults: dict[str, Any], raw: Any, i: int) -> tuple[sw.P
         for var, value in spec.items():
             cp.check_known(var, known, f"point {i + 1}", "migrate")
             cp.variable_text(value, var, "migrate")
-        scenario, _ = cp.scenario_of("migrate", {k: cp.variable_text(v, k, "migrate") for k, v in spec.items()})
+        texts = {k: cp.variable_text(v, k, "migrate") for k, v in spec.items()}
+        scenario, _ = cp.scenario_of("migrate", texts)
     except ConfigError as err:
         raise _bad(path, f"point {i + 1}: {err}") from None
     assert scenario is not None
     if label is None:
         label = f"{scenario.mode}-{format_rate(scenario.rate_bps)}-{scenario.frame_bytes}"
-    return sw.PlanPoint(str(label), scenario), overrides
+    return sw.PlanPoint(str(label), scenario), overrides, tuple(texts.items())
 
 
 def _rule(path: Path, where: str, name: str, r: Any, keys: set[str], base: Rule | None = None) -> Rule:
@@ -167,6 +175,27 @@ def _overrides(path: Path, label: str, raw: Any, rules: tuple[Rule, ...]) -> tup
             raise _bad(path, f"{where}: {name!r} is not in [metrics] ({', '.join(by_name)})")
     return tuple(_rule(path, where, r.metric, raw[r.metric], _OVERRIDE_KEYS, r) if r.metric in raw else r
                  for r in rules)  # fmt: skip
+
+
+def _ab(path: Path, raw: Any, variables: dict[str, tuple[tuple[str, str], ...]]) -> AbSpec:
+    """``[ab]``: the in-night A/B of one point (migrate.campaigns.ab)."""
+    if not isinstance(raw, dict) or set(raw) - _AB_KEYS or "point" not in raw:
+        raise _bad(path, f"[ab]: use keys {', '.join(sorted(_AB_KEYS))} (point is required)")
+    if raw["point"] not in variables:
+        raise _bad(path, f"[ab] point={raw['point']!r} is not a point label: choose from {', '.join(variables)}")
+    reps = _whole(path, "[ab] reps", raw.get("reps"), 2, sw.MAX_REPS)
+    alpha = _number(path, "[ab] alpha", raw.get("alpha", 0.01))
+    if alpha >= 1:
+        raise _bad(path, f"[ab] alpha={alpha:g} must be below 1")
+    budget = _number(path, "[ab] budget_s", raw.get("budget_s"))
+    try:
+        rules = _rules(path, raw.get("metrics"))
+    except ConfigError as err:
+        raise ConfigError(str(err).replace("[metrics]", "[ab] metrics")) from None
+    if not detectable(reps, reps, alpha):
+        raise _bad(path, f"[ab] reps={reps} per arm cannot reach p <= alpha={alpha:g} (smallest p "
+                         f"{min_p_value(reps, reps):.3g}): add reps")  # fmt: skip
+    return AbSpec(str(raw["point"]), variables[raw["point"]], reps, alpha, budget, rules)
 
 
 def _failure_rule(path: Path, raw: Any) -> FailureRule:
@@ -209,11 +238,12 @@ def load_matrix(path: Path) -> Matrix:
     if not isinstance(raw_points, list) or not raw_points:
         raise _bad(path, "no [[point]] entries")
     parsed = [_point(path, dict(doc.get("defaults", {})), p, i) for i, p in enumerate(raw_points)]
-    points = tuple(p for p, _ in parsed)
+    points = tuple(p for p, _, _ in parsed)
     if len({p.label for p in points}) != len(points):
         raise _bad(path, "two points have the same label")
     rules = _rules(path, doc.get("metrics"))
-    point_rules = tuple((p.label, _overrides(path, p.label, o, rules)) for p, o in parsed if o is not None)
+    point_rules = tuple((p.label, _overrides(path, p.label, o, rules)) for p, o, _ in parsed if o is not None)
+    ab = _ab(path, doc["ab"], {p.label: v for p, _, v in parsed}) if "ab" in doc else None
     failures = _failure_rule(path, doc.get("failures", {}))
     n_checks = len(points) * len(rules)
     first_level = alpha / n_checks
@@ -229,7 +259,7 @@ def load_matrix(path: Path) -> Matrix:
         raise _bad(path, f"{len(points) * reps} runs × expected_run_s={expected:g} exceed budget_s={budget:g}")
     sha = hashlib.sha256(text.encode()).hexdigest()
     return Matrix(path, sha, text, reps, budget, expected, alpha, points, rules, failures, history_nights,
-                  point_rules)  # fmt: skip
+                  point_rules, ab)  # fmt: skip
 
 
 EMBEDDED = "embedded"
@@ -459,11 +489,18 @@ class NightResult:
 
 
 def run_nightly(
-    matrix_path: Path, results_root: Path, history_path: Path | None, testbed: Path | None = None
+    matrix_path: Path,
+    results_root: Path,
+    history_path: Path | None,
+    testbed: Path | None = None,
+    ab: str | None = None,
 ) -> NightResult:
     """Run one night end to end (see the module docstring); ``testbed``: on the hosts of this lab
-    inventory, compared only with accepted nights of the same inventory."""
+    inventory, compared only with accepted nights of the same inventory; ``ab``: the commit the
+    matrix's ``[ab]`` compares tonight's with (default: that of the most recently accepted night;
+    ``none``: no A/B)."""
     matrix = load_matrix(matrix_path)
+    ab_commit = ab_mod.resolve_commit(ab) if ab not in (None, "none") and matrix.ab is not None else None
     nightly_root = results_root / NIGHTLY_SUBDIR
     history_path = history_path or nightly_root / HISTORY_NAME
     sw.check_lab(matrix.points, testbed)
@@ -508,10 +545,13 @@ def run_nightly(
                 state = sw.execute(
                     night_dir, meta, state, deadline_mono=t0 + matrix.budget_s, on_run=on_run, testbed=testbed
                 )
+            ab_res = _night_ab(matrix, ab, ab_commit, hist, accepted, night_dir, plan.seed, testbed, vers)
         except BaseException:
             hist.upsert("nights", {**night_row, "status": "interrupted", "finished_utc": sd.now_utc()})
             raise
         checks = judge(hist, night_id, matrix, accepted)
+        if ab_res is not None:
+            checks += [(matrix.ab.point, v) for v in ab_res.checks]  # type: ignore[union-attr]
         hist.add_checks(night_id, baseline, checks)
         n_reg = sum(v.regression for _, v in checks)
         status = "regression" if n_reg else ("no-baseline" if baseline is None else "pass")
@@ -526,6 +566,47 @@ def run_nightly(
                          state.get("budget_stop"), len(accepted))  # fmt: skip
     _write_night_outputs(result, matrix, vers)
     return result
+
+
+def _night_ab(
+    matrix: Matrix,
+    asked: str | None,
+    commit: str | None,
+    hist: History,
+    accepted: Sequence[str],
+    night_dir: Path,
+    seed: int,
+    testbed: Path | None,
+    vers: dict[str, Any],
+) -> ab_mod.AbResult | None:
+    """The matrix's in-night A/B (None: the matrix has none): skipped with the reason when it
+    cannot run, an error verdict when it failed before judging."""
+    spec = matrix.ab
+    if spec is None:
+        return None
+    if asked == "none":
+        return ab_mod.skipped(spec, "AB=none: no A/B tonight")
+    if testbed is not None:
+        return ab_mod.skipped(spec, "the A/B runs on the embedded testbed only (the accepted commit is not deployed to "
+                                    "a lab's hosts)")  # fmt: skip
+    if commit is None:
+        if not accepted:
+            return ab_mod.skipped(spec, "no accepted night yet, so no accepted commit: give AB=<commit>")
+        recorded = ab_mod.clean_commit((hist.night(accepted[0]) or {}).get("git_commit"))
+        if recorded is None:
+            return ab_mod.skipped(spec, f"the accepted night {accepted[0]} recorded no git commit: give AB=<commit>")
+        try:
+            commit = ab_mod.resolve_commit(recorded)
+        except ConfigError as err:
+            return ab_mod.skipped(spec, f"the accepted night's commit: {err}")
+    log.info("A/B: %s (accepted) against this checkout, %d run(s) each", commit[:12], spec.reps)
+    try:
+        return ab_mod.run_ab(spec, commit, vers.get("git_commit"), night_dir, seed)
+    except VrmigError as err:
+        res = ab_mod.skipped(spec, "")
+        res.checks = [replace(v, status="error", reason=f"A/B failed: {err}") for v in res.checks]
+        res.commits = {"accepted": commit, "tonight": vers.get("git_commit")}
+        return res
 
 
 def _grid(matrix: Matrix, history_path: Path) -> dict[str, Any]:

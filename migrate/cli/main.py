@@ -93,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
 
             cleaned = clean_stale()
             print(f"cleaned {len(cleaned)} stale run(s)" + (f": {', '.join(cleaned)}" if cleaned else ""))
+            from migrate.campaigns.ab import clean_stale_trees
+
+            for tree in clean_stale_trees():
+                print(f"removed a dead night's A/B worktree {tree}")
             if args.testbed is not None:
                 return _clean_lab(args.testbed)
             return 0

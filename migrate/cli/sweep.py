@@ -67,6 +67,11 @@ def add_parsers(sub: argparse._SubParsersAction, run_parser: argparse.ArgumentPa
     n.add_argument(
         "--testbed", type=Path, default=None, help="TESTBED: run the night on the hosts of this lab inventory"
     )
+    n.add_argument(
+        "--ab", default=None,
+        help="AB: the commit the matrix's [ab] runs against tonight's in the same night (default: that of the "
+        "most recently accepted night; none: no A/B)",
+    )  # fmt: skip
     n.set_defaults(handler=cmd_nightly)
 
     a = sub.add_parser("nightly-accept", help="promote the latest night to the baseline (make nightly-accept)")
@@ -249,7 +254,7 @@ def cmd_nightly(a: argparse.Namespace) -> int:
     """``vrmig nightly``: exit 1 on a regression."""
     from migrate.campaigns.nightly import DEFAULT_MATRIX, format_night, run_nightly
 
-    res = run_nightly(a.matrix or DEFAULT_MATRIX, a.results, a.history, a.testbed)
+    res = run_nightly(a.matrix or DEFAULT_MATRIX, a.results, a.history, a.testbed, a.ab)
     print(format_night(res))
     print(res.night_dir)
     return res.exit_code

@@ -29,12 +29,16 @@ __all__ = [  # RUN_ENV: from registry
 ]  # fmt: skip
 
 
-def with_pdeathsig(argv: list[str], parent_pid: int | None = None) -> list[str]:
-    """argv that runs ``argv`` (same PID: every step execs in place) with SIGKILL as its
-    parent-death signal, and not at all if its parent (``parent_pid``, default this process) is
-    already gone by then (exit 137).  ``argv`` reaches sh only as positional parameters."""
+def with_pdeathsig(argv: list[str], parent_pid: int | None = None, signal: str = "KILL") -> list[str]:
+    """argv that runs ``argv`` (same PID: every step execs in place) with SIG``signal`` (KILL, or
+    TERM for a child that must tear down what it made) as its parent-death signal, and not at all
+    if its parent (``parent_pid``, default this process) is already gone by then (exit 137).
+    ``argv`` reaches sh only as positional parameters."""
+    if signal not in ("KILL", "TERM"):
+        raise ValueError(f"parent-death signal {signal!r}: KILL or TERM")
     parent = os.getpid() if parent_pid is None else parent_pid
-    return [*PDEATHSIG_PREFIX, "sh", "-c", PARENT_CHECK, "vrmig-pdeath", str(parent), *argv]
+    prefix = (*PDEATHSIG_PREFIX[:2], signal, *PDEATHSIG_PREFIX[3:])
+    return [*prefix, "sh", "-c", PARENT_CHECK, "vrmig-pdeath", str(parent), *argv]
 
 
 def netns_exec(ns: str, argv: list[str]) -> list[str]:
