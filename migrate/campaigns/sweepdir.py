@@ -7,6 +7,8 @@
   state.json            progress: outcome of every finished run, abandoned attempts, the run in flight
   runs/                 one results directory per run (migrate.experiment.run.run)
   runs.csv points.csv *.png report.html   (outputs, rebuilt from runs/ by `vrmig report`)
+  ab/                   a night's in-night A/B (migrate.campaigns.ab): accepted/ and tonight/ (one
+                        results directory per run), ab.json, build.log, accepted.log, tonight.log
 ```
 Every file is written atomically; nothing here ever deletes a run directory."""
 

@@ -26,7 +26,7 @@ from analysis.stats.regression import (
     decide_night,
     holm,
 )
-from tests.fixtures.nightly import power
+from tests.fixtures.nightly import ab_power, power
 
 ALPHA = 0.01
 N = 5  # runs per point tonight, as in migrate/campaigns/nightly.toml
@@ -240,7 +240,8 @@ DRAWS_UNCHANGED = 600
 DRAWS_INJECTED = 100
 #: (injection, point) the rules do not claim to catch with power 0.9: the pre-copy outage varies by
 #: up to 2.5x between nights on its own, so that point only flags a tripled outage; a 1.5x longer
-#: outage is caught at the stop-and-copy point (asserted below).
+#: outage is caught at the stop-and-copy point (asserted below) and, at the pre-copy point alone,
+#: by the in-night A/B (test_ab_catches_a_one_and_a_half_times_longer_precopy_outage).
 NOT_CLAIMED = {("downtime_packets_s x1.5", ("precopy-100M-1500",))}
 
 
@@ -276,3 +277,35 @@ def test_real_runs_regressions_fail_the_night(real_runs, mode):
         if (inj.name, inj.points) not in NOT_CLAIMED and low < 0.9:
             weak.append((inj.name, inj.points, failed))
     assert not weak, f"power below 0.9 (95 % lower bound): {weak}"
+
+
+# --- REAL runs of an A/A night: power and false-alarm rate of the in-night A/B ---
+
+AB_DRAWS_UNCHANGED = 2000
+AB_DRAWS_INJECTED = 500
+
+
+@pytest.fixture(scope="module")
+def aa_night():
+    doc = ab_power.load()
+    arms = [r["arm"] for r in doc["runs"] if r["status"] == "completed"]
+    assert arms.count("accepted") >= 25 and arms.count("tonight") >= 25
+    return doc
+
+
+def test_ab_of_an_unchanged_commit_rarely_fails(aa_night):
+    """A/Bs drawn from the real A/A night: 95 % upper bound of the false-alarm rate at most
+    0.02 (the A/B's level is 0.01 of the night's nominal 0.05)."""
+    failed = ab_power.simulate(aa_night, 1.0, AB_DRAWS_UNCHANGED, seed=21)
+    low, high = power.clopper_pearson(failed, AB_DRAWS_UNCHANGED)
+    print(f"A/B false alarms {failed}/{AB_DRAWS_UNCHANGED}, 95 % CI {low:.3f}-{high:.3f}")
+    assert high <= 0.02, f"false alarms {failed}/{AB_DRAWS_UNCHANGED}: upper bound {high:.3f} > 0.02"
+
+
+def test_ab_catches_a_one_and_a_half_times_longer_precopy_outage(aa_night):
+    """Tonight's outage x1.5 at the shipped 30 runs per arm: the A/B fails the night with a 95 %
+    lower bound of at least 0.9 (the history comparison cannot claim this, see NOT_CLAIMED)."""
+    failed = ab_power.simulate(aa_night, 1.5, AB_DRAWS_INJECTED, seed=22)
+    low, _ = power.clopper_pearson(failed, AB_DRAWS_INJECTED)
+    print(f"A/B x1.5: {failed}/{AB_DRAWS_INJECTED}, lower {low:.3f}")
+    assert low >= 0.9, f"power {failed}/{AB_DRAWS_INJECTED}: 95 % lower bound {low:.3f} < 0.9"
