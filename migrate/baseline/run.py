@@ -275,6 +275,7 @@ def run_baseline(
     for prefix in clean_stale():
         log.warning("removed leftovers of crashed run %s", prefix)
     abort = Abort()
+    abort.armed = False  # until meta.json exists a signal is recorded; raised at the start of the try
     with signal_handlers(abort.handler):
         if resume_dir is not None:
             run_dir = resume_dir
@@ -292,6 +293,9 @@ def run_baseline(
         configs = spec.configs()
         progress = Progress("baseline", sum(spec.sweep_points(c) for c in configs), "points")
         try:
+            abort.armed = True
+            if abort.signum is not None:
+                raise Interrupted(f"interrupted by {signal.Signals(abort.signum).name}")
             with progress:
                 for config in configs:
                     _run_config(spec, config, facts, run_dir, meta, abort, progress)

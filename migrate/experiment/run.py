@@ -154,6 +154,8 @@ def lab_supports(scenario: Scenario, inv: Inventory) -> None:
                 )
     if scenario.fault is not None or scenario.miglink_bps is not None or scenario.criu_host != "local":
         raise ConfigError("TESTBED= takes no FAULT, MIGLINK or CRIU_HOST: the lab's own links are measured as they are")
+    if scenario.criu_rejoin_mcast:
+        raise ConfigError("TESTBED= takes no CRIU_REJOIN_MCAST: only the embedded CRIU driver puts groups back")
 
 
 def run(
@@ -185,6 +187,9 @@ def run(
         log.warning("removed leftovers of crashed run %s", prefix)
 
     abort = Abort()
+    # until meta.json exists a signal is only recorded (a directory without meta.json would be a
+    # lost result); it is raised at the start of the try below, so the run is recorded interrupted
+    abort.armed = False
     with signal_handlers(abort.handler):
         run_dir = make_run_dir(results_root, scenario)
         meta: dict[str, Any] = {
@@ -207,6 +212,9 @@ def run(
         registry = Registry(new_prefix(), run_dir=str(run_dir.resolve()))
         phase = Phase()
         try:
+            abort.armed = True
+            if abort.signum is not None:
+                raise Interrupted(f"interrupted by {signal.Signals(abort.signum).name}")
             _execute(scenario, driver_cls, facts, registry, run_dir, meta, abort, phase, inv)
             if abort.signum is not None:
                 raise Interrupted(f"interrupted by {signal.Signals(abort.signum).name} during teardown")

@@ -13,7 +13,7 @@ import pytest
 
 from migrate.campaigns import chaos
 from migrate.core.registry import REAPER_WHY, clean_stale, pid_alive
-from tests.integration.conftest import require_root_and
+from tests.integration.conftest import REPO, require_root_and
 
 pytestmark = pytest.mark.integration
 TOOLS = ("qemu-system-x86_64", "irtt", "crosstraffic/bin/vrgen", "probes/bin/vrsampler")
@@ -165,3 +165,47 @@ def test_short_chaos_run_has_no_leaks_and_no_lost_results(tmp_path):
     assert totals.hung == 0, totals.problems
     assert totals.leaks == 0, totals.problems
     assert totals.lost_results == 0, totals.problems
+
+
+SIGTERM_IN_WINDOW = """
+import os, signal, sys
+from migrate.core import meta as metamod
+
+real = metamod.git_commit
+
+
+def git_commit_then_sigterm():
+    # the signal lands between the results directory's creation and its meta.json's first write
+    os.kill(os.getpid(), signal.SIGTERM)
+    return real()
+
+
+metamod.git_commit = git_commit_then_sigterm
+from migrate.cli.main import main
+
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--rate", "10M", "--duration", "5", "--migrate-at", "2", "--after", "1"],
+        ["calibrate", "--durations", "50", "--reps", "1"],
+        ["baseline", "--hv", "none", "--rates", "10M", "--sizes", "1500", "--duration", "2"],
+    ],
+    ids=["run", "calibrate", "baseline"],
+)
+def test_a_sigterm_before_meta_json_is_written_leaves_an_interrupted_run(tmp_path, argv, no_leftovers):
+    """A signal between the results directory's creation and meta.json's first write: the run
+    is recorded interrupted (exit 130), never a directory without meta.json (a lost result, as
+    make chaos found one in CI)."""
+    require_root_and(*TOOLS)
+    _guest()
+    proc = subprocess.run([sys.executable, "-c", SIGTERM_IN_WINDOW, *argv, "--results", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert proc.returncode == 130, proc.stderr[-2000:]
+    dirs = [d for d in tmp_path.iterdir() if d.is_dir()]
+    assert len(dirs) == 1, dirs
+    meta = json.loads((dirs[0] / "meta.json").read_text())
+    assert meta["status"] == "interrupted" and "SIGTERM" in meta["failure"], meta
