@@ -26,6 +26,7 @@ MIGRATE_FLAGS = $(call flag,HV,hv) $(call flag,DRIVER,driver) $(call flag,MODE,m
   $(call flag,XBZRLE_CACHE,xbzrle-cache) $(call flag,CPU_THROTTLE,cpu-throttle) \
   $(call flag,MIGRATE_TIMEOUT,migrate-timeout) $(call flag,BOOT_TIMEOUT,boot-timeout) \
   $(call flag,XEN_GUEST,xen-guest) $(call flag,XEN_MIG_MTU,xen-mig-mtu) $(call flag,CRIU_HOST,criu-host) \
+  $(call flag,CRIU_REJOIN_MCAST,criu-rejoin-mcast) \
   $(call flag,RIB_ROUTES,rib-routes) $(call flag,TESTBED,testbed) \
   $(call flag,PEERING,peering) $(call flag,BFD,bfd) $(call flag,BGP_HOLD,bgp-hold) $(call flag,OSPF_DEAD,ospf-dead) \
   $(call flag,FAULT,fault) --results $(RESULTS)

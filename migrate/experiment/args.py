@@ -193,6 +193,7 @@ def scenario_from_args(a: argparse.Namespace, axes: bool = False) -> Scenario:
         bfd_interval_ms=bfd[0], bfd_multiplier=bfd[1], bgp_hold_s=getattr(a, "bgp_hold", 9),
         ospf_dead_s=getattr(a, "ospf_dead", 4),
         dirty_mbps=getattr(a, "dirty", None), churn_rps=getattr(a, "churn", None),
+        criu_rejoin_mcast=getattr(a, "criu_rejoin_mcast", False),
         **knob_fields(a, axes),
     )  # fmt: skip
 
@@ -237,5 +238,9 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
         help="an inventory of lab hosts reached over SSH (docs/testbed.md); default: the embedded testbed",
     )
     r.add_argument("--criu-host", default="local", help="HV=criu: local, or vm (a VM whose kernel has soft-dirty)")
+    r.add_argument(
+        "--criu-rejoin-mcast", type=boolean("CRIU_REJOIN_MCAST"), default=False,
+        help="HV=criu: join the multicast groups the restore lost again, on the router's own OSPF socket (0/1)",
+    )  # fmt: skip
     r.add_argument("--fault", default=None, help="inject a fault (chaos testing): " + ", ".join(FAULTS))
     r.add_argument("--results", type=Path, default=Path("results"), help="results root directory")

@@ -109,6 +109,9 @@ class Scenario:
     dirty_mbps: float | None = None  # DIRTY: the guest dirties memory at this rate (MB/s, MB = 2^20 B)
     #: CHURN: B flaps routes at this many route changes per second (0: peers, no flaps; None: off)
     churn_rps: float | None = None
+    #: CRIU_REJOIN_MCAST=1 (HV=criu): after the restore, the driver joins the multicast groups the
+    #: restore lost again, on the restored router's own OSPF socket (an intervention, off by default)
+    criu_rejoin_mcast: bool = False
 
     def __post_init__(self) -> None:
         validate(self)
@@ -199,6 +202,7 @@ def validate(s: Scenario) -> None:
     _require(s.hv != "xen" or s.mode == "precopy", "HV=xen supports MODE=precopy only (xl migrate)")
     _require(s.criu_host in CRIU_HOSTS, f"CRIU_HOST={s.criu_host!r} must be one of {', '.join(CRIU_HOSTS)}")
     _require(s.criu_host == "local" or s.hv == "criu", f"CRIU_HOST={s.criu_host} needs HV=criu (not HV={s.hv})")
+    _require(not s.criu_rejoin_mcast or s.hv == "criu", f"CRIU_REJOIN_MCAST=1 needs HV=criu (not HV={s.hv})")
     _require(0 <= s.rib_routes <= MAX_RIB_ROUTES, f"RIB_ROUTES={s.rib_routes} must be 0-{MAX_RIB_ROUTES} routes")
     _require(s.rib_routes == 0 or s.router == "bird", f"RIB_ROUTES needs ROUTER=bird (not ROUTER={s.router})")
     _require(576 <= s.xen_mig_mtu <= 9000, f"XEN_MIG_MTU={s.xen_mig_mtu} must be 576-9000 bytes")

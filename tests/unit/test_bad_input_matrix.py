@@ -27,6 +27,8 @@ BAD_INPUTS = [
     ("FAULT", ["run", "--fault", "meteor"]),
     ("CRIU_HOST", ["run", "--hv", "criu", "--criu-host", "cloud"]),
     ("CRIU_HOST", ["run", "--hv", "kvm", "--criu-host", "vm"]),
+    ("CRIU_REJOIN_MCAST", ["run", "--hv", "kvm", "--criu-rejoin-mcast", "1"]),
+    ("CRIU_REJOIN_MCAST", ["run", "--hv", "criu", "--criu-rejoin-mcast", "maybe"]),
     ("RIB_ROUTES", ["run", "--router", "bird", "--rib-routes", "-1"]),
     ("RIB_ROUTES", ["run", "--router", "frr", "--rib-routes", "1000"]),
     ("PEERING", ["run", "--peering", "rip"]),

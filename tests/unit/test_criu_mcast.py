@@ -40,3 +40,14 @@ def test_read_lists_of_a_process(tmp_path):
     (tmp_path / "42" / "net" / "igmp").write_text(_lists("before")["igmp"])
     assert mcast.read_lists(42, proc=tmp_path) == {"igmp": _lists("before")["igmp"]}  # no igmp6: left out
     assert mcast.memberships(mcast.read_lists(42, proc=tmp_path)) == {"eth0": ["224.0.0.5"], "eth1": ["224.0.0.5"]}
+
+
+def test_device_indexes_and_ospf_raw_sockets_from_real_lists():
+    assert mcast.device_indexes(_lists("after")["igmp"]) == {"lo": 1, "eth0": 2, "eth1": 3}
+    raw = (FIX / "net-raw.txt").read_text()
+    assert mcast.raw_socket_inodes(raw) == [439544]  # protocol 0x59, not the ICMP socket
+    assert mcast.raw_socket_inodes(raw, proto=1) == [439545]
+
+
+def test_lost_pairs():
+    assert mcast.lost_pairs(["224.0.0.5 on eth0", "ff02::5 on eth1"]) == [("224.0.0.5", "eth0"), ("ff02::5", "eth1")]

@@ -396,6 +396,8 @@ class CriuDriver(Driver):
             self._account_restore(restore, index)
             assert self.dst is not None and self.dst.pid is not None
             self._memberships("after", self.dst.pid)
+            if s.criu_rejoin_mcast:
+                self._rejoin_groups(self.dst.pid)
             if self.receiver is not None and self._wait(self.receiver, "image receiver") != 0:
                 log.warning(
                     "image receiver exited with %s: %s", self.receiver.returncode(), self.receiver.stderr_tail()
@@ -438,6 +440,32 @@ class CriuDriver(Driver):
                     "them, so it no longer receives what is sent to those groups (OSPF hellos)",
                     ", ".join(m["lost"]),
                 )
+
+    def _rejoin_groups(self, pid: int) -> None:
+        """CRIU_REJOIN_MCAST=1: join the groups the restore lost again, on the restored router's
+        own OSPF socket (:func:`migrate.drivers.criu.mcast.rejoin`), after the announcement, so the
+        data plane's reattachment is not delayed; criu.json ``multicast.rejoin`` (what was joined,
+        when) and the lists read again (``rejoined``).  A failure is recorded, never the
+        migration's."""
+        from migrate.drivers.criu import mcast
+
+        m = self.record.setdefault("multicast", {})
+        lost = m.get("lost")
+        if not lost:
+            m["rejoin"] = {"pairs": [], "note": "nothing lost" if lost == [] else "the memberships were not read"}
+            return
+        t0 = self.ctx.recorder.action("mcast-rejoin", side="dst", groups=lost)
+        try:
+            pairs = mcast.rejoin(pid, mcast.lost_pairs(lost))
+        except OSError as err:
+            m["rejoin"] = {"start_ns": t0, "error": str(err)}
+            log.warning("could not put the lost multicast memberships back: %s", err)
+            return
+        m["rejoin"] = {"start_ns": t0, "end_ns": time.time_ns(), "pairs": pairs}
+        self._memberships("rejoined", pid)
+        failed = [p for p in pairs if not p.get("joined")]
+        if failed:
+            log.warning("multicast memberships not put back: %s", failed)
 
     def _precopy_rounds(self) -> int:
         """P.Haul's iterations: pre-dump while the dirty set shrinks; returns the final dump's index."""
@@ -695,6 +723,13 @@ class CriuDriver(Driver):
             },
             "rounds": len(self.record["rounds"]),
             "multicast_lost": self.record.get("multicast", {}).get("lost"),
+            "multicast_rejoined": [
+                f"{p['group']} on {p['device']}"
+                for p in (self.record.get("multicast", {}).get("rejoin") or {}).get("pairs", [])
+                if p.get("joined")
+            ]
+            if self.ctx.scenario.criu_rejoin_mcast
+            else None,
         }
 
     def stop(self) -> None:
