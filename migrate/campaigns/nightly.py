@@ -500,7 +500,9 @@ def run_nightly(
     matrix's ``[ab]`` compares tonight's with (default: that of the most recently accepted night;
     ``none``: no A/B)."""
     matrix = load_matrix(matrix_path)
-    ab_commit = ab_mod.resolve_commit(ab) if ab not in (None, "none") and matrix.ab is not None else None
+    if ab not in (None, "none") and matrix.ab is None:
+        raise ConfigError(f"AB={ab}: MATRIX={matrix.path} has no [ab] section to run it with (or give no AB=)")
+    ab_commit = ab_mod.resolve_commit(ab) if ab not in (None, "none") else None
     nightly_root = results_root / NIGHTLY_SUBDIR
     history_path = history_path or nightly_root / HISTORY_NAME
     sw.check_lab(matrix.points, testbed)

@@ -142,3 +142,18 @@ def test_clean_testbed_removes_a_dead_nights_worktree_and_keeps_a_live_ones(tmp_
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(works["live"] / "src")],
                        capture_output=True, check=False)  # fmt: skip
         subprocess.run(["git", "-C", str(REPO), "worktree", "prune"], capture_output=True, check=False)
+
+
+def test_ab_without_an_ab_section_is_one_line_of_bad_input(tmp_path):
+    text = nt.DEFAULT_MATRIX.read_text()
+    start = text.index("\n[ab]\n") + 1
+    end = text.index("\n\n", text.index("metrics = {", start))
+    f = tmp_path / "m.toml"
+    f.write_text(text[:start] + text[end:])
+    assert nt.load_matrix(f).ab is None
+    with pytest.raises(ConfigError, match=r"AB=HEAD: MATRIX=.* has no \[ab\] section"):
+        nt.run_nightly(f, tmp_path / "results", None, None, "HEAD")
+    assert not (tmp_path / "results").exists()
+    with pytest.raises(ConfigError, match="AB='nope' is not a commit"):
+        nt.run_nightly(nt.DEFAULT_MATRIX, tmp_path / "results", None, None, "nope")
+    assert not (tmp_path / "results").exists()
