@@ -435,18 +435,40 @@ TCG_PRECOPY_BUG = (
 )
 
 
+def _tcg_precopy_note(scenario: Scenario, meta: dict[str, Any]) -> str:
+    """The note " (<TCG_PRECOPY_BUG>)" when the run was a pre-copy migration under TCG with a QEMU that
+    loses pages there (a router that dies or stops forwarding on R2 may be its victim), else ""."""
+    from analysis.metrics.dirty import tcg_precopy_loses_pages
+
+    qemu = meta.get("hypervisor", {}).get("qemu")
+    if scenario.hv == "kvm" and tcg_precopy_loses_pages(meta.get("accel"), scenario.mode, qemu):
+        return f" ({TCG_PRECOPY_BUG})"
+    return ""
+
+
+def not_forwarding_failure(scenario: Scenario, run_dir: Path, meta: dict[str, Any], live: dict[str, Any]) -> str:
+    """The failure of a run whose router was not seen forwarding from R2 after the completion
+    (``live``: :func:`observe_forwarding`'s record): what was missing, the crash R2's console
+    shows if any, and QEMU's pre-copy bug where it applies."""
+    within, why = f"within {AFTER_MIGRATION_OBSERVE_S:.0f} s", live["missing"]
+    if live.get("sessions_down_s") is not None:
+        within += " of its routing sessions last seen down"
+        why = f"{live['sessions_down_s']:.1f} s after the completion; {why}"
+    msg = f"the hypervisor reported the migration complete, but the router did not forward from R2 {within} ({why})"
+    crash = crash_in(run_dir / "console-R2.log")
+    if crash:
+        msg += f"; the router crashed on R2: {crash}"
+    return msg + _tcg_precopy_note(scenario, meta)
+
+
 def _crashed_after(scenario: Scenario, run_dir: Path, meta: dict[str, Any]) -> None:
     """A router that forwarded from R2 and then crashed there did not come through the migration:
     its console's crash fails the run post-migration (naming QEMU's pre-copy bug where it applies)."""
     crash = crash_in(run_dir / "console-R2.log")
     if crash is None:
         return
-    from analysis.metrics.dirty import tcg_precopy_loses_pages
 
-    msg = f"the router crashed on R2 after the migration completed: {crash}"
-    qemu = meta.get("hypervisor", {}).get("qemu")
-    if scenario.hv == "kvm" and tcg_precopy_loses_pages(meta.get("accel"), scenario.mode, qemu):
-        msg += f" ({TCG_PRECOPY_BUG})"
+    msg = f"the router crashed on R2 after the migration completed: {crash}" + _tcg_precopy_note(scenario, meta)
     record_failure(meta, POST_MIGRATION, msg)
     log.error("%s", msg)
 
@@ -502,17 +524,7 @@ def _migrate(
         if what:
             msg = f"instrument died after the migration completed: {what}"
         else:
-            within, why = f"within {AFTER_MIGRATION_OBSERVE_S:.0f} s", live["missing"]
-            if live.get("sessions_down_s") is not None:
-                within += " of its routing sessions last seen down"
-                why = f"{live['sessions_down_s']:.1f} s after the completion; {why}"
-            msg = (
-                f"the hypervisor reported the migration complete, but the router did not forward from R2 {within} "
-                f"({why})"
-            )
-            crash = crash_in(run_dir / "console-R2.log")
-            if crash:
-                msg += f"; the router crashed on R2: {crash}"
+            msg = not_forwarding_failure(scenario, run_dir, meta, live)
         record_failure(meta, POST_MIGRATION, msg)
         log.error("%s", msg)
 

@@ -17,10 +17,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def qemu_tcg_precopy_crash(meta: dict[str, Any]) -> bool:
-    """The run failed only because the router crashed on R2 from QEMU's own TCG pre-copy bug
-    (migrate.experiment.run.TCG_PRECOPY_BUG, named in the failure by the run itself): QEMU's
-    fault, not the suite's, seen in about 1 of 12 TCG pre-copy runs here.  A test that needs a
-    completed pre-copy run may run it once more."""
+    """The run failed post-migration (the router crashed on R2, or was not seen forwarding from
+    it) in a TCG pre-copy migration with a QEMU that loses pages there, so the run itself named
+    migrate.experiment.run.TCG_PRECOPY_BUG: QEMU's fault, not the suite's, seen in about 1 of 12
+    TCG pre-copy runs here.  A test that needs a completed pre-copy run may run it once more."""
     from migrate.experiment.run import TCG_PRECOPY_BUG
 
     return meta.get("failure_class") == "post-migration" and TCG_PRECOPY_BUG in (meta.get("failure") or "")

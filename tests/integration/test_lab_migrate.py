@@ -20,6 +20,7 @@ import pytest
 from migrate.testbed.inventory import ROLES, load
 from tests.integration.conftest import (
     REPO,
+    again_after_qemu_crash,
     assert_cut_row_within_targets,
     once_more_after_qemu_crash,
     require_root_and,
@@ -181,6 +182,7 @@ def test_lab_migration_runs_every_helper_on_the_hosts(lab, tmp_path, mode, drive
         assert _domains(inv, "R1") == [] and _domains(inv, "R2") == []
 
 
+@again_after_qemu_crash  # (conftest)
 def test_lab_sweep_runs_on_the_lab_and_records_it(lab, tmp_path):
     res = _cli(
         "sweep", "--hv", "kvm", "--rates", "0,10M", "--reps", "1", "--seed", "1", "--duration", "10",
