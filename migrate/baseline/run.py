@@ -274,8 +274,7 @@ def run_baseline(
     gen = check_generator(spec)
     for prefix in clean_stale():
         log.warning("removed leftovers of crashed run %s", prefix)
-    abort = Abort()
-    abort.armed = False  # until meta.json exists a signal is recorded; raised at the start of the try
+    abort = Abort(armed=False)  # armed once meta.json exists (Abort.arm)
     with signal_handlers(abort.handler):
         if resume_dir is not None:
             run_dir = resume_dir
@@ -293,9 +292,7 @@ def run_baseline(
         configs = spec.configs()
         progress = Progress("baseline", sum(spec.sweep_points(c) for c in configs), "points")
         try:
-            abort.armed = True
-            if abort.signum is not None:
-                raise Interrupted(f"interrupted by {signal.Signals(abort.signum).name}")
+            abort.arm()
             with progress:
                 for config in configs:
                     _run_config(spec, config, facts, run_dir, meta, abort, progress)

@@ -212,20 +212,25 @@ def arm_cache(commit: str) -> Path:
     return cache
 
 
+def tree_env(src: Path, cache: Path | None = None) -> dict[str, str]:
+    """The environment of a command run from the tree ``src``: its packages first on the path,
+    and ``cache`` as its VRMIG_CACHE (None: this machine's)."""
+    return {**os.environ, "PYTHONPATH": str(src), **({"VRMIG_CACHE": str(cache)} if cache else {})}
+
+
 def build_tree(src: Path, router: str, cache: Path, log_path: Path) -> None:
     """The accepted tree's helpers and router guest (``routers build`` is idempotent: a guest
     already built for this commit is kept)."""
     for sub in ("probes", "crosstraffic"):
         _check(["make", "-C", str(src / sub)], src, log_path)
-    env = {**os.environ, "VRMIG_CACHE": str(cache), "PYTHONPATH": str(src)}
-    _check([sys.executable, "-m", "routers", "build", "--profile", router], src, log_path, env)
+    _check([sys.executable, "-m", "routers", "build", "--profile", router], src, log_path, tree_env(src, cache))
 
 
 def run_one(argv: list[str], cwd: Path, env: Mapping[str, str], log_path: Path) -> Path | None:
     """One ``vrmig run`` child in ``cwd``; its results directory (the last line it printed), or
     None if it printed none.  SIGTERM is its parent-death signal; on any exception here (Ctrl-C)
     it gets SIGTERM and is waited for, so it tears its testbed down before this returns."""
-    from migrate.core.procs import with_pdeathsig
+    from migrate.core.procs import terminate_and_wait, with_pdeathsig
 
     with open(log_path, "ab") as err:
         proc = subprocess.Popen(with_pdeathsig(argv, signal="TERM"), cwd=cwd, env=dict(env),
@@ -233,12 +238,7 @@ def run_one(argv: list[str], cwd: Path, env: Mapping[str, str], log_path: Path) 
         try:
             out, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
         except BaseException:
-            proc.terminate()
-            try:
-                proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            terminate_and_wait(proc, 120.0)
             raise
     lines = out.decode(errors="replace").strip().splitlines()
     if not lines:
@@ -286,8 +286,7 @@ def run_ab(spec: AbSpec, accepted: str, tonight: str | None, night_dir: Path, se
         cache = arm_cache(accepted)
         build_tree(src, router, cache, ab_dir / "build.log")
         res.build_s = round(time.monotonic() - t0, 1)
-        trees = {"accepted": (src, {**os.environ, "VRMIG_CACHE": str(cache), "PYTHONPATH": str(src)}),
-                 "tonight": (REPO, {**os.environ, "PYTHONPATH": str(REPO)})}  # fmt: skip
+        trees = {"accepted": (src, tree_env(src, cache)), "tonight": (REPO, tree_env(REPO))}
         for arm in ARMS:
             (ab_dir / arm).mkdir()
         start, spent = time.monotonic(), []

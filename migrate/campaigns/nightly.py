@@ -103,6 +103,14 @@ def _number(path: Path, where: str, v: Any, positive: bool = True) -> float:
     return float(v)
 
 
+def _level(path: Path, where: str, v: Any) -> float:
+    """A test's level: a positive number below 1."""
+    alpha = _number(path, where, v)
+    if alpha >= 1:
+        raise _bad(path, f"{where}={alpha:g} must be below 1")
+    return alpha
+
+
 def _whole(path: Path, where: str, v: Any, lo: int, hi: int) -> int:
     if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
         raise _bad(path, f"{where}={v!r} must be a whole number from {lo} to {hi}")
@@ -153,15 +161,15 @@ def _rule(path: Path, where: str, name: str, r: Any, keys: set[str], base: Rule 
         raise _bad(path, f"{where} {name}: {err}") from None
 
 
-def _rules(path: Path, raw: Any) -> tuple[Rule, ...]:
+def _rules(path: Path, raw: Any, where: str = "[metrics]") -> tuple[Rule, ...]:
     if not isinstance(raw, dict) or not raw:
-        raise _bad(path, "[metrics] must list at least one metric")
+        raise _bad(path, f"{where} must list at least one metric")
     for name in raw:
         if name == "failure_rate":
-            raise _bad(path, "[metrics] failure_rate: migration failures are judged by [failures]; remove it here")
+            raise _bad(path, f"{where} failure_rate: migration failures are judged by [failures]; remove it here")
         if name not in METRIC_BY_NAME:
-            raise _bad(path, f"[metrics] {name!r} is not a metric: choose from {', '.join(METRIC_BY_NAME)}")
-    return tuple(_rule(path, "[metrics]", name, r, _RULE_KEYS) for name, r in raw.items())
+            raise _bad(path, f"{where} {name!r} is not a metric: choose from {', '.join(METRIC_BY_NAME)}")
+    return tuple(_rule(path, where, name, r, _RULE_KEYS) for name, r in raw.items())
 
 
 def _overrides(path: Path, label: str, raw: Any, rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
@@ -184,14 +192,9 @@ def _ab(path: Path, raw: Any, variables: dict[str, tuple[tuple[str, str], ...]])
     if raw["point"] not in variables:
         raise _bad(path, f"[ab] point={raw['point']!r} is not a point label: choose from {', '.join(variables)}")
     reps = _whole(path, "[ab] reps", raw.get("reps"), 2, sw.MAX_REPS)
-    alpha = _number(path, "[ab] alpha", raw.get("alpha", 0.01))
-    if alpha >= 1:
-        raise _bad(path, f"[ab] alpha={alpha:g} must be below 1")
+    alpha = _level(path, "[ab] alpha", raw.get("alpha", 0.01))
     budget = _number(path, "[ab] budget_s", raw.get("budget_s"))
-    try:
-        rules = _rules(path, raw.get("metrics"))
-    except ConfigError as err:
-        raise ConfigError(str(err).replace("[metrics]", "[ab] metrics")) from None
+    rules = _rules(path, raw.get("metrics"), "[ab] metrics")
     if not detectable(reps, reps, alpha):
         raise _bad(path, f"[ab] reps={reps} per arm cannot reach p <= alpha={alpha:g} (smallest p "
                          f"{min_p_value(reps, reps):.3g}): add reps")  # fmt: skip
@@ -228,9 +231,7 @@ def load_matrix(path: Path) -> Matrix:
     if set(night) - _NIGHTLY_KEYS:
         raise _bad(path, f"[nightly] unknown key(s) {', '.join(sorted(set(night) - _NIGHTLY_KEYS))}")
     reps = _whole(path, "[nightly] reps", night.get("reps"), 1, sw.MAX_REPS)
-    alpha = _number(path, "alpha", night.get("alpha", 0.03))
-    if alpha >= 1:
-        raise _bad(path, f"[nightly] alpha={alpha:g} must be below 1")
+    alpha = _level(path, "[nightly] alpha", night.get("alpha", 0.03))
     budget = _number(path, "budget_s", night.get("budget_s"))
     expected = _number(path, "expected_run_s", night.get("expected_run_s", 45))
     history_nights = _whole(path, "[nightly] history_nights", night.get("history_nights", 20), 1, 10000)

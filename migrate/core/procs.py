@@ -25,8 +25,21 @@ PDEATHSIG_PREFIX = ("setpriv", "--pdeathsig", "KILL", "--")
 #: between fork and prctl would otherwise leave the child running, unregistered and unsignalled
 PARENT_CHECK = 'if [ "$PPID" != "$1" ]; then exit 137; fi; shift; exec "$@"'
 __all__ = [  # RUN_ENV: from registry
-    "PDEATHSIG_PREFIX", "RUN_ENV", "LineTail", "MarkerScan", "Proc", "ProcessError", "netns_exec", "with_pdeathsig",
+    "PDEATHSIG_PREFIX", "RUN_ENV", "LineTail", "MarkerScan", "Proc", "ProcessError", "netns_exec",
+    "terminate_and_wait", "with_pdeathsig",
 ]  # fmt: skip
+
+
+def terminate_and_wait(popen: subprocess.Popen, timeout_s: float) -> int:
+    """SIGTERM a child started without the registry (by its PID) unless it has exited, wait up to
+    ``timeout_s``, then SIGKILL; return its exit status."""
+    if popen.poll() is None:
+        popen.terminate()
+        try:
+            return popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+    return popen.wait()
 
 
 def with_pdeathsig(argv: list[str], parent_pid: int | None = None, signal: str = "KILL") -> list[str]:

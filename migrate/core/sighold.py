@@ -104,10 +104,18 @@ class Abort:
     """A run's abort flag: set by SIGINT/SIGTERM (install :meth:`handler`); the first signal also
     raises Interrupted in the main thread while ``armed``.  Calling it says whether a signal came."""
 
-    def __init__(self) -> None:
+    def __init__(self, armed: bool = True) -> None:
         self.signum: int | None = None
-        self.armed = True
+        self.armed = armed
         self.owner_pid = os.getpid()
+
+    def arm(self) -> None:
+        """Raise Interrupted from now on; at once if a signal came while disarmed (a run starts
+        disarmed until its meta.json exists, so a signal then leaves an interrupted run, not a
+        results directory without meta.json)."""
+        self.armed = True
+        if self.signum is not None:
+            raise Interrupted(f"interrupted by {signal.Signals(self.signum).name}")
 
     def __call__(self) -> bool:
         return self.signum is not None

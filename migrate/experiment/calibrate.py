@@ -654,8 +654,7 @@ def run_calibration(spec: CalibrationSpec, results_root: Path, testbed: Path | N
     facts = dependencies(spec, driver_cls)
     for prefix in clean_stale():
         log.warning("removed leftovers of crashed run %s", prefix)
-    abort = Abort()
-    abort.armed = False  # until meta.json exists a signal is recorded; raised at the start of the try
+    abort = Abort(armed=False)  # armed once meta.json exists (Abort.arm)
     with signal_handlers(abort.handler):
         run_dir = _run_dir(results_root, spec)
         meta: dict[str, Any] = {
@@ -679,9 +678,7 @@ def run_calibration(spec: CalibrationSpec, results_root: Path, testbed: Path | N
         cal = Calibrator(spec, driver_cls, facts, run_dir, inv)
         try:
             try:
-                abort.armed = True
-                if abort.signum is not None:
-                    raise Interrupted(f"interrupted by {signal.Signals(abort.signum).name}")
+                abort.arm()
                 cal.execute(meta, abort)
                 meta["status"] = "completed"
             finally:

@@ -186,10 +186,7 @@ def run(
     for prefix in clean_stale():
         log.warning("removed leftovers of crashed run %s", prefix)
 
-    abort = Abort()
-    # until meta.json exists a signal is only recorded (a directory without meta.json would be a
-    # lost result); it is raised at the start of the try below, so the run is recorded interrupted
-    abort.armed = False
+    abort = Abort(armed=False)  # armed once meta.json exists (Abort.arm)
     with signal_handlers(abort.handler):
         run_dir = make_run_dir(results_root, scenario)
         meta: dict[str, Any] = {
@@ -212,9 +209,7 @@ def run(
         registry = Registry(new_prefix(), run_dir=str(run_dir.resolve()))
         phase = Phase()
         try:
-            abort.armed = True
-            if abort.signum is not None:
-                raise Interrupted(f"interrupted by {signal.Signals(abort.signum).name}")
+            abort.arm()
             _execute(scenario, driver_cls, facts, registry, run_dir, meta, abort, phase, inv)
             if abort.signum is not None:
                 raise Interrupted(f"interrupted by {signal.Signals(abort.signum).name} during teardown")

@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from migrate.core.errors import DependencyError
+from migrate.core.procs import terminate_and_wait
 from migrate.testbed import pki
 from migrate.testbed import results as resultsmod
 from migrate.testbed.inventory import END_ROLES, HV_ROLES, ROLES, HostSpec, Inventory, InventoryError
@@ -393,10 +394,4 @@ def _stream(argv: list[str], env: dict[str, str], log_path: Path) -> int:
                     log.info("hosts-setup: %s", t["name"])
             return proc.wait()
         finally:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            terminate_and_wait(proc, 10.0)

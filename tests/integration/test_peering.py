@@ -121,11 +121,9 @@ def test_bgp_and_bfd_through_a_migration(tmp_path, mode):
         assert phases["outage"]["seconds"] >= phases["vcpu_blackout"]["seconds"], phases
 
 
-def test_bgp_sessions_through_a_criu_migration(tmp_path):
-    """HV=criu ROUTER=bird PEERING=bgp,ospf: the router's BGP TCP connections are dumped and
-    restored with CRIU's established-TCP support; the run records, per peer, whether its session
-    survived (and if not, why and for how long it was down).  OSPF's multicast memberships are
-    not restored by CRIU: the driver records them lost (the route to the sink stays, via BGP)."""
+def _criu_bgp_ospf_run(tmp_path: Path, *flags: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """A completed HV=criu ROUTER=bird PEERING=bgp,ospf stop-and-copy run at 10 Mbit/s, migrating
+    at 4 s, with ``flags`` added; skipped without root, the tools, the images or criu."""
     require_root_and("irtt", "tcpdump", "unshare", "iptables")
     _guest_and_peers()
     from migrate.core.errors import DependencyError
@@ -137,12 +135,19 @@ def test_bgp_sessions_through_a_criu_migration(tmp_path):
         pytest.skip(str(err))
     cp = subprocess.run(
         [sys.executable, "-m", "migrate", "run", "--hv", "criu", "--router", "bird", "--peering", "bgp,ospf",
-         "--mode", "stopcopy", "--rate", "10M", "--duration", "12", "--migrate-at", "4", "--after", "6",
-         "--results", str(tmp_path)],
+         "--mode", "stopcopy", "--rate", "10M", "--migrate-at", "4", *flags, "--results", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
-    run_dir = Path(cp.stdout.strip().splitlines()[-1])
+    return cp, Path(cp.stdout.strip().splitlines()[-1])
+
+
+def test_bgp_sessions_through_a_criu_migration(tmp_path):
+    """HV=criu ROUTER=bird PEERING=bgp,ospf: the router's BGP TCP connections are dumped and
+    restored with CRIU's established-TCP support; the run records, per peer, whether its session
+    survived (and if not, why and for how long it was down).  OSPF's multicast memberships are
+    not restored by CRIU: the driver records them lost (the route to the sink stays, via BGP)."""
+    cp, run_dir = _criu_bgp_ospf_run(tmp_path, "--duration", "12", "--after", "6")
     meta = json.loads((run_dir / "meta.json").read_text())
     bgp = json.loads((run_dir / "summary.json").read_text())["control_plane"]["bgp"]
     assert meta["status"] == "completed" and set(meta["peering"]["established_ns"]) == {"A", "B"}
@@ -164,23 +169,7 @@ def test_ospf_through_a_criu_migration_once_its_groups_are_put_back(tmp_path):
     """CRIU_REJOIN_MCAST=1: the driver joins AllSPFRouters again on the restored BIRD's own OSPF
     socket, after the announcement; with the memberships back, the router hears its peers' hellos
     again and no OSPF adjacency is lost for good (without it both are: the test above)."""
-    require_root_and("irtt", "tcpdump", "unshare", "iptables")
-    _guest_and_peers()
-    from migrate.core.errors import DependencyError
-    from migrate.drivers.criu.tool import locate
-
-    try:
-        locate()
-    except DependencyError as err:
-        pytest.skip(str(err))
-    cp = subprocess.run(
-        [sys.executable, "-m", "migrate", "run", "--hv", "criu", "--router", "bird", "--peering", "bgp,ospf",
-         "--criu-rejoin-mcast", "1", "--mode", "stopcopy", "--rate", "10M", "--duration", "14", "--migrate-at", "4",
-         "--after", "8", "--results", str(tmp_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
-    run_dir = Path(cp.stdout.strip().splitlines()[-1])
+    _cp, run_dir = _criu_bgp_ospf_run(tmp_path, "--criu-rejoin-mcast", "1", "--duration", "14", "--after", "8")
     meta = json.loads((run_dir / "meta.json").read_text())
     mcast = json.loads((run_dir / "criu.json").read_text())["multicast"]
     assert sorted(mcast["lost"]) == ["224.0.0.5 on eth0", "224.0.0.5 on eth1"], mcast
