@@ -181,7 +181,7 @@ bench-traffic: helpers
 	$(PY) -m crosstraffic.bench.traffic --out $(RESULTS)/bench/traffic.csv
 
 # make chaos HVS=kvm,kvm-libvirt,criu,xen TRIALS=10 XEN_TRIALS=2 SEED=1 (TRIALS per HV; xen ~2 min a trial)
-# [TESTBED=lab.toml: on a lab's hosts, HVS=kvm,kvm-libvirt]
+# [TESTBED=lab.toml: on a lab's hosts, the same HVs, signals only]
 chaos:
 	$(PY) -m migrate.campaigns.chaos --trials $(or $(TRIALS),10) --xen-trials $(or $(XEN_TRIALS),2) --seed $(or $(SEED),1) \
 	  $(call flag,HVS,hvs) $(call flag,TESTBED,testbed) --results $(RESULTS)/chaos

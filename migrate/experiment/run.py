@@ -129,7 +129,7 @@ def lab_preflight(inv: Inventory, testbed: Path) -> dict[str, Any]:
 
 
 #: (HV, DRIVER) a lab run can do
-LAB_RUNS = (("kvm", "qmp"), ("kvm", "libvirt"), ("criu", "qmp"))
+LAB_RUNS = (("kvm", "qmp"), ("kvm", "libvirt"), ("criu", "qmp"), ("xen", "qmp"))
 
 
 def lab_supports(scenario: Scenario, inv: Inventory) -> None:
@@ -141,7 +141,7 @@ def lab_supports(scenario: Scenario, inv: Inventory) -> None:
         )
     if (scenario.hv, scenario.driver) not in LAB_RUNS:
         raise ConfigError(
-            f"TESTBED= runs HV=kvm with DRIVER=qmp or libvirt, and HV=criu, so far (not HV={scenario.hv} "
+            f"TESTBED= runs HV=kvm with DRIVER=qmp or libvirt, HV=criu and HV=xen, so far (not HV={scenario.hv} "
             f"DRIVER={scenario.driver}): use the embedded testbed (no TESTBED) for the others"
         )
     if scenario.driver == "libvirt":
@@ -156,6 +156,11 @@ def lab_supports(scenario: Scenario, inv: Inventory) -> None:
         raise ConfigError("TESTBED= takes no FAULT, MIGLINK or CRIU_HOST: the lab's own links are measured as they are")
     if scenario.criu_rejoin_mcast:
         raise ConfigError("TESTBED= takes no CRIU_REJOIN_MCAST: only the embedded CRIU driver puts groups back")
+    if scenario.hv == "xen" and os.environ.get("XEN_PEER"):
+        raise ConfigError(
+            "TESTBED= runs HV=xen as nested Xen hosts on the lab's R1 and R2, not on dom0s named by XEN_PEER: "
+            "unset XEN_PEER"
+        )
 
 
 def run(
@@ -344,9 +349,9 @@ def open_lab(inv: Inventory | None, registry: Registry) -> Iterator[LabBed | Non
 def lab_facts(check: dict[str, Any], scenario: Scenario, local: dict[str, Any]) -> dict[str, Any]:
     """The accelerator and QEMU of R1 and R2 as the preflight check found them (the same test
     as ACCEL=auto here: vmx/svm visible and /dev/kvm creates a VM); ACCEL=auto is KVM only if
-    both hosts have it.  {} for a hypervisor without QEMU on the hosts (HV=criu: its driver's
-    own facts stand)."""
-    if scenario.hv != "kvm":
+    both hosts have it (HV=xen: the QEMUs of the nested Xen hosts).  {} for a hypervisor
+    without QEMU on the hosts (HV=criu: its driver's own facts stand)."""
+    if scenario.hv not in ("kvm", "xen"):
         return {}
     rows = {r["role"]: r for r in check["hosts"]}
     hv = ("R1", "R2")

@@ -369,14 +369,32 @@ class LabBed(Testbed):
     def forward_qmp(self, role: str, local: Path, remote: str, timeout_s: float, alive: Callable[[], bool]) -> None:
         """Once QEMU on ``role`` has created its QMP socket ``remote``, forward ``local`` to it
         through the host's SSH connection."""
+        self.forward_socket(role, local, remote, timeout_s, alive, "QEMU", "QMP socket")
+
+    def forward_socket(
+        self,
+        role: str,
+        local: Path,
+        remote: str,
+        timeout_s: float,
+        alive: Callable[[], bool],
+        owner: str,
+        what: str = "socket",
+    ) -> None:
+        """Once ``owner`` (a process on ``role``, alive while ``alive()``) has created the Unix
+        socket ``remote``, forward ``local`` to it through the host's SSH connection."""
         deadline = time.monotonic() + timeout_s
         while self.hosts[role].run(["test", "-S", remote], check=False).returncode != 0:
             if not alive():
-                raise ProcessError(f"QEMU on {role} exited before its QMP socket appeared")
+                raise ProcessError(f"{owner} on {role} exited before its {what} {remote} appeared")
             if time.monotonic() > deadline:
-                raise ProcessError(f"QMP socket {remote} on {role} did not appear within {timeout_s:.0f} s")
+                raise ProcessError(f"{what} {remote} on {role} did not appear within {timeout_s:.0f} s")
             time.sleep(POLL_S)
         self.hosts[role].forward_unix(local, remote)
+
+    def exists(self, role: str, path: str) -> bool:
+        """A regular file ``path`` exists on ``role``'s host."""
+        return self.hosts[role].run(["test", "-f", path], check=False).returncode == 0
 
     def sampler_plan(self) -> list[tuple[str, dict[str, list[str]], str]]:
         """One sampler on every host, reading that host's own interfaces."""

@@ -106,6 +106,27 @@ def image_files(profiles: list[str], cache: Path | None = None) -> list[dict[str
     return out
 
 
+def xen_files(profiles: list[str], cache: Path | None = None) -> list[dict[str, str]]:
+    """``{"src", "name"}`` of the nested Xen host's files for a lab's R1 and R2 (HV=xen):
+    Xen, dom0's kernel, the image's manifest and, per profile, dom0's initrd with that router
+    inside (``routers.xen_image.host_initrd``, built here on demand); [] when ``make xen`` has
+    not built the image here (HV=xen on the lab then says to build and copy it)."""
+    from routers.errors import RouterError
+    from routers.xen_image import host_initrd, xen_image
+
+    try:
+        image = xen_image(cache)
+    except RouterError:
+        return []
+    out = [
+        {"src": str(image.xen), "name": "xen.elf"},
+        {"src": str(image.kernel), "name": "dom0-vmlinuz"},
+        {"src": str(image.xen.parent / "manifest.json"), "name": "manifest.json"},
+    ]
+    out += [{"src": str(host_initrd(p, cache)), "name": f"dom0-initrd-{p}.img"} for p in profiles]
+    return out
+
+
 def ssh_common_args(h: HostSpec) -> str:
     """``ansible_ssh_common_args`` of an SSH host: its known host keys only, checked strictly,
     and only its own key offered."""
@@ -154,10 +175,12 @@ def ansible_inventory(
     repo: Path = REPO,
     criu: dict[str, Any] | None = None,
     containers: list[dict[str, str]] | None = None,
+    xen: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """The Ansible inventory (YAML inventory plugin's structure) of ``inv``: groups ``end_hosts``
-    (A, C, B, D) and ``hypervisors`` (R1, R2); ``images``, the ``criu`` bundle and the
-    ``containers`` rootfs archives (:mod:`migrate.testbed.bundles`) go to the hypervisors."""
+    (A, C, B, D) and ``hypervisors`` (R1, R2); ``images``, the ``criu`` bundle, the
+    ``containers`` rootfs archives (:mod:`migrate.testbed.bundles`) and the nested Xen host's
+    files (:func:`xen_files`) go to the hypervisors."""
     return {
         "all": {
             "vars": {"vrmig_repo": str(repo), "vrmig_helper_sources": helper_sources(repo)},
@@ -165,7 +188,12 @@ def ansible_inventory(
                 END_GROUP: {"hosts": {r: host_vars(inv.hosts[r], inv.deploy_dir) for r in END_ROLES}},
                 HV_GROUP: {
                     "hosts": {r: host_vars(inv.hosts[r], inv.deploy_dir) for r in HV_ROLES},
-                    "vars": {"vrmig_images": images, "vrmig_criu": criu, "vrmig_containers": containers or []},
+                    "vars": {
+                        "vrmig_images": images,
+                        "vrmig_criu": criu,
+                        "vrmig_containers": containers or [],
+                        "vrmig_xen": xen or [],
+                    },
                 },
             },
         }
@@ -337,6 +365,7 @@ def run_playbook(
     bundle_dir = cache_dir(cache) / "lab"
     criu = bundles.criu_bundle(inv.deploy_dir, bundle_dir, cache)
     containers = bundles.container_bundles(profiles, bundle_dir, cache)
+    xen = xen_files(profiles, cache)
     if shutil.which("ansible-playbook") is None:
         raise DependencyError("ansible-playbook not found: install Debian's ansible-core (`make apt`)")
     resultsmod.check_results_root(results_root)
@@ -347,7 +376,9 @@ def run_playbook(
         (tmp / "ansible.cfg").write_text("")
         for d in ("home", "local", "cp"):
             (tmp / d).mkdir(mode=0o700)
-        inv_text = json.dumps(ansible_inventory(inv, images, REPO, criu, containers), indent=1) + "\n"  # JSON is YAML
+        inv_text = (
+            json.dumps(ansible_inventory(inv, images, REPO, criu, containers, xen), indent=1) + "\n"
+        )  # JSON is YAML
         (tmp / "inventory.yml").write_text(inv_text)
         (run_dir / "ansible-inventory.yml").write_text(inv_text)
         argv = playbook_argv(tmp / "inventory.yml", playbook)

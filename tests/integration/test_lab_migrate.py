@@ -5,6 +5,7 @@ and clean-testbed TESTBED= removes the files it left."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -204,13 +205,11 @@ def test_lab_sweep_runs_on_the_lab_and_records_it(lab, tmp_path):
     assert res.returncode == 2 and "drop TESTBED=" in res.stderr, res.stderr
 
 
-def test_orchestrator_never_enters_a_namespace(lab, tmp_path, monkeypatch):
-    """In-process run with every way into a namespace watched: ``ip netns exec``/``nsenter``
-    in any argv this process starts, pyroute2's NetNS/IPRoute(netns=) and setns."""
+@contextlib.contextmanager
+def _namespace_watch(monkeypatch) -> Iterator[list[str]]:
+    """Every way into a namespace this process takes while the block runs: ``ip netns exec``/
+    ``nsenter`` in any argv it starts, pyroute2's NetNS/IPRoute(netns=) and setns."""
     import pyroute2
-
-    from migrate.experiment.run import run
-    from migrate.experiment.scenario import Scenario
 
     seen: list[str] = []
 
@@ -233,12 +232,73 @@ def test_orchestrator_never_enters_a_namespace(lab, tmp_path, monkeypatch):
     monkeypatch.setattr(pyroute2, "NetNS", lambda *a, **kw: seen.append("NetNS") or None)
     monkeypatch.setattr(os, "setns", lambda *a, **kw: seen.append("setns"), raising=False)
     try:
-        run_dir = run(Scenario(hv="kvm", rate_bps=10_000_000, duration_s=10, migrate_at_s=4), tmp_path, testbed=lab)
+        yield seen
     finally:
         watching = False
+
+
+def test_orchestrator_never_enters_a_namespace(lab, tmp_path, monkeypatch):
+    """In-process run with every way into a namespace watched (:func:`_namespace_watch`)."""
+    from migrate.experiment.run import run
+    from migrate.experiment.scenario import Scenario
+
+    with _namespace_watch(monkeypatch) as seen:
+        run_dir = run(Scenario(hv="kvm", rate_bps=10_000_000, duration_s=10, migrate_at_s=4), tmp_path, testbed=lab)
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["status"] == "completed", meta.get("failure")
     assert seen == [], seen
+
+
+def test_xen_on_the_lab_boots_nested_hosts_over_ssh_and_migrates(lab, tmp_path, monkeypatch):
+    """HV=xen on a lab: each nested Xen host's QEMU runs on R1/R2 over SSH (hosts-setup put its
+    files there), dom0's agent is reached through the SSH connection, the dom0s' migration link
+    is a UDP tunnel between the hosts' own migration addresses; xl migrate moves the router to
+    R2, the lab's migration interface carried the stream, the orchestrator never entered a
+    namespace, and nothing is left on any host (the hosts' taps are as hosts-setup made them)."""
+    from migrate.drivers.xen.driver import LAB_DOM0_ADDR
+    from migrate.experiment.run import run
+    from migrate.experiment.scenario import Scenario
+    from routers.errors import RouterError
+    from routers.xen_image import xen_image
+
+    try:
+        xen_image(verify=False)
+    except RouterError as err:
+        pytest.skip(f"HV=xen needs the nested Xen host image: {err}")
+    inv = load(lab)
+    mem = 128
+    s = Scenario(hv="xen", rate_bps=1_000_000, mem_mib=mem, duration_s=10, migrate_at_s=3, after_s=3,
+                 migrate_timeout_s=900, boot_timeout_s=300)  # fmt: skip
+    with _namespace_watch(monkeypatch) as seen:
+        run_dir = run(s, tmp_path, testbed=lab)
+    meta = json.loads((run_dir / "meta.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert meta["status"] == "completed", meta.get("failure")
+    assert seen == [], seen
+    assert (meta["verify"]["src_status"], meta["verify"]["dst_status"]) == ("absent", "running"), meta["verify"]
+    hv = meta["hypervisor"]
+    assert hv["nested"] is True and hv["accel"] in ("kvm", "tcg") and "R1:" in hv["accel_reason"]
+    tunnel = hv["lab_tunnel"]
+    assert (
+        tunnel["dom0_addr"] == LAB_DOM0_ADDR and tunnel["dom0_mtu"]["R1"] <= 1500 - tunnel["overhead_bytes_per_frame"]
+    )
+    # the nested hosts' QEMUs ran on the lab's hosts, from hosts-setup's copies
+    for r in ("R1", "R2"):
+        console = (run_dir / f"console-{r}.log").read_text(errors="replace")
+        assert "VRMIG-DOM0-READY" in console, console[-500:]
+    argv = [json.loads(x) for x in (run_dir / "actions.jsonl").read_text().splitlines()]
+    assert any(a["action"] == "migration-end" and a.get("status") == "completed" for a in argv)
+    # the stream crossed the lab's migration interface (the tunnel: each frame plus its headers)
+    dom0_bytes = json.loads((run_dir / "xen.json").read_text())["dom0_mig_tx_bytes"]
+    assert dom0_bytes >= mem * 2**20
+    assert summary["volume_bytes"]["link"] >= dom0_bytes, (summary["volume_bytes"], dom0_bytes)
+    pkt = summary["downtime_s"]["packets"]
+    assert pkt is not None and pkt > 0 and summary["downtime_s"]["hypervisor"] > 0, summary["downtime_s"]
+    assert meta["after_migration"]["forwarding"] is True
+    # nothing left on any host; the hosts' taps as hosts-setup made them
+    assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
+    assert _processes_with(f"/runs/{meta['testbed']['prefix']}") == []
+    assert _taps_as_set_up(inv) == {"R1": [], "R2": []}
 
 
 def _taps_as_set_up(inv) -> dict[str, list[str]]:

@@ -122,3 +122,13 @@ def test_host_argv_three_taps_and_no_commas():
 def test_host_argv_kvm_uses_host_cpu():
     argv = _argv(accel="kvm")
     assert argv[argv.index("-cpu") + 1] == "host"
+
+
+def test_host_argv_on_a_lab_tunnels_the_migration_nic_over_udp():
+    """A lab's nested host: the segment NICs stay taps, the migration NIC is QEMU's UDP socket
+    backend from this host's migration address to the peer's (nothing to change on the host)."""
+    argv = _argv(mig_udp=("198.19.255.1:47990", "198.19.255.2:47990"))
+    netdevs = [argv[i + 1] for i, a in enumerate(argv) if a == "-netdev"]
+    assert [n.split(",")[0] for n in netdevs] == ["tap", "tap", "socket"]
+    assert netdevs[2] == "socket,id=n2,udp=198.19.255.2:47990,localaddr=198.19.255.1:47990"
+    assert "tapM" not in " ".join(argv)

@@ -204,12 +204,17 @@ def test_criu_bundle_moves_the_private_copys_paths_under_the_deploy_dir(tmp_path
     assert bundles.criu_bundle("/var/lib/vrmig", tmp_path / "out") is None
 
 
-def test_a_lab_takes_criu_through_its_own_driver_and_still_refuses_xen():
+def test_a_lab_takes_criu_through_its_own_driver_and_xen_but_not_openvz(monkeypatch):
     inv = load(EXAMPLE)
     lab_supports(Scenario(hv="criu", router="bird", mode="stopcopy"), inv)
     assert load_driver("criu", "qmp", lab=True) is LabCriuDriver
     assert load_driver("criu", "qmp") is not LabCriuDriver
-    with pytest.raises(ConfigError, match="HV=xen"):
+    monkeypatch.delenv("XEN_PEER", raising=False)
+    lab_supports(Scenario(hv="xen"), inv)  # nested Xen hosts on the lab's R1 and R2
+    with pytest.raises(ConfigError, match="not HV=openvz"):
+        lab_supports(Scenario(hv="openvz", mode="stopcopy"), inv)
+    monkeypatch.setenv("XEN_PEER", "root@dom0-b")
+    with pytest.raises(ConfigError, match="unset XEN_PEER"):
         lab_supports(Scenario(hv="xen"), inv)
     with pytest.raises(ConfigError, match="TESTBED= takes no PEERING"):
         lab_supports(Scenario(peering="bgp,bfd"), inv)

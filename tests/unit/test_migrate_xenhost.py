@@ -269,8 +269,13 @@ def test_the_router_domu_boots_with_the_runs_peering_arguments(tmp_path, monkeyp
         bgp_hold_s=9, ospf_dead_s=4,
     )  # fmt: skip
     drv = xen.XenDriver.__new__(xen.XenDriver)
+    from migrate.testbed.builder import Testbed
+
     drv.ctx = SimpleNamespace(
-        scenario=scenario, recorder=SimpleNamespace(action=lambda *a, **k: None), run_dir=tmp_path
+        scenario=scenario,
+        recorder=SimpleNamespace(action=lambda *a, **k: None),
+        run_dir=tmp_path,
+        testbed=Testbed("vmtest00"),
     )
     drv.dom0, drv.streams, drv.procs = {"R1": Dom0()}, Streams(), {}
     drv._create_domu()

@@ -220,3 +220,25 @@ def test_unreachable_hosts_get_the_reason_of_a_login_of_our_own(tmp_path, monkey
     assert got["C"].startswith("unreachable: C (root@198.19.128.6:22): authentication refused for key /k (Ansible: ")
     assert got["D"] == "unreachable: timeout (a login of its own succeeded right after)"
     assert got["R1"] == "task 'x' failed: y"
+
+
+def test_the_nested_xen_hosts_files_go_to_the_hypervisors(lab: Path, tmp_path: Path) -> None:
+    """HV=xen on a lab: Xen, dom0's kernel, the manifest and one dom0 initrd per profile (with
+    that profile's router inside) for R1 and R2 only; none when `make xen` never ran here."""
+    from routers.xen_image import DOM0_INITRD
+
+    assert provision.xen_files(["frr"], tmp_path / "no-cache") == []
+    xen = [{"src": "/cache/xen/xen.elf", "name": "xen.elf"}]
+    ai = provision.ansible_inventory(load(lab), IMAGES, xen=xen)["all"]["children"]
+    assert ai["hypervisors"]["vars"]["vrmig_xen"] == xen
+    assert "vrmig_xen" not in ai["end_hosts"].get("vars", {})
+    try:
+        files = provision.xen_files(["frr", "bird"])
+    except Exception as err:  # the image of one profile not built here
+        pytest.skip(f"no local Xen and guest images: {err}")
+    if not files:
+        pytest.skip("`make xen` has not run here")
+    names = [f["name"] for f in files]
+    assert names == ["xen.elf", "dom0-vmlinuz", "manifest.json", "dom0-initrd-frr.img", "dom0-initrd-bird.img"]
+    assert all(Path(f["src"]).is_file() for f in files)
+    assert Path(files[3]["src"]).name == DOM0_INITRD and Path(files[3]["src"]).parent.name == "router-frr"

@@ -73,6 +73,24 @@ HOST_MACS = {
     "R2": ("52:54:00:c6:32:01", "52:54:00:c6:32:02", "52:54:00:c6:32:03"),
 }
 MIG_TAP, MIG_BRIDGE = "tapM", "brM"
+#: a lab's nested hosts (TESTBED=): the dom0s' /30 on the UDP tunnel between the two hosts'
+#: migration addresses (unused elsewhere in the testbed's range), the tunnel's port on both
+#: hosts, and what a tunnelled frame adds on the host's link (its Ethernet header, 14 B, in a
+#: UDP/IPv4 datagram, 8 + 20 B), which the dom0s' MTU leaves room for
+LAB_DOM0_ADDR = {"R1": "198.19.254.1/30", "R2": "198.19.254.2/30"}
+LAB_TUNNEL_PORT = 47990
+TUNNEL_OVERHEAD = 14 + 8 + 20
+#: where hosts-setup puts the nested Xen host's files on a lab's R1 and R2 (under deploy_dir);
+#: one dom0 initrd per router profile, with that profile's domU inside
+LAB_XEN_DIR = "images/xen"
+
+
+def lab_xen_files(deploy_dir: str, profile: str) -> tuple[str, str, str]:
+    """(Xen, dom0 kernel, dom0 initrd with ``profile``'s router) on a lab host."""
+    d = f"{deploy_dir}/{LAB_XEN_DIR}"
+    return f"{d}/xen.elf", f"{d}/dom0-vmlinuz", f"{d}/dom0-initrd-{profile}.img"
+
+
 DOMU_CONSOLE_LOG = f"/var/log/xen/console/guest-{DOMAIN}.log"
 SEND_PIDFILE = "/run/vrmig/send.pid"  # in R1's dom0: the xl migrate to stop on timeout
 #: dom0 steps that need shell syntax: fixed scripts, parameters only as positional arguments
@@ -84,6 +102,7 @@ PIDFILE_EXEC_SH = 'mkdir -p "${1%/*}" && echo $$ > "$1" && shift && exec "$@"'
 KILL_PIDFILE_SH = 'kill "$(cat "$1")"'
 PROGRESS_POLL_S = 0.2  # mig0 counters for the fault injector while xl migrate runs
 SHUTDOWN_TIMEOUT_S = 10.0
+BOOT_SOCKET_TIMEOUT_S = 30.0  # a lab host's QEMU creating its agent sockets
 
 
 def real_dom0() -> bool:
@@ -111,9 +130,16 @@ def host_qemu_argv(
     nic: str,
     macs: tuple[str, str, str],
     taps: tuple[str, str, str] = ("tapL", "tapR", MIG_TAP),
+    mig_udp: tuple[str, str] | None = None,
 ) -> list[str]:
     """QEMU argv of one nested Xen host: Xen as the multiboot kernel, dom0's kernel and initrd as
-    modules (no commas allowed in ``dom0_args``: QEMU splits -initrd at them)."""
+    modules (no commas allowed in ``dom0_args``: QEMU splits -initrd at them).
+
+    ``mig_udp`` (a lab's host): the migration NIC is QEMU's UDP socket backend, ``(local
+    address:port, peer address:port)`` on the hosts' migration link, instead of the third tap:
+    each Ethernet frame of the dom0s' link travels as one UDP datagram between the two hosts'
+    own migration addresses, so the lab's link carries (and its counters count) the stream
+    without any change to the host's network configuration."""
     if "," in dom0_args or "," in str(kernel) or "," in str(initrd):
         raise ConfigError(f"dom0 command line and image paths must not contain commas: {dom0_args!r}")
     argv = [
@@ -136,10 +162,11 @@ def host_qemu_argv(
         "-device", "virtserialport,chardev=log,name=vrmig.log",
     ]  # fmt: skip
     for i, (tap, mac) in enumerate(zip(taps, macs, strict=True)):
-        argv += [
-            "-netdev", f"tap,id=n{i},ifname={tap},script=no,downscript=no",
-            "-device", f"{NIC_MODELS[nic]},netdev=n{i},mac={mac},romfile=",
-        ]  # fmt: skip
+        if i == 2 and mig_udp is not None:
+            netdev = f"socket,id=n{i},udp={mig_udp[1]},localaddr={mig_udp[0]}"
+        else:
+            netdev = f"tap,id=n{i},ifname={tap},script=no,downscript=no"
+        argv += ["-netdev", netdev, "-device", f"{NIC_MODELS[nic]},netdev=n{i},mac={mac},romfile="]
     return argv
 
 
@@ -151,6 +178,11 @@ class XenDriver(Driver):
     def __init__(self, ctx: RunContext, facts: dict[str, Any]) -> None:
         super().__init__(ctx, facts)
         self.nested: bool = facts["nested"]
+        #: a lab's hosts (TESTBED=): the nested hosts' QEMUs run there over SSH
+        self.lab: bool = bool(ctx.testbed.remote)
+        if self.lab and not self.nested:
+            raise ConfigError("TESTBED= runs HV=xen as nested Xen hosts on R1 and R2: unset XEN_PEER")
+        self.lab_mtu: dict[str, int] = {}
         self.accel = facts.get("accel")
         self.procs: dict[str, Proc] = {}
         self.dom0: dict[str, AgentDom0 | ShellDom0] = {}
@@ -161,6 +193,8 @@ class XenDriver(Driver):
         # (checked by the scenario: an IP address and an interface name, see xen_host_env)
         env = xen_host_env(os.environ)
         nested_addr = topo.addr(topo.MIGRATION_ADDR["R2"])
+        if self.lab:
+            nested_addr = topo.addr(LAB_DOM0_ADDR["R2"])
         self.mig_addr: str = nested_addr if self.nested else (env["mig_addr"] or nested_addr)
         self.mig_if: str = "ethM" if self.nested else (env["mig_if"] or "ethM")
         self._described: dict[str, Any] = {}
@@ -227,36 +261,77 @@ class XenDriver(Driver):
                 ipr.link("set", index=ipr.link_lookup(ifname=port)[0], master=br, mtu=mtu, state="up")
             ipr.link("set", index=br, mtu=mtu, state="up")
 
+    def _lab_prepare(self, host: str) -> None:
+        """A lab's host: the nested host's files are there (hosts-setup put them), and the MTU
+        its dom0 gets on the tunnel: the host's migration link MTU less the tunnel's overhead,
+        at most XEN_MIG_MTU."""
+        tb, s = self.ctx.testbed, self.ctx.scenario
+        for path in lab_xen_files(tb.inventory.deploy_dir, s.router):
+            if not tb.exists(host, path):
+                raise DependencyError(
+                    f"{host}: {path} is missing: run `make hosts-setup TESTBED={tb.inventory.path}` "
+                    "(it copies the nested Xen host image that `make xen` built)"
+                )
+        ifname = tb.inventory.host(host).migration_if
+        raw = tb.read_bytes(host, f"/sys/class/net/{ifname}/mtu")
+        if raw is None or not raw.strip().isdigit():
+            raise DependencyError(f"{host}: cannot read the MTU of its migration interface {ifname}")
+        self.lab_mtu[host] = min(s.xen_mig_mtu, int(raw) - TUNNEL_OVERHEAD)
+
     def _boot_host(self, host: str) -> None:
         from routers.xen_image import host_initrd, xen_image
 
-        s, reg = self.ctx.scenario, self.ctx.registry
-        image = xen_image(verify=False)
+        s, reg, tb = self.ctx.scenario, self.ctx.registry, self.ctx.testbed
         macs = HOST_MACS[host]
-        dom0_args = (
-            f"vrmig.macL={macs[0]} vrmig.macR={macs[1]} vrmig.macM={macs[2]} "
-            f"vrmig.addr={topo.MIGRATION_ADDR[host]} vrmig.mtu={s.xen_mig_mtu}"
-        )
+        socks = {n: reg.dir / f"{n}-{host}.sock" for n in ("xenctl", "xenlog", "qmp")}
+        stdout_name = None
+        if self.lab:
+            # the files hosts-setup put on the host, the sockets in the run's directory there
+            # (forwarded to this machine), the console on QEMU's stdout, which the SSH channel
+            # brings into console-<host>.log as it is written
+            inv = tb.inventory
+            xen, kernel, initrd = (Path(p) for p in lab_xen_files(inv.deploy_dir, s.router))
+            remote = {n: Path(tb.out_path(host, reg.dir, p.name)) for n, p in socks.items()}
+            console, stdout_name = Path("/dev/stdout"), f"console-{host}.log"
+            peer = "R2" if host == "R1" else "R1"
+            mig_udp = tuple(
+                f"{topo.addr(inv.host(r).migration_ipv4 or topo.MIGRATION_ADDR[r])}:{LAB_TUNNEL_PORT}"
+                for r in (host, peer)
+            )
+            taps = (inv.host(host).taps["L"], inv.host(host).taps["R"], MIG_TAP)
+            addr, mtu = LAB_DOM0_ADDR[host], self.lab_mtu[host]
+        else:
+            image = xen_image(verify=False)
+            xen, kernel, initrd = image.xen, image.kernel, host_initrd(s.router)
+            remote, console, mig_udp = socks, self.ctx.run_dir / f"console-{host}.log", None
+            taps = ("tapL", "tapR", MIG_TAP)
+            addr, mtu = topo.MIGRATION_ADDR[host], s.xen_mig_mtu
+        dom0_args = f"vrmig.macL={macs[0]} vrmig.macR={macs[1]} vrmig.macM={macs[2]} vrmig.addr={addr} vrmig.mtu={mtu}"
         argv = host_qemu_argv(
-            name=f"vrmig-{self.ctx.testbed.prefix}-xen-{host}",
+            name=f"vrmig-{tb.prefix}-xen-{host}",
             accel=self.accel,
             mem_mib=DOM0_MEM_MIB + s.mem_mib + QEMU_HEADROOM_MIB,
-            xen=image.xen,
-            kernel=image.kernel,
-            initrd=host_initrd(s.router),
+            xen=xen,
+            kernel=kernel,
+            initrd=initrd,
             dom0_args=dom0_args,
-            console=self.ctx.run_dir / f"console-{host}.log",
-            ctl=reg.dir / f"xenctl-{host}.sock",
-            logport=reg.dir / f"xenlog-{host}.sock",
-            qmp=reg.dir / f"qmp-{host}.sock",
+            console=console,
+            ctl=remote["xenctl"],
+            logport=remote["xenlog"],
+            qmp=remote["qmp"],
             nic=s.nic,
             macs=macs,
+            taps=taps,
+            mig_udp=mig_udp,  # type: ignore[arg-type]
         )
-        proc = Proc(f"qemu-xen-{host}", argv, reg, self.ctx.run_dir, netns=self.ctx.testbed.ns(host))
-        proc.start()
+        proc = tb.spawn(host, f"qemu-xen-{host}", argv, reg, self.ctx.run_dir, stdout_name=stdout_name)
         self.procs[host] = proc
-        self.dom0[host] = AgentDom0(host, reg.dir / f"xenctl-{host}.sock", reg.dir / f"xenlog-{host}.sock",
-                                    self.streams, proc.alive)  # fmt: skip
+        if self.lab:
+            for n in ("xenctl", "xenlog"):
+                tb.forward_socket(
+                    host, socks[n], str(remote[n]), BOOT_SOCKET_TIMEOUT_S, proc.alive, "QEMU", f"{n} socket"
+                )
+        self.dom0[host] = AgentDom0(host, socks["xenctl"], socks["xenlog"], self.streams, proc.alive)
 
     def _wait_dom0(self, host: str, t0: float) -> None:
         """Wait for dom0's READY (or FAIL) line on the host's serial console."""
@@ -304,7 +379,10 @@ class XenDriver(Driver):
         t0 = time.monotonic()
         if self.nested:
             for host in topo.HYPERVISOR_HOSTS:
-                self._mig_bridge(host)
+                if self.lab:
+                    self._lab_prepare(host)
+                else:
+                    self._mig_bridge(host)
             for host in topo.HYPERVISOR_HOSTS:
                 rec.action("boot-host", host=host)
                 self._boot_host(host)
@@ -319,11 +397,12 @@ class XenDriver(Driver):
 
     def _create_domu(self) -> None:
         s, rec = self.ctx.scenario, self.ctx.recorder
-        left, right = (topo.router_port(seg) for seg in topo.SEGMENTS)
+        left, right = (self.ctx.testbed.inventory.router[seg] for seg in topo.SEGMENTS)
         rec.action("boot", host="R1", domain=DOMAIN, type=s.xen_guest)
         create_router_domu(
             self.dom0["R1"], self.streams, "R1", s.router, ([left.ipv4, left.ipv6], [right.ipv4, right.ipv6]),
-            mem_mib=s.mem_mib, vcpus=s.vcpus, guest_type=s.xen_guest, timeout_s=s.boot_timeout_s,
+            mem_mib=s.mem_mib, vcpus=s.vcpus, guest_type=s.xen_guest, macs=(left.mac, right.mac),
+            timeout_s=s.boot_timeout_s,
             alive=self.procs["R1"].alive if "R1" in self.procs else None, save_cfg=self.ctx.run_dir / "xen-domu.cfg",
             rib_routes=s.rib_routes, routing=peering.router_args(s),
         )  # fmt: skip
@@ -441,6 +520,8 @@ class XenDriver(Driver):
         """Nested hosts that chaos runs kill mid-migration."""
         from migrate.experiment.faults import kill_pid
 
+        if self.lab:
+            return {}  # a lab takes no FAULT (migrate.experiment.run.lab_supports)
         return {
             "dst-qemu-dies": kill_pid(lambda: self.procs["R2"].pid if "R2" in self.procs else None),
             "src-qemu-dies": kill_pid(lambda: self.procs["R1"].pid if "R1" in self.procs else None),
@@ -455,7 +536,21 @@ class XenDriver(Driver):
             "accel": self.accel,
             "accel_reason": self.facts.get("accel_reason"),
             "xen_log": XEN_LOG,
-            "migration_link_mtu": self.ctx.scenario.xen_mig_mtu,
+            "migration_link_mtu": self.lab_mtu.get("R1", self.ctx.scenario.xen_mig_mtu),
+            **(
+                {
+                    "lab_tunnel": {
+                        "what": "the dom0s' migration NICs are QEMU UDP socket backends between the hosts' "
+                        "migration addresses (one datagram per Ethernet frame)",
+                        "port": LAB_TUNNEL_PORT,
+                        "dom0_addr": dict(LAB_DOM0_ADDR),
+                        "dom0_mtu": dict(self.lab_mtu),
+                        "overhead_bytes_per_frame": TUNNEL_OVERHEAD,
+                    }
+                }
+                if self.lab
+                else {}
+            ),
         }
 
     def stop(self) -> None:
