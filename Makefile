@@ -191,7 +191,7 @@ chaos:
 bench-lab: venv
 	@if [ -z "$(TESTBED)" ]; then echo "make bench-lab: give TESTBED=<inventory> (make lab-up prints one)" >&2; exit 2; fi
 	$(PY) -m migrate.cli.bench_lab --testbed $(TESTBED) $(call flag,HV,hv) $(call flag,REPS,reps) $(call flag,MODES,modes) $(call flag,DRIVERS,drivers) \
-	  $(call flag,RATE,rate) $(call flag,DURATION,duration) --results $(RESULTS)
+	  $(call flag,RATE,rate) $(call flag,DURATION,duration) $(call flag,MEM,mem) --results $(RESULTS)
 
 bench-sampler: venv
 	$(MAKE) -C probes

@@ -3,10 +3,10 @@ interleaved run by run, side by side: downtime, duration and volume by each meth
 run's wall time (from the orchestrator's start to its results), so that what the lab path adds
 is measured in the same session on the same machine.
 
-Usage: ``python -m migrate.cli.bench_lab --testbed LAB.toml [--hv kvm|criu] [--reps 5] [--modes precopy,stopcopy]
-[--drivers qmp,libvirt] [--rate 10M] [--results results]``; prints a markdown table and saves every run's figures as
-``<results>/bench-lab-<UTC>.json``.  HV=criu runs ROUTER=bird (CRIU cannot checkpoint FRR), MODE=stopcopy
-by default."""
+Usage: ``python -m migrate.cli.bench_lab --testbed LAB.toml [--hv kvm|criu|xen] [--reps 5] [--modes precopy,stopcopy]
+[--drivers qmp,libvirt] [--rate 10M] [--mem MiB] [--results results]``; prints a markdown table and saves every run's
+figures as ``<results>/bench-lab-<UTC>.json``.  HV=criu runs ROUTER=bird (CRIU cannot checkpoint FRR), MODE=stopcopy
+by default; HV=xen MODE=precopy (xl migrate) at RATE=1M by default (what the nested router carries)."""
 
 from __future__ import annotations
 
@@ -54,19 +54,26 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; exit 0 if every run completed."""
     p = argparse.ArgumentParser(prog="bench-lab", description=__doc__.splitlines()[0])
     p.add_argument("--testbed", type=Path, required=True)
-    p.add_argument("--hv", choices=("kvm", "criu"), default="kvm")
+    p.add_argument("--hv", choices=("kvm", "criu", "xen"), default="kvm")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--modes", default=None, help="default precopy,stopcopy (HV=criu: stopcopy)")
     p.add_argument("--drivers", default="qmp", help="HV=kvm drivers, comma-separated: qmp,libvirt")
-    p.add_argument("--rate", type=rate, default=10_000_000)
+    p.add_argument("--rate", type=rate, default=None, help="default 10M (HV=xen: 1M)")
+    p.add_argument("--mem", type=int, default=None, help="router memory, MiB (default: the scenario's)")
     p.add_argument("--duration", type=float, default=20.0)
     p.add_argument("--results", type=Path, default=Path("results"))
     a = p.parse_args(argv)
-    modes = [m for m in (a.modes or ("stopcopy" if a.hv == "criu" else "precopy,stopcopy")).split(",") if m]
+    default_modes = {"criu": "stopcopy", "xen": "precopy"}.get(a.hv, "precopy,stopcopy")
+    modes = [m for m in (a.modes or default_modes).split(",") if m]
     drivers = [d for d in a.drivers.split(",") if d]
-    if not drivers or set(drivers) - {"qmp", "libvirt"} or (a.hv == "criu" and drivers != ["qmp"]):
-        print(f"bench-lab: DRIVERS={a.drivers!r}: give qmp, libvirt or qmp,libvirt (HV=criu: qmp)", file=sys.stderr)
+    if not drivers or set(drivers) - {"qmp", "libvirt"} or (a.hv != "kvm" and drivers != ["qmp"]):
+        print(
+            f"bench-lab: DRIVERS={a.drivers!r}: give qmp, libvirt or qmp,libvirt (HV=criu, xen: qmp)", file=sys.stderr
+        )
         return 2
+    if a.rate is None:
+        a.rate = 1_000_000 if a.hv == "xen" else 10_000_000
+    extra: dict[str, Any] = {"mem_mib": a.mem} if a.mem is not None else {}
     router = "bird" if a.hv == "criu" else "frr"
     rows: list[dict[str, Any]] = []
     try:
@@ -75,7 +82,13 @@ def main(argv: list[str] | None = None) -> int:
                 for mode in modes:
                     for bed in ("embedded", "lab"):
                         s = Scenario(
-                            hv=a.hv, driver=driver, mode=mode, router=router, rate_bps=a.rate, duration_s=a.duration
+                            hv=a.hv,
+                            driver=driver,
+                            mode=mode,
+                            router=router,
+                            rate_bps=a.rate,
+                            duration_s=a.duration,
+                            **extra,
                         )
                         t0 = time.monotonic()
                         run_dir = run(s, a.results, testbed=a.testbed if bed == "lab" else None)
@@ -93,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     out = a.results / f"bench-lab-{dt.datetime.now(dt.UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
     write_json(out, {"argv": sys.argv, "testbed": str(a.testbed), "hv": a.hv, "router": router, "reps": a.reps,
-                     "rate_bps": a.rate, "duration_s": a.duration, "drivers": drivers, "rows": rows})  # fmt: skip
+                     "rate_bps": a.rate, "duration_s": a.duration, "drivers": drivers, "mem_mib": a.mem,
+                     "rows": rows})  # fmt: skip
     for driver, mode in ((d, m) for d in drivers for m in modes):
         print(
             f"\n{mode}, RATE={a.rate / 1e6:g}M, DURATION={a.duration:g} s, HV={a.hv} DRIVER={driver} ROUTER={router}\n"

@@ -64,13 +64,28 @@ def _ab_trees() -> list[str]:
     return known + [str(p) for p in Path(tempfile.gettempdir()).glob("vrmig-ab-*")]
 
 
+@pytest.fixture
+def own_ab_cache():
+    """The accepted arm's guest cache of HEAD (``ab.arm_cache``), removed after the test if the
+    test created it (a night's cache of another commit is the night's to keep)."""
+    import shutil
+
+    from routers.paths import default_cache
+
+    cache = default_cache() / "ab" / _head()  # where ab.arm_cache puts it
+    existed = cache.exists()
+    yield cache
+    if not existed:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
 def _ready() -> None:
     require_root_and("qemu-system-x86_64", "irtt", "crosstraffic/bin/vrgen", "probes/bin/vrsampler")
     if subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, check=False).returncode:
         pytest.skip("the checkout is not a git repository: the A/B needs the accepted commit's tree")
 
 
-def test_nightly_ab_runs_both_commits_interleaved_and_judges_them(tmp_path, no_leftovers):
+def test_nightly_ab_runs_both_commits_interleaved_and_judges_them(tmp_path, no_leftovers, own_ab_cache):
     _ready()
     assert _ab_trees() == []
     (tmp_path / "m.toml").write_text(MATRIX)
@@ -104,7 +119,7 @@ def test_nightly_ab_runs_both_commits_interleaved_and_judges_them(tmp_path, no_l
     assert _ab_trees() == [], "the accepted commit's worktree was left behind"
 
 
-def test_nightly_ab_interrupted_leaves_no_worktree_and_no_run(tmp_path, no_leftovers):
+def test_nightly_ab_interrupted_leaves_no_worktree_and_no_run(own_ab_cache, tmp_path, no_leftovers):
     _ready()
     (tmp_path / "m.toml").write_text(MATRIX)
     log = tmp_path / "nightly.log"

@@ -284,3 +284,39 @@ def test_the_router_domu_boots_with_the_runs_peering_arguments(tmp_path, monkeyp
     for arg in peering.router_args(scenario):
         assert f"vrmig.{arg}" in cfg, (arg, cfg)
     assert "vrmig.peering=bgp,ospf,bfd" in cfg and "vrmig.ospfdead=4" in cfg
+
+
+def test_a_lab_host_without_the_nested_image_or_with_a_small_link_mtu(tmp_path):
+    """HV=xen on a lab: a host that lacks a file hosts-setup copies is named with the command that
+    copies it; dom0's tunnel MTU is the host's migration link MTU less the tunnel's headers, at
+    most XEN_MIG_MTU (read on the host, not assumed)."""
+    from types import SimpleNamespace
+
+    from migrate.core.errors import DependencyError
+    from migrate.drivers.xen import driver as xen
+    from migrate.experiment.scenario import Scenario
+    from migrate.testbed.inventory import load
+
+    inv = load(Path(__file__).resolve().parents[2] / "docs" / "lab.example.toml")
+    present: set[str] = set(xen.lab_xen_files(inv.deploy_dir, "frr"))
+    mtu = {"R1": b"1500\n", "R2": b"9000\n"}
+
+    class Lab:
+        remote, inventory = True, inv
+
+        def exists(self, role, path):
+            return path in present
+
+        def read_bytes(self, role, path):
+            assert path == f"/sys/class/net/{inv.host(role).migration_if}/mtu", path
+            return mtu[role]
+
+    drv = xen.XenDriver.__new__(xen.XenDriver)
+    drv.ctx = SimpleNamespace(scenario=Scenario(hv="xen", xen_mig_mtu=1500), testbed=Lab())
+    drv.lab_mtu = {}
+    for r in ("R1", "R2"):
+        drv._lab_prepare(r)
+    assert drv.lab_mtu == {"R1": 1500 - xen.TUNNEL_OVERHEAD, "R2": 1500}
+    present.discard(xen.lab_xen_files(inv.deploy_dir, "frr")[2])
+    with pytest.raises(DependencyError, match=r"R1: .*dom0-initrd-frr\.img is missing: run `make hosts-setup TESTBED="):
+        drv._lab_prepare("R1")
