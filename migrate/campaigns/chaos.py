@@ -685,7 +685,7 @@ def main(argv: list[str] | None = None) -> int:
         help=f"HVS: comma-separated, of {','.join(HV_PROFILES)} (default: all; with TESTBED=, {','.join(LAB_HVS)})",
     )
     p.add_argument("--results", type=Path, default=Path("results/chaos"))
-    p.add_argument("--testbed", type=Path, default=None, help="TESTBED: a lab inventory; HVS=kvm,kvm-libvirt there")
+    p.add_argument("--testbed", type=Path, default=None, help="TESTBED: a lab inventory; signals only there")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="chaos: %(message)s", stream=sys.stderr)
     if os.geteuid() != 0:

@@ -14,6 +14,12 @@ streamed to the orchestrator).  ``xl -vvv migrate`` on R1 and ``xl -vvv migrate-
 socat on R2 stream their messages here, timestamped on receipt (``xen_log.jsonl``), which
 :mod:`analysis.hypervisors.xen` turns into the hypervisor's figures.
 
+On a lab (``TESTBED=``): each nested host's QEMU runs on the lab's R1/R2 over SSH under the guard
+(the files hosts-setup copied to ``<deploy_dir>/images/xen``), with the host's taps as ``ethL``/``ethR``;
+the agent's sockets are forwarded through the SSH connection; dom0's migration NIC is QEMU's UDP
+socket backend between the two hosts' migration addresses (:data:`LAB_TUNNEL_PORT`), so the lab's
+link carries the stream and nothing in the hosts' network configuration changes.
+
 Real Xen hosts: when the suite runs in a dom0 (``xl`` present, ``/proc/xen/capabilities`` says
 control_d) and ``XEN_PEER`` names the destination (``ssh`` transport), the same phases run xl
 directly (:class:`migrate.drivers.xen.dom0.ShellDom0`); ``XEN_MIG_ADDR`` is the destination's address on
@@ -273,6 +279,11 @@ class XenDriver(Driver):
                     "(it copies the nested Xen host image that `make xen` built)"
                 )
         ifname = tb.inventory.host(host).migration_if
+        if not ifname:
+            raise ConfigError(
+                f"{tb.inventory.path}: hosts.{host}: HV=xen needs the migration link's interface "
+                "(migration = { interface = ..., ipv4 = ... }): the dom0s' tunnel runs over it"
+            )
         raw = tb.read_bytes(host, f"/sys/class/net/{ifname}/mtu")
         if raw is None or not raw.strip().isdigit():
             raise DependencyError(f"{host}: cannot read the MTU of its migration interface {ifname}")
