@@ -27,6 +27,7 @@ from typing import Any
 
 from migrate.core.errors import DependencyError
 from migrate.core.procs import terminate_and_wait
+from migrate.drivers.libvirt.daemon import tls_settings
 from migrate.testbed import pki
 from migrate.testbed import results as resultsmod
 from migrate.testbed.inventory import END_ROLES, HV_ROLES, ROLES, HostSpec, Inventory, InventoryError
@@ -166,6 +167,7 @@ def host_vars(h: HostSpec, deploy_dir: str) -> dict[str, Any]:
         if h.libvirt_tls is not None:  # libvirt's TLS files, installed in pki.LIBVIRT_PKI_DIR
             v["vrmig_libvirt_tls"] = str(h.libvirt_tls)
             v["vrmig_libvirt_pki_dir"] = pki.LIBVIRT_PKI_DIR
+            v["vrmig_libvirt_tls_settings"] = [{"key": k, "value": val} for k, val in tls_settings(pki.LIBVIRT_PKI_DIR)]
     return v
 
 

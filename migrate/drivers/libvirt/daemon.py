@@ -53,6 +53,18 @@ exec libvirtd --listen -f "$B/etc/libvirtd.conf" -p "$B/libvirtd.pid"
 """
 
 
+def tls_settings(tls_dir: str) -> list[tuple[str, str]]:
+    """libvirtd.conf's settings that make it listen for TLS with the certificates in ``tls_dir``
+    (``key``, ``value`` as written): the emulated lab's daemons and hosts-setup's real hosts
+    (``vrmig_libvirt_tls_settings`` in the playbook) take the same ones."""
+    return [
+        ("listen_tls", "1"),
+        ("ca_file", f'"{tls_dir}/cacert.pem"'),
+        ("cert_file", f'"{tls_dir}/servercert.pem"'),
+        ("key_file", f'"{tls_dir}/serverkey.pem"'),
+    ]
+
+
 def libvirtd_conf(sock_dir: Path, listen_addr: str, host_uuid: str, tls_dir: str | None = None) -> str:
     """libvirtd.conf: private UNIX sockets, a distinct host UUID (libvirt refuses to migrate to
     "the same host"), warnings to stderr, and the listener for the other daemon on the migration
@@ -67,15 +79,14 @@ def libvirtd_conf(sock_dir: Path, listen_addr: str, host_uuid: str, tls_dir: str
             'auth_tcp = "none"  # confined to the testbed migration link; real hosts use TLS or SSH',
         ]
     else:
+        tls = dict(tls_settings(tls_dir))
         listen = [
-            "listen_tls = 1",
+            f"listen_tls = {tls.pop('listen_tls')}",
             "listen_tcp = 0",
             f'listen_addr = "{listen_addr}"',
             f'tls_port = "{TLS_PORT}"',
             'auth_tls = "none"  # the client certificate, signed by the lab\'s CA, is the authentication',
-            f'ca_file = "{tls_dir}/cacert.pem"',
-            f'cert_file = "{tls_dir}/servercert.pem"',
-            f'key_file = "{tls_dir}/serverkey.pem"',
+            *(f"{k} = {v}" for k, v in tls.items()),
         ]
     return "\n".join(
         [
