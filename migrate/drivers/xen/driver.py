@@ -305,10 +305,8 @@ class XenDriver(Driver):
             remote = {n: Path(tb.out_path(host, reg.dir, p.name)) for n, p in socks.items()}
             console, stdout_name = Path("/dev/stdout"), f"console-{host}.log"
             peer = "R2" if host == "R1" else "R1"
-            mig_udp = tuple(
-                f"{topo.addr(inv.host(r).migration_ipv4 or topo.MIGRATION_ADDR[r])}:{LAB_TUNNEL_PORT}"
-                for r in (host, peer)
-            )
+            own, other = (topo.addr(inv.host(r).migration_ipv4 or topo.MIGRATION_ADDR[r]) for r in (host, peer))
+            mig_udp: tuple[str, str] | None = (f"{own}:{LAB_TUNNEL_PORT}", f"{other}:{LAB_TUNNEL_PORT}")
             taps = (inv.host(host).taps["L"], inv.host(host).taps["R"], MIG_TAP)
             addr, mtu = LAB_DOM0_ADDR[host], self.lab_mtu[host]
         else:
@@ -333,7 +331,7 @@ class XenDriver(Driver):
             nic=s.nic,
             macs=macs,
             taps=taps,
-            mig_udp=mig_udp,  # type: ignore[arg-type]
+            mig_udp=mig_udp,
         )
         proc = tb.spawn(host, f"qemu-xen-{host}", argv, reg, self.ctx.run_dir, stdout_name=stdout_name)
         self.procs[host] = proc
