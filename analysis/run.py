@@ -413,7 +413,7 @@ def _control_plane(
     if window is None or window.end_ns is None:
         churn = _churn(run_dir, meta_churn, None, None) if meta_churn else None
         return {p: None for p in protocols} | {"why_absent": "no_window"}, churn
-    logs, captures = read_peer_records(run_dir, peers, notes)
+    logs, captures = read_peer_records(run_dir, peers, notes, cpm.peer_daemon(peering))
     churn = _churn(run_dir, meta_churn, logs, window.start_ns) if meta_churn else None
     if churn is not None:
         notes.extend(churn.notes)

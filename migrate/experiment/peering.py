@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +44,7 @@ from analysis.metrics.control_plane import (
     bfd_sessions,
     bgp_sessions,
     ospf_sessions,
-    parse_bird_log,
+    parse_peer_log,
 )
 from migrate.core.errors import DependencyError, VrmigError
 from migrate.core.netlink import iproute
@@ -71,6 +72,7 @@ ESTABLISH_TIMEOUT_S = 60.0
 #: (BIRD's "startup delayed by 4 seconds due to errors" after repeated flaps, plus BFD's Init)
 REUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
+FRR_START_TIMEOUT_S = 10.0
 LOG_POLL_S = 0.05
 
 
@@ -215,6 +217,151 @@ def bird_conf(s: Scenario, p: PeerSpec, log_path: Path, ifname: str = topo.HOST_
     return "\n".join(lines)
 
 
+#: the FRR daemons a peer runs for ``PEERING`` (zebra first: the others connect to it)
+FRR_DAEMON_OF = {"bfd": "bfdd", "bgp": "bgpd", "ospf": "ospfd"}
+#: the route-map that keeps the routes an FRR peer learns out of its namespace's kernel table
+#: (zebra's ``ip protocol ... route-map``), as BIRD's peers have no kernel protocol
+FRR_NO_FIB = "vrmig-no-fib"
+FRR_ANNOUNCE = "vrmig-announce"
+
+
+def frr_daemons(s: Scenario) -> tuple[str, ...]:
+    """The FRR daemons of a peer with ``s``'s PEERING, zebra first."""
+    return ("zebra", *(FRR_DAEMON_OF[p] for p in ("bfd", "bgp", "ospf") if p in s.peering_protocols))
+
+
+def frr_confs(s: Scenario, p: PeerSpec, log_path: Path, ifname: str = topo.HOST_IF) -> dict[str, str]:
+    """The peer's FRR configuration, one file per daemon (pure).
+
+    Same sessions as :func:`bird_conf`.  Logging: every daemon logs to ``log_path``
+    (``peer-<role>.log``) at debug level with microsecond time stamps (``log timestamp
+    precision 6``; FRR's ``--log file:`` target on the command line keeps whole seconds, so the
+    file is named in the configuration: what a daemon says before reading it goes to its
+    stderr); what the analysis reads
+    there (docs/peering.md): bgpd's ``%ADJCHANGE`` (``bgp log-neighbor-changes``) and
+    ``%NOTIFICATION`` lines, bfdd's ``state-change`` lines (``debug bfd peer``), ospfd's
+    ``AdjChg`` lines (``log-adjacency-changes detail``), and the routes bgpd and ospfd hand to
+    zebra (``debug bgp zebra``, ``debug ospf zebra``): the peer's routes learned from the router.
+
+    Fast reconnect: ``timers connect 1`` (FRR's connect retry, 120 s by default).  eBGP
+    without policies: ``no bgp ebgp-requires-policy`` (FRR otherwise sends and accepts
+    nothing on eBGP sessions, RFC 8212).  zebra keeps the learned routes out of the kernel
+    (:data:`FRR_NO_FIB`): BIRD's peers install nothing either, so the hosts forward the same."""
+    bfd = "bfd" in s.peering_protocols
+    bgp = "bgp" in s.peering_protocols
+    ospf = "ospf" in s.peering_protocols
+    keepalive = max(1, s.bgp_hold_s // 3)
+    head = [f"hostname peer-{p.role}", f"log file {log_path} debugging", "log timestamp precision 6"]
+    out = {
+        "zebra": "\n".join(
+            [
+                *head,
+                *(f"ip protocol {x} route-map {FRR_NO_FIB}" for x in ("bgp", "ospf") if x in s.peering_protocols),
+                f"route-map {FRR_NO_FIB} deny 10",
+                "exit",
+                "",
+            ]
+        )
+    }
+    if bfd:
+        out["bfdd"] = "\n".join(
+            [
+                *head,
+                "debug bfd peer",
+                "bfd",
+                " profile vrmig",
+                f"  receive-interval {s.bfd_interval_ms}",
+                f"  transmit-interval {s.bfd_interval_ms}",
+                f"  detect-multiplier {s.bfd_multiplier}",
+                " exit",
+                "exit",
+                "",
+            ]
+        )
+    announce = [
+        f"ip prefix-list {FRR_ANNOUNCE} seq 5 permit {p.announced}",
+        f"route-map {FRR_ANNOUNCE} permit 10",
+        f" match ip address prefix-list {FRR_ANNOUNCE}",
+        "exit",
+    ]
+    if bgp:
+        out["bgpd"] = "\n".join(
+            [
+                *head,
+                "debug bgp zebra",
+                f"router bgp {p.asn}",
+                f" bgp router-id {p.addr}",
+                " bgp log-neighbor-changes",
+                " no bgp ebgp-requires-policy",
+                " no bgp network import-check",
+                f" timers bgp {keepalive} {s.bgp_hold_s}",
+                f" neighbor {p.router_addr} remote-as {ROUTER_ASN}",
+                f" neighbor {p.router_addr} timers {keepalive} {s.bgp_hold_s}",
+                f" neighbor {p.router_addr} timers connect 1",
+                *([f" neighbor {p.router_addr} bfd profile vrmig"] if bfd else []),
+                " address-family ipv4 unicast",
+                f"  network {p.announced}",
+                " exit-address-family",
+                "exit",
+                "",
+            ]
+        )
+    if ospf:
+        # the announced address goes over OSPF (an external route) only when there is no BGP,
+        # as with BIRD (bird_conf)
+        out["ospfd"] = "\n".join(
+            [
+                *head,
+                "debug ospf zebra",
+                *(announce if not bgp else []),
+                f"interface {ifname}",
+                " ip ospf area 0",
+                " ip ospf network point-to-point",
+                f" ip ospf hello-interval {s.ospf_hello_s}",
+                f" ip ospf dead-interval {s.ospf_dead_s}",
+                "exit",
+                "router ospf",
+                f" ospf router-id {p.addr}",
+                " log-adjacency-changes detail",
+                *([f" redistribute connected route-map {FRR_ANNOUNCE}"] if not bgp else []),
+                "exit",
+                "",
+            ]
+        )
+    return out
+
+
+def frr_image_paths() -> tuple[Path, Path, list[Path]]:
+    """(loader, directory of the FRR daemons, library directories) of the frr router image's
+    root file system."""
+    from routers.paths import rootfs_dir
+
+    root = rootfs_dir("frr")
+    loader, daemons = root / "lib64" / "ld-linux-x86-64.so.2", root / "usr" / "lib" / "frr"
+    if not (loader.exists() and (daemons / "zebra").exists()):
+        raise DependencyError(
+            f"PEER_DAEMON=frr runs the peers with the frr router image's FRR ({daemons / 'zebra'} missing): "
+            "run `make guest` (it builds the frr and bird images)"
+        )
+    lib = root / "usr" / "lib" / "x86_64-linux-gnu"
+    return loader, daemons, [root / "lib" / "x86_64-linux-gnu", lib, lib / "frr"]
+
+
+def frr_argv(loader: Path, daemons: Path, libs: list[Path], daemon: str, conf: Path, state: Path) -> list[str]:
+    """One FRR daemon of a peer, private to it: its configuration ``conf``; its vty socket,
+    pid file and zebra socket in ``state`` (a directory of its own, also its /var/tmp:
+    :mod:`migrate.experiment.frr_exec`, which gives it the frr image's /etc/group); no vty TCP
+    port; run as root.  ``TZ=UTC0``: FRR stamps its log
+    lines in local time; in UTC they convert to CLOCK_REALTIME without knowing the host's zone."""
+    group = daemons.parents[2] / "etc" / "group"
+    return [
+        sys.executable, str(Path(__file__).with_name("frr_exec.py")), str(group), str(state), "--",
+        "env", "TZ=UTC0", str(loader), "--library-path", ":".join(map(str, libs)), str(daemons / daemon),
+        "--vty_socket", str(state), "-i", str(state / f"{daemon}.pid"), "-z", str(state / "zserv.api"),
+        "-P", "0", "-u", "root", "-g", "root", "-f", str(conf),
+    ]  # fmt: skip
+
+
 def bird_image_paths() -> tuple[Path, Path, list[Path]]:
     """(loader, bird binary, library directories) of the bird router image's root file system."""
     from routers.paths import rootfs_dir
@@ -235,21 +382,22 @@ def check(s: Scenario) -> None:
 
     if not s.peering:
         return
-    bird_image_paths()
+    frr_image_paths() if s.peer_daemon == "frr" else bird_image_paths()
     if shutil.which(TCPDUMP) is None:
         raise DependencyError("PEERING captures the control packets with tcpdump: run `make setup` (Debian tcpdump)")
 
 
-def tool_versions() -> dict[str, str | None]:
-    """The peers' BIRD (Debian package version, from the bird image's manifest) and tcpdump."""
+def tool_versions(daemon: str = "bird") -> dict[str, str | None]:
+    """The peers' daemon (BIRD, or FRR with ``daemon`` "frr": the Debian package version, from
+    its router image's manifest) and tcpdump."""
     import json
     import subprocess
 
     from routers.paths import guest_dir
 
-    out: dict[str, str | None] = {"bird": None, "tcpdump": None}
+    out: dict[str, str | None] = {daemon: None, "tcpdump": None}
     try:
-        out["bird"] = json.loads((guest_dir("bird") / "manifest.json").read_text())["router"]["version"]
+        out[daemon] = json.loads((guest_dir(daemon) / "manifest.json").read_text())["router"]["version"]
     except (OSError, ValueError, KeyError):
         pass
     try:
@@ -293,6 +441,9 @@ class Peers:
             self.procs[cap.what] = cap
             cap.wait_for("listening on", 10.0)
         for p in peers():
+            if self.s.peer_daemon == "frr":
+                self._start_frr(p)
+                continue
             conf = self.dir / f"peer-{p.role}.conf"
             conf.write_text(bird_conf(self.s, p, self.dir / f"peer-{p.role}.log"))
             argv = [
@@ -302,6 +453,30 @@ class Peers:
             proc = self.tb.spawn(p.role, f"peer-{p.role}", argv, self.reg, self.dir)
             self.procs[proc.what] = proc
             proc.wait_for(" Started", 10.0, path=self.dir / f"peer-{p.role}.log")
+
+    def _start_frr(self, p: PeerSpec) -> None:
+        """The peer's FRR daemons (``peer-<role>-<daemon>``), each seen started: zebra once its
+        zserv socket exists (the other daemons connect to it there, and retry only every 10 s
+        when it is not), the others once zebra logs their hello."""
+        loader, daemons, libs = frr_image_paths()
+        log_path = self.dir / f"peer-{p.role}.log"
+        state = self.reg.dir / f"frr-{p.role}"  # sockets and pid files (short paths: AF_UNIX)
+        state.mkdir(mode=0o700)
+        for daemon, text in frr_confs(self.s, p, log_path).items():
+            conf = self.dir / f"peer-{p.role}.{daemon}.conf"
+            conf.write_text(text)
+            argv = frr_argv(loader, daemons, libs, daemon, conf, state)
+            proc = self.tb.spawn(p.role, f"peer-{p.role}-{daemon}", argv, self.reg, self.dir)
+            self.procs[proc.what] = proc
+            if daemon == "zebra":
+                deadline = time.monotonic() + FRR_START_TIMEOUT_S
+                while not (state / "zserv.api").exists():
+                    if not proc.alive() or time.monotonic() > deadline:
+                        raise PeeringError(f"{proc.what} did not open its zserv socket: {proc.stderr_tail()}")
+                    time.sleep(LOG_POLL_S)
+            else:
+                kind = daemon.removesuffix("d")
+                proc.wait_for(f"bids fair to announce only {kind} routes", FRR_START_TIMEOUT_S, path=log_path)
 
     def wait_established(self, timeout_s: float = ESTABLISH_TIMEOUT_S) -> dict[str, int]:
         """Wait until every peer's BGP session is established (and, with bfd, its BFD session
@@ -321,7 +496,10 @@ class Peers:
         return {"flaps": up.flaps, "waited_s": round(time.monotonic() - t, 3), "up_ns": dict(up.up_ns)}
 
     def _logs(self) -> dict[str, list[LogEvent]]:
-        return {p.role: parse_bird_log((self.dir / f"peer-{p.role}.log").read_text(errors="replace")) for p in peers()}
+        return {
+            p.role: parse_peer_log((self.dir / f"peer-{p.role}.log").read_text(errors="replace"), self.s.peer_daemon)
+            for p in peers()
+        }
 
     def _check_alive(self) -> None:
         for what, p in self.procs.items():
@@ -357,8 +535,9 @@ class Peers:
         return found
 
     def stop(self) -> None:
-        """BIRD first (its last log lines), then the captures (SIGINT: tcpdump flushes)."""
-        for what in sorted(self.procs, key=lambda w: not w.startswith("peer-")):
+        """The peers' daemons first (their last log lines; FRR's zebra after the others), then
+        the captures (SIGINT: tcpdump flushes)."""
+        for what in sorted(self.procs, key=lambda w: (not w.startswith("peer-"), w.endswith("-zebra"))):
             p = self.procs[what]
             if p.alive():
                 p.stop(signal.SIGINT if what.startswith("capture-") else signal.SIGTERM, STOP_TIMEOUT_S)
@@ -367,8 +546,14 @@ class Peers:
         """meta.json ``peering``."""
         return {
             "protocols": list(self.s.peering_protocols),
-            "implementation": {"peers": "BIRD 2 (bird router image)", "router": self.s.router},
-            "versions": tool_versions(),
+            "implementation": {
+                "peers": "BIRD 2 (bird router image)"
+                if self.s.peer_daemon == "bird"
+                else f"FRR (frr router image: {', '.join(frr_daemons(self.s))})",
+                "daemon": self.s.peer_daemon,
+                "router": self.s.router,
+            },
+            "versions": tool_versions(self.s.peer_daemon),
             "router_asn": ROUTER_ASN,
             "peers": {
                 p.role: {
