@@ -33,6 +33,7 @@ from analysis.metrics.clock import (
     irtt_on_orchestrator_clock,
     sink_on_orchestrator_clock,
 )
+from analysis.metrics.control_plane import peer_daemon
 from analysis.metrics.counters import FCS_BYTES, rate_series, sampler_health
 from analysis.metrics.cross import cross_traffic
 from analysis.metrics.dirty import dirty_rate
@@ -247,7 +248,7 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
         notes.append("no terminal migration status seen: window ends at the last query-migrate reply")
     peering = isinstance(meta.get("peering"), dict)
     cp, churn = _control_plane(Path(run_dir), meta, window, notes) if peering else (None, None)
-    cmarks = control_marks(cp, window.start_ns if window is not None else None)
+    cmarks = control_marks(cp, window.start_ns if window is not None else None, peer_daemon(meta.get("peering")))
     span = spans(window, recovered_ns=_recovered_ns(cmarks)) if window is not None else None
     c = raw.counters
     b_eth0 = c.get("B", "eth0") if c else None

@@ -408,6 +408,15 @@ def tool_versions(daemon: str = "bird") -> dict[str, str | None]:
     return out
 
 
+def _stop_rank(what: str) -> tuple[bool, int]:
+    """Stop order of the peers' processes: the routing daemons (BIRD; FRR's bgpd and ospfd),
+    then FRR's bfdd (stopped first, it would take the BFD sessions down administratively and
+    the router would end its BGP sessions: a flap of the peer's own making), then zebra, then
+    the captures."""
+    rank = 2 if what.endswith("-zebra") else 1 if what.endswith("-bfdd") else 0
+    return (not what.startswith("peer-"), rank)
+
+
 class Peers:
     """The peers of one run: addresses on the peers' loopbacks, BIRD and tcpdump on A and B
     (registered by PID), the wait for the sessions, the stop; a ``with`` block stops them."""
@@ -537,7 +546,7 @@ class Peers:
     def stop(self) -> None:
         """The peers' daemons first (their last log lines; FRR's zebra after the others), then
         the captures (SIGINT: tcpdump flushes)."""
-        for what in sorted(self.procs, key=lambda w: (not w.startswith("peer-"), w.endswith("-zebra"))):
+        for what in sorted(self.procs, key=_stop_rank):
             p = self.procs[what]
             if p.alive():
                 p.stop(signal.SIGINT if what.startswith("capture-") else signal.SIGTERM, STOP_TIMEOUT_S)
