@@ -298,16 +298,24 @@ def bfd_sessions(logs: dict[str, list[LogEvent]], router_addr: dict[str, str]) -
 #: bfdd's session changes (``debug bfd peer``): "state-change: [mhop:no peer:198.18.1.1
 #: local:198.18.1.10 vrf:default ifname:eth0] up -> down reason:control-expired"
 _FRR_BFD = re.compile(r"^state-change: \[[^\]]*\bpeer:(\S+) [^\]]*\] ([\w-]+) -> ([\w-]+)(?: reason:(\S+))?")
+#: bfdd removing a session: "session-delete: mhop:no peer:198.18.1.1 local:0.0.0.0 vrf:default"
+#: (bgpd asks for its session before it knows its local address, then for one with it: bfdd
+#: deletes the first, up or not, and logs no state change for it)
+_FRR_BFD_DELETE = re.compile(r"^session-delete: .*\bpeer:(\S+)")
 #: bfdd's diagnostics (RFC 5880 4.1) in the words :func:`bfd_sessions` uses for BIRD's
 _FRR_BFD_CAUSES = {"control-expired": "detection time expired", "neighbor-down": "remote state Down"}
 
 
 def _frr_bfd_step(e: LogEvent, router_addr: str) -> Step:
-    """An FRR peer's BFD session with ``router_addr``: up at "-> up", down when it leaves up;
-    the cause is bfdd's diagnostic ("control-expired": the detection time expired;
-    "neighbor-down": the router said Down; others as bfdd names them)."""
+    """An FRR peer's BFD session with ``router_addr``: up at "-> up", down when it leaves up
+    or is deleted; the cause is bfdd's diagnostic ("control-expired": the detection time
+    expired; "neighbor-down": the router said Down; others as bfdd names them), or "session
+    deleted"."""
     if e.proto != "bfd":
         return None
+    m = _FRR_BFD_DELETE.match(e.message)
+    if m:
+        return ("down", "session deleted") if m[1] == router_addr else None
     m = _FRR_BFD.match(e.message)
     if not m or m[1] != router_addr:
         return None

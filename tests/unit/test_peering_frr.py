@@ -144,3 +144,19 @@ def test_frr_exec_refuses_a_bad_command_line(capsys):
 
     assert frr_exec.main(["/etc/group", "/tmp"]) == 2
     assert "usage:" in capsys.readouterr().err
+
+
+def test_runs_csv_names_the_peers_daemon_and_frr_peers_are_their_own_series():
+    from analysis.stats.aggregate import RUN_COLUMNS, run_record
+    from migrate.campaigns.reporting import series_name
+
+    assert RUN_COLUMNS.index("peer_daemon") == RUN_COLUMNS.index("bfd") + 1
+
+    def rec(**scenario):
+        return run_record({}, {"scenario": {"hv": "kvm", "mode": "stopcopy", **scenario}})
+
+    frr = rec(peering="bgp,bfd", bfd_interval_ms=50, bfd_multiplier=3, peer_daemon="frr")
+    old = rec(peering="bgp,bfd", bfd_interval_ms=50, bfd_multiplier=3)  # recorded before PEER_DAEMON: BIRD
+    assert (frr["peer_daemon"], old["peer_daemon"], rec()["peer_daemon"]) == ("frr", "bird", None)
+    assert series_name("S", frr, {}) == "S kvm stopcopy PEERING=bgp,bfd PEER_DAEMON=frr BFD=50x3"
+    assert series_name("S", old, {}) == "S kvm stopcopy PEERING=bgp,bfd BFD=50x3"
