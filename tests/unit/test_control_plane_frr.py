@@ -150,3 +150,26 @@ def test_readiness_reads_the_frr_logs(tmp_path):
         (tmp_path / f"peer-{r}.log").write_text(t)
     found = peers.sessions_up()
     assert found is not None and found.up_ns == up and found.flaps == 6
+
+
+BGP_BFD = "frr-bgp-bfd-stopcopy"
+
+
+def test_a_collision_notification_beside_an_established_session_is_no_flap():
+    """PEERING=bgp,bfd: B's session came back up and bgpd, 0.2 ms later, sent a Cease/Connection
+    Collision Resolution on the other of its two connections to the router; the session itself
+    stayed up (no %ADJCHANGE Down follows).  One flap per peer, each ended by BFD, and the
+    collision note never becomes a cause."""
+    text = _texts(BGP_BFD)["B"]
+    up = text.index("in vrf default Up", text.index("Cease/BFD Down"))
+    assert "Cease/Connection Collision Resolution" in text[up : up + 400]  # the premise, in the real log
+    _, _, figs = _load(BGP_BFD)
+    bgp = figs["bgp"].to_dict()
+    assert bgp["flaps"] == 2 and {f["peer"] for f in bgp["flap_details"]} == {"A", "B"}, bgp["flap_details"]
+    assert {f["cause"] for f in bgp["flap_details"]} == {"notification sent: Cease/BFD Down"}
+    assert all(f["up_ns"] is not None for f in bgp["flap_details"])
+    down_for = {f["peer"]: f["down_for_s"] for f in bgp["flap_details"]}
+    # A's reconnection collided too (a Cease received while down): it took 3 s, B's 1.9 s
+    assert 2.9 < down_for["A"] < 3.1 and 1.8 < down_for["B"] < 1.9, down_for
+    bfd = figs["bfd"].to_dict()
+    assert bfd["flaps"] == 2 and {f["cause"] for f in bfd["flap_details"]} == {"detection time expired"}
