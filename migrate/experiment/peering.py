@@ -19,9 +19,15 @@ What is recorded, per peer, in the run directory:
   interface, captured by tcpdump (``-j adapter_unsynced``: kernel time stamps, CLOCK_REALTIME);
 * ``peer-<role>.conf``: BIRD's configuration.
 
-Why BIRD at the peers and not FRR: one process with BGP, BFD and OSPF, a log that states every
+Why BIRD at the peers by default: one process with BGP, BFD and OSPF, a log that states every
 change with a microsecond time stamp as it happens (no polling), and a router (FRR by default)
 that then interoperates with a different implementation, as routers in the field do.
+
+``PEER_DAEMON=frr`` runs FRR at the peers instead (:func:`frr_confs`, :func:`frr_argv`): zebra
+and, as PEERING asks, bfdd, bgpd and ospfd of the frr router image, each a registered process of
+its own, all logging to ``peer-<role>.log`` with microsecond time stamps as they act (bgpd's
+``%ADJCHANGE``/``%NOTIFICATION``, bfdd's ``state-change``, ospfd's ``AdjChg``, the routes bgpd
+and ospfd hand to zebra); configurations ``peer-<role>.<daemon>.conf``.
 """
 
 from __future__ import annotations
@@ -382,7 +388,10 @@ def check(s: Scenario) -> None:
 
     if not s.peering:
         return
-    frr_image_paths() if s.peer_daemon == "frr" else bird_image_paths()
+    if s.peer_daemon == "frr":
+        frr_image_paths()
+    else:
+        bird_image_paths()
     if shutil.which(TCPDUMP) is None:
         raise DependencyError("PEERING captures the control packets with tcpdump: run `make setup` (Debian tcpdump)")
 
@@ -433,8 +442,8 @@ class Peers:
         self.stop()
 
     def start(self) -> None:
-        """Loopback addresses, captures (seen listening), then the BIRDs (seen started)."""
-        loader, bird, libs = bird_image_paths()
+        """Loopback addresses, captures (seen listening), then the BIRDs or the FRR daemons
+        (PEER_DAEMON; seen started)."""
         for p in peers():
             ns = self.tb.ns(p.role)
             with iproute(ns) as ipr:
@@ -453,6 +462,7 @@ class Peers:
             if self.s.peer_daemon == "frr":
                 self._start_frr(p)
                 continue
+            loader, bird, libs = bird_image_paths()
             conf = self.dir / f"peer-{p.role}.conf"
             conf.write_text(bird_conf(self.s, p, self.dir / f"peer-{p.role}.log"))
             argv = [
