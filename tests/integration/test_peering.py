@@ -261,11 +261,13 @@ def _frr_peers() -> None:
     """Skip without the frr image (the router and, with PEER_DAEMON=frr, the peers' daemons)."""
     from migrate.core.errors import DependencyError
     from migrate.experiment.peering import frr_image_paths
+    from routers.errors import NotBuiltError
+    from routers.guest import guest_image
 
-    _guest_and_peers()
     try:
+        guest_image("frr")
         frr_image_paths()
-    except DependencyError as err:
+    except (NotBuiltError, DependencyError) as err:
         pytest.skip(str(err))
 
 
