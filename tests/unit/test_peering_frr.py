@@ -160,3 +160,11 @@ def test_runs_csv_names_the_peers_daemon_and_frr_peers_are_their_own_series():
     assert (frr["peer_daemon"], old["peer_daemon"], rec()["peer_daemon"]) == ("frr", "bird", None)
     assert series_name("S", frr, {}) == "S kvm stopcopy PEERING=bgp,bfd PEER_DAEMON=frr BFD=50x3"
     assert series_name("S", old, {}) == "S kvm stopcopy PEERING=bgp,bfd BFD=50x3"
+
+
+def test_a_night_of_frr_peers_is_another_point_and_bird_nights_keep_their_fingerprint():
+    from migrate.campaigns.nightly import fingerprint
+
+    bird = Scenario(peering="bgp,bfd", mode="stopcopy")
+    assert fingerprint(bird) == fingerprint(Scenario(peering="bgp,bfd", mode="stopcopy", peer_daemon="bird"))
+    assert fingerprint(Scenario(peering="bgp,bfd", mode="stopcopy", peer_daemon="frr")) != fingerprint(bird)
