@@ -1,8 +1,10 @@
 """The routing control plane through a migration (``PEERING=``; docs/peering.md).
 
-Inputs are what the peers recorded (migrate/experiment/peering.py): BIRD's log of each peer
-(every state change, BFD session change and route change with a CLOCK_REALTIME time in
-microseconds) and each peer's capture of BGP, OSPF and BFD packets.  Per protocol (``bgp``: the
+Inputs are what the peers recorded (migrate/experiment/peering.py): the log of each peer's
+daemon (every state change, BFD session change and route change with a CLOCK_REALTIME time in
+microseconds: BIRD's, :func:`parse_bird_log`, or with PEER_DAEMON=frr the one FRR's daemons
+share, :func:`parse_frr_log`; each protocol's reading of a line knows both daemons' words) and
+each peer's capture of BGP, OSPF and BFD packets.  Per protocol (``bgp``: the
 eBGP session; ``ospf``: the OSPF adjacency, up while the neighbor is Full; ``bfd``) the figures are:
 
 * ``survived``: no session of the protocol went down from the migration's start to the end of
@@ -10,8 +12,8 @@ eBGP session; ``ospf``: the OSPF adjacency, up while the neighbor is Full; ``bfd
 * ``flaps``: how many times a session went down from the migration's start (those that began
   before it are counted apart, ``flaps_before_migration``: the busy router's own doing); per
   flap, when, why (the line BIRD logged with it, e.g. "BFD session down", "Error: Hold timer
-  expired") and how long until it was up again (None: not within the run, so the figure is a
-  lower bound, carried as such);
+  expired"; FRR's NOTIFICATION, e.g. "notification sent: Cease/BFD Down") and how long until
+  it was up again (None: not within the run, so the figure is a lower bound, carried as such);
 * ``silence``: the longest gap between two control packets *from the router* at a peer, over
   the migration window widened by one limit each side (BGP: any BGP message; OSPF: any OSPF
   packet; BFD: control packets), beside the limit the peer enforces (BGP: hold time; OSPF: the
