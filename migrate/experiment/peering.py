@@ -249,7 +249,12 @@ def frr_confs(s: Scenario, p: PeerSpec, log_path: Path, ifname: str = topo.HOST_
     ``AdjChg`` lines (``log-adjacency-changes detail``), and the routes bgpd and ospfd hand to
     zebra (``debug bgp zebra``, ``debug ospf zebra``): the peer's routes learned from the router.
 
-    Fast reconnect: ``timers connect 1`` (FRR's connect retry, 120 s by default).  eBGP
+    Fast reconnect: ``timers connect 1`` (FRR's connect retry, 120 s by default).  Fast OSPF
+    reconvergence: ``timers throttle lsa all 0`` and ``timers lsa min-arrival 0``: FRR's ospfd
+    otherwise originates its router-LSA at most every 5 s (MinLSInterval) and drops a newer
+    instance that arrives within 1 s of the last: a peer started shortly before its adjacency
+    came up learned its routes 5-10 s after Full (measured), the router's delay would hide
+    behind the peer's.  eBGP
     without policies: ``no bgp ebgp-requires-policy`` (FRR otherwise sends and accepts
     nothing on eBGP sessions, RFC 8212).  zebra keeps the learned routes out of the kernel
     (:data:`FRR_NO_FIB`): BIRD's peers install nothing either, so the hosts forward the same."""
@@ -329,6 +334,8 @@ def frr_confs(s: Scenario, p: PeerSpec, log_path: Path, ifname: str = topo.HOST_
                 "router ospf",
                 f" ospf router-id {p.addr}",
                 " log-adjacency-changes detail",
+                " timers throttle lsa all 0",
+                " timers lsa min-arrival 0",
                 *([f" redistribute connected route-map {FRR_ANNOUNCE}"] if not bgp else []),
                 "exit",
                 "",
