@@ -49,6 +49,7 @@ from analysis.metrics.control_plane import (
     LogEvent,
     bfd_sessions,
     bgp_sessions,
+    learned_change,
     ospf_sessions,
     parse_peer_log,
 )
@@ -113,6 +114,29 @@ def sessions_state(
                 times.append(max([est, *(f.up_ns for f in mine if f.up_ns is not None)]))
         up[peer] = None if any(t is None for t in times) else max(t for t in times if t is not None)
     return up, sum(len(s.flaps) for s in found)
+
+
+#: the peer whose log shows that the router holds the route to the sink (B's address): A learns
+#: it from the router only once the router has it
+SINK_OBSERVER = "A"
+
+
+def sink_route_held(events: list[LogEvent], protocols: tuple[str, ...]) -> bool:
+    """Whether ``events`` (A's parsed log) say A holds the route to :data:`SINK_ROUTED` learned
+    from the router, over BGP when the peers run it, else over OSPF: the router holds it then.
+
+    Why FRR's peers wait for it (:meth:`Peers.sessions_up`): with FRR at both ends an OSPF
+    peer's routes came 3 s after its adjacency was Full (10 s and more with FRR's default LSA
+    timers; real runs), so "sessions up" did not mean the cross-traffic had its route; BIRD's
+    peers are not waited for (as before).
+    """
+    proto = BGP_PROTO if "bgp" in protocols else OSPF_PROTO
+    held = False
+    for e in events:
+        change = learned_change(e, proto)
+        if change is not None and change[1] == SINK_ROUTED:
+            held = change[0] == "added"
+    return held
 
 
 class PeeringError(VrmigError):
@@ -330,6 +354,7 @@ def frr_confs(s: Scenario, p: PeerSpec, log_path: Path, ifname: str = topo.HOST_
                 " ip ospf network point-to-point",
                 f" ip ospf hello-interval {s.ospf_hello_s}",
                 f" ip ospf dead-interval {s.ospf_dead_s}",
+                " ip ospf retransmit-interval 1",
                 "exit",
                 "router ospf",
                 f" ospf router-id {p.addr}",
@@ -537,11 +562,19 @@ class Peers:
         return sessions_state(self._logs(), routers, self.s.peering_protocols)
 
     def sessions_up(self) -> SessionsUp | None:
-        """Every session of every peer up right now, as the peers' logs say (None: not yet)."""
+        """Every session of every peer up right now, as the peers' logs say (None: not yet);
+        with FRR peers also the router's route to the sink, as A's log says
+        (:func:`sink_route_held`)."""
         up, flaps = self._state()
         if any(t is None for t in up.values()):
             return None
+        if self.s.peer_daemon == "frr" and not self._sink_route_held():
+            return None
         return SessionsUp({r: t for r, t in up.items() if t is not None}, flaps)
+
+    def _sink_route_held(self) -> bool:
+        text = (self.dir / f"peer-{SINK_OBSERVER}.log").read_text(errors="replace")
+        return sink_route_held(parse_peer_log(text, self.s.peer_daemon), self.s.peering_protocols)
 
     def wait_sessions_up(self, timeout_s: float, what: str = "") -> SessionsUp:
         """Wait until every session of every peer is up (polling the peers' logs with the
@@ -553,6 +586,12 @@ class Peers:
             if time.monotonic() > deadline:
                 down = ", ".join(sorted(r for r, t in self._state()[0].items() if t is None))
                 names = "/".join(p.upper() for p in self.s.peering_protocols)
+                if not down:
+                    raise PeeringError(
+                        f"the router's {names} sessions were up, but {SINK_OBSERVER} had not learned the route to"
+                        f" {topo.addr(SINK_ROUTED)} from the router within {timeout_s:.0f} s"
+                        f"{' after ' + what if what else ''} (see peer-{SINK_OBSERVER}.log in the run directory)"
+                    )
                 raise PeeringError(
                     f"the router's {names} sessions with {down} were not up within {timeout_s:.0f} s"
                     f"{' after ' + what if what else ''} (see peer-<role>.log in the run directory)"

@@ -173,3 +173,30 @@ def test_a_collision_notification_beside_an_established_session_is_no_flap():
     assert 2.9 < down_for["A"] < 3.1 and 1.8 < down_for["B"] < 1.9, down_for
     bfd = figs["bfd"].to_dict()
     assert bfd["flaps"] == 2 and {f["cause"] for f in bfd["flap_details"]} == {"detection time expired"}
+
+
+def test_the_sink_route_at_a_says_when_the_router_holds_it(tmp_path):
+    """FRR peers wait, beside the sessions, for A to hold B's sink address learned from the
+    router (bgpd's "Tx route add ... 198.18.4.10/32"): held at the end of the real log, not
+    just after the pause ended BGP, never over OSPF here (with BGP, B exports nothing into OSPF)."""
+    from migrate.experiment.peering import Peers, sink_route_held
+    from migrate.experiment.scenario import Scenario
+
+    _, logs, figs = _load(BOTH)
+    assert sink_route_held(logs["A"], ("bgp", "ospf", "bfd"))
+    assert not sink_route_held(logs["A"], ("ospf",))
+    down = next(f["down_ns"] for f in figs["bgp"].to_dict()["flap_details"] if f["peer"] == "A")
+    cut = [e for e in logs["A"] if e.t_ns <= down + 100 * 10**6]  # A withdrew its routes 60 ms after
+    assert not sink_route_held(cut, ("bgp", "ospf", "bfd"))
+    # the wait: every session up at both peers, but no route yet at A -> not ready
+    texts = _texts(BOTH)
+    (tmp_path / "peer-B.log").write_text(texts["B"])
+    (tmp_path / "peer-A.log").write_text("\n".join(ln for ln in texts["A"].splitlines() if "Tx route add" not in ln))
+    peers = Peers(Scenario(peering="bgp,ospf,bfd", peer_daemon="frr"), None, None, tmp_path)
+    assert peers._state()[0]["A"] is not None and peers.sessions_up() is None
+    from migrate.experiment.peering import PeeringError
+
+    with pytest.raises(PeeringError, match=r"sessions were up, but A had not learned the route to 198\.18\.4\.10"):
+        peers.wait_sessions_up(0.0)
+    (tmp_path / "peer-A.log").write_text(texts["A"])
+    assert peers.sessions_up() is not None

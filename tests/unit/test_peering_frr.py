@@ -59,7 +59,7 @@ def test_ospf_configuration_carries_the_announced_address_only_without_bgp(peeri
     for line in (
         "interface eth0", " ip ospf area 0", " ip ospf network point-to-point", " ip ospf hello-interval 2",
         " ip ospf dead-interval 8", " ospf router-id 198.18.2.10", " log-adjacency-changes detail",
-        " timers throttle lsa all 0", " timers lsa min-arrival 0",
+        " timers throttle lsa all 0", " timers lsa min-arrival 0", " ip ospf retransmit-interval 1",
         "debug ospf zebra",
     ):  # fmt: skip
         assert line + "\n" in ospf, line
