@@ -129,6 +129,22 @@ def peer_daemon(peering: Any) -> str:
     return daemon if isinstance(daemon, str) else "bird"
 
 
+def until_first_shutdown(logs: dict[str, list[LogEvent]]) -> dict[str, list[LogEvent]]:
+    """FRR peers' logs cut at the first shutdown of any FRR peer (each parsed log ends with its
+    own, :func:`parse_frr_log`).  The peers stop one after the other: once A's bgpd or ospfd
+    has stopped, the router withdraws A's route from B, and B logs that a few ms before its own
+    "Terminating on signal" (seen in a real PEERING=ospf run): the peers' shutdown, not the
+    router's doing.  BIRD's logs are returned as they are (their figures stay as they were)."""
+    ends = [ev[-1] for ev in logs.values() if ev and ev[-1].daemon == "frr" and ev[-1].proto == ""]
+    if not ends:
+        return logs
+    first = min(ends, key=lambda e: e.t_ns)
+    return {
+        peer: [*(e for e in ev if e.t_ns < first.t_ns), first] if ev and ev[0].daemon == "frr" else ev
+        for peer, ev in logs.items()
+    }
+
+
 def parse_peer_log(text: str, daemon: str = "bird") -> list[LogEvent]:
     """A peer's log, read with the parser of its ``daemon`` (meta.json ``peering.implementation.daemon``)."""
     return parse_frr_log(text) if daemon == "frr" else parse_bird_log(text)
@@ -572,7 +588,9 @@ def control_plane(
 ) -> dict[str, ProtocolFigures]:
     """The figures of every protocol of PEERING; ``captures`` per peer are (t_ns, src, proto)
     arrays of :func:`dissect`; ``window`` is the migration window (ns); ``ignore_prefix``: routes
-    left out of the route recovery (:func:`route_recovery`)."""
+    left out of the route recovery (:func:`route_recovery`).  FRR peers' records end at the
+    first peer's shutdown (:func:`until_first_shutdown`)."""
+    logs = until_first_shutdown(logs)
     out: dict[str, ProtocolFigures] = {}
     for proto in protocols:
         limit = limits_ms[proto]

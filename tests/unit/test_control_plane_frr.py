@@ -200,3 +200,41 @@ def test_the_sink_route_at_a_says_when_the_router_holds_it(tmp_path):
         peers.wait_sessions_up(0.0)
     (tmp_path / "peer-A.log").write_text(texts["A"])
     assert peers.sessions_up() is not None
+
+
+OSPF = "frr-ospf-stopcopy"
+
+
+def test_ospf_alone_the_dead_interval_ends_both_adjacencies_and_the_routes_come_back():
+    """PEERING=ospf OSPF_DEAD=2 MIGLINK=300M, stop-and-copy: the 3.2 s pause outlasts the 2 s
+    dead interval; both peers' ospfd logged Full -> Deleted (InactivityTimer), were Full again
+    2.3 s later and held every route of before again 3 s after that (B's sink route at A among
+    them)."""
+    _, logs, figs = _load(OSPF)
+    ospf = figs["ospf"].to_dict()
+    assert ospf["survived"] is False and ospf["flaps"] == 2
+    assert {f["cause"] for f in ospf["flap_details"]} == {"dead interval expired"}
+    assert all(2.3 < f["down_for_s"] < 2.4 for f in ospf["flap_details"]), ospf["flap_details"]
+    assert ospf["silence_ms"] > 2000 and ospf["margin_ms"] < 0
+    for peer, r in ospf["routes"].items():
+        up = next(f["up_ns"] for f in ospf["flap_details"] if f["peer"] == peer)
+        assert (r["held_before"], r["withdrawn"], r["lost"]) == (3, 2, True), (peer, r)
+        assert 2.5e9 < r["whole_again_ns"] - up < 3.5e9, (peer, r)
+    held = {c[1] for e in logs["A"] if (c := cpm.learned_change(e, cpm.OSPF_PROTO)) and c[0] == "added"}
+    assert "198.18.4.10/32" in held
+
+
+def test_the_records_end_at_the_first_peers_shutdown():
+    """A's ospfd stopped first (10:38:07.302); the router then withdrew A's route from B, and
+    B's ospfd logged the deletion 4 ms before its own "Terminating on signal": that is the
+    peers' shutdown, and B's routes are whole again at the end of its records."""
+    _, logs, figs = _load(OSPF)
+    last_b = [e.message for e in logs["B"][-3:]]
+    assert last_b[-2].startswith("Zebra: Route delete 198.18.3.10/32") and last_b[-1] == "Terminating on signal"
+    cut = cpm.until_first_shutdown(logs)
+    assert cut["A"] == logs["A"] and cut["B"][-1] == logs["A"][-1]  # A's shutdown ends both
+    assert not any("Route delete 198.18.3.10/32" in e.message and e.t_ns > logs["A"][-1].t_ns for e in cut["B"])
+    assert figs["ospf"].to_dict()["routes"]["B"]["whole_again_ns"] is not None
+    # BIRD's logs are left as they are
+    bird = {"A": [cpm.LogEvent(5, "INFO", "", "Shutting down")], "B": [cpm.LogEvent(9, "TRACE", "rtr", "x")]}
+    assert cpm.until_first_shutdown(bird) is bird
