@@ -29,6 +29,7 @@ MIGRATE_FLAGS = $(call flag,HV,hv) $(call flag,DRIVER,driver) $(call flag,MODE,m
   $(call flag,CRIU_REJOIN_MCAST,criu-rejoin-mcast) \
   $(call flag,RIB_ROUTES,rib-routes) $(call flag,TESTBED,testbed) \
   $(call flag,PEERING,peering) $(call flag,BFD,bfd) $(call flag,BGP_HOLD,bgp-hold) $(call flag,OSPF_DEAD,ospf-dead) \
+  $(call flag,PEER_DAEMON,peer-daemon) \
   $(call flag,FAULT,fault) --results $(RESULTS)
 MIGRATE_FLAGS += $(call flag,DIRTY,dirty)  # the guest dirties memory at DIRTY MB/s (docs/migrate.md "Dirty rate")
 MIGRATE_FLAGS += $(call flag,CHURN,churn)  # B flaps CHURN routes/s (PEERING=bgp; docs/peering.md "Route churn")

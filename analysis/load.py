@@ -149,19 +149,20 @@ def read_pcap(path: Path) -> list[Any]:
 
 
 def read_peer_records(
-    run_dir: Path, roles: Iterable[str], notes: list[str]
+    run_dir: Path, roles: Iterable[str], notes: list[str], daemon: str = "bird"
 ) -> tuple[dict[str, list[Any]], dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
-    """The routing peers' records of a run (PEERING): per role, the parsed ``peer-<role>.log``
-    and the dissected ``control-<role>.pcap`` (analysis.metrics.control_plane); a missing file
-    leaves the role out, an unreadable capture (a killed tcpdump) too, with a note."""
-    from analysis.metrics.control_plane import dissect, parse_bird_log
+    """The routing peers' records of a run (PEERING): per role, ``peer-<role>.log`` parsed as
+    ``daemon``'s log (bird or frr) and the dissected ``control-<role>.pcap``
+    (analysis.metrics.control_plane); a missing file leaves the role out, an unreadable
+    capture (a killed tcpdump) too, with a note."""
+    from analysis.metrics.control_plane import dissect, parse_peer_log
 
     logs: dict[str, list[Any]] = {}
     captures: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for role in roles:
         log = Path(run_dir) / f"peer-{role}.log"
         if log.exists():
-            logs[role] = parse_bird_log(log.read_text(errors="replace"))
+            logs[role] = parse_peer_log(log.read_text(errors="replace"), daemon)
         pcap = Path(run_dir) / f"control-{role}.pcap"
         if pcap.exists() and pcap.stat().st_size > 0:
             try:

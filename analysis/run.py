@@ -33,6 +33,7 @@ from analysis.metrics.clock import (
     irtt_on_orchestrator_clock,
     sink_on_orchestrator_clock,
 )
+from analysis.metrics.control_plane import peer_daemon
 from analysis.metrics.counters import FCS_BYTES, rate_series, sampler_health
 from analysis.metrics.cross import cross_traffic
 from analysis.metrics.dirty import dirty_rate
@@ -247,7 +248,7 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
         notes.append("no terminal migration status seen: window ends at the last query-migrate reply")
     peering = isinstance(meta.get("peering"), dict)
     cp, churn = _control_plane(Path(run_dir), meta, window, notes) if peering else (None, None)
-    cmarks = control_marks(cp, window.start_ns if window is not None else None)
+    cmarks = control_marks(cp, window.start_ns if window is not None else None, peer_daemon(meta.get("peering")))
     span = spans(window, recovered_ns=_recovered_ns(cmarks)) if window is not None else None
     c = raw.counters
     b_eth0 = c.get("B", "eth0") if c else None
@@ -413,7 +414,7 @@ def _control_plane(
     if window is None or window.end_ns is None:
         churn = _churn(run_dir, meta_churn, None, None) if meta_churn else None
         return {p: None for p in protocols} | {"why_absent": "no_window"}, churn
-    logs, captures = read_peer_records(run_dir, peers, notes)
+    logs, captures = read_peer_records(run_dir, peers, notes, cpm.peer_daemon(peering))
     churn = _churn(run_dir, meta_churn, logs, window.start_ns) if meta_churn else None
     if churn is not None:
         notes.extend(churn.notes)

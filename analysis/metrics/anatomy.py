@@ -152,11 +152,15 @@ def _phase(key: str, a: Mark, b: Mark) -> Phase:
     return Phase(key, a.key, b.key, span, span, span, res)
 
 
-def control_marks(control_plane: Mapping[str, Any] | None, since_ns: int | None = None) -> list[Mark]:
+def control_marks(
+    control_plane: Mapping[str, Any] | None, since_ns: int | None = None, daemon: str = "bird"
+) -> list[Mark]:
     """Per protocol of summary.json ``control_plane``: the first session down and the last one
     up again (from the peers' logs, 1 us), and the time the peers' RIBs were whole again.
     ``since_ns`` (the migration's start): a session that went down before it is none of the
-    migration's doing (a BFD flap of a busy TCG guest during the settle time) and is left out."""
+    migration's doing (a BFD flap of a busy TCG guest during the settle time) and is left out.
+    ``daemon``: the peers' daemon (bird or frr), named in the marks' sources."""
+    name = "FRR" if daemon == "frr" else "BIRD"
     out: list[Mark] = []
     for proto in ("bfd", "bgp", "ospf"):
         f = (control_plane or {}).get(proto)
@@ -168,7 +172,7 @@ def control_marks(control_plane: Mapping[str, Any] | None, since_ns: int | None 
         ]  # fmt: skip
         if not flaps:
             continue
-        src = "peers' BIRD logs"
+        src = f"peers' {name} logs"
         out.append(Mark(f"{proto}_down", min(d["down_ns"] for d in flaps), src, 1e-6))
         ups = [d.get("up_ns") for d in flaps]
         if all(isinstance(u, int) for u in ups):
@@ -182,7 +186,7 @@ def control_marks(control_plane: Mapping[str, Any] | None, since_ns: int | None 
             if lost:
                 back = [r.get("whole_again_ns") for r in lost]
                 if all(isinstance(b, int) for b in back):
-                    out.append(Mark("routes_back", max(back), "peers' BIRD route traces", 1e-6))  # type: ignore[type-var]
+                    out.append(Mark("routes_back", max(back), f"peers' {name} route traces", 1e-6))  # type: ignore[type-var]
                 else:
                     out.append(Mark("routes_back", None, None, None, "a peer's routes were not whole again"))
     return out

@@ -50,6 +50,7 @@ from analysis.metrics.control_plane import (
     bgp_sessions,
     control_times,
     longest_silence,
+    peer_daemon,
 )
 
 
@@ -431,7 +432,7 @@ def load_control(run_dir: Path, meta: Mapping[str, Any], events: Sequence[Event]
         bfd_multiplier=int(tm["bfd_multiplier"]) if "bfd_multiplier" in tm else None,
     )
     notes: list[str] = []
-    logs, captures = read_peer_records(run_dir, peers, notes)
+    logs, captures = read_peer_records(run_dir, peers, notes, peer_daemon(peering))
     times = capture_times(captures, router_addr, protocols)
     cc = calibrate_control(events, protocols, logs, times, router_addr, timers, list(peers))
     return ControlCalibration(cc.checks, cc.timers, cc.passed, (*notes, *cc.notes))

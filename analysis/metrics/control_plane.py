@@ -1,8 +1,10 @@
 """The routing control plane through a migration (``PEERING=``; docs/peering.md).
 
-Inputs are what the peers recorded (migrate/experiment/peering.py): BIRD's log of each peer
-(every state change, BFD session change and route change with a CLOCK_REALTIME time in
-microseconds) and each peer's capture of BGP, OSPF and BFD packets.  Per protocol (``bgp``: the
+Inputs are what the peers recorded (migrate/experiment/peering.py): the log of each peer's
+daemon (every state change, BFD session change and route change with a CLOCK_REALTIME time in
+microseconds: BIRD's, :func:`parse_bird_log`, or with PEER_DAEMON=frr the one FRR's daemons
+share, :func:`parse_frr_log`; each protocol's reading of a line knows both daemons' words) and
+each peer's capture of BGP, OSPF and BFD packets.  Per protocol (``bgp``: the
 eBGP session; ``ospf``: the OSPF adjacency, up while the neighbor is Full; ``bfd``) the figures are:
 
 * ``survived``: no session of the protocol went down from the migration's start to the end of
@@ -10,8 +12,8 @@ eBGP session; ``ospf``: the OSPF adjacency, up while the neighbor is Full; ``bfd
 * ``flaps``: how many times a session went down from the migration's start (those that began
   before it are counted apart, ``flaps_before_migration``: the busy router's own doing); per
   flap, when, why (the line BIRD logged with it, e.g. "BFD session down", "Error: Hold timer
-  expired") and how long until it was up again (None: not within the run, so the figure is a
-  lower bound, carried as such);
+  expired"; FRR's NOTIFICATION, e.g. "notification sent: Cease/BFD Down") and how long until
+  it was up again (None: not within the run, so the figure is a lower bound, carried as such);
 * ``silence``: the longest gap between two control packets *from the router* at a peer, over
   the migration window widened by one limit each side (BGP: any BGP message; OSPF: any OSPF
   packet; BFD: control packets), beside the limit the peer enforces (BGP: hold time; OSPF: the
@@ -26,6 +28,7 @@ of the one machine (peers, captures and QMP events share its clock).
 
 from __future__ import annotations
 
+import calendar
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,12 +60,15 @@ BFD_PORT = 3784  # single-hop BFD control packets (RFC 5881)
 
 @dataclass(frozen=True)
 class LogEvent:
-    """One line of a BIRD log."""
+    """One line of a peer's log: BIRD's (``cls``: its message class, ``proto``: its protocol
+    instance) or FRR's (``cls``: the daemon's tag, e.g. ``BGP``; ``proto``: the same in lower
+    case, ``bgp``, ``bfd``, ``ospf``, ``zebra``; ``message``: the text after FRR's message id)."""
 
     t_ns: int
     cls: str
     proto: str
     message: str
+    daemon: str = "bird"  # which daemon wrote it: "bird" or "frr" (PEER_DAEMON)
 
 
 #: BIRD's route trace: "<seconds>.<microseconds> <TRACE> <protocol>.<channel> <dir> <what> ..."
@@ -85,6 +91,63 @@ def parse_bird_log(text: str) -> list[LogEvent]:
             out.append(LogEvent(int(m[1]) * 10**9 + int(m[2]) * 1000, "INFO", "", "Shutting down"))
             break
     return out
+
+
+#: FRR log line with ``log timestamp precision 6``: "YYYY/MM/DD HH:MM:SS.uuuuuu TAG: [MSGID]... text"
+#: (the time in UTC: the peers run FRR with TZ=UTC0, migrate.experiment.peering.frr_argv)
+_FRR_LINE = re.compile(r"^(\d{4})/(\d\d)/(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6}) (\w+): (?:\[[^\]]*\])* ?(.*?)\s*$")
+#: an FRR daemon's first line when told to stop (SIGTERM): what follows is the peer's own shutdown
+_FRR_SHUTDOWN = "Terminating on signal"
+
+
+def parse_frr_log(text: str) -> list[LogEvent]:
+    """The lines of the log the FRR daemons of one peer share (``log file ... debugging``,
+    ``log timestamp precision 6``; lines without microseconds, FRR's own start-up, are
+    skipped), in time order (each daemon writes its own lines; two daemons' lines can land in
+    the file slightly out of order), up to the first daemon's "Terminating on signal" at the
+    end of the run (kept as a last event with protocol "", as :func:`parse_bird_log` keeps
+    BIRD's "Shutting down")."""
+    out = []
+    for line in text.splitlines():
+        m = _FRR_LINE.match(line)
+        if m is None:
+            continue
+        t = calendar.timegm((*(int(m[i]) for i in range(1, 7)), 0, 0, 0))
+        out.append(LogEvent(t * 10**9 + int(m[7]) * 1000, m[8], m[8].lower(), m[9], "frr"))
+    out.sort(key=lambda e: e.t_ns)
+    for i, e in enumerate(out):
+        if e.message.startswith(_FRR_SHUTDOWN):
+            return [*out[:i], LogEvent(e.t_ns, e.cls, "", e.message, "frr")]
+    return out
+
+
+def peer_daemon(peering: Any) -> str:
+    """The peers' daemon of a run from meta.json ``peering`` ("bird" for runs recorded before
+    ``implementation.daemon`` existed: their peers were BIRD)."""
+    impl = peering.get("implementation") if isinstance(peering, dict) else None
+    daemon = impl.get("daemon") if isinstance(impl, dict) else None
+    return daemon if isinstance(daemon, str) else "bird"
+
+
+def until_first_shutdown(logs: dict[str, list[LogEvent]]) -> dict[str, list[LogEvent]]:
+    """FRR peers' logs cut at the first shutdown of any FRR peer (each parsed log ends with its
+    own, :func:`parse_frr_log`).  The peers stop one after the other: once A's bgpd or ospfd
+    has stopped, the router withdraws A's route from B, and B logs that a few ms before its own
+    "Terminating on signal" (seen in a real PEERING=ospf run): the peers' shutdown, not the
+    router's doing.  BIRD's logs are returned as they are (their figures stay as they were)."""
+    ends = [ev[-1] for ev in logs.values() if ev and ev[-1].daemon == "frr" and ev[-1].proto == ""]
+    if not ends:
+        return logs
+    first = min(ends, key=lambda e: e.t_ns)
+    return {
+        peer: [*(e for e in ev if e.t_ns < first.t_ns), first] if ev and ev[0].daemon == "frr" else ev
+        for peer, ev in logs.items()
+    }
+
+
+def parse_peer_log(text: str, daemon: str = "bird") -> list[LogEvent]:
+    """A peer's log, read with the parser of its ``daemon`` (meta.json ``peering.implementation.daemon``)."""
+    return parse_frr_log(text) if daemon == "frr" else parse_bird_log(text)
 
 
 @dataclass(frozen=True)
@@ -187,10 +250,13 @@ def _sessions(logs: dict[str, list[LogEvent]], step: Callable[[str, LogEvent], S
 
 
 def bgp_sessions(logs: dict[str, list[LogEvent]]) -> Sessions:
-    """BGP: up at "State changed to up", down at the first other state after it; the cause is
-    the first of BIRD's lines that say why a session ended (``_CAUSES``)."""
+    """BGP: BIRD's session is up at "State changed to up", down at the first other state after
+    it; the cause is the first of BIRD's lines that say why a session ended (``_CAUSES``).
+    FRR's (:func:`_frr_bgp_step`): up and down at bgpd's ``%ADJCHANGE`` lines."""
 
     def step(_peer: str, e: LogEvent) -> Step:
+        if e.daemon == "frr":
+            return _frr_bgp_step(e)
         if e.proto != BGP_PROTO:
             return None
         if e.message.startswith(_CAUSES):
@@ -203,11 +269,38 @@ def bgp_sessions(logs: dict[str, list[LogEvent]]) -> Sessions:
     return _sessions(logs, step)
 
 
+#: bgpd's session changes (``bgp log-neighbor-changes``): "%ADJCHANGE: neighbor 198.18.1.1(name)
+#: in vrf default Up", "... Down BGP Notification send" (the reason, FRR's peer_down_str)
+_FRR_ADJCHANGE = re.compile(r"^%ADJCHANGE: neighbor (\S+?)\(.*?\) in vrf \S+ (Up|Down)\b ?(.*)$")
+#: bgpd's NOTIFICATION lines: "%NOTIFICATION(Hard Reset): sent to neighbor 198.18.1.1 6/10
+#: (Cease/BFD Down) 0 bytes", "%NOTIFICATION: received from neighbor ... 4/0 (Hold Timer Expired/...)"
+_FRR_NOTIFICATION = re.compile(r"^%NOTIFICATION(?:\([^)]*\))?: (sent to|received from) neighbor \S+ \d+/\d+ \((.*?)\)")
+
+
+def _frr_bgp_step(e: LogEvent) -> Step:
+    """An FRR peer's BGP session: up at ``%ADJCHANGE ... Up``, down at ``... Down <reason>``; the
+    cause is the first NOTIFICATION sent or received since it was up ("notification sent:
+    Cease/BFD Down", "notification sent: Hold Timer Expired/Unspecific"), else the reason of the
+    Down line (e.g. "Peer closed the session")."""
+    if e.proto != "bgp":
+        return None
+    m = _FRR_NOTIFICATION.match(e.message)
+    if m:
+        return ("cause", f"notification {m[1].split()[0]}: {m[2]}")
+    m = _FRR_ADJCHANGE.match(e.message)
+    if not m:
+        return None
+    return ("up", None) if m[2] == "Up" else ("down", m[3] or None)
+
+
 def bfd_sessions(logs: dict[str, list[LogEvent]], router_addr: dict[str, str]) -> Sessions:
     """BFD: the session to the router's address at each peer, from its state changes (the
-    cause: its detection time expired, else the state the router said it was in)."""
+    cause: its detection time expired, else the state the router said it was in); FRR's from
+    bfdd's ``state-change`` lines (:func:`_frr_bfd_step`)."""
 
     def step(peer: str, e: LogEvent) -> Step:
+        if e.daemon == "frr":
+            return _frr_bfd_step(e, router_addr[peer])
         m = _BFD.match(e.message)
         if not m or m[1] != router_addr[peer]:
             expired = "expired" in e.message and router_addr[peer] in e.message
@@ -220,14 +313,48 @@ def bfd_sessions(logs: dict[str, list[LogEvent]], router_addr: dict[str, str]) -
     return _sessions(logs, step)
 
 
+#: bfdd's session changes (``debug bfd peer``): "state-change: [mhop:no peer:198.18.1.1
+#: local:198.18.1.10 vrf:default ifname:eth0] up -> down reason:control-expired"
+_FRR_BFD = re.compile(r"^state-change: \[[^\]]*\bpeer:(\S+) [^\]]*\] ([\w-]+) -> ([\w-]+)(?: reason:(\S+))?")
+#: bfdd removing a session: "session-delete: mhop:no peer:198.18.1.1 local:0.0.0.0 vrf:default"
+#: (bgpd asks for its session before it knows its local address, then for one with it: bfdd
+#: deletes the first, up or not, and logs no state change for it)
+_FRR_BFD_DELETE = re.compile(r"^session-delete: .*\bpeer:(\S+)")
+#: bfdd's diagnostics (RFC 5880 4.1) in the words :func:`bfd_sessions` uses for BIRD's
+_FRR_BFD_CAUSES = {"control-expired": "detection time expired", "neighbor-down": "remote state Down"}
+
+
+def _frr_bfd_step(e: LogEvent, router_addr: str) -> Step:
+    """An FRR peer's BFD session with ``router_addr``: up at "-> up", down when it leaves up
+    or is deleted; the cause is bfdd's diagnostic ("control-expired": the detection time
+    expired; "neighbor-down": the router said Down; others as bfdd names them), or "session
+    deleted"."""
+    if e.proto != "bfd":
+        return None
+    m = _FRR_BFD_DELETE.match(e.message)
+    if m:
+        return ("down", "session deleted") if m[1] == router_addr else None
+    m = _FRR_BFD.match(e.message)
+    if not m or m[1] != router_addr:
+        return None
+    old, new, reason = m[2], m[3], m[4]
+    if new == "up":
+        return ("up", None)
+    if old != "up":
+        return None
+    return ("down", _FRR_BFD_CAUSES.get(reason or "", reason or f"state {new}"))
+
+
 def ospf_sessions(logs: dict[str, list[LogEvent]]) -> Sessions:
     """OSPF: the adjacency with the router at each peer (the only neighbor on the peer's
     segment interface) is up when its neighbor state reaches Full and down when it leaves Full
     (RFC 2328 10.1); the cause is BIRD's line before it ("Inactivity timer expired": no hello
     within the dead interval), else the state it fell to (e.g. Init: the router's hello no
-    longer listed the peer)."""
+    longer listed the peer).  FRR's from ospfd's ``AdjChg`` lines (:func:`_frr_ospf_step`)."""
 
     def step(_peer: str, e: LogEvent) -> Step:
+        if e.daemon == "frr":
+            return _frr_ospf_step(e)
         if e.proto != OSPF_PROTO:
             return None
         for prefix, why in _OSPF_CAUSES.items():
@@ -242,6 +369,27 @@ def ospf_sessions(logs: dict[str, list[LogEvent]]) -> Sessions:
         return ("down", f"neighbor state {new}") if old == "Full" else None
 
     return _sessions(logs, step)
+
+
+#: ospfd's neighbor changes (``log-adjacency-changes detail``): "AdjChg: Nbr 198.18.1.1, NbrIP
+#: 198.18.1.1 (default) on eth0:198.18.1.10: Full -> Deleted (InactivityTimer)" (old state,
+#: new state, the RFC 2328 10.2 event)
+_FRR_OSPF = re.compile(r"^AdjChg: Nbr .* on \S+: ([\w-]+) -> ([\w-]+) \(([\w-]+)\)$")
+_FRR_OSPF_CAUSES = {"InactivityTimer": "dead interval expired"}
+
+
+def _frr_ospf_step(e: LogEvent) -> Step:
+    """An FRR peer's OSPF adjacency: up at "-> Full", down when it leaves Full; the cause is
+    the event ("InactivityTimer": dead interval expired), else the state it fell to."""
+    if e.proto != "ospf":
+        return None
+    m = _FRR_OSPF.match(e.message)
+    if not m:
+        return None
+    old, new, event = m[1], m[2], m[3]
+    if new == "Full":
+        return ("up", None)
+    return ("down", _FRR_OSPF_CAUSES.get(event, f"neighbor state {new}")) if old == "Full" else None
 
 
 @dataclass(frozen=True)
@@ -288,10 +436,28 @@ class RouteRecovery:
     lost: bool  # some route of before was missing at some point after the start
 
 
+#: the routes an FRR peer's bgpd and ospfd hand to its zebra (``debug bgp zebra``, ``debug
+#: ospf zebra``): "Tx route add VRF 0 198.18.4.10/32 metric 0 ...", "Tx route delete VRF 0
+#: 198.18.4.10/32"; "Zebra: Route add 198.18.2.0/24 nexthop ...", "Zebra: Route delete ..."
+_FRR_ROUTE = {
+    "bgp": re.compile(r"^Tx route (add|delete) VRF \d+ (\S+)"),
+    "ospf": re.compile(r"^Zebra: Route (add|delete) (\S+)"),
+}
+#: BIRD's protocol names (bird_conf) -> the FRR daemon tag that learns the same routes
+_FRR_PROTO = {BGP_PROTO: "bgp", OSPF_PROTO: "ospf"}
+
+
 def learned_change(e: LogEvent, proto: str = BGP_PROTO) -> tuple[str, str] | None:
     """("added"|"removed", prefix) when ``e`` is a peer's import of a route from the router (the
-    ``rtr.ipv4 > added/removed <prefix>`` line of its BGP protocol, or of ``proto``); None for
-    any other line."""
+    ``rtr.ipv4 > added/removed <prefix>`` line of its BGP protocol, or of ``proto``; FRR: the
+    route bgpd, or ospfd for OSPF_PROTO, hands to or takes from zebra, :data:`_FRR_ROUTE`);
+    None for any other line."""
+    if e.daemon == "frr":
+        frr = _FRR_PROTO.get(proto)
+        if frr is None or e.proto != frr:
+            return None
+        m = _FRR_ROUTE[frr].match(e.message)
+        return None if m is None else ("added" if m[1] == "add" else "removed", m[2])
     if not e.proto.startswith(proto + "."):
         return None
     m = _ROUTE.match(e.message)
@@ -422,7 +588,9 @@ def control_plane(
 ) -> dict[str, ProtocolFigures]:
     """The figures of every protocol of PEERING; ``captures`` per peer are (t_ns, src, proto)
     arrays of :func:`dissect`; ``window`` is the migration window (ns); ``ignore_prefix``: routes
-    left out of the route recovery (:func:`route_recovery`)."""
+    left out of the route recovery (:func:`route_recovery`).  FRR peers' records end at the
+    first peer's shutdown (:func:`until_first_shutdown`)."""
+    logs = until_first_shutdown(logs)
     out: dict[str, ProtocolFigures] = {}
     for proto in protocols:
         limit = limits_ms[proto]

@@ -216,6 +216,8 @@ def run_record(summary: Mapping[str, Any], meta: Mapping[str, Any], **extra: Any
         "frame_bytes": scenario.get("frame_bytes", summary.get("frame_bytes")),
         "peering": scenario.get("peering") or None,
         "bfd": bfd_setting(scenario),
+        # the peers' daemon (PEER_DAEMON); runs recorded before it existed had BIRD peers
+        "peer_daemon": (scenario.get("peer_daemon") or "bird") if scenario.get("peering") else None,
         "dirty_requested_mb_s": finite(scenario.get("dirty_mbps")),
         "churn_requested_routes_s": finite(scenario.get("churn_rps")),
         "qemu": hv_meta.get("qemu"),
@@ -541,6 +543,7 @@ RUN_COLUMNS = (
     "frame_bytes",
     "peering",
     "bfd",
+    "peer_daemon",
     "dirty_requested_mb_s",
     "churn_requested_routes_s",
     "knobs",

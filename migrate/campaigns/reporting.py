@@ -117,7 +117,8 @@ def series_name(label: str, rec: dict[str, Any], meta: dict[str, Any], axes: str
     where it is not QMP (``kvm-libvirt``, as run directories and chaos name it), the mode, and the
     lab it ran on.  Runs of another driver or testbed are never pooled into one point: QMP's and
     libvirt's stop-and-copy outages differ by a factor of about 2.5 here.  Runs with routing peers
-    carry PEERING and the BFD timers, runs with QEMU knobs their settings (``MULTIFD=2``): a timer
+    carry PEERING (and PEER_DAEMON when not BIRD) and the BFD timers, runs with QEMU knobs their
+    settings (``MULTIFD=2``): a timer
     sweep's settings, and a knob sweep's, are separate points; runs with a dirtying load carry
     DIRTY or CHURN (another workload, another point).  ``axes``: the campaign axes of the run's point that
     no record column names (:func:`campaign_axes`)."""
@@ -128,6 +129,8 @@ def series_name(label: str, rec: dict[str, Any], meta: dict[str, Any], axes: str
     tb = meta.get("testbed") or {}
     lab = f"on lab {tb.get('name') or tb['inventory']}" if tb.get("inventory") else None
     peers = f"PEERING={rec['peering']}" if rec.get("peering") else None
+    if peers and rec.get("peer_daemon") not in (None, "bird"):
+        peers += f" PEER_DAEMON={rec['peer_daemon']}"  # FRR's peers are another point than BIRD's
     bfd = f"BFD={rec['bfd']}" if rec.get("bfd") else None
     dirty = f"DIRTY={rec['dirty_requested_mb_s']:g}" if rec.get("dirty_requested_mb_s") is not None else None
     if rec.get("churn_requested_routes_s") is not None:

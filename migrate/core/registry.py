@@ -31,6 +31,7 @@ import logging
 import os
 import re
 import select
+import shutil
 import signal
 import socket
 import sys
@@ -335,10 +336,14 @@ class Registry:
 
 
 def _remove_private_dir(path: Path) -> None:
-    """Remove a run's private directory: state file, QMP sockets, nothing else lives there."""
+    """Remove a run's private directory: state file, QMP sockets, the FRR peers' state
+    directories (migrate.experiment.peering), nothing else lives there."""
     if not path.is_dir():
         return
     for child in path.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+            continue
         with contextlib.suppress(FileNotFoundError):
             child.unlink()
     with contextlib.suppress(OSError):

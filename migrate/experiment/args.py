@@ -191,7 +191,7 @@ def scenario_from_args(a: argparse.Namespace, axes: bool = False) -> Scenario:
         xen_mig_mtu=getattr(a, "xen_mig_mtu", 1500), criu_host=getattr(a, "criu_host", "local"),
         rib_routes=getattr(a, "rib_routes", 0), peering=getattr(a, "peering", ""),
         bfd_interval_ms=bfd[0], bfd_multiplier=bfd[1], bgp_hold_s=getattr(a, "bgp_hold", 9),
-        ospf_dead_s=getattr(a, "ospf_dead", 4),
+        ospf_dead_s=getattr(a, "ospf_dead", 4), peer_daemon=getattr(a, "peer_daemon", "bird"),
         dirty_mbps=getattr(a, "dirty", None), churn_rps=getattr(a, "churn", None),
         criu_rejoin_mcast=getattr(a, "criu_rejoin_mcast", False),
         **knob_fields(a, axes),
@@ -228,6 +228,7 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument("--bfd", default="50x3", help="BFD <interval ms>x<multiplier> (PEERING with bfd)")
     r.add_argument("--bgp-hold", type=whole("BGP_HOLD"), default=9, help="BGP hold time s (keepalive = hold/3)")
     r.add_argument("--ospf-dead", type=whole("OSPF_DEAD"), default=4, help="OSPF dead interval s (hello = dead/4)")
+    r.add_argument("--peer-daemon", default="bird", help="the peers' routing daemon (PEERING): bird|frr")
     r.add_argument("--dirty", type=positive("DIRTY", "MB/s"), default=None, help="guest dirties MB/s (2^20 B)")
     r.add_argument("--churn", type=non_negative("CHURN", "route changes per second"), default=None,
                    help="B flaps routes at this rate (PEERING=bgp); 0: peers without flaps")  # fmt: skip

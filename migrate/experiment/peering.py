@@ -19,15 +19,22 @@ What is recorded, per peer, in the run directory:
   interface, captured by tcpdump (``-j adapter_unsynced``: kernel time stamps, CLOCK_REALTIME);
 * ``peer-<role>.conf``: BIRD's configuration.
 
-Why BIRD at the peers and not FRR: one process with BGP, BFD and OSPF, a log that states every
+Why BIRD at the peers by default: one process with BGP, BFD and OSPF, a log that states every
 change with a microsecond time stamp as it happens (no polling), and a router (FRR by default)
 that then interoperates with a different implementation, as routers in the field do.
+
+``PEER_DAEMON=frr`` runs FRR at the peers instead (:func:`frr_confs`, :func:`frr_argv`): zebra
+and, as PEERING asks, bfdd, bgpd and ospfd of the frr router image, each a registered process of
+its own, all logging to ``peer-<role>.log`` with microsecond time stamps as they act (bgpd's
+``%ADJCHANGE``/``%NOTIFICATION``, bfdd's ``state-change``, ospfd's ``AdjChg``, the routes bgpd
+and ospfd hand to zebra); configurations ``peer-<role>.<daemon>.conf``.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +49,9 @@ from analysis.metrics.control_plane import (
     LogEvent,
     bfd_sessions,
     bgp_sessions,
+    learned_change,
     ospf_sessions,
-    parse_bird_log,
+    parse_peer_log,
 )
 from migrate.core.errors import DependencyError, VrmigError
 from migrate.core.netlink import iproute
@@ -71,6 +79,7 @@ ESTABLISH_TIMEOUT_S = 60.0
 #: (BIRD's "startup delayed by 4 seconds due to errors" after repeated flaps, plus BFD's Init)
 REUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
+FRR_START_TIMEOUT_S = 10.0
 LOG_POLL_S = 0.05
 
 
@@ -105,6 +114,29 @@ def sessions_state(
                 times.append(max([est, *(f.up_ns for f in mine if f.up_ns is not None)]))
         up[peer] = None if any(t is None for t in times) else max(t for t in times if t is not None)
     return up, sum(len(s.flaps) for s in found)
+
+
+#: the peer whose log shows that the router holds the route to the sink (B's address): A learns
+#: it from the router only once the router has it
+SINK_OBSERVER = "A"
+
+
+def sink_route_held(events: list[LogEvent], protocols: tuple[str, ...]) -> bool:
+    """Whether ``events`` (A's parsed log) say A holds the route to :data:`SINK_ROUTED` learned
+    from the router, over BGP when the peers run it, else over OSPF: the router holds it then.
+
+    Why FRR's peers wait for it (:meth:`Peers.sessions_up`): with FRR at both ends an OSPF
+    peer's routes came 3 s after its adjacency was Full (10 s and more with FRR's default LSA
+    timers; real runs), so "sessions up" did not mean the cross-traffic had its route; BIRD's
+    peers are not waited for (as before).
+    """
+    proto = BGP_PROTO if "bgp" in protocols else OSPF_PROTO
+    held = False
+    for e in events:
+        change = learned_change(e, proto)
+        if change is not None and change[1] == SINK_ROUTED:
+            held = change[0] == "added"
+    return held
 
 
 class PeeringError(VrmigError):
@@ -215,6 +247,159 @@ def bird_conf(s: Scenario, p: PeerSpec, log_path: Path, ifname: str = topo.HOST_
     return "\n".join(lines)
 
 
+#: the FRR daemons a peer runs for ``PEERING`` (zebra first: the others connect to it)
+FRR_DAEMON_OF = {"bfd": "bfdd", "bgp": "bgpd", "ospf": "ospfd"}
+#: the route-map that keeps the routes an FRR peer learns out of its namespace's kernel table
+#: (zebra's ``ip protocol ... route-map``), as BIRD's peers have no kernel protocol
+FRR_NO_FIB = "vrmig-no-fib"
+FRR_ANNOUNCE = "vrmig-announce"
+
+
+def frr_daemons(s: Scenario) -> tuple[str, ...]:
+    """The FRR daemons of a peer with ``s``'s PEERING, zebra first."""
+    return ("zebra", *(FRR_DAEMON_OF[p] for p in ("bfd", "bgp", "ospf") if p in s.peering_protocols))
+
+
+def frr_confs(s: Scenario, p: PeerSpec, log_path: Path, ifname: str = topo.HOST_IF) -> dict[str, str]:
+    """The peer's FRR configuration, one file per daemon (pure).
+
+    Same sessions as :func:`bird_conf`.  Logging: every daemon logs to ``log_path``
+    (``peer-<role>.log``) at debug level with microsecond time stamps (``log timestamp
+    precision 6``; FRR's ``--log file:`` target on the command line keeps whole seconds, so the
+    file is named in the configuration: what a daemon says before reading it goes to its
+    stderr); what the analysis reads
+    there (docs/peering.md): bgpd's ``%ADJCHANGE`` (``bgp log-neighbor-changes``) and
+    ``%NOTIFICATION`` lines, bfdd's ``state-change`` lines (``debug bfd peer``), ospfd's
+    ``AdjChg`` lines (``log-adjacency-changes detail``), and the routes bgpd and ospfd hand to
+    zebra (``debug bgp zebra``, ``debug ospf zebra``): the peer's routes learned from the router.
+
+    Fast reconnect: ``timers connect 1`` (FRR's connect retry, 120 s by default).  Fast OSPF
+    reconvergence: ``timers throttle lsa all 0`` and ``timers lsa min-arrival 0``: FRR's ospfd
+    otherwise originates its router-LSA at most every 5 s (MinLSInterval) and drops a newer
+    instance that arrives within 1 s of the last: a peer started shortly before its adjacency
+    came up learned its routes 5-10 s after Full (measured), the router's delay would hide
+    behind the peer's.  eBGP
+    without policies: ``no bgp ebgp-requires-policy`` (FRR otherwise sends and accepts
+    nothing on eBGP sessions, RFC 8212).  zebra keeps the learned routes out of the kernel
+    (:data:`FRR_NO_FIB`): BIRD's peers install nothing either, so the hosts forward the same."""
+    bfd = "bfd" in s.peering_protocols
+    bgp = "bgp" in s.peering_protocols
+    ospf = "ospf" in s.peering_protocols
+    keepalive = max(1, s.bgp_hold_s // 3)
+    head = [f"hostname peer-{p.role}", f"log file {log_path} debugging", "log timestamp precision 6"]
+    out = {
+        "zebra": "\n".join(
+            [
+                *head,
+                *(f"ip protocol {x} route-map {FRR_NO_FIB}" for x in ("bgp", "ospf") if x in s.peering_protocols),
+                f"route-map {FRR_NO_FIB} deny 10",
+                "exit",
+                "",
+            ]
+        )
+    }
+    if bfd:
+        out["bfdd"] = "\n".join(
+            [
+                *head,
+                "debug bfd peer",
+                "bfd",
+                " profile vrmig",
+                f"  receive-interval {s.bfd_interval_ms}",
+                f"  transmit-interval {s.bfd_interval_ms}",
+                f"  detect-multiplier {s.bfd_multiplier}",
+                " exit",
+                "exit",
+                "",
+            ]
+        )
+    announce = [
+        f"ip prefix-list {FRR_ANNOUNCE} seq 5 permit {p.announced}",
+        f"route-map {FRR_ANNOUNCE} permit 10",
+        f" match ip address prefix-list {FRR_ANNOUNCE}",
+        "exit",
+    ]
+    if bgp:
+        out["bgpd"] = "\n".join(
+            [
+                *head,
+                "debug bgp zebra",
+                f"router bgp {p.asn}",
+                f" bgp router-id {p.addr}",
+                " bgp log-neighbor-changes",
+                " no bgp ebgp-requires-policy",
+                " no bgp network import-check",
+                f" timers bgp {keepalive} {s.bgp_hold_s}",
+                f" neighbor {p.router_addr} remote-as {ROUTER_ASN}",
+                f" neighbor {p.router_addr} timers {keepalive} {s.bgp_hold_s}",
+                f" neighbor {p.router_addr} timers connect 1",
+                *([f" neighbor {p.router_addr} bfd profile vrmig"] if bfd else []),
+                " address-family ipv4 unicast",
+                f"  network {p.announced}",
+                " exit-address-family",
+                "exit",
+                "",
+            ]
+        )
+    if ospf:
+        # the announced address goes over OSPF (an external route) only when there is no BGP,
+        # as with BIRD (bird_conf)
+        out["ospfd"] = "\n".join(
+            [
+                *head,
+                "debug ospf zebra",
+                *(announce if not bgp else []),
+                f"interface {ifname}",
+                " ip ospf area 0",
+                " ip ospf network point-to-point",
+                f" ip ospf hello-interval {s.ospf_hello_s}",
+                f" ip ospf dead-interval {s.ospf_dead_s}",
+                " ip ospf retransmit-interval 1",
+                "exit",
+                "router ospf",
+                f" ospf router-id {p.addr}",
+                " log-adjacency-changes detail",
+                " timers throttle lsa all 0",
+                " timers lsa min-arrival 0",
+                *([f" redistribute connected route-map {FRR_ANNOUNCE}"] if not bgp else []),
+                "exit",
+                "",
+            ]
+        )
+    return out
+
+
+def frr_image_paths() -> tuple[Path, Path, list[Path]]:
+    """(loader, directory of the FRR daemons, library directories) of the frr router image's
+    root file system."""
+    from routers.paths import rootfs_dir
+
+    root = rootfs_dir("frr")
+    loader, daemons = root / "lib64" / "ld-linux-x86-64.so.2", root / "usr" / "lib" / "frr"
+    if not (loader.exists() and (daemons / "zebra").exists()):
+        raise DependencyError(
+            f"PEER_DAEMON=frr runs the peers with the frr router image's FRR ({daemons / 'zebra'} missing): "
+            "run `make guest` (it builds the frr and bird images)"
+        )
+    lib = root / "usr" / "lib" / "x86_64-linux-gnu"
+    return loader, daemons, [root / "lib" / "x86_64-linux-gnu", lib, lib / "frr"]
+
+
+def frr_argv(loader: Path, daemons: Path, libs: list[Path], daemon: str, conf: Path, state: Path) -> list[str]:
+    """One FRR daemon of a peer, private to it: its configuration ``conf``; its vty socket,
+    pid file and zebra socket in ``state`` (a directory of its own, also its /var/tmp:
+    :mod:`migrate.experiment.frr_exec`, which gives it the frr image's /etc/group); no vty TCP
+    port; run as root.  ``TZ=UTC0``: FRR stamps its log
+    lines in local time; in UTC they convert to CLOCK_REALTIME without knowing the host's zone."""
+    group = daemons.parents[2] / "etc" / "group"
+    return [
+        sys.executable, str(Path(__file__).with_name("frr_exec.py")), str(group), str(state), "--",
+        "env", "TZ=UTC0", str(loader), "--library-path", ":".join(map(str, libs)), str(daemons / daemon),
+        "--vty_socket", str(state), "-i", str(state / f"{daemon}.pid"), "-z", str(state / "zserv.api"),
+        "-P", "0", "-u", "root", "-g", "root", "-f", str(conf),
+    ]  # fmt: skip
+
+
 def bird_image_paths() -> tuple[Path, Path, list[Path]]:
     """(loader, bird binary, library directories) of the bird router image's root file system."""
     from routers.paths import rootfs_dir
@@ -235,21 +420,25 @@ def check(s: Scenario) -> None:
 
     if not s.peering:
         return
-    bird_image_paths()
+    if s.peer_daemon == "frr":
+        frr_image_paths()
+    else:
+        bird_image_paths()
     if shutil.which(TCPDUMP) is None:
         raise DependencyError("PEERING captures the control packets with tcpdump: run `make setup` (Debian tcpdump)")
 
 
-def tool_versions() -> dict[str, str | None]:
-    """The peers' BIRD (Debian package version, from the bird image's manifest) and tcpdump."""
+def tool_versions(daemon: str = "bird") -> dict[str, str | None]:
+    """The peers' daemon (BIRD, or FRR with ``daemon`` "frr": the Debian package version, from
+    its router image's manifest) and tcpdump."""
     import json
     import subprocess
 
     from routers.paths import guest_dir
 
-    out: dict[str, str | None] = {"bird": None, "tcpdump": None}
+    out: dict[str, str | None] = {daemon: None, "tcpdump": None}
     try:
-        out["bird"] = json.loads((guest_dir("bird") / "manifest.json").read_text())["router"]["version"]
+        out[daemon] = json.loads((guest_dir(daemon) / "manifest.json").read_text())["router"]["version"]
     except (OSError, ValueError, KeyError):
         pass
     try:
@@ -258,6 +447,15 @@ def tool_versions() -> dict[str, str | None]:
     except (OSError, subprocess.TimeoutExpired, IndexError):
         pass
     return out
+
+
+def _stop_rank(what: str) -> tuple[bool, int]:
+    """Stop order of the peers' processes: the routing daemons (BIRD; FRR's bgpd and ospfd),
+    then FRR's bfdd (stopped first, it would take the BFD sessions down administratively and
+    the router would end its BGP sessions: a flap of the peer's own making), then zebra, then
+    the captures."""
+    rank = 2 if what.endswith("-zebra") else 1 if what.endswith("-bfdd") else 0
+    return (not what.startswith("peer-"), rank)
 
 
 class Peers:
@@ -276,8 +474,8 @@ class Peers:
         self.stop()
 
     def start(self) -> None:
-        """Loopback addresses, captures (seen listening), then the BIRDs (seen started)."""
-        loader, bird, libs = bird_image_paths()
+        """Loopback addresses, captures (seen listening), then the BIRDs or the FRR daemons
+        (PEER_DAEMON; seen started)."""
         for p in peers():
             ns = self.tb.ns(p.role)
             with iproute(ns) as ipr:
@@ -293,6 +491,10 @@ class Peers:
             self.procs[cap.what] = cap
             cap.wait_for("listening on", 10.0)
         for p in peers():
+            if self.s.peer_daemon == "frr":
+                self._start_frr(p)
+                continue
+            loader, bird, libs = bird_image_paths()
             conf = self.dir / f"peer-{p.role}.conf"
             conf.write_text(bird_conf(self.s, p, self.dir / f"peer-{p.role}.log"))
             argv = [
@@ -302,6 +504,30 @@ class Peers:
             proc = self.tb.spawn(p.role, f"peer-{p.role}", argv, self.reg, self.dir)
             self.procs[proc.what] = proc
             proc.wait_for(" Started", 10.0, path=self.dir / f"peer-{p.role}.log")
+
+    def _start_frr(self, p: PeerSpec) -> None:
+        """The peer's FRR daemons (``peer-<role>-<daemon>``), each seen started: zebra once its
+        zserv socket exists (the other daemons connect to it there, and retry only every 10 s
+        when it is not), the others once zebra logs their hello."""
+        loader, daemons, libs = frr_image_paths()
+        log_path = self.dir / f"peer-{p.role}.log"
+        state = self.reg.dir / f"frr-{p.role}"  # sockets and pid files (short paths: AF_UNIX)
+        state.mkdir(mode=0o700)
+        for daemon, text in frr_confs(self.s, p, log_path).items():
+            conf = self.dir / f"peer-{p.role}.{daemon}.conf"
+            conf.write_text(text)
+            argv = frr_argv(loader, daemons, libs, daemon, conf, state)
+            proc = self.tb.spawn(p.role, f"peer-{p.role}-{daemon}", argv, self.reg, self.dir)
+            self.procs[proc.what] = proc
+            if daemon == "zebra":
+                deadline = time.monotonic() + FRR_START_TIMEOUT_S
+                while not (state / "zserv.api").exists():
+                    if not proc.alive() or time.monotonic() > deadline:
+                        raise PeeringError(f"{proc.what} did not open its zserv socket: {proc.stderr_tail()}")
+                    time.sleep(LOG_POLL_S)
+            else:
+                kind = daemon.removesuffix("d")
+                proc.wait_for(f"bids fair to announce only {kind} routes", FRR_START_TIMEOUT_S, path=log_path)
 
     def wait_established(self, timeout_s: float = ESTABLISH_TIMEOUT_S) -> dict[str, int]:
         """Wait until every peer's BGP session is established (and, with bfd, its BFD session
@@ -321,7 +547,10 @@ class Peers:
         return {"flaps": up.flaps, "waited_s": round(time.monotonic() - t, 3), "up_ns": dict(up.up_ns)}
 
     def _logs(self) -> dict[str, list[LogEvent]]:
-        return {p.role: parse_bird_log((self.dir / f"peer-{p.role}.log").read_text(errors="replace")) for p in peers()}
+        return {
+            p.role: parse_peer_log((self.dir / f"peer-{p.role}.log").read_text(errors="replace"), self.s.peer_daemon)
+            for p in peers()
+        }
 
     def _check_alive(self) -> None:
         for what, p in self.procs.items():
@@ -333,11 +562,19 @@ class Peers:
         return sessions_state(self._logs(), routers, self.s.peering_protocols)
 
     def sessions_up(self) -> SessionsUp | None:
-        """Every session of every peer up right now, as the peers' logs say (None: not yet)."""
+        """Every session of every peer up right now, as the peers' logs say (None: not yet);
+        with FRR peers also the router's route to the sink, as A's log says
+        (:func:`sink_route_held`)."""
         up, flaps = self._state()
         if any(t is None for t in up.values()):
             return None
+        if self.s.peer_daemon == "frr" and not self._sink_route_held():
+            return None
         return SessionsUp({r: t for r, t in up.items() if t is not None}, flaps)
+
+    def _sink_route_held(self) -> bool:
+        text = (self.dir / f"peer-{SINK_OBSERVER}.log").read_text(errors="replace")
+        return sink_route_held(parse_peer_log(text, self.s.peer_daemon), self.s.peering_protocols)
 
     def wait_sessions_up(self, timeout_s: float, what: str = "") -> SessionsUp:
         """Wait until every session of every peer is up (polling the peers' logs with the
@@ -349,6 +586,12 @@ class Peers:
             if time.monotonic() > deadline:
                 down = ", ".join(sorted(r for r, t in self._state()[0].items() if t is None))
                 names = "/".join(p.upper() for p in self.s.peering_protocols)
+                if not down:
+                    raise PeeringError(
+                        f"the router's {names} sessions were up, but {SINK_OBSERVER} had not learned the route to"
+                        f" {topo.addr(SINK_ROUTED)} from the router within {timeout_s:.0f} s"
+                        f"{' after ' + what if what else ''} (see peer-{SINK_OBSERVER}.log in the run directory)"
+                    )
                 raise PeeringError(
                     f"the router's {names} sessions with {down} were not up within {timeout_s:.0f} s"
                     f"{' after ' + what if what else ''} (see peer-<role>.log in the run directory)"
@@ -357,8 +600,9 @@ class Peers:
         return found
 
     def stop(self) -> None:
-        """BIRD first (its last log lines), then the captures (SIGINT: tcpdump flushes)."""
-        for what in sorted(self.procs, key=lambda w: not w.startswith("peer-")):
+        """The peers' daemons first (their last log lines; FRR's zebra after the others), then
+        the captures (SIGINT: tcpdump flushes)."""
+        for what in sorted(self.procs, key=_stop_rank):
             p = self.procs[what]
             if p.alive():
                 p.stop(signal.SIGINT if what.startswith("capture-") else signal.SIGTERM, STOP_TIMEOUT_S)
@@ -367,8 +611,14 @@ class Peers:
         """meta.json ``peering``."""
         return {
             "protocols": list(self.s.peering_protocols),
-            "implementation": {"peers": "BIRD 2 (bird router image)", "router": self.s.router},
-            "versions": tool_versions(),
+            "implementation": {
+                "peers": "BIRD 2 (bird router image)"
+                if self.s.peer_daemon == "bird"
+                else f"FRR (frr router image: {', '.join(frr_daemons(self.s))})",
+                "daemon": self.s.peer_daemon,
+                "router": self.s.router,
+            },
+            "versions": tool_versions(self.s.peer_daemon),
             "router_asn": ROUTER_ASN,
             "peers": {
                 p.role: {

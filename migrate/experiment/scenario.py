@@ -36,6 +36,8 @@ MIN_IPV6_FRAME_BYTES = 82  # 14 Eth + 40 IPv6 + 8 UDP + 16 B payload (seq, times
 PEERING_PROTOCOLS = ("bgp", "ospf", "bfd")
 PEERING_HVS = ("kvm", "criu", "xen")
 PEERING_ROUTERS = ("frr", "bird")
+#: the routing daemon the peers run (PEER_DAEMON=; docs/peering.md)
+PEER_DAEMONS = ("bird", "frr")
 #: the daemons' ranges: FRR bfdd 10-60000 ms and multiplier 2-255 (BIRD accepts these too); a BGP
 #: hold time of 3-65535 s (RFC 4271: 0 or at least 3; 0, no keepalives, would hide a silence)
 BFD_INTERVAL_MS = (10, 60_000)
@@ -106,6 +108,7 @@ class Scenario:
     bfd_multiplier: int = 3
     bgp_hold_s: int = 9  # BGP_HOLD: the hold time both sides offer (keepalive = hold / 3)
     ospf_dead_s: int = 4  # OSPF_DEAD: the router dead interval both sides use (hello = dead / 4)
+    peer_daemon: str = "bird"  # PEER_DAEMON: the peers' routing daemon, bird (BIRD 2) or frr (FRR)
     dirty_mbps: float | None = None  # DIRTY: the guest dirties memory at this rate (MB/s, MB = 2^20 B)
     #: CHURN: B flaps routes at this many route changes per second (0: peers, no flaps; None: off)
     churn_rps: float | None = None
@@ -123,6 +126,7 @@ class Scenario:
         hv = f"{hv}-vm" if self.criu_host == "vm" else hv
         rib = f"-rib{self.rib_routes}" if self.rib_routes else ""
         peering = f"-{self.peering.replace(',', '+')}" if self.peering else ""
+        peering += f"-{self.peer_daemon}peers" if self.peer_daemon != "bird" else ""
         dirty = f"-dirty{self.dirty_mbps:g}" if self.dirty_mbps is not None else ""
         dirty += f"-churn{self.churn_rps:g}" if self.churn_rps is not None else ""
         return f"{hv}-{self.mode}-{format_rate(self.rate_bps)}-{self.frame_bytes}{rib}{peering}{dirty}"
@@ -207,6 +211,14 @@ def validate(s: Scenario) -> None:
     _require(s.rib_routes == 0 or s.router == "bird", f"RIB_ROUTES needs ROUTER=bird (not ROUTER={s.router})")
     _require(576 <= s.xen_mig_mtu <= 9000, f"XEN_MIG_MTU={s.xen_mig_mtu} must be 576-9000 bytes")
     _require(s.fault is None or s.fault in FAULTS, f"FAULT={s.fault!r} is unknown: choose one of {', '.join(FAULTS)}")
+    _require(
+        s.peer_daemon in PEER_DAEMONS,
+        f"PEER_DAEMON={s.peer_daemon!r} is unknown: choose one of {', '.join(PEER_DAEMONS)}",
+    )
+    _require(
+        s.peer_daemon == "bird" or bool(s.peering),
+        f"PEER_DAEMON={s.peer_daemon} is the routing peers' daemon: add PEERING= (e.g. PEERING=bgp,bfd)",
+    )
     if s.peering:
         validate_peering(s)
     if s.dirty_mbps is not None:
@@ -224,6 +236,10 @@ def validate_churn(s: Scenario) -> None:
     _require(
         "bgp" in s.peering.split(","),
         f"CHURN={c:g} flaps routes over the routing peers' BGP sessions: add PEERING=bgp (or bgp,bfd)",
+    )
+    _require(
+        s.peer_daemon == "bird",
+        f"CHURN={c:g} runs with BIRD peers (its routes come from BIRD's kernel protocol): use PEER_DAEMON=bird",
     )
 
 

@@ -255,3 +255,106 @@ def test_ospf_carries_the_cross_traffic_and_its_loss_ends_it(tmp_path):
     assert marks["vcpu_stop"] < marks["ospf_down"] < marks["vcpu_resume"] < marks["ospf_up"] == max(ups), marks
     assert marks["full_rate"] is not None and marks["full_rate"] >= marks["first_packet"], marks
     assert "OSPF             FLAPPED" in out
+
+
+def _frr_peers() -> None:
+    """Skip without the frr image (the router and, with PEER_DAEMON=frr, the peers' daemons)."""
+    from migrate.core.errors import DependencyError
+    from migrate.experiment.peering import frr_image_paths
+    from routers.errors import NotBuiltError
+    from routers.guest import guest_image
+
+    try:
+        guest_image("frr")
+        frr_image_paths()
+    except (NotBuiltError, DependencyError) as err:
+        pytest.skip(str(err))
+
+
+def _frr_log_lines(run_dir: Path, role: str, marker: str) -> list[str]:
+    return [ln for ln in (run_dir / f"peer-{role}.log").read_text(errors="replace").splitlines() if marker in ln]
+
+
+def test_frr_peers_bfd_and_bgp_through_a_stop_and_copy(tmp_path):
+    """PEER_DAEMON=frr PEERING=bgp,bfd BFD=50x3, stop-and-copy (the guest paused ~0.8 s under
+    TCG): the peers are FRR (zebra, bfdd, bgpd of the frr image); their bfdd declares BFD down
+    (detection time expired), their bgpd ends BGP because of it (the pause is far below the
+    9 s hold time), and the cross-traffic's outage lasts until B's session and route are back."""
+    require_root_and(*TOOLS)
+    _frr_peers()
+    meta, summary, out = _run_args(
+        tmp_path, "--peer-daemon", "frr", "--peering", "bgp,bfd", "--bfd", f"{BFD_MS}x{BFD_MULT}",
+        "--mode", "stopcopy", "--rate", "10M", "--duration", "14", "--migrate-at", "4", "--after", "8",
+    )  # fmt: skip
+    assert meta["status"] == "completed", meta.get("failure")
+    run_dir = Path(out.strip().splitlines()[-1])
+    peering = meta["peering"]
+    assert peering["implementation"]["daemon"] == "frr" and meta["scenario"]["peer_daemon"] == "frr"
+    assert (peering["versions"]["frr"] or "").startswith("8.4"), peering["versions"]
+    for role in ("A", "B"):  # FRR's own lines, microsecond stamps, each daemon's configuration
+        assert _frr_log_lines(run_dir, role, "%ADJCHANGE: neighbor ") and _frr_log_lines(run_dir, role, "state-change:")
+        assert {p.name for p in run_dir.glob(f"peer-{role}.*.conf")} == {
+            f"peer-{role}.{d}.conf" for d in ("zebra", "bfdd", "bgpd")
+        }
+    before = peering["before_migration"]
+    cp = summary["control_plane"]
+    bgp, bfd = cp["bgp"], cp["bfd"]
+    assert set(before["up_ns"]) == {"A", "B"} and bgp["down_at_migration"] == bfd["down_at_migration"] == []
+    assert bgp["flaps_before_migration"] + bfd["flaps_before_migration"] == before["flaps"], (bgp, bfd, before)
+    # BFD: the pause outlasts 150 ms at both peers
+    assert bfd["survived"] is False and {f["peer"] for f in bfd["flap_details"]} == {"A", "B"}, bfd
+    firsts: dict[str, dict] = {}
+    for f in bfd["flap_details"]:
+        firsts.setdefault(f["peer"], f)
+    assert all(f["cause"] == "detection time expired" for f in firsts.values()), bfd
+    _consistent(bfd, 2 * BFD_MS)
+    # BGP: each peer's first flap is bgpd ending the session because BFD went down, at the same
+    # moment; not its hold timer (the router was silent for far less than 9 s)
+    assert bgp["survived"] is False, bgp
+    bgp_firsts: dict[str, dict] = {}
+    for f in bgp["flap_details"]:
+        bgp_firsts.setdefault(f["peer"], f)
+    assert set(bgp_firsts) == {"A", "B"}, bgp
+    for peer, f in bgp_firsts.items():
+        assert f["cause"] == "notification sent: Cease/BFD Down", (f, bgp["flap_details"])
+        assert abs(f["down_ns"] - firsts[peer]["down_ns"]) < 10**7, (f, firsts[peer])  # within 10 ms
+    assert bgp["silence_ms"] < bgp["limit_ms"], bgp
+    back = [f["up_ns"] for f in bgp["flap_details"] if f["peer"] == "B"]
+    assert back and all(t is not None for t in back), bgp
+    assert bgp["routes"]["B"]["lost"] and bgp["routes"]["B"]["whole_again_ns"] >= max(back), bgp["routes"]
+    # the outage anatomy: BFD down inside the pause, the outage through B's reconvergence
+    anatomy = summary["anatomy"]
+    phases, marks = anatomy["phases"], {m["key"]: m for m in anatomy["marks"]}
+    assert marks["vcpu_stop"]["t_ns"] < marks["bfd_down"]["t_ns"] < marks["vcpu_resume"]["t_ns"], marks
+    assert marks["bfd_down"]["source"] == "peers' FRR logs", marks["bfd_down"]
+    assert phases["reconvergence"]["seconds"] > 0 and marks["full_rate"]["t_ns"] >= max(back), anatomy
+    assert phases["outage"]["seconds"] >= phases["vcpu_blackout"]["seconds"], phases
+    assert "BGP " in out and "BFD " in out
+
+
+def test_frr_peers_record_the_ospf_adjacencies(tmp_path):
+    """PEER_DAEMON=frr PEERING=bgp,ospf OSPF_DEAD=4, stop-and-copy: the FRR peers' ospfd logs
+    each adjacency with the router reaching Full (log-adjacency-changes detail); the ~0.8 s pause
+    is below the 4 s dead interval and the 9 s hold time, so both survive, and the router's
+    longest OSPF silence at each peer holds the pause."""
+    require_root_and(*TOOLS)
+    _frr_peers()
+    meta, summary, out = _run_args(
+        tmp_path, "--peer-daemon", "frr", "--peering", "bgp,ospf", "--ospf-dead", "4",
+        "--mode", "stopcopy", "--rate", "10M", "--duration", "10", "--migrate-at", "4", "--after", "5",
+    )  # fmt: skip
+    assert meta["status"] == "completed", meta.get("failure")
+    run_dir = Path(out.strip().splitlines()[-1])
+    for role in ("A", "B"):
+        # "Loading -> Full (LoadingDone)", or "Exchange -> Full (ExchangeDone)" with nothing to load
+        assert any(" -> Full (" in ln for ln in _frr_log_lines(run_dir, role, "AdjChg: Nbr ")), role
+    ospf, bgp = summary["control_plane"]["ospf"], summary["control_plane"]["bgp"]
+    assert set(ospf["established_ns"]) == {"A", "B"} and all(t is not None for t in ospf["established_ns"].values())
+    assert ospf["limit_ms"] == 4000.0
+    blackout_ms = summary["anatomy"]["phases"]["vcpu_blackout"]["seconds"] * 1000.0
+    assert blackout_ms < 4000.0, summary["anatomy"]["phases"]  # the test's premise
+    assert ospf["survived"] is True and ospf["flaps"] == 0, ospf
+    for peer, v in ospf["silence_by_peer"].items():
+        assert v["packets"] > 0 and blackout_ms <= v["gap_ms"] < 4000.0, (peer, v, blackout_ms)
+    assert bgp["survived"] is True, bgp
+    assert "OSPF " in out and "  OSPF             survived" in out
