@@ -139,6 +139,15 @@ def sink_route_held(events: list[LogEvent], protocols: tuple[str, ...]) -> bool:
     return held
 
 
+def sink_route_observable(s: Scenario) -> bool:
+    """Whether A's log can show the router's route to the sink (:func:`sink_route_held`): over
+    BGP, A learns B's route only from a router that passes its eBGP routes on to its other
+    peer, as FRR does by default; the bird router profile exports its connected prefixes only
+    (``routers/guestfs/vrmig-router``), so with ``ROUTER=bird`` A never learns it over BGP.
+    Over OSPF B's external LSA floods to A through either router."""
+    return not ("bgp" in s.peering_protocols and s.router == "bird")
+
+
 class PeeringError(VrmigError):
     """The routing sessions did not come up (before the migration, or again after a calibration event)."""
 
@@ -568,7 +577,7 @@ class Peers:
         up, flaps = self._state()
         if any(t is None for t in up.values()):
             return None
-        if self.s.peer_daemon == "frr" and not self._sink_route_held():
+        if self.s.peer_daemon == "frr" and sink_route_observable(self.s) and not self._sink_route_held():
             return None
         return SessionsUp({r: t for r, t in up.items() if t is not None}, flaps)
 

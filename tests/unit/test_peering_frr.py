@@ -169,3 +169,15 @@ def test_a_night_of_frr_peers_is_another_point_and_bird_nights_keep_their_finger
     bird = Scenario(peering="bgp,bfd", mode="stopcopy")
     assert fingerprint(bird) == fingerprint(Scenario(peering="bgp,bfd", mode="stopcopy", peer_daemon="bird"))
     assert fingerprint(Scenario(peering="bgp,bfd", mode="stopcopy", peer_daemon="frr")) != fingerprint(bird)
+
+
+def test_the_sink_route_is_waited_for_only_where_a_can_learn_it():
+    """A learns B's route over BGP only through a router that passes eBGP routes on (FRR); the
+    bird router profile exports its connected prefixes only, so with ROUTER=bird and BGP the FRR
+    peers' readiness must not wait for it (a real run did, 60 s, and failed in setup); over OSPF
+    B's LSA reaches A through either router."""
+    from migrate.experiment.peering import sink_route_observable
+
+    assert sink_route_observable(Scenario(peering="bgp,bfd", peer_daemon="frr"))
+    assert not sink_route_observable(Scenario(peering="bgp,ospf,bfd", peer_daemon="frr", router="bird"))
+    assert sink_route_observable(Scenario(peering="ospf", peer_daemon="frr", router="bird"))
