@@ -159,7 +159,7 @@ clean-testbed:
 # make lab-up: the emulated lab, hosts reached only over SSH; prints its inventory last (docs/testbed.md)
 .PHONY: lab-up lab-down
 lab-up:
-	$(PY) -m migrate lab-up $(call flag,LAB_NAME,name) $(call flag,LAB_DIR,dir) $(call flag,DEPLOY_DIR,deploy-dir)
+	$(PY) -m migrate lab-up $(call flag,LAB_NAME,name) $(call flag,LAB_DIR,dir) $(call flag,DEPLOY_DIR,deploy-dir) $(if $(filter 1,$(XEN)),--xen)
 
 lab-down:
 	@if [ -z "$(TESTBED)" ]; then echo "make lab-down: set TESTBED=<the lab.toml make lab-up printed>" >&2; exit 2; fi

@@ -54,12 +54,16 @@ from routers.guest import guest_image, sha256_file
 
 log = logging.getLogger(__name__)
 
-XEN_FORMAT = 1
+XEN_FORMAT = 2
 XEN_VERSION = "4.17"
 HYPERVISOR_PACKAGE = f"xen-hypervisor-{XEN_VERSION}-amd64"
 UTILS_PACKAGE = f"xen-utils-{XEN_VERSION}"
 XENSTORE_PACKAGE = "xenstore-utils"
 SOCAT_PACKAGE = "socat"
+#: sshd in dom0: started only when the initrd carries /etc/vrmig/sshd_config (an emulated lab's
+#: Xen host, reached like a real dom0 over SSH; :mod:`migrate.testbed.lab`)
+SSH_PACKAGE = "openssh-server"
+SSHD = "/usr/sbin/sshd"
 DOM0_KERNEL_META = "linux-image-amd64"
 XEN_BIN = f"/usr/lib/xen-{XEN_VERSION}/bin"
 #: xen-utils binaries dom0 needs: the toolstack, its save/restore helper and the daemons
@@ -128,7 +132,7 @@ def resolve_inputs(cdir: Path) -> dict[str, Any]:
     def compute() -> dict[str, Any]:
         kpkg = kernel_image_package(DOM0_KERNEL_META)
         libs: set[str] = set()
-        for top in (UTILS_PACKAGE, XENSTORE_PACKAGE, SOCAT_PACKAGE):
+        for top in (UTILS_PACKAGE, XENSTORE_PACKAGE, SOCAT_PACKAGE, SSH_PACKAGE):
             libs.update(debs.library_closure(top))
         pinned = debs.candidates({HYPERVISOR_PACKAGE, kpkg, BUSYBOX_PACKAGE, *libs})
         if pinned[HYPERVISOR_PACKAGE] != pinned[UTILS_PACKAGE]:
@@ -196,6 +200,7 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
         for tool in XENSTORE_TOOLS:
             resolver.add(pools[XENSTORE_PACKAGE], f"/usr/bin/{tool}")
         resolver.add(pools[SOCAT_PACKAGE], "/usr/bin/socat")
+        resolver.add(pools[SSH_PACKAGE], SSHD)
         resolver.add_soname("libgcc_s.so.1")
         if resolver.missing:
             raise BuildError(f"dom0: shared libraries not found in the packages: {', '.join(resolver.missing)}")
@@ -204,8 +209,12 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
         for name in ("vrmig-agent", "vrmig-vif"):
             rootfs.write(f"/usr/sbin/{name}", (XENFS / name).read_bytes(), 0o755)
         rootfs.write("/etc/xen/xl.conf", XL_CONF)
-        rootfs.write("/etc/passwd", "root:x:0:0:root:/root:/bin/sh\n")
-        rootfs.write("/etc/group", "root:x:0:\n")
+        # xl and the xenstore tools on the default PATH (an SSH session gets sshd's, not /init's)
+        for tool in XEN_TOOLS:
+            rootfs.symlink(f"/usr/sbin/{tool}", f"{XEN_BIN}/{tool}")
+        # sshd's privilege separation user (its chroot: /run/sshd, made by /init)
+        rootfs.write("/etc/passwd", "root:x:0:0:root:/root:/bin/sh\nsshd:x:100:65534::/run/sshd:/bin/false\n")
+        rootfs.write("/etc/group", "root:x:0:\nnogroup:x:65534:\n")
         rootfs.write("/etc/hosts", "127.0.0.1 localhost\n")
         rootfs.write("/etc/vrmig/packages.json", json.dumps(pinned, indent=1, sort_keys=True) + "\n")
         for d in ("var/lib/xen", "var/log/xen", "var/lock", "xen/domu", "etc/xen/scripts"):

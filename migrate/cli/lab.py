@@ -16,6 +16,9 @@ def add_parsers(sub: Any) -> None:
     up.add_argument("--name", default=lab.DEFAULT_NAME, help="lab name (LAB_NAME)")
     up.add_argument("--dir", type=Path, default=None, help=f"lab directory (LAB_DIR; {lab.LAB_ROOT}/<name>)")
     up.add_argument("--deploy-dir", default=lab.DEFAULT_DEPLOY_DIR, help="each host's deploy directory (DEPLOY_DIR)")
+    up.add_argument(
+        "--xen", action="store_true", help="R1 and R2 are Xen hosts too, their dom0s reached over SSH (XEN=1)"
+    )
     up.set_defaults(handler=run_up)
     down = sub.add_parser("lab-down", help="remove an emulated lab (make lab-down TESTBED=<its lab.toml>)")
     down.add_argument("testbed", type=Path, help="the inventory lab-up printed (TESTBED), or the lab directory")
@@ -24,7 +27,7 @@ def add_parsers(sub: Any) -> None:
 
 def run_up(a: argparse.Namespace) -> int:
     """Build the lab; the last line printed is its inventory."""
-    print(lab.lab_up(a.name, a.dir, a.deploy_dir))
+    print(lab.lab_up(a.name, a.dir, a.deploy_dir, xen=a.xen))
     return 0
 
 

@@ -40,7 +40,11 @@ _HV_KEYS = {
     "libvirt_uri",
     "libvirt_peer_uri",
     "libvirt_tls",
+    "xen",
 }
+_XEN_KEYS = {"ssh", "bridges", "migration", "deploy_dir"}
+#: a Xen host's defaults: dom0 bridges the router domU's vifs attach to
+XEN_BRIDGES = {"L": "xenbrL", "R": "xenbrR"}
 _PORT_KEYS = {"ipv4", "ipv6", "mac"}
 
 
@@ -57,6 +61,19 @@ class SshTarget:
     user: str
     key: Path
     known_hosts: Path
+
+
+@dataclass(frozen=True)
+class XenDom0Spec:
+    """A hypervisor host that is a Xen host: HV=xen runs ``xl`` in its dom0 over SSH.  On a real
+    Xen host dom0 is the host itself (the defaults: the host's SSH, migration link and deploy
+    directory); an emulated lab's nested Xen host has its own SSH endpoint and addresses."""
+
+    ssh: SshTarget
+    bridges: dict[str, str]
+    migration_if: str
+    migration_ipv4: str  # CIDR
+    deploy_dir: str
 
 
 @dataclass(frozen=True)
@@ -82,6 +99,8 @@ class HostSpec:
     #: a directory on the orchestrator with this host's TLS files for libvirt (migrate.testbed.pki.FILES),
     #: which hosts-setup installs in LIBVIRT_PKI_DIR; checked by hosts-setup, not at load
     libvirt_tls: Path | None = None
+    #: a Xen host's dom0 (HV=xen drives it over SSH); None: HV=xen runs nested Xen hosts here
+    xen: XenDom0Spec | None = None
 
     def address(self, family: int) -> str:
         """The end host's data address (no prefix length) of IP version ``family``."""
@@ -218,7 +237,7 @@ def _ssh(c: _Ctx, where: str, defaults: dict[str, Any], own: Any, base: Path) ->
     return SshTarget(host, port, user, paths["key"], paths["known_hosts"])
 
 
-def _host(c: _Ctx, role: str, t: dict[str, Any], ssh_defaults: dict[str, Any], base: Path) -> HostSpec:
+def _host(c: _Ctx, role: str, t: dict[str, Any], ssh_defaults: dict[str, Any], base: Path, deploy_dir: str) -> HostSpec:
     where = f"hosts.{role}"
     is_end = role in END_ROLES
     _unknown(c, where, t, _END_KEYS if is_end else _HV_KEYS)
@@ -261,6 +280,47 @@ def _host(c: _Ctx, role: str, t: dict[str, Any], ssh_defaults: dict[str, Any], b
         libvirt_uri=_str(c, where, t, "libvirt_uri", required=False),
         libvirt_peer_uri=_str(c, where, t, "libvirt_peer_uri", required=False),
         libvirt_tls=_opt_path(c, where, t, "libvirt_tls", base),
+        xen=_xen(c, where, t.get("xen"), ssh, ssh_defaults, base, mig, deploy_dir),
+    )
+
+
+def _abs_dir(c: _Ctx, where: str, key: str, v: str) -> str:
+    if not PurePosixPath(v).is_absolute() or ".." in PurePosixPath(v).parts or v == "/":
+        raise c.fail(where, f"`{key}` = {v!r} is not an absolute directory", "e.g. /var/lib/vrmig")
+    return v
+
+
+def _xen(
+    c: _Ctx,
+    where: str,
+    v: Any,
+    host_ssh: SshTarget | None,
+    ssh_defaults: dict[str, Any],
+    base: Path,
+    host_mig: dict[str, Any],
+    deploy_dir: str,
+) -> XenDom0Spec | None:
+    """A hypervisor host's ``xen`` table: its dom0, reached over SSH (default: the host's own)."""
+    if v is None:
+        return None
+    where = f"{where}.xen"
+    t = _table(c, where, v)
+    _unknown(c, where, t, _XEN_KEYS)
+    if "ssh" in t:
+        ssh = _ssh(c, where, ssh_defaults, t["ssh"], base)
+    elif host_ssh is not None:
+        ssh = host_ssh
+    else:
+        raise c.fail(where, "dom0 is reached over SSH", 'give `ssh = { host = "..." }` (the host is local)')
+    mig = _table(c, f"{where}.migration", t.get("migration", None) or host_mig)
+    _unknown(c, f"{where}.migration", mig, {"interface", "ipv4"})
+    bridges = _per_segment(c, where, t, "bridges", required=False) or dict(XEN_BRIDGES)
+    return XenDom0Spec(
+        ssh=ssh,
+        bridges=bridges,
+        migration_if=_ifname(c, f"{where}.migration", "interface", _str(c, f"{where}.migration", mig, "interface")),
+        migration_ipv4=_cidr(c, f"{where}.migration", "ipv4", _str(c, f"{where}.migration", mig, "ipv4"), 4) or "",
+        deploy_dir=_abs_dir(c, where, "deploy_dir", _str(c, where, t, "deploy_dir", required=False) or deploy_dir),
     )
 
 
@@ -304,6 +364,8 @@ def _check_consistent(c: _Ctx, inv: Inventory) -> None:
     owners: list[tuple[str, str | None]] = []
     for r, h in inv.hosts.items():
         owners += [(f"hosts.{r}.ipv4", h.ipv4), (f"hosts.{r}.ipv6", h.ipv6), (f"hosts.{r}.migration", h.migration_ipv4)]
+        if h.xen is not None and h.xen.migration_ipv4 != h.migration_ipv4:
+            owners.append((f"hosts.{r}.xen.migration", h.xen.migration_ipv4))
     for seg, p in inv.router.items():
         owners += [(f"router.{seg}.ipv4", p.ipv4), (f"router.{seg}.ipv6", p.ipv6)]
     for where, cidr in owners:
@@ -324,7 +386,18 @@ def _check_consistent(c: _Ctx, inv: Inventory) -> None:
     m1, m2 = (ipaddress.ip_interface(inv.hosts[r].migration_ipv4 or "") for r in HV_ROLES)
     if m1.network != m2.network:
         raise c.fail("hosts.R2.migration", f"{m2} is not in R1's migration subnet {m1.network}", "one subnet")
+    xens = [inv.hosts[r].xen for r in HV_ROLES]
+    if (xens[0] is None) != (xens[1] is None):
+        have = "R1" if xens[0] is not None else "R2"
+        raise c.fail(f"hosts.{have}.xen", "only one hypervisor host is a Xen host", "give both R1 and R2 a `xen` table")
+    if xens[0] is not None and xens[1] is not None:
+        x1, x2 = (ipaddress.ip_interface(x.migration_ipv4) for x in xens)  # type: ignore[union-attr]
+        if x1.network != x2.network:
+            raise c.fail("hosts.R2.xen.migration", f"{x2} is not in R1's dom0 subnet {x1.network}", "one subnet")
     targets = [(r, h.ssh.host, h.ssh.port) for r, h in inv.hosts.items() if h.ssh]
+    targets += [
+        (f"{r}.xen", h.xen.ssh.host, h.xen.ssh.port) for r, h in inv.hosts.items() if h.xen and h.xen.ssh != h.ssh
+    ]
     for i, (r, host, port) in enumerate(targets):
         for r2, host2, port2 in targets[:i]:
             if (host, port) == (host2, port2):
@@ -362,7 +435,7 @@ def load(path: Path | str) -> Inventory:
         if role not in hosts_t:
             raise c.fail(f"hosts.{role}", "missing", f"every role ({', '.join(ROLES)}) needs a host")
     base = path.resolve().parent
-    hosts = {r: _host(c, r, _table(c, f"hosts.{r}", hosts_t[r]), ssh_defaults, base) for r in ROLES}
+    hosts = {r: _host(c, r, _table(c, f"hosts.{r}", hosts_t[r]), ssh_defaults, base, deploy) for r in ROLES}
     inv = Inventory(path, name, deploy, hosts, _router(c, raw.get("router")))
     _check_consistent(c, inv)
     return inv

@@ -151,6 +151,7 @@ class LabState:
     processes: list[dict[str, Any]] = field(default_factory=list)  # sshd, libvirtd: pid, start time, what
     paths: list[str] = field(default_factory=list)  # outside the lab dir (a created deploy dir)
     link_name: str | None = None  # LAB_ROOT/<name> when the lab dir is elsewhere (--dir)
+    xen: bool = False  # R1 and R2 are Xen hosts (migrate.testbed.labxen)
     complete: bool = False
 
     @property
@@ -175,6 +176,7 @@ class LabState:
                 "processes": self.processes,
                 "paths": self.paths,
                 "link_name": self.link_name,
+                "xen": self.xen,
                 "complete": self.complete,
             },
         )
@@ -199,6 +201,7 @@ class LabState:
             processes=list(raw.get("processes", [])),
             paths=list(raw.get("paths", [])),
             link_name=raw.get("link_name"),
+            xen=bool(raw.get("xen")),
             complete=bool(raw.get("complete")),
         )
 
@@ -643,6 +646,10 @@ migration = { interface = {{ r.mig_if|q }}, ipv4 = {{ r.mig_ipv4|q }} }
 {% if r.libvirt_uri %}libvirt_uri = {{ r.libvirt_uri|q }}
 libvirt_peer_uri = {{ r.libvirt_peer_uri|q }}
 {% endif %}{% if r.libvirt_tls %}libvirt_tls = {{ r.libvirt_tls|q }}
+{% endif %}{% if r.xen %}
+[hosts.{{ r.role }}.xen]
+ssh = { host = {{ r.xen.host|q }}, port = {{ r.xen.port }} }
+migration = { interface = {{ r.xen.mig_if|q }}, ipv4 = {{ r.xen.mig_ipv4|q }} }
 {% endif %}{% endfor %}{% for p in ports %}
 [router.{{ p.segment }}]
 ipv4 = {{ p.ipv4|q }}
@@ -664,10 +671,12 @@ def render_inventory(
     mgmt: dict[str, str],
     port: int = SSH_PORT,
     libvirt: dict[str, dict[str, str]] | None = None,
+    xen: dict[str, dict[str, str]] | None = None,
 ) -> str:
     """The inventory text (docs/lab.example.toml's format) of a lab whose host ``role`` has the
     management address ``mgmt[role]`` and, if given, the libvirt URIs ``libvirt[role]``
-    (``uri``, ``peer_uri``, and ``tls``: the directory of its libvirt TLS files)."""
+    (``uri``, ``peer_uri``, and ``tls``: the directory of its libvirt TLS files) and, if given,
+    its Xen dom0 ``xen[role]`` (:func:`migrate.testbed.labxen.inventory_tables`)."""
     import jinja2
 
     env = jinja2.Environment(autoescape=False, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
@@ -681,7 +690,7 @@ def render_inventory(
     hv_hosts = [
         {"role": r, "mgmt": mgmt[r], "mig_if": topo.MIGRATION_IF, "mig_ipv4": topo.MIGRATION_ADDR[r],
          "libvirt_uri": lv.get(r, {}).get("uri"), "libvirt_peer_uri": lv.get(r, {}).get("peer_uri"),
-         "libvirt_tls": lv.get(r, {}).get("tls")}
+         "libvirt_tls": lv.get(r, {}).get("tls"), "xen": (xen or {}).get(r)}
         for r in topo.HYPERVISOR_HOSTS
     ]  # fmt: skip
     return env.from_string(INVENTORY_TEMPLATE).render(
@@ -706,7 +715,7 @@ def _sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
-def _preflight() -> None:
+def _preflight(xen: bool) -> None:
     if os.geteuid() != 0:
         raise DependencyError("lab-up needs root (it creates network namespaces)")
     for tool in ("ssh", "ssh-keygen", "unshare", NSENTER, "ip", VIRSH):
@@ -719,10 +728,17 @@ def _preflight() -> None:
     for exe in (LIBVIRTD, VIRT_SSH_HELPER):
         if not os.access(exe, os.X_OK):
             raise DependencyError(f"{exe} not found: run `make apt` (libvirt-daemon, libvirt-daemon-driver-qemu)")
+    if xen:
+        from migrate.testbed import labxen
+
+        labxen.preflight()
 
 
-def lab_up(name: str = DEFAULT_NAME, lab_dir: Path | None = None, deploy_dir: str = DEFAULT_DEPLOY_DIR) -> Path:
-    """Build the emulated lab ``name``; return the path of its inventory.  A failure or an
+def lab_up(
+    name: str = DEFAULT_NAME, lab_dir: Path | None = None, deploy_dir: str = DEFAULT_DEPLOY_DIR, xen: bool = False
+) -> Path:
+    """Build the emulated lab ``name``; return the path of its inventory.  ``xen``: R1 and R2 are
+    Xen hosts too, their dom0s reached over SSH (:mod:`migrate.testbed.labxen`).  A failure or an
     interrupt on the way removes everything made so far before the error is raised."""
     check_name(name)
     check_deploy_dir(deploy_dir)
@@ -731,7 +747,7 @@ def lab_up(name: str = DEFAULT_NAME, lab_dir: Path | None = None, deploy_dir: st
     if PREFIX_RE.search(str(lab_dir)):
         raise ConfigError(f"LAB_DIR (--dir) = {str(lab_dir)!r} looks like a run's (vm<6 hex>); choose another")
     check_lab_dir(lab_dir)
-    _preflight()
+    _preflight(xen)
     with _sigterm_interrupts(), _lab_lock():
         if registered.exists() or registered.is_symlink() or lab_dir.exists():
             where = registered if registered.exists() or registered.is_symlink() else lab_dir
@@ -745,7 +761,7 @@ def lab_up(name: str = DEFAULT_NAME, lab_dir: Path | None = None, deploy_dir: st
         with held_signals():
             lab_dir.mkdir(mode=0o700)
             os.chmod(lab_dir, 0o700)
-            st = LabState(name, new_prefix(), lab_dir, deploy_dir, str(net))
+            st = LabState(name, new_prefix(), lab_dir, deploy_dir, str(net), xen=xen)
             st.save()
         try:
             if lab_dir != registered:
@@ -788,18 +804,27 @@ def _build(st: LabState) -> Path:
     authorized = st.dir / "authorized_keys"
     authorized.write_text(_keygen(key, f"vrmig-lab {st.name} orchestrator") + "\n")
     sshds = {role: _start_sshd(st, role, authorized) for role in MGMT_ROLES}
+    from migrate.testbed import labxen
+
+    # the Xen hosts boot (tens of seconds under TCG) while the rest of the lab comes up
+    xens = {r: labxen.start(st, r, authorized.read_text(), _keygen) for r in topo.HYPERVISOR_HOSTS} if st.xen else {}
     known_hosts = st.dir / "known_hosts"
     mgmt = {r: st.mgmt_addr(r) for r in MGMT_ROLES}
     lines = []
     for role in MGMT_ROLES:
         ktype, kdata = (st.host_dir(role) / "ssh_host_ed25519_key.pub").read_text().split()[:2]
         lines.append(f"{mgmt[role]} {ktype} {kdata}\n")
+    lines += [labxen.known_hosts_line(st, r) for r in xens]
     known_hosts.write_text("".join(lines))
     for role in MGMT_ROLES:
         log.debug("lab host %s ready after %.3f s", role, _wait_ready(st, role, sshds[role], key, known_hosts))
     libvirt = _start_libvirt(st, key, sshds)
+    for r, p in xens.items():
+        took = labxen.wait_ready(st, r, p, key, known_hosts)
+        log.info("lab Xen host %s: dom0 reachable over SSH after %.1f s", r, took)
     inv = st.dir / "lab.toml"
-    write_text(inv, render_inventory(st.name, st.deploy_dir, key, known_hosts, mgmt, libvirt=libvirt))
+    xen_tables = labxen.inventory_tables(st) if st.xen else None
+    write_text(inv, render_inventory(st.name, st.deploy_dir, key, known_hosts, mgmt, libvirt=libvirt, xen=xen_tables))
     inventory.load(inv)  # what lab-up writes, the suite reads
     st.complete = True
     st.save()

@@ -130,13 +130,14 @@ def host_qemu_argv(
     initrd: Path,
     dom0_args: str,
     console: Path,
-    ctl: Path,
-    logport: Path,
-    qmp: Path,
+    ctl: Path | None,
+    logport: Path | None,
+    qmp: Path | None,
     nic: str,
     macs: tuple[str, str, str],
     taps: tuple[str, str, str] = ("tapL", "tapR", MIG_TAP),
     mig_udp: tuple[str, str] | None = None,
+    mgmt: tuple[str, str] | None = None,
 ) -> list[str]:
     """QEMU argv of one nested Xen host: Xen as the multiboot kernel, dom0's kernel and initrd as
     modules (no commas allowed in ``dom0_args``: QEMU splits -initrd at them).
@@ -145,7 +146,10 @@ def host_qemu_argv(
     address:port, peer address:port)`` on the hosts' migration link, instead of the third tap:
     each Ethernet frame of the dom0s' link travels as one UDP datagram between the two hosts'
     own migration addresses, so the lab's link carries (and its counters count) the stream
-    without any change to the host's network configuration."""
+    without any change to the host's network configuration.
+
+    ``ctl``/``logport`` None: no agent ports (dom0 is reached over SSH); ``mgmt`` = (MAC, QEMU
+    user-network options with the ``hostfwd`` to dom0's sshd): a fourth NIC for management."""
     if "," in dom0_args or "," in str(kernel) or "," in str(initrd):
         raise ConfigError(f"dom0 command line and image paths must not contain commas: {dom0_args!r}")
     argv = [
@@ -160,19 +164,25 @@ def host_qemu_argv(
         "-chardev", f"file,id=con,path={console}", "-serial", "chardev:con",
         "-kernel", str(xen), "-append", XEN_APPEND,
         "-initrd", f"{kernel} console=hvc0 {dom0_args},{initrd}",
-        "-qmp", f"unix:{qmp},server=on,wait=off",
-        "-device", "virtio-serial-pci",
-        "-chardev", f"socket,id=ctl,path={ctl},server=on,wait=off",
-        "-device", "virtserialport,chardev=ctl,name=vrmig.ctl",
-        "-chardev", f"socket,id=log,path={logport},server=on,wait=off",
-        "-device", "virtserialport,chardev=log,name=vrmig.log",
     ]  # fmt: skip
+    if qmp is not None:
+        argv += ["-qmp", f"unix:{qmp},server=on,wait=off"]
+    if ctl is not None and logport is not None:
+        argv += [
+            "-device", "virtio-serial-pci",
+            "-chardev", f"socket,id=ctl,path={ctl},server=on,wait=off",
+            "-device", "virtserialport,chardev=ctl,name=vrmig.ctl",
+            "-chardev", f"socket,id=log,path={logport},server=on,wait=off",
+            "-device", "virtserialport,chardev=log,name=vrmig.log",
+        ]  # fmt: skip
     for i, (tap, mac) in enumerate(zip(taps, macs, strict=True)):
         if i == 2 and mig_udp is not None:
             netdev = f"socket,id=n{i},udp={mig_udp[1]},localaddr={mig_udp[0]}"
         else:
             netdev = f"tap,id=n{i},ifname={tap},script=no,downscript=no"
         argv += ["-netdev", netdev, "-device", f"{NIC_MODELS[nic]},netdev=n{i},mac={mac},romfile="]
+    if mgmt is not None:
+        argv += ["-netdev", f"user,id=nA,{mgmt[1]}", "-device", f"{NIC_MODELS[nic]},netdev=nA,mac={mgmt[0]},romfile="]
     return argv
 
 
