@@ -294,6 +294,17 @@ def _pad4(archive: bytes) -> bytes:
     return archive + b"\0" * (-len(archive) % 4)
 
 
+DOMU_INITRD = "domu-initrd.img"
+
+
+def domu_files(profile: str, cache: Path | str | None = None) -> tuple[Path, Path]:
+    """The router domU of ``profile``: (kernel, initrd), the files a Xen host's dom0 boots it
+    from (a nested host has them in its initrd, :func:`host_initrd`; a real Xen host gets them
+    copied by the driver).  Built with :func:`host_initrd`."""
+    host_initrd(profile, cache)
+    return guest_image(profile, cache, verify=False).kernel, xen_dir(cache) / f"router-{profile}" / DOMU_INITRD
+
+
 def host_initrd(profile: str, cache: Path | str | None = None) -> Path:
     """dom0's initrd with the router domU of ``profile`` inside (``/xen/domu``); built on demand
     and reused while the Xen image and the guest image are unchanged."""
@@ -305,12 +316,13 @@ def host_initrd(profile: str, cache: Path | str | None = None) -> Path:
     d = xen_dir(cache) / f"router-{profile}"
     out = d / DOM0_INITRD
     stamp = d / "key"
-    if out.is_file() and stamp.is_file() and stamp.read_text().strip() == key:
+    if out.is_file() and (d / DOMU_INITRD).is_file() and stamp.is_file() and stamp.read_text().strip() == key:
         return out
     d.mkdir(parents=True, exist_ok=True)
     # one gzip stream (libxc tries to gunzip a module and complains about trailing data)
     both = _pad4(gzip.decompress(guest.initrd.read_bytes())) + _domu_overlay(profile, cache)
     domu_initrd = gzip.compress(both, compresslevel=GZIP_LEVEL, mtime=0)
+    write_bytes(d / DOMU_INITRD, domu_initrd)
     raw = io.BytesIO()
     cpio.write(
         raw,

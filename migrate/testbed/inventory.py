@@ -394,6 +394,10 @@ def _check_consistent(c: _Ctx, inv: Inventory) -> None:
         x1, x2 = (ipaddress.ip_interface(x.migration_ipv4) for x in xens)  # type: ignore[union-attr]
         if x1.network != x2.network:
             raise c.fail("hosts.R2.xen.migration", f"{x2} is not in R1's dom0 subnet {x1.network}", "one subnet")
+        # xl migrate sends the domain's configuration (its files' paths, its bridges) to R2 as is
+        for key in ("deploy_dir", "bridges"):
+            if getattr(xens[0], key) != getattr(xens[1], key):
+                raise c.fail("hosts.R2.xen", f"`{key}` differs from R1's", "xl migrate needs the same on both hosts")
     targets = [(r, h.ssh.host, h.ssh.port) for r, h in inv.hosts.items() if h.ssh]
     targets += [
         (f"{r}.xen", h.xen.ssh.host, h.xen.ssh.port) for r, h in inv.hosts.items() if h.xen and h.xen.ssh != h.ssh

@@ -154,7 +154,8 @@ def start(st: LabState, role: str, authorized_keys: str, keygen: Callable[[Path,
     accel = detect_accel()[0]
     dom0_args = (
         f"vrmig.macL={macs[0]} vrmig.macR={macs[1]} vrmig.macM={macs[2]} vrmig.addr={DOM0_MIG_ADDR[role]} "
-        f"vrmig.mtu={int(mtu) - TUNNEL_OVERHEAD} vrmig.macA={MGMT_MAC[role]} vrmig.mgmt={DOM0_MGMT} vrmig.gw={SLIRP_HOST}"
+        f"vrmig.mtu={int(mtu) - TUNNEL_OVERHEAD} vrmig.macA={MGMT_MAC[role]} vrmig.mgmt={DOM0_MGMT} "
+        f"vrmig.gw={SLIRP_HOST}"
     )
     argv = host_qemu_argv(
         name=f"vrmig-lab-{st.name}-xen-{role}",

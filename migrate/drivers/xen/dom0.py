@@ -261,3 +261,98 @@ class ShellDom0:
                 p.terminate()
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     p.wait(5)
+
+
+#: a long-lived command on a dom0 reached over SSH, under a guard made of the shell alone (a
+#: dom0 need not have python): the command runs in its own session (``setsid``: socat and the
+#: ``xl migrate-receive`` it starts are one process group), its PID and start time go to a pid
+#: file for ``clean-testbed``, and when the SSH channel closes (stdin at end of file: the
+#: orchestrator closed it, or died, and its ssh with it) the group is stopped.  argv: pidfile
+#: command...  (A background list's stdin is /dev/null in sh unless redirected: hence fd 3.)
+GUARD_SH = r"""f=$1; shift
+mkdir -p "${f%/*}" || exit 125
+exec 3<&0
+setsid "$@" </dev/null &
+c=$!
+echo "$c $(cut -d' ' -f22 "/proc/$c/stat" 2>/dev/null)" > "$f"
+{ while read -r _; do :; done; kill -TERM -"$c" 2>/dev/null || kill -TERM "$c" 2>/dev/null; } <&3 &
+w=$!
+exec 3<&-
+wait "$c"; rc=$?
+kill "$w" 2>/dev/null
+rm -f "$f"
+exit $rc"""
+
+#: ``clean-testbed``: stop the process groups the guards of ``GUARD_SH`` recorded in directory
+#: $1 (a PID whose start time differs is another process now and is left alone); prints what
+#: it stopped
+GUARD_CLEAN_SH = r"""for f in "$1"/*.pid; do
+    [ -f "$f" ] || continue
+    read -r pid start < "$f"
+    now=$(cut -d' ' -f22 "/proc/$pid/stat" 2>/dev/null)
+    if [ -n "$pid" ] && [ -n "$now" ] && [ "$now" = "$start" ]; then
+        kill -TERM -"$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
+        echo "stopped pid $pid (${f##*/})"
+    fi
+    rm -f "$f"
+done"""
+
+#: where the guards of a dom0 keep their pid files
+GUARD_DIR = "/run/vrmig/guard"
+
+
+class SshDom0(ShellDom0):
+    """A dom0 reached over SSH (a lab's Xen host): every command goes through ``ssh``'s
+    multiplexed master (:class:`migrate.testbed.hosts.SshHost`), quoted word by word; each
+    stream runs under :data:`GUARD_SH`, so closing its channel (:meth:`close`, or the
+    orchestrator's death) stops it on the dom0."""
+
+    def __init__(self, host: str, streams: StreamLog, ssh: Any, run_id: str) -> None:
+        super().__init__(host, streams)
+        self.ssh = ssh
+        self.run_id = run_id
+        self._n = 0
+
+    def argv(self, argv: Sequence[str]) -> list[str]:
+        """The local argv that runs ``argv`` on the dom0 through the master connection."""
+        return with_pdeathsig(self.ssh.ssh_argv(_checked(argv)))
+
+    def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
+        """Write ``data`` to ``path`` on the dom0 (written beside it and renamed)."""
+        self.ssh.put(data, path, mode)
+
+    def stream(self, tag: str, argv: Sequence[str]) -> None:
+        """Start ``argv`` under the guard; its lines are recorded tagged ``tag``, last
+        ``VRMIG-EXIT <rc>``.  The channel's stdin stays open until :meth:`close`."""
+        self._n += 1
+        pidfile = f"{GUARD_DIR}/{self.run_id}-{tag}-{self._n}.pid"
+        p = subprocess.Popen(
+            self.argv(["sh", "-c", GUARD_SH, "sh", pidfile, *_checked(argv)]),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.PIPE,
+        )
+        self.procs.append(p)
+
+        def pump() -> None:
+            assert p.stdout is not None
+            for raw in p.stdout:
+                self.streams.add(self.host, tag, raw.decode(errors="replace").rstrip("\r\n"))
+            self.streams.add(self.host, tag, f"{EXIT_MARK} {p.wait()}")
+
+        threading.Thread(target=pump, name=f"xenlog-{self.host}-{tag}", daemon=True).start()
+
+    def close(self) -> None:
+        """Close every stream's channel (its guard stops the command on the dom0), then wait for
+        the local ssh clients, stopping those that do not end."""
+        for p in self.procs:
+            if p.stdin is not None:
+                with contextlib.suppress(OSError):
+                    p.stdin.close()
+        for p in self.procs:
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(5)

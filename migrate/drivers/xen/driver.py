@@ -37,7 +37,8 @@ import shlex
 import shutil
 import time
 from collections.abc import Sequence
-from pathlib import Path
+from dataclasses import asdict
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from migrate.core.errors import ConfigError, DependencyError, GuestError, MigrationError
@@ -47,11 +48,11 @@ from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.drivers.criu.nsock import NetDevCounters, netns_path
 from migrate.drivers.kvm.accel import detect_accel
 from migrate.drivers.kvm.driver import NIC_MODELS, QEMU, qemu_version
-from migrate.drivers.xen.dom0 import EXIT_MARK, XEN_LOG, AgentDom0, Dom0Error, ShellDom0, StreamLog
+from migrate.drivers.xen.dom0 import EXIT_MARK, XEN_LOG, AgentDom0, Dom0Error, ShellDom0, SshDom0, StreamLog
 from migrate.drivers.xen.xl import (
-    CFG_PATH,
     DOMAIN,
     ROUTER_MACS,
+    DomuPaths,
     domu_config,
     excerpt,
     parse_xl_info,
@@ -63,6 +64,7 @@ from migrate.experiment import peering
 from migrate.experiment.scenario import XEN_PV_REFUSAL, Scenario, xen_host_env
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import add_tap
+from migrate.testbed.inventory import XenDom0Spec
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +198,18 @@ class XenDriver(Driver):
         self.nested: bool = facts["nested"]
         #: a lab's hosts (TESTBED=): the nested hosts' QEMUs run there over SSH
         self.lab: bool = bool(ctx.testbed.remote)
-        if self.lab and not self.nested:
+        #: a lab whose R1 and R2 are Xen hosts (their inventory's ``xen`` tables): xl runs in
+        #: their dom0s over SSH, nothing is nested
+        self.xen_hosts: dict[str, XenDom0Spec] = {}
+        if self.lab:
+            specs = {r: ctx.testbed.inventory.host(r).xen for r in topo.HYPERVISOR_HOSTS}
+            self.xen_hosts = {r: x for r, x in specs.items() if x is not None}
+        if self.xen_hosts:
+            self.nested = False
+        self.domu_paths = DomuPaths()
+        self.ssh: dict[str, Any] = {}  # the dom0s' SSH connections (migrate.testbed.hosts.SshHost)
+        self.deployed: dict[str, Any] = {}
+        if self.lab and not self.nested and not self.xen_hosts:
             raise ConfigError("TESTBED= runs HV=xen as nested Xen hosts on R1 and R2: unset XEN_PEER")
         self.lab_mtu: dict[str, int] = {}
         self.accel = facts.get("accel")
@@ -212,7 +225,15 @@ class XenDriver(Driver):
         if self.lab:
             nested_addr = topo.addr(LAB_DOM0_ADDR["R2"])
         self.mig_addr: str = nested_addr if self.nested else (env["mig_addr"] or nested_addr)
-        self.mig_if: str = "ethM" if self.nested else (env["mig_if"] or "ethM")
+        mig_if: str = "ethM" if self.nested else (env["mig_if"] or "ethM")
+        #: dom0's NIC on the migration link, per host (R1's tx and R2's rx bytes are the volume)
+        self.mig_ifs: dict[str, str] = {h: mig_if for h in topo.HYPERVISOR_HOSTS}
+        if self.xen_hosts:
+            self.mig_addr = topo.addr(self.xen_hosts["R2"].migration_ipv4)
+            self.mig_ifs = {h: x.migration_if for h, x in self.xen_hosts.items()}
+            x1 = self.xen_hosts["R1"]
+            self.domu_paths = DomuPaths.under(x1.deploy_dir, ctx.scenario.router, x1.bridges)
+            self.accel = None
         self._described: dict[str, Any] = {}
 
     # -- preflight -------------------------------------------------------------------------
@@ -407,12 +428,65 @@ class XenDriver(Driver):
                 self._boot_host(host)
             for host in topo.HYPERVISOR_HOSTS:
                 self._wait_dom0(host, t0)
+        elif self.xen_hosts:
+            self._connect_dom0s()
+            self._described["hosts"] = {h: self._check_tools(h) for h in topo.HYPERVISOR_HOSTS}
+            self._deploy_domu()
         else:
             self.dom0["R1"] = ShellDom0("R1", self.streams)
             self.dom0["R2"] = ShellDom0("R2", self.streams, ["ssh", self.facts["peer"]])
-        self._described["hosts"] = {h: self._check_tools(h) for h in topo.HYPERVISOR_HOSTS}
+        if "hosts" not in self._described:
+            self._described["hosts"] = {h: self._check_tools(h) for h in topo.HYPERVISOR_HOSTS}
         self._described["host_boot_s"] = dict(self.boot_s)
         self._create_domu()
+
+    # -- a lab's Xen hosts: dom0s over SSH ------------------------------------------------
+    def _connect_dom0s(self) -> None:
+        """Open an SSH master to each dom0; refuse to start when a domain of the router's name
+        is there already (a killed run's: ``make clean-testbed`` destroys it)."""
+        from migrate.testbed.hosts import SshHost
+        from migrate.testbed.inventory import HostSpec
+
+        control = self.ctx.registry.dir / "dom0"
+        for host, x in self.xen_hosts.items():
+            ssh = SshHost(HostSpec(f"{host}-dom0", "ssh", x.ssh), control)
+            self.ssh[host] = ssh
+            ssh.open()
+            self.dom0[host] = SshDom0(host, self.streams, ssh, self.ctx.testbed.prefix)
+        for host in self.xen_hosts:
+            rc, text = self.dom0[host].run(["xl", "list", DOMAIN], 15.0)
+            if rc == 0 and DOMAIN in parse_xl_list(text):
+                tb = self.ctx.testbed.inventory.path
+                raise DependencyError(
+                    f"{host} dom0 already runs a domain {DOMAIN} (left by a killed run?): "
+                    f"make clean-testbed TESTBED={tb} destroys it"
+                )
+
+    def _deploy_domu(self) -> None:
+        """Copy the router domU of this run's profile (kernel, initrd) and the vif hotplug script
+        into R1's and R2's dom0 (``<deploy_dir>/xen/``), each file only when its SHA-256 there
+        differs; record what was copied and how long it took."""
+        from routers.guest import sha256_file
+        from routers.xen_image import XENFS, domu_files
+
+        kernel, initrd = domu_files(self.ctx.scenario.router)
+        dp = self.domu_paths
+        files = [(kernel, dp.kernel, 0o644), (initrd, dp.initrd, 0o644), (XENFS / "vrmig-vif", dp.vif_script, 0o755)]
+        for host in self.xen_hosts:
+            t0 = time.monotonic()
+            d = self.dom0[host]
+            assert isinstance(d, SshDom0)
+            self._run(host, ["mkdir", "-p", str(PurePosixPath(dp.kernel).parent)])
+            copied = []
+            for local, remote, mode in files:
+                want = sha256_file(local)
+                rc, out = d.run(["sha256sum", remote], 60.0)
+                if rc == 0 and out.split()[:1] == [want]:
+                    continue
+                d.put(local.read_bytes(), remote, mode)
+                copied.append({"file": remote, "bytes": local.stat().st_size, "sha256": want})
+            self.deployed[host] = {"copied": copied, "seconds": round(time.monotonic() - t0, 2)}
+            self.ctx.recorder.action("deploy-domu", host=host, files=len(copied))
 
     def _create_domu(self) -> None:
         s, rec = self.ctx.scenario, self.ctx.recorder
@@ -423,7 +497,7 @@ class XenDriver(Driver):
             mem_mib=s.mem_mib, vcpus=s.vcpus, guest_type=s.xen_guest, macs=(left.mac, right.mac),
             timeout_s=s.boot_timeout_s,
             alive=self.procs["R1"].alive if "R1" in self.procs else None, save_cfg=self.ctx.run_dir / "xen-domu.cfg",
-            rib_routes=s.rib_routes, routing=peering.router_args(s),
+            rib_routes=s.rib_routes, routing=peering.router_args(s), paths=self.domu_paths,
         )  # fmt: skip
         rec.action("router-ready", host="R1")
 
@@ -431,6 +505,7 @@ class XenDriver(Driver):
         """R2: xl migrate-receive behind a socat listener on the migration link."""
         port = topo.MIGRATION_PORT
         addr = self.mig_addr
+        self.dom0["R2"].run(["rm", "-f", DOMU_CONSOLE_LOG])  # an earlier domain's (a real dom0 keeps them)
         self.dom0["R2"].stream("recv", receiver_argv(addr, port))
         deadline = time.monotonic() + 30.0
         while f":{port} " not in self._run("R2", ["sh", "-c", LISTENING_SH], check=False):
@@ -493,7 +568,7 @@ class XenDriver(Driver):
         """dom0's own byte counters of the migration NIC (R1 tx, R2 rx)."""
         out: dict[str, int | None] = {}
         for host, key, what in (("R1", "tx", "tx_bytes"), ("R2", "rx", "rx_bytes")):
-            rc, text = self.dom0[host].run(["cat", f"/sys/class/net/{self.mig_if}/statistics/{what}"], 15.0)
+            rc, text = self.dom0[host].run(["cat", f"/sys/class/net/{self.mig_ifs[host]}/statistics/{what}"], 15.0)
             out[key] = int(text.strip()) if rc == 0 and text.strip().isdigit() else None
         return out
 
@@ -503,7 +578,7 @@ class XenDriver(Driver):
             return b - a if a is not None and b is not None else None
 
         data = {"dom0_mig_tx_bytes": delta("tx"), "dom0_mig_rx_bytes_dst": delta("rx"), "before": before,
-                "after": after, "nic": self.mig_if}  # fmt: skip
+                "after": after, "nic": self.mig_ifs["R1"], "nic_dst": self.mig_ifs["R2"]}  # fmt: skip
         (self.ctx.run_dir / "xen.json").write_text(json.dumps(data, indent=1) + "\n")
 
     def verify(self) -> dict[str, Any]:
@@ -552,8 +627,27 @@ class XenDriver(Driver):
             **self._described,
             "xen_guest_type": self.ctx.scenario.xen_guest,
             "nested": self.nested,
+            **(
+                {
+                    "dom0": {
+                        "reached": "ssh",
+                        "hosts": {h: f"{x.ssh.user}@{x.ssh.host}:{x.ssh.port}" for h, x in self.xen_hosts.items()},
+                        "migration": {
+                            h: {"nic": x.migration_if, "ipv4": x.migration_ipv4} for h, x in self.xen_hosts.items()
+                        },
+                        "domu_paths": asdict(self.domu_paths),
+                        "deployed": self.deployed,
+                    }
+                }
+                if self.xen_hosts
+                else {}
+            ),
             "accel": self.accel,
-            "accel_reason": self.facts.get("accel_reason"),
+            "accel_reason": (
+                "the Xen hosts' own hypervisor runs the domU (their xl info: hosts.*.virt_caps)"
+                if self.xen_hosts
+                else self.facts.get("accel_reason")
+            ),
             "xen_log": XEN_LOG,
             "migration_link_mtu": self.lab_mtu.get("R1", self.ctx.scenario.xen_mig_mtu),
             **(
@@ -573,7 +667,17 @@ class XenDriver(Driver):
         }
 
     def stop(self) -> None:
-        """Stop the nested hosts (their QEMUs, by PID) and close the channels."""
+        """Stop the nested hosts (their QEMUs, by PID) and close the channels.  On a lab's Xen
+        hosts: destroy the router domain where it is, remove its config, stop the dom0 commands
+        (closing their channels) and the SSH connections."""
+        for host in self.ssh:
+            for argv in (["xl", "destroy", DOMAIN], ["rm", "-f", self.domu_paths.cfg]):
+                try:
+                    rc, _ = self.dom0[host].run(argv, 30.0)
+                    if rc == 0 and argv[1] == "destroy":
+                        self.ctx.recorder.action("destroy-domu", host=host)
+                except (Dom0Error, OSError) as err:
+                    log.warning("%s dom0: %s: %s", host, shlex.join(argv), err)
         for host, d in self.dom0.items():
             try:
                 d.close()
@@ -581,6 +685,8 @@ class XenDriver(Driver):
                 log.debug("%s: close: %s", host, err)
         for proc in self.procs.values():
             proc.stop(timeout_s=SHUTDOWN_TIMEOUT_S)
+        for ssh in self.ssh.values():
+            ssh.close()
         self.streams.close()
 
 
@@ -600,24 +706,28 @@ def create_router_domu(
     routing: Sequence[str] = (),
     alive: Any = None,
     save_cfg: Path | None = None,
+    paths: DomuPaths | None = None,
 ) -> str:
     """Write the domU's config into ``host``'s dom0, stream its console, ``xl create`` it and wait
     for the router's READY line (returned); GuestError with the console's tail otherwise.
-    ``routing``: vrmig-router's peering arguments (:func:`migrate.experiment.peering.router_args`)."""
+    ``routing``: vrmig-router's peering arguments (:func:`migrate.experiment.peering.router_args`);
+    ``paths``: where that dom0 keeps the domU's files (default: the nested host image's)."""
     from routers.guest import FAIL_MARKER, READY_MARKER, kernel_cmdline
-    from routers.xen_image import DOMU_DIR
 
+    dp = paths or DomuPaths()
     cmdline = kernel_cmdline(profile, cidrs[0], cidrs[1], console="hvc0", rib_routes=rib_routes, routing=routing)
-    cfg = domu_config(f"{DOMU_DIR}/vmlinuz", f"{DOMU_DIR}/initrd.img", cmdline, mem_mib=mem_mib, vcpus=vcpus,
-                      guest_type=guest_type, macs=macs)  # fmt: skip
+    cfg = domu_config(dp.kernel, dp.initrd, cmdline, mem_mib=mem_mib, vcpus=vcpus, guest_type=guest_type, macs=macs,
+                      bridges=dp.bridges, vif_script=dp.vif_script)  # fmt: skip
     if save_cfg is not None:
         save_cfg.write_text(cfg)
-    rc, out = dom0.run(["sh", "-c", WRITE_FILE_SH, "sh", CFG_PATH, cfg])
+    rc, out = dom0.run(["sh", "-c", WRITE_FILE_SH, "sh", dp.cfg, cfg])
     if rc != 0:
-        raise GuestError(f"{host} dom0: cannot write {CFG_PATH}: {excerpt(out)}")
-    # the domU's console as xenconsoled logs it, streamed (readiness is observed there)
+        raise GuestError(f"{host} dom0: cannot write {dp.cfg}: {excerpt(out)}")
+    # the domU's console as xenconsoled logs it, streamed (readiness is observed there); a log
+    # an earlier domain of that name left (a real dom0 keeps them) is removed first
+    dom0.run(["rm", "-f", DOMU_CONSOLE_LOG])
     dom0.stream("con", ["sh", "-c", FOLLOW_SH, "sh", DOMU_CONSOLE_LOG])
-    rc, out = dom0.run(["xl", "create", CFG_PATH], 120.0)
+    rc, out = dom0.run(["xl", "create", dp.cfg], 120.0)
     if rc != 0:
         raise GuestError(f"{host} dom0: xl create failed (exit {rc}): {excerpt(out)}")
     hit = streams.wait(host, "con", (READY_MARKER, FAIL_MARKER), timeout_s, alive)

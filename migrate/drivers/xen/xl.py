@@ -6,14 +6,38 @@ captured output (tests/unit/test_analysis_xen.py)."""
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass, field
 from typing import Any
 
 from migrate.testbed import topology as topo
 
 DOMAIN = "vrmig-router"
 CFG_PATH = "/etc/xen/vrmig-router.cfg"
+VIF_SCRIPT = "/usr/sbin/vrmig-vif"  # in the nested host image (routers/xenfs/vrmig-vif)
 
 ROUTER_MACS: tuple[str, str] = (topo.ROUTER_PORTS[0].mac, topo.ROUTER_PORTS[1].mac)
+
+
+@dataclass(frozen=True)
+class DomuPaths:
+    """Where a dom0 keeps what the router domU needs: its kernel and initrd, its xl config, the
+    vif hotplug script, and the bridges its two vifs join.  The default is the nested host
+    image's layout (``routers.xen_image``); a real Xen host's is under its deploy directory
+    (:meth:`under`)."""
+
+    kernel: str = "/xen/domu/vmlinuz"
+    initrd: str = "/xen/domu/initrd.img"
+    cfg: str = CFG_PATH
+    vif_script: str = VIF_SCRIPT
+    bridges: dict[str, str] = field(default_factory=lambda: {s: f"xenbr{s}" for s in topo.SEGMENTS})
+
+    @classmethod
+    def under(cls, deploy_dir: str, profile: str, bridges: dict[str, str]) -> DomuPaths:
+        """A real Xen host's layout: ``<deploy_dir>/xen/<profile>/{vmlinuz,initrd.img}``, the
+        config and ``vrmig-vif`` in ``<deploy_dir>/xen/``."""
+        d = f"{deploy_dir}/xen"
+        return cls(f"{d}/{profile}/vmlinuz", f"{d}/{profile}/initrd.img", f"{d}/{DOMAIN}.cfg", f"{d}/vrmig-vif",
+                   dict(bridges))  # fmt: skip
 
 
 def domu_config(
@@ -25,11 +49,14 @@ def domu_config(
     vcpus: int = 1,
     guest_type: str = "pvh",
     macs: tuple[str, str] = ROUTER_MACS,
+    bridges: dict[str, str] | None = None,
+    vif_script: str = VIF_SCRIPT,
 ) -> str:
-    """The router domU's xl configuration (PVH, the router's MACs, vifs on xenbrL/xenbrR)."""
+    """The router domU's xl configuration (PVH, the router's MACs, vifs on dom0's bridges,
+    xenbrL/xenbrR unless ``bridges`` says otherwise, hotplugged by ``vif_script``)."""
+    br = bridges or {seg: f"xenbr{seg}" for seg in topo.SEGMENTS}
     vifs = ", ".join(
-        f'"mac={mac},bridge=xenbr{seg},script=/usr/sbin/vrmig-vif"'
-        for seg, mac in zip(topo.SEGMENTS, macs, strict=True)
+        f'"mac={mac},bridge={br[seg]},script={vif_script}"' for seg, mac in zip(topo.SEGMENTS, macs, strict=True)
     )
     return "\n".join(
         [

@@ -1,0 +1,154 @@
+"""A lab whose R1 and R2 are Xen hosts (``hosts.R*.xen``): the inventory's xen tables, what
+``lab-up --xen`` writes, and the shell guard that stops a dom0 command when its SSH channel
+closes (run here with this machine's sh: the same POSIX script a dom0 runs)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from migrate.drivers.xen.dom0 import GUARD_CLEAN_SH, GUARD_SH
+from migrate.drivers.xen.xl import DomuPaths, domu_config
+from migrate.testbed import inventory as inv
+from migrate.testbed import lab, labxen
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "lab.example.toml"
+XEN = '\n[hosts.{r}.xen]\nssh = {{ host = "{h}", port = 2222 }}\nmigration = {{ interface = "ethM", ipv4 = "{a}" }}\n'
+XEN_R1 = XEN.format(r="R1", h="198.19.128.18", a="198.19.254.1/30")
+XEN_R2 = XEN.format(r="R2", h="198.19.128.22", a="198.19.254.2/30")
+
+
+def _with_xen(r1: str = XEN_R1, r2: str = XEN_R2) -> str:
+    text = EXAMPLE.read_text()
+    text = text.replace('libvirt_tls = "/etc/vrmig/lab/pki/R1"\n', 'libvirt_tls = "/etc/vrmig/lab/pki/R1"\n' + r1)
+    return text.replace('libvirt_tls = "/etc/vrmig/lab/pki/R2"\n', 'libvirt_tls = "/etc/vrmig/lab/pki/R2"\n' + r2)
+
+
+def test_xen_tables_load_with_defaults(tmp_path):
+    p = tmp_path / "lab.toml"
+    p.write_text(_with_xen())
+    i = inv.load(p)
+    x1, x2 = i.host("R1").xen, i.host("R2").xen
+    assert (x1.ssh.host, x1.ssh.port, x1.ssh.user) == ("198.19.128.18", 2222, "root")
+    assert x1.ssh.key == i.host("R1").ssh.key  # the [ssh] defaults apply
+    assert (x2.migration_if, x2.migration_ipv4) == ("ethM", "198.19.254.2/30")
+    assert x1.bridges == {"L": "xenbrL", "R": "xenbrR"} and x1.deploy_dir == i.deploy_dir
+    assert inv.load(EXAMPLE).host("R1").xen is None
+
+
+def test_an_empty_xen_table_means_dom0_is_the_host_itself(tmp_path):
+    p = tmp_path / "lab.toml"
+    p.write_text(_with_xen("\n[hosts.R1.xen]\n", "\n[hosts.R2.xen]\n"))
+    i = inv.load(p)
+    x1 = i.host("R1").xen
+    assert x1.ssh == i.host("R1").ssh and (x1.migration_if, x1.migration_ipv4) == ("mig0", "198.19.255.1/30")
+
+
+BAD = [
+    (_with_xen(r2=""), "only one hypervisor host is a Xen host"),
+    (_with_xen(r2=XEN_R2.replace("198.19.254.2/30", "198.19.250.2/30")), "not in R1's dom0 subnet"),
+    (_with_xen(r2=XEN_R2.replace("198.19.254.2/30", "198.19.254.1/30")), "is also hosts.R1.xen.migration"),
+    (_with_xen(r2=XEN_R2.replace("198.19.128.22", "198.19.128.18")), "is also R1.xen's"),
+    (_with_xen(r2=XEN_R2 + 'deploy_dir = "/srv/x"\n'), "`deploy_dir` differs from R1's"),
+    (_with_xen(r2=XEN_R2 + 'bridges = { L = "b0", R = "b1" }\n'), "`bridges` differs from R1's"),
+    (_with_xen(r2=XEN_R2 + "colour = 1\n"), "unknown key 'colour'"),
+    (_with_xen(r2=XEN_R2.replace("198.19.254.2/30", "10.1.1.2/30")), "outside the testbed ranges"),
+]
+
+
+@pytest.mark.parametrize(("text", "fragment"), BAD)
+def test_bad_xen_table_is_one_line(tmp_path, text, fragment):
+    p = tmp_path / "lab.toml"
+    p.write_text(text)
+    with pytest.raises(inv.InventoryError) as err:
+        inv.load(p)
+    assert "\n" not in str(err.value) and fragment in str(err.value), str(err.value)
+
+
+def test_lab_up_inventory_with_xen_hosts_loads(tmp_path):
+    mgmt = {r: f"198.19.128.{2 + 4 * i}" for i, r in enumerate(lab.MGMT_ROLES)}
+    xen = {
+        r: {"host": mgmt[r], "port": "2222", "mig_if": "ethM", "mig_ipv4": labxen.DOM0_MIG_ADDR[r]}
+        for r in ("R1", "R2")
+    }
+    text = lab.render_inventory("x", "/var/lib/vrmig", tmp_path / "k", tmp_path / "kh", mgmt, xen=xen)
+    p = tmp_path / "lab.toml"
+    p.write_text(text)
+    i = inv.load(p)
+    assert i.host("R2").xen.ssh.port == 2222 and i.host("R2").xen.migration_ipv4 == "198.19.254.2/30"
+    assert "[hosts.R1.xen]" not in lab.render_inventory("x", "/var/lib/vrmig", tmp_path / "k", tmp_path / "kh", mgmt)
+
+
+def test_dom0_overlay_and_management_network():
+    blob = labxen.dom0_overlay("R1", b"KEY", "ssh-ed25519 AAAA lab\n")
+    assert blob.startswith(b"070701") and b"etc/ssh/ssh_host_ed25519_key" in blob and b"KEY" in blob
+    assert b"ListenAddress 198.19.253.15" in blob and b"ssh-ed25519 AAAA lab" in blob
+    net = labxen.mgmt_netdev("198.19.128.18")
+    assert "restrict=on" in net and "hostfwd=tcp:198.19.128.18:2222-198.19.253.15:22" in net
+
+
+def test_domu_config_on_a_real_xen_host():
+    dp = DomuPaths.under("/var/lib/vrmig", "frr", {"L": "br-a", "R": "br-b"})
+    assert dp.kernel == "/var/lib/vrmig/xen/frr/vmlinuz" and dp.cfg == "/var/lib/vrmig/xen/vrmig-router.cfg"
+    cfg = domu_config(dp.kernel, dp.initrd, "x", mem_mib=128, bridges=dp.bridges, vif_script=dp.vif_script)
+    assert "bridge=br-a,script=/var/lib/vrmig/xen/vrmig-vif" in cfg and "bridge=br-b," in cfg
+    assert "bridge=xenbrL,script=/usr/sbin/vrmig-vif" in domu_config("k", "i", "x", mem_mib=128)
+
+
+def _guarded(tmp_path: Path, *argv: str) -> tuple[subprocess.Popen[bytes], Path]:
+    pidfile = tmp_path / "guard" / "vm000000-t-1.pid"
+    p = subprocess.Popen(
+        ["sh", "-c", GUARD_SH, "sh", str(pidfile), *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 10
+    while not (pidfile.exists() and len(pidfile.read_text().split()) == 2):
+        assert time.monotonic() < deadline, "the guard wrote no pid file"
+        time.sleep(0.01)
+    return p, pidfile
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def test_guard_stops_the_command_group_when_its_channel_closes(tmp_path):
+    # sh -c 'sleep 300 & sleep 300; ...': a command with a child of its own, like socat's EXEC
+    p, pidfile = _guarded(tmp_path, "sh", "-c", "sleep 300 & sleep 300")
+    pid = int(pidfile.read_text().split()[0])
+    assert os.getpgid(pid) == pid  # its own group (setsid)
+    time.sleep(0.2)
+    group = [int(x) for x in subprocess.run(["pgrep", "-g", str(pid)], capture_output=True, text=True).stdout.split()]
+    assert len(group) >= 2
+    p.stdin.close()  # the SSH channel closes
+    assert p.wait(10) != 0
+    deadline = time.monotonic() + 5
+    while any(_alive(g) for g in group) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not any(_alive(g) for g in group) and not pidfile.exists()
+
+
+def test_guard_passes_the_exit_status_and_output(tmp_path):
+    p, pidfile = _guarded(tmp_path, "sh", "-c", "echo out; sleep 0.3; exit 7")
+    out = p.stdout.read()  # the channel stays open: the command ends by itself
+    assert p.wait(10) == 7 and out == b"out\n" and not pidfile.exists()
+    p.stdin.close()
+
+
+def test_guard_clean_stops_recorded_groups_and_spares_reused_pids(tmp_path):
+    p, pidfile = _guarded(tmp_path, "sleep", "300")
+    pid = int(pidfile.read_text().split()[0])
+    stale = tmp_path / "guard" / "vm000001-x-1.pid"
+    stale.write_text(f"{os.getpid()} 1\n")  # a live PID whose start time is not the recorded one
+    out = subprocess.run(["sh", "-c", GUARD_CLEAN_SH, "sh", str(tmp_path / "guard")], capture_output=True, text=True)
+    assert f"stopped pid {pid}" in out.stdout and str(os.getpid()) not in out.stdout
+    p.wait(10)
+    assert not _alive(pid) and not stale.exists()
+    p.stdin.close()
