@@ -58,13 +58,14 @@ def _clean_lab(path: Path) -> int:
 
     from migrate.testbed.hosts import connect
     from migrate.testbed.inventory import load
-    from migrate.testbed.labbed import clean_lab
+    from migrate.testbed.labbed import clean_lab, clean_xen_dom0s
 
     inv = load(path)
     with tempfile.TemporaryDirectory(prefix="vrmig-clean-") as d:
         hosts = connect(inv, Path(d))
         try:
             done = clean_lab(hosts, inv.deploy_dir)
+            done += clean_xen_dom0s(inv, Path(d))
         finally:
             for h in hosts.values():
                 h.close()

@@ -604,7 +604,7 @@ def clean_xen_dom0s(inv: Inventory, control_dir: Path) -> list[str]:
     line per thing done."""
     from migrate.core.registry import STATE_ROOT
     from migrate.drivers.xen.dom0 import GUARD_CLEAN_SH, GUARD_DIR
-    from migrate.drivers.xen.xl import DOMAIN, DomuPaths, parse_xl_list
+    from migrate.drivers.xen.xl import DomuPaths, router_domains
     from migrate.testbed.hosts import SshHost
     from migrate.testbed.inventory import HostSpec
 
@@ -622,9 +622,9 @@ def clean_xen_dom0s(inv: Inventory, control_dir: Path) -> list[str]:
             out = h.run(["sh", "-c", GUARD_CLEAN_SH, "sh", GUARD_DIR]).stdout.decode()
             done += [f"{role} dom0: {line}" for line in out.splitlines() if line.strip()]
             cp = h.run(["xl", "list"], check=False)
-            if DOMAIN in parse_xl_list(cp.stdout.decode(errors="replace")):
-                h.run(["xl", "destroy", DOMAIN])
-                done.append(f"{role} dom0: destroyed domain {DOMAIN}")
+            for name in router_domains(cp.stdout.decode(errors="replace")):
+                h.run(["xl", "destroy", name])
+                done.append(f"{role} dom0: destroyed domain {name}")
             cfg = DomuPaths.under(x.deploy_dir, "-", x.bridges).cfg
             h.run(["rm", "-f", cfg])
     return done

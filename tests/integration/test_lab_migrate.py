@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -52,7 +53,8 @@ def lab(tmp_path_factory) -> Iterator[Path]:
     """An emulated lab, prepared by hosts-setup; removed at the end."""
     _require()
     name = "t" + secrets.token_hex(3)
-    up = _cli("lab-up", "--name", name, timeout=120)
+    # R1 and R2 are Xen hosts too (their dom0s reached over SSH), for the HV=xen test on them
+    up = _cli("lab-up", "--name", name, *(["--xen"] if _have_xen_image() else []), timeout=420)
     assert up.returncode == 0, up.stderr
     toml = Path(up.stdout.strip().splitlines()[-1])
     try:
@@ -62,6 +64,52 @@ def lab(tmp_path_factory) -> Iterator[Path]:
     finally:
         down = _cli("lab-down", str(toml), timeout=120)
         assert down.returncode == 0, down.stderr
+
+
+def _have_xen_image() -> bool:
+    from routers.errors import RouterError
+    from routers.xen_image import xen_image
+
+    try:
+        xen_image(verify=False)
+    except RouterError:
+        return False
+    return True
+
+
+def _without_xen_hosts(lab: Path, tmp_path: Path) -> Path:
+    """A copy of the lab's inventory without its ``hosts.R*.xen`` tables: HV=xen then runs
+    nested Xen hosts on R1 and R2 (the paths in it are absolute)."""
+    text = re.sub(r"\n\[hosts\.R[12]\.xen\]\n(?:[^\[\n][^\n]*\n)*", "\n", lab.read_text())
+    out = tmp_path / "lab-nested.toml"
+    out.write_text(text)
+    assert load(out).host("R1").xen is None
+    return out
+
+
+def _dom0(inv, role: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    t = inv.host(role).xen.ssh
+    return subprocess.run(
+        ["ssh", "-i", str(t.key), "-o", f"UserKnownHostsFile={t.known_hosts}", "-o", "BatchMode=yes",
+         "-o", "StrictHostKeyChecking=yes", "-p", str(t.port), f"{t.user}@{t.host}", "--", *argv],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+
+
+def _dom0_leftovers(inv) -> dict[str, list[str]]:
+    """Per Xen host: router domains, guard pid files and suite commands (socat, xl migrate,
+    the console follower) still in its dom0."""
+    from migrate.drivers.xen.dom0 import GUARD_DIR
+    from migrate.drivers.xen.xl import router_domains
+
+    out = {}
+    for r in ("R1", "R2"):
+        left = [f"domain {d}" for d in router_domains(_dom0(inv, r, "xl", "list").stdout)]
+        left += [f"pidfile {f}" for f in _dom0(inv, r, "ls", GUARD_DIR).stdout.split()]
+        ps = _dom0(inv, r, "ps", "-o", "pid,args").stdout.splitlines()
+        left += [ln.strip() for ln in ps if "socat" in ln or "xl -vvv" in ln or "tail -n +1 -F" in ln]
+        out[r] = left
+    return out
 
 
 def _ssh(inv, role: str, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -265,12 +313,13 @@ def test_xen_on_the_lab_boots_nested_hosts_over_ssh_and_migrates(lab, tmp_path, 
         xen_image(verify=False)
     except RouterError as err:
         pytest.skip(f"HV=xen needs the nested Xen host image: {err}")
-    inv = load(lab)
+    nested = _without_xen_hosts(lab, tmp_path)
+    inv = load(nested)
     mem = 128
     s = Scenario(hv="xen", rate_bps=1_000_000, mem_mib=mem, duration_s=10, migrate_at_s=3, after_s=3,
                  migrate_timeout_s=900, boot_timeout_s=300)  # fmt: skip
     with _namespace_watch(monkeypatch) as seen:
-        run_dir = run(s, tmp_path, testbed=lab)
+        run_dir = run(s, tmp_path / "res", testbed=nested)
     meta = json.loads((run_dir / "meta.json").read_text())
     summary = json.loads((run_dir / "summary.json").read_text())
     assert meta["status"] == "completed", meta.get("failure")
@@ -299,6 +348,78 @@ def test_xen_on_the_lab_boots_nested_hosts_over_ssh_and_migrates(lab, tmp_path, 
     assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
     assert _processes_with(f"/runs/{meta['testbed']['prefix']}") == []
     assert _taps_as_set_up(inv) == {"R1": [], "R2": []}
+
+
+def test_xen_hosts_of_the_lab_run_xl_over_ssh_and_a_sigkill_is_cleaned(lab, tmp_path, monkeypatch):
+    """HV=xen on a lab whose R1 and R2 are Xen hosts: xl runs in their dom0s over SSH (the
+    domU's files copied there), the router moves to R2 over the lab's migration link and the
+    run leaves nothing in either dom0.  A SIGKILLed orchestrator: the guards stop the dom0
+    commands when their channels close, and clean-testbed destroys the domain the run left."""
+    from migrate.experiment.run import run
+    from migrate.experiment.scenario import Scenario
+
+    inv = load(lab)
+    if inv.host("R1").xen is None:
+        pytest.skip("the lab has no Xen hosts (no nested Xen host image: make xen)")
+    assert _dom0_leftovers(inv) == {"R1": [], "R2": []}
+    mem = 128
+    s = Scenario(hv="xen", rate_bps=1_000_000, mem_mib=mem, duration_s=10, migrate_at_s=3, after_s=3,
+                 migrate_timeout_s=900, boot_timeout_s=300)  # fmt: skip
+    with _namespace_watch(monkeypatch) as seen:
+        run_dir = run(s, tmp_path / "res", testbed=lab)
+    meta = json.loads((run_dir / "meta.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert meta["status"] == "completed", meta.get("failure")
+    assert seen == [], seen
+    assert (meta["verify"]["src_status"], meta["verify"]["dst_status"]) == ("absent", "running"), meta["verify"]
+    hv = meta["hypervisor"]
+    assert hv["nested"] is False and hv["dom0"]["reached"] == "ssh" and hv["accel"] is None
+    assert hv["dom0"]["hosts"]["R2"].endswith(f"@{inv.host('R2').xen.ssh.host}:{inv.host('R2').xen.ssh.port}")
+    assert all(h["xen_version"] for h in hv["hosts"].values()), hv["hosts"]
+    dom0_bytes = json.loads((run_dir / "xen.json").read_text())["dom0_mig_tx_bytes"]
+    assert dom0_bytes >= mem * 2**20
+    assert summary["volume_bytes"]["link"] >= dom0_bytes, (summary["volume_bytes"], dom0_bytes)
+    pkt = summary["downtime_s"]["packets"]
+    assert pkt is not None and pkt > 0 and summary["downtime_s"]["hypervisor"] > 0, summary["downtime_s"]
+    assert meta["after_migration"]["forwarding"] is True
+    assert _dom0_leftovers(inv) == {"R1": [], "R2": []}
+    assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
+
+    # SIGKILL while xl migrate runs
+    env = {**os.environ, "PYTHONPATH": str(REPO), "VRMIG_PROGRESS": "0"}
+    proc = subprocess.Popen(
+        [PY, "-m", "migrate", "run", "--hv", "xen", "--mem", str(mem), "--rate", "1M", "--duration", "60",
+         "--migrate-at", "3", "--testbed", str(lab), "--results", str(tmp_path / "killed")],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            actions = next((tmp_path / "killed").glob("*/actions.jsonl"), None)
+            if actions and '"migrate"' in actions.read_text():
+                break
+            assert proc.poll() is None, "the run ended before its migration started"
+            time.sleep(0.1)
+        while not any("xl -vvv" in x for x in _dom0_leftovers(inv)["R1"]):  # xl migrate runs in R1's dom0
+            assert time.monotonic() < deadline and proc.poll() is None, _dom0_leftovers(inv)
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    deadline = time.monotonic() + GRACE_S
+    while time.monotonic() < deadline:
+        left = _dom0_leftovers(inv)
+        if not any(x for v in left.values() for x in v if not x.startswith("domain ")):
+            break
+        time.sleep(0.2)
+    left = _dom0_leftovers(inv)
+    assert [x for v in left.values() for x in v if not x.startswith("domain ")] == [], left
+    assert any(x.startswith("domain ") for x in left["R1"]), "expected the killed run's domain to be left"
+    res = _cli("clean-testbed", "--testbed", str(lab), timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "R1 dom0: destroyed domain vrmig-router" in res.stdout, res.stdout
+    assert _dom0_leftovers(inv) == {"R1": [], "R2": []}
+    assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
 
 
 def _taps_as_set_up(inv) -> dict[str, list[str]]:

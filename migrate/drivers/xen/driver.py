@@ -58,6 +58,7 @@ from migrate.drivers.xen.xl import (
     parse_xl_info,
     parse_xl_list,
     receiver_argv,
+    router_domains,
     sender_argv,
 )
 from migrate.experiment import peering
@@ -454,11 +455,12 @@ class XenDriver(Driver):
             ssh.open()
             self.dom0[host] = SshDom0(host, self.streams, ssh, self.ctx.testbed.prefix)
         for host in self.xen_hosts:
-            rc, text = self.dom0[host].run(["xl", "list", DOMAIN], 15.0)
-            if rc == 0 and DOMAIN in parse_xl_list(text):
+            rc, text = self.dom0[host].run(["xl", "list"], 15.0)
+            names = router_domains(text) if rc == 0 else []
+            if names:
                 tb = self.ctx.testbed.inventory.path
                 raise DependencyError(
-                    f"{host} dom0 already runs a domain {DOMAIN} (left by a killed run?): "
+                    f"{host} dom0 already runs a domain {names[0]} (left by a killed run?): "
                     f"make clean-testbed TESTBED={tb} destroys it"
                 )
 
@@ -671,13 +673,14 @@ class XenDriver(Driver):
         hosts: destroy the router domain where it is, remove its config, stop the dom0 commands
         (closing their channels) and the SSH connections."""
         for host in self.ssh:
-            for argv in (["xl", "destroy", DOMAIN], ["rm", "-f", self.domu_paths.cfg]):
-                try:
-                    rc, _ = self.dom0[host].run(argv, 30.0)
-                    if rc == 0 and argv[1] == "destroy":
-                        self.ctx.recorder.action("destroy-domu", host=host)
-                except (Dom0Error, OSError) as err:
-                    log.warning("%s dom0: %s: %s", host, shlex.join(argv), err)
+            try:
+                rc, text = self.dom0[host].run(["xl", "list"], 30.0)
+                for name in router_domains(text) if rc == 0 else []:
+                    status, _ = self.dom0[host].run(["xl", "destroy", name], 30.0)
+                    self.ctx.recorder.action("destroy-domu", host=host, domain=name, exit_status=status)
+                self.dom0[host].run(["rm", "-f", self.domu_paths.cfg], 30.0)
+            except (Dom0Error, OSError) as err:
+                log.warning("%s dom0: could not remove the router domain: %s", host, err)
         for host, d in self.dom0.items():
             try:
                 d.close()

@@ -113,6 +113,12 @@ def parse_xl_list(text: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def router_domains(xl_list: str) -> list[str]:
+    """The router's domains in ``xl list`` output: :data:`DOMAIN` and the ``<name>--incoming``
+    (or ``--migratedaway``) domains an interrupted ``xl migrate`` leaves on either host."""
+    return [n for n in parse_xl_list(xl_list) if n == DOMAIN or n.startswith(f"{DOMAIN}--")]
+
+
 def parse_xl_info(text: str) -> dict[str, str]:
     """``xl info`` output -> {key: value}."""
     out: dict[str, str] = {}
