@@ -641,6 +641,11 @@ def lab_checks(spec: CalibrationSpec, testbed: Path) -> tuple[Inventory, dict[st
     lab_supports(spec.scenario(), inv)
     if spec.hv == "criu" and "pause" in spec.kinds:
         raise ConfigError("KIND=pause: HV=criu on a lab has no pause (the cgroup freezer is local only): use KIND=cut")
+    if spec.hv == "xen" and inv.host("R1").xen is not None:
+        raise ConfigError(
+            f"{testbed}: make calibrate on a lab's Xen hosts (hosts.R1.xen) is not built: its cuts are on R1's taps, "
+            "which are not the dom0's ports; use an inventory without the xen tables (nested Xen hosts)"
+        )
     return inv, lab_preflight(inv, testbed)
 
 

@@ -152,3 +152,18 @@ def test_guard_clean_stops_recorded_groups_and_spares_reused_pids(tmp_path):
     p.wait(10)
     assert not _alive(pid) and not stale.exists()
     p.stdin.close()
+
+
+def test_chaos_and_calibrate_refuse_a_labs_xen_hosts(tmp_path):
+    from migrate.campaigns import chaos
+    from migrate.core.errors import ConfigError
+    from migrate.experiment.calibrate import CalibrationSpec, lab_checks
+
+    p = tmp_path / "lab.toml"
+    p.write_text(_with_xen())
+    assert "xen" not in chaos.lab_hvs(p) and "xen" in chaos.lab_hvs(EXAMPLE)
+    with pytest.raises(ValueError, match="dom0s are not searched for leaks"):
+        chaos.check_lab_hvs(["kvm", "xen"], p)
+    chaos.check_lab_hvs(["kvm", "xen"], EXAMPLE)
+    with pytest.raises(ConfigError, match="make calibrate on a lab's Xen hosts"):
+        lab_checks(CalibrationSpec(hv="xen"), p)
