@@ -628,9 +628,7 @@ def check_lab_hvs(hvs: Sequence[str], testbed: Path | None = None) -> None:
     allowed = lab_hvs(testbed) if testbed is not None else LAB_HVS
     if other := [hv for hv in hvs if hv not in allowed]:
         why = " (its Xen hosts' dom0s are not searched for leaks)" if "xen" in other and "xen" in LAB_HVS else ""
-        raise ValueError(
-            f"HVS={','.join(other)} cannot run on a lab (TESTBED=) yet{why}: use HVS={','.join(allowed)}"
-        )
+        raise ValueError(f"HVS={','.join(other)} cannot run on a lab (TESTBED=) yet{why}: use HVS={','.join(allowed)}")
 
 
 def run_chaos(

@@ -30,7 +30,7 @@ from migrate.testbed.hosts import (
     SshHost,
     open_all,
 )
-from migrate.testbed.inventory import END_ROLES, HV_ROLES, HostSpec, Inventory
+from migrate.testbed.inventory import END_ROLES, HV_ROLES, HostSpec, Inventory, XenDom0Spec
 
 DEFAULT_MAX_OFFSET_MS = 10.0
 VIRSH_TIMEOUT_S = 30.0
@@ -390,6 +390,79 @@ def _check_libvirt(inv: Inventory, opened: dict[str, Any], facts: dict[str, dict
     return p
 
 
+#: what hosts-check asks a Xen host's dom0 (needs no python): argv migration NIC, bridge L,
+#: bridge R; one fact per line
+DOM0_PROBE_SH = r"""echo "kernel $(uname -r)"
+echo "xen $(xl info xen_version 2>/dev/null | tr -d ' ')"
+for t in xl socat xenstore-read sha256sum setsid; do command -v "$t" >/dev/null 2>&1 || echo "missing $t"; done
+for i in "$1" "$2" "$3"; do
+    if [ -d "/sys/class/net/$i" ]; then echo "if $i $(cat "/sys/class/net/$i/operstate")"; else echo "noif $i"; fi
+done
+ip -4 -o addr show dev "$1" 2>/dev/null | while read -r _ _ _ a _; do echo "addr $a"; done
+for c in /proc/[0-9]*/cmdline; do tr '\0' ' ' < "$c" 2>/dev/null; echo; done | grep -q 'xenconsoled.*log=guest' ||
+    echo "noguestlog"
+xl list 2>/dev/null | while read -r n _; do case $n in vrmig-router*) echo "domain $n" ;; esac; done"""
+
+
+def evaluate_dom0(r: str, x: XenDom0Spec, address: str, out: str) -> tuple[HostRow, list[Problem]]:
+    """``r``'s dom0 row and problems from :data:`DOM0_PROBE_SH`'s output ``out``."""
+    role = f"{r}.xen"
+    facts: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        k, _, v = line.partition(" ")
+        facts.setdefault(k, []).append(v)
+    xen = (facts.get("xen") or [""])[0]
+    row = HostRow(role, address, "yes", kernel=(facts.get("kernel") or [None])[0], versions={"xen": xen or None})
+    p = [Problem(role, ERROR, f"{t} missing in dom0 (HV=xen runs it there)") for t in facts.get("missing", [])]
+    if not xen:
+        p.append(Problem(role, ERROR, "`xl info` gives no Xen version: this is not a working dom0"))
+    states = dict(v.split(" ", 1) for v in facts.get("if", []))
+    for name in facts.get("noif", []):
+        p.append(Problem(role, ERROR, f"interface {name} missing in dom0 (fix hosts.{r}.xen)"))
+    for name, state in states.items():
+        if state == "down":
+            p.append(Problem(role, ERROR, f"interface {name} is down in dom0"))
+    row.interfaces_ok = not facts.get("noif") and all(v != "down" for v in states.values())
+    row.addresses_ok = x.migration_ipv4 in facts.get("addr", [])
+    if not row.addresses_ok:
+        p.append(Problem(role, ERROR, f"{x.migration_if} lacks {x.migration_ipv4} in dom0 (fix hosts.{r}.xen)"))
+    if facts.get("noguestlog") is not None:
+        p.append(Problem(role, ERROR, "xenconsoled does not log guest consoles (--log=guest): the router's "
+                         "readiness is read there (Debian: XENCONSOLED_TRACE=guest)"))  # fmt: skip
+    for d in facts.get("domain", []):
+        p.append(Problem(role, ERROR, f"domain {d} is there (a killed run's?): make clean-testbed TESTBED=..."))
+    return row, p
+
+
+def check_xen_dom0s(inv: Inventory, control_dir: Path) -> tuple[list[HostRow], list[Problem]]:
+    """One row per Xen host's dom0 (``hosts.R*.xen``): reachable over SSH, Xen's version, the
+    tools HV=xen runs there, the migration NIC with its address, the bridges, xenconsoled
+    logging guest consoles, and no router domain left by a killed run."""
+    rows: list[HostRow] = []
+    problems: list[Problem] = []
+    for r in HV_ROLES:
+        x = inv.host(r).xen
+        if x is None:
+            continue
+        spec = HostSpec(f"{r}.xen", "ssh", x.ssh)
+        address = f"{x.ssh.host}:{x.ssh.port}"
+        try:
+            with SshHost(spec, control_dir) as h:
+                out = h.run(["sh", "-c", DOM0_PROBE_SH, "sh", x.migration_if, x.bridges["L"], x.bridges["R"]]).stdout
+        except (SshError, RemoteCommandError) as err:
+            if isinstance(err, SshError):
+                row, p = unreachable_row(spec, err, address)
+            else:
+                row, p = HostRow(spec.role, address, "yes"), [Problem(spec.role, ERROR, f"probe failed: {err}")]
+            rows.append(row)
+            problems += p
+            continue
+        row, p = evaluate_dom0(r, x, address, out.decode(errors="replace"))
+        rows.append(row)
+        problems += p
+    return rows, problems
+
+
 def check_inventory(
     inv: Inventory, control_dir: Path, *, testbed_arg: str, max_offset_ms: float = DEFAULT_MAX_OFFSET_MS
 ) -> CheckResult:
@@ -425,13 +498,15 @@ def check_inventory(
             for role, (row, p) in zip(opened, ex.map(one, list(opened)), strict=True):
                 rows[role], problems[role] = row, p
         lib = _check_libvirt(inv, opened, facts_by_role)
+        dom0_rows, dom0_problems = check_xen_dom0s(inv, control_dir)
     finally:
         for h in opened.values():
             if not isinstance(h, SshError):
                 h.close()
     flat = [x for r in inv.hosts for x in problems.get(r, [])]
-    flat += lib
-    return CheckResult(str(inv.path) if inv.path else "embedded", [rows[r] for r in inv.hosts], flat, max_offset_ms)
+    flat += lib + dom0_problems
+    all_rows = [rows[r] for r in inv.hosts] + dom0_rows
+    return CheckResult(str(inv.path) if inv.path else "embedded", all_rows, flat, max_offset_ms)
 
 
 def _yn(v: bool | None) -> str:
@@ -464,6 +539,13 @@ def _version(v: str | None) -> str:
     return v
 
 
+def _qemu_cell(v: dict[str, str | None]) -> str:
+    """QEMU's version; a dom0's row: Xen's."""
+    if "qemu-system-x86_64" in v:
+        return _version(v.get("qemu-system-x86_64"))
+    return f"xen {v['xen']}" if v.get("xen") else ""
+
+
 def format_table(result: CheckResult) -> str:
     """The rows as an aligned text table, then one line per problem, then the verdict."""
     head = [
@@ -489,7 +571,7 @@ def format_table(result: CheckResult) -> str:
                 r.address,
                 r.reachable,
                 r.kernel or "-",
-                _version(v.get("qemu-system-x86_64")) if "qemu-system-x86_64" in v else "",
+                _qemu_cell(v),
                 _version(v.get("irtt")) if "irtt" in v else "",
                 _version(v.get("python3")),
                 _yn(r.kvm) if r.reachable == "yes" and r.role in HV_ROLES else "",

@@ -167,3 +167,39 @@ def test_chaos_and_calibrate_refuse_a_labs_xen_hosts(tmp_path):
     chaos.check_lab_hvs(["kvm", "xen"], EXAMPLE)
     with pytest.raises(ConfigError, match="make calibrate on a lab's Xen hosts"):
         lab_checks(CalibrationSpec(hv="xen"), p)
+
+
+DOM0_OK = """kernel 6.1.0-56-amd64
+xen 4.17.7
+if ethM up
+if xenbrL unknown
+if xenbrR unknown
+addr 198.19.254.1/30
+"""
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        (lambda t: t, None),
+        (lambda t: t + "missing socat\n", "socat missing in dom0"),
+        (lambda t: t.replace("xen 4.17.7", "xen "), "no Xen version"),
+        (lambda t: t.replace("if xenbrR unknown", "noif xenbrR"), "interface xenbrR missing in dom0"),
+        (lambda t: t.replace("if ethM up", "if ethM down"), "interface ethM is down"),
+        (lambda t: t.replace("addr 198.19.254.1/30", "addr 198.19.254.5/30"), "ethM lacks 198.19.254.1/30"),
+        (lambda t: t + "noguestlog\n", "does not log guest consoles"),
+        (lambda t: t + "domain vrmig-router--incoming\n", "domain vrmig-router--incoming is there"),
+    ],
+)
+def test_hosts_check_row_of_a_dom0(tmp_path, edit, fragment):
+    from migrate.testbed.check import ERROR, evaluate_dom0
+
+    p = tmp_path / "lab.toml"
+    p.write_text(_with_xen())
+    x = inv.load(p).host("R1").xen
+    row, problems = evaluate_dom0("R1", x, "198.19.128.18:2222", edit(DOM0_OK))
+    assert row.role == "R1.xen" and row.reachable == "yes"
+    if fragment is None:
+        assert problems == [] and row.versions == {"xen": "4.17.7"} and row.interfaces_ok and row.addresses_ok
+    else:
+        assert len(problems) == 1 and problems[0].severity == ERROR and fragment in problems[0].message, problems
