@@ -5,6 +5,7 @@ closes (run here with this machine's sh: the same POSIX script a dom0 runs)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -133,6 +134,19 @@ def test_guard_stops_the_command_group_when_its_channel_closes(tmp_path):
     while any(_alive(g) for g in group) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not any(_alive(g) for g in group) and not pidfile.exists()
+
+
+def test_guard_survives_sshds_hangup_and_still_cleans_up(tmp_path):
+    # sshd hangs the session's process up when the connection drops, then the channel closes
+    p, pidfile = _guarded(tmp_path, "sleep", "300")
+    pid = int(pidfile.read_text().split()[0])
+    p.send_signal(signal.SIGHUP)
+    p.stdin.close()
+    p.wait(10)
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _alive(pid) and not pidfile.exists()
 
 
 def test_guard_passes_the_exit_status_and_output(tmp_path):

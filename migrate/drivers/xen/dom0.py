@@ -269,7 +269,10 @@ class ShellDom0:
 #: file for ``clean-testbed``, and when the SSH channel closes (stdin at end of file: the
 #: orchestrator closed it, or died, and its ssh with it) the group is stopped.  argv: pidfile
 #: command...  (A background list's stdin is /dev/null in sh unless redirected: hence fd 3.)
+#: sshd sends SIGHUP to a session's process when its connection drops: the guard ignores it and
+#: ends through its stdin's end of file like in every other case, removing the pid file.
 GUARD_SH = r"""f=$1; shift
+trap '' HUP
 mkdir -p "${f%/*}" || exit 125
 exec 3<&0
 setsid "$@" </dev/null &
