@@ -291,12 +291,22 @@ class LabLeaks:
         self._tmp = tempfile.TemporaryDirectory(prefix="vrmig-chaos-")
         self.hosts = connect(self.inv, Path(self._tmp.name))
         self.rooted_before: dict[str, set[int]] = {}
+        #: a lab whose R1 and R2 are Xen hosts: their dom0s, searched for domains and guards
+        self.dom0s: dict[str, Any] = {}
+        from migrate.testbed.hosts import SshHost
+        from migrate.testbed.inventory import HostSpec
+
+        for role in ("R1", "R2"):
+            x = self.inv.host(role).xen
+            if x is not None:
+                self.dom0s[role] = SshHost(HostSpec(f"{role}.xen", "ssh", x.ssh), Path(self._tmp.name))
+                self.dom0s[role].open()
 
     def __enter__(self) -> LabLeaks:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for h in self.hosts.values():
+        for h in [*self.hosts.values(), *self.dom0s.values()]:
             h.close()
         self._tmp.cleanup()
 
@@ -345,6 +355,20 @@ class LabLeaks:
             if uri:
                 names = virsh(uri, "list", "--all", "--name").stdout.split()
                 found += [f"{role}: libvirt domain {n}" for n in names if prefix in n]
+        found += self.dom0_leftovers(prefix)
+        return found
+
+    def dom0_leftovers(self, prefix: str) -> list[str]:
+        """In each Xen host's dom0: the router's domains and the run's guards still there."""
+        from migrate.drivers.xen.dom0 import GUARD_DIR
+        from migrate.drivers.xen.xl import router_domains
+
+        found = []
+        for role, h in self.dom0s.items():
+            domains = router_domains(h.run(["xl", "list"], check=False).stdout.decode(errors="replace"))
+            found += [f"{role} dom0: domain {d}" for d in domains]
+            guards = h.run(["ls", GUARD_DIR], check=False).stdout.decode().split()
+            found += [f"{role} dom0: guard {g}" for g in guards if g.startswith(f"{prefix}-")]
         return found
 
     def leaks(self, before: set[tuple[str, str]], prefix: str | None, grace_s: float, killed: bool) -> list[str]:
@@ -611,24 +635,10 @@ def run_hv(
     return totals
 
 
-def lab_hvs(testbed: Path) -> tuple[str, ...]:
-    """What chaos runs on the lab ``testbed``: :data:`LAB_HVS`, without xen when R1 and R2 are Xen
-    hosts (the leak search does not look inside their dom0s)."""
-    from migrate.testbed.inventory import InventoryError, load
-
-    try:
-        xen_hosts = load(testbed).host("R1").xen is not None
-    except InventoryError:
-        return LAB_HVS
-    return tuple(hv for hv in LAB_HVS if hv != "xen") if xen_hosts else LAB_HVS
-
-
-def check_lab_hvs(hvs: Sequence[str], testbed: Path | None = None) -> None:
-    """ValueError (one line) if a hypervisor of ``hvs`` cannot run on a lab (``testbed``) yet."""
-    allowed = lab_hvs(testbed) if testbed is not None else LAB_HVS
-    if other := [hv for hv in hvs if hv not in allowed]:
-        why = " (its Xen hosts' dom0s are not searched for leaks)" if "xen" in other and "xen" in LAB_HVS else ""
-        raise ValueError(f"HVS={','.join(other)} cannot run on a lab (TESTBED=) yet{why}: use HVS={','.join(allowed)}")
+def check_lab_hvs(hvs: Sequence[str]) -> None:
+    """ValueError (one line) if a hypervisor of ``hvs`` cannot run on a lab yet."""
+    if other := [hv for hv in hvs if hv not in LAB_HVS]:
+        raise ValueError(f"HVS={','.join(other)} cannot run on a lab (TESTBED=) yet: use HVS={','.join(LAB_HVS)}")
 
 
 def run_chaos(
@@ -661,7 +671,7 @@ def run_chaos_per_hv(
     if unknown:
         raise ValueError(f"HVS: {', '.join(unknown)} unknown: choose from {', '.join(HV_PROFILES)}")
     if testbed is not None:
-        check_lab_hvs(hvs, testbed)
+        check_lab_hvs(hvs)
     check_results_root(results)
     counts = {hv: xen_trials if hv == "xen" and xen_trials is not None else trials for hv in hvs}
     out: dict[str, Totals] = {}
@@ -705,13 +715,13 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("chaos: must run as root", file=sys.stderr)
         return 2
-    hvs = a.hvs or (lab_hvs(a.testbed) if a.testbed is not None else DEFAULT_HVS)
+    hvs = a.hvs or (LAB_HVS if a.testbed is not None else DEFAULT_HVS)
     if a.testbed is not None:
         if not a.testbed.is_file():
             print(f"chaos: TESTBED={a.testbed}: no such inventory (docs/testbed.md)", file=sys.stderr)
             return 2
         try:
-            check_lab_hvs(hvs, a.testbed)
+            check_lab_hvs(hvs)
         except ValueError as err:
             print(f"chaos: {err}", file=sys.stderr)
             return 2

@@ -486,7 +486,9 @@ class Calibrator:
         self.instruments.wait_forwarding(timeout_s=WARMUP_TIMEOUT_S)
         if "cut" in self.spec.kinds:
             if self.inv is not None:
-                self.port = LabPortCut(self.tb, "R1", self.inv.host("R1").taps["R"], self.registry)
+                x = self.inv.host("R1").xen if self.spec.hv == "xen" else None
+                port = x.taps["R"] if x is not None else self.inv.host("R1").taps["R"]
+                self.port = LabPortCut(self.tb, "R1", port, self.registry)
             else:
                 self.port = PortCut(self.tb.ns("R1"), CUT_PORT)
         prepare: Callable[[], None] | None = getattr(self.driver, "prepare_pause", None)
@@ -641,10 +643,11 @@ def lab_checks(spec: CalibrationSpec, testbed: Path) -> tuple[Inventory, dict[st
     lab_supports(spec.scenario(), inv)
     if spec.hv == "criu" and "pause" in spec.kinds:
         raise ConfigError("KIND=pause: HV=criu on a lab has no pause (the cgroup freezer is local only): use KIND=cut")
-    if spec.hv == "xen" and inv.host("R1").xen is not None:
+    x = inv.host("R1").xen
+    if spec.hv == "xen" and x is not None and "cut" in spec.kinds and "R" not in x.taps:
         raise ConfigError(
-            f"{testbed}: make calibrate on a lab's Xen hosts (hosts.R1.xen) is not built: its cuts are on R1's taps, "
-            "which are not the dom0's ports; use an inventory without the xen tables (nested Xen hosts)"
+            f"{testbed}: hosts.R1.xen: KIND=cut on a Xen host needs `taps` (the host's interfaces that carry "
+            "dom0's NICs; the right-hand one is cut): add them or use KIND=pause"
         )
     return inv, lab_preflight(inv, testbed)
 
@@ -718,7 +721,7 @@ def _method(spec: CalibrationSpec) -> dict[str, str]:
         ("kvm", "qmp"): "QMP stop / cont on R1's QEMU",
         ("kvm", "libvirt"): "virDomainSuspend / virDomainResume through R1's libvirtd",
         ("criu", "qmp"): "cgroup v2 freezer (cgroup.freeze 1 / 0, until cgroup.events reports it) of the container",
-        ("xen", "qmp"): "xl pause / xl unpause in R1's dom0 (over the dom0 agent)",
+        ("xen", "qmp"): "xl pause / xl unpause in R1's dom0 (over the dom0 agent; on a lab's Xen hosts over SSH)",
     }
     return {
         "cut": f"R1 {CUT_PORT} (bridge port of the router's right-hand interface on brR): IFLA_BRPORT_STATE "

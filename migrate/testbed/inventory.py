@@ -42,7 +42,7 @@ _HV_KEYS = {
     "libvirt_tls",
     "xen",
 }
-_XEN_KEYS = {"ssh", "bridges", "migration", "deploy_dir"}
+_XEN_KEYS = {"ssh", "bridges", "migration", "deploy_dir", "taps"}
 #: a Xen host's defaults: dom0 bridges the router domU's vifs attach to
 XEN_BRIDGES = {"L": "xenbrL", "R": "xenbrR"}
 _PORT_KEYS = {"ipv4", "ipv6", "mac"}
@@ -74,6 +74,9 @@ class XenDom0Spec:
     migration_if: str
     migration_ipv4: str  # CIDR
     deploy_dir: str
+    #: optional: the host's interfaces that carry dom0's NICs on segments L and R (an emulated
+    #: lab's taps), where ``make calibrate`` cuts the router's right-hand port
+    taps: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -321,6 +324,7 @@ def _xen(
         migration_if=_ifname(c, f"{where}.migration", "interface", _str(c, f"{where}.migration", mig, "interface")),
         migration_ipv4=_cidr(c, f"{where}.migration", "ipv4", _str(c, f"{where}.migration", mig, "ipv4"), 4) or "",
         deploy_dir=_abs_dir(c, where, "deploy_dir", _str(c, where, t, "deploy_dir", required=False) or deploy_dir),
+        taps=_per_segment(c, where, t, "taps", required=False),
     )
 
 

@@ -650,6 +650,7 @@ libvirt_peer_uri = {{ r.libvirt_peer_uri|q }}
 [hosts.{{ r.role }}.xen]
 ssh = { host = {{ r.xen.host|q }}, port = {{ r.xen.port }} }
 migration = { interface = {{ r.xen.mig_if|q }}, ipv4 = {{ r.xen.mig_ipv4|q }} }
+taps = { L = {{ r.xen.tapL|q }}, R = {{ r.xen.tapR|q }} }
 {% endif %}{% endfor %}{% for p in ports %}
 [router.{{ p.segment }}]
 ipv4 = {{ p.ipv4|q }}

@@ -238,8 +238,15 @@ def wait_ready(st: LabState, role: str, p: subprocess.Popen[bytes], key: Path, k
 
 def inventory_tables(st: LabState) -> dict[str, dict[str, str]]:
     """What the inventory says of each Xen host's dom0: its SSH host and port, its migration
-    NIC and address."""
+    NIC and address, the host's taps of its data NICs."""
     return {
-        r: {"host": st.mgmt_addr(r), "port": str(XEN_SSH_PORT), "mig_if": "ethM", "mig_ipv4": DOM0_MIG_ADDR[r]}
+        r: {
+            "host": st.mgmt_addr(r),
+            "port": str(XEN_SSH_PORT),
+            "mig_if": "ethM",
+            "mig_ipv4": DOM0_MIG_ADDR[r],
+            "tapL": TAPS["L"],
+            "tapR": TAPS["R"],
+        }
         for r in topo.HYPERVISOR_HOSTS
     }

@@ -107,7 +107,8 @@ def _dom0_leftovers(inv) -> dict[str, list[str]]:
         left = [f"domain {d}" for d in router_domains(_dom0(inv, r, "xl", "list").stdout)]
         left += [f"pidfile {f}" for f in _dom0(inv, r, "ls", GUARD_DIR).stdout.split()]
         ps = _dom0(inv, r, "ps", "-o", "pid,args").stdout.splitlines()
-        left += [ln.strip() for ln in ps if "socat" in ln or "xl -vvv" in ln or "tail -n +1 -F" in ln]
+        marks = ("socat", "xl -vvv", "tail -n +1 -F", "reap()")
+        left += [ln.strip() for ln in ps if any(m in ln for m in marks)]
         out[r] = left
     return out
 
@@ -353,8 +354,9 @@ def test_xen_on_the_lab_boots_nested_hosts_over_ssh_and_migrates(lab, tmp_path, 
 def test_xen_hosts_of_the_lab_run_xl_over_ssh_and_a_sigkill_is_cleaned(lab, tmp_path, monkeypatch):
     """HV=xen on a lab whose R1 and R2 are Xen hosts: xl runs in their dom0s over SSH (the
     domU's files copied there), the router moves to R2 over the lab's migration link and the
-    run leaves nothing in either dom0.  A SIGKILLed orchestrator: the guards stop the dom0
-    commands when their channels close, and clean-testbed destroys the domain the run left."""
+    run leaves nothing in either dom0.  A SIGKILLed orchestrator mid-migration: the guards stop
+    the dom0 commands when their channels close and the reapers destroy the router's domains;
+    clean-testbed removes the run directories on the hosts."""
     from migrate.experiment.run import run
     from migrate.experiment.scenario import Scenario
 
@@ -406,18 +408,14 @@ def test_xen_hosts_of_the_lab_run_xl_over_ssh_and_a_sigkill_is_cleaned(lab, tmp_
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    deadline = time.monotonic() + GRACE_S
-    while time.monotonic() < deadline:
-        left = _dom0_leftovers(inv)
-        if not any(x for v in left.values() for x in v if not x.startswith("domain ")):
-            break
-        time.sleep(0.2)
-    left = _dom0_leftovers(inv)
-    assert [x for v in left.values() for x in v if not x.startswith("domain ")] == [], left
-    assert any(x.startswith("domain ") for x in left["R1"]), "expected the killed run's domain to be left"
+    # the guards stop the dom0 commands, the reapers destroy the domains (xl destroy under TCG
+    # takes a few seconds)
+    deadline = time.monotonic() + 3 * GRACE_S
+    while _dom0_leftovers(inv) != {"R1": [], "R2": []} and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _dom0_leftovers(inv) == {"R1": [], "R2": []}
     res = _cli("clean-testbed", "--testbed", str(lab), timeout=120)
     assert res.returncode == 0, res.stderr
-    assert "R1 dom0: destroyed domain vrmig-router" in res.stdout, res.stdout
     assert _dom0_leftovers(inv) == {"R1": [], "R2": []}
     assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
 

@@ -303,6 +303,19 @@ done"""
 #: where the guards of a dom0 keep their pid files
 GUARD_DIR = "/run/vrmig/guard"
 
+#: a dom0's domain reaper, run under :data:`GUARD_SH` for the whole run: when its channel closes
+#: (the run ended, or the orchestrator died) the guard's SIGTERM makes it destroy the router's
+#: domains ($1 and the ``$1--incoming``/``--migratedaway`` ones an interrupted migration
+#: leaves), as libvirt's reaper does for DRIVER=libvirt.  It prints REAPER-READY once armed.
+REAPER_SH = r"""reap() {
+    xl list 2>/dev/null | while read -r n _; do
+        case $n in "$1"|"$1"--*) xl destroy "$n" && echo "REAPED $n" ;; esac
+    done
+}
+trap 'reap "$1"; exit 0' TERM
+echo REAPER-READY
+while :; do sleep 3600 & wait $!; done"""
+
 
 class SshDom0(ShellDom0):
     """A dom0 reached over SSH (a lab's Xen host): every command goes through ``ssh``'s

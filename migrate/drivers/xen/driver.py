@@ -48,7 +48,16 @@ from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.drivers.criu.nsock import NetDevCounters, netns_path
 from migrate.drivers.kvm.accel import detect_accel
 from migrate.drivers.kvm.driver import NIC_MODELS, QEMU, qemu_version
-from migrate.drivers.xen.dom0 import EXIT_MARK, XEN_LOG, AgentDom0, Dom0Error, ShellDom0, SshDom0, StreamLog
+from migrate.drivers.xen.dom0 import (
+    EXIT_MARK,
+    REAPER_SH,
+    XEN_LOG,
+    AgentDom0,
+    Dom0Error,
+    ShellDom0,
+    SshDom0,
+    StreamLog,
+)
 from migrate.drivers.xen.xl import (
     DOMAIN,
     ROUTER_MACS,
@@ -463,6 +472,14 @@ class XenDriver(Driver):
                     f"{host} dom0 already runs a domain {names[0]} (left by a killed run?): "
                     f"make clean-testbed TESTBED={tb} destroys it"
                 )
+        # the reapers: if this process dies, the domains it makes go with it
+        for host in self.xen_hosts:
+            self.dom0[host].stream("reap", ["sh", "-c", REAPER_SH, "sh", DOMAIN])
+        for host in self.xen_hosts:
+            hit = self.streams.wait(host, "reap", ("REAPER-READY", EXIT_MARK), 30.0)
+            if hit is None or "REAPER-READY" not in hit["line"]:
+                tail = " | ".join(self.streams.tail(host, "reap"))
+                raise DependencyError(f"{host} dom0: the domain reaper did not start: {tail or 'no output'}")
 
     def _deploy_domu(self) -> None:
         """Copy the router domU of this run's profile (kernel, initrd) and the vif hotplug script
