@@ -808,23 +808,32 @@ def _build(st: LabState) -> Path:
     from migrate.testbed import labxen
 
     # the Xen hosts boot (tens of seconds under TCG) while the rest of the lab comes up
-    xens = {r: labxen.start(st, r, authorized.read_text(), _keygen) for r in topo.HYPERVISOR_HOSTS} if st.xen else {}
+    def record(pid: int, what: str) -> None:
+        st.processes.append({"pid": pid, "starttime": proc_starttime(pid), "what": what})
+        st.save()
+
+    xens = {
+        r: labxen.start(lab=st.name, role=r, ns=st.ns(r), host_dir=st.host_dir(r), mgmt_addr=st.mgmt_addr(r),
+                        authorized_keys=authorized.read_text(), keygen=_keygen, record=record)
+        for r in (topo.HYPERVISOR_HOSTS if st.xen else ())
+    }  # fmt: skip
     known_hosts = st.dir / "known_hosts"
     mgmt = {r: st.mgmt_addr(r) for r in MGMT_ROLES}
     lines = []
     for role in MGMT_ROLES:
         ktype, kdata = (st.host_dir(role) / "ssh_host_ed25519_key.pub").read_text().split()[:2]
         lines.append(f"{mgmt[role]} {ktype} {kdata}\n")
-    lines += [labxen.known_hosts_line(st, r) for r in xens]
+    lines += [labxen.known_hosts_line(st.host_dir(r), st.mgmt_addr(r)) for r in xens]
     known_hosts.write_text("".join(lines))
     for role in MGMT_ROLES:
         log.debug("lab host %s ready after %.3f s", role, _wait_ready(st, role, sshds[role], key, known_hosts))
     libvirt = _start_libvirt(st, key, sshds)
     for r, p in xens.items():
-        took = labxen.wait_ready(st, r, p, key, known_hosts)
+        ssh = ssh_argv(key, known_hosts, mgmt[r], "-p", str(labxen.XEN_SSH_PORT))
+        took = labxen.wait_ready(r, st.host_dir(r), p, ssh)
         log.info("lab Xen host %s: dom0 reachable over SSH after %.1f s", r, took)
     inv = st.dir / "lab.toml"
-    xen_tables = labxen.inventory_tables(st) if st.xen else None
+    xen_tables = labxen.inventory_tables(mgmt) if st.xen else None
     write_text(inv, render_inventory(st.name, st.deploy_dir, key, known_hosts, mgmt, libvirt=libvirt, xen=xen_tables))
     inventory.load(inv)  # what lab-up writes, the suite reads
     st.complete = True

@@ -29,15 +29,11 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from migrate.core.errors import DependencyError, TestbedError
-from migrate.core.registry import RUN_ENV, proc_starttime
+from migrate.core.registry import RUN_ENV
 from migrate.core.sighold import held_signals
 from migrate.testbed import topology as topo
-
-if TYPE_CHECKING:
-    from migrate.testbed.lab import LabState
 
 #: on each hypervisor host's management address: QEMU's forward to its dom0's sshd
 XEN_SSH_PORT = 2222
@@ -124,24 +120,34 @@ def preflight() -> None:
         raise DependencyError(f"lab-up XEN=1: {err}") from err
 
 
-def start(st: LabState, role: str, authorized_keys: str, keygen: Callable[[Path, str], str]) -> subprocess.Popen[bytes]:
-    """Start ``role``'s Xen host (recorded by PID and start time before anything waits on it);
-    ``keygen`` makes dom0's host key pair."""
+def start(
+    *,
+    lab: str,
+    role: str,
+    ns: str,
+    host_dir: Path,
+    mgmt_addr: str,
+    authorized_keys: str,
+    keygen: Callable[[Path, str], str],
+    record: Callable[[int, str], None],
+) -> subprocess.Popen[bytes]:
+    """Start ``role``'s Xen host in namespace ``ns`` (its files under ``host_dir``/xen, dom0's
+    sshd forwarded from ``mgmt_addr``); ``keygen`` makes dom0's host key pair, ``record`` notes
+    the QEMU's PID in the lab's state before anything waits on it."""
     from migrate.core.netlink import iproute
     from migrate.drivers.kvm.accel import detect_accel
     from migrate.drivers.xen.driver import DOM0_MEM_MIB, HOST_MACS, QEMU_HEADROOM_MIB, TUNNEL_OVERHEAD, host_qemu_argv
     from migrate.testbed.builder import add_tap
     from routers.xen_image import xen_image
 
-    hd = st.host_dir(role) / "xen"
+    hd = host_dir / "xen"
     hd.mkdir(mode=0o700)
     key = hd / "ssh_host_ed25519_key"
-    keygen(key, f"vrmig-lab {st.name} Xen host {role}")
+    keygen(key, f"vrmig-lab {lab} Xen host {role}")
     image = xen_image(verify=False)
     initrd = hd / "dom0-initrd.img"
     base = image.initrd.read_bytes()
     initrd.write_bytes(base + b"\0" * (-len(base) % 4) + dom0_overlay(role, key.read_bytes(), authorized_keys))
-    ns = st.ns(role)
     with iproute(ns) as ipr:
         for seg, tap in TAPS.items():
             add_tap(ns, tap)
@@ -158,7 +164,7 @@ def start(st: LabState, role: str, authorized_keys: str, keygen: Callable[[Path,
         f"vrmig.gw={SLIRP_HOST}"
     )
     argv = host_qemu_argv(
-        name=f"vrmig-lab-{st.name}-xen-{role}",
+        name=f"vrmig-lab-{lab}-xen-{role}",
         accel=accel,
         mem_mib=DOM0_MEM_MIB + DOMU_MIB + QEMU_HEADROOM_MIB,
         xen=image.xen,
@@ -173,7 +179,7 @@ def start(st: LabState, role: str, authorized_keys: str, keygen: Callable[[Path,
         macs=macs,
         taps=(TAPS["L"], TAPS["R"], "unused"),
         mig_udp=(f"{own}:{TUNNEL_PORT}", f"{other}:{TUNNEL_PORT}"),
-        mgmt=(MGMT_MAC[role], mgmt_netdev(st.mgmt_addr(role))),
+        mgmt=(MGMT_MAC[role], mgmt_netdev(mgmt_addr)),
     )
     env = {k: v for k, v in os.environ.items() if k != RUN_ENV}
     with open(hd / "qemu.stderr", "wb") as err, held_signals(mask=False):
@@ -186,24 +192,22 @@ def start(st: LabState, role: str, authorized_keys: str, keygen: Callable[[Path,
             close_fds=True,
             env=env,
         )
-        st.processes.append({"pid": p.pid, "starttime": proc_starttime(p.pid), "what": f"Xen host {role} (QEMU)"})
-        st.save()
+        record(p.pid, f"Xen host {role} (QEMU)")
     return p
 
 
-def known_hosts_line(st: LabState, role: str) -> str:
-    """The known_hosts line of ``role``'s dom0 (``[address]:port type key``)."""
-    ktype, kdata = (st.host_dir(role) / "xen" / "ssh_host_ed25519_key.pub").read_text().split()[:2]
-    return f"[{st.mgmt_addr(role)}]:{XEN_SSH_PORT} {ktype} {kdata}\n"
+def known_hosts_line(host_dir: Path, mgmt_addr: str) -> str:
+    """The known_hosts line of the dom0 whose files are under ``host_dir``/xen
+    (``[address]:port type key``)."""
+    ktype, kdata = (host_dir / "xen" / "ssh_host_ed25519_key.pub").read_text().split()[:2]
+    return f"[{mgmt_addr}]:{XEN_SSH_PORT} {ktype} {kdata}\n"
 
 
-def wait_ready(st: LabState, role: str, p: subprocess.Popen[bytes], key: Path, known_hosts: Path) -> float:
+def wait_ready(role: str, host_dir: Path, p: subprocess.Popen[bytes], ssh: list[str]) -> float:
     """Wait for dom0's READY line with ``ssh=yes`` on the console, then for ``ssh ... true`` to
     succeed; return the seconds it took.  TestbedError when QEMU exits, dom0 reports a failure
-    or the time runs out."""
-    from migrate.testbed.lab import ssh_argv
-
-    hd = st.host_dir(role) / "xen"
+    or the time runs out.  ``ssh``: the lab's ssh argv to dom0 (the command is appended)."""
+    hd = host_dir / "xen"
     console = hd / CONSOLE
     t0 = time.monotonic()
     deadline = t0 + BOOT_TIMEOUT_S
@@ -221,7 +225,7 @@ def wait_ready(st: LabState, role: str, p: subprocess.Popen[bytes], key: Path, k
             ready = "VRMIG-DOM0-READY" in text and "ssh=yes" in text
         if ready:
             res = subprocess.run(
-                [*ssh_argv(key, known_hosts, st.mgmt_addr(role), "-p", str(XEN_SSH_PORT)), "true"],
+                [*ssh, "true"],
                 capture_output=True,
                 text=True,
                 check=False,
@@ -236,12 +240,13 @@ def wait_ready(st: LabState, role: str, p: subprocess.Popen[bytes], key: Path, k
     )
 
 
-def inventory_tables(st: LabState) -> dict[str, dict[str, str]]:
-    """What the inventory says of each Xen host's dom0: its SSH host and port, its migration
-    NIC and address, the host's taps of its data NICs."""
+def inventory_tables(mgmt: dict[str, str]) -> dict[str, dict[str, str]]:
+    """What the inventory says of each Xen host's dom0 (``mgmt``: the hosts' management
+    addresses): its SSH host and port, its migration NIC and address, the host's taps of its
+    data NICs."""
     return {
         r: {
-            "host": st.mgmt_addr(r),
+            "host": mgmt[r],
             "port": str(XEN_SSH_PORT),
             "mig_if": "ethM",
             "mig_ipv4": DOM0_MIG_ADDR[r],

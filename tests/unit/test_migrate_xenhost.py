@@ -178,7 +178,7 @@ def test_xen_driver_passes_a_hostile_migration_address_as_one_inert_argument(tmp
         run_dir=tmp_path, faults=None, testbed=None,
     )  # fmt: skip
     drv.nested, drv.procs, drv.dom0, drv.streams = False, {}, dom0, streams
-    drv.mig_addr, drv.mig_if = hostile, "ethM"
+    drv.mig_addr, drv.mig_ifs = hostile, {"R1": "ethM", "R2": "ethM"}
     try:
         drv.prepare_destination()
         drv.migrate()
@@ -252,7 +252,7 @@ def test_the_router_domu_boots_with_the_runs_peering_arguments(tmp_path, monkeyp
 
     class Dom0:
         def run(self, argv, timeout_s=30.0):
-            if argv[:2] == ["sh", "-c"] and argv[4:5] == [xen.CFG_PATH]:
+            if argv[:2] == ["sh", "-c"] and argv[4:5] == [xen.DomuPaths().cfg]:
                 written.append(argv[5])
             return 0, ""
 
@@ -278,6 +278,7 @@ def test_the_router_domu_boots_with_the_runs_peering_arguments(tmp_path, monkeyp
         testbed=Testbed("vmtest00"),
     )
     drv.dom0, drv.streams, drv.procs = {"R1": Dom0()}, Streams(), {}
+    drv.domu_paths = xen.DomuPaths()
     drv._create_domu()
     cfg = (tmp_path / "xen-domu.cfg").read_text()
     assert written == [cfg]
