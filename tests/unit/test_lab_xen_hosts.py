@@ -157,6 +157,24 @@ def test_guard_survives_sshds_hangup_and_still_cleans_up(tmp_path):
     assert not _alive(pid) and not pidfile.exists()
 
 
+def test_guard_cleans_up_when_its_channel_is_gone_for_writing_too(tmp_path):
+    # the channel closed: its stdout/stderr read ends are gone before stdin's end of file
+    pidfile = tmp_path / "guard" / "vm000000-t-1.pid"
+    r, w = os.pipe()
+    p = subprocess.Popen(["sh", "-c", GUARD_SH, "sh", str(pidfile), "sleep", "300"], stdin=subprocess.PIPE,
+                         stdout=w, stderr=w)  # fmt: skip
+    os.close(w)
+    deadline = time.monotonic() + 10
+    while not (pidfile.exists() and len(pidfile.read_text().split()) == 2):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    pid = int(pidfile.read_text().split()[0])
+    os.close(r)
+    p.stdin.close()
+    p.wait(10)
+    assert not _alive(pid) and not pidfile.exists(), p.returncode
+
+
 def test_guard_passes_the_exit_status_and_output(tmp_path):
     p, pidfile = _guarded(tmp_path, "sh", "-c", "echo out; sleep 0.3; exit 7")
     out = p.stdout.read()  # the channel stays open: the command ends by itself
@@ -229,12 +247,13 @@ def test_reaper_destroys_the_routers_domains_when_its_channel_closes(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     log = tmp_path / "xl.log"
+    state = tmp_path / "domains"
+    state.write_text("vrmig-router\nvrmig-router--incoming\nother\n")
     (bin_dir / "xl").write_text(
         "#!/bin/sh\n"
         f'echo "$*" >> {log}\n'
-        'if [ "$1" = list ]; then\n'
-        '    printf "Name ID\\nDomain-0 0\\nvrmig-router 1\\nvrmig-router--incoming 2\\nother 3\\n"\n'
-        "fi\n"
+        f'if [ "$1" = list ]; then echo "Name ID"; echo "Domain-0 0"; sed "s/$/ 1/" {state}; fi\n'
+        f'if [ "$1" = destroy ]; then grep -vx "$2" {state} > {state}.new; mv {state}.new {state}; fi\n'
     )
     (bin_dir / "xl").chmod(0o755)
     pidfile = tmp_path / "guard" / "vm000000-reap-1.pid"
@@ -246,5 +265,7 @@ def test_reaper_destroys_the_routers_domains_when_its_channel_closes(tmp_path):
     p.stdin.close()
     out = p.stdout.read().decode()
     p.wait(10)
-    assert log.read_text().splitlines() == ["list", "destroy vrmig-router", "destroy vrmig-router--incoming"]
-    assert "REAPED vrmig-router--incoming" in out and not pidfile.exists()
+    calls = log.read_text().splitlines()
+    assert calls == ["list", "destroy vrmig-router", "destroy vrmig-router--incoming", "list"], calls
+    assert state.read_text() == "other\n"
+    assert out == "" and not pidfile.exists()  # reaping writes nothing to the closed channel

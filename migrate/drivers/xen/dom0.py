@@ -270,7 +270,10 @@ class ShellDom0:
 #: orchestrator closed it, or died, and its ssh with it) the group is stopped.  argv: pidfile
 #: command...  (A background list's stdin is /dev/null in sh unless redirected: hence fd 3.)
 #: sshd sends SIGHUP to a session's process when its connection drops: the guard ignores it and
-#: ends through its stdin's end of file like in every other case, removing the pid file.
+#: ends through its stdin's end of file like in every other case, removing the pid file.  Once
+#: the command runs, the guard's own stderr is /dev/null: the shell reports a job killed by a
+#: signal ("Terminated") there, and on a closed channel that write would kill the guard
+#: (SIGPIPE) before it removed its pid file.
 GUARD_SH = r"""f=$1; shift
 trap '' HUP
 mkdir -p "${f%/*}" || exit 125
@@ -280,7 +283,7 @@ c=$!
 echo "$c $(cut -d' ' -f22 "/proc/$c/stat" 2>/dev/null)" > "$f"
 { while read -r _; do :; done; kill -TERM -"$c" 2>/dev/null || kill -TERM "$c" 2>/dev/null; } <&3 &
 w=$!
-exec 3<&-
+exec 3<&- 2>/dev/null
 wait "$c"; rc=$?
 kill "$w" 2>/dev/null
 rm -f "$f"
@@ -307,12 +310,19 @@ GUARD_DIR = "/run/vrmig/guard"
 #: (the run ended, or the orchestrator died) the guard's SIGTERM makes it destroy the router's
 #: domains ($1 and the ``$1--incoming``/``--migratedaway`` ones an interrupted migration
 #: leaves), as libvirt's reaper does for DRIVER=libvirt.  It prints REAPER-READY once armed.
+#: Its output goes to /dev/null once it reaps (the channel is closed by then), and it tries again
+#: while a domain resists (one an interrupted ``xl migrate-receive`` is still tearing down).
 REAPER_SH = r"""reap() {
-    xl list 2>/dev/null | while read -r n _; do
-        case $n in "$1"|"$1"--*) xl destroy "$n" && echo "REAPED $n" ;; esac
+    i=0
+    while [ "$i" -lt 30 ]; do
+        names=$(xl list 2>/dev/null | while read -r n _; do case $n in "$1"|"$1"--*) echo "$n" ;; esac; done)
+        [ -n "$names" ] || return 0
+        for n in $names; do xl destroy "$n"; done
+        i=$((i + 1))
+        sleep 1
     done
 }
-trap 'reap "$1"; exit 0' TERM
+trap 'exec >/dev/null 2>&1; reap "$1"; exit 0' TERM
 echo REAPER-READY
 while :; do sleep 3600 & wait $!; done"""
 
