@@ -20,7 +20,13 @@ the agent's sockets are forwarded through the SSH connection; dom0's migration N
 socket backend between the two hosts' migration addresses (:data:`LAB_TUNNEL_PORT`), so the lab's
 link carries the stream and nothing in the hosts' network configuration changes.
 
-Real Xen hosts: when the suite runs in a dom0 (``xl`` present, ``/proc/xen/capabilities`` says
+A lab's Xen hosts (the inventory's ``hosts.R1.xen``/``hosts.R2.xen``): nothing is nested; xl runs
+in each dom0 over SSH (:class:`migrate.drivers.xen.dom0.SshDom0`, every long-lived command under a
+shell guard that stops it when its channel closes, and a domain reaper per dom0), the domU's files
+are copied to ``<deploy_dir>/xen/`` (:class:`migrate.drivers.xen.xl.DomuPaths`), and the volume is
+dom0's own NIC counters beside the lab link's.  ``make lab-up XEN=1`` builds such hosts here.
+
+Real Xen hosts without a lab inventory: when the suite runs in a dom0 (``xl`` present, ``/proc/xen/capabilities`` says
 control_d) and ``XEN_PEER`` names the destination (``ssh`` transport), the same phases run xl
 directly (:class:`migrate.drivers.xen.dom0.ShellDom0`); ``XEN_MIG_ADDR`` is the destination's address on
 the migration link, ``XEN_MIG_IF`` the dom0 NIC whose counters give the volume.  The hosts must
