@@ -5,6 +5,7 @@ closes (run here with this machine's sh: the same POSIX script a dom0 runs)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -269,3 +270,29 @@ def test_reaper_destroys_the_routers_domains_when_its_channel_closes(tmp_path):
     assert calls == ["list", "destroy vrmig-router", "destroy vrmig-router--incoming", "list"], calls
     assert state.read_text() == "other\n"
     assert out == "" and not pidfile.exists()  # reaping writes nothing to the closed channel
+
+
+def test_reaper_waits_for_a_dying_xl_before_it_looks(tmp_path):
+    # an "xl migrate-receive" still running when the channel closes (a process named xl): the
+    # reaper looks only once it is gone, so the --incoming domain it may still create is seen
+    from migrate.drivers.xen.dom0 import REAPER_SH
+
+    bin_dir, other = tmp_path / "bin", tmp_path / "other"
+    bin_dir.mkdir()
+    other.mkdir()
+    log = tmp_path / "xl.log"
+    (bin_dir / "xl").write_text(f'#!/bin/sh\necho "$*" >> {log}\n')
+    (bin_dir / "xl").chmod(0o755)
+    (other / "xl").symlink_to(shutil.which("sleep"))
+    receiving = subprocess.Popen([str(other / "xl"), "1.5"])
+    pidfile = tmp_path / "guard" / "vm000000-reap-1.pid"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    argv = ["sh", "-c", GUARD_SH, "sh", str(pidfile), "sh", "-c", REAPER_SH, "sh", "vrmig-router"]
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    assert p.stdout.readline() == b"REAPER-READY\n"
+    p.stdin.close()
+    time.sleep(0.5)  # the reaper is waiting; nothing may have asked xl yet
+    assert receiving.poll() is None and not log.exists()
+    receiving.wait(10)
+    p.wait(20)
+    assert log.read_text().splitlines() == ["list"] and not pidfile.exists()

@@ -310,9 +310,19 @@ GUARD_DIR = "/run/vrmig/guard"
 #: (the run ended, or the orchestrator died) the guard's SIGTERM makes it destroy the router's
 #: domains ($1 and the ``$1--incoming``/``--migratedaway`` ones an interrupted migration
 #: leaves), as libvirt's reaper does for DRIVER=libvirt.  It prints REAPER-READY once armed.
-#: Its output goes to /dev/null once it reaps (the channel is closed by then), and it tries again
-#: while a domain resists (one an interrupted ``xl migrate-receive`` is still tearing down).
-REAPER_SH = r"""reap() {
+#: Its output goes to /dev/null once it reaps (the channel is closed by then).  It first waits
+#: (at most 30 s) for the other ``xl`` processes to end: an ``xl migrate-receive`` being stopped
+#: by its own guard at the same moment may still be creating the ``--incoming`` domain, which a
+#: reaper that looked too early would miss.  Then it destroys until none is left.
+REAPER_SH = r"""xl_busy() {
+    for f in /proc/[0-9]*/comm; do
+        [ "$(cat "$f" 2>/dev/null)" = xl ] && return 0
+    done
+    return 1
+}
+reap() {
+    i=0
+    while xl_busy && [ "$i" -lt 60 ]; do i=$((i + 1)); sleep 0.5; done
     i=0
     while [ "$i" -lt 30 ]; do
         names=$(xl list 2>/dev/null | while read -r n _; do case $n in "$1"|"$1"--*) echo "$n" ;; esac; done)
