@@ -130,6 +130,8 @@ def _iface_expectations(spec: HostSpec) -> list[tuple[str, str, bool, str | None
         out.append((name, f"taps.{seg}", False, spec.bridges.get(seg)))
     if spec.migration_if:
         out.append((spec.migration_if, "migration.interface", True, None))
+    for seg, name in (spec.xen.taps if spec.xen is not None else {}).items():  # a Xen host's ports of dom0's NICs
+        out.append((name, f"xen.taps.{seg}", False, spec.bridges.get(seg)))
     return out
 
 

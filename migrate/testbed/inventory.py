@@ -117,7 +117,10 @@ class HostSpec:
             return [self.interface] if self.interface else []
         names = [*(self.taps[s] for s in topo.SEGMENTS if s in self.taps)]
         names += [self.uplinks[s] for s in topo.SEGMENTS if s in self.uplinks]
-        return [*names, *([self.migration_if] if self.migration_if else [])]
+        names += [*([self.migration_if] if self.migration_if else [])]
+        # a Xen host's ports of its dom0's NICs (sampled under their own names)
+        xen_taps = self.xen.taps if self.xen is not None else {}
+        return names + [xen_taps[s] for s in topo.SEGMENTS if s in xen_taps and xen_taps[s] not in names]
 
 
 @dataclass(frozen=True)

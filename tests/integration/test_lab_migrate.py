@@ -384,6 +384,12 @@ def test_xen_hosts_of_the_lab_run_xl_over_ssh_and_a_sigkill_is_cleaned(lab, tmp_
     pkt = summary["downtime_s"]["packets"]
     assert pkt is not None and pkt > 0 and summary["downtime_s"]["hypervisor"] > 0, summary["downtime_s"]
     assert meta["after_migration"]["forwarding"] is True
+    # the sampler read R1's port of dom0's right-hand NIC (xtapR, rx + tx bytes): the router's
+    # traffic to B left R1 there until the migration
+    lines = (run_dir / "counters.tsv").read_text().splitlines()
+    rows = [ln.split() for ln in lines if not ln.startswith(("#", "t_ns"))]
+    xtap = [int(f[5]) + int(f[7]) for f in rows if f[2].endswith("-R1") and f[3] == inv.host("R1").xen.taps["R"]]
+    assert xtap and xtap[-1] - xtap[0] > 100_000, xtap[:1] + xtap[-1:]
     assert _dom0_leftovers(inv) == {"R1": [], "R2": []}
     assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
 

@@ -90,6 +90,11 @@ def test_lab_up_inventory_with_xen_hosts_loads(tmp_path):
     i = inv.load(p)
     assert i.host("R2").xen.ssh.port == 2222 and i.host("R2").xen.migration_ipv4 == "198.19.254.2/30"
     assert i.host("R1").xen.taps == labxen.TAPS
+    # the sampler reads the Xen host's ports of dom0's NICs too, and hosts-check expects them on brL/brR
+    from migrate.testbed.check import _iface_expectations
+
+    assert i.host("R1").interfaces() == ["tapL", "tapR", "upL", "upR", "mig0", "xtapL", "xtapR"]
+    assert ("xtapR", "xen.taps.R", False, "brR") in _iface_expectations(i.host("R1"))
     assert "[hosts.R1.xen]" not in lab.render_inventory("x", "/var/lib/vrmig", tmp_path / "k", tmp_path / "kh", mgmt)
 
 
