@@ -126,6 +126,27 @@ def _guarded(tmp_path: Path, *argv: str) -> tuple[subprocess.Popen[bytes], Path]
     return p, pidfile
 
 
+def _session_left(sid: int, grace_s: float = 2.0) -> list[str]:
+    """Live processes still in session ``sid`` (a guarded command's own, made by setsid) after
+    at most ``grace_s``; zombies awaiting their new parent's wait do not count."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        out = subprocess.run(["ps", "-o", "pid=,stat=,args=", "-s", str(sid)], capture_output=True, text=True).stdout
+        left = [ln.strip() for ln in out.splitlines() if ln.strip() and not ln.split()[1].startswith("Z")]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def _pid_of(pidfile: Path) -> int:
+    """The PID a guard recorded (waits for its pid file: the command may speak first)."""
+    deadline = time.monotonic() + 10
+    while not (pidfile.exists() and len(pidfile.read_text().split()) == 2):
+        assert time.monotonic() < deadline, "the guard wrote no pid file"
+        time.sleep(0.01)
+    return int(pidfile.read_text().split()[0])
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -268,6 +289,7 @@ def test_reaper_destroys_the_routers_domains_when_its_channel_closes(tmp_path):
     p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     assert p.stdout.readline() == b"REAPER-READY\n"
     assert not log.exists()  # nothing destroyed while the channel is open
+    sid = _pid_of(pidfile)
     p.stdin.close()
     out = p.stdout.read().decode()
     p.wait(10)
@@ -275,6 +297,7 @@ def test_reaper_destroys_the_routers_domains_when_its_channel_closes(tmp_path):
     assert calls == ["list", "destroy vrmig-router", "destroy vrmig-router--incoming", "list"], calls
     assert state.read_text() == "other\n"
     assert out == "" and not pidfile.exists()  # reaping writes nothing to the closed channel
+    assert _session_left(sid) == []  # its idle sleep is gone too
 
 
 def test_reaper_waits_for_a_dying_xl_before_it_looks(tmp_path):
@@ -295,9 +318,11 @@ def test_reaper_waits_for_a_dying_xl_before_it_looks(tmp_path):
     argv = ["sh", "-c", GUARD_SH, "sh", str(pidfile), "sh", "-c", REAPER_SH, "sh", "vrmig-router"]
     p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     assert p.stdout.readline() == b"REAPER-READY\n"
+    sid = _pid_of(pidfile)
     p.stdin.close()
     time.sleep(0.5)  # the reaper is waiting; nothing may have asked xl yet
     assert receiving.poll() is None and not log.exists()
     receiving.wait(10)
     p.wait(20)
     assert log.read_text().splitlines() == ["list"] and not pidfile.exists()
+    assert _session_left(sid) == []

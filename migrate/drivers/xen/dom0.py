@@ -313,7 +313,10 @@ GUARD_DIR = "/run/vrmig/guard"
 #: Its output goes to /dev/null once it reaps (the channel is closed by then).  It first waits
 #: (at most 30 s) for the other ``xl`` processes to end: an ``xl migrate-receive`` being stopped
 #: by its own guard at the same moment may still be creating the ``--incoming`` domain, which a
-#: reaper that looked too early would miss.  Then it destroys until none is left.
+#: reaper that looked too early would miss.  Then it destroys until none is left, and ends its
+#: own process group (the guard's ``setsid`` made it one): a TERM that lands while the shell
+#: forks its idle ``sleep`` is swallowed by the child before it execs, so that sleep would
+#: outlive the group's first TERM.  The sleep holds no file of the channel either way.
 REAPER_SH = r"""xl_busy() {
     for f in /proc/[0-9]*/comm; do
         [ "$(cat "$f" 2>/dev/null)" = xl ] && return 0
@@ -332,9 +335,9 @@ reap() {
         sleep 1
     done
 }
-trap 'exec >/dev/null 2>&1; reap "$1"; exit 0' TERM
+trap 'exec >/dev/null 2>&1; reap "$1"; trap - TERM; kill -TERM 0' TERM
 echo REAPER-READY
-while :; do sleep 3600 & wait $!; done"""
+while :; do sleep 3600 </dev/null >/dev/null 2>&1 & wait "$!"; done"""
 
 
 class SshDom0(ShellDom0):
