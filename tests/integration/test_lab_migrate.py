@@ -414,9 +414,9 @@ def test_xen_hosts_of_the_lab_run_xl_over_ssh_and_a_sigkill_is_cleaned(lab, tmp_
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    # the guards stop the dom0 commands, the reapers destroy the domains (xl destroy under TCG
-    # takes a few seconds)
-    deadline = time.monotonic() + 3 * GRACE_S
+    # the guards stop the dom0 commands, the reapers destroy the domains: each first waits (at
+    # most 30 s) for a dying xl migrate-receive, then destroys (seconds each under TCG)
+    deadline = time.monotonic() + 9 * GRACE_S
     while _dom0_leftovers(inv) != {"R1": [], "R2": []} and time.monotonic() < deadline:
         time.sleep(0.5)
     assert _dom0_leftovers(inv) == {"R1": [], "R2": []}

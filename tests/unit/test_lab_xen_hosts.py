@@ -254,7 +254,7 @@ addr 198.19.254.1/30
     ],
 )
 def test_hosts_check_row_of_a_dom0(tmp_path, edit, fragment):
-    from migrate.testbed.check import ERROR, evaluate_dom0
+    from migrate.testbed.check import ERROR, WARNING, evaluate_dom0
 
     p = tmp_path / "lab.toml"
     p.write_text(_with_xen())
@@ -264,7 +264,9 @@ def test_hosts_check_row_of_a_dom0(tmp_path, edit, fragment):
     if fragment is None:
         assert problems == [] and row.versions == {"xen": "4.17.7"} and row.interfaces_ok and row.addresses_ok
     else:
-        assert len(problems) == 1 and problems[0].severity == ERROR and fragment in problems[0].message, problems
+        # a leftover domain only stops HV=xen (its driver refuses): a warning, not an error for every run
+        severity = WARNING if "is there" in fragment else ERROR
+        assert len(problems) == 1 and problems[0].severity == severity and fragment in problems[0].message, problems
 
 
 def test_reaper_destroys_the_routers_domains_when_its_channel_closes(tmp_path):
