@@ -241,9 +241,11 @@ class ShellDom0:
 
     def stream(self, tag: str, argv: Sequence[str]) -> None:
         """Start ``argv``; its lines are recorded tagged ``tag``, last ``VRMIG-EXIT <rc>``."""
-        p = subprocess.Popen(
-            self.argv(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        )
+        self._pumped(tag, self.argv(argv), subprocess.DEVNULL)
+
+    def _pumped(self, tag: str, local_argv: list[str], stdin: int) -> None:
+        """Run ``local_argv`` here with a thread recording its output lines under ``tag``."""
+        p = subprocess.Popen(local_argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=stdin)
         self.procs.append(p)
 
         def pump() -> None:
@@ -365,21 +367,7 @@ class SshDom0(ShellDom0):
         ``VRMIG-EXIT <rc>``.  The channel's stdin stays open until :meth:`close`."""
         self._n += 1
         pidfile = f"{GUARD_DIR}/{self.run_id}-{tag}-{self._n}.pid"
-        p = subprocess.Popen(
-            self.argv(["sh", "-c", GUARD_SH, "sh", pidfile, *_checked(argv)]),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.PIPE,
-        )
-        self.procs.append(p)
-
-        def pump() -> None:
-            assert p.stdout is not None
-            for raw in p.stdout:
-                self.streams.add(self.host, tag, raw.decode(errors="replace").rstrip("\r\n"))
-            self.streams.add(self.host, tag, f"{EXIT_MARK} {p.wait()}")
-
-        threading.Thread(target=pump, name=f"xenlog-{self.host}-{tag}", daemon=True).start()
+        self._pumped(tag, self.argv(["sh", "-c", GUARD_SH, "sh", pidfile, *_checked(argv)]), subprocess.PIPE)
 
     def close(self) -> None:
         """Close every stream's channel (its guard stops the command on the dom0), then wait for
