@@ -5,7 +5,6 @@ closes (run here with this machine's sh: the same POSIX script a dom0 runs)."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -313,8 +312,9 @@ def test_reaper_waits_for_a_dying_xl_before_it_looks(tmp_path):
     log = tmp_path / "xl.log"
     (bin_dir / "xl").write_text(f'#!/bin/sh\necho "$*" >> {log}\n')
     (bin_dir / "xl").chmod(0o755)
-    (other / "xl").symlink_to(shutil.which("sleep"))
-    receiving = subprocess.Popen([str(other / "xl"), "1.5"])
+    (other / "xl").write_text("#!/bin/sh\nsleep 1.5\n")  # a script's comm is its file's name: xl
+    (other / "xl").chmod(0o755)
+    receiving = subprocess.Popen([str(other / "xl"), "-vvv", "migrate-receive"])
     pidfile = tmp_path / "guard" / "vm000000-reap-1.pid"
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     argv = ["sh", "-c", GUARD_SH, "sh", str(pidfile), "sh", "-c", REAPER_SH, "sh", "vrmig-router"]
@@ -328,3 +328,75 @@ def test_reaper_waits_for_a_dying_xl_before_it_looks(tmp_path):
     p.wait(20)
     assert log.read_text().splitlines() == ["list"] and not pidfile.exists()
     assert _session_left(sid) == []
+
+
+def test_reaper_does_not_wait_for_the_xl_that_watches_a_created_domain(tmp_path):
+    # "xl create" leaves an xl process that watches the domain as long as it lives: it is no
+    # migration ending, so the reaper must not wait for it (it waited the whole 30 s, and about
+    # 90 s in a TCG dom0, so a SIGKILLed run's domain outlived the checks that followed)
+    from migrate.drivers.xen.dom0 import REAPER_SH
+
+    bin_dir, other = tmp_path / "bin", tmp_path / "other"
+    bin_dir.mkdir()
+    other.mkdir()
+    log = tmp_path / "xl.log"
+    (bin_dir / "xl").write_text(f'#!/bin/sh\necho "$*" >> {log}\n')
+    (bin_dir / "xl").chmod(0o755)
+    (other / "xl").write_text("#!/bin/sh\nsleep 60\n")  # no exec: its comm stays xl
+    (other / "xl").chmod(0o755)
+    watcher = subprocess.Popen(
+        [str(other / "xl"), "create", "/var/lib/vrmig/xen/vrmig-router.cfg"], start_new_session=True
+    )
+    try:
+        pidfile = tmp_path / "guard" / "vm000000-reap-1.pid"
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+        argv = ["sh", "-c", GUARD_SH, "sh", str(pidfile), "sh", "-c", REAPER_SH, "sh", "vrmig-router"]
+        p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        assert p.stdout.readline() == b"REAPER-READY\n"
+        sid = _pid_of(pidfile)
+        p.stdin.close()
+        p.wait(10)
+        assert log.read_text().splitlines() == ["list"] and not pidfile.exists()
+        assert _session_left(sid) == []
+        assert watcher.poll() is None  # the watcher is not the reaper's to stop
+    finally:
+        os.killpg(watcher.pid, signal.SIGKILL)
+        watcher.wait()
+
+
+@pytest.mark.parametrize("shell", [["sh"], ["busybox", "sh"]], ids=["sh", "busybox-sh"])
+def test_reaper_reaps_when_its_channel_is_gone_for_writing_too(tmp_path, shell):
+    # the orchestrator's death closes the channel's stdout/stderr before stdin reaches end of
+    # file; the group's TERM also kills the reaper's idle sleep, and busybox ash (a dom0's sh)
+    # reports that job ("Terminated") on stderr: on the closed channel that write was a SIGPIPE
+    # that killed the reaper before it reaped, now and then (a SIGKILLed run left its domain)
+    from migrate.drivers.xen.dom0 import REAPER_SH
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "xl.log"
+    state = tmp_path / "domains"
+    (bin_dir / "xl").write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {log}\n'
+        f'if [ "$1" = list ]; then echo "Name ID"; sed "s/$/ 1/" {state}; fi\n'
+        f'if [ "$1" = destroy ]; then : > {state}; fi\n'
+    )
+    (bin_dir / "xl").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    for n in range(8):
+        log.unlink(missing_ok=True)
+        state.write_text("vrmig-router\n")
+        pidfile = tmp_path / "guard" / f"vm000000-reap-{n}.pid"
+        r, w = os.pipe()
+        argv = [*shell, "-c", GUARD_SH, "sh", str(pidfile), *shell, "-c", REAPER_SH, "sh", "vrmig-router"]
+        p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=w, stderr=w, env=env)
+        os.close(w)
+        with os.fdopen(r, "rb") as out:
+            assert out.readline() == b"REAPER-READY\n"
+            sid = _pid_of(pidfile)
+        p.stdin.close()  # the read end is closed first, as when the channel is gone
+        p.wait(20)
+        assert log.exists() and "destroy vrmig-router" in log.read_text().splitlines(), f"try {n}: nothing reaped"
+        assert not pidfile.exists()
+        assert _session_left(sid) == []

@@ -311,17 +311,28 @@ GUARD_DIR = "/run/vrmig/guard"
 #: a dom0's domain reaper, run under :data:`GUARD_SH` for the whole run: when its channel closes
 #: (the run ended, or the orchestrator died) the guard's SIGTERM makes it destroy the router's
 #: domains ($1 and the ``$1--incoming``/``--migratedaway`` ones an interrupted migration
-#: leaves), as libvirt's reaper does for DRIVER=libvirt.  It prints REAPER-READY once armed.
-#: Its output goes to /dev/null once it reaps (the channel is closed by then).  It first waits
-#: (at most 30 s) for the other ``xl`` processes to end: an ``xl migrate-receive`` being stopped
-#: by its own guard at the same moment may still be creating the ``--incoming`` domain, which a
-#: reaper that looked too early would miss.  Then it destroys until none is left, and ends its
-#: own process group (the guard's ``setsid`` made it one): a TERM that lands while the shell
-#: forks its idle ``sleep`` is swallowed by the child before it execs, so that sleep would
-#: outlive the group's first TERM.  The sleep holds no file of the channel either way.
+#: leaves), as libvirt's reaper does for DRIVER=libvirt.
+#:
+#: - It prints REAPER-READY once armed, then writes nothing more to the channel (stdout and
+#:   stderr go to /dev/null): the group's TERM also kills its idle ``sleep``, and the shell
+#:   reports that job ("Terminated") on stderr, which on a closed channel is a SIGPIPE that
+#:   killed the reaper before it reaped, now and then (busybox ash and dash alike).
+#: - On TERM it first waits (at most 30 s) for the ``xl migrate`` and ``xl migrate-receive``
+#:   processes to end: a migrate-receive being stopped by its own guard at the same moment may
+#:   still be creating the ``--incoming`` domain, which a reaper that looked too early would
+#:   miss.  Other ``xl`` processes do not count: ``xl create`` leaves one behind that watches
+#:   the domain for as long as it lives, so waiting for every ``xl`` made each reap take the
+#:   whole 30 s (about 90 s in a TCG dom0, where the loop forked a ``cat`` per process; ``read``
+#:   is the shell's own).
+#: - Then it destroys until none is left, and ends its own process group (the guard's
+#:   ``setsid`` made it one): a TERM that lands while the shell forks its idle ``sleep`` is
+#:   swallowed by the child before it execs, so that sleep would outlive the group's first TERM.
+#:   The sleep holds no file of the channel either way.
 REAPER_SH = r"""xl_busy() {
-    for f in /proc/[0-9]*/comm; do
-        [ "$(cat "$f" 2>/dev/null)" = xl ] && return 0
+    for d in /proc/[0-9]*; do
+        read -r c 2>/dev/null < "$d/comm" || continue
+        [ "$c" = xl ] || continue
+        tr '\0' '\n' 2>/dev/null < "$d/cmdline" | grep -qx -e migrate -e migrate-receive && return 0
     done
     return 1
 }
@@ -337,8 +348,9 @@ reap() {
         sleep 1
     done
 }
-trap 'exec >/dev/null 2>&1; reap "$1"; trap - TERM; kill -TERM 0' TERM
+trap 'reap "$1"; trap - TERM; kill -TERM 0' TERM
 echo REAPER-READY
+exec >/dev/null 2>&1
 while :; do sleep 3600 </dev/null >/dev/null 2>&1 & wait "$!"; done"""
 
 
