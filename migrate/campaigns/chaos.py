@@ -294,12 +294,11 @@ class LabLeaks:
         #: a lab whose R1 and R2 are Xen hosts: their dom0s, searched for domains and guards
         self.dom0s: dict[str, Any] = {}
         from migrate.testbed.hosts import SshHost
-        from migrate.testbed.inventory import HostSpec
 
         for role in ("R1", "R2"):
             x = self.inv.host(role).xen
             if x is not None:
-                self.dom0s[role] = SshHost(HostSpec(f"{role}.xen", "ssh", x.ssh), Path(self._tmp.name))
+                self.dom0s[role] = SshHost(x.host_spec(role), Path(self._tmp.name))
                 self.dom0s[role].open()
 
     def __enter__(self) -> LabLeaks:

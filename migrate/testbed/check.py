@@ -447,7 +447,7 @@ def check_xen_dom0s(inv: Inventory, control_dir: Path) -> tuple[list[HostRow], l
         x = inv.host(r).xen
         if x is None:
             continue
-        spec = HostSpec(f"{r}.xen", "ssh", x.ssh)
+        spec = x.host_spec(r)
         address = f"{x.ssh.host}:{x.ssh.port}"
         try:
             with SshHost(spec, control_dir) as h:

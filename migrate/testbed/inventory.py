@@ -78,6 +78,11 @@ class XenDom0Spec:
     #: lab's taps), where ``make calibrate`` cuts the router's right-hand port
     taps: dict[str, str] = field(default_factory=dict)
 
+    def host_spec(self, role: str) -> HostSpec:
+        """The host of ``role``'s dom0 for :class:`migrate.testbed.hosts.SshHost`, named
+        ``<role>.xen`` after its inventory table (the name its rows and messages carry)."""
+        return HostSpec(f"{role}.xen", "ssh", self.ssh)
+
 
 @dataclass(frozen=True)
 class HostSpec:

@@ -606,7 +606,6 @@ def clean_xen_dom0s(inv: Inventory, control_dir: Path) -> list[str]:
     from migrate.drivers.xen.dom0 import GUARD_CLEAN_SH, GUARD_DIR
     from migrate.drivers.xen.xl import DomuPaths, router_domains
     from migrate.testbed.hosts import SshHost
-    from migrate.testbed.inventory import HostSpec
 
     live = {p.name for p in STATE_ROOT.glob("vm*") if p.is_dir()}
     done: list[str] = []
@@ -614,7 +613,7 @@ def clean_xen_dom0s(inv: Inventory, control_dir: Path) -> list[str]:
         x = inv.host(role).xen
         if x is None:
             continue
-        with SshHost(HostSpec(f"{role}-dom0", "ssh", x.ssh), control_dir) as h:
+        with SshHost(x.host_spec(role), control_dir) as h:
             listed = h.run(["sh", "-c", 'ls "$1" 2>/dev/null || true', "sh", GUARD_DIR]).stdout.decode().split()
             if any(name.split("-")[0] in live for name in listed):
                 done.append(f"{role} dom0: a live run of this machine uses it: left alone")

@@ -461,11 +461,10 @@ class XenDriver(Driver):
         """Open an SSH master to each dom0; refuse to start when a domain of the router's name
         is there already (a killed run's: ``make clean-testbed`` destroys it)."""
         from migrate.testbed.hosts import SshHost
-        from migrate.testbed.inventory import HostSpec
 
         control = self.ctx.registry.dir / "dom0"
         for host, x in self.xen_hosts.items():
-            ssh = SshHost(HostSpec(f"{host}-dom0", "ssh", x.ssh), control)
+            ssh = SshHost(x.host_spec(host), control)
             self.ssh[host] = ssh
             ssh.open()
             self.dom0[host] = SshDom0(host, self.streams, ssh, self.ctx.testbed.prefix)
