@@ -49,6 +49,7 @@ from migrate.core.sighold import held_signals
 from migrate.testbed import inventory, pki
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import TestbedBuilder
+from migrate.testbed.sshd import sshd_config
 
 log = logging.getLogger(__name__)
 
@@ -310,27 +311,6 @@ def _mgmt_link(st: LabState, role: str) -> None:
         ipr.link("set", index=idx, state="up")
 
 
-SSHD_CONFIG = """\
-# sshd of emulated lab host {role} (vrmig lab-up); runs in namespace {ns}
-ListenAddress {address}
-Port {port}
-HostKey {host_key}
-PidFile {pid_file}
-AuthorizedKeysFile {authorized_keys}
-PermitRootLogin prohibit-password
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-PrintMotd no
-UseDNS no
-MaxSessions 64
-MaxStartups 64:30:128
-Subsystem sftp internal-sftp
-"""
-
-
 def _start_sshd(st: LabState, role: str, authorized_keys: Path) -> subprocess.Popen[bytes]:
     """Start ``role``'s sshd (recorded by PID and start time before anything waits on it)."""
     hd = st.host_dir(role)
@@ -338,14 +318,14 @@ def _start_sshd(st: LabState, role: str, authorized_keys: Path) -> subprocess.Po
     _keygen(hd / "ssh_host_ed25519_key", f"vrmig-lab {st.name} host {role}")
     cfg = hd / "sshd_config"
     cfg.write_text(
-        SSHD_CONFIG.format(
-            role=role,
-            ns=st.ns(role),
+        sshd_config(
+            f"sshd of emulated lab host {role} (vrmig lab-up); runs in namespace {st.ns(role)}",
             address=topo.addr(mgmt_addresses(ipaddress.IPv4Network(st.mgmt_net), role)[1]),
             port=SSH_PORT,
-            host_key=hd / "ssh_host_ed25519_key",
-            pid_file=hd / "sshd.pid",
-            authorized_keys=authorized_keys,
+            host_key=str(hd / "ssh_host_ed25519_key"),
+            pid_file=str(hd / "sshd.pid"),
+            authorized_keys=str(authorized_keys),
+            sftp=True,
         )
     )
     # private mount namespace: the deploy dir's tmpfs exists only for this host's sshd and its

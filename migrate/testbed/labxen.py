@@ -34,6 +34,7 @@ from migrate.core.errors import DependencyError, TestbedError
 from migrate.core.registry import RUN_ENV
 from migrate.core.sighold import held_signals
 from migrate.testbed import topology as topo
+from migrate.testbed.sshd import sshd_config
 
 #: on each hypervisor host's management address: QEMU's forward to its dom0's sshd
 XEN_SSH_PORT = 2222
@@ -54,32 +55,17 @@ BOOT_TIMEOUT_S = 300.0
 POLL_S = 0.1
 CONSOLE = "xen-console.log"
 
-DOM0_SSHD_CONFIG = """\
-# sshd of the emulated lab's Xen host {role} (vrmig lab-up), in its dom0
-Port 22
-ListenAddress {address}
-HostKey /etc/ssh/ssh_host_ed25519_key
-PidFile /run/sshd.pid
-AuthorizedKeysFile /root/.ssh/authorized_keys
-PermitRootLogin prohibit-password
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-PrintMotd no
-UseDNS no
-MaxSessions 64
-MaxStartups 64:30:128
-"""
-
 
 def dom0_overlay(role: str, host_key: bytes, authorized_keys: str) -> bytes:
     """The cpio archive appended to dom0's initrd: sshd's configuration, its host key and root's
     authorized_keys."""
     from routers import cpio
 
-    config = DOM0_SSHD_CONFIG.format(role=role, address=topo.addr(DOM0_MGMT))
+    config = sshd_config(
+        f"sshd of the emulated lab's Xen host {role} (vrmig lab-up), in its dom0",
+        address=topo.addr(DOM0_MGMT), port=22, host_key="/etc/ssh/ssh_host_ed25519_key",
+        pid_file="/run/sshd.pid", authorized_keys="/root/.ssh/authorized_keys", sftp=False,
+    )  # fmt: skip
     raw = io.BytesIO()
     cpio.write(
         raw,
