@@ -298,6 +298,32 @@ def test_orchestrator_never_enters_a_namespace(lab, tmp_path, monkeypatch):
     assert seen == [], seen
 
 
+def _xen_run(testbed: Path, tmp_path: Path, monkeypatch, mem: int = 128) -> tuple[Path, dict, dict]:
+    """One HV=xen run on ``testbed`` (1 Mbit/s, migration at 3 s), checked for what both lab
+    forms of HV=xen share: completed without entering a namespace, the router moved, the
+    dom0's migration NIC sent at least the guest's memory and the link at least that, a packet
+    and an xl downtime, forwarding after it.  Returns (run directory, meta, summary)."""
+    from migrate.experiment.run import run
+    from migrate.experiment.scenario import Scenario
+
+    s = Scenario(hv="xen", rate_bps=1_000_000, mem_mib=mem, duration_s=10, migrate_at_s=3, after_s=3,
+                 migrate_timeout_s=900, boot_timeout_s=300)  # fmt: skip
+    with _namespace_watch(monkeypatch) as seen:
+        run_dir = run(s, tmp_path / "res", testbed=testbed)
+    meta = json.loads((run_dir / "meta.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert meta["status"] == "completed", meta.get("failure")
+    assert seen == [], seen
+    assert (meta["verify"]["src_status"], meta["verify"]["dst_status"]) == ("absent", "running"), meta["verify"]
+    dom0_bytes = json.loads((run_dir / "xen.json").read_text())["dom0_mig_tx_bytes"]
+    assert dom0_bytes >= mem * 2**20
+    assert summary["volume_bytes"]["link"] >= dom0_bytes, (summary["volume_bytes"], dom0_bytes)
+    pkt = summary["downtime_s"]["packets"]
+    assert pkt is not None and pkt > 0 and summary["downtime_s"]["hypervisor"] > 0, summary["downtime_s"]
+    assert meta["after_migration"]["forwarding"] is True
+    return run_dir, meta, summary
+
+
 def test_xen_on_the_lab_boots_nested_hosts_over_ssh_and_migrates(lab, tmp_path, monkeypatch):
     """HV=xen on a lab: each nested Xen host's QEMU runs on R1/R2 over SSH (hosts-setup put its
     files there), dom0's agent is reached through the SSH connection, the dom0s' migration link
@@ -305,8 +331,6 @@ def test_xen_on_the_lab_boots_nested_hosts_over_ssh_and_migrates(lab, tmp_path, 
     R2, the lab's migration interface carried the stream, the orchestrator never entered a
     namespace, and nothing is left on any host (the hosts' taps are as hosts-setup made them)."""
     from migrate.drivers.xen.driver import LAB_DOM0_ADDR
-    from migrate.experiment.run import run
-    from migrate.experiment.scenario import Scenario
     from routers.errors import RouterError
     from routers.xen_image import xen_image
 
@@ -316,16 +340,7 @@ def test_xen_on_the_lab_boots_nested_hosts_over_ssh_and_migrates(lab, tmp_path, 
         pytest.skip(f"HV=xen needs the nested Xen host image: {err}")
     nested = _without_xen_hosts(lab, tmp_path)
     inv = load(nested)
-    mem = 128
-    s = Scenario(hv="xen", rate_bps=1_000_000, mem_mib=mem, duration_s=10, migrate_at_s=3, after_s=3,
-                 migrate_timeout_s=900, boot_timeout_s=300)  # fmt: skip
-    with _namespace_watch(monkeypatch) as seen:
-        run_dir = run(s, tmp_path / "res", testbed=nested)
-    meta = json.loads((run_dir / "meta.json").read_text())
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert meta["status"] == "completed", meta.get("failure")
-    assert seen == [], seen
-    assert (meta["verify"]["src_status"], meta["verify"]["dst_status"]) == ("absent", "running"), meta["verify"]
+    run_dir, meta, _ = _xen_run(nested, tmp_path, monkeypatch)
     hv = meta["hypervisor"]
     assert hv["nested"] is True and hv["accel"] in ("kvm", "tcg") and "R1:" in hv["accel_reason"]
     tunnel = hv["lab_tunnel"]
@@ -338,13 +353,6 @@ def test_xen_on_the_lab_boots_nested_hosts_over_ssh_and_migrates(lab, tmp_path, 
         assert "VRMIG-DOM0-READY" in console, console[-500:]
     argv = [json.loads(x) for x in (run_dir / "actions.jsonl").read_text().splitlines()]
     assert any(a["action"] == "migration-end" and a.get("status") == "completed" for a in argv)
-    # the stream crossed the lab's migration interface (the tunnel: each frame plus its headers)
-    dom0_bytes = json.loads((run_dir / "xen.json").read_text())["dom0_mig_tx_bytes"]
-    assert dom0_bytes >= mem * 2**20
-    assert summary["volume_bytes"]["link"] >= dom0_bytes, (summary["volume_bytes"], dom0_bytes)
-    pkt = summary["downtime_s"]["packets"]
-    assert pkt is not None and pkt > 0 and summary["downtime_s"]["hypervisor"] > 0, summary["downtime_s"]
-    assert meta["after_migration"]["forwarding"] is True
     # nothing left on any host; the hosts' taps as hosts-setup made them
     assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
     assert _processes_with(f"/runs/{meta['testbed']['prefix']}") == []
@@ -357,33 +365,16 @@ def test_xen_hosts_of_the_lab_run_xl_over_ssh_and_a_sigkill_is_cleaned(lab, tmp_
     run leaves nothing in either dom0.  A SIGKILLed orchestrator mid-migration: the guards stop
     the dom0 commands when their channels close and the reapers destroy the router's domains
     and end, leaving clean-testbed only the run directories on the hosts."""
-    from migrate.experiment.run import run
-    from migrate.experiment.scenario import Scenario
-
     inv = load(lab)
     if inv.host("R1").xen is None:
         pytest.skip("the lab has no Xen hosts (no nested Xen host image: make xen)")
     assert _dom0_leftovers(inv) == {"R1": [], "R2": []}
     mem = 128
-    s = Scenario(hv="xen", rate_bps=1_000_000, mem_mib=mem, duration_s=10, migrate_at_s=3, after_s=3,
-                 migrate_timeout_s=900, boot_timeout_s=300)  # fmt: skip
-    with _namespace_watch(monkeypatch) as seen:
-        run_dir = run(s, tmp_path / "res", testbed=lab)
-    meta = json.loads((run_dir / "meta.json").read_text())
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert meta["status"] == "completed", meta.get("failure")
-    assert seen == [], seen
-    assert (meta["verify"]["src_status"], meta["verify"]["dst_status"]) == ("absent", "running"), meta["verify"]
+    run_dir, meta, _ = _xen_run(lab, tmp_path, monkeypatch, mem)
     hv = meta["hypervisor"]
     assert hv["nested"] is False and hv["dom0"]["reached"] == "ssh" and hv["accel"] is None
     assert hv["dom0"]["hosts"]["R2"].endswith(f"@{inv.host('R2').xen.ssh.host}:{inv.host('R2').xen.ssh.port}")
     assert all(h["xen_version"] for h in hv["hosts"].values()), hv["hosts"]
-    dom0_bytes = json.loads((run_dir / "xen.json").read_text())["dom0_mig_tx_bytes"]
-    assert dom0_bytes >= mem * 2**20
-    assert summary["volume_bytes"]["link"] >= dom0_bytes, (summary["volume_bytes"], dom0_bytes)
-    pkt = summary["downtime_s"]["packets"]
-    assert pkt is not None and pkt > 0 and summary["downtime_s"]["hypervisor"] > 0, summary["downtime_s"]
-    assert meta["after_migration"]["forwarding"] is True
     # the sampler read R1's port of dom0's right-hand NIC (xtapR, rx + tx bytes): the router's
     # traffic to B left R1 there until the migration
     lines = (run_dir / "counters.tsv").read_text().splitlines()
