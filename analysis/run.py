@@ -31,6 +31,7 @@ from analysis.metrics.clock import (
     clock_figures,
     gen_on_orchestrator_clock,
     irtt_on_orchestrator_clock,
+    peer_records_on_orchestrator_clock,
     sink_on_orchestrator_clock,
 )
 from analysis.metrics.control_plane import peer_daemon
@@ -247,7 +248,8 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
     elif window.end_source == "last-sample":
         notes.append("no terminal migration status seen: window ends at the last query-migrate reply")
     peering = isinstance(meta.get("peering"), dict)
-    cp, churn = _control_plane(Path(run_dir), meta, window, notes) if peering else (None, None)
+    cp, churn, peer_clock = _control_plane(Path(run_dir), meta, window, notes, clock) if peering else (None, None, {})
+    clock = dataclasses.replace(clock, corrected={**clock.corrected, **peer_clock})
     cmarks = control_marks(cp, window.start_ns if window is not None else None, peer_daemon(meta.get("peering")))
     span = spans(window, recovered_ns=_recovered_ns(cmarks)) if window is not None else None
     c = raw.counters
@@ -400,11 +402,14 @@ def _anatomy(
 
 
 def _control_plane(
-    run_dir: Path, meta: dict[str, Any], window: Window | None, notes: list[str]
-) -> tuple[dict[str, Any], ChurnFigures | None]:
+    run_dir: Path, meta: dict[str, Any], window: Window | None, notes: list[str], clock: ClockFigures | None = None
+) -> tuple[dict[str, Any], ChurnFigures | None, dict[str, str]]:
     """summary.json ``control_plane``: per protocol of PEERING, from the peers' logs and captures
     (analysis.metrics.control_plane); a protocol without a window or records is null with why.
-    With CHURN, also summary.json ``churn`` (analysis.metrics.churn) from the same logs."""
+    With CHURN, also summary.json ``churn`` (analysis.metrics.churn) from the same logs.  On a
+    lab (``clock``), the peers' records lose their hosts' measured offsets first, as the sink's
+    do, so that they compare with the migration window; the third value names them (record ->
+    role, for ``clock.corrected``)."""
     from analysis.metrics import control_plane as cpm
 
     peering = meta["peering"]
@@ -413,8 +418,14 @@ def _control_plane(
     meta_churn = meta.get("churn") if isinstance(meta.get("churn"), dict) else None
     if window is None or window.end_ns is None:
         churn = _churn(run_dir, meta_churn, None, None) if meta_churn else None
-        return {p: None for p in protocols} | {"why_absent": "no_window"}, churn
+        return {p: None for p in protocols} | {"why_absent": "no_window"}, churn, {}
     logs, captures = read_peer_records(run_dir, peers, notes, cpm.peer_daemon(peering))
+    corrected: dict[str, str] = {}
+    if clock is not None and clock.testbed == "lab":
+        logs, captures, left = peer_records_on_orchestrator_clock(logs, captures, clock.offsets_ns)
+        if left:
+            notes.append(f"clock: no measured offset of {', '.join(left)}: their peers' records stay on their clocks")
+        corrected = {f"peer-{r}": r for r in sorted(set(logs) | set(captures)) if r not in left}
     churn = _churn(run_dir, meta_churn, logs, window.start_ns) if meta_churn else None
     if churn is not None:
         notes.extend(churn.notes)
@@ -439,7 +450,7 @@ def _control_plane(
         limits,
         ignore_prefix=functools.partial(in_pool, pool=pool_of(meta_churn)) if meta_churn else None,
     )
-    return {p: f.to_dict() for p, f in figures.items()}, churn
+    return {p: f.to_dict() for p, f in figures.items()}, churn, corrected
 
 
 def _churn(

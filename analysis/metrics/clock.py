@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class ClockFigures:
@@ -117,3 +119,26 @@ def irtt_on_orchestrator_clock(trace: Any, c_offset_ns: int) -> Any:
     import dataclasses
 
     return dataclasses.replace(trace, send_ns=trace.send_ns - c_offset_ns)
+
+
+def peer_records_on_orchestrator_clock(
+    logs: Mapping[str, list[Any]],
+    captures: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+    offsets_ns: Mapping[str, int],
+) -> tuple[dict[str, list[Any]], dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], list[str]]:
+    """The routing peers' records of a lab run (PEERING) on the orchestrator's clock: each
+    peer's log events (``LogEvent.t_ns``, the daemon's stamps) and captured packets (tcpdump's
+    kernel stamps) are its own host's CLOCK_REALTIME, and lose that host's measured offset.
+    Returns (logs, captures, the roles left on their own clock: no measured offset)."""
+    import dataclasses
+
+    out_logs: dict[str, list[Any]] = {}
+    out_caps: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    left = sorted((set(logs) | set(captures)) - set(offsets_ns))
+    for role, events in logs.items():
+        off = offsets_ns.get(role)
+        out_logs[role] = events if off is None else [dataclasses.replace(e, t_ns=e.t_ns - off) for e in events]
+    for role, (t, src, kind) in captures.items():
+        off = offsets_ns.get(role)
+        out_caps[role] = (t if off is None else t - np.int64(off), src, kind)
+    return out_logs, out_caps, left

@@ -37,7 +37,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
 from analysis.metrics.control_plane import (
@@ -65,7 +65,7 @@ log = logging.getLogger(__name__)
 
 ROUTER_ASN = 65000
 #: segment -> the end host that peers with the router there, and its AS
-PEER_ROLES = {"L": "A", "R": "B"}
+PEER_ROLES = topo.PEER_ROLES
 PEER_ASN = {"A": 65001, "B": 65002}
 #: the addresses the peers announce (/32 on their loopbacks, topology.ANNOUNCED): the
 #: cross-traffic goes to B's
@@ -200,7 +200,7 @@ def sink_address(s: Scenario) -> str | None:
     return topo.addr(SINK_ROUTED) if s.peering else None
 
 
-def bird_conf(s: Scenario, p: PeerSpec, log_path: Path, ifname: str = topo.HOST_IF) -> str:
+def bird_conf(s: Scenario, p: PeerSpec, log_path: PurePath | str, ifname: str = topo.HOST_IF) -> str:
     """The peer's BIRD configuration (pure).
 
     ``connect delay time 1`` and ``error wait time 1, 10``: after a session fails, BIRD would
@@ -409,18 +409,49 @@ def frr_argv(loader: Path, daemons: Path, libs: list[Path], daemon: str, conf: P
     ]  # fmt: skip
 
 
+def bird_paths(root: PurePath) -> tuple[PurePath, PurePath, list[PurePath]]:
+    """(loader, bird binary, library directories) in the bird router image's root file system
+    ``root`` (pure: this machine's copy, or a lab host's)."""
+    return (
+        root / "lib64" / "ld-linux-x86-64.so.2",
+        root / "usr" / "sbin" / "bird",
+        [root / "lib" / "x86_64-linux-gnu", root / "usr" / "lib" / "x86_64-linux-gnu"],
+    )
+
+
+def bird_argv(root: PurePath, conf: PurePath | str, ctl: PurePath | str) -> list[str]:
+    """BIRD of the image at ``root``, in the foreground, started through the image's own loader
+    (nothing installed on the host), with configuration ``conf`` and control socket ``ctl``."""
+    loader, bird, libs = bird_paths(root)
+    return [str(loader), "--library-path", ":".join(map(str, libs)), str(bird), "-f", "-c", str(conf), "-s", str(ctl)]
+
+
 def bird_image_paths() -> tuple[Path, Path, list[Path]]:
     """(loader, bird binary, library directories) of the bird router image's root file system."""
     from routers.paths import rootfs_dir
 
-    root = rootfs_dir("bird")
-    loader, bird = root / "lib64" / "ld-linux-x86-64.so.2", root / "usr" / "sbin" / "bird"
-    if not (loader.exists() and bird.exists()):
+    loader, bird, libs = bird_paths(rootfs_dir("bird"))
+    if not (Path(loader).exists() and Path(bird).exists()):
         raise DependencyError(
             f"PEERING runs the peers with the bird router image's BIRD ({bird} missing): "
             "run `make guest` (it builds the frr and bird images)"
         )
-    return loader, bird, [root / "lib" / "x86_64-linux-gnu", root / "usr" / "lib" / "x86_64-linux-gnu"]
+    return Path(loader), Path(bird), [Path(x) for x in libs]
+
+
+#: on a lab's peer hosts (A, B): where ``make hosts-setup`` unpacks the bird router image's
+#: root file system, under the inventory's deploy directory
+LAB_BIRD_ROOT = "peers/bird"
+
+#: a lab peer host's loopback address for the run (argv: address/prefix), held by a guarded
+#: process: added, announced on stderr, deleted on SIGTERM (the guard sends it when the run
+#: stops the peers or its SSH channel closes).  Quiet after READY: a write to a closed channel
+#: would end it by SIGPIPE before it removed the address.
+LAB_LOOPBACK_SH = r"""ip addr add "$1" dev lo || exit 1
+trap 'ip addr del "$1" dev lo; exit 0' TERM INT HUP
+echo LOOPBACK-READY >&2
+exec >/dev/null 2>&1
+while :; do sleep 3600 & wait "$!"; done"""
 
 
 def check(s: Scenario) -> None:
@@ -462,19 +493,107 @@ def _stop_rank(what: str) -> tuple[bool, int]:
     """Stop order of the peers' processes: the routing daemons (BIRD; FRR's bgpd and ospfd),
     then FRR's bfdd (stopped first, it would take the BFD sessions down administratively and
     the router would end its BGP sessions: a flap of the peer's own making), then zebra, then
-    the captures."""
+    the captures, then (a lab) the loopback addresses."""
     rank = 2 if what.endswith("-zebra") else 1 if what.endswith("-bfdd") else 0
-    return (not what.startswith("peer-"), rank)
+    return (not what.startswith("peer-"), what.startswith("loopback-"), rank)
 
 
 class Peers:
     """The peers of one run: addresses on the peers' loopbacks, BIRD and tcpdump on A and B
-    (registered by PID), the wait for the sessions, the stop; a ``with`` block stops them."""
+    (registered by PID), the wait for the sessions, the stop; a ``with`` block stops them.
+
+    On a lab (``tb.remote``) the same runs on the hosts A and B over SSH, each process under
+    the lab's guard: BIRD from the bird image that ``make hosts-setup`` unpacked there
+    (:data:`LAB_BIRD_ROOT`), the host's tcpdump, the loopback address held by a guarded shell
+    (:data:`LAB_LOOPBACK_SH`: removed when the peers stop or the channel closes).  Logs are
+    read over SSH while the run waits on them; logs and captures are fetched into the run
+    directory when the peers stop."""
 
     def __init__(self, s: Scenario, tb: Any, registry: Registry, run_dir: Path) -> None:
         self.s, self.tb, self.reg, self.dir = s, tb, registry, run_dir
         self.procs: dict[str, Proc] = {}
         self.established_ns: dict[str, int] = {}
+        self.lab = bool(getattr(tb, "remote", False))
+        self.fetched: dict[str, str] = {}
+
+    # -- where things are: this machine, or a lab host ----------------------------------
+    def _ifname(self, role: str) -> str:
+        return self.tb.inventory.host(role).interface if self.lab else topo.HOST_IF
+
+    def _path(self, role: str, name: str) -> str:
+        """The file ``name`` of the peer on ``role`` (the run directory, here or on the host)."""
+        return self.tb.out_path(role, self.dir, name) if self.lab else str(self.dir / name)
+
+    def _log_text(self, role: str) -> str:
+        """The peer's log as it is now ("" before it exists)."""
+        if not self.lab:
+            path = self.dir / f"peer-{role}.log"
+            return path.read_text(errors="replace") if path.exists() else ""
+        data = self.tb.read_bytes(role, self._path(role, f"peer-{role}.log"))
+        return "" if data is None else data.decode(errors="replace")
+
+    def _lab_root(self) -> PurePosixPath:
+        return PurePosixPath(self.tb.inventory.deploy_dir) / LAB_BIRD_ROOT
+
+    def _check_lab(self) -> None:
+        """What the lab's peer hosts need (DependencyError naming the host and the fix), before
+        anything starts there."""
+        testbed = self.tb.inventory.path
+        for p in peers():
+            _, bird, _ = bird_paths(self._lab_root())
+            if not self.tb.exists(p.role, str(bird)):
+                raise DependencyError(
+                    f"{p.role}: {bird} missing (PEERING's BIRD on the lab's peer hosts): "
+                    f"run make hosts-setup TESTBED={testbed}"
+                )
+            found = self.tb.hosts[p.role].run(["sh", "-c", 'command -v "$1"', "sh", TCPDUMP], check=False)
+            if found.returncode != 0:
+                raise DependencyError(
+                    f"{p.role}: tcpdump missing (PEERING captures the control packets): "
+                    f"run make hosts-setup TESTBED={testbed}"
+                )
+
+    def _loopback(self, p: PeerSpec) -> None:
+        """The announced address on the peer's loopback (a lab: held by a guarded process)."""
+        if self.lab:
+            argv = ["sh", "-c", LAB_LOOPBACK_SH, "sh", p.announced]
+            proc = self.tb.spawn(p.role, f"loopback-{p.role}", argv, self.reg, self.dir)
+            self.procs[proc.what] = proc
+            proc.wait_for("LOOPBACK-READY", 10.0)
+            return
+        with iproute(self.tb.ns(p.role)) as ipr:
+            lo = ipr.link_lookup(ifname="lo")[0]
+            addr, plen = p.announced.split("/")
+            ipr.addr("add", index=lo, address=addr, prefixlen=int(plen))
+
+    def _wait_logged(self, proc: Proc, role: str, text: str, timeout_s: float) -> None:
+        """Wait until the peer's log on ``role`` holds ``text`` (ProcessError if ``proc`` ends
+        or ``timeout_s`` passes)."""
+        if not self.lab:
+            proc.wait_for(text, timeout_s, path=self.dir / f"peer-{role}.log")
+            return
+        deadline = time.monotonic() + timeout_s
+        while text not in self._log_text(role):
+            if not proc.alive():
+                raise PeeringError(f"{proc.what} exited (status {proc.returncode()}): {proc.stderr_tail()}")
+            if time.monotonic() > deadline:
+                raise PeeringError(f"{proc.what} did not log {text.strip()!r} within {timeout_s:.0f} s")
+            time.sleep(LOG_POLL_S * 4)
+
+    def fetch(self) -> dict[str, str]:
+        """A lab: copy the peers' logs and captures from their hosts into the run directory
+        (what could not be fetched is recorded with why; the analysis then says which figure is
+        absent).  Returns name -> role or "absent: why"."""
+        if not self.lab:
+            return {}
+        for p in peers():
+            for name in (f"peer-{p.role}.log", f"control-{p.role}.pcap"):
+                try:
+                    self.tb.hosts[p.role].fetch(self._path(p.role, name), self.dir / name)
+                    self.fetched[name] = p.role
+                except Exception as err:  # recorded; the analysis names the absent figure
+                    self.fetched[name] = f"absent: {err}"
+        return dict(self.fetched)
 
     def __enter__(self) -> Peers:
         return self
@@ -485,16 +604,14 @@ class Peers:
     def start(self) -> None:
         """Loopback addresses, captures (seen listening), then the BIRDs or the FRR daemons
         (PEER_DAEMON; seen started)."""
+        if self.lab:
+            self._check_lab()
         for p in peers():
-            ns = self.tb.ns(p.role)
-            with iproute(ns) as ipr:
-                lo = ipr.link_lookup(ifname="lo")[0]
-                addr, plen = p.announced.split("/")
-                ipr.addr("add", index=lo, address=addr, prefixlen=int(plen))
+            self._loopback(p)
             argv = [
-                TCPDUMP, "-i", topo.HOST_IF, "-Z", "root", "-n", "-U", "-s", str(CAPTURE_SNAPLEN),
+                TCPDUMP, "-i", self._ifname(p.role), "-Z", "root", "-n", "-U", "-s", str(CAPTURE_SNAPLEN),
                 "-j", "adapter_unsynced", "--time-stamp-precision", "nano",
-                "-w", str(self.dir / f"control-{p.role}.pcap"), CAPTURE_FILTER,
+                "-w", self._path(p.role, f"control-{p.role}.pcap"), CAPTURE_FILTER,
             ]  # fmt: skip
             cap = self.tb.spawn(p.role, f"capture-{p.role}", argv, self.reg, self.dir)
             self.procs[cap.what] = cap
@@ -503,16 +620,20 @@ class Peers:
             if self.s.peer_daemon == "frr":
                 self._start_frr(p)
                 continue
-            loader, bird, libs = bird_image_paths()
+            text = bird_conf(self.s, p, self._path(p.role, f"peer-{p.role}.log"), self._ifname(p.role))
             conf = self.dir / f"peer-{p.role}.conf"
-            conf.write_text(bird_conf(self.s, p, self.dir / f"peer-{p.role}.log"))
-            argv = [
-                str(loader), "--library-path", ":".join(map(str, libs)), str(bird), "-f",
-                "-c", str(conf), "-s", str(self.reg.dir / f"bird-{p.role}.ctl"),
-            ]  # fmt: skip
+            conf.write_text(text)  # the record; a lab host gets its own copy
+            if self.lab:
+                self.tb.write_atomic(p.role, self._path(p.role, conf.name), text.encode())
+                argv = bird_argv(
+                    self._lab_root(), self._path(p.role, conf.name), self._path(p.role, f"bird-{p.role}.ctl")
+                )
+            else:
+                loader, _, _ = bird_image_paths()
+                argv = bird_argv(loader.parents[1], conf, self.reg.dir / f"bird-{p.role}.ctl")
             proc = self.tb.spawn(p.role, f"peer-{p.role}", argv, self.reg, self.dir)
             self.procs[proc.what] = proc
-            proc.wait_for(" Started", 10.0, path=self.dir / f"peer-{p.role}.log")
+            self._wait_logged(proc, p.role, " Started", 10.0)
 
     def _start_frr(self, p: PeerSpec) -> None:
         """The peer's FRR daemons (``peer-<role>-<daemon>``), each seen started: zebra once its
@@ -556,10 +677,7 @@ class Peers:
         return {"flaps": up.flaps, "waited_s": round(time.monotonic() - t, 3), "up_ns": dict(up.up_ns)}
 
     def _logs(self) -> dict[str, list[LogEvent]]:
-        return {
-            p.role: parse_peer_log((self.dir / f"peer-{p.role}.log").read_text(errors="replace"), self.s.peer_daemon)
-            for p in peers()
-        }
+        return {p.role: parse_peer_log(self._log_text(p.role), self.s.peer_daemon) for p in peers()}
 
     def _check_alive(self) -> None:
         for what, p in self.procs.items():
@@ -582,7 +700,7 @@ class Peers:
         return SessionsUp({r: t for r, t in up.items() if t is not None}, flaps)
 
     def _sink_route_held(self) -> bool:
-        text = (self.dir / f"peer-{SINK_OBSERVER}.log").read_text(errors="replace")
+        text = self._log_text(SINK_OBSERVER)
         return sink_route_held(parse_peer_log(text, self.s.peer_daemon), self.s.peering_protocols)
 
     def wait_sessions_up(self, timeout_s: float, what: str = "") -> SessionsUp:
@@ -615,19 +733,35 @@ class Peers:
             p = self.procs[what]
             if p.alive():
                 p.stop(signal.SIGINT if what.startswith("capture-") else signal.SIGTERM, STOP_TIMEOUT_S)
+        if self.procs:
+            self.fetch()
+
+    def _lab_versions(self) -> dict[str, Any]:
+        """A lab: BIRD is the bird image's (its manifest's version, as here); tcpdump is each
+        peer host's own."""
+        out: dict[str, Any] = {"bird": tool_versions("bird")["bird"], "tcpdump": {}}
+        for p in peers():
+            res = self.tb.hosts[p.role].run([TCPDUMP, "--version"], check=False)
+            first = res.stdout.decode(errors="replace")
+            out["tcpdump"][p.role] = first.split()[2] if first.startswith("tcpdump version") else None
+        return out
 
     def describe(self) -> dict[str, Any]:
         """meta.json ``peering``."""
+        where = f"unpacked by hosts-setup in {self._lab_root()} on A and B" if self.lab else "bird router image"
         return {
             "protocols": list(self.s.peering_protocols),
             "implementation": {
-                "peers": "BIRD 2 (bird router image)"
+                "peers": f"BIRD 2 ({where})"
                 if self.s.peer_daemon == "bird"
                 else f"FRR (frr router image: {', '.join(frr_daemons(self.s))})",
                 "daemon": self.s.peer_daemon,
                 "router": self.s.router,
             },
-            "versions": tool_versions(self.s.peer_daemon),
+            "versions": self._lab_versions() if self.lab else tool_versions(self.s.peer_daemon),
+            "clock": "each peer host's CLOCK_REALTIME; the analysis subtracts its measured offset"
+            if self.lab
+            else "this machine's CLOCK_REALTIME",
             "router_asn": ROUTER_ASN,
             "peers": {
                 p.role: {

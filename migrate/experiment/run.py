@@ -132,13 +132,32 @@ def lab_preflight(inv: Inventory, testbed: Path) -> dict[str, Any]:
 LAB_RUNS = (("kvm", "qmp"), ("kvm", "libvirt"), ("criu", "qmp"), ("xen", "qmp"))
 
 
+def lab_supports_peering(scenario: Scenario, inv: Inventory) -> None:
+    """PEERING on a lab: BIRD peers on A and B (the bird image that hosts-setup unpacked there),
+    with paper 004's addresses, which the peers' configurations and the router's use."""
+    if scenario.peer_daemon != "bird":
+        raise ConfigError(
+            f"TESTBED= runs PEERING with BIRD peers only (not PEER_DAEMON={scenario.peer_daemon}): "
+            "FRR peers run on the embedded testbed (no TESTBED)"
+        )
+    if scenario.churn_rps is not None:
+        raise ConfigError("TESTBED= takes no CHURN: the churned routes are written on the embedded testbed's B")
+    want = {r: topo.host(r).ipv4 for r in peering.PEER_ROLES.values()}
+    got = {r: inv.host(r).ipv4 for r in want}
+    ports = {p.segment: p.ipv4 for p in topo.ROUTER_PORTS}
+    got_ports = {seg: inv.router[seg].ipv4 for seg in ports}
+    if got != want or got_ports != ports:
+        raise ConfigError(
+            f"{inv.path}: PEERING on a lab needs paper 004's addresses on A, B and the router's ports "
+            f"(A {want['A']}, B {want['B']}, router L {ports['L']}, R {ports['R']}): the peers' BGP/OSPF "
+            "configurations use them"
+        )
+
+
 def lab_supports(scenario: Scenario, inv: Inventory) -> None:
     """Refuse what a lab run (TESTBED=) cannot do yet, before anything starts."""
     if scenario.peering:
-        raise ConfigError(
-            "TESTBED= takes no PEERING yet: the routing peers run on the embedded testbed's end hosts; "
-            "run PEERING without TESTBED"
-        )
+        lab_supports_peering(scenario, inv)
     if (scenario.hv, scenario.driver) not in LAB_RUNS:
         raise ConfigError(
             f"TESTBED= runs HV=kvm with DRIVER=qmp or libvirt, HV=criu and HV=xen, so far (not HV={scenario.hv} "

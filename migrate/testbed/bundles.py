@@ -114,3 +114,20 @@ def container_bundles(profiles: list[str], out_dir: Path, cache: Path | None = N
         tar = write_tree_tar(image.rootfs, out_dir / f"container-{profile}.tar", extra)
         out.append({"profile": profile, "tar": str(tar)})
     return out
+
+
+def peer_bird_bundle(containers: list[dict[str, str]], out_dir: Path, cache: Path | None = None) -> str | None:
+    """The bird router image's rootfs archive for PEERING's peers on a lab's A and B (they run
+    its BIRD through its own loader, as the embedded peers do): the container bundle's when
+    PROFILES has bird, else made here; None when the bird image is not built (the peers' hosts
+    then get no BIRD, and a PEERING run on the lab says to run hosts-setup after `make guest`)."""
+    from routers.errors import RouterError
+
+    for c in containers:
+        if c["profile"] == "bird":
+            return c["tar"]
+    try:
+        made = container_bundles(["bird"], out_dir, cache)
+    except RouterError:
+        return None
+    return made[0]["tar"] if made else None

@@ -30,6 +30,7 @@ from migrate.core.procs import terminate_and_wait
 from migrate.drivers.libvirt.daemon import tls_settings
 from migrate.testbed import pki
 from migrate.testbed import results as resultsmod
+from migrate.testbed import topology as topo
 from migrate.testbed.inventory import END_ROLES, HV_ROLES, ROLES, HostSpec, Inventory, InventoryError
 
 log = logging.getLogger(__name__)
@@ -178,16 +179,21 @@ def ansible_inventory(
     criu: dict[str, Any] | None = None,
     containers: list[dict[str, str]] | None = None,
     xen: list[dict[str, str]] | None = None,
+    peer_bird: str | None = None,
 ) -> dict[str, Any]:
     """The Ansible inventory (YAML inventory plugin's structure) of ``inv``: groups ``end_hosts``
     (A, C, B, D) and ``hypervisors`` (R1, R2); ``images``, the ``criu`` bundle, the
     ``containers`` rootfs archives (:mod:`migrate.testbed.bundles`) and the nested Xen host's
-    files (:func:`xen_files`) go to the hypervisors."""
+    files (:func:`xen_files`) go to the hypervisors; ``peer_bird``, the bird image's rootfs
+    archive, to the peer hosts A and B (PEERING's BIRD)."""
     return {
         "all": {
             "vars": {"vrmig_repo": str(repo), "vrmig_helper_sources": helper_sources(repo)},
             "children": {
-                END_GROUP: {"hosts": {r: host_vars(inv.hosts[r], inv.deploy_dir) for r in END_ROLES}},
+                END_GROUP: {
+                    "hosts": {r: host_vars(inv.hosts[r], inv.deploy_dir) for r in END_ROLES},
+                    "vars": {"vrmig_peer_bird": peer_bird, "vrmig_peer_roles": sorted(topo.PEER_ROLES.values())},
+                },
                 HV_GROUP: {
                     "hosts": {r: host_vars(inv.hosts[r], inv.deploy_dir) for r in HV_ROLES},
                     "vars": {
@@ -367,6 +373,7 @@ def run_playbook(
     bundle_dir = cache_dir(cache) / "lab"
     criu = bundles.criu_bundle(inv.deploy_dir, bundle_dir, cache)
     containers = bundles.container_bundles(profiles, bundle_dir, cache)
+    peer_bird = bundles.peer_bird_bundle(containers, bundle_dir, cache)
     xen = xen_files(profiles, cache)
     if shutil.which("ansible-playbook") is None:
         raise DependencyError("ansible-playbook not found: install Debian's ansible-core (`make apt`)")
@@ -379,7 +386,7 @@ def run_playbook(
         for d in ("home", "local", "cp"):
             (tmp / d).mkdir(mode=0o700)
         inv_text = (
-            json.dumps(ansible_inventory(inv, images, REPO, criu, containers, xen), indent=1) + "\n"
+            json.dumps(ansible_inventory(inv, images, REPO, criu, containers, xen, peer_bird), indent=1) + "\n"
         )  # JSON is YAML
         (tmp / "inventory.yml").write_text(inv_text)
         (run_dir / "ansible-inventory.yml").write_text(inv_text)

@@ -41,6 +41,8 @@ ROUTER_PORTS = (
 #: PEERING=: the addresses the routing peers on A and B announce over BGP (/32s on their
 #: loopbacks, outside both segments); the cross-traffic then goes to B's
 ANNOUNCED = {"A": "198.18.3.10/32", "B": "198.18.4.10/32"}
+#: PEERING=: segment -> the end host that peers with the router there
+PEER_ROLES = {"L": "A", "R": "B"}
 HYPERVISOR_HOSTS = ("R1", "R2")
 SWITCH = "SW"
 MIGRATION_ADDR = {"R1": "198.19.255.1/30", "R2": "198.19.255.2/30"}

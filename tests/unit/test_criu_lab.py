@@ -216,8 +216,7 @@ def test_a_lab_takes_criu_through_its_own_driver_and_xen_but_not_openvz(monkeypa
     monkeypatch.setenv("XEN_PEER", "root@dom0-b")
     with pytest.raises(ConfigError, match="unset XEN_PEER"):
         lab_supports(Scenario(hv="xen"), inv)
-    with pytest.raises(ConfigError, match="TESTBED= takes no PEERING"):
-        lab_supports(Scenario(peering="bgp,bfd"), inv)
+    lab_supports(Scenario(peering="bgp,bfd"), inv)  # BIRD peers on A and B (test_peering_lab.py)
 
 
 def test_the_lab_driver_refuses_frr_before_anything_starts():
