@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from migrate.testbed.inventory import ROLES, load
+from migrate.testbed.topology import ANNOUNCED
 from tests.integration.conftest import (
     REPO,
     again_after_qemu_crash,
@@ -465,6 +466,82 @@ def test_lab_criu_migration_completes_and_leaves_the_hosts_as_set_up(lab, tmp_pa
     assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
     assert _processes_with("vrmig-ct-init") == []
     assert _taps_as_set_up(inv) == {"R1": [], "R2": []}
+
+
+def _announced_left(inv) -> dict[str, list[str]]:
+    """The peers' announced addresses still on A's and B's loopbacks."""
+    out = {}
+    for role, cidr in ANNOUNCED.items():
+        shown = _ssh(inv, role, "ip", "-o", "addr", "show", "dev", "lo").stdout
+        out[role] = [cidr] if cidr in shown else []
+    return out
+
+
+def test_peering_on_the_lab_runs_bird_on_a_and_b_and_a_sigkill_leaves_nothing(lab, tmp_path, monkeypatch):
+    """PEERING=bgp,bfd on a lab: BIRD and tcpdump run on the hosts A and B over SSH (BIRD from
+    the bird image hosts-setup unpacked there), the sessions come up with the router, their
+    logs and captures are fetched into the run directory and put on the orchestrator's clock,
+    and the peers' loopback addresses go when the run ends.  A SIGKILLed orchestrator once the
+    sessions are up: the guards stop the peers and take the addresses off."""
+    from migrate.experiment.run import run
+    from migrate.experiment.scenario import Scenario
+
+    inv = load(lab)
+    assert _announced_left(inv) == {"A": [], "B": []}
+    s = Scenario(hv="kvm", peering="bgp,bfd", rate_bps=1_000_000, duration_s=12, migrate_at_s=5, after_s=3,
+                 boot_timeout_s=300)  # fmt: skip
+    with _namespace_watch(monkeypatch) as seen:
+        run_dir = once_more_after_qemu_crash(lambda tag: run(s, tmp_path / tag, testbed=lab))
+    assert run_dir is not None
+    meta = json.loads((run_dir / "meta.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert meta["status"] == "completed", meta.get("failure")
+    assert seen == [], seen
+    peering = meta["peering"]
+    assert set(peering["established_ns"]) == {"A", "B"}
+    assert f"{inv.deploy_dir}/peers/bird" in peering["implementation"]["peers"], peering["implementation"]
+    assert set(peering["versions"]["tcpdump"]) == {"A", "B"} and peering["versions"]["bird"], peering["versions"]
+    for role in ("A", "B"):  # fetched from the hosts
+        assert "Established" in (run_dir / f"peer-{role}.log").read_text(), role
+        assert (run_dir / f"control-{role}.pcap").stat().st_size > 0, role
+    cp = summary["control_plane"]
+    for proto in ("bgp", "bfd"):
+        assert cp[proto] is not None, cp
+        assert all(v["gap_ms"] is not None for v in cp[proto]["silence_by_peer"].values()), cp[proto]
+    corrected = summary["details"]["clock"]["corrected"]
+    assert corrected.get("peer-A") == "A" and corrected.get("peer-B") == "B", corrected
+    assert _announced_left(inv) == {"A": [], "B": []}
+    assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
+    assert _processes_with(f"/runs/{meta['testbed']['prefix']}") == []
+
+    # SIGKILL once both peers' sessions are up (the run then waits for its migration)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "VRMIG_PROGRESS": "0"}
+    proc = subprocess.Popen(
+        [PY, "-m", "migrate", "run", "--hv", "kvm", "--peering", "bgp,bfd", "--rate", "1M", "--duration", "60",
+         "--migrate-at", "50", "--testbed", str(lab), "--results", str(tmp_path / "killed")],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline:
+            metas = list((tmp_path / "killed").glob("*/meta.json"))
+            if metas and "established_ns" in metas[0].read_text():
+                break
+            assert proc.poll() is None, "the run ended before its peers' sessions were up"
+            time.sleep(0.2)
+        killed = json.loads(metas[0].read_text())["testbed"]["prefix"]
+        assert _announced_left(inv) == {r: [c] for r, c in ANNOUNCED.items()}
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    deadline = time.monotonic() + 3 * GRACE_S
+    while _announced_left(inv) != {"A": [], "B": []} and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _announced_left(inv) == {"A": [], "B": []}
+    assert _processes_with(f"/runs/{killed}") == []  # BIRD, tcpdump, the loopback holders
+    res = _cli("clean-testbed", "--testbed", str(lab), timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
 
 
 @pytest.mark.parametrize(("hv", "driver"), [("kvm", "qmp"), ("kvm", "libvirt"), ("criu", "qmp")])
