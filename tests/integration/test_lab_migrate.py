@@ -483,6 +483,7 @@ def test_peering_on_the_lab_runs_bird_on_a_and_b_and_a_sigkill_leaves_nothing(la
     logs and captures are fetched into the run directory and put on the orchestrator's clock,
     and the peers' loopback addresses go when the run ends.  A SIGKILLed orchestrator once the
     sessions are up: the guards stop the peers and take the addresses off."""
+    from analysis.metrics.control_plane import BGP_PROTO
     from migrate.experiment.run import run
     from migrate.experiment.scenario import Scenario
 
@@ -502,7 +503,7 @@ def test_peering_on_the_lab_runs_bird_on_a_and_b_and_a_sigkill_leaves_nothing(la
     assert f"{inv.deploy_dir}/peers/bird" in peering["implementation"]["peers"], peering["implementation"]
     assert set(peering["versions"]["tcpdump"]) == {"A", "B"} and peering["versions"]["bird"], peering["versions"]
     for role in ("A", "B"):  # fetched from the hosts
-        assert "Established" in (run_dir / f"peer-{role}.log").read_text(), role
+        assert f"{BGP_PROTO}: State changed to up" in (run_dir / f"peer-{role}.log").read_text(), role
         assert (run_dir / f"control-{role}.pcap").stat().st_size > 0, role
     cp = summary["control_plane"]
     for proto in ("bgp", "bfd"):
