@@ -1,0 +1,69 @@
+"""PEERING on the embedded testbed and on a lab, side by side in one session
+(docs/measurements/2026-11-26-lab-peering.md): ``--reps`` pairs of ``migrate run --hv kvm
+--peering bgp,bfd``, embedded then lab, each a separate process.  Per run it keeps the wall time
+and, from the run's summary.json, the packet downtime, whether BGP and BFD survived, the
+router's longest silence at a peer per protocol, the records put on the orchestrator's clock
+and the largest clock uncertainty.  Prints one JSON line per run and writes them all to
+``<out>/peer-bench.json``.
+
+    python -m tests.bench.bench_peering_lab --testbed /run/vrmig-lab/pb/lab.toml --reps 3 --out DIR"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def one_run(where: str, testbed: str, out: Path, i: int) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "migrate", "run", "--hv", "kvm", "--peering", "bgp,bfd", "--rate", "1M",
+            "--duration", "12", "--migrate-at", "5", "--results", str(out / where)]  # fmt: skip
+    if where == "lab":
+        argv += ["--testbed", testbed]
+    t0 = time.monotonic()
+    res = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "VRMIG_PROGRESS": "0"}, check=False)
+    lines = res.stdout.strip().splitlines()
+    row: dict[str, Any] = {"where": where, "i": i, "wall_s": round(time.monotonic() - t0, 1), "rc": res.returncode}
+    run_dir = Path(lines[-1]) if lines else None
+    row["run_dir"] = str(run_dir)
+    try:
+        assert run_dir is not None
+        meta = json.loads((run_dir / "meta.json").read_text())
+        s = json.loads((run_dir / "summary.json").read_text())
+        row["status"] = meta["status"]
+        row["downtime_packets_s"] = s["downtime_s"]["packets"]
+        for p in ("bgp", "bfd"):
+            c = (s.get("control_plane") or {}).get(p) or {}
+            row.update({f"{p}_survived": c.get("survived"), f"{p}_flaps": c.get("flaps"),
+                        f"{p}_silence_ms": c.get("silence_ms")})  # fmt: skip
+        row["corrected"] = s["details"]["clock"].get("corrected")
+        row["max_unc_ns"] = s["details"]["clock"].get("max_uncertainty_ns")
+    except (AssertionError, OSError, ValueError, KeyError) as err:  # the row says why it has no figures
+        row["error"] = f"{type(err).__name__}: {err}; {res.stderr[-300:]}"
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--testbed", required=True, help="the lab's inventory (make lab-up prints one)")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args(argv)
+    a.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(a.reps):
+        for where in ("embedded", "lab"):
+            row = one_run(where, a.testbed, a.out, i)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    (a.out / "peer-bench.json").write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
