@@ -426,16 +426,24 @@ def bird_argv(root: PurePath, conf: PurePath | str, ctl: PurePath | str) -> list
     return [str(loader), "--library-path", ":".join(map(str, libs)), str(bird), "-f", "-c", str(conf), "-s", str(ctl)]
 
 
-def bird_image_paths() -> tuple[Path, Path, list[Path]]:
-    """(loader, bird binary, library directories) of the bird router image's root file system."""
+def bird_image_root() -> Path:
+    """The bird router image's root file system on this machine, checked to hold BIRD and its
+    loader (DependencyError naming the fix)."""
     from routers.paths import rootfs_dir
 
-    loader, bird, libs = bird_paths(rootfs_dir("bird"))
+    root = rootfs_dir("bird")
+    loader, bird, _ = bird_paths(root)
     if not (Path(loader).exists() and Path(bird).exists()):
         raise DependencyError(
             f"PEERING runs the peers with the bird router image's BIRD ({bird} missing): "
             "run `make guest` (it builds the frr and bird images)"
         )
+    return root
+
+
+def bird_image_paths() -> tuple[Path, Path, list[Path]]:
+    """(loader, bird binary, library directories) of the bird router image's root file system."""
+    loader, bird, libs = bird_paths(bird_image_root())
     return Path(loader), Path(bird), [Path(x) for x in libs]
 
 
@@ -463,7 +471,7 @@ def check(s: Scenario) -> None:
     if s.peer_daemon == "frr":
         frr_image_paths()
     else:
-        bird_image_paths()
+        bird_image_root()
     if shutil.which(TCPDUMP) is None:
         raise DependencyError("PEERING captures the control packets with tcpdump: run `make setup` (Debian tcpdump)")
 
@@ -482,11 +490,18 @@ def tool_versions(daemon: str = "bird") -> dict[str, str | None]:
     except (OSError, ValueError, KeyError):
         pass
     try:
-        first = subprocess.run([TCPDUMP, "--version"], capture_output=True, text=True, timeout=10).stdout
-        out["tcpdump"] = first.split()[2] if first.startswith("tcpdump version") else None
-    except (OSError, subprocess.TimeoutExpired, IndexError):
+        out["tcpdump"] = tcpdump_version(
+            subprocess.run([TCPDUMP, "--version"], capture_output=True, text=True, timeout=10).stdout
+        )
+    except (OSError, subprocess.TimeoutExpired):
         pass
     return out
+
+
+def tcpdump_version(stdout: str) -> str | None:
+    """The version in ``tcpdump --version``'s output ("tcpdump version 4.99.3 ..."), or None."""
+    words = stdout.split()
+    return words[2] if stdout.startswith("tcpdump version") and len(words) > 2 else None
 
 
 def _stop_rank(what: str) -> tuple[bool, int]:
@@ -514,7 +529,6 @@ class Peers:
         self.procs: dict[str, Proc] = {}
         self.established_ns: dict[str, int] = {}
         self.lab = bool(getattr(tb, "remote", False))
-        self.fetched: dict[str, str] = {}
 
     # -- where things are: this machine, or a lab host ----------------------------------
     def _ifname(self, role: str) -> str:
@@ -539,8 +553,8 @@ class Peers:
         """What the lab's peer hosts need (DependencyError naming the host and the fix), before
         anything starts there."""
         testbed = self.tb.inventory.path
+        _, bird, _ = bird_paths(self._lab_root())
         for p in peers():
-            _, bird, _ = bird_paths(self._lab_root())
             if not self.tb.exists(p.role, str(bird)):
                 raise DependencyError(
                     f"{p.role}: {bird} missing (PEERING's BIRD on the lab's peer hosts): "
@@ -580,20 +594,18 @@ class Peers:
                 raise PeeringError(f"{proc.what} did not log {text.strip()!r} within {timeout_s:.0f} s")
             time.sleep(LOG_POLL_S * 4)
 
-    def fetch(self) -> dict[str, str]:
-        """A lab: copy the peers' logs and captures from their hosts into the run directory
-        (what could not be fetched is recorded with why; the analysis then says which figure is
-        absent).  Returns name -> role or "absent: why"."""
+    def fetch(self) -> None:
+        """A lab: copy the peers' logs and captures from their hosts into the run directory.
+        What could not be fetched is logged with why; the analysis then notes the file missing
+        and leaves the figures it carries absent."""
         if not self.lab:
-            return {}
+            return
         for p in peers():
             for name in (f"peer-{p.role}.log", f"control-{p.role}.pcap"):
                 try:
                     self.tb.hosts[p.role].fetch(self._path(p.role, name), self.dir / name)
-                    self.fetched[name] = p.role
-                except Exception as err:  # recorded; the analysis names the absent figure
-                    self.fetched[name] = f"absent: {err}"
-        return dict(self.fetched)
+                except Exception as err:  # a host lost at the end must not cost the other files
+                    log.warning("could not fetch %s from %s: %s", name, p.role, err)
 
     def __enter__(self) -> Peers:
         return self
@@ -629,8 +641,7 @@ class Peers:
                     self._lab_root(), self._path(p.role, conf.name), self._path(p.role, f"bird-{p.role}.ctl")
                 )
             else:
-                loader, _, _ = bird_image_paths()
-                argv = bird_argv(loader.parents[1], conf, self.reg.dir / f"bird-{p.role}.ctl")
+                argv = bird_argv(bird_image_root(), conf, self.reg.dir / f"bird-{p.role}.ctl")
             proc = self.tb.spawn(p.role, f"peer-{p.role}", argv, self.reg, self.dir)
             self.procs[proc.what] = proc
             self._wait_logged(proc, p.role, " Started", 10.0)
@@ -742,8 +753,7 @@ class Peers:
         out: dict[str, Any] = {"bird": tool_versions("bird")["bird"], "tcpdump": {}}
         for p in peers():
             res = self.tb.hosts[p.role].run([TCPDUMP, "--version"], check=False)
-            first = res.stdout.decode(errors="replace")
-            out["tcpdump"][p.role] = first.split()[2] if first.startswith("tcpdump version") else None
+            out["tcpdump"][p.role] = tcpdump_version(res.stdout.decode(errors="replace"))
         return out
 
     def describe(self) -> dict[str, Any]:

@@ -42,10 +42,14 @@ def _require() -> None:
         pytest.skip(f"{labmod.SSHD} not installed: run `make apt` (openssh-server)")
 
 
+def _env() -> dict[str, str]:
+    """The environment of a ``python -m migrate`` the tests start: this checkout, no progress bar."""
+    return {**os.environ, "PYTHONPATH": str(REPO), "VRMIG_PROGRESS": "0"}
+
+
 def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "VRMIG_PROGRESS": "0"}
     return subprocess.run(
-        [PY, "-m", "migrate", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env
+        [PY, "-m", "migrate", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout, env=_env()
     )
 
 
@@ -145,6 +149,15 @@ def _processes_with(text: str) -> list[str]:
         if text in cmd:
             found.append(f"{d.name} {cmd[:120]}")
     return found
+
+
+def _start_run(lab: Path, results: Path, *args: str) -> subprocess.Popen[bytes]:
+    """``python -m migrate run <args>`` on ``lab`` in the background (to be signalled), its
+    output discarded."""
+    return subprocess.Popen(
+        [PY, "-m", "migrate", "run", *args, "--testbed", str(lab), "--results", str(results)],
+        cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
 
 
 def _run(lab: Path, results: Path, mode: str, driver: str = "qmp") -> tuple[Path, dict, dict]:
@@ -386,12 +399,8 @@ def test_xen_hosts_of_the_lab_run_xl_over_ssh_and_a_sigkill_is_cleaned(lab, tmp_
     assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
 
     # SIGKILL while xl migrate runs
-    env = {**os.environ, "PYTHONPATH": str(REPO), "VRMIG_PROGRESS": "0"}
-    proc = subprocess.Popen(
-        [PY, "-m", "migrate", "run", "--hv", "xen", "--mem", str(mem), "--rate", "1M", "--duration", "60",
-         "--migrate-at", "3", "--testbed", str(lab), "--results", str(tmp_path / "killed")],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    proc = _start_run(lab, tmp_path / "killed", "--hv", "xen", "--mem", str(mem), "--rate", "1M", "--duration", "60",
+                      "--migrate-at", "3")  # fmt: skip
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
@@ -516,12 +525,8 @@ def test_peering_on_the_lab_runs_bird_on_a_and_b_and_a_sigkill_leaves_nothing(la
     assert _processes_with(f"/runs/{meta['testbed']['prefix']}") == []
 
     # SIGKILL once both peers' sessions are up (the run then waits for its migration)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "VRMIG_PROGRESS": "0"}
-    proc = subprocess.Popen(
-        [PY, "-m", "migrate", "run", "--hv", "kvm", "--peering", "bgp,bfd", "--rate", "1M", "--duration", "60",
-         "--migrate-at", "50", "--testbed", str(lab), "--results", str(tmp_path / "killed")],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    proc = _start_run(lab, tmp_path / "killed", "--hv", "kvm", "--peering", "bgp,bfd", "--rate", "1M",
+                      "--duration", "60", "--migrate-at", "50")  # fmt: skip
     try:
         deadline = time.monotonic() + 400
         while time.monotonic() < deadline:
@@ -548,13 +553,9 @@ def test_peering_on_the_lab_runs_bird_on_a_and_b_and_a_sigkill_leaves_nothing(la
 @pytest.mark.parametrize(("hv", "driver"), [("kvm", "qmp"), ("kvm", "libvirt"), ("criu", "qmp")])
 def test_sigkilled_orchestrator_leaves_no_process_and_clean_testbed_removes_the_files(lab, tmp_path, hv, driver):
     inv = load(lab)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "VRMIG_PROGRESS": "0"}
     router = ["--router", "bird", "--mode", "stopcopy"] if hv == "criu" else []
-    proc = subprocess.Popen(
-        [PY, "-m", "migrate", "run", "--hv", hv, "--driver", driver, *router, "--rate", "10M", "--duration", "30",
-         "--migrate-at", "20", "--testbed", str(lab), "--results", str(tmp_path)],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    proc = _start_run(lab, tmp_path, "--hv", hv, "--driver", driver, *router, "--rate", "10M", "--duration", "30",
+                      "--migrate-at", "20")  # fmt: skip
     try:
         deadline = time.monotonic() + 180
         actions = None

@@ -268,26 +268,49 @@ def test_hosts_check_row_of_a_dom0(tmp_path, edit, fragment):
         assert len(problems) == 1 and problems[0].severity == severity and fragment in problems[0].message, problems
 
 
-def test_reaper_destroys_the_routers_domains_when_its_channel_closes(tmp_path):
-    # a stand-in xl on PATH (synthetic: this machine has no Xen) records what it is asked
-    from migrate.drivers.xen.dom0 import REAPER_SH
-
+def _stand_in_xl(tmp_path: Path, body: str = "") -> tuple[Path, dict[str, str]]:
+    """A stand-in ``xl`` on PATH (synthetic: this machine has no Xen) that appends its argv to
+    ``xl.log`` and then runs ``body``; returns (that log, the environment that finds it)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     log = tmp_path / "xl.log"
+    (bin_dir / "xl").write_text(f'#!/bin/sh\necho "$*" >> {log}\n{body}')
+    (bin_dir / "xl").chmod(0o755)
+    return log, {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def _other_xl(tmp_path: Path, body: str) -> Path:
+    """Another process named xl (a script's comm is its file's name) running ``body``."""
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "xl").write_text(f"#!/bin/sh\n{body}\n")
+    (other / "xl").chmod(0o755)
+    return other / "xl"
+
+
+def _guarded_reaper(
+    tmp_path: Path, env: dict[str, str], shell: tuple[str, ...] = ("sh",), n: int = 1, out: int = subprocess.PIPE
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """The domain reaper under its guard, as the driver starts it (``out``: its stdout and
+    stderr, a pipe by default); returns (the guard's process, its pid file)."""
+    from migrate.drivers.xen.dom0 import REAPER_SH
+
+    pidfile = tmp_path / "guard" / f"vm000000-reap-{n}.pid"
+    argv = [*shell, "-c", GUARD_SH, "sh", str(pidfile), *shell, "-c", REAPER_SH, "sh", "vrmig-router"]
+    err = out if out != subprocess.PIPE else None
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, env=env), pidfile
+
+
+def test_reaper_destroys_the_routers_domains_when_its_channel_closes(tmp_path):
+    # the stand-in xl records what it is asked
     state = tmp_path / "domains"
     state.write_text("vrmig-router\nvrmig-router--incoming\nother\n")
-    (bin_dir / "xl").write_text(
-        "#!/bin/sh\n"
-        f'echo "$*" >> {log}\n'
+    log, env = _stand_in_xl(
+        tmp_path,
         f'if [ "$1" = list ]; then echo "Name ID"; echo "Domain-0 0"; sed "s/$/ 1/" {state}; fi\n'
-        f'if [ "$1" = destroy ]; then grep -vx "$2" {state} > {state}.new; mv {state}.new {state}; fi\n'
+        f'if [ "$1" = destroy ]; then grep -vx "$2" {state} > {state}.new; mv {state}.new {state}; fi\n',
     )
-    (bin_dir / "xl").chmod(0o755)
-    pidfile = tmp_path / "guard" / "vm000000-reap-1.pid"
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    argv = ["sh", "-c", GUARD_SH, "sh", str(pidfile), "sh", "-c", REAPER_SH, "sh", "vrmig-router"]
-    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    p, pidfile = _guarded_reaper(tmp_path, env)
     assert p.stdout.readline() == b"REAPER-READY\n"
     assert not log.exists()  # nothing destroyed while the channel is open
     sid = _pid_of(pidfile)
@@ -304,21 +327,9 @@ def test_reaper_destroys_the_routers_domains_when_its_channel_closes(tmp_path):
 def test_reaper_waits_for_a_dying_xl_before_it_looks(tmp_path):
     # an "xl migrate-receive" still running when the channel closes (a process named xl): the
     # reaper looks only once it is gone, so the --incoming domain it may still create is seen
-    from migrate.drivers.xen.dom0 import REAPER_SH
-
-    bin_dir, other = tmp_path / "bin", tmp_path / "other"
-    bin_dir.mkdir()
-    other.mkdir()
-    log = tmp_path / "xl.log"
-    (bin_dir / "xl").write_text(f'#!/bin/sh\necho "$*" >> {log}\n')
-    (bin_dir / "xl").chmod(0o755)
-    (other / "xl").write_text("#!/bin/sh\nsleep 1.5\n")  # a script's comm is its file's name: xl
-    (other / "xl").chmod(0o755)
-    receiving = subprocess.Popen([str(other / "xl"), "-vvv", "migrate-receive"])
-    pidfile = tmp_path / "guard" / "vm000000-reap-1.pid"
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    argv = ["sh", "-c", GUARD_SH, "sh", str(pidfile), "sh", "-c", REAPER_SH, "sh", "vrmig-router"]
-    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    log, env = _stand_in_xl(tmp_path)
+    receiving = subprocess.Popen([str(_other_xl(tmp_path, "sleep 1.5")), "-vvv", "migrate-receive"])
+    p, pidfile = _guarded_reaper(tmp_path, env)
     assert p.stdout.readline() == b"REAPER-READY\n"
     sid = _pid_of(pidfile)
     p.stdin.close()
@@ -334,24 +345,11 @@ def test_reaper_does_not_wait_for_the_xl_that_watches_a_created_domain(tmp_path)
     # "xl create" leaves an xl process that watches the domain as long as it lives: it is no
     # migration ending, so the reaper must not wait for it (it waited the whole 30 s, and about
     # 90 s in a TCG dom0, so a SIGKILLed run's domain outlived the checks that followed)
-    from migrate.drivers.xen.dom0 import REAPER_SH
-
-    bin_dir, other = tmp_path / "bin", tmp_path / "other"
-    bin_dir.mkdir()
-    other.mkdir()
-    log = tmp_path / "xl.log"
-    (bin_dir / "xl").write_text(f'#!/bin/sh\necho "$*" >> {log}\n')
-    (bin_dir / "xl").chmod(0o755)
-    (other / "xl").write_text("#!/bin/sh\nsleep 60\n")  # no exec: its comm stays xl
-    (other / "xl").chmod(0o755)
-    watcher = subprocess.Popen(
-        [str(other / "xl"), "create", "/var/lib/vrmig/xen/vrmig-router.cfg"], start_new_session=True
-    )
+    log, env = _stand_in_xl(tmp_path)
+    xl = _other_xl(tmp_path, "sleep 60")  # no exec: its comm stays xl
+    watcher = subprocess.Popen([str(xl), "create", "/var/lib/vrmig/xen/vrmig-router.cfg"], start_new_session=True)
     try:
-        pidfile = tmp_path / "guard" / "vm000000-reap-1.pid"
-        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-        argv = ["sh", "-c", GUARD_SH, "sh", str(pidfile), "sh", "-c", REAPER_SH, "sh", "vrmig-router"]
-        p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        p, pidfile = _guarded_reaper(tmp_path, env)
         assert p.stdout.readline() == b"REAPER-READY\n"
         sid = _pid_of(pidfile)
         p.stdin.close()
@@ -370,27 +368,17 @@ def test_reaper_reaps_when_its_channel_is_gone_for_writing_too(tmp_path, shell):
     # file; the group's TERM also kills the reaper's idle sleep, and busybox ash (a dom0's sh)
     # reports that job ("Terminated") on stderr: on the closed channel that write was a SIGPIPE
     # that killed the reaper before it reaped, now and then (a SIGKILLed run left its domain)
-    from migrate.drivers.xen.dom0 import REAPER_SH
-
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    log = tmp_path / "xl.log"
     state = tmp_path / "domains"
-    (bin_dir / "xl").write_text(
-        "#!/bin/sh\n"
-        f'echo "$*" >> {log}\n'
+    log, env = _stand_in_xl(
+        tmp_path,
         f'if [ "$1" = list ]; then echo "Name ID"; sed "s/$/ 1/" {state}; fi\n'
-        f'if [ "$1" = destroy ]; then : > {state}; fi\n'
+        f'if [ "$1" = destroy ]; then : > {state}; fi\n',
     )
-    (bin_dir / "xl").chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     for n in range(8):
         log.unlink(missing_ok=True)
         state.write_text("vrmig-router\n")
-        pidfile = tmp_path / "guard" / f"vm000000-reap-{n}.pid"
         r, w = os.pipe()
-        argv = [*shell, "-c", GUARD_SH, "sh", str(pidfile), *shell, "-c", REAPER_SH, "sh", "vrmig-router"]
-        p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=w, stderr=w, env=env)
+        p, pidfile = _guarded_reaper(tmp_path, env, tuple(shell), n, w)
         os.close(w)
         with os.fdopen(r, "rb") as out:
             assert out.readline() == b"REAPER-READY\n"
