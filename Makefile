@@ -85,7 +85,7 @@ BASELINE_FLAGS = $(call flag,HV,hv) $(call flag,NIC,nic) $(call flag,IP,ip) $(ca
   $(call flag,SEARCH,search) $(call flag,RESUME,resume) $(call flag,DURATION,duration) \
   $(call flag,LOAD_RATE,load-rate) $(call flag,ROUTER,router) $(call flag,ACCEL,accel) $(call flag,MEM,mem) \
   $(call flag,PROBE_MS,probe-ms) $(call flag,GEN_CHECK,gen-check) $(call flag,NDR_PRECISION,ndr-precision) \
-  $(call flag,BOOT_TIMEOUT,boot-timeout) --results $(RESULTS)
+  $(call flag,BOOT_TIMEOUT,boot-timeout) $(call flag,TESTBED,testbed) --results $(RESULTS)
 .PHONY: baseline
 baseline:
 	$(PY) -m migrate baseline $(BASELINE_FLAGS)

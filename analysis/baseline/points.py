@@ -20,6 +20,12 @@ Definitions (rates count Ethernet-frame bits incl. FCS, as vrgen/vrsink and the 
   container (init, daemons, helpers); ``cpu_gen`` = the
   generators' own user+system time per second of sending (HV=none: the sender's softirq often
   forwards the packet through the whole namespace chain inside vrgen's system time).
+* ``owd_median_ms``: the sink's median one-way delay, sender's timestamp (A) to arrival (B).  On
+  the embedded testbed both read the same kernel clock (``owd_uncertainty_ms`` 0).  On a lab
+  (``TESTBED=``) they are two hosts: the point records each host's clock offset against the
+  orchestrator at its end (``clock``), the delay is corrected by B's offset minus A's, and
+  ``owd_uncertainty_ms`` is the sum of the two offsets' bounds.  The RTT window, on A's clock,
+  is moved onto C's the same way.
 """
 
 from __future__ import annotations
@@ -47,13 +53,14 @@ PROCESS_ROUTER_HVS = ("none", "criu")
 ROW_COLUMNS = (
     "hv", "nic", "ip", "frame_bytes", "routers", "load", "rate_bps", "phase", "rep",
     "offered_bps", "offered_pps", "forwarded_bps", "forwarded_pps", "loss_ratio",
-    "rtt_median_ms", "rtt_p99_ms", "rtt_lost", "owd_median_ms",
+    "rtt_median_ms", "rtt_p99_ms", "rtt_lost", "owd_median_ms", "owd_uncertainty_ms",
     "cpu_host", "cpu_softirq", "cpu_hv", "cpu_router_daemons", "cpu_gen", "cpu_neighbour",
     "jain_throughput", "jain_cpu", "load_offered_bps", "load_forwarded_bps", "gen_limited", "status",
 )  # fmt: skip
 ROUTER_COLUMNS = (
     "hv", "nic", "ip", "frame_bytes", "routers", "load", "rate_bps", "phase", "rep", "router",
-    "offered_bps", "forwarded_bps", "forwarded_pps", "loss_ratio", "owd_median_ms", "cpu_router",
+    "offered_bps", "forwarded_bps", "forwarded_pps", "loss_ratio", "owd_median_ms", "owd_uncertainty_ms",
+    "cpu_router",
 )  # fmt: skip
 
 
@@ -111,7 +118,19 @@ def _gen_cpu(gen: dict[str, Any], span_s: float) -> float | None:
     return (user + sys_s) / span_s
 
 
-def _flow(point_dir: Path, flow: dict[str, Any], frame_bytes: int) -> dict[str, Any] | None:
+def clock_shift(clock: dict[str, Any] | None, src: str, dst: str) -> tuple[int, int]:
+    """(ns to subtract from a difference of ``dst``'s and ``src``'s timestamps, its uncertainty
+    bound in ns): ``dst``'s clock offset minus ``src``'s and the sum of their bounds; (0, 0)
+    without a ``clock`` record (the embedded testbed: one kernel clock)."""
+    if not clock:
+        return 0, 0
+    a, b = clock[src], clock[dst]
+    return int(b["offset_ns"]) - int(a["offset_ns"]), int(a["uncertainty_ns"]) + int(b["uncertainty_ns"])
+
+
+def _flow(
+    point_dir: Path, flow: dict[str, Any], frame_bytes: int, clock: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
     gen, sink = _read_json(point_dir / flow["gen"]), _read_json(point_dir / flow["sink"])
     if gen is None or sink is None:
         return None
@@ -121,8 +140,11 @@ def _flow(point_dir: Path, flow: dict[str, Any], frame_bytes: int) -> dict[str, 
     lost, ratio, _ = loss(sent, recv, drops)
     fwd_pps = recv / span_s if span_s > 0 else 0.0
     owd = (sink.get("owd_ns") or {}).get("median")
+    shift, unc = clock_shift(clock, flow.get("from", "A"), flow.get("to", "B"))
+    known = owd is not None and recv
     return {
         "router": flow["router"],
+        "from": flow.get("from", "A"),
         "offered_bps": float(gen["achieved_bps"]),
         "offered_pps": float(gen["achieved_pps"]),
         "forwarded_pps": fwd_pps,
@@ -130,7 +152,8 @@ def _flow(point_dir: Path, flow: dict[str, Any], frame_bytes: int) -> dict[str, 
         "sent": sent,
         "lost": lost,
         "loss_ratio": ratio,
-        "owd_median_ms": owd / 1e6 if owd is not None and recv else None,
+        "owd_median_ms": (owd - shift) / 1e6 if known else None,
+        "owd_uncertainty_ms": unc / 1e6 if known else None,
         "start_ns": int(gen["start_ns"]),
         "end_ns": int(gen["end_ns"]),
         "gen_cpu": _gen_cpu(gen, span_s),
@@ -162,7 +185,8 @@ def analyse_point(point_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]
     row: dict[str, Any] = {c: None for c in ROW_COLUMNS}
     row.update({k: key[k] for k in ("hv", "nic", "ip", "frame_bytes", "routers", "load", "rate_bps", "phase", "rep")})
     row["status"] = record.get("status")
-    flows = [_flow(point_dir, f, key["frame_bytes"]) for f in record.get("flows", [])]
+    clock = record.get("clock")
+    flows = [_flow(point_dir, f, key["frame_bytes"], clock) for f in record.get("flows", [])]
     if record.get("status") != "ok" or not flows or any(f is None for f in flows):
         row["status"] = "failed" if record.get("status") == "ok" else record.get("status")
         return row, []
@@ -183,6 +207,7 @@ def analyse_point(point_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]
         forwarded_pps=math.fsum(f["forwarded_pps"] for f in fl),
         loss_ratio=sum(f["lost"] for f in fl) / sent if sent else None,
         owd_median_ms=fl[0]["owd_median_ms"],
+        owd_uncertainty_ms=fl[0]["owd_uncertainty_ms"],
         cpu_host=cpu["host"],
         cpu_softirq=cpu["softirq"],
         cpu_hv=_sum([v for n, v in procs.items() if n.startswith("qemu")]) if key["hv"] == "kvm" else None,
@@ -196,7 +221,8 @@ def analyse_point(point_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]
         jain_throughput=jain_index([f["forwarded_bps"] for f in fl]),
         jain_cpu=jain_index(list(per_router_cpu.values())),
     )
-    row.update(_rtt(point_dir, record, min(f["start_ns"] for f in fl), max(f["end_ns"] for f in fl)))
+    to_c, _ = clock_shift(clock, fl[0]["from"], "C")  # the generators' window, on C's clock
+    row.update(_rtt(point_dir, record, min(f["start_ns"] for f in fl) + to_c, max(f["end_ns"] for f in fl) + to_c))
     row["load_offered_bps"], row["load_forwarded_bps"] = _load_rates(record, cpu.get("interval_s"))
     requested = key["rate_bps"] * len(fl)
     row["gen_limited"] = bool(requested and row["offered_bps"] < (1 - GEN_SHORTFALL) * requested)
@@ -206,6 +232,7 @@ def analyse_point(point_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]
         r.update(
             router=f["router"], offered_bps=f["offered_bps"], forwarded_bps=f["forwarded_bps"],
             forwarded_pps=f["forwarded_pps"], loss_ratio=f["loss_ratio"], owd_median_ms=f["owd_median_ms"],
+            owd_uncertainty_ms=f["owd_uncertainty_ms"],
             cpu_router=per_router_cpu[f["router"]],
         )  # fmt: skip
         routers.append(r)

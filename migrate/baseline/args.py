@@ -61,6 +61,7 @@ def add_parser(sub: Any) -> None:
     b.add_argument("--ndr-precision", type=number("NDR_PRECISION", float), help="relative NDR resolution (0.05)")
     b.add_argument("--boot-timeout", type=number("BOOT_TIMEOUT", float), help="seconds for a router VM to boot")
     b.add_argument("--resume", type=Path, default=None, help="results directory of an interrupted baseline (RESUME)")
+    b.add_argument("--testbed", type=Path, default=None, help="TESTBED: run on the hosts of this lab inventory")
     b.add_argument("--results", type=Path, default=Path("results"), help="results root directory")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable
 
 from migrate.baseline.plan import Slot
 from migrate.core.errors import TestbedError
@@ -83,18 +84,20 @@ class BaselineBed:
         return left, right
 
 
-def ping_until(ns: str, dst: str, timeout_s: float = PING_TIMEOUT_S, abort=None) -> float:
-    """Ping ``dst`` from ``ns`` until one reply (each try waits up to 1 s); return the seconds it
-    took.  Resolves the router's neighbours and proves that it forwards (observed, not assumed)."""
+def netns_runner(ns: str) -> Callable[[list[str]], int]:
+    """Run a command in namespace ``ns``; its exit status."""
+    return lambda argv: subprocess.run(["ip", "netns", "exec", ns, *argv], capture_output=True, check=False).returncode
+
+
+def ping_until(
+    run: Callable[[list[str]], int], ns: str, dst: str, timeout_s: float = PING_TIMEOUT_S, abort=None
+) -> float:
+    """Ping ``dst`` from ``ns`` (a namespace, or a lab's host: ``run`` runs the command there)
+    until one reply (each try waits up to 1 s); return the seconds it took.  Resolves the
+    router's neighbours and proves that it forwards (observed, not assumed)."""
     t0 = time.monotonic()
     while True:
-        res = subprocess.run(
-            ["ip", "netns", "exec", ns, "ping", "-n", "-q", "-c", "1", "-W", str(PING_WAIT_S), dst],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if res.returncode == 0:
+        if run(["ping", "-n", "-q", "-c", "1", "-W", str(PING_WAIT_S), dst]) == 0:
             return time.monotonic() - t0
         if abort is not None and abort():
             raise TestbedError(f"aborted while pinging {dst} from {ns}")

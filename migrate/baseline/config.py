@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import logging
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from migrate.baseline.bed import BaselineBed, ping_until
+from migrate.baseline.bed import BaselineBed, netns_runner, ping_until
 from migrate.baseline.plan import Slot, check_slot0_matches_testbed, slot
 from migrate.baseline.point import PointContext, run_point
 from migrate.baseline.routers import BusyLoop, CtRouter, NsRouter, VmRouter
 from migrate.baseline.spec import LOAD_FRAME_BYTES, BaselineSpec, Config, PointKey
+from migrate.core import cpustat
 from migrate.core.errors import GuestError, Interrupted
 from migrate.core.procs import Proc
 from migrate.core.progress import Progress
@@ -131,12 +133,20 @@ class ConfigRun:
 
     def _prime(self, slots: list[Slot]) -> None:
         """Ping through every router (both families in use): neighbours resolved, forwarding seen."""
+
+        def ping(role: str, dst: str) -> None:
+            ping_until(self._ping_runner(role), f"{self.registry.prefix}-{role}", dst, abort=self.abort)
+
         for s in slots:
             for ip in self.spec.ips:
-                ping_until(self.registry.prefix + "-" + s.source_role, s.sink_addr(ip), abort=self.abort)
+                ping(s.source_role, s.sink_addr(ip))
         d = topo.host("D")
         for ip in self.spec.ips:
-            ping_until(self.registry.prefix + "-C", topo.addr(d.ipv4 if ip == 4 else d.ipv6), abort=self.abort)
+            ping("C", topo.addr(d.ipv4 if ip == 4 else d.ipv6))
+
+    def _ping_runner(self, role: str) -> Callable[[list[str]], int]:
+        """How a command runs on ``role`` (here: in its namespace)."""
+        return netns_runner(f"{self.registry.prefix}-{role}")
 
     def _start_load_flow(self, s: Slot) -> None:
         """LOAD=smallpkts: the neighbour forwards 64 B frames at LOAD_RATE for the whole configuration."""
@@ -199,7 +209,7 @@ class ConfigRun:
             self._start_load_flow(self.nb_slot)
         return PointContext(
             tb=builder.tb, registry=self.registry, slots=self.slots, duration_s=self.spec.duration_s,
-            probe_ms=self.spec.probe_ms, cpu_pids=self.cpu_pids,
+            probe_ms=self.spec.probe_ms, cpu_snapshot=lambda: cpustat.snapshot(self.cpu_pids()),
             load_slot=self.nb_slot if self.config.load == "smallpkts" else None, abort=self.abort,
         )  # fmt: skip
 

@@ -4,7 +4,13 @@ Order: a fresh vrsink per flow (ready when it prints READY), an irtt client C ->
 0, a CPU snapshot, one vrgen per flow for DURATION seconds (they exit by themselves), a second
 CPU snapshot, then the drain (until the sinks' interfaces stop receiving, observed) and the
 sinks' and probes' stop.  Raw output only (gen-<k>.json, sink-<k>.json, irtt.json.gz and
-point.json with the CPU snapshots); ``analysis.baseline.points`` derives the metrics."""
+point.json with the CPU snapshots); ``analysis.baseline.points`` derives the metrics.
+
+Every helper runs through the testbed's own methods (``spawn``, ``out_path``, ``fetch``,
+``rx_packets``), so a point measures the same way in a namespace of this machine and on a lab's
+hosts over SSH (``TESTBED=``).  On a lab, the flows' one-way delay and the RTT window combine
+clocks of different hosts: each point then records the clock offsets of A, B and C at its end
+(``clock``), and the analysis corrects with them and carries their uncertainty."""
 
 from __future__ import annotations
 
@@ -20,7 +26,6 @@ from typing import Any
 from migrate.baseline.bed import link_packets
 from migrate.baseline.plan import Slot
 from migrate.baseline.spec import UNPACED, PointKey
-from migrate.core import cpustat
 from migrate.core.atomic import write_json
 from migrate.core.procs import Proc, ProcessError
 from migrate.core.registry import Registry
@@ -34,6 +39,7 @@ POINT_FORMAT = 1
 GEN_EXIT_GRACE_S = 30.0
 DRAIN_POLL_S = 0.1
 DRAIN_MAX_S = 5.0
+IRTT_NAME = "irtt.json.gz"
 IRTT_EXTRA_S = 120.0  # the client is stopped by SIGINT; its own duration is only a backstop
 
 
@@ -46,9 +52,12 @@ class PointContext:
     slots: list[Slot]
     duration_s: float
     probe_ms: int
-    cpu_pids: Callable[[], dict[str, int]]
+    #: a migrate.core.cpustat snapshot of the router host and the routers' processes
+    cpu_snapshot: Callable[[], dict[str, Any]]
     load_slot: Slot | None = None  # LOAD=smallpkts: the neighbour's flow (counters read per point)
     abort: Callable[[], bool] | None = None
+    #: on a lab: the clock offsets of the given roles against this machine, measured now
+    clocks: Callable[[list[str]], dict[str, dict[str, int]]] | None = None
 
 
 def _host_addr(role: str, ip: int) -> str:
@@ -56,15 +65,28 @@ def _host_addr(role: str, ip: int) -> str:
     return topo.addr(h.ipv4 if ip == 4 else h.ipv6)
 
 
+def _ifname(tb: Testbed, role: str) -> str:
+    """The interface of an end host on its segment (a lab names its own)."""
+    return (tb.inventory.host(role).interface if tb.remote else None) or topo.HOST_IF
+
+
+def _spawn(
+    ctx: PointContext, role: str, what: str, argv: list[str], out_dir: Path, stdout_name: str | None = None
+) -> Proc:
+    """Start a helper on ``role`` (the suite's own helpers at their path there)."""
+    argv = [ctx.tb.helper(role, argv[0]), *argv[1:]]
+    return ctx.tb.spawn(role, what, argv, ctx.registry, out_dir, stdout_name=stdout_name)
+
+
 def _drain(ctx: PointContext) -> float:
     """Wait until no sink interface receives anything for DRAIN_POLL_S (at most DRAIN_MAX_S);
     return the seconds waited."""
     t0 = time.monotonic()
-    sinks = [ctx.tb.ns(s.sink_role) for s in ctx.slots]
-    last = [link_packets(ns)[0] for ns in sinks]
+    sinks = [(s.sink_role, _ifname(ctx.tb, s.sink_role)) for s in ctx.slots]
+    last = [ctx.tb.rx_packets(role, ifname) for role, ifname in sinks]
     while time.monotonic() - t0 < DRAIN_MAX_S:
         time.sleep(DRAIN_POLL_S)
-        now = [link_packets(ns)[0] for ns in sinks]
+        now = [ctx.tb.rx_packets(role, ifname) for role, ifname in sinks]
         if now == last:
             break
         last = now
@@ -89,7 +111,7 @@ def run_point(ctx: PointContext, key: PointKey, point_dir: Path) -> dict[str, An
     if point_dir.exists():
         shutil.rmtree(point_dir)
     point_dir.mkdir(parents=True)
-    tb, reg = ctx.tb, ctx.registry
+    tb = ctx.tb
     record: dict[str, Any] = {
         "format": POINT_FORMAT,
         "key": {
@@ -110,25 +132,26 @@ def run_point(ctx: PointContext, key: PointKey, point_dir: Path) -> dict[str, An
             argv = BUILTIN.sink_argv(
                 port=TRAFFIC_PORT, bind=s.sink_addr(key.ip), gap_us=gap_threshold_us(key.rate_bps, key.frame_bytes)
             )
-            sink = Proc(f"sink-{s.k}", argv, reg, point_dir, netns=tb.ns(s.sink_role), stdout_name=f"sink-{s.k}.json")
-            procs.append((sink.start(), signal.SIGTERM))
+            sink = _spawn(ctx, s.sink_role, f"sink-{s.k}", argv, point_dir, stdout_name=f"sink-{s.k}.json")
+            procs.append((sink, signal.SIGTERM))
             sinks.append(sink)
         for sink in sinks:
             sink.wait_for("READY", READY_TIMEOUT_S, abort=ctx.abort)
         from probes.irtt import client_argv
 
-        irtt_out = point_dir / "irtt.json.gz"
-        irtt = Proc(
-            "irtt-client",
+        # a lab host keeps one file per point in the run's directory there; it is fetched below
+        irtt_out = tb.out_path("C", point_dir, f"irtt-{key.name}.json.gz" if tb.remote else IRTT_NAME)
+        irtt = _spawn(
+            ctx, "C", "irtt-client",
             client_argv(
-                f"{_host_addr('D', key.ip)}:{IRTT_PORT}", ctx.probe_ms, ctx.duration_s + IRTT_EXTRA_S, irtt_out
+                f"{_host_addr('D', key.ip)}:{IRTT_PORT}", ctx.probe_ms, ctx.duration_s + IRTT_EXTRA_S, Path(irtt_out)
             ),
-            reg, point_dir, netns=tb.ns("C"),
+            point_dir,
         )  # fmt: skip
-        procs.append((irtt.start(), signal.SIGINT))
-        record["irtt"] = irtt_out.name
+        procs.append((irtt, signal.SIGINT))
+        record["irtt"] = IRTT_NAME
         record["load_counters_t0"] = _load_counters(ctx)
-        record["cpu_t0"] = cpustat.snapshot(ctx.cpu_pids())
+        record["cpu_t0"] = ctx.cpu_snapshot()
         gens = []
         for s in ctx.slots:
             argv = BUILTIN.gen_argv(
@@ -138,22 +161,30 @@ def run_point(ctx: PointContext, key: PointKey, point_dir: Path) -> dict[str, An
                 frame_bytes=key.frame_bytes,
                 duration_s=ctx.duration_s,
             )
-            gen = Proc(f"gen-{s.k}", argv, reg, point_dir, netns=tb.ns(s.source_role), stdout_name=f"gen-{s.k}.json")
-            procs.append((gen.start(), signal.SIGTERM))
+            gen = _spawn(ctx, s.source_role, f"gen-{s.k}", argv, point_dir, stdout_name=f"gen-{s.k}.json")
+            procs.append((gen, signal.SIGTERM))
             gens.append(gen)
             record["flows"].append({"router": s.k, "dst": s.sink_addr(key.ip), "gen": f"gen-{s.k}.json",
-                                    "sink": f"sink-{s.k}.json"})  # fmt: skip
+                                    "sink": f"sink-{s.k}.json", "from": s.source_role,
+                                    "to": s.sink_role})  # fmt: skip
         deadline = time.monotonic() + ctx.duration_s + GEN_EXIT_GRACE_S
         bad = []
         for gen in gens:
             rc = gen.wait(max(0.1, deadline - time.monotonic()))
             if rc != 0:
                 bad.append(f"{gen.what} exited with status {rc}: {gen.stderr_tail()}")
-        record["cpu_t1"] = cpustat.snapshot(ctx.cpu_pids())
+        record["cpu_t1"] = ctx.cpu_snapshot()
         record["load_counters_t1"] = _load_counters(ctx)
         record["drain_s"] = _drain(ctx)
         for proc, sig in procs:
             proc.stop(sig)
+        if ctx.clocks is not None:
+            record["clock"] = ctx.clocks(sorted({"C", *(r for s in ctx.slots for r in (s.source_role, s.sink_role))}))
+        if tb.remote:
+            try:
+                tb.fetch("C", irtt_out, point_dir / IRTT_NAME)
+            except Exception as err:  # the RTT figures are then absent, with this reason
+                record["irtt_failure"] = f"fetching {irtt_out} from C: {err}"
         for p, _ in procs:
             if p not in gens and p.returncode() not in (0, None):
                 msg = f"{p.what} exited with status {p.returncode()}: {p.stderr_tail()}"

@@ -234,7 +234,7 @@ class CtRouter:
     def pids(self) -> dict[str, int]:
         """Every process of the container (init, the router daemons, helpers), looked up at each
         snapshot; as with HV=none, the forwarding itself runs in the host kernel's softirq."""
-        from migrate.drivers.criu.container import process_tree
+        from migrate.core.cpustat import process_tree
 
         if self.ct.pid is None or not self.ct.alive():
             return {}

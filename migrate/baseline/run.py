@@ -265,13 +265,22 @@ def run_baseline(
     results_root: Path,
     resume_dir: Path | None = None,
     campaign: tuple[dict[str, Any], str] | None = None,
+    testbed: Path | None = None,
 ) -> Path:
     """Run (or resume) the baseline matrix; return its results directory.  ``campaign``: the
-    (meta.json record, file text) of the campaign file this baseline runs, kept in the directory."""
+    (meta.json record, file text) of the campaign file this baseline runs, kept in the directory;
+    ``testbed``: a lab inventory whose hosts run it (:mod:`migrate.baseline.lab`)."""
+    from migrate.baseline import lab as labmod
+
+    lab_plan = labmod.plan(spec, testbed) if testbed is not None else None  # bad input: nothing started
     if resume_dir is None:
         check_results_root(results_root)
-    facts = preflight(spec)
-    gen = check_generator(spec)
+    if lab_plan is None:
+        facts = preflight(spec)
+        gen = check_generator(spec)
+    else:
+        facts = {"router_image": None, "accel": labmod.lab_accel(lab_plan)}
+        gen = None
     for prefix in clean_stale():
         log.warning("removed leftovers of crashed run %s", prefix)
     abort = Abort(armed=False)  # armed once meta.json exists (Abort.arm)
@@ -285,6 +294,10 @@ def run_baseline(
         else:
             run_dir = _new_run_dir(results_root, spec)
             meta = _initial_meta(spec, facts, gen)
+            if lab_plan is not None:
+                meta["lab"] = lab_plan.describe()
+                meta["lab_check"] = lab_plan.check
+                meta["notes"].update(labmod.NOTES)
             if campaign is not None:
                 meta["campaign"] = campaign[0]
                 (run_dir / "campaign.toml").write_text(campaign[1])
@@ -295,7 +308,7 @@ def run_baseline(
             abort.arm()
             with progress:
                 for config in configs:
-                    _run_config(spec, config, facts, run_dir, meta, abort, progress)
+                    _run_config(spec, config, facts, run_dir, meta, abort, progress, lab_plan)
             failed = [n for n, c in meta["configs"].items() if c.get("status") != "completed"]
             meta["status"] = "failed" if failed else "completed"
             meta["failure"] = f"configuration(s) failed: {', '.join(failed)}" if failed else None
@@ -322,11 +335,18 @@ def _run_config(
     meta: dict[str, Any],
     abort: Abort,
     progress: Progress,
+    lab_plan: Any = None,
 ) -> None:
     info: dict[str, Any] = {"status": "running", "started_utc": dt.datetime.now(dt.UTC).isoformat()}
     meta["configs"][config.name] = info
     write_json(run_dir / "meta.json", meta)
-    run = ConfigRun(spec, config, facts, run_dir, abort, info, progress)
+    if lab_plan is None:
+        run = ConfigRun(spec, config, facts, run_dir, abort, info, progress)
+    else:
+        from migrate.baseline.lab import LabConfigRun
+
+        hv_facts = lab_plan.drivers[config.hv][1]
+        run = LabConfigRun(spec, config, hv_facts, run_dir, abort, info, progress, plan=lab_plan)
     try:
         run.execute()
         info["status"] = "completed"

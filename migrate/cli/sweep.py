@@ -210,9 +210,8 @@ def _baseline_campaign(c, a: argparse.Namespace) -> int:
     from migrate.campaigns import campaign as cp
     from migrate.cli import baseline as bl
 
-    if a.testbed is not None:
-        raise ConfigError("TESTBED: baselines run on the embedded testbed only")
-    ns = cp.namespace("baseline", c.points[0].variables, "--reps", str(c.reps), "--results", str(a.results))
+    extra = ["--testbed", str(a.testbed)] if a.testbed is not None else []
+    ns = cp.namespace("baseline", c.points[0].variables, "--reps", str(c.reps), "--results", str(a.results), *extra)
     return bl.run_command(ns, campaign=c)
 
 

@@ -68,6 +68,12 @@ class Driver(ABC):
     def preflight(cls, scenario: Scenario) -> dict[str, Any]:
         """Check dependencies without side effects; return versions and facts for meta.json."""
 
+    @classmethod
+    def preflight_start(cls, scenario: Scenario) -> dict[str, Any]:
+        """The checks for starting the router on R1 that is never migrated (``make baseline``):
+        by default those of :meth:`preflight`."""
+        return cls.preflight(scenario)
+
     @abstractmethod
     def start_source(self) -> None:
         """Start the router on R1 and return once it routes (observed, not slept)."""
@@ -112,6 +118,11 @@ class Driver(ABC):
     def source_running(self) -> bool:
         """True if the router still runs on the source host (after a failed migration)."""
         return False
+
+    def source_processes(self) -> tuple[dict[str, int], dict[str, int]]:
+        """The source router's processes on R1 by PID there, for CPU accounting (``make
+        baseline``): (single processes, process trees by their root: every descendant counts)."""
+        return {}, {}
 
 
 def load_driver(hv: str, driver: str = "qmp", lab: bool = False) -> type[Driver]:

@@ -101,6 +101,13 @@ class Testbed:
             link = ipr.link("get", ifname=ifname)[0]
             return int(link.get_attr("IFLA_STATS64")["rx_packets"])
 
+    def run(self, role: str, argv: list[str], timeout_s: float = 30.0) -> subprocess.CompletedProcess[bytes]:
+        """Run a short command in ``role``'s namespace, output captured, never raising on its
+        exit status (a lab host runs it over SSH)."""
+        return subprocess.run(
+            ["ip", "netns", "exec", self.ns(role), *argv], capture_output=True, timeout=timeout_s, check=False
+        )
+
     def read_bytes(self, role: str, path: str) -> bytes | None:
         """A file a helper on ``role`` writes (None if it does not exist yet)."""
         try:

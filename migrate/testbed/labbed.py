@@ -326,6 +326,27 @@ class LabBed(Testbed):
         """The interface's rx packet counter, read on its host."""
         return self.counter(role, ifname, "rx_packets")
 
+    def run(self, role: str, argv: list[str], timeout_s: float = 30.0) -> subprocess.CompletedProcess[bytes]:
+        """Run a short command on ``role``'s host over its SSH connection, output captured, never
+        raising on its exit status."""
+        return self.hosts[role].run(argv, timeout_s=timeout_s, check=False)
+
+    def fetch(self, role: str, path: str, local: Path) -> None:
+        """Copy the file ``path`` on ``role``'s host to ``local`` on this machine."""
+        self.hosts[role].fetch(path, local)
+
+    def offsets(self, roles: list[str]) -> dict[str, dict[str, int]]:
+        """Each role's clock offset against this machine now (round-trip bounded exchanges over
+        the host's open clock session, all hosts at once): ``{role: {offset_ns, uncertainty_ns}}``."""
+
+        def measure(role: str) -> dict[str, int]:
+            s = self.hosts[role].clock()
+            return {"offset_ns": int(s.offset_ns), "uncertainty_ns": int(s.uncertainty_ns)}
+
+        with ThreadPoolExecutor(max_workers=len(roles)) as pool:
+            futs = {r: pool.submit(measure, r) for r in roles}
+        return {r: f.result() for r, f in futs.items()}
+
     def read_bytes(self, role: str, path: str) -> bytes | None:
         """A file on ``role``'s host (None if it does not exist yet)."""
         res = self.hosts[role].run(["cat", path], check=False)

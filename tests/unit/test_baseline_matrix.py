@@ -201,7 +201,7 @@ def test_process_tree_lists_a_process_and_its_descendants():
     import subprocess
     import time
 
-    from migrate.drivers.criu.container import process_tree
+    from migrate.core.cpustat import process_tree
 
     child = subprocess.Popen(["sh", "-c", "sleep 30 & wait"])
     try:

@@ -95,22 +95,6 @@ def children(pid: int) -> list[int]:
     return [int(x) for x in text.split()]
 
 
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and all its descendants (from /proc; processes that exit meanwhile are skipped)."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            tasks = list(Path(f"/proc/{p}/task").iterdir())
-        except OSError:
-            continue
-        out.append(p)
-        for task in tasks:
-            with contextlib.suppress(OSError):
-                todo.extend(int(x) for x in (task / "children").read_text().split())
-    return out
-
-
 class Container:
     """One router container, either started here (``start``) or restored by CRIU (``adopt``)."""
 

@@ -153,6 +153,12 @@ class CriuDriver(Driver):
         a router CRIU can checkpoint and its built rootfs — without side effects."""
         if scenario.router in UNSUPPORTED_ROUTERS:
             raise DependencyError(f"ROUTER={scenario.router} with HV=criu: {UNSUPPORTED_ROUTERS[scenario.router]}")
+        return cls.preflight_start(scenario)
+
+    @classmethod
+    def preflight_start(cls, scenario: Scenario) -> dict[str, Any]:
+        """:meth:`preflight` for a container that is never checkpointed (``make baseline``): any
+        router, FRR included."""
         missing = [f"{t} ({pkg})" for t, pkg in HOST_TOOLS.items() if shutil.which(t) is None]
         if missing:
             raise DependencyError(f"HV=criu needs {', '.join(missing)}: run `make setup`")
@@ -669,6 +675,10 @@ class CriuDriver(Driver):
                 out["dst_peers_in_R2"] = f"unknown ({err})"
         return out
 
+    def source_processes(self) -> tuple[dict[str, int], dict[str, int]]:
+        """The source container: its init and every process below it (daemons, helpers)."""
+        return ({}, {"ct": self.src.pid}) if self.src is not None and self.src.pid is not None else ({}, {})
+
     def source_running(self) -> bool:
         """The source container survived the failed migration."""
         return self.src is not None and self.src.alive()
@@ -679,7 +689,7 @@ class CriuDriver(Driver):
     def prepare_pause(self) -> None:
         """Move the router container's processes into a cgroup of their own (registered), whose
         freezer ``pause`` uses; done once, before any pause, so no pause pays for it."""
-        from migrate.drivers.criu.container import process_tree
+        from migrate.core.cpustat import process_tree
         from migrate.drivers.criu.freezer import Freezer
 
         assert self.src is not None and self.src.pid is not None

@@ -515,6 +515,12 @@ class KvmDriver(Driver):
             "src-qemu-dies": kill_pid(lambda: self.src.pid if self.src else None),
         }
 
+    def source_processes(self) -> tuple[dict[str, int], dict[str, int]]:
+        """The source QEMU (vCPU and I/O threads: the router's whole cost)."""
+        if self.src is None:
+            return {}, {}
+        return {"qemu": getattr(self.src, "remote_pid", None) or self.src.pid}, {}
+
     def source_running(self) -> bool:
         """The source QEMU is alive and its guest running (QEMU recovered from a failed migration)."""
         if self.src is None or self.qsrc is None or not self.src.alive():

@@ -618,6 +618,12 @@ class XenDriver(Driver):
                 out[f"{side}_status"] = f"unknown ({err})"
         return out
 
+    def source_processes(self) -> tuple[dict[str, int], dict[str, int]]:
+        """The nested Xen host's QEMU on R1 (Xen, dom0 and the domU all run in it); none when R1
+        is a real Xen host (its domain's CPU is Xen's to account, not a process's)."""
+        p = self.procs.get("R1")
+        return ({"qemu-xen": getattr(p, "remote_pid", None) or p.pid}, {}) if p is not None else ({}, {})
+
     def source_running(self) -> bool:
         """The domain still exists on R1 (xl keeps it there after a failed migration)."""
         try:

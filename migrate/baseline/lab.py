@@ -1,0 +1,229 @@
+"""``make baseline TESTBED=lab.toml``: the forwarding baseline on a lab's hosts, reached over SSH.
+
+A lab configuration measures one router on R1, started by the lab form of its hypervisor's
+migration driver (the same QEMU, container or nested Xen host that ``make migrate TESTBED=``
+starts there, never migrated), with the points of :mod:`migrate.baseline.point` run on the lab's
+own hosts: vrsink on B, vrgen on A, irtt C -> D, R1's CPU read on R1
+(:func:`migrate.core.cpustat.remote_argv`), the sinks' drain read from B's counters, and each
+point's clock offsets of A, B and C measured at its end (the one-way delay and the RTT window
+combine their clocks; ``analysis.baseline.points`` corrects them).
+
+What needs the embedded testbed's own switch and namespaces is refused before anything starts,
+one line each: HV=none (the router would be a namespace of this machine), ROUTERS above 1 and
+LOAD (they add end hosts and a neighbour router), and whatever a lab migration run refuses for
+the same hypervisor (:func:`migrate.experiment.run.lab_supports`)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from migrate.baseline.config import ConfigRun
+from migrate.baseline.plan import check_slot0_matches_testbed
+from migrate.baseline.point import PointContext
+from migrate.baseline.spec import BaselineSpec, Config
+from migrate.core import cpustat
+from migrate.core.errors import ConfigError, GuestError, VrmigError
+from migrate.core.procs import ProcessError
+from migrate.experiment.instruments import IRTT_PORT, READY_TIMEOUT_S
+from migrate.experiment.scenario import Scenario
+from migrate.testbed import topology as topo
+
+log = logging.getLogger(__name__)
+
+#: the hypervisors a lab baseline runs (their lab drivers; DRIVER=qmp)
+LAB_HVS = ("kvm", "criu", "xen")
+#: meta.json notes of a lab baseline (beside the embedded baseline's)
+NOTES = {
+    "lab": (
+        "TESTBED=: vrgen on A, vrsink on B, irtt C -> D and the router on R1 are the lab's hosts, reached over SSH; "
+        "cpu_host and cpu_softirq are R1's (read on R1), cpu_gen is A's generator's own"
+    ),
+    "lab_clock": (
+        "owd_median_ms subtracts B's clock offset minus A's (each point measures A, B and C at its end, "
+        "round-trip bounded over SSH); owd_uncertainty_ms is the sum of their bounds; the RTT window is moved "
+        "onto C's clock the same way"
+    ),
+    "lab_generator": (
+        "generator_capability is null on a lab: GEN_CHECK measures this machine's generator, not A's; "
+        "gen_limited still flags points whose offered rate fell short"
+    ),
+}
+
+
+@dataclass
+class LabPlan:
+    """What a lab baseline checked before anything started: the inventory and its preflight
+    check, and each hypervisor's lab driver class and facts."""
+
+    testbed: Path
+    inv: Any  # migrate.testbed.inventory.Inventory
+    check: dict[str, Any]
+    drivers: dict[str, tuple[type, dict[str, Any]]] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, Any]:
+        """meta.json ``lab``: the inventory and what each hypervisor's preflight found."""
+        return {
+            "inventory": str(self.testbed),
+            "drivers": {hv: {"class": cls.__name__, **facts} for hv, (cls, facts) in self.drivers.items()},
+        }
+
+
+def scenario_for(spec: BaselineSpec, config: Config) -> Scenario:
+    """The migration scenario whose lab driver starts ``config``'s router (only its router,
+    hypervisor and guest settings matter: nothing is migrated)."""
+    nic = config.nic if config.hv in ("kvm", "xen") else Scenario.nic
+    # HV=criu: stop-and-copy needs no kernel feature of the hosts (pre-copy needs soft-dirty tracking)
+    mode = "stopcopy" if config.hv == "criu" else Scenario.mode
+    return Scenario(
+        hv=config.hv, mode=mode, driver="qmp", router=spec.router, nic=nic, accel=spec.accel, mem_mib=spec.mem_mib,
+        boot_timeout_s=spec.boot_timeout_s, rate_bps=0,
+    )  # fmt: skip
+
+
+def refuse(spec: BaselineSpec) -> None:
+    """ConfigError (one line, nothing started) for what a lab baseline cannot run."""
+    if "none" in spec.hvs:
+        raise ConfigError(
+            "TESTBED=: HV=none (part of the default HV=none,kvm) runs the router in a namespace of the embedded "
+            f"testbed; give HV= from {','.join(LAB_HVS)}"
+        )
+    if any(hv not in LAB_HVS for hv in spec.hvs):
+        raise ConfigError(f"TESTBED=: baselines run HV= from {','.join(LAB_HVS)} (not {','.join(spec.hvs)})")
+    if spec.routers != (1,):
+        raise ConfigError(
+            "TESTBED=: baselines run ROUTERS=1 (further routers need end hosts A<k>/B<k> that only the embedded "
+            "testbed adds): drop ROUTERS, or run without TESTBED"
+        )
+    if spec.loads != ("none",):
+        raise ConfigError(
+            "TESTBED=: baselines run LOAD=none (a neighbour router and its hosts exist only on the embedded "
+            "testbed): drop LOAD, or run without TESTBED"
+        )
+
+
+def plan(spec: BaselineSpec, testbed: Path) -> LabPlan:
+    """Load and check the inventory and every hypervisor's lab driver before anything starts:
+    bad input, an unreachable host or a missing tool is one line (ConfigError/DependencyError)."""
+    from migrate.drivers.base import load_driver
+    from migrate.experiment.instruments import Instruments
+    from migrate.experiment.run import lab_facts, lab_preflight, lab_supports
+    from migrate.testbed.inventory import load
+
+    inv = load(testbed)
+    refuse(spec)
+    scenarios = {c.hv: scenario_for(spec, c) for c in spec.configs()}
+    for s in scenarios.values():
+        lab_supports(s, inv)
+    local = {}
+    for hv, s in scenarios.items():
+        Instruments.check(s)
+        cls = load_driver(hv, s.driver, lab=True)
+        local[hv] = (cls, cls.preflight_start(s))
+    check = lab_preflight(inv, testbed)  # every host over SSH: after the checks of this machine
+    out = LabPlan(testbed, inv, check)
+    for hv, (cls, facts) in local.items():
+        out.drivers[hv] = (cls, {**facts, **lab_facts(check, scenarios[hv], facts)})
+    return out
+
+
+def lab_accel(p: LabPlan) -> str | None:
+    """The accelerator the lab's VMs ran with (KVM only if R1 and R2 both have it); None for a
+    baseline without a VM."""
+    accels = {facts.get("accel") for _, facts in p.drivers.values()} - {None, "none"}
+    return "+".join(sorted(accels)) if accels else None
+
+
+class LabConfigRun(ConfigRun):
+    """One configuration on a lab: the lab's hosts opened, the router started on R1 by its
+    driver, the irtt server on D, forwarding seen; everything left again in ``teardown``."""
+
+    def __init__(self, *args: Any, plan: LabPlan, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.plan = plan
+        self.stack = contextlib.ExitStack()
+        self.driver: Any = None
+        self.lab: Any = None
+
+    def setup(self) -> PointContext:
+        from migrate.drivers.base import RunContext
+        from migrate.experiment.recorder import Recorder
+        from migrate.experiment.run import open_lab
+        from migrate.testbed.labbed import lab_testbed_meta
+
+        check_slot0_matches_testbed()
+        self.registry.open()
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.info["prefix"] = self.registry.prefix
+        driver_cls, facts = self.plan.drivers[self.config.hv]
+        log.info("[%s] on the lab %s (run %s)", self.config.name, self.plan.testbed, self.registry.prefix)
+        self.lab = lab = self.stack.enter_context(open_lab(self.plan.inv, self.registry))
+        self.info["testbed"] = lab_testbed_meta(lab)
+        recorder = self.stack.enter_context(Recorder(self.out))
+        scenario = scenario_for(self.spec, self.config)
+        ctx = RunContext(scenario, lab, self.registry, self.out, recorder, self.abort)
+        self.driver = self.stack.enter_context(driver_cls(ctx, facts))
+        log.info("[%s] starting the router on R1 (%s, accel=%s)", self.config.name, driver_cls.__name__,
+                 facts.get("accel"))  # fmt: skip
+        self.driver.start_source()
+        pids, trees = self.driver.source_processes()
+        self.info["routers"] = [{"slot": 0, "host": "R1", "driver": driver_cls.__name__, "accel": facts.get("accel"),
+                                 "processes": pids, "process_trees": trees}]  # fmt: skip
+        self._start_servers()
+        self._prime(self.slots)
+        return PointContext(
+            tb=lab, registry=self.registry, slots=self.slots, duration_s=self.spec.duration_s,
+            probe_ms=self.spec.probe_ms, cpu_snapshot=self.cpu_snapshot, abort=self.abort, clocks=lab.offsets,
+        )  # fmt: skip
+
+    def _start_servers(self) -> None:
+        from probes.irtt import server_argv
+
+        d = topo.host("D")
+        for ip in self.spec.ips:
+            addr = topo.addr(d.ipv4 if ip == 4 else d.ipv6)
+            srv = self.lab.spawn("D", f"irtt-server-ip{ip}", server_argv(addr, IRTT_PORT), self.registry, self.out)
+            self.procs.append(srv)
+            self.lab.wait_udp_bound("D", addr, IRTT_PORT, READY_TIMEOUT_S, abort=lambda s=srv: not s.alive())
+
+    def _ping_runner(self, role: str) -> Any:
+        return lambda argv: self.lab.run(role, argv).returncode
+
+    def cpu_snapshot(self) -> dict[str, Any]:
+        """R1's CPU counters and the router's processes there, read on R1 (its own clock and
+        USER_HZ: both snapshots of a point come from the same host)."""
+        pids, trees = self.driver.source_processes()
+        argv = cpustat.remote_argv({f"{n}0": p for n, p in pids.items()}, {f"router0-{n}": p for n, p in trees.items()})
+        res = self.lab.run("R1", argv)
+        if res.returncode != 0:
+            raise ProcessError(f"R1: reading the CPU counters failed: {res.stderr.decode(errors='replace').strip()}")
+        return json.loads(res.stdout)
+
+    def _healthy(self) -> None:
+        dead = [] if self.driver.source_running() else ["the router on R1"]
+        dead += [p.what for p in self.procs if not p.alive()]
+        if dead:
+            raise GuestError(f"{', '.join(dead)} stopped during the measurements")
+
+    def teardown(self) -> None:
+        """Stop the servers by PID, stop the router (its driver), leave the lab's hosts (their
+        run directories removed, which the guards' processes do not outlive), then the registry."""
+        self.abort.armed = False
+        problems: list[str] = []
+        for p in reversed(self.procs):
+            if p.alive():
+                p.stop(signal.SIGTERM)
+        try:
+            self.stack.close()
+        except (VrmigError, OSError) as err:
+            problems.append(str(err))
+        problems += self.registry.teardown()
+        if problems:
+            self.info["teardown_problems"] = problems
+            log.error("teardown problems: %s", "; ".join(problems))
+        self.abort.armed = True
