@@ -107,7 +107,7 @@ def test_a_lab_points_delay_and_rtt_window_are_corrected_by_the_clocks(tmp_path)
     """The captured point of test_baseline_matrix with a synthetic clock record added."""
     plain = tmp_path / "plain"
     shutil.copytree(FIXTURE, plain)
-    row0, routers0 = analyse_point(plain)
+    row0, _ = analyse_point(plain)
     assert row0["owd_uncertainty_ms"] == 0.0  # one kernel clock
     lab = tmp_path / "lab"
     shutil.copytree(FIXTURE, lab)
