@@ -1,6 +1,6 @@
 """Migrations on an emulated lab reached only over SSH (``TESTBED=``): lab-up, hosts-setup,
-hosts-check, then real KVM/QMP migrations whose every helper ran on the lab's hosts; the
-orchestrator never enters a namespace; a SIGKILLed orchestrator leaves no process on any host,
+hosts-check, then real KVM/QMP migrations (and baselines) whose every helper ran on the lab's
+hosts; the orchestrator never enters a namespace; a SIGKILLed orchestrator leaves no process on any host,
 and clean-testbed TESTBED= removes the files it left."""
 
 from __future__ import annotations
@@ -591,6 +591,95 @@ def test_sigkilled_orchestrator_leaves_no_process_and_clean_testbed_removes_the_
         assert _processes_with(f"guest=vrmig-{prefix}") == []
     left = _runs_on_hosts(inv)
     assert any(prefix in v for v in left.values()), "expected the run's directories to be left by the SIGKILL"
+    res = _cli("clean-testbed", "--testbed", str(lab), timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert f"removed {inv.deploy_dir}/runs/{prefix}" in res.stdout
+    assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
+
+
+def _baseline_rows(run_dir: Path) -> list[dict[str, str]]:
+    import csv
+
+    with open(run_dir / "baseline.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _check_lab_baseline(run_dir: Path, lab: Path, hvs: tuple[str, ...]) -> None:
+    """Completed, each configuration's router on R1, every point forwarding the offered 10 Mbit/s
+    with its RTT probes fetched from C and its clock offsets of A, B and C recorded."""
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["status"] == "completed", meta.get("failure")
+    assert meta["lab"]["inventory"] == str(lab) and meta["lab_check"]["hosts"]
+    assert meta["generator_capability"] is None and "lab_generator" in meta["notes"]
+    for name, info in meta["configs"].items():
+        assert info["status"] == "completed", (name, info.get("failure"))
+        assert info["routers"][0]["host"] == "R1" and info["testbed"]["hosts"]["B"]["transport"] == "ssh"
+    rows = _baseline_rows(run_dir)
+    assert sorted(r["hv"] for r in rows) == sorted(hvs)
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert float(r["loss_ratio"]) <= 0.01, r
+        assert abs(float(r["forwarded_bps"]) - 10e6) < 0.05 * 10e6, r
+        assert float(r["rtt_median_ms"]) > 0 and float(r["owd_uncertainty_ms"]) > 0, r
+        assert float(r["cpu_host"]) > 0, r
+        if r["hv"] == "kvm":
+            assert float(r["cpu_hv"]) > 0, r  # the QEMU on R1, read on R1
+        if r["hv"] == "criu":
+            assert r["cpu_router_daemons"] != "", r  # the container's processes on R1
+    for point in run_dir.glob("points/*/*"):
+        record = json.loads((point / "point.json").read_text())
+        assert set(record["clock"]) == {"A", "B", "C"} and (point / "irtt.json.gz").stat().st_size > 0
+
+
+def test_lab_baseline_runs_the_router_and_every_helper_on_the_hosts(lab, tmp_path, monkeypatch):
+    """HV=kvm in this process with every way into a namespace watched; HV=criu with FRR through
+    the command line (its container is never checkpointed, so FRR is allowed); the hosts hold
+    nothing of either afterwards."""
+    from migrate.baseline.run import run_baseline
+    from migrate.baseline.spec import BaselineSpec
+
+    inv = load(lab)
+    spec = BaselineSpec(hvs=("kvm",), sizes=(500,), rates_bps=(10_000_000,), reps=1, duration_s=3.0)
+    with _namespace_watch(monkeypatch) as seen:
+        run_dir = run_baseline(spec, tmp_path / "kvm", testbed=lab)
+    assert seen == [], seen
+    _check_lab_baseline(run_dir, lab, ("kvm",))
+    res = _cli(
+        "baseline", "--testbed", str(lab), "--hv", "criu", "--router", "frr", "--sizes", "500", "--rates", "10M",
+        "--reps", "1", "--duration", "3", "--results", str(tmp_path / "criu"), timeout=900,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout[-1500:] + res.stderr[-1500:]
+    _check_lab_baseline(Path(res.stdout.strip().splitlines()[-1]), lab, ("criu",))
+    assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
+    assert _processes_with(f"{inv.deploy_dir}/runs/") == []
+    assert _processes_with("vrmig-ct-init") == []
+
+
+def test_sigkilled_lab_baseline_leaves_no_process_and_clean_testbed_removes_the_files(lab, tmp_path):
+    inv = load(lab)
+    proc = subprocess.Popen(
+        [PY, "-m", "migrate", "baseline", "--testbed", str(lab), "--hv", "kvm", "--sizes", "500", "--rates", "10M",
+         "--reps", "1", "--duration", "30", "--results", str(tmp_path)],
+        cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while not list(tmp_path.glob("*/points/*/*/gen-0.json")):
+            assert proc.poll() is None, "the baseline ended before its first point's traffic started"
+            assert time.monotonic() < deadline, "no point started within 300 s"
+            time.sleep(0.1)
+        meta = json.loads(next(tmp_path.glob("*/meta.json")).read_text())
+        prefix = next(iter(meta["configs"].values()))["prefix"]
+        assert _processes_with(f"/runs/{prefix}"), "nothing of the baseline was running on the hosts"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    deadline = time.monotonic() + GRACE_S
+    while _processes_with(f"/runs/{prefix}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_with(f"/runs/{prefix}") == []
+    assert _processes_with(f"vrmig-{prefix}-R") == []  # the router's QEMU, by its -name
+    assert any(prefix in v for v in _runs_on_hosts(inv).values()), "expected the SIGKILL to leave run directories"
     res = _cli("clean-testbed", "--testbed", str(lab), timeout=120)
     assert res.returncode == 0, res.stderr
     assert f"removed {inv.deploy_dir}/runs/{prefix}" in res.stdout
