@@ -194,6 +194,17 @@ bench-lab: venv
 	$(PY) -m migrate.cli.bench_lab --testbed $(TESTBED) $(call flag,HV,hv) $(call flag,REPS,reps) $(call flag,MODES,modes) $(call flag,DRIVERS,drivers) \
 	  $(call flag,RATE,rate) $(call flag,DURATION,duration) $(call flag,MEM,mem) --results $(RESULTS)
 
+# make bench-lab-baseline TESTBED=<lab> [ROUNDS=3]: make baseline embedded and on the lab, alternating (docs/campaigns.md)
+.PHONY: bench-lab-baseline bench-lab-peering
+bench-lab-baseline: venv
+	@if [ -z "$(TESTBED)" ]; then echo "make bench-lab-baseline: give TESTBED=<inventory> (make lab-up prints one)" >&2; exit 2; fi
+	$(PY) -m tests.bench.bench_baseline_lab --testbed $(TESTBED) $(call flag,ROUNDS,rounds) --out $(RESULTS)/bench/lab-baseline
+
+# make bench-lab-peering TESTBED=<lab> [REPS=3]: PEERING=bgp,bfd runs embedded and on the lab, alternating
+bench-lab-peering: venv
+	@if [ -z "$(TESTBED)" ]; then echo "make bench-lab-peering: give TESTBED=<inventory> (make lab-up prints one)" >&2; exit 2; fi
+	$(PY) -m tests.bench.bench_peering_lab --testbed $(TESTBED) $(call flag,REPS,reps) --out $(RESULTS)/bench/lab-peering
+
 bench-sampler: venv
 	$(MAKE) -C probes
 	$(PY) -m probes.bench sampler --out $(RESULTS)/bench/sampler.csv

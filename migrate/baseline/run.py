@@ -339,7 +339,6 @@ def _run_config(
 ) -> None:
     info: dict[str, Any] = {"status": "running", "started_utc": dt.datetime.now(dt.UTC).isoformat()}
     meta["configs"][config.name] = info
-    write_json(run_dir / "meta.json", meta)
     if lab_plan is None:
         run = ConfigRun(spec, config, facts, run_dir, abort, info, progress)
     else:
@@ -347,6 +346,8 @@ def _run_config(
 
         hv_facts = lab_plan.drivers[config.hv][1]
         run = LabConfigRun(spec, config, hv_facts, run_dir, abort, info, progress, plan=lab_plan)
+    info["prefix"] = run.registry.prefix  # in meta.json before anything is created under it
+    write_json(run_dir / "meta.json", meta)
     try:
         run.execute()
         info["status"] = "completed"

@@ -1,0 +1,96 @@
+"""``make baseline`` on the embedded testbed and on a lab, side by side in one session
+(``make bench-lab-baseline``): ``--rounds`` rounds, each running the same one-repetition matrix
+embedded, then on the lab, each as its own process.  The two alternate so that whatever else
+loads the machine touches both alike.  It prints one JSON line per baseline and writes
+``<out>/baseline-bench.json``: each baseline's wall time and status, and every row of its
+baseline.csv tagged with where and which round.  Then it prints the per-(where, hv, size, rate)
+medians over the rounds of forwarded rate, loss, RTT, one-way delay (with its clock uncertainty
+on the lab), CPU and wall time.
+
+    python -m tests.bench.bench_baseline_lab --testbed /run/vrmig-lab/x/lab.toml --rounds 3 --out DIR"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+#: the matrix both sides run (GEN_CHECK=0 on both: the lab's generator is A's, which the check does not measure)
+MATRIX = ["--hv", "kvm,criu", "--sizes", "500,1500", "--rates", "10M,50M,max", "--reps", "1", "--duration", "5",
+          "--gen-check", "0"]  # fmt: skip
+FIGURES = ("forwarded_bps", "loss_ratio", "rtt_median_ms", "owd_median_ms", "owd_uncertainty_ms", "cpu_host",
+           "cpu_hv", "cpu_router_daemons")  # fmt: skip
+
+
+def one_baseline(where: str, testbed: str, out: Path, i: int, matrix: list[str]) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "migrate", "baseline", *matrix, "--results", str(out / where / str(i))]
+    if where == "lab":
+        argv += ["--testbed", testbed]
+    t0 = time.monotonic()
+    res = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "VRMIG_PROGRESS": "0"}, check=False)
+    lines = res.stdout.strip().splitlines()
+    run: dict[str, Any] = {"where": where, "round": i, "wall_s": round(time.monotonic() - t0, 1), "rc": res.returncode}
+    run_dir = Path(lines[-1]) if lines else None
+    run["run_dir"] = str(run_dir)
+    try:
+        assert run_dir is not None
+        run["status"] = json.loads((run_dir / "meta.json").read_text())["status"]
+        with open(run_dir / "baseline.csv", newline="") as f:
+            run["rows"] = list(csv.DictReader(f))
+    except (AssertionError, OSError, ValueError, KeyError) as err:  # the record says why it has no rows
+        run["error"] = f"{type(err).__name__}: {err}; {res.stderr[-300:]}"
+    return run
+
+
+def medians(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (where, hv, frame size, rate): the median over the rounds of each figure (None where
+    no round has it: absent, not 0), how many rounds had an ``ok`` point, and the median wall
+    time of that side's baselines."""
+    groups: dict[tuple[str, str, str, str], list[dict[str, str]]] = {}
+    for run in runs:
+        for r in run.get("rows", []):
+            groups.setdefault((run["where"], r["hv"], r["frame_bytes"], r["rate_bps"]), []).append(r)
+    walls = {w: statistics.median([r["wall_s"] for r in runs if r["where"] == w]) for w in {r["where"] for r in runs}}
+    out = []
+    for (where, hv, size, rate), rows in sorted(groups.items()):
+        ok = [r for r in rows if r["status"] == "ok"]
+        row: dict[str, Any] = {"where": where, "hv": hv, "frame_bytes": int(size), "rate": rate, "ok": len(ok),
+                               "of": len(rows), "baseline_wall_s": walls[where]}  # fmt: skip
+        for fig in FIGURES:
+            vals = [float(r[fig]) for r in ok if r.get(fig) not in (None, "")]
+            row[fig] = statistics.median(vals) if vals else None
+        out.append(row)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--testbed", required=True, help="the lab's inventory (make lab-up prints one)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args(argv)
+    a.out.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for i in range(a.rounds):
+        for where in ("embedded", "lab"):
+            run = one_baseline(where, a.testbed, a.out, i, MATRIX)
+            print(json.dumps({k: v for k, v in run.items() if k != "rows"} | {"rows": len(run.get("rows", []))}),
+                  flush=True)  # fmt: skip
+            runs.append(run)
+    table = medians(runs)
+    for row in table:
+        print(json.dumps(row), flush=True)
+    doc = {"matrix": MATRIX, "rounds": a.rounds, "testbed": a.testbed, "runs": runs, "medians": table}
+    (a.out / "baseline-bench.json").write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
