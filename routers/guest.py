@@ -161,9 +161,15 @@ def namespace_argv(profile: str, if0: list[str], if1: list[str], cache: Path | N
     image = guest_image(profile, cache)
     if image.rootfs is None:
         raise NotBuiltError(f"router guest image {profile!r} has no rootfs/: {_build_hint(profile)}")
+    return chroot_argv(str(image.rootfs), profile, if0, if1)
+
+
+def chroot_argv(rootfs: str, profile: str, if0: list[str], if1: list[str]) -> list[str]:
+    """:func:`namespace_argv` for the rootfs at ``rootfs`` on the host that runs it (a lab's R1
+    has its own copy of the image's tree)."""
     return [
         "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _CHROOT_SCRIPT, "vrmig-chroot",
-        str(image.rootfs), profile, f"eth0={_addresses('if0', if0)}", f"eth1={_addresses('if1', if1)}",
+        rootfs, profile, f"eth0={_addresses('if0', if0)}", f"eth1={_addresses('if1', if1)}",
     ]  # fmt: skip
 
 

@@ -8,10 +8,10 @@ own hosts: vrsink on B, vrgen on A, irtt C -> D, R1's CPU read on R1
 point's clock offsets of A, B and C measured at its end (the one-way delay and the RTT window
 combine their clocks; ``analysis.baseline.points`` corrects them).
 
-What needs the embedded testbed's own switch and namespaces is refused before anything starts,
-one line each: HV=none (the router would be a namespace of this machine), ROUTERS above 1 and
-LOAD (they add end hosts and a neighbour router), and whatever a lab migration run refuses for
-the same hypervisor (:func:`migrate.experiment.run.lab_supports`)."""
+HV=none is the classical Linux router on R1 itself (:mod:`migrate.baseline.labnone`).  What needs
+the embedded testbed's own switch is refused before anything starts, one line each: ROUTERS above
+1 and LOAD (they add end hosts and a neighbour router), and whatever a lab migration run refuses
+for the same hypervisor (:func:`migrate.experiment.run.lab_supports`)."""
 
 from __future__ import annotations
 
@@ -36,8 +36,6 @@ from migrate.testbed import topology as topo
 
 log = logging.getLogger(__name__)
 
-#: the hypervisors a lab baseline runs (their lab drivers; DRIVER=qmp)
-LAB_HVS = ("kvm", "criu", "xen")
 #: meta.json notes of a lab baseline (beside the embedded baseline's)
 NOTES = {
     "lab": (
@@ -64,13 +62,17 @@ class LabPlan:
     testbed: Path
     inv: Any  # migrate.testbed.inventory.Inventory
     check: dict[str, Any]
-    drivers: dict[str, tuple[type, dict[str, Any]]] = field(default_factory=dict)
+    #: hv -> (its lab driver class, None for HV=none; the facts of its preflight)
+    drivers: dict[str, tuple[type | None, dict[str, Any]]] = field(default_factory=dict)
 
     def describe(self) -> dict[str, Any]:
         """meta.json ``lab``: the inventory and what each hypervisor's preflight found."""
         return {
             "inventory": str(self.testbed),
-            "drivers": {hv: {"class": cls.__name__, **facts} for hv, (cls, facts) in self.drivers.items()},
+            "drivers": {
+                hv: {"class": cls.__name__ if cls else "migrate.baseline.labnone.LabNsRouter", **facts}
+                for hv, (cls, facts) in self.drivers.items()
+            },
         }
 
 
@@ -88,13 +90,6 @@ def scenario_for(spec: BaselineSpec, config: Config) -> Scenario:
 
 def refuse(spec: BaselineSpec) -> None:
     """ConfigError (one line, nothing started) for what a lab baseline cannot run."""
-    if "none" in spec.hvs:
-        raise ConfigError(
-            "TESTBED=: HV=none (part of the default HV=none,kvm) runs the router in a namespace of the embedded "
-            f"testbed; give HV= from {','.join(LAB_HVS)}"
-        )
-    if any(hv not in LAB_HVS for hv in spec.hvs):
-        raise ConfigError(f"TESTBED=: baselines run HV= from {','.join(LAB_HVS)} (not {','.join(spec.hvs)})")
     if spec.routers != (1,):
         raise ConfigError(
             "TESTBED=: baselines run ROUTERS=1 (further routers need end hosts A<k>/B<k> that only the embedded "
@@ -117,10 +112,12 @@ def plan(spec: BaselineSpec, testbed: Path) -> LabPlan:
 
     inv = load(testbed)
     refuse(spec)
-    scenarios = {c.hv: scenario_for(spec, c) for c in spec.configs()}
+    scenarios = {c.hv: scenario_for(spec, c) for c in spec.configs() if c.hv != "none"}
     for s in scenarios.values():
         lab_supports(s, inv)
-    local = {}
+    local: dict[str, tuple[type | None, dict[str, Any]]] = {}
+    if "none" in spec.hvs:
+        local["none"] = (None, {"accel": None, "router": "the router image's tree chrooted on R1 (netns-chroot)"})
     for hv, s in scenarios.items():
         Instruments.check(s)
         cls = load_driver(hv, s.driver, lab=True)
@@ -128,7 +125,7 @@ def plan(spec: BaselineSpec, testbed: Path) -> LabPlan:
     check = lab_preflight(inv, testbed)  # every host over SSH: after the checks of this machine
     out = LabPlan(testbed, inv, check)
     for hv, (cls, facts) in local.items():
-        out.drivers[hv] = (cls, {**facts, **lab_facts(check, scenarios[hv], facts)})
+        out.drivers[hv] = (cls, {**facts, **lab_facts(check, scenarios[hv], facts)} if hv in scenarios else facts)
     return out
 
 
@@ -148,6 +145,7 @@ class LabConfigRun(ConfigRun):
         self.plan = plan
         self.stack = contextlib.ExitStack()
         self.driver: Any = None
+        self.nsrouter: Any = None  # HV=none: migrate.baseline.labnone.LabNsRouter
         self.lab: Any = None
 
     def setup(self) -> PointContext:
@@ -164,16 +162,26 @@ class LabConfigRun(ConfigRun):
         log.info("[%s] on the lab %s (run %s)", self.config.name, self.plan.testbed, self.registry.prefix)
         self.lab = lab = self.stack.enter_context(open_lab(self.plan.inv, self.registry))
         self.info["testbed"] = lab_testbed_meta(lab)
-        recorder = self.stack.enter_context(Recorder(self.out))
-        scenario = scenario_for(self.spec, self.config)
-        ctx = RunContext(scenario, lab, self.registry, self.out, recorder, self.abort)
-        self.driver = self.stack.enter_context(driver_cls(ctx, facts))
-        log.info("[%s] starting the router on R1 (%s, accel=%s)", self.config.name, driver_cls.__name__,
-                 facts.get("accel"))  # fmt: skip
-        self.driver.start_source()
-        pids, trees = self.driver.source_processes()
-        self.info["routers"] = [{"slot": 0, "host": "R1", "driver": driver_cls.__name__, "accel": facts.get("accel"),
-                                 "processes": pids, "process_trees": trees}]  # fmt: skip
+        if driver_cls is None:
+            from migrate.baseline.labnone import LabNsRouter
+
+            log.info("[%s] starting the router on R1 (HV=none: the router's tree chrooted)", self.config.name)
+            self.nsrouter = LabNsRouter(lab, self.spec.router, self.registry, self.out)
+            self.stack.callback(self.nsrouter.stop)
+            self.nsrouter.start()
+            how = {"driver": None, **self.nsrouter.describe()}
+        else:
+            recorder = self.stack.enter_context(Recorder(self.out))
+            scenario = scenario_for(self.spec, self.config)
+            ctx = RunContext(scenario, lab, self.registry, self.out, recorder, self.abort)
+            self.driver = self.stack.enter_context(driver_cls(ctx, facts))
+            log.info("[%s] starting the router on R1 (%s, accel=%s)", self.config.name, driver_cls.__name__,
+                     facts.get("accel"))  # fmt: skip
+            self.driver.start_source()
+            how = {"driver": driver_cls.__name__}
+        pids, trees = self.router_processes()
+        self.info["routers"] = [{"slot": 0, "host": "R1", "accel": facts.get("accel"), **how, "processes": pids,
+                                 "process_trees": trees}]  # fmt: skip
         self._start_servers()
         self._prime(self.slots)
         return PointContext(
@@ -194,18 +202,26 @@ class LabConfigRun(ConfigRun):
     def _ping_runner(self, role: str) -> Any:
         return lambda argv: self.lab.run(role, argv).returncode
 
+    def router_processes(self) -> tuple[dict[str, int], dict[str, int]]:
+        """The router's processes on R1 under the names the analysis reads (``qemu0``,
+        ``router0-daemon<i>``; trees: ``router0-ct`` + each PID)."""
+        if self.nsrouter is not None:
+            return self.nsrouter.pids(), {}
+        pids, trees = self.driver.source_processes()
+        return {f"{n}0": p for n, p in pids.items()}, {f"router0-{n}": p for n, p in trees.items()}
+
     def cpu_snapshot(self) -> dict[str, Any]:
         """R1's CPU counters and the router's processes there, read on R1 (its own clock and
         USER_HZ: both snapshots of a point come from the same host)."""
-        pids, trees = self.driver.source_processes()
-        argv = cpustat.remote_argv({f"{n}0": p for n, p in pids.items()}, {f"router0-{n}": p for n, p in trees.items()})
+        argv = cpustat.remote_argv(*self.router_processes())
         res = self.lab.run("R1", argv)
         if res.returncode != 0:
             raise ProcessError(f"R1: reading the CPU counters failed: {res.stderr.decode(errors='replace').strip()}")
         return json.loads(res.stdout)
 
     def _healthy(self) -> None:
-        dead = [] if self.driver.source_running() else ["the router on R1"]
+        running = self.nsrouter.running() if self.nsrouter is not None else self.driver.source_running()
+        dead = [] if running else ["the router on R1"]
         dead += [p.what for p in self.procs if not p.alive()]
         if dead:
             raise GuestError(f"{', '.join(dead)} stopped during the measurements")

@@ -29,7 +29,6 @@ EXAMPLE = REPO / "docs" / "lab.example.toml"
 @pytest.mark.parametrize(
     ("change", "words"),
     [
-        ({"hvs": ("none", "kvm")}, "HV=none"),
         ({"hvs": ("kvm",), "routers": (1, 2)}, "ROUTERS=1"),
         ({"hvs": ("kvm",), "loads": ("none", "cpu")}, "LOAD=none"),
     ],
@@ -39,8 +38,8 @@ def test_a_lab_baseline_refuses_what_needs_the_embedded_testbed(change, words):
         refuse(BaselineSpec(**change))
 
 
-def test_a_lab_baseline_takes_one_router_of_each_lab_hypervisor():
-    refuse(BaselineSpec(hvs=("kvm", "criu", "xen")))
+def test_a_lab_baseline_takes_one_router_of_each_hypervisor_and_the_bare_router():
+    refuse(BaselineSpec(hvs=("none", "kvm", "criu", "xen")))
 
 
 def test_a_bad_lab_baseline_is_one_line_exit_2_and_nothing_started(tmp_path):
@@ -128,3 +127,28 @@ def test_a_lab_points_delay_and_rtt_window_are_corrected_by_the_clocks(tmp_path)
     (lab / "point.json").write_text(json.dumps(record))
     row, _ = analyse_point(lab)
     assert row["rtt_median_ms"] is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="creates a network namespace (root)")
+def test_the_bare_routers_launcher_waits_for_both_ports_in_its_namespace_then_execs():
+    from migrate.baseline.labnone import LAUNCH_SH
+
+    argv = ["unshare", "--net", "--", "sh", "-c", LAUNCH_SH, "vrmig-ns-launch", "10", "sh", "-c", "echo RAN $$"]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        # as the router's ports are made: a veth whose inner end moves into the launcher's namespace
+        port = ["type", "veth", "peer", "name"]
+        subprocess.run(["ip", "link", "add", f"vt{p.pid}a", *port, "eth0", "netns", str(p.pid)], check=True)
+        with pytest.raises(subprocess.TimeoutExpired):
+            p.wait(0.5)  # eth1 is still missing
+        subprocess.run(["ip", "link", "add", f"vt{p.pid}b", *port, "eth1", "netns", str(p.pid)], check=True)
+        out, _ = p.communicate(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for end in "ab":  # gone with the namespace, unless the test failed before it ended
+            subprocess.run(["ip", "link", "del", f"vt{p.pid}{end}"], capture_output=True, check=False)
+    assert p.returncode == 0 and out.strip() == f"RAN {p.pid}"  # exec'd: the same process, in that namespace
+    quick = subprocess.run([*argv[:7], "1", "true"], capture_output=True, text=True, timeout=10)
+    assert quick.returncode == 1 and "VRMIG-FAIL eth0/eth1 did not appear within 1 s" in quick.stdout

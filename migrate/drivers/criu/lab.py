@@ -164,6 +164,16 @@ class RemoteContainer:
             self.launcher.stop(timeout_s=STOP_TIMEOUT_S)
 
 
+def host_ports(inv: Any, host: str) -> list[tuple[str, str, str, str]]:
+    """(router's ifname, host ifname, bridge, MAC) of the router's ports on a lab's ``host``: the
+    veths that replace the inventory's taps take their names (``make baseline`` HV=none's too)."""
+    spec = inv.host(host)
+    return [
+        (p.guest_ifname, spec.taps[p.segment], spec.bridges[p.segment], inv.router[p.segment].mac)
+        for p in topo.ROUTER_PORTS
+    ]
+
+
 class LabCriuDriver(CriuDriver):
     """CRIU checkpoint/restore of the router container between a lab's R1 and R2."""
 
@@ -274,13 +284,7 @@ class LabCriuDriver(CriuDriver):
         return self.ctx.testbed.counter("R1", mig, "tx_bytes")  # type: ignore[attr-defined, no-any-return]
 
     def _taps(self, host: str) -> list[tuple[str, str, str, str]]:
-        """(container ifname, host ifname, bridge, MAC) of the router's ports on ``host``: the
-        veths' outer ends take the names of the inventory's taps."""
-        spec = self.inv.host(host)
-        return [
-            (p.guest_ifname, spec.taps[p.segment], spec.bridges[p.segment], self.inv.router[p.segment].mac)
-            for p in topo.ROUTER_PORTS
-        ]
+        return host_ports(self.inv, host)
 
     def _veths(self, host: str) -> list[tuple[str, str, str]]:
         return [(inner, outer, br) for inner, outer, br, _mac in self._taps(host)]
