@@ -42,8 +42,11 @@ STOP_TIMEOUT_S = 5.0
 POLL_S = 0.05
 
 #: the launcher: argv = timeout_s, then the command to exec once eth0 and eth1 exist in its own
-#: network namespace (the orchestrator moves them in by the launcher's PID)
+#: network namespace.  Its first line, NETNS_MARK, says that namespace exists (unshare has run):
+#: only then may the orchestrator move the ports in by the launcher's PID
+NETNS_MARK = "VRMIG-NETNS"
 LAUNCH_SH = r"""
+echo VRMIG-NETNS
 t=$1
 shift
 n=0
@@ -112,6 +115,10 @@ class LabNsRouter:
         launcher = self.lab.spawn(HOST, "router-none", argv, self.reg, self.out, stdout_name="router-none.log")
         pid = getattr(launcher, "remote_pid", None)
         assert pid is not None
+        try:
+            launcher.wait_for(NETNS_MARK, READY_TIMEOUT_S, path=launcher.stdout_path)
+        except ProcessError as err:
+            raise GuestError(f"the HV=none router's launcher on {HOST}: {err}") from err
         for inner, outer, br, mac in ports:
             self._check(["ip", "link", "add", outer, "type", "veth", "peer", "name", inner, "address", mac,
                          "netns", str(pid)], f"the router's port {inner}")  # fmt: skip

@@ -131,11 +131,12 @@ def test_a_lab_points_delay_and_rtt_window_are_corrected_by_the_clocks(tmp_path)
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="creates a network namespace (root)")
 def test_the_bare_routers_launcher_waits_for_both_ports_in_its_namespace_then_execs():
-    from migrate.baseline.labnone import LAUNCH_SH
+    from migrate.baseline.labnone import LAUNCH_SH, NETNS_MARK
 
     argv = ["unshare", "--net", "--", "sh", "-c", LAUNCH_SH, "vrmig-ns-launch", "10", "sh", "-c", "echo RAN $$"]
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     try:
+        assert p.stdout is not None and p.stdout.readline().strip() == NETNS_MARK  # unshare has run
         # as the router's ports are made: a veth whose inner end moves into the launcher's namespace
         port = ["type", "veth", "peer", "name"]
         subprocess.run(["ip", "link", "add", f"vt{p.pid}a", *port, "eth0", "netns", str(p.pid)], check=True)
@@ -151,4 +152,5 @@ def test_the_bare_routers_launcher_waits_for_both_ports_in_its_namespace_then_ex
             subprocess.run(["ip", "link", "del", f"vt{p.pid}{end}"], capture_output=True, check=False)
     assert p.returncode == 0 and out.strip() == f"RAN {p.pid}"  # exec'd: the same process, in that namespace
     quick = subprocess.run([*argv[:7], "1", "true"], capture_output=True, text=True, timeout=10)
-    assert quick.returncode == 1 and "VRMIG-FAIL eth0/eth1 did not appear within 1 s" in quick.stdout
+    assert quick.returncode == 1 and quick.stdout.splitlines()[0] == NETNS_MARK
+    assert "VRMIG-FAIL eth0/eth1 did not appear within 1 s" in quick.stdout
