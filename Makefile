@@ -131,7 +131,7 @@ campaign-check:
 .PHONY: paper
 paper:
 	$(PY) -m migrate paper $(call flag,REPS,reps) $(call flag,FIG2,fig2) $(call flag,FIG3,fig3) \
-	  $(call flag,PARTS,parts) --results $(RESULTS)
+	  $(call flag,PARTS,parts) $(call flag,TESTBED,testbed) --results $(RESULTS)
 
 .PHONY: sweep report compare nightly nightly-accept
 sweep:

@@ -30,9 +30,11 @@ FIG3 = REPO / "campaigns" / "paper004-fig3.toml"
 COLUMNS = ("id", "figure", "statement", "paper", "measured", "comparison", "n", "why_absent", "conditions")
 
 
-def _fig2(reps: int | None, results: Path, given: Path | None) -> Path:
-    """The Fig. 2 baseline directory: ``given`` (finished or resumed), else a new run of the campaign."""
+def _fig2(reps: int | None, results: Path, given: Path | None, testbed: Path | None = None) -> Path:
+    """The Fig. 2 baseline directory: ``given`` (finished or resumed on the testbed it ran on),
+    else a new run of the campaign (``testbed``: on a lab's hosts)."""
     from migrate.baseline.run import load_resume, run_baseline
+    from migrate.cli.baseline import resume_testbed
 
     if given is not None:
         if not (given / "meta.json").is_file():
@@ -40,27 +42,29 @@ def _fig2(reps: int | None, results: Path, given: Path | None) -> Path:
         meta = json.loads((given / "meta.json").read_text())
         if meta.get("kind") != "baseline":
             raise ConfigError(f"FIG2={given} is a {meta.get('kind')!r} directory, not a baseline")
+        where = resume_testbed(given, meta, testbed)
         if meta.get("status") == "completed":
             return given
         stored, _ = load_resume(given)
-        return run_baseline(stored, results, resume_dir=given)
+        return run_baseline(stored, results, resume_dir=given, testbed=where)
     c = cp.load(FIG2, reps)
-    return run_baseline(cp.baseline_spec(c), results, campaign=(c.record(), c.text))
+    return run_baseline(cp.baseline_spec(c), results, campaign=(c.record(), c.text), testbed=testbed)
 
 
-def _fig3(reps: int | None, results: Path, given: Path | None) -> Path:
-    """The Fig. 3 campaign directory: ``given`` (resumed to its end), else a new run of the campaign."""
+def _fig3(reps: int | None, results: Path, given: Path | None, testbed: Path | None = None) -> Path:
+    """The Fig. 3 campaign directory: ``given`` (resumed to its end on the testbed it ran on),
+    else a new run of the campaign (``testbed``: on a lab's hosts)."""
     from migrate.campaigns import sweep as sw
 
     if given is not None:
         meta, _ = sd.open_sweep(given, "FIG3")
         if (meta.get("campaign") or {}).get("name") != "paper004-fig3":
             raise ConfigError(f"FIG3={given} is not a run of campaigns/paper004-fig3.toml")
-        sw.run_sweep(given)
+        sw.run_sweep(given, testbed)
         return given
     c = cp.load(FIG3, reps)
-    d = sw.new_campaign(c, results)
-    sw.run_sweep(d)
+    d = sw.new_campaign(c, results, testbed)
+    sw.run_sweep(d, testbed)
     return d
 
 
@@ -96,11 +100,12 @@ def csv_text(claims: list[ap.Claim]) -> str:
 
 def markdown(claims: list[ap.Claim], sources: dict[str, Any], command: str) -> str:
     """paper.md: the side-by-side table, the sources and the command."""
+    where = sources.get("testbed", "an unrecorded testbed")
     lines = [
         "# Paper 004 side by side",
         "",
         f"Command: `{command}`. Baseline (Fig. 2): `{sources['fig2']}`. Migrations (Fig. 3): `{sources['fig3']}`.",
-        f"QEMU {sources['qemu']}, accelerator {sources['accel']}.",
+        f"QEMU {sources['qemu']}, accelerator {sources['accel']}, on {where}.",
         "",
         "| id | figure | the paper states | paper | measured here | comparison | conditions that differ |",
         "|---|---|---|---|---|---|---|",
@@ -141,8 +146,9 @@ def format_claims(claims: list[ap.Claim]) -> str:
 
 
 def run_paper(results: Path, reps: int | None, fig2: Path | None, fig3: Path | None, command: str,
-              only: str = "fig2,fig3") -> tuple[Path, list[ap.Claim]]:  # fmt: skip
-    """Run (or reuse) the two campaigns and write the side-by-side report; returns its directory."""
+              only: str = "fig2,fig3", testbed: Path | None = None) -> tuple[Path, list[ap.Claim]]:  # fmt: skip
+    """Run (or reuse) the two campaigns and write the side-by-side report; returns its directory
+    (``testbed``: both campaigns on a lab's hosts, as the paper's four physical nodes ran them)."""
     from migrate.campaigns.sweep import prepare_results_root
 
     parts = {p.strip() for p in only.split(",") if p.strip()}
@@ -151,9 +157,10 @@ def run_paper(results: Path, reps: int | None, fig2: Path | None, fig3: Path | N
     cp.load(FIG2, reps)  # both files valid before anything runs
     cp.load(FIG3, reps)
     prepare_results_root(results)
-    d2 = _fig2(reps, results, fig2) if "fig2" in parts or fig2 is not None else None
-    d3 = _fig3(reps, results, fig3) if "fig3" in parts or fig3 is not None else None
+    d2 = _fig2(reps, results, fig2, testbed) if "fig2" in parts or fig2 is not None else None
+    d3 = _fig3(reps, results, fig3, testbed) if "fig3" in parts or fig3 is not None else None
     claims, sources = build(d2, d3)
+    sources["testbed"] = f"the lab of {testbed}" if testbed is not None else "the embedded one-machine testbed"
     out = results / f"{sd.stamp_utc()}-paper004"
     write(out, claims, sources, command)
     return out, claims

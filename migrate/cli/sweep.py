@@ -42,6 +42,7 @@ def add_parsers(sub: argparse._SubParsersAction, run_parser: argparse.ArgumentPa
     pp.add_argument("--fig2", type=Path, default=None, help="FIG2: reuse (or resume) this baseline directory")
     pp.add_argument("--fig3", type=Path, default=None, help="FIG3: reuse (or resume) this campaign directory")
     pp.add_argument("--parts", default="fig2,fig3", help="PARTS: which campaigns to run (fig2, fig3)")
+    pp.add_argument("--testbed", type=Path, default=None, help="TESTBED: run both campaigns on this lab's hosts")
     pp.add_argument("--results", type=Path, default=Path("results"), help="results root directory")
     pp.set_defaults(handler=cmd_paper)
 
@@ -223,7 +224,9 @@ def cmd_paper(a: argparse.Namespace) -> int:
     from migrate.campaigns.paper import format_claims, run_paper
 
     try:
-        out, claims = run_paper(a.results, a.reps, a.fig2, a.fig3, shlex.join(["vrmig", *sys.argv[1:]]), a.parts)
+        out, claims = run_paper(
+            a.results, a.reps, a.fig2, a.fig3, shlex.join(["vrmig", *sys.argv[1:]]), a.parts, a.testbed
+        )
     except Interrupted as err:
         raise Interrupted(f"{err}; finished runs are kept: give their directories as FIG2=/FIG3= to go on") from None
     print(format_claims(claims))
