@@ -151,6 +151,17 @@ def _processes_with(text: str) -> list[str]:
     return found
 
 
+def _rooted_in(text: str) -> list[str]:
+    """Processes on this machine whose root directory's path contains ``text`` (chrooted there)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            with contextlib.suppress(OSError):
+                if text in os.readlink(d / "root"):
+                    found.append(d.name)
+    return found
+
+
 def _start_run(lab: Path, results: Path, *args: str) -> subprocess.Popen[bytes]:
     """``python -m migrate run <args>`` on ``lab`` in the background (to be signalled), its
     output discarded."""
@@ -624,26 +635,27 @@ def _check_lab_baseline(run_dir: Path, lab: Path, hvs: tuple[str, ...]) -> None:
         assert float(r["cpu_host"]) > 0, r
         if r["hv"] == "kvm":
             assert float(r["cpu_hv"]) > 0, r  # the QEMU on R1, read on R1
-        if r["hv"] == "criu":
-            assert r["cpu_router_daemons"] != "", r  # the container's processes on R1
+        if r["hv"] in ("none", "criu"):
+            assert r["cpu_router_daemons"] != "", r  # the daemons or the container's processes, on R1
     for point in run_dir.glob("points/*/*"):
         record = json.loads((point / "point.json").read_text())
         assert set(record["clock"]) == {"A", "B", "C"} and (point / "irtt.json.gz").stat().st_size > 0
 
 
 def test_lab_baseline_runs_the_router_and_every_helper_on_the_hosts(lab, tmp_path, monkeypatch):
-    """HV=kvm in this process with every way into a namespace watched; HV=criu with FRR through
-    the command line (its container is never checkpointed, so FRR is allowed); the hosts hold
-    nothing of either afterwards."""
+    """HV=none (the bare router on R1) and HV=kvm in this process with every way into a namespace
+    watched; HV=criu with FRR through the command line (its container is never checkpointed, so
+    FRR is allowed); the hosts hold nothing of them afterwards and R1's taps are as set up."""
     from migrate.baseline.run import run_baseline
     from migrate.baseline.spec import BaselineSpec
 
     inv = load(lab)
-    spec = BaselineSpec(hvs=("kvm",), sizes=(500,), rates_bps=(10_000_000,), reps=1, duration_s=3.0)
+    spec = BaselineSpec(hvs=("none", "kvm"), sizes=(500,), rates_bps=(10_000_000,), reps=1, duration_s=3.0)
     with _namespace_watch(monkeypatch) as seen:
         run_dir = run_baseline(spec, tmp_path / "kvm", testbed=lab)
     assert seen == [], seen
-    _check_lab_baseline(run_dir, lab, ("kvm",))
+    _check_lab_baseline(run_dir, lab, ("none", "kvm"))
+    assert _taps_as_set_up(inv) == {"R1": [], "R2": []}
     res = _cli(
         "baseline", "--testbed", str(lab), "--hv", "criu", "--router", "frr", "--sizes", "500", "--rates", "10M",
         "--reps", "1", "--duration", "3", "--results", str(tmp_path / "criu"), timeout=900,
@@ -653,12 +665,14 @@ def test_lab_baseline_runs_the_router_and_every_helper_on_the_hosts(lab, tmp_pat
     assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
     assert _processes_with(f"{inv.deploy_dir}/runs/") == []
     assert _processes_with("vrmig-ct-init") == []
+    assert _rooted_in("/rootfs-none") == []
 
 
-def test_sigkilled_lab_baseline_leaves_no_process_and_clean_testbed_removes_the_files(lab, tmp_path):
+@pytest.mark.parametrize("hv", ["kvm", "none"])
+def test_sigkilled_lab_baseline_leaves_no_process_and_clean_testbed_removes_the_files(lab, tmp_path, hv):
     inv = load(lab)
     proc = subprocess.Popen(
-        [PY, "-m", "migrate", "baseline", "--testbed", str(lab), "--hv", "kvm", "--sizes", "500", "--rates", "10M",
+        [PY, "-m", "migrate", "baseline", "--testbed", str(lab), "--hv", hv, "--sizes", "500", "--rates", "10M",
          "--reps", "1", "--duration", "30", "--results", str(tmp_path)],
         cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -679,6 +693,12 @@ def test_sigkilled_lab_baseline_leaves_no_process_and_clean_testbed_removes_the_
         time.sleep(0.1)
     assert _processes_with(f"/runs/{prefix}") == []
     assert _processes_with(f"vrmig-{prefix}-R") == []  # the router's QEMU, by its -name
+    if hv == "none":  # the keeper killed the chrooted daemons and put R1's taps back
+        deadline = time.monotonic() + GRACE_S
+        while _taps_as_set_up(inv)["R1"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _rooted_in(f"/runs/{prefix}/rootfs-none") == []
+        assert _taps_as_set_up(inv) == {"R1": [], "R2": []}
     assert any(prefix in v for v in _runs_on_hosts(inv).values()), "expected the SIGKILL to leave run directories"
     res = _cli("clean-testbed", "--testbed", str(lab), timeout=120)
     assert res.returncode == 0, res.stderr
