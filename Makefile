@@ -198,7 +198,7 @@ bench-lab: venv
 .PHONY: bench-lab-baseline bench-lab-peering
 bench-lab-baseline: venv
 	@if [ -z "$(TESTBED)" ]; then echo "make bench-lab-baseline: give TESTBED=<inventory> (make lab-up prints one)" >&2; exit 2; fi
-	$(PY) -m tests.bench.bench_baseline_lab --testbed $(TESTBED) $(call flag,ROUNDS,rounds) --out $(RESULTS)/bench/lab-baseline
+	$(PY) -m tests.bench.bench_baseline_lab --testbed $(TESTBED) $(call flag,ROUNDS,rounds) $(call flag,HV,hv) --out $(RESULTS)/bench/lab-baseline
 
 # make bench-lab-peering TESTBED=<lab> [REPS=3]: PEERING=bgp,bfd runs embedded and on the lab, alternating
 bench-lab-peering: venv

@@ -1,6 +1,6 @@
 """``make baseline`` on the embedded testbed and on a lab, side by side in one session
 (``make bench-lab-baseline``): ``--rounds`` rounds, each running the same one-repetition matrix
-embedded, then on the lab, each as its own process.  The two alternate so that whatever else
+(``--hv``, default none,kvm,criu) embedded, then on the lab, each as its own process.  The two alternate so that whatever else
 loads the machine touches both alike.  It prints one JSON line per baseline and writes
 ``<out>/baseline-bench.json``: each baseline's wall time and status, and every row of its
 baseline.csv tagged with where and which round.  Then it prints the per-(where, hv, size, rate)
@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-#: the matrix both sides run (GEN_CHECK=0 on both: the lab's generator is A's, which the check does not measure)
-MATRIX = ["--hv", "kvm,criu", "--sizes", "500,1500", "--rates", "10M,50M,max", "--reps", "1", "--duration", "5",
-          "--gen-check", "0"]  # fmt: skip
+#: the matrix both sides run, after --hv (GEN_CHECK=0 on both: the lab's generator is A's, which the
+#: check does not measure)
+MATRIX = ["--sizes", "500,1500", "--rates", "10M,50M,max", "--reps", "1", "--duration", "5", "--gen-check", "0"]
 FIGURES = ("forwarded_bps", "loss_ratio", "rtt_median_ms", "owd_median_ms", "owd_uncertainty_ms", "cpu_host",
            "cpu_hv", "cpu_router_daemons")  # fmt: skip
 
@@ -74,20 +74,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--testbed", required=True, help="the lab's inventory (make lab-up prints one)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--hv", default="none,kvm,criu", help="the baselines' HV list")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     runs = []
+    matrix = ["--hv", a.hv, *MATRIX]
     for i in range(a.rounds):
         for where in ("embedded", "lab"):
-            run = one_baseline(where, a.testbed, a.out, i, MATRIX)
+            run = one_baseline(where, a.testbed, a.out, i, matrix)
             print(json.dumps({k: v for k, v in run.items() if k != "rows"} | {"rows": len(run.get("rows", []))}),
                   flush=True)  # fmt: skip
             runs.append(run)
     table = medians(runs)
     for row in table:
         print(json.dumps(row), flush=True)
-    doc = {"matrix": MATRIX, "rounds": a.rounds, "testbed": a.testbed, "runs": runs, "medians": table}
+    doc = {"matrix": matrix, "rounds": a.rounds, "testbed": a.testbed, "runs": runs, "medians": table}
     (a.out / "baseline-bench.json").write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 
