@@ -1,11 +1,11 @@
 """``make baseline`` on the embedded testbed and on a lab, side by side in one session
 (``make bench-lab-baseline``): ``--rounds`` rounds, each running the same one-repetition matrix
-(``--hv``, default none,kvm,criu) embedded, then on the lab, each as its own process.  The two alternate so that whatever else
-loads the machine touches both alike.  It prints one JSON line per baseline and writes
-``<out>/baseline-bench.json``: each baseline's wall time and status, and every row of its
-baseline.csv tagged with where and which round.  Then it prints the per-(where, hv, size, rate)
-medians over the rounds of forwarded rate, loss, RTT, one-way delay (with its clock uncertainty
-on the lab), CPU and wall time.
+(``--hv``, default none,kvm,criu) embedded, then on the lab, each as its own process.  The two
+alternate so that whatever else loads the machine touches both alike.  It prints one JSON line
+per baseline and writes ``<out>/baseline-bench.json``: each baseline's wall time and status, and
+every row of its baseline.csv tagged with where and which round.  Then it prints the
+per-(where, hv, size, rate) medians over the rounds of forwarded rate, loss, RTT, one-way delay
+(with its clock uncertainty on the lab), CPU and wall time.
 
     python -m tests.bench.bench_baseline_lab --testbed /run/vrmig-lab/x/lab.toml --rounds 3 --out DIR"""
 
