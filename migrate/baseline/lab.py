@@ -40,7 +40,8 @@ log = logging.getLogger(__name__)
 NOTES = {
     "lab": (
         "TESTBED=: vrgen on A, vrsink on B, irtt C -> D and the router on R1 are the lab's hosts, reached over SSH; "
-        "cpu_host and cpu_softirq are R1's (read on R1), cpu_gen is A's generator's own"
+        "cpu_host and cpu_softirq are R1's as its SSH login reads /proc (on a Xen host: dom0's, not Xen's), cpu_gen "
+        "is A's generator's own"
     ),
     "lab_clock": (
         "owd_median_ms subtracts B's clock offset minus A's (each point measures A, B and C at its end, "
