@@ -130,6 +130,19 @@ def plan(spec: BaselineSpec, testbed: Path) -> LabPlan:
     return out
 
 
+def resume_testbed(resume: Path, meta: dict[str, Any], given: Path | None) -> Path | None:
+    """The testbed a resumed baseline goes on with: the one its meta.json names (a lab
+    inventory, or none: the embedded testbed); a different TESTBED is refused (ConfigError, one
+    line): its points would mix testbeds."""
+    stored = (meta.get("lab") or {}).get("inventory")
+    if given is not None and (stored is None or Path(stored).resolve() != given.resolve()):
+        where = f"TESTBED={stored}" if stored else "the embedded testbed"
+        raise ConfigError(f"RESUME={resume} ran on {where}: drop TESTBED={given} or start a new baseline")
+    if stored is not None and not Path(stored).is_file():
+        raise ConfigError(f"RESUME={resume} ran on TESTBED={stored}, which is gone: restore it or start a new baseline")
+    return Path(stored) if stored else None
+
+
 def lab_accel(p: LabPlan) -> str | None:
     """The accelerator the lab's VMs ran with (KVM only if R1 and R2 both have it); None for a
     baseline without a VM."""

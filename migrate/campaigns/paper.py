@@ -33,8 +33,8 @@ COLUMNS = ("id", "figure", "statement", "paper", "measured", "comparison", "n", 
 def _fig2(reps: int | None, results: Path, given: Path | None, testbed: Path | None = None) -> Path:
     """The Fig. 2 baseline directory: ``given`` (finished or resumed on the testbed it ran on),
     else a new run of the campaign (``testbed``: on a lab's hosts)."""
+    from migrate.baseline.lab import resume_testbed
     from migrate.baseline.run import load_resume, run_baseline
-    from migrate.cli.baseline import resume_testbed
 
     if given is not None:
         if not (given / "meta.json").is_file():

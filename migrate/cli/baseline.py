@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from migrate.baseline.args import resume_spec, spec_from_args
+from migrate.baseline.lab import resume_testbed
 from migrate.baseline.spec import NONE_NIC
 
 
@@ -30,21 +31,6 @@ def run_command(a: argparse.Namespace, campaign: Any = None) -> int:
     print(run_dir)
     status = json.loads((run_dir / "meta.json").read_text()).get("status")
     return 0 if status == "completed" else 4
-
-
-def resume_testbed(resume: Path, meta: dict[str, Any], given: Path | None) -> Path | None:
-    """The testbed a resumed baseline goes on with: the one its meta.json names (a lab
-    inventory, or none: the embedded testbed); a different TESTBED is refused (ConfigError, one
-    line): its points would mix testbeds."""
-    from migrate.core.errors import ConfigError
-
-    stored = (meta.get("lab") or {}).get("inventory")
-    if given is not None and (stored is None or Path(stored).resolve() != given.resolve()):
-        where = f"TESTBED={stored}" if stored else "the embedded testbed"
-        raise ConfigError(f"RESUME={resume} ran on {where}: drop TESTBED={given} or start a new baseline")
-    if stored is not None and not Path(stored).is_file():
-        raise ConfigError(f"RESUME={resume} ran on TESTBED={stored}, which is gone: restore it or start a new baseline")
-    return Path(stored) if stored else None
 
 
 def _mbit(d: dict[str, Any] | None) -> str:

@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 
 from analysis.baseline.points import analyse_point, clock_shift
-from migrate.baseline.lab import refuse, scenario_for
+from migrate.baseline.lab import refuse, resume_testbed, scenario_for
 from migrate.baseline.spec import BaselineSpec, Config
-from migrate.cli.baseline import resume_testbed
 from migrate.core import cpustat
 from migrate.core.errors import ConfigError
 
