@@ -91,3 +91,15 @@ def test_synthetic_generator_limited_forwarding_is_a_bound():
     c["points"][0]["forwarded_bps"] = {"mean": 30e6}  # the router lost a third: a point value
     c["max_forwarded"]["forwarded_bps"]["mean"] = 30e6
     assert _by_id(ap.fig2_claims({"configs": [c]}, FACTS))["F5"].measured.startswith("max forwarded 30.0")
+
+
+def test_rank_correlation_p_is_exact_for_a_few_runs_not_the_t_approximation():
+    """5 runs in rate order: 2 of the 120 orderings are as extreme, so p = 1/60 (SciPy's t
+    approximation prints 1.4e-24); 3 runs can never reach alpha 0.05 (2 of 6)."""
+    rates = np.array([0, 100e6, 200e6, 300e6, 400e6])
+    rho, p, how = ap.spearman_p(rates, np.array([1.0, 2, 3, 4, 5]))
+    assert (rho, how) == (1.0, "exact") and p == 1 / 60
+    assert ap.spearman_p(rates[:3], np.array([3.0, 2, 1]))[1] == 1.0 / 3
+    many = np.repeat(rates, 3)
+    rho, p, how = ap.spearman_p(many, np.arange(15.0))  # 15 runs: random orderings, seeded
+    assert how == "9999 permutations" and p == ap.spearman_p(many, np.arange(15.0))[1] and p < 0.001
