@@ -79,13 +79,9 @@ class LabNsRouter:
             raise GuestError(f"{HOST}: {what}: {res.stderr.decode(errors='replace').strip()}")
 
     def _start_ticks(self, pid: int) -> int | None:
-        res = self._run(["cat", f"/proc/{pid}/stat"])
-        if res.returncode != 0:
-            return None
-        try:
-            return int(res.stdout.decode().rsplit(")", 1)[1].split()[19])
-        except (IndexError, ValueError):
-            return None
+        from migrate.drivers.criu.lab import remote_start_ticks
+
+        return remote_start_ticks(self._run, pid)
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Copy, keeper, veths, launcher; return once the router printed READY."""

@@ -116,13 +116,7 @@ class RemoteContainer:
         self.d.ctx.registry.add_remote(self.host, pid, self.starttime, f"container-{self.host} init")
 
     def _start_ticks(self, pid: int) -> int | None:
-        res = self._run(["cat", f"/proc/{pid}/stat"])
-        if res.returncode != 0:
-            return None
-        try:
-            return int(res.stdout.decode().rsplit(")", 1)[1].split()[19])
-        except (IndexError, ValueError):
-            return None
+        return remote_start_ticks(self._run, pid)
 
     def alive(self) -> bool:
         """The init still runs (same PID and start time)."""
@@ -162,6 +156,18 @@ class RemoteContainer:
                 self._run(["kill", "-KILL", str(self.pid)])
         if self.launcher is not None:
             self.launcher.stop(timeout_s=STOP_TIMEOUT_S)
+
+
+def remote_start_ticks(run: Any, pid: int) -> int | None:
+    """The start time (clock ticks since boot) of process ``pid`` on a host, read by ``run`` (a
+    command runner there, never raising); None if it is gone.  With the PID it names a process."""
+    res = run(["cat", f"/proc/{pid}/stat"])
+    if res.returncode != 0:
+        return None
+    try:
+        return int(res.stdout.decode().rsplit(")", 1)[1].split()[19])
+    except (IndexError, ValueError):
+        return None
 
 
 def host_ports(inv: Any, host: str) -> list[tuple[str, str, str, str]]:
