@@ -27,14 +27,21 @@ def add_parser(sub: Any) -> None:
 
 
 def run_command(a: argparse.Namespace) -> int:
-    """Load the inventory (bad input: one line, exit 2, nothing started), run the playbook, print
+    """Load the inventory (bad input: one line, exit 2, nothing started), log into every host (one
+    that refuses: its line, exit 2, nothing changed on any host), run the playbook, print
     ``<role> ok=N changed=N failed=N`` per host and a last line; exit 2 naming each host that
     failed or was unreachable."""
     from migrate.testbed.inventory import load
-    from migrate.testbed.provision import run_playbook
+    from migrate.testbed.provision import HostsUnreachable, run_playbook
 
     inv = load(a.testbed)
-    out = run_playbook(inv, a.profiles, a.results)
+    try:
+        out = run_playbook(inv, a.profiles, a.results)
+    except HostsUnreachable as err:
+        for role in ROLES:
+            if role in err.reasons:
+                print(f"hosts-setup: {role}: {err.reasons[role]} (nothing was changed on any host)", file=sys.stderr)
+        return 2
     for role in ROLES:
         r = out.recap.get(role)
         if r is None:

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from migrate.core.errors import DependencyError
+from migrate.core.errors import ConfigError, DependencyError
 from migrate.core.procs import terminate_and_wait
 from migrate.drivers.libvirt.daemon import tls_settings
 from migrate.testbed import pki
@@ -320,6 +320,31 @@ def explain_unreachable(inv: Inventory, failures: dict[str, str], control_dir: P
     return out
 
 
+class HostsUnreachable(ConfigError):
+    """One or more hosts refused or missed a login of our own before Ansible ran (exit 2, nothing
+    changed on any host); ``reasons``: role -> its classified reason."""
+
+    def __init__(self, reasons: dict[str, str]) -> None:
+        super().__init__("; ".join(f"{r}: {why}" for r, why in reasons.items()))
+        self.reasons = reasons
+
+
+def unreachable_hosts(inv: Inventory, control_dir: Path) -> dict[str, str]:
+    """Each host of ``inv`` that one login of our own cannot open, with its classified reason
+    (authentication refused, host key unknown or changed, unreachable), all logins in parallel
+    (:func:`migrate.testbed.hosts.open_all`); every host that opened is closed again.  Run before
+    Ansible, so that an unreachable host stops hosts-setup before it changes any other host."""
+    from migrate.testbed.hosts import SshError, open_all
+
+    out: dict[str, str] = {}
+    for role, h in open_all(inv, control_dir).items():
+        if isinstance(h, SshError):
+            out[role] = f"unreachable: {h}"
+        else:
+            h.close()
+    return out
+
+
 def check_local_files(inv: Inventory) -> None:
     """Each SSH host's key and known-hosts file, and a hypervisor host's libvirt TLS files, must
     exist here (else InventoryError, exit 2)."""
@@ -363,9 +388,14 @@ def run_playbook(
     playbook: Path = PLAYBOOK,
 ) -> Outcome:
     """Run the playbook on the lab of ``inv``; Ansible's output goes to ``ansible.log`` in a new
-    results directory.  Raises InventoryError (bad key paths), the router layer's NotBuiltError
-    (an image is not built), DependencyError (no ``ansible-playbook``) before starting anything."""
+    results directory.  Raises InventoryError (bad key paths), HostsUnreachable (a host refused or
+    missed our login), the router layer's NotBuiltError (an image is not built), DependencyError
+    (no ``ansible-playbook``) before starting anything."""
     check_local_files(inv)
+    with tempfile.TemporaryDirectory(prefix="vrmig-probe-") as probe_dir:
+        down = unreachable_hosts(inv, Path(probe_dir))
+    if down:
+        raise HostsUnreachable(down)
     images = image_files(profiles, cache)
     from migrate.testbed import bundles
     from routers.paths import cache_dir

@@ -242,3 +242,44 @@ def test_the_nested_xen_hosts_files_go_to_the_hypervisors(lab: Path, tmp_path: P
     assert names == ["xen.elf", "dom0-vmlinuz", "manifest.json", "dom0-initrd-frr.img", "dom0-initrd-bird.img"]
     assert all(Path(f["src"]).is_file() for f in files)
     assert Path(files[3]["src"]).name == DOM0_INITRD and Path(files[3]["src"]).parent.name == "router-frr"
+
+
+def test_a_host_refusing_our_login_stops_hosts_setup_before_ansible(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A login of our own to every host comes first: C refuses the key, so hosts-setup says so on
+    one line, exits 2, closes the hosts that did open, creates no results directory and never
+    starts ansible-playbook (no other host is changed)."""
+    from migrate.cli.main import main
+    from migrate.testbed import hosts as hostsmod
+
+    opened: list[str] = []
+    closed: list[str] = []
+
+    class FakeHost:
+        def __init__(self, spec, control_dir) -> None:
+            self.role = spec.role
+
+        def open(self) -> None:
+            if self.role == "C":
+                raise hostsmod.AuthRefused("C (root@198.19.128.6:22): authentication refused for key /k")
+            opened.append(self.role)
+
+        def close(self) -> None:
+            closed.append(self.role)
+
+    def no_ansible(*a, **kw):
+        raise AssertionError("ansible-playbook started")
+
+    monkeypatch.setattr(hostsmod, "make_host", FakeHost)
+    monkeypatch.setattr(provision, "_stream", no_ansible)
+    monkeypatch.setattr(provision, "check_local_files", lambda inv: None)
+    rc = main(["hosts-setup", "--testbed", str(EXAMPLE), "--results", str(tmp_path / "r")])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("hosts-setup: ")]
+    assert rc == 2
+    assert err == [
+        "hosts-setup: C: unreachable: C (root@198.19.128.6:22): authentication refused for key /k "
+        "(nothing was changed on any host)"
+    ]
+    assert sorted(opened) == sorted(set(ROLES) - {"C"}) and sorted(closed) == sorted(opened)
+    assert not (tmp_path / "r").exists()
