@@ -44,15 +44,19 @@ def frr_crashed_at_boot(run_dir: Path) -> bool:
     return any(p.is_file() and FRR_BACKTRACE.search(p.read_text(errors="replace")) for p in consoles)
 
 
-def once_more_after_qemu_crash(attempt: Callable[[str], Path | None]) -> Path | None:
+def once_more_after(attempt: Callable[[str], Path | None], crashed: Callable[[Path], bool]) -> Path | None:
     """``attempt("try1")`` runs once and returns its run directory (None: none printed); if that
-    run failed from :func:`qemu_tcg_precopy_crash`, ``attempt("try2")`` runs and its directory
-    is returned instead."""
+    run's directory has a ``meta.json`` and ``crashed`` names its failure a known fault of another
+    project's (QEMU's, FRR's), ``attempt("try2")`` runs and its directory is returned instead."""
     run_dir = attempt("try1")
-    meta = run_dir / "meta.json" if run_dir is not None else None
-    if meta is not None and meta.exists() and qemu_tcg_precopy_crash(json.loads(meta.read_text())):
+    if run_dir is not None and (run_dir / "meta.json").exists() and crashed(run_dir):
         run_dir = attempt("try2")
     return run_dir
+
+
+def once_more_after_qemu_crash(attempt: Callable[[str], Path | None]) -> Path | None:
+    """:func:`once_more_after` for a run that failed from :func:`qemu_tcg_precopy_crash`."""
+    return once_more_after(attempt, lambda d: qemu_tcg_precopy_crash(json.loads((d / "meta.json").read_text())))
 
 
 def again_after_qemu_crash(test: Callable[..., Any]) -> Callable[..., Any]:

@@ -26,6 +26,7 @@ from tests.integration.conftest import (
     again_after_qemu_crash,
     assert_cut_row_within_targets,
     frr_crashed_at_boot,
+    once_more_after,
     once_more_after_qemu_crash,
     require_root_and,
     router_granularity_ms,
@@ -335,9 +336,9 @@ def _xen_run(testbed: Path, tmp_path: Path, monkeypatch, mem: int = 128) -> tupl
     s = Scenario(hv="xen", rate_bps=1_000_000, mem_mib=mem, duration_s=10, migrate_at_s=3, after_s=3,
                  migrate_timeout_s=900, boot_timeout_s=300)  # fmt: skip
     with _namespace_watch(monkeypatch) as seen:
-        run_dir = run(s, tmp_path / "res", testbed=testbed)
-        if frr_crashed_at_boot(run_dir):  # FRR's staticd crashed while starting in the domU: not xl's doing
-            run_dir = run(s, tmp_path / "res2", testbed=testbed)
+        # once more if FRR's staticd crashed while starting in the domU: not xl's doing (conftest)
+        run_dir = once_more_after(lambda tag: run(s, tmp_path / tag, testbed=testbed), frr_crashed_at_boot)
+    assert run_dir is not None
     meta = json.loads((run_dir / "meta.json").read_text())
     summary = json.loads((run_dir / "summary.json").read_text())
     assert meta["status"] == "completed", meta.get("failure")

@@ -194,8 +194,9 @@ def test_cli_profiles_flag() -> None:
     assert build_parser().parse_args(["hosts-setup", "--testbed", "lab.toml"]).profiles == ["frr", "bird"]
 
 
-def test_unreachable_hosts_get_the_reason_of_a_login_of_our_own(tmp_path, monkeypatch) -> None:
-    """Ansible said 'Broken pipe' for a refused key: the line names the refused key instead."""
+def _refusing_c(opened: list[str], closed: list[str]) -> type:
+    """A stand-in host class (spec, control_dir): C refuses its key at open(); the other roles
+    are appended to ``opened`` when opened and to ``closed`` when closed."""
     from migrate.testbed import hosts as hostsmod
 
     class FakeHost:
@@ -205,11 +206,19 @@ def test_unreachable_hosts_get_the_reason_of_a_login_of_our_own(tmp_path, monkey
         def open(self) -> None:
             if self.role == "C":
                 raise hostsmod.AuthRefused("C (root@198.19.128.6:22): authentication refused for key /k")
+            opened.append(self.role)
 
         def close(self) -> None:
-            pass
+            closed.append(self.role)
 
-    monkeypatch.setattr(hostsmod, "SshHost", FakeHost)
+    return FakeHost
+
+
+def test_unreachable_hosts_get_the_reason_of_a_login_of_our_own(tmp_path, monkeypatch) -> None:
+    """Ansible said 'Broken pipe' for a refused key: the line names the refused key instead."""
+    from migrate.testbed import hosts as hostsmod
+
+    monkeypatch.setattr(hostsmod, "SshHost", _refusing_c([], []))
     inv = load(Path(__file__).resolve().parents[2] / "docs" / "lab.example.toml")
     got = provision.explain_unreachable(
         inv,
@@ -256,22 +265,10 @@ def test_a_host_refusing_our_login_stops_hosts_setup_before_ansible(
     opened: list[str] = []
     closed: list[str] = []
 
-    class FakeHost:
-        def __init__(self, spec, control_dir) -> None:
-            self.role = spec.role
-
-        def open(self) -> None:
-            if self.role == "C":
-                raise hostsmod.AuthRefused("C (root@198.19.128.6:22): authentication refused for key /k")
-            opened.append(self.role)
-
-        def close(self) -> None:
-            closed.append(self.role)
-
     def no_ansible(*a, **kw):
         raise AssertionError("ansible-playbook started")
 
-    monkeypatch.setattr(hostsmod, "make_host", FakeHost)
+    monkeypatch.setattr(hostsmod, "make_host", _refusing_c(opened, closed))
     monkeypatch.setattr(provision, "_stream", no_ansible)
     monkeypatch.setattr(provision, "check_local_files", lambda inv: None)
     rc = main(["hosts-setup", "--testbed", str(EXAMPLE), "--results", str(tmp_path / "r")])
