@@ -32,12 +32,13 @@ MIGRATE_FLAGS = $(call flag,HV,hv) $(call flag,DRIVER,driver) $(call flag,MODE,m
   $(call flag,PEER_DAEMON,peer-daemon) \
   $(call flag,FAULT,fault) --results $(RESULTS)
 MIGRATE_FLAGS += $(call flag,DIRTY,dirty)  # the guest dirties memory at DIRTY MB/s (docs/migrate.md "Dirty rate")
+MIGRATE_FLAGS += $(call flag,QEMU,qemu) $(call flag,QEMU_FIRMWARE,qemu-firmware)  # the stack (docs/stack.md)
 MIGRATE_FLAGS += $(call flag,CHURN,churn)  # B flaps CHURN routes/s (PEERING=bgp; docs/peering.md "Route churn")
 
 .PHONY: chaos setup apt venv helpers guest migrate test test-unit test-integration lint clean-testbed clean \
         bench-traffic bench-sampler bench-qmp bench-qmp-client check-helpers
 
-setup: apt venv helpers guest criu xen
+setup: apt venv helpers qemu guest criu xen
 
 apt:
 	@if [ "$$(id -u)" != 0 ]; then echo "make setup: run as root (installs Debian packages)"; exit 2; fi
@@ -66,6 +67,12 @@ check-helpers:
 criu: venv
 	$(PY) -m migrate.drivers.criu.setup
 	$(PY) -m routers criuvm
+
+# QEMU=: the default QEMU release (or the one named) fetched from Debian into ~/.cache/vrmig/qemu,
+# never installed (migrate/core/stack.py, docs/stack.md)
+.PHONY: qemu
+qemu: venv
+	$(PY) -m migrate.core.stack qemu $(QEMU) $(call flag,QEMU_FIRMWARE,firmware)
 
 guest: venv
 	$(PY) -m routers build --profile frr

@@ -194,6 +194,7 @@ def scenario_from_args(a: argparse.Namespace, axes: bool = False) -> Scenario:
         ospf_dead_s=getattr(a, "ospf_dead", 4), peer_daemon=getattr(a, "peer_daemon", "bird"),
         dirty_mbps=getattr(a, "dirty", None), churn_rps=getattr(a, "churn", None),
         criu_rejoin_mcast=getattr(a, "criu_rejoin_mcast", False),
+        qemu=getattr(a, "qemu", None), qemu_firmware=getattr(a, "qemu_firmware", None),
         **knob_fields(a, axes),
     )  # fmt: skip
 
@@ -243,5 +244,11 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
         "--criu-rejoin-mcast", type=boolean("CRIU_REJOIN_MCAST"), default=False,
         help="HV=criu: join the multicast groups the restore lost again, on the router's own OSPF socket (0/1)",
     )  # fmt: skip
+    r.add_argument(
+        "--qemu", default=None, metavar="QEMU",
+        help="the QEMU of the router VM: system (the host's), a Debian release such as 10.0 or 10.0.13, or the "
+        "path of your own build (default: 10.0; DRIVER=libvirt and labs: system; docs/stack.md)",
+    )  # fmt: skip
+    r.add_argument("--qemu-firmware", default=None, metavar="DIR", help="with QEMU=<path>: its data directory")
     r.add_argument("--fault", default=None, help="inject a fault (chaos testing): " + ", ".join(FAULTS))
     r.add_argument("--results", type=Path, default=Path("results"), help="results root directory")

@@ -73,7 +73,7 @@ def check_knobs(scenario: Scenario, facts: dict[str, Any], probe: bool = True) -
         for host, qemu in by_host.items():
             check_qemu_knobs(scenario, qemu, f" on {host}", probe=False)
     else:
-        check_qemu_knobs(scenario, facts.get("qemu"), " here", probe=probe)
+        check_qemu_knobs(scenario, facts.get("qemu"), " here", probe=probe, argv=facts.get("qemu_argv") or (QEMU,))
     if scenario.driver == "libvirt":
         knobs.check_libvirt(scenario.to_dict(), (facts.get("libvirt") or {}).get("daemon"))
 
@@ -173,6 +173,11 @@ def lab_supports(scenario: Scenario, inv: Inventory) -> None:
                 )
     if scenario.fault is not None or scenario.miglink_bps is not None or scenario.criu_host != "local":
         raise ConfigError("TESTBED= takes no FAULT, MIGLINK or CRIU_HOST: the lab's own links are measured as they are")
+    if scenario.qemu not in (None, "system"):
+        raise ConfigError(
+            f"QEMU={scenario.qemu} on a lab: hosts-setup installs the hosts' own QEMU package only, so far: "
+            "use QEMU=system (the default there) or the embedded testbed"
+        )
     if scenario.criu_rejoin_mcast:
         raise ConfigError("TESTBED= takes no CRIU_REJOIN_MCAST: only the embedded CRIU driver puts groups back")
     if scenario.hv == "xen" and os.environ.get("XEN_PEER"):
@@ -301,6 +306,7 @@ def _execute(
             with td.step("stop hypervisor", driver_cls(ctx, facts)) as driver:
                 meta["hypervisor"] = dict(facts)
                 meta["accel"] = facts.get("accel")
+                meta["stack"] = facts.get("stack")  # the QEMU that ran, its version and source (docs/stack.md)
                 write_json(run_dir / "meta.json", meta)
 
                 if inv is None:
@@ -387,6 +393,8 @@ def lab_facts(check: dict[str, Any], scenario: Scenario, local: dict[str, Any]) 
         "accel_reason": reason if scenario.accel == "auto" else f"forced by ACCEL={scenario.accel} ({reason})",
         "qemu": qemu["R1"],
         "qemu_by_host": qemu,
+        "qemu_argv": [QEMU],  # the hosts' own (make hosts-setup)
+        "stack": {"qemu": {"spec": "system", "source": "system", "version_by_host": qemu}},
         "orchestrator_qemu": local.get("qemu"),
     }
 
@@ -454,13 +462,16 @@ TCG_PRECOPY_BUG = (
 )
 
 
-def _tcg_precopy_note(scenario: Scenario, meta: dict[str, Any]) -> str:
-    """The note " (<TCG_PRECOPY_BUG>)" when the run was a pre-copy migration under TCG with a QEMU that
-    loses pages there (a router that dies or stops forwarding on R2 may be its victim), else ""."""
+def _tcg_precopy_note(scenario: Scenario, meta: dict[str, Any], crash: str | None) -> str:
+    """The note " (<TCG_PRECOPY_BUG>)" where that bug can be the cause: a pre-copy migration under
+    TCG with a QEMU that loses pages there, no injected fault, and a crash on R2's console
+    (``crash``: crash_in's excerpt, the evidence); else ""."""
     from analysis.metrics.dirty import tcg_precopy_loses_pages
 
     qemu = meta.get("hypervisor", {}).get("qemu")
-    if scenario.hv == "kvm" and tcg_precopy_loses_pages(meta.get("accel"), scenario.mode, qemu):
+    if crash is None or scenario.fault is not None or scenario.hv != "kvm":
+        return ""
+    if tcg_precopy_loses_pages(meta.get("accel"), scenario.mode, qemu):
         return f" ({TCG_PRECOPY_BUG})"
     return ""
 
@@ -477,7 +488,7 @@ def not_forwarding_failure(scenario: Scenario, run_dir: Path, meta: dict[str, An
     crash = crash_in(run_dir / "console-R2.log")
     if crash:
         msg += f"; the router crashed on R2: {crash}"
-    return msg + _tcg_precopy_note(scenario, meta)
+    return msg + _tcg_precopy_note(scenario, meta, crash)
 
 
 def _crashed_after(scenario: Scenario, run_dir: Path, meta: dict[str, Any]) -> None:
@@ -487,7 +498,7 @@ def _crashed_after(scenario: Scenario, run_dir: Path, meta: dict[str, Any]) -> N
     if crash is None:
         return
 
-    msg = f"the router crashed on R2 after the migration completed: {crash}" + _tcg_precopy_note(scenario, meta)
+    msg = f"the router crashed on R2 after the migration completed: {crash}" + _tcg_precopy_note(scenario, meta, crash)
     record_failure(meta, POST_MIGRATION, msg)
     log.error("%s", msg)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from migrate.core.errors import ConfigError
 from migrate.core.knobs import MULTIFD_COMPRESSIONS, knob_settings
+from migrate.core.stack import DEFAULT_QEMU, StackError, check_spec
 from migrate.core.units import format_rate
 
 HVS = ("kvm", "criu", "openvz", "xen")
@@ -115,6 +116,11 @@ class Scenario:
     #: CRIU_REJOIN_MCAST=1 (HV=criu): after the restore, the driver joins the multicast groups the
     #: restore lost again, on the restored router's own OSPF socket (an intervention, off by default)
     criu_rejoin_mcast: bool = False
+    #: QEMU: the QEMU running HV=kvm's router VM (migrate.core.stack; docs/stack.md): None is the
+    #: default stack (stack.DEFAULT_QEMU; with DRIVER=libvirt or on a lab, the host's own), else
+    #: "system", a release such as "10.0", or the absolute path of a user's own build
+    qemu: str | None = None
+    qemu_firmware: str | None = None  # QEMU_FIRMWARE: the data directory of a QEMU=<path> build
 
     def __post_init__(self) -> None:
         validate(self)
@@ -225,6 +231,35 @@ def validate(s: Scenario) -> None:
         validate_dirty(s)
     if s.churn_rps is not None:
         validate_churn(s)
+    if s.qemu is not None or s.qemu_firmware is not None:
+        validate_stack(s)
+
+
+def qemu_spec(s: Scenario) -> str:
+    """The QEMU= the run uses: the scenario's, else the default stack's (the host's own QEMU under
+    DRIVER=libvirt, whose daemons are the host's)."""
+    return s.qemu or ("system" if s.driver == "libvirt" else DEFAULT_QEMU)
+
+
+def validate_stack(s: Scenario) -> None:
+    """QEMU= and QEMU_FIRMWARE= (docs/stack.md); whether a release is served is the preflight's."""
+    _require(
+        s.hv == "kvm",
+        f"QEMU={s.qemu} chooses the QEMU of HV=kvm's router VM (HV={s.hv} runs none, or the host's in nested hosts)",
+    )
+    _require(
+        s.driver != "libvirt" or s.qemu in (None, "system"),
+        f"QEMU={s.qemu}: DRIVER=libvirt runs the QEMU of the host's libvirt (QEMU=system): use DRIVER=qmp for "
+        "another QEMU",
+    )
+    try:
+        check_spec(s.qemu or DEFAULT_QEMU)
+    except StackError as err:
+        raise ConfigError(str(err)) from None
+    _require(
+        s.qemu_firmware is None or (s.qemu or "").startswith("/"),
+        f"QEMU_FIRMWARE={s.qemu_firmware} goes with QEMU=<the path of your own build>",
+    )
 
 
 def validate_churn(s: Scenario) -> None:

@@ -44,26 +44,64 @@ def frr_crashed_at_boot(run_dir: Path) -> bool:
     return any(p.is_file() and FRR_BACKTRACE.search(p.read_text(errors="replace")) for p in consoles)
 
 
-def once_more_after(attempt: Callable[[str], Path | None], crashed: Callable[[Path], bool]) -> Path | None:
+#: every retry this session made: (test id, cause, the failed attempt's directory); printed by
+#: :func:`pytest_terminal_summary`, counted by cause
+RETRIES: list[tuple[str, str, str]] = []
+
+
+def report_retry(cause: str, where: Path | str) -> None:
+    """Record (and print, into the test's captured output) that the running test retries after
+    ``cause``, a narrowly identified fault of another project's code."""
+    test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" (", 1)[0]
+    RETRIES.append((test, cause, str(where)))
+    print(f"RETRY {test}: once more after {cause} ({where})", file=sys.stderr)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The retries of this session, by cause, in pytest's final summary (none: one line saying so)."""
+    tr = terminalreporter
+    tr.section("retries")
+    if not RETRIES:
+        tr.write_line("retries: 0")
+        return
+    by_cause: dict[str, int] = {}
+    for _test, cause, _where in RETRIES:
+        by_cause[cause] = by_cause.get(cause, 0) + 1
+    tr.write_line(f"retries: {len(RETRIES)} ({'; '.join(f'{c}: {n}' for c, n in sorted(by_cause.items()))})")
+    for test, cause, where in RETRIES:
+        tr.write_line(f"  {test}: {cause} ({where})")
+
+
+def once_more_after(attempt: Callable[[str], Path | None], crashed: Callable[[Path], bool], cause: str) -> Path | None:
     """``attempt("try1")`` runs once and returns its run directory (None: none printed); if that
     run's directory has a ``meta.json`` and ``crashed`` names its failure a known fault of another
-    project's (QEMU's, FRR's), ``attempt("try2")`` runs and its directory is returned instead."""
+    project's (``cause``: QEMU's, FRR's), the retry is reported (:func:`report_retry`) and
+    ``attempt("try2")`` runs and its directory is returned instead."""
     run_dir = attempt("try1")
     if run_dir is not None and (run_dir / "meta.json").exists() and crashed(run_dir):
+        report_retry(cause, run_dir)
         run_dir = attempt("try2")
     return run_dir
 
 
+#: the causes a test may retry after (another project's code, narrowly identified)
+QEMU72_CAUSE = "QEMU 7.2 TCG pre-copy page loss (a lab host's QEMU)"
+FRR_CAUSE = "FRR 8.4 daemon crash at boot"
+
+
 def once_more_after_qemu_crash(attempt: Callable[[str], Path | None]) -> Path | None:
-    """:func:`once_more_after` for a run that failed from :func:`qemu_tcg_precopy_crash`."""
-    return once_more_after(attempt, lambda d: qemu_tcg_precopy_crash(json.loads((d / "meta.json").read_text())))
+    """:func:`once_more_after` for a run that failed from :func:`qemu_tcg_precopy_crash` (a lab's
+    hosts run their own QEMU package, Debian 12's 7.2)."""
+    return once_more_after(
+        attempt, lambda d: qemu_tcg_precopy_crash(json.loads((d / "meta.json").read_text())), QEMU72_CAUSE
+    )
 
 
 def again_after_qemu_crash(test: Callable[..., Any]) -> Callable[..., Any]:
-    """A test of the suite's machinery (sweeps, campaigns, knobs) that makes TCG pre-copy runs:
+    """A lab test of the suite's machinery that makes TCG pre-copy runs with the hosts' QEMU 7.2:
     when its assertions fail and a run it made (any ``meta.json`` under its ``tmp_path``) failed
-    from :func:`qemu_tcg_precopy_crash`, it runs once more in a fresh directory, its assertions
-    unchanged; any other failure stands."""
+    from :func:`qemu_tcg_precopy_crash`, the retry is reported and it runs once more in a fresh
+    directory, its assertions unchanged; any other failure stands."""
     import functools
 
     @functools.wraps(test)
@@ -77,6 +115,7 @@ def again_after_qemu_crash(test: Callable[..., Any]) -> Callable[..., Any]:
             metas = [json.loads(m.read_text()) for m in first.rglob("meta.json")]
             if not any(qemu_tcg_precopy_crash(m) for m in metas):
                 raise
+        report_retry(QEMU72_CAUSE, first)
         second = base / "try2"
         second.mkdir()
         return test(**{**kwargs, "tmp_path": second})

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from tests.integration.conftest import again_after_qemu_crash, require_root_and, start_vrmig, sweep_state, wait_until
+from tests.integration.conftest import require_root_and, start_vrmig, sweep_state, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +34,6 @@ MULTIFD = [1, 2]
 """
 
 
-@again_after_qemu_crash  # (conftest)
 def test_two_axis_campaign_resumes_and_records_effective_parameters(tmp_path):
     require_root_and("qemu-system-x86_64", "irtt", "crosstraffic/bin/vrgen", "probes/bin/vrsampler")
     f = tmp_path / "dl-multifd.toml"

@@ -22,6 +22,7 @@ import pytest
 from migrate.testbed.inventory import ROLES, load
 from migrate.testbed.topology import ANNOUNCED
 from tests.integration.conftest import (
+    FRR_CAUSE,
     REPO,
     again_after_qemu_crash,
     assert_cut_row_within_targets,
@@ -337,7 +338,7 @@ def _xen_run(testbed: Path, tmp_path: Path, monkeypatch, mem: int = 128) -> tupl
                  migrate_timeout_s=900, boot_timeout_s=300)  # fmt: skip
     with _namespace_watch(monkeypatch) as seen:
         # once more if FRR's staticd crashed while starting in the domU: not xl's doing (conftest)
-        run_dir = once_more_after(lambda tag: run(s, tmp_path / tag, testbed=testbed), frr_crashed_at_boot)
+        run_dir = once_more_after(lambda tag: run(s, tmp_path / tag, testbed=testbed), frr_crashed_at_boot, FRR_CAUSE)
     assert run_dir is not None
     meta = json.loads((run_dir / "meta.json").read_text())
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import again_after_qemu_crash, require_root_and
+from tests.integration.conftest import require_root_and
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +54,6 @@ def _multifd_bytes(run_dir: Path) -> int:
     return int(last["ram"].get("multifd-bytes", 0))
 
 
-@again_after_qemu_crash  # (conftest)
 def test_multifd_and_downtime_limit_are_effective_on_both_sides(tmp_path, no_leftovers):
     _ready()
     run_dir, meta = _run(tmp_path, multifd_channels=2, downtime_limit_ms=50)
@@ -70,7 +69,6 @@ def test_multifd_and_downtime_limit_are_effective_on_both_sides(tmp_path, no_lef
     assert _multifd_bytes(run_dir) > 1_000_000
 
 
-@again_after_qemu_crash  # (conftest)
 def test_multifd_with_zstd(tmp_path, no_leftovers):
     _ready()
     run_dir, meta = _run(tmp_path, multifd_channels=2, multifd_compression="zstd")
@@ -81,7 +79,6 @@ def test_multifd_with_zstd(tmp_path, no_leftovers):
     assert _multifd_bytes(run_dir) > 0
 
 
-@again_after_qemu_crash  # (conftest)
 def test_libvirt_parallel_migration(tmp_path):
     _ready("libvirtd")
     pytest.importorskip("libvirt", reason="libvirt-python not installed: run `make setup`")
@@ -99,7 +96,6 @@ def test_libvirt_parallel_migration(tmp_path):
     assert during["status"] == "active" and during["ram"]["multifd-bytes"] > 0, during
 
 
-@again_after_qemu_crash  # (conftest)
 def test_two_axis_sweep_downtime_limit_by_multifd(tmp_path, no_leftovers, capsys):
     _ready()
     from migrate.cli.main import main

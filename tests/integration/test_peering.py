@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import once_more_after_qemu_crash, require_root_and
+from tests.integration.conftest import require_root_and
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = ("qemu-system-x86_64", "irtt", "tcpdump")
@@ -42,7 +42,7 @@ def _run(tmp_path: Path, mode: str) -> tuple[dict, dict, str]:
         lines = done[-1].stdout.strip().splitlines()
         return Path(lines[-1]) if lines else None
 
-    once_more_after_qemu_crash(attempt)  # (conftest)
+    attempt("run")
     cp = done[-1]
     assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
     run_dir = Path(cp.stdout.strip().splitlines()[-1])

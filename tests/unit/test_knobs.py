@@ -216,8 +216,11 @@ def test_make_migrate_with_a_knob_the_qemu_lacks_is_one_line_exit_2_nothing_crea
 
     monkeypatch.setattr(runmod.os, "geteuid", lambda: 0)
     monkeypatch.setattr(Instruments, "check", staticmethod(lambda _s: None))
-    monkeypatch.setattr(kvm.shutil, "which", lambda _n: "/usr/bin/qemu-system-x86_64")
-    monkeypatch.setattr(kvm, "qemu_version", lambda: "QEMU emulator version 5.0.0 (faked)")
+    from migrate.core.stack import QemuBuild
+
+    fake = QemuBuild(spec="10.0", argv=("/usr/bin/qemu-system-x86_64",), version="QEMU emulator version 5.0.0 (faked)",
+                     release="5.0.0", source="system", binary="/usr/bin/qemu-system-x86_64")  # fmt: skip
+    monkeypatch.setattr(kvm, "qemu_build", lambda _spec, _fw=None: fake)
     rc = main(["run", "--postcopy", "1", "--postcopy-preempt", "1", "--results", str(tmp_path / "results")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1, err

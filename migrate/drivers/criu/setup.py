@@ -35,17 +35,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from migrate.core.atomic import write_text
+from migrate.core.privapt import LIBDIR, LOADER, apt_options, prepare_apt_dir
+from migrate.core.privapt import sources_line as sources_line  # re-exported (tests, bundles)
 
 log = logging.getLogger("vrmig.criu")
 
 MANIFEST_FORMAT = 1
 #: Debian suites tried, in order, when the system has no working criu
 SUITES = ("trixie", "forky")
-MIRROR = os.environ.get("VRMIG_DEBIAN_MIRROR", "http://deb.debian.org/debian")
-KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
-ARCH = "amd64"
-LIBDIR = "usr/lib/x86_64-linux-gnu"
-LOADER = "ld-linux-x86-64.so.2"
 CHECK_TIMEOUT_S = 60.0
 APT_TIMEOUT_S = 600.0
 SMOKE_READY_TIMEOUT_S = 10.0
@@ -88,40 +85,8 @@ def manifest_path(cache: Path | None = None) -> Path:
 
 
 # ---------------------------------------------------------------------------------- private apt
-def apt_options(base: Path, suite: str) -> list[str]:
-    """``-o`` options of a private apt configuration rooted at ``base`` that sees only ``suite``."""
-    return [
-        "-o", f"Dir::Etc::sourcelist={base / 'sources.list'}",
-        "-o", "Dir::Etc::sourceparts=-",
-        "-o", f"Dir::State::Lists={base / 'lists'}",
-        "-o", f"Dir::Cache={base / 'cache'}",
-        "-o", f"Dir::State::status={base / 'status'}",
-        "-o", f"Dir::Etc::Preferences={base / 'preferences'}",
-        "-o", f"Dir::Etc::PreferencesParts={base / 'preferences.d'}",
-        "-o", f"APT::Architecture={ARCH}",
-        "-o", f"APT::Architectures::={ARCH}",
-        "-o", "APT::Sandbox::User=root",
-        "-o", "Acquire::Languages=none",
-        "-o", "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false",
-        "-o", "Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false",
-        "-o", "Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled=false",
-        "-o", "Acquire::IndexTargets::deb::DEP-11-icons-hidpi::DefaultEnabled=false",
-        "-o", "Acquire::IndexTargets::deb::CNF::DefaultEnabled=false",
-    ]  # fmt: skip
-
-
-def sources_line(suite: str, mirror: str = MIRROR, keyring: str = KEYRING) -> str:
-    """The one sources.list line of the private configuration."""
-    return f"deb [arch={ARCH} signed-by={keyring}] {mirror} {suite} main\n"
-
-
-def prepare_apt_dir(base: Path, suite: str) -> None:
-    """Create the private apt tree (sources list, empty status, lists and cache directories)."""
-    for d in ("lists/partial", "cache/archives/partial", "preferences.d", "debs"):
-        (base / d).mkdir(parents=True, exist_ok=True)
-    (base / "sources.list").write_text(sources_line(suite))
-    (base / "status").write_text("")  # nothing installed: dependency closures are complete
-    (base / "preferences").write_text("")
+# apt_options, sources_line and prepare_apt_dir live in migrate.core.privapt (the QEMU of QEMU= uses
+# them too); imported above under their old names.
 
 
 def runtime_packages(depends_output: str) -> list[str]:

@@ -7,21 +7,23 @@ import contextlib
 import functools
 import json
 import logging
-import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from analysis.metrics.dirty import tcg_precopy_loses_pages
 from migrate.core import knobs
 from migrate.core.errors import ConfigError, DependencyError, GuestError, MigrationError
+from migrate.core.privapt import PrivAptError
 from migrate.core.procs import Proc, ProcessError
+from migrate.core.stack import QemuBuild, StackError, resolve_qemu
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.drivers.kvm.accel import detect_accel
 from migrate.drivers.kvm.qmp import QMPConnection, QMPError
 from migrate.experiment import dirty, peering
-from migrate.experiment.scenario import Scenario
+from migrate.experiment.scenario import Scenario, qemu_spec
 from migrate.testbed import topology as topo
 
 log = logging.getLogger(__name__)
@@ -49,11 +51,13 @@ def qemu_argv(
     nic: str,
     incoming: bool,
     ports: tuple[tuple[str, str], tuple[str, str]] | None = None,
+    qemu: Sequence[str] = (QEMU,),
 ) -> list[str]:
     """The QEMU command line (argv, never a shell string).  ``ports``: (tap, MAC) of the left and
-    right NIC; default the testbed's tapL/tapR with the router's fixed MACs."""
+    right NIC; default the testbed's tapL/tapR with the router's fixed MACs.  ``qemu``: the command
+    prefix of the QEMU to run (migrate.core.stack.QemuBuild.argv; default the host's)."""
     argv = [
-        QEMU,
+        *qemu,
         "-name", name,
         "-machine", "q35",
         "-accel", accel,
@@ -96,12 +100,26 @@ def require_dirty_tool(scenario: Scenario, image: Any) -> None:
 
 
 @functools.cache
-def qemu_enum_values(command: str, member: str) -> list[str] | None:
+def qemu_build(spec: str, firmware: str | None = None) -> QemuBuild:
+    """The QEMU of QEMU=``spec`` (migrate.core.stack), once per process: a bad or unserved one is
+    a ConfigError (exit 2), a missing host QEMU a DependencyError."""
+    try:
+        return resolve_qemu(spec, firmware, log=log.info)
+    except StackError as err:
+        if spec == "system":
+            raise DependencyError(str(err)) from None
+        raise ConfigError(str(err)) from None
+    except PrivAptError as err:
+        raise DependencyError(f"QEMU={spec}: fetching it failed: {err}") from None
+
+
+@functools.cache
+def qemu_enum_values(command: str, member: str, qemu: tuple[str, ...] = (QEMU,)) -> list[str] | None:
     """The values this QEMU's QAPI schema allows for argument ``member`` of ``command`` (from
     query-qmp-schema of a QEMU started with ``-machine none`` on QMP over stdio, which quits
     again: no file, socket or process stays behind); None if the schema does not say."""
     lines = [{"execute": "qmp_capabilities"}, {"execute": "query-qmp-schema", "id": "schema"}, {"execute": "quit"}]
-    argv = [QEMU, "-machine", "none", "-nodefaults", "-display", "none", "-S", "-qmp", "stdio"]
+    argv = [*qemu, "-machine", "none", "-nodefaults", "-display", "none", "-S", "-qmp", "stdio"]
     try:
         res = subprocess.run(argv, input="".join(json.dumps(x) + "\n" for x in lines), capture_output=True,
                              text=True, timeout=QMP_CONNECT_TIMEOUT_S, check=False)  # fmt: skip
@@ -121,14 +139,16 @@ def qemu_enum_values(command: str, member: str) -> list[str] | None:
     return list(enum["values"]) if enum.get("meta-type") == "enum" and "values" in enum else None
 
 
-def check_qemu_knobs(scenario: Scenario, qemu: str | None, where: str = " here", probe: bool = True) -> None:
+def check_qemu_knobs(
+    scenario: Scenario, qemu: str | None, where: str = " here", probe: bool = True, argv: Sequence[str] = (QEMU,)
+) -> None:
     """Refuse (ConfigError, one line) a knob the QEMU of version text ``qemu`` lacks; with
-    ``probe`` (the QEMU of this machine) also a MULTIFD_COMPRESSION method its build lacks (zstd
-    exists only in builds with zstd: QEMU's schema says)."""
+    ``probe`` (the QEMU of this machine, run as ``argv``) also a MULTIFD_COMPRESSION method its
+    build lacks (zstd exists only in builds with zstd: QEMU's schema says)."""
     knobs.check_qemu(scenario.to_dict(), qemu, where)
     method = scenario.multifd_compression
     if probe and method not in (None, "none"):
-        have = qemu_enum_values("migrate-set-parameters", "multifd-compression")
+        have = qemu_enum_values("migrate-set-parameters", "multifd-compression", tuple(argv))
         if have is not None and method not in have:
             raise ConfigError(
                 f"MULTIFD_COMPRESSION={method}: this QEMU was built without it (its multifd-compression methods: "
@@ -198,6 +218,7 @@ class KvmDriver(Driver):
         super().__init__(ctx, facts)
         self.accel = facts["accel"]
         self.accel_reason = facts["accel_reason"]
+        self.qemu_cmd: tuple[str, ...] = tuple(facts.get("qemu_argv") or (QEMU,))
         self.src: Proc | None = None
         self.dst: Proc | None = None
         self.qsrc: QMPConnection | None = None
@@ -249,6 +270,7 @@ class KvmDriver(Driver):
             nic=s.nic,
             incoming=incoming,
             ports=ports,  # type: ignore[arg-type]
+            qemu=self.qemu_cmd,
         )
         proc = tb.spawn(host, f"qemu-{host}", argv, self.ctx.registry, self.ctx.run_dir, stdout_name=stdout_name)
         if tb.remote:
@@ -270,10 +292,9 @@ class KvmDriver(Driver):
     @classmethod
     def preflight(cls, scenario: Scenario) -> dict[str, Any]:
         """QEMU present, router image built, accelerator chosen — without side effects."""
-        if shutil.which(QEMU) is None:
-            raise DependencyError(f"{QEMU} not found: run `make setup` (Debian package qemu-system-x86)")
-        version = qemu_version()
-        check_qemu_knobs(scenario, version)
+        build = qemu_build(qemu_spec(scenario), scenario.qemu_firmware)
+        version = build.version
+        check_qemu_knobs(scenario, version, argv=build.argv)
         from routers.guest import guest_image
         from routers.profiles import get as get_profile
 
@@ -286,7 +307,6 @@ class KvmDriver(Driver):
         if scenario.accel == "kvm" and auto != "kvm":
             raise DependencyError(f"ACCEL=kvm requested but KVM is unusable here: {reason}")
         accel = auto if scenario.accel == "auto" else scenario.accel
-        version = qemu_version()
         if scenario.dirty_mbps is not None and tcg_precopy_loses_pages(accel, scenario.mode, version):
             log.warning(
                 "DIRTY with pre-copy under TCG: %s loses pages the guest writes during pre-copy (fixed in QEMU 9.0, "
@@ -295,6 +315,8 @@ class KvmDriver(Driver):
             )
         return {
             "qemu": version,
+            "qemu_argv": list(build.argv),
+            "stack": {"qemu": build.to_meta()},
             "accel": accel,
             "accel_reason": reason if scenario.accel == "auto" else f"forced by ACCEL={scenario.accel} ({reason})",
             "guest_image": {"kernel": str(image.kernel), "initrd": str(image.initrd), **image.manifest},

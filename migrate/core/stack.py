@@ -1,0 +1,334 @@
+"""The software stack as data: which QEMU runs the router (``QEMU=``), where it came from, its version.
+
+``QEMU=`` takes one of three forms:
+
+* ``system``: the host's own ``qemu-system-x86_64`` (Debian 12: QEMU 7.2);
+* a release, ``10.0`` or ``10.0.13``: QEMU of the first Debian suite of :data:`SUITES` whose
+  ``qemu-system-x86`` has that upstream version (``10.0`` -> bookworm-backports' 10.0.2,
+  ``10.0.13`` -> trixie's, ``11.1`` -> forky's), fetched once with a private apt configuration
+  (migrate.core.privapt) and unpacked under ``<cache>/qemu/<release>/root``, never installed: the
+  host's package stays.  A build that runs with the host's libraries is run as it is; one that
+  needs its suite's newer libc is run through that suite's own dynamic loader with its libraries
+  (as ``make criu`` runs forky's criu).  Firmware comes from the package's data directory first,
+  then the host's (``-L``);
+* a path to a user's own build (``/opt/qemu/bin/qemu-system-x86_64`` or a build tree's
+  ``build/qemu-system-x86_64``): its firmware directory is found beside it (``../share/qemu`` or
+  ``pc-bios``) or given (``QEMU_FIRMWARE=``); its SHA-256 is recorded, so a bisect's runs name
+  the build they ran.
+
+:func:`resolve_qemu` turns the text into a :class:`QemuBuild` (the argv prefix to run, the version
+line, the source); ``python -m migrate.core.stack qemu 10.0`` (``make qemu``, part of ``make
+setup``) fetches one ahead of time.  Standard library only."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from migrate.core import privapt
+from migrate.core.atomic import write_text
+
+#: the QEMU a run uses unless QEMU= says otherwise: the newest release that passes the whole test
+#: suite here (Debian 12's 7.2 loses pages in TCG pre-copy; docs/stack.md)
+DEFAULT_QEMU = "10.0"
+BINARY = "qemu-system-x86_64"
+#: Debian suites searched for a release, in order (bookworm-backports' build runs on the host's
+#: libraries; trixie's and forky's need their own libc)
+SUITES = ("bookworm-backports", "trixie", "forky")
+QEMU_PACKAGES = ("qemu-system-x86", "qemu-system-common", "qemu-system-data")
+#: the host's firmware directories, searched after the build's own
+HOST_FIRMWARE = ("/usr/share/qemu", "/usr/share/seabios")
+MANIFEST_FORMAT = 1
+RELEASE = re.compile(r"^\d+\.\d+(\.\d+)?$")
+VERSION_LINE = re.compile(r"QEMU emulator version (\d+\.\d+(?:\.\d+)?)")
+VERSION_TIMEOUT_S = 30.0
+
+
+class StackError(Exception):
+    """A QEMU= (or QEMU_FIRMWARE=) that cannot be used; the message names what to change."""
+
+
+@dataclass(frozen=True)
+class QemuBuild:
+    """One QEMU to run: ``argv`` is the command prefix (loader and library path where the build
+    needs its own libc, the binary, then its ``-L`` firmware directories)."""
+
+    spec: str  # what QEMU= said
+    argv: tuple[str, ...]
+    version: str  # the first line of --version
+    release: str  # "10.0.2"
+    source: str  # "system", "bookworm-backports", "trixie", ..., or "path"
+    binary: str
+    packages: dict[str, str] = field(default_factory=dict)  # Debian package -> version
+    sha256: str | None = None  # of the binary (a user's own build)
+    firmware: tuple[str, ...] = ()
+
+    def to_meta(self) -> dict[str, Any]:
+        """meta.json ``stack.qemu``."""
+        return asdict(self) | {"argv": list(self.argv), "firmware": list(self.firmware)}
+
+    def command(self, *args: str) -> list[str]:
+        """The argv of this QEMU with ``args`` (firmware flags first)."""
+        return [*self.argv, *args]
+
+
+def cache_root() -> Path:
+    """``<cache>/qemu`` (cache: ``$VRMIG_CACHE`` or ``~/.cache/vrmig``, as for the router images)."""
+    env = os.environ.get("VRMIG_CACHE")
+    return (Path(env).expanduser() if env else Path.home() / ".cache" / "vrmig") / "qemu"
+
+
+def upstream(debian_version: str) -> str:
+    """``1:10.0.2+ds-2+deb13u1~bpo12+1`` -> ``10.0.2`` (epoch, repack and Debian revision dropped)."""
+    v = debian_version.split(":", 1)[-1]
+    return re.split(r"[+~-]", v, maxsplit=1)[0]
+
+
+def matches(release: str, spec: str) -> bool:
+    """``10.0.2`` is a ``10.0`` and a ``10.0.2``, not a ``10.0.20`` nor a ``1``."""
+    return release == spec or release.startswith(spec + ".")
+
+
+def check_spec(spec: str) -> None:
+    """Refuse (StackError, one line) a QEMU= that is none of the three forms."""
+    if spec == "system" or RELEASE.match(spec) or spec.startswith("/"):
+        return
+    raise StackError(
+        f"QEMU={spec!r} is not a QEMU: use system (the host's), a release such as {DEFAULT_QEMU} or 10.0.13 "
+        "(fetched from Debian), or the absolute path of a qemu-system-x86_64 you built"
+    )
+
+
+def version_line(argv: list[str] | tuple[str, ...]) -> str:
+    """``<qemu> --version``'s first line; StackError if it is not a QEMU's."""
+    try:
+        res = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=VERSION_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise StackError(f"{argv[-1] if argv else '?'} could not run: {err}") from None
+    line = (res.stdout.strip().splitlines() or [""])[0].strip()
+    if res.returncode != 0 or not VERSION_LINE.search(line):
+        why = (res.stderr.strip().splitlines() or [line or f"exit {res.returncode}"])[-1]
+        raise StackError(f"QEMU={argv[-1] if argv else '?'} is not a working QEMU (--version: {why})")
+    return line
+
+
+def _firmware_flags(dirs: list[str]) -> list[str]:
+    return [x for d in dirs for x in ("-L", d)]
+
+
+def _existing(dirs: list[str]) -> list[str]:
+    return [d for d in dirs if Path(d).is_dir()]
+
+
+# ---------------------------------------------------------------------------------- system
+def system_qemu() -> QemuBuild:
+    """The host's qemu-system-x86_64 (Debian package qemu-system-x86)."""
+    path = shutil.which(BINARY)
+    if path is None:
+        raise StackError(f"QEMU=system: {BINARY} is not installed: run `make setup` (Debian package qemu-system-x86)")
+    line = version_line([path])
+    pkg = _dpkg_version("qemu-system-x86")
+    m = VERSION_LINE.search(line)
+    return QemuBuild(
+        spec="system", argv=(path,), version=line, release=m[1] if m else "?", source="system", binary=path,
+        packages={"qemu-system-x86": pkg} if pkg else {},
+    )  # fmt: skip
+
+
+def _dpkg_version(package: str) -> str | None:
+    try:
+        res = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", package], capture_output=True, text=True)
+    except OSError:
+        return None
+    return res.stdout.strip() or None if res.returncode == 0 else None
+
+
+# ---------------------------------------------------------------------------------- a path
+def firmware_beside(binary: Path) -> list[str]:
+    """The data directory of a user's build: ``<prefix>/share/qemu`` of an installed one, the build
+    tree's ``pc-bios`` of one run from its build directory."""
+    here = binary.resolve().parent
+    return _existing([str(here.parent / "share" / "qemu"), str(here / "pc-bios"), str(here.parent / "pc-bios")])
+
+
+def path_qemu(spec: str, firmware: str | None = None) -> QemuBuild:
+    """A user's own build at the absolute path ``spec``."""
+    binary = Path(spec)
+    if not binary.is_file() or not os.access(binary, os.X_OK):
+        raise StackError(f"QEMU={spec}: no executable file there: give the path of a qemu-system-x86_64 binary")
+    if firmware is not None and not Path(firmware).is_dir():
+        raise StackError(f"QEMU_FIRMWARE={firmware}: no such directory: give QEMU's data directory (pc-bios)")
+    own = [firmware] if firmware else firmware_beside(binary)
+    fw = [*own, *_existing(list(HOST_FIRMWARE))]
+    argv = (str(binary), *_firmware_flags(fw))
+    line = version_line([str(binary)])
+    m = VERSION_LINE.search(line)
+    digest = hashlib.sha256(binary.read_bytes()).hexdigest()
+    return QemuBuild(
+        spec=spec, argv=argv, version=line, release=m[1] if m else "?", source="path", binary=str(binary),
+        sha256=digest, firmware=tuple(fw),
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------- a release
+def _manifest(spec: str) -> Path:
+    return cache_root() / spec / "manifest.json"
+
+
+def read_manifest(spec: str) -> dict[str, Any] | None:
+    """The fetched release ``spec`` (None: not fetched, or from an older format)."""
+    try:
+        data = json.loads(_manifest(spec).read_text())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(data, dict) and data.get("format") == MANIFEST_FORMAT and Path(data.get("binary", "")).is_file()
+    return data if ok else None
+
+
+def _library_packages(depends_output: str) -> list[str]:
+    """The shared libraries of ``apt-cache depends --recurse`` output (``lib*``, zlib1g); tools and
+    virtual packages (``<...>``) are left out."""
+    names = set()
+    for line in depends_output.splitlines():
+        if not line or line[0].isspace() or line.startswith("<"):
+            continue
+        name = line.strip().split(":")[0]
+        if (name.startswith("lib") and not name.endswith("-dev")) or name == "zlib1g":
+            names.add(name)
+    return sorted(names)
+
+
+def release_argv(root: Path, own_libs: bool) -> tuple[list[str], list[str]]:
+    """(argv prefix, firmware directories) of a release unpacked under ``root``."""
+    binary = root / "usr" / "bin" / BINARY
+    fw = _existing([str(root / "usr/share/qemu"), str(root / "usr/share/seabios"), *HOST_FIRMWARE])
+    if not own_libs:
+        return [str(binary), *_firmware_flags(fw)], fw
+    lib = root / privapt.LIBDIR
+    libs = ":".join([str(lib), str(root / "lib/x86_64-linux-gnu")])
+    return [str(lib / privapt.LOADER), "--library-path", libs, str(binary), *_firmware_flags(fw)], fw
+
+
+def served(spec: str, log: Any = None) -> tuple[str, str, list[str]]:
+    """(suite, Debian version, apt options) of the first suite serving QEMU ``spec``; StackError
+    naming what each suite serves if none does."""
+    seen: list[str] = []
+    for suite in SUITES:
+        base = cache_root() / f"apt-{suite}"
+        try:
+            opts = privapt.update(base, suite)
+            version = privapt.candidate_version(opts, "qemu-system-x86")
+        except privapt.PrivAptError as err:
+            seen.append(f"{suite}: {err}")
+            continue
+        if version is None:
+            seen.append(f"{suite}: none")
+            continue
+        if matches(upstream(version), spec):
+            return suite, version, opts
+        seen.append(f"{suite}: {upstream(version)}")
+    raise StackError(f"QEMU={spec}: no Debian suite serves it ({'; '.join(seen)}): use one of those, or system")
+
+
+def fetch_release(spec: str, log: Any = None) -> QemuBuild:
+    """Fetch and unpack release ``spec`` (see the module doc) and record it; its QemuBuild."""
+    say = log or (lambda msg: None)
+    suite, version, opts = served(spec)
+    base = cache_root() / spec
+    root = base / "root"
+    if root.exists():
+        shutil.rmtree(root)
+    say(f"QEMU={spec}: {suite}'s qemu-system-x86 {version}, unpacked under {root}")
+    pkgs = [f"{p}={version}" for p in QEMU_PACKAGES]
+    packages = privapt.download_and_unpack(opts, pkgs, base / "debs", root)
+    argv, fw = release_argv(root, own_libs=False)
+    own_libs = False
+    try:
+        line = version_line(argv[:1])
+    except StackError:  # it needs its suite's newer libraries: unpack them and use its loader
+        say(f"QEMU={spec}: {suite}'s build needs {suite}'s libraries: fetching its library closure")
+        closure = privapt.run_tool(
+            ["apt-cache", *opts, "depends", "--recurse", "--no-recommends", "--no-suggests", "--no-conflicts",
+             "--no-breaks", "--no-replaces", "--no-enhances", "qemu-system-x86"],
+        )  # fmt: skip
+        libs = [p for p in _library_packages(closure) if p not in packages]
+        packages |= privapt.download_and_unpack(opts, [*libs, "seabios"], base / "debs-libs", root)
+        own_libs = True
+        argv, fw = release_argv(root, own_libs=True)
+        line = version_line(argv[: argv.index(str(root / "usr" / "bin" / BINARY)) + 1])
+    m = VERSION_LINE.search(line)
+    build = QemuBuild(
+        spec=spec, argv=tuple(argv), version=line, release=m[1] if m else upstream(version), source=suite,
+        binary=str(root / "usr" / "bin" / BINARY), packages={p: packages[p] for p in QEMU_PACKAGES if p in packages},
+        firmware=tuple(fw),
+    )  # fmt: skip
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "own_libs": own_libs,
+        "all_packages": packages,
+        **build.to_meta(),
+    }
+    write_text(_manifest(spec), json.dumps(manifest, indent=2) + "\n")
+    return build
+
+
+def release_qemu(spec: str, fetch: bool = True, log: Any = None) -> QemuBuild:
+    """Release ``spec``, from the cache, else fetched (``fetch``) or StackError."""
+    data = read_manifest(spec)
+    if data is None:
+        if not fetch:
+            raise StackError(f"QEMU={spec} is not fetched here: run `make qemu QEMU={spec}`")
+        return fetch_release(spec, log)
+    return QemuBuild(
+        spec=spec, argv=tuple(data["argv"]), version=data["version"], release=data["release"], source=data["source"],
+        binary=data["binary"], packages=dict(data.get("packages") or {}), firmware=tuple(data.get("firmware") or ()),
+    )  # fmt: skip
+
+
+def resolve_qemu(spec: str | None, firmware: str | None = None, fetch: bool = True, log: Any = None) -> QemuBuild:
+    """The QEMU of ``QEMU=spec`` (None: :data:`DEFAULT_QEMU`); StackError with one line if unusable."""
+    spec = spec or DEFAULT_QEMU
+    check_spec(spec)
+    if firmware is not None and not spec.startswith("/"):
+        raise StackError(f"QEMU_FIRMWARE={firmware} goes with QEMU=<path of your own build>, not QEMU={spec}")
+    if spec == "system":
+        return system_qemu()
+    if spec.startswith("/"):
+        return path_qemu(spec, firmware)
+    return release_qemu(spec, fetch, log)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m migrate.core.stack qemu [RELEASE]`` (``make qemu``): fetch a QEMU release ahead of time."""
+    p = argparse.ArgumentParser(prog="python -m migrate.core.stack", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="what", required=True)
+    q = sub.add_parser("qemu", help="fetch (or show) the QEMU of QEMU=")
+    q.add_argument("spec", nargs="?", default=DEFAULT_QEMU, help=f"system, a release or a path ({DEFAULT_QEMU})")
+    q.add_argument("--firmware", default=None, help="QEMU_FIRMWARE: the data directory of your own build")
+    q.add_argument("--force", action="store_true", help="fetch again even if fetched")
+    a = p.parse_args(argv)
+    try:
+        if a.force and a.spec and RELEASE.match(a.spec):
+            build = fetch_release(a.spec, log=print)
+        else:
+            build = resolve_qemu(a.spec, a.firmware, log=print)
+    except (StackError, privapt.PrivAptError) as err:
+        print(f"make qemu: {err}", file=sys.stderr)
+        return 2
+    print(f"QEMU={build.spec}: {build.version} ({build.source}): {' '.join(build.argv)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
