@@ -222,7 +222,8 @@ def run_record(summary: Mapping[str, Any], meta: Mapping[str, Any], **extra: Any
         "churn_requested_routes_s": finite(scenario.get("churn_rps")),
         "qemu": hv_meta.get("qemu"),
         "created_utc": meta.get("created_utc"),
-        "knobs": requested_text(scenario) or None,
+        # the QEMU knobs and the stack a scenario asks for (QEMU=): runs of other settings are other points
+        "knobs": " ".join(t for t in (requested_text(scenario), stack_text(scenario)) if t) or None,
     }
     # QEMU's values of the knobs as the run read them back (None: not recorded, e.g. a run that
     # failed before the migration, another hypervisor, or a run older than the record)
@@ -366,6 +367,28 @@ def _point_name(base: tuple[Any, ...]) -> str:
     series, hv, mode, rate, frame, knobs = base
     rate_s = "?" if rate is None else f"{rate / 1e6:g}M"
     return " ".join(str(x) for x in (series or f"{hv} {mode}", rate_s, f"{frame} B", knobs) if x)
+
+
+def stack_text(scenario: Mapping[str, Any]) -> str:
+    """``QEMU=10.0``: the QEMU a scenario names ('' for the default stack, and for runs recorded
+    before QEMU= existed)."""
+    spec = scenario.get("qemu")
+    return f"QEMU={spec}" if spec else ""
+
+
+def mixed_qemu(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """One line per point whose runs ran more than one QEMU build (``qemu``: its --version line;
+    runs without one, e.g. set-up failures, do not count); empty when no point mixes."""
+    seen: dict[tuple[Any, ...], dict[str, int]] = {}
+    for r in records:
+        if r.get("qemu"):
+            acc = seen.setdefault(_base_key(r), {})
+            acc[str(r["qemu"])] = acc.get(str(r["qemu"]), 0) + 1
+    return [
+        f"point {_point_name(k)} mixes QEMU builds ({'; '.join(f'{a}: {n} runs' for a, n in sorted(v.items()))})"
+        for k, v in seen.items()
+        if len(v) > 1
+    ]
 
 
 def mixed_accelerators(records: Iterable[Mapping[str, Any]]) -> list[str]:

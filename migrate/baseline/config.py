@@ -95,7 +95,7 @@ class ConfigRun:
         return VmRouter(
             s, bed.add_router_taps(s), r1_ns=bed.tb.ns("R1"), prefix=self.registry.prefix, profile=self.spec.router,
             nic=self.config.nic, accel=self.facts["accel"], mem_mib=self.spec.mem_mib, registry=self.registry,
-            out_dir=self.out,
+            out_dir=self.out, qemu=tuple(self.facts.get("qemu_argv") or ("qemu-system-x86_64",)),
         )  # fmt: skip
 
     def _start_routers(self, routers: list[Router]) -> None:

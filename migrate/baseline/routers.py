@@ -122,8 +122,10 @@ class GuestRouter:
         mem_mib: int,
         registry: Registry,
         out_dir: Path,
+        qemu: tuple[str, ...] = ("qemu-system-x86_64",),
     ) -> None:
         self.slot, self.ports, self.r1, self.prefix = slot, ports, r1_ns, prefix
+        self.qemu = qemu  # the command prefix of the QEMU to run (migrate.core.stack; HV=kvm)
         self.profile, self.nic, self.accel, self.mem = profile, nic, accel, mem_mib
         self.reg, self.out = registry, out_dir
         self.proc: Proc | None = None
@@ -153,6 +155,7 @@ class VmRouter(GuestRouter):
             nic=self.nic,
             incoming=False,
             ports=self.ports,
+            qemu=self.qemu,
         )
         self.proc = Proc(f"qemu-rt{self.slot.k}", argv, self.reg, self.out, netns=self.r1).start()
 

@@ -59,8 +59,9 @@ NOTES = {
 
 
 def _kvm_facts(spec: BaselineSpec) -> dict[str, Any]:
+    from migrate.core.stack import DEFAULT_QEMU
     from migrate.drivers.kvm.accel import detect_accel
-    from migrate.drivers.kvm.driver import QEMU, qemu_version
+    from migrate.drivers.kvm.driver import QEMU, qemu_build, qemu_version
 
     if shutil.which(QEMU) is None:
         raise DependencyError(f"{QEMU} not found: run `make setup` (Debian package qemu-system-x86)")
@@ -68,7 +69,11 @@ def _kvm_facts(spec: BaselineSpec) -> dict[str, Any]:
     if spec.accel == "kvm" and auto != "kvm":
         raise DependencyError(f"ACCEL=kvm requested but KVM is unusable here: {reason}")
     accel = auto if spec.accel == "auto" else spec.accel
-    return {"qemu": qemu_version(), "accel": accel, "accel_reason": reason}
+    facts: dict[str, Any] = {"qemu": qemu_version(), "accel": accel, "accel_reason": reason}
+    if "kvm" in spec.hvs:  # the router VM runs the default stack's QEMU (HV=xen's nested hosts the host's)
+        build = qemu_build(DEFAULT_QEMU)
+        facts |= {"qemu": build.version, "qemu_argv": list(build.argv), "stack": {"qemu": build.to_meta()}}
+    return facts
 
 
 def _check_e1000(manifest: dict[str, Any], profile: str) -> None:
@@ -209,6 +214,7 @@ def _initial_meta(spec: BaselineSpec, facts: dict[str, Any], gen: dict[str, Any]
         "spec": spec.to_dict(),
         "accel": accel,
         "hypervisor": {k: v for k, v in facts.items() if k != "router_image"},
+        "stack": facts.get("stack"),  # the router VM's QEMU (docs/stack.md)
         "router_image": facts["router_image"],
         "hv_none_router": (
             "the router image's rootfs chrooted (unshare --mount, private proc/sys/tmpfs) inside network namespace "

@@ -348,6 +348,12 @@ def check_testbed(hist: History, testbed: str, nights: Sequence[str]) -> None:
     _check_same(hist, nights, f"COALESCE(testbed, '{EMBEDDED}')", testbed, "testbed", "testbeds", "this testbed")
 
 
+def check_qemu(hist: History, qemu: str | None, nights: Sequence[str]) -> None:
+    """Refuse a night whose QEMU (its --version line: release and build) differs from that of the
+    accepted runs: another stack is not the same experiment (docs/stack.md)."""
+    _check_same(hist, nights, "qemu", qemu, "QEMU", "QEMU builds", "this QEMU (or set QEMU= in the matrix)")
+
+
 def _check_same(hist: History, nights: Sequence[str], column: str, value: str | None, name: str, plural: str,
                 this: str) -> None:  # fmt: skip
     """ConfigError (one line) if the runs of the accepted ``nights`` have another ``column`` than
@@ -516,6 +522,7 @@ def run_nightly(
         accepted = accepted_nights(hist, matrix.history_nights)
         check_testbed(hist, tb, accepted)
         check_accel(hist, accel, accepted)
+        check_qemu(hist, vers["hypervisor"].get("qemu"), accepted)
         plan = sw.Plan("nightly", matrix.points, matrix.reps, sw.new_seed(), _grid(matrix, history_path))
         night_meta = sw.plan_meta(plan, vers, sys.argv, testbed)
         night_dir = sw.create_sweep_dir(nightly_root, f"{sd.stamp_utc()}-night", night_meta)
@@ -706,6 +713,7 @@ def accept(results_root: Path, history_path: Path | None, night: str | None) -> 
         earlier = accepted_nights(hist)
         check_testbed(hist, row_testbed(runs[0]) if runs else EMBEDDED, earlier)
         check_accel(hist, runs[0]["accel_used"] if runs else None, earlier)
+        check_qemu(hist, runs[0]["qemu"] if runs else None, earlier)
         row["previous_baseline"] = earlier[0] if earlier else None
         hist.promote(row["night_id"], sd.now_utc())
         row["n_completed"] = sum(r["status"] == "completed" for r in runs)

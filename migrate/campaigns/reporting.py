@@ -26,6 +26,7 @@ from analysis.stats.aggregate import (
     Stats,
     aggregate,
     mixed_accelerators,
+    mixed_qemu,
     point_columns,
     point_row,
 )
@@ -472,6 +473,18 @@ def check_accelerators(records: Sequence[dict[str, Any]]) -> None:
         )
 
 
+def check_qemu_builds(records: Sequence[dict[str, Any]]) -> None:
+    """Refuse (ConfigError, one line) a report in which one point would pool runs of different
+    QEMU builds (runs of the default stack before and after it changed, say)."""
+    mixed = mixed_qemu(records)
+    if mixed:
+        more = f" (and {len(mixed) - 1} more)" if len(mixed) > 1 else ""
+        raise ConfigError(
+            f"{mixed[0]}{more}: a point must not pool QEMU builds; name the stack with QEMU= (docs/stack.md) "
+            "or report each build's runs separately"
+        )
+
+
 def check_same_accelerator(recs_a: Sequence[dict[str, Any]], recs_b: Sequence[dict[str, Any]]) -> None:
     """Refuse (ConfigError, one line) comparing runs made with different accelerators."""
     acc_a = sorted({str(r["accel"]) for r in recs_a if r.get("accel") is not None})
@@ -502,6 +515,7 @@ def build_outputs(
         records += recs
         meta_sections.append((f"{src.label or 'source'}: {src.path.name}", source_metadata(src, recs, metas)))
     check_accelerators(records)
+    check_qemu_builds(records)
     points = aggregate(records)
     write_text(out_dir / "runs.csv", csv_text(RUN_COLUMNS, records))
     write_text(out_dir / "points.csv", csv_text(point_columns(), [point_row(p) for p in points]))

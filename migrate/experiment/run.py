@@ -26,6 +26,7 @@ from migrate.core.atomic import write_json
 from migrate.core.errors import ConfigError, DependencyError, Interrupted, MigrationError, TestbedError, VrmigError
 from migrate.core.registry import Registry, clean_stale
 from migrate.core.sighold import Abort, Teardown, signal_handlers
+from migrate.core.stack import DEFAULT_QEMU
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext, load_driver
 from migrate.drivers.kvm.driver import QEMU, check_qemu_knobs
 from migrate.experiment import peering
@@ -36,7 +37,7 @@ from migrate.experiment.faults import FaultInjector, kill_pid, link_cap, link_do
 from migrate.experiment.instruments import Instruments
 from migrate.experiment.peering import Peers
 from migrate.experiment.recorder import Recorder
-from migrate.experiment.scenario import Scenario
+from migrate.experiment.scenario import Scenario, qemu_spec
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import Testbed, TestbedBuilder, new_prefix
 from migrate.testbed.inventory import Inventory
@@ -173,10 +174,10 @@ def lab_supports(scenario: Scenario, inv: Inventory) -> None:
                 )
     if scenario.fault is not None or scenario.miglink_bps is not None or scenario.criu_host != "local":
         raise ConfigError("TESTBED= takes no FAULT, MIGLINK or CRIU_HOST: the lab's own links are measured as they are")
-    if scenario.qemu not in (None, "system"):
+    if (scenario.qemu or "").startswith("/"):
         raise ConfigError(
-            f"QEMU={scenario.qemu} on a lab: hosts-setup installs the hosts' own QEMU package only, so far: "
-            "use QEMU=system (the default there) or the embedded testbed"
+            f"QEMU={scenario.qemu} on a lab: a path names a build on this machine; a lab runs the QEMU "
+            "hosts-setup deployed (the default stack) or QEMU=system"
         )
     if scenario.criu_rejoin_mcast:
         raise ConfigError("TESTBED= takes no CRIU_REJOIN_MCAST: only the embedded CRIU driver puts groups back")
@@ -387,14 +388,33 @@ def lab_facts(check: dict[str, Any], scenario: Scenario, local: dict[str, Any]) 
         raise DependencyError(f"ACCEL=kvm requested but {missing} cannot run KVM: use ACCEL=auto or tcg")
     accel = ("kvm" if both else "tcg") if scenario.accel == "auto" else scenario.accel
     reason = "; ".join(f"{r}: {rows[r].get('kvm_reason')}" for r in hv)
+    spec = qemu_spec(scenario) if scenario.hv == "kvm" else "system"  # HV=xen: the nested hosts' QEMU
     qemu = {r: (rows[r].get("versions") or {}).get(QEMU) for r in hv}
+    argv: list[str] = [QEMU]  # the hosts' own package
+    stack: dict[str, Any] = {"spec": "system", "source": "system", "version_by_host": qemu}
+    if spec != "system":  # the release hosts-setup deployed beside the package (docs/stack.md)
+        deployed = {r: (rows[r].get("stacks") or {}).get(spec) or {} for r in hv}
+        missing = [r for r in hv if not deployed[r].get("version")]
+        if missing:
+            raise DependencyError(
+                f"QEMU={spec} is not deployed on {', '.join(missing)} (hosts-setup deploys the default stack, "
+                f"QEMU={DEFAULT_QEMU}): run make hosts-setup, or use QEMU=system"
+            )
+        qemu = {r: deployed[r]["version"] for r in hv}
+        if qemu["R1"] != qemu["R2"]:
+            raise DependencyError(
+                f"QEMU={spec} differs between R1 and R2 ({qemu['R1']}; {qemu['R2']}): run make hosts-setup"
+            )
+        record = deployed["R1"]["record"]
+        argv = list(record["argv"])
+        stack = {**record, "spec": spec, "version": qemu["R1"], "deployed": True, "version_by_host": qemu}
     return {
         "accel": accel,
         "accel_reason": reason if scenario.accel == "auto" else f"forced by ACCEL={scenario.accel} ({reason})",
         "qemu": qemu["R1"],
         "qemu_by_host": qemu,
-        "qemu_argv": [QEMU],  # the hosts' own (make hosts-setup)
-        "stack": {"qemu": {"spec": "system", "source": "system", "version_by_host": qemu}},
+        "qemu_argv": argv,
+        "stack": {"qemu": stack},
         "orchestrator_qemu": local.get("qemu"),
     }
 

@@ -117,8 +117,8 @@ class Scenario:
     #: restore lost again, on the restored router's own OSPF socket (an intervention, off by default)
     criu_rejoin_mcast: bool = False
     #: QEMU: the QEMU running HV=kvm's router VM (migrate.core.stack; docs/stack.md): None is the
-    #: default stack (stack.DEFAULT_QEMU; with DRIVER=libvirt or on a lab, the host's own), else
-    #: "system", a release such as "10.0", or the absolute path of a user's own build
+    #: default stack (stack.DEFAULT_QEMU; with DRIVER=libvirt the host's own), else
+    #: "system", a release such as "10.0", or the absolute path of a user's own build (not on a lab)
     qemu: str | None = None
     qemu_firmware: str | None = None  # QEMU_FIRMWARE: the data directory of a QEMU=<path> build
 
@@ -237,7 +237,7 @@ def validate(s: Scenario) -> None:
 
 def qemu_spec(s: Scenario) -> str:
     """The QEMU= the run uses: the scenario's, else the default stack's (the host's own QEMU under
-    DRIVER=libvirt, whose daemons are the host's)."""
+    DRIVER=libvirt, whose daemons are the host's); on a lab the same (hosts-setup deploys it)."""
     return s.qemu or ("system" if s.driver == "libvirt" else DEFAULT_QEMU)
 
 

@@ -96,6 +96,30 @@ def criu_bundle(deploy_dir: str, out_dir: Path, cache: Path | None = None) -> di
     return {"tar": str(tar), "json": {**info, "argv": argv}}
 
 
+#: where hosts-setup puts the default stack's QEMU, relative to the deploy dir (``qemu.json`` beside
+#: ``root``: its argv there, version, release, source, packages; migrate.experiment.run.lab_facts)
+QEMU_DIR = "qemu"
+
+
+def qemu_bundle(deploy_dir: str, out_dir: Path, spec: str | None = None) -> dict[str, Any] | None:
+    """The QEMU release ``spec`` (default: the default stack's) as ``make qemu`` fetched it here,
+    for the hypervisor hosts: ``{"spec", "tar", "json"}`` where qemu.json gives its argv under
+    ``<deploy_dir>/qemu/<spec>/root``; None if it was never fetched here."""
+    from migrate.core.stack import DEFAULT_QEMU, read_manifest
+
+    spec = spec or DEFAULT_QEMU
+    manifest = read_manifest(spec)
+    if manifest is None:
+        return None
+    root = str(Path(manifest["binary"]).parents[2])  # <root>/usr/bin/qemu-system-x86_64
+    there = f"{deploy_dir}/{QEMU_DIR}/{spec}/root"
+    argv = [there + a[len(root) :] if a.startswith(root) else a for a in manifest["argv"]]
+    keys = ("spec", "version", "release", "source", "packages")
+    info = {k: manifest.get(k) for k in keys} | {"argv": argv, "binary": there + manifest["binary"][len(root) :]}
+    tar = write_tree_tar(Path(root), out_dir / f"qemu-{spec}.tar")
+    return {"spec": spec, "tar": str(tar), "json": info}
+
+
 def container_bundles(profiles: list[str], out_dir: Path, cache: Path | None = None) -> list[dict[str, str]]:
     """``{"profile", "tar"}`` for each profile whose image has a rootfs: the container's rootfs
     as ``routers.container_image.stage_rootfs`` stages it (plus its init and pivot_root point)."""

@@ -79,6 +79,8 @@ class HostRow:
     addresses_ok: bool | None = None
     sync: dict[str, Any] | None = None
     clock: dict[str, Any] | None = None
+    #: the QEMU releases hosts-setup deployed (spec -> {"record": qemu.json, "version", "error"})
+    stacks: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -288,6 +290,7 @@ def evaluate(
         addresses_ok=addrs_ok,
         sync=sync,
         clock=clock.as_dict() if clock else None,
+        stacks=facts.get("stacks") or {} if role in HV_ROLES else {},
     )
     return row, p
 
@@ -501,6 +504,7 @@ def check_inventory(
             for role, (row, p) in zip(opened, ex.map(one, list(opened)), strict=True):
                 rows[role], problems[role] = row, p
         lib = _check_libvirt(inv, opened, facts_by_role)
+        lib += compare_stacks([rows[r] for r in HV_ROLES if r in rows], testbed_arg)
         dom0_rows, dom0_problems = check_xen_dom0s(inv, control_dir)
     finally:
         for h in opened.values():
@@ -510,6 +514,41 @@ def check_inventory(
     flat += lib + dom0_problems
     all_rows = [rows[r] for r in inv.hosts] + dom0_rows
     return CheckResult(str(inv.path) if inv.path else "embedded", all_rows, flat, max_offset_ms)
+
+
+def compare_stacks(rows: list[HostRow], testbed_arg: str) -> list[Problem]:
+    """The default stack's QEMU on the hypervisor hosts (docs/stack.md): a warning where one lacks
+    it or it does not run (runs there need QEMU=system), an error where R1 and R2 run different
+    builds of it (a migration between them would measure two stacks)."""
+    from migrate.core.stack import DEFAULT_QEMU
+
+    out: list[Problem] = []
+    seen: dict[str, str] = {}
+    for r in rows:
+        if r.reachable != "yes":
+            continue
+        st = r.stacks.get(DEFAULT_QEMU)
+        if st is None or not st.get("version"):
+            why = "not deployed" if st is None else f"does not run ({st.get('error')})"
+            out.append(Problem(r.role, WARNING, f"QEMU {DEFAULT_QEMU} (the default stack) {why}: run make hosts-setup "
+                               f"TESTBED={testbed_arg}; until then runs there need QEMU=system"))  # fmt: skip
+            continue
+        seen[r.role] = st["version"]
+    if len(set(seen.values())) > 1:
+        text = "; ".join(f"{role}: {v}" for role, v in seen.items())
+        msg = f"QEMU {DEFAULT_QEMU} differs between the hypervisor hosts ({text}): "
+        msg += f"run make hosts-setup TESTBED={testbed_arg}"
+        out.append(Problem(next(iter(seen)), ERROR, msg))
+    return out
+
+
+def _stack_cell(r: HostRow) -> str:
+    from migrate.core.stack import DEFAULT_QEMU
+
+    if r.role not in HV_ROLES or r.reachable != "yes":
+        return ""
+    st = r.stacks.get(DEFAULT_QEMU)
+    return _version(st.get("version")) if st and st.get("version") else "-"
 
 
 def _yn(v: bool | None) -> str:
@@ -557,6 +596,7 @@ def format_table(result: CheckResult) -> str:
         "reachable",
         "kernel",
         "qemu",
+        "stack",
         "irtt",
         "python",
         "kvm",
@@ -575,6 +615,7 @@ def format_table(result: CheckResult) -> str:
                 r.reachable,
                 r.kernel or "-",
                 _qemu_cell(v),
+                _stack_cell(r),
                 _version(v.get("irtt")) if "irtt" in v else "",
                 _version(v.get("python3")),
                 _yn(r.kvm) if r.reachable == "yes" and r.role in HV_ROLES else "",

@@ -72,6 +72,25 @@ def kvm() -> dict:
     return {"ok": True, "reason": "vmx/svm present and /dev/kvm creates VMs"}
 
 
+def stacks(deploy: str) -> dict:
+    """The QEMU releases hosts-setup deployed (``<deploy>/qemu/<spec>/qemu.json``): per spec, the
+    record and the first line its binary's ``--version`` prints now (None if it does not run)."""
+    out = {}
+    base = os.path.join(deploy, "qemu")
+    for spec in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        try:
+            with open(os.path.join(base, spec, "qemu.json")) as f:
+                rec = json.load(f)
+            argv = rec["argv"][: rec["argv"].index(rec["binary"]) + 1]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        rc, so, se = _out([*argv, "--version"])
+        first = so.strip().splitlines()[:1]
+        out[spec] = {"record": rec, "version": first[0] if rc == 0 and first else None,
+                     "error": None if rc == 0 else (se.strip() or f"exit {rc}")}  # fmt: skip
+    return out
+
+
 def facts(args: dict) -> dict:
     """Everything hosts-check compares with the inventory."""
     tools = {t: shutil.which(t) for t in args.get("tools", [])}
@@ -104,6 +123,7 @@ def facts(args: dict) -> dict:
         "versions": versions,
         "kvm": kvm() if args.get("kvm") else None,
         "helpers": helpers,
+        "stacks": stacks(deploy) if deploy else {},
         "links": links,
         "links_error": links_error,
     }

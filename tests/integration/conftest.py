@@ -85,20 +85,20 @@ def once_more_after(attempt: Callable[[str], Path | None], crashed: Callable[[Pa
 
 
 #: the causes a test may retry after (another project's code, narrowly identified)
-QEMU72_CAUSE = "QEMU 7.2 TCG pre-copy page loss (a lab host's QEMU)"
+QEMU72_CAUSE = "QEMU 7.2 TCG pre-copy page loss (DRIVER=libvirt: the host libvirt's QEMU)"
 FRR_CAUSE = "FRR 8.4 daemon crash at boot"
 
 
 def once_more_after_qemu_crash(attempt: Callable[[str], Path | None]) -> Path | None:
-    """:func:`once_more_after` for a run that failed from :func:`qemu_tcg_precopy_crash` (a lab's
-    hosts run their own QEMU package, Debian 12's 7.2)."""
+    """:func:`once_more_after` for a run that failed from :func:`qemu_tcg_precopy_crash` (DRIVER=libvirt
+    runs the host libvirt's own QEMU, Debian 12's 7.2)."""
     return once_more_after(
         attempt, lambda d: qemu_tcg_precopy_crash(json.loads((d / "meta.json").read_text())), QEMU72_CAUSE
     )
 
 
 def again_after_qemu_crash(test: Callable[..., Any]) -> Callable[..., Any]:
-    """A lab test of the suite's machinery that makes TCG pre-copy runs with the hosts' QEMU 7.2:
+    """A test that makes TCG pre-copy runs with the host libvirt's QEMU 7.2 (DRIVER=libvirt):
     when its assertions fail and a run it made (any ``meta.json`` under its ``tmp_path``) failed
     from :func:`qemu_tcg_precopy_crash`, the retry is reported and it runs once more in a fresh
     directory, its assertions unchanged; any other failure stands."""

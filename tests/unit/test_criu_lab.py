@@ -233,4 +233,4 @@ def test_a_lab_names_no_qemu_accelerator_for_criu():
 
     check = {"hosts": [{"role": r, "kvm": False, "kvm_reason": "no vmx", "versions": {}} for r in ("R1", "R2")]}
     assert lab_facts(check, Scenario(hv="criu", router="bird", mode="stopcopy"), {}) == {}
-    assert lab_facts(check, Scenario(hv="kvm"), {})["accel"] == "tcg"
+    assert lab_facts(check, Scenario(hv="kvm", qemu="system"), {})["accel"] == "tcg"

@@ -96,7 +96,8 @@ def test_missing_matrix(tmp_path):
         nt.load_matrix(tmp_path / "nope.toml")
 
 
-def _add_night(hist, night_id, started, downtimes, statuses=None, fp=None, matrix=None, accel="tcg", classes=None):
+def _add_night(hist, night_id, started, downtimes, statuses=None, fp=None, matrix=None, accel="tcg", classes=None,
+               qemu=None):  # fmt: skip
     """SYNTHETIC night rows (nothing measured)."""
     matrix = matrix or nt.load_matrix(nt.DEFAULT_MATRIX)
     hist.upsert(
@@ -114,7 +115,7 @@ def _add_night(hist, night_id, started, downtimes, statuses=None, fp=None, matri
                     "downtime_counters_s": d if status == "completed" else None,
                     "downtime_packets_s": d if status == "completed" else None,
                     "duration_link_s": 1.0, "volume_link_bytes": 100e6, "rtt_increase_median_ms": 1.0,
-                    "forwarded_ratio": 0.98, "elapsed_s": 30.0,
+                    "forwarded_ratio": 0.98, "elapsed_s": 30.0, "qemu": qemu,
                 },
             )  # fmt: skip
 
@@ -209,6 +210,21 @@ def test_judge_changed_parameters_and_accelerators(tmp_path):
         nt.check_accel(h, "kvm", nt.accepted_nights(h))  # same accelerator: fine
     p = m.points[0].scenario
     assert nt.fingerprint(p, "tcg") != nt.fingerprint(p, "kvm") != nt.fingerprint(p)
+
+
+def test_a_night_on_another_qemu_build_is_refused(tmp_path):
+    """SYNTHETIC history: accepted nights ran QEMU 7.2; tonight's default stack is 10.0."""
+    v7, v10 = "QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18)", "QEMU emulator version 10.0.2 (Debian)"
+    with History(tmp_path / "h.sqlite") as h:
+        _add_night(h, "old", "2026-01-01", [0.1] * 3, qemu=v7)
+        h.promote("old", "t")
+        want = (
+            r"accepted nights ran with QEMU=QEMU emulator version 7\.2\.22 .*\(6 runs\) but this night would run "
+            r"with QEMU=QEMU emulator version 10\.0\.2 .*runs of different QEMU builds are not compared"
+        )
+        with pytest.raises(ConfigError, match=want):
+            nt.check_qemu(h, v10, nt.accepted_nights(h))
+        nt.check_qemu(h, v7, nt.accepted_nights(h))  # the same build: fine
 
 
 def test_accept_adds_the_latest_finished_night(tmp_path):
