@@ -149,6 +149,14 @@ sweep:
 report:
 	$(PY) -m migrate report $(RUNS) $(call flag,OUT,out) --results $(RESULTS)
 
+# make ab A="QEMU=system" B="QEMU=10.0" [REPS=30] [SEED=] + make migrate's variables: two settings
+# side by side, interleaved; exit 1 if B regressed (docs/stack.md "make ab"; A and B reach the CLI
+# through the environment, never through a shell line)
+.PHONY: ab
+ab:
+	@if [ -z "$$A" ] || [ -z "$$B" ]; then echo 'make ab: set A="VAR=value ..." and B="VAR=value ...", e.g. A="QEMU=system" B="QEMU=10.0"' >&2; exit 2; fi
+	$(PY) -m migrate ab --a "$$A" --b "$$B" $(MIGRATE_FLAGS) $(call flag,REPS,reps) $(call flag,SEED,seed)
+
 compare:
 	@if [ -z "$(A)" ] || [ -z "$(B)" ]; then echo "make compare: set A=<sweep dir> B=<sweep dir>" >&2; exit 2; fi
 	$(PY) -m migrate compare $(A) $(B) $(call flag,OUT,out) --results $(RESULTS)

@@ -341,3 +341,31 @@ def decide_night(points: Sequence[PointRuns], alpha: float, failures: FailureRul
     for i, v in zip(metric_idx, decided, strict=True):
         out[i] = (out[i][0], v)
     return out
+
+
+@dataclass(frozen=True)
+class Detectable:
+    """The smallest change of a metric's median a one-sided rank test finds with ``power`` at
+    ``alpha`` with ``n`` runs per arm, as a ratio (``ratio`` 1.30: a 30 % worse median), from the
+    spread of one arm's values (None with ``why`` when it cannot be said)."""
+
+    n: int
+    ratio: float | None
+    why: str = ""
+
+
+def detectable_ratio(values: Sequence[Any], n: int, alpha: float, power: float = 0.8) -> Detectable:
+    """:class:`Detectable` by the normal approximation on the log scale: a shift of
+    ``(z(1-alpha) + z(power)) * sd(log x) * sqrt(2 / n)`` for a t-test, divided by the square root of
+    the Mann–Whitney test's asymptotic relative efficiency 3/pi (normal data; more efficient than
+    the t-test for heavier tails, so this errs large).  Positive values only (a ratio of zero or
+    negative medians means nothing)."""
+    x = np.asarray(_clean(values), dtype=float)
+    if x.size < 3:
+        return Detectable(n, None, f"{x.size} values: too few to estimate the spread")
+    if np.any(x <= 0):
+        return Detectable(n, None, "values of zero or below: no ratio")
+    sd = float(np.std(np.log(x), ddof=1))
+    z = float(stats.norm.ppf(1 - alpha) + stats.norm.ppf(power))
+    shift = z * sd * math.sqrt(2.0 / n) / math.sqrt(3.0 / math.pi)
+    return Detectable(n, math.exp(shift))

@@ -216,17 +216,22 @@ def new_campaign(c: Campaign, results_root: Path, testbed: Path | None = None) -
         vers = versions(first.scenario, testbed)
     except ConfigError as err:
         raise c.refusal(first.label, err) from None
+
+    def runs_on(x: Scenario) -> tuple[Any, ...]:  # what decides the hypervisor a point runs
+        return (x.hv, x.driver, x.qemu, x.qemu_firmware)
+
+    by_stack = {runs_on(first.scenario): vers}
     for p in plan.points[1:]:
-        if p.scenario.hv != first.scenario.hv or p.scenario.driver != first.scenario.driver:
-            try:
-                versions(p.scenario, testbed)  # each hypervisor's preflight before anything runs
+        if runs_on(p.scenario) not in by_stack:
+            try:  # each hypervisor's and each QEMU='s preflight before anything runs
+                by_stack[runs_on(p.scenario)] = versions(p.scenario, testbed)
             except ConfigError as err:
                 raise c.refusal(p.label, err) from None
     from migrate.experiment.run import check_knobs as check_point
 
     for p in plan.points:  # every point's knobs against the QEMU and libvirt that will run it
         try:
-            check_point(p.scenario, vers.get("hypervisor") or {}, probe=testbed is None)
+            check_point(p.scenario, by_stack[runs_on(p.scenario)].get("hypervisor") or {}, probe=testbed is None)
         except ConfigError as err:
             raise c.refusal(p.label, err) from None
     prepare_results_root(results_root)

@@ -52,6 +52,15 @@ def add_parsers(sub: argparse._SubParsersAction, run_parser: argparse.ArgumentPa
     r.add_argument("--results", type=Path, default=Path("results"), help="results root for new report directories")
     r.set_defaults(handler=cmd_report)
 
+    ab = sub.add_parser(
+        "ab", parents=[run_parser], add_help=False,
+        help='two stacks or settings of one scenario side by side (make ab A="QEMU=system" B="QEMU=10.0")',
+    )  # fmt: skip
+    ab.add_argument("--a", required=True, metavar="A", help='arm A\'s variables, e.g. "QEMU=system"')
+    ab.add_argument("--b", required=True, metavar="B", help='arm B\'s variables, e.g. "QEMU=10.0"')
+    ab.add_argument("--reps", type=whole("REPS"), default=None, help="REPS: runs per arm (30)")
+    ab.add_argument("--seed", type=whole("SEED"), default=None, help="SEED of the interleaved order (default: random)")
+    ab.set_defaults(handler=cmd_ab)
     c = sub.add_parser("compare", help="overlay two sweeps in one report (make compare)")
     c.add_argument("a", type=Path, help="sweep A")
     c.add_argument("b", type=Path, help="sweep B")
@@ -158,6 +167,30 @@ def cmd_sweep(a: argparse.Namespace) -> int:
         raise Interrupted(f"{err}; finished runs are kept: resume with `make sweep RESUME={sweep_dir}`") from None
     _print_outputs(out)
     return 0
+
+
+def cmd_ab(a: argparse.Namespace) -> int:
+    """``vrmig ab``: arm A against arm B (migrate.campaigns.abarms); exit 1 on a regression of B."""
+    from migrate.campaigns import abarms
+    from migrate.campaigns import campaign as cp
+    from migrate.campaigns import sweep as sw
+
+    arm_a, arm_b = abarms.parse_arm(a.a, "A"), abarms.parse_arm(a.b, "B")
+    reps = a.reps if a.reps is not None else abarms.AB_REPS
+    if reps < 1:
+        raise ConfigError(f"REPS={reps}: give at least 1 run per arm ({abarms.AB_REPS} by default)")
+    seed = a.seed if a.seed is not None else sw.new_seed()
+    template = cp.template_variables(a)
+    try:
+        out_dir, j = abarms.run_ab(template, arm_a, arm_b, reps, seed, a.results, getattr(a, "testbed", None))
+    except Interrupted as err:
+        raise Interrupted(f"{err}; finished runs are kept") from None
+    print(f"report: {out_dir / 'report.html'}   tables: {abarms.AB_CSV} runs.csv points.csv")
+    if j.power_note:
+        print(j.power_note)
+    print(j.line(arm_a, arm_b))
+    print(out_dir)
+    return 1 if j.regression else 0
 
 
 def cmd_campaign(a: argparse.Namespace) -> int:
