@@ -26,6 +26,9 @@ Version = tuple[int, ...]
 
 #: MULTIFD_COMPRESSION methods (QEMU's MultiFDCompression enum of 5.0; zstd only in builds with zstd)
 MULTIFD_COMPRESSIONS = ("none", "zlib", "zstd")
+#: ZERO_PAGE methods (QEMU 9.0's ZeroPageDetection: "legacy", the migration thread's scan, is
+#: QEMU's default; "multifd" scans in multifd's threads)
+ZERO_PAGE_METHODS = ("none", "legacy", "multifd")
 _SIZE_SUFFIX = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 
 
@@ -116,6 +119,13 @@ def _multifd(text: str) -> dict[str, Any]:
     return {"multifd_channels": n or None}  # 0: no multifd, QEMU's single migration stream
 
 
+def _zero_page(text: str) -> dict[str, Any]:
+    t = text.strip()
+    if t not in ZERO_PAGE_METHODS:
+        raise ConfigError(f"ZERO_PAGE={text!r} is unknown: choose one of {', '.join(ZERO_PAGE_METHODS)}")
+    return {"zero_page_detection": t}
+
+
 def _compression(text: str) -> dict[str, Any]:
     t = text.strip()
     if t not in MULTIFD_COMPRESSIONS:
@@ -165,6 +175,8 @@ KNOBS: tuple[Knob, ...] = (
          lambda t: dict(zip(CPU_THROTTLE_FIELDS, _wholes("CPU_THROTTLE", t, ("initial", "increment"), "20,10"),
                             strict=True)),
          _ints_text(*CPU_THROTTLE_FIELDS), tuple_valued=True),
+    Knob("ZERO_PAGE", "zero-page", ("zero_page_detection",), (), ("zero-page-detection",), (9, 0), "", None,
+         _zero_page, lambda s: s.get("zero_page_detection")),
 )  # fmt: skip
 KNOB_BY_VAR = {k.var: k for k in KNOBS}
 KNOB_FIELDS = tuple(f for k in KNOBS for f in k.fields)
@@ -258,7 +270,7 @@ def check_libvirt(scenario: Mapping[str, Any], libvirt: str | None) -> None:
 EFFECTIVE_KEYS = (
     "downtime_limit_ms", "max_bandwidth_bps", "auto_converge", "xbzrle", "postcopy", "multifd",
     "multifd_channels", "multifd_compression", "postcopy_preempt", "announce", "xbzrle_cache_bytes",
-    "cpu_throttle",
+    "cpu_throttle", "zero_page_detection",
 )  # fmt: skip
 EFFECTIVE_COLUMNS = tuple(f"qemu_{k}" for k in EFFECTIVE_KEYS)
 
@@ -300,6 +312,7 @@ def effective(
         "announce": _joined(dp, ("announce-initial", "announce-max", "announce-rounds", "announce-step")),
         "xbzrle_cache_bytes": sp.get("xbzrle-cache-size"),
         "cpu_throttle": _joined(sp, ("cpu-throttle-initial", "cpu-throttle-increment")),
+        "zero_page_detection": sp.get("zero-page-detection"),
     }
     if dst_params is not None or dst_caps is not None:
         out.update(

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from migrate.core.errors import ConfigError
-from migrate.core.knobs import MULTIFD_COMPRESSIONS, knob_settings
+from migrate.core.knobs import MULTIFD_COMPRESSIONS, ZERO_PAGE_METHODS, knob_settings
 from migrate.core.stack import DEFAULT_QEMU, StackError, check_spec
 from migrate.core.units import format_rate
 
@@ -94,6 +94,7 @@ class Scenario:
     xbzrle_cache_bytes: int | None = None  # XBZRLE_CACHE=64M
     cpu_throttle_initial: int | None = None  # CPU_THROTTLE=initial,increment (%)
     cpu_throttle_increment: int | None = None
+    zero_page_detection: str | None = None  # ZERO_PAGE: none|legacy|multifd (QEMU 9.0)
     migrate_timeout_s: float = 120.0
     boot_timeout_s: float = 120.0
     fault: str | None = None
@@ -318,6 +319,15 @@ def validate_knobs(s: Scenario) -> None:
             not s.xbzrle,
             "MULTIFD with XBZRLE=1 is refused: multifd sends pages without XBZRLE (QEMU 7.2 skips it silently, "
             "QEMU 8.2 and later refuse the pair: 'Multifd is not compatible with xbzrle'); use one of them",
+        )
+    if s.zero_page_detection is not None:
+        _require(
+            s.zero_page_detection in ZERO_PAGE_METHODS,
+            f"ZERO_PAGE={s.zero_page_detection!r} is unknown: choose one of {', '.join(ZERO_PAGE_METHODS)}",
+        )
+        _require(
+            s.zero_page_detection != "multifd" or s.multifd_channels is not None,
+            "ZERO_PAGE=multifd scans for zero pages in multifd's threads: set MULTIFD=N too",
         )
     if s.multifd_compression is not None:
         _require(

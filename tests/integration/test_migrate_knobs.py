@@ -69,12 +69,13 @@ def test_multifd_and_downtime_limit_are_effective_on_both_sides(tmp_path, no_lef
     assert _multifd_bytes(run_dir) > 1_000_000
 
 
-def test_multifd_with_zstd(tmp_path, no_leftovers):
+def test_multifd_with_zstd_and_its_own_zero_page_scan(tmp_path, no_leftovers):
     _ready()
-    run_dir, meta = _run(tmp_path, multifd_channels=2, multifd_compression="zstd")
+    run_dir, meta = _run(tmp_path, multifd_channels=2, multifd_compression="zstd", zero_page_detection="multifd")
     _completed_and_forwarding(meta)
     eff = meta["hypervisor"]["knobs_effective"]
     assert (eff["multifd"], eff["multifd_channels"], eff["multifd_compression"]) == (True, 2, "zstd"), eff
+    assert eff["zero_page_detection"] == "multifd", eff  # QEMU 9.0's parameter, on the default stack
     assert eff["multifd_compression_dst"] == "zstd", eff
     assert _multifd_bytes(run_dir) > 0
 

@@ -341,3 +341,24 @@ def test_the_nightly_fingerprint_of_a_point_without_the_later_knobs_is_unchanged
     assert nt.fingerprint(Scenario(mode="stopcopy", rate_bps=20_000_000, duration_s=8.0, downtime_limit_ms=100,
                                    multifd_channels=2), "tcg") != old  # fmt: skip
     assert "multifd_channels" not in nt.FINGERPRINT_FIELDS and "downtime_limit_ms" in nt.FINGERPRINT_FIELDS
+
+
+def test_zero_page_detection_reaches_both_qemus_and_is_refused_before_qemu_9():
+    """ZERO_PAGE (QEMU 9.0's zero-page-detection): set on both sides, read back, refused on an
+    older QEMU with the release that has it, and multifd's method only with MULTIFD."""
+    from migrate.drivers.kvm.driver import migration_parameters
+
+    s = Scenario(zero_page_detection="none")
+    assert migration_parameters(s, "src")["zero-page-detection"] == "none"
+    assert migration_parameters(s, "dst")["zero-page-detection"] == "none"
+    assert knobs.effective({"zero-page-detection": "none"}, [])["zero_page_detection"] == "none"
+    assert knobs.requested_text(s.to_dict()) == "ZERO_PAGE=none"
+    knobs.check_qemu(s.to_dict(), "QEMU emulator version 10.0.2 (Debian 1:10.0.2+ds-2+deb13u1~bpo12+1)")
+    with pytest.raises(ConfigError, match=r"ZERO_PAGE=none needs QEMU 9\.0 or later \(parameter zero-page-detection\); "
+                       r"the QEMU here is 7\.2\.22"):  # fmt: skip
+        knobs.check_qemu(s.to_dict(), "QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18)", " here")
+    with pytest.raises(ConfigError, match="ZERO_PAGE=multifd scans for zero pages in multifd's threads: set MULTIFD"):
+        Scenario(zero_page_detection="multifd")
+    with pytest.raises(ConfigError, match="ZERO_PAGE='fast' is unknown"):
+        Scenario(zero_page_detection="fast")
+    Scenario(zero_page_detection="multifd", multifd_channels=2)

@@ -195,6 +195,8 @@ def migration_parameters(s: Scenario, side: str) -> dict[str, Any]:
         p["multifd-channels"] = s.multifd_channels
     if s.multifd_compression is not None:
         p["multifd-compression"] = s.multifd_compression
+    if s.zero_page_detection is not None:  # QEMU 9.0; the sender's scan, set on both like multifd's
+        p["zero-page-detection"] = s.zero_page_detection
     if s.announce_initial_ms is not None:
         p.update({"announce-initial": s.announce_initial_ms, "announce-max": s.announce_max_ms,
                   "announce-rounds": s.announce_rounds, "announce-step": s.announce_step_ms})  # fmt: skip
