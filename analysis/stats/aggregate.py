@@ -376,34 +376,29 @@ def stack_text(scenario: Mapping[str, Any]) -> str:
     return f"QEMU={spec}" if spec else ""
 
 
-def mixed_qemu(records: Iterable[Mapping[str, Any]]) -> list[str]:
-    """One line per point whose runs ran more than one QEMU build (``qemu``: its --version line;
-    runs without one, e.g. set-up failures, do not count); empty when no point mixes."""
+def _mixed(records: Iterable[Mapping[str, Any]], key: str, what: str, sep: str) -> list[str]:
+    """One line per point whose runs have more than one value of ``key`` (runs without one, e.g.
+    set-up failures, do not count); empty when no point mixes."""
     seen: dict[tuple[Any, ...], dict[str, int]] = {}
     for r in records:
-        if r.get("qemu"):
+        if r.get(key):
             acc = seen.setdefault(_base_key(r), {})
-            acc[str(r["qemu"])] = acc.get(str(r["qemu"]), 0) + 1
+            acc[str(r[key])] = acc.get(str(r[key]), 0) + 1
     return [
-        f"point {_point_name(k)} mixes QEMU builds ({'; '.join(f'{a}: {n} runs' for a, n in sorted(v.items()))})"
+        f"point {_point_name(k)} mixes {what} ({sep.join(f'{a}: {n} runs' for a, n in sorted(v.items()))})"
         for k, v in seen.items()
         if len(v) > 1
     ]
+
+
+def mixed_qemu(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """One line per point whose runs ran more than one QEMU build (``qemu``: its --version line)."""
+    return _mixed(records, "qemu", "QEMU builds", "; ")
 
 
 def mixed_accelerators(records: Iterable[Mapping[str, Any]]) -> list[str]:
-    """One line per point whose runs used more than one accelerator (runs without a recorded
-    accelerator, e.g. set-up failures, do not count); empty when no point mixes."""
-    seen: dict[tuple[Any, ...], dict[str, int]] = {}
-    for r in records:
-        if r.get("accel") is not None:
-            acc = seen.setdefault(_base_key(r), {})
-            acc[str(r["accel"])] = acc.get(str(r["accel"]), 0) + 1
-    return [
-        f"point {_point_name(k)} mixes accelerators ({', '.join(f'{a}: {n} runs' for a, n in sorted(v.items()))})"
-        for k, v in seen.items()
-        if len(v) > 1
-    ]
+    """One line per point whose runs used more than one accelerator."""
+    return _mixed(records, "accel", "accelerators", ", ")
 
 
 def _sort_key(key: tuple[Any, ...]) -> tuple[Any, ...]:

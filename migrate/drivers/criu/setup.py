@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from migrate.core.atomic import write_text
-from migrate.core.privapt import LIBDIR, LOADER, apt_options, prepare_apt_dir
+from migrate.core.privapt import LIBDIR, LOADER, PrivAptError, apt_options, prepare_apt_dir, run_tool
 from migrate.core.privapt import sources_line as sources_line  # re-exported (tests, bundles)
 
 log = logging.getLogger("vrmig.criu")
@@ -105,15 +105,9 @@ def runtime_packages(depends_output: str) -> list[str]:
 
 def _run(argv: list[str], timeout: float, cwd: Path | None = None) -> str:
     try:
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False)
-    except FileNotFoundError:
-        raise CriuSetupError(f"{argv[0]} not found (needs a Debian system with apt and dpkg)") from None
-    except subprocess.TimeoutExpired:
-        raise CriuSetupError(f"{' '.join(argv[:3])} ... did not finish within {timeout:.0f} s") from None
-    if res.returncode != 0:
-        tail = " | ".join((res.stderr.strip() or res.stdout.strip()).splitlines()[-3:])
-        raise CriuSetupError(f"{' '.join(argv[:3])} ... failed (exit {res.returncode}): {tail}")
-    return res.stdout
+        return run_tool(argv, timeout, cwd)
+    except PrivAptError as err:
+        raise CriuSetupError(str(err)) from None
 
 
 def fetch_suite(suite: str, root: Path) -> Candidate:
