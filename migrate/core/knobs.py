@@ -26,8 +26,8 @@ Version = tuple[int, ...]
 
 #: MULTIFD_COMPRESSION methods (QEMU's MultiFDCompression enum of 5.0; zstd only in builds with zstd)
 MULTIFD_COMPRESSIONS = ("none", "zlib", "zstd")
-#: ZERO_PAGE methods (QEMU 9.0's ZeroPageDetection: "legacy", the migration thread's scan, is
-#: QEMU's default; "multifd" scans in multifd's threads)
+#: ZERO_PAGE methods (QEMU 9.0's ZeroPageDetection: "legacy", the migration thread's scan;
+#: "multifd", QEMU's default, scans in multifd's threads when multifd is on, else as "legacy")
 ZERO_PAGE_METHODS = ("none", "legacy", "multifd")
 _SIZE_SUFFIX = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 
