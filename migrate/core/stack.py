@@ -219,7 +219,7 @@ def release_argv(root: Path, own_libs: bool) -> tuple[list[str], list[str]]:
     return [str(lib / privapt.LOADER), "--library-path", libs, str(binary), *_firmware_flags(fw)], fw
 
 
-def served(spec: str, log: Any = None) -> tuple[str, str, list[str]]:
+def served(spec: str) -> tuple[str, str, list[str]]:
     """(suite, Debian version, apt options) of the first suite serving QEMU ``spec``; StackError
     naming what each suite serves if none does."""
     seen: list[str] = []
