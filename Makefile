@@ -74,9 +74,11 @@ criu: venv
 qemu: venv
 	$(PY) -m migrate.core.stack qemu $(QEMU) $(call flag,QEMU_FIRMWARE,firmware)
 
+# the default releases (FRR 10.3, BIRD 2.17); another with ROUTER=, e.g. make guest ROUTER=frr@8.4
 guest: venv
 	$(PY) -m routers build --profile frr
 	$(PY) -m routers build --profile bird
+	$(if $(filter-out frr bird,$(ROUTER)),$(PY) -m routers build --profile $(ROUTER))
 
 # HV=xen: the nested Xen host image (Xen 4.17 + dom0 from Debian packages, ~/.cache/vrmig/xen)
 .PHONY: xen

@@ -91,7 +91,11 @@ def _cmd_profiles(_a: argparse.Namespace) -> int:
     for name in profiles.names():
         p = profiles.get(name)
         ok, reason = p.available()
-        print(f"{name:5} {'available  ' if ok else 'unavailable'} daemons={','.join(p.daemons)}  {reason}")
+        print(f"{name:8} {'available  ' if ok else 'unavailable'} daemons={','.join(p.daemons)}  {reason}")
+    for name in profiles.release_names():
+        p = profiles.get(name)
+        ok, reason = p.available()
+        print(f"{name:8} {'available  ' if ok else 'unavailable'} daemons={','.join(p.daemons)}  {reason}")
     return 0
 
 
@@ -100,13 +104,29 @@ def _cmd_host_packages(_a: argparse.Namespace) -> int:
     return 0
 
 
+PROFILE_HELP = (
+    f"{'|'.join(profiles.names())}, a release ({', '.join(profiles.release_names())}) or all "
+    f"(default {profiles.DEFAULT_PROFILE})"
+)
+
+
+def _profile_arg(value: str) -> str:
+    """``--profile``: a profile, ``<software>@<release>`` or ``all``, as its image name."""
+    if value == "all":
+        return value
+    try:
+        return profiles.canonical(value)
+    except RouterError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     p = argparse.ArgumentParser(prog="python -m routers", description="Router guest images for vrmig.")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress")
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build the guest image of a profile (idempotent)")
-    b.add_argument("--profile", default=profiles.DEFAULT_PROFILE, choices=[*profiles.names(), "all"])
+    b.add_argument("--profile", default=profiles.DEFAULT_PROFILE, type=_profile_arg, help=PROFILE_HELP)
     b.add_argument("--cache", type=Path, default=None, help="cache directory (default $VRMIG_CACHE or ~/.cache/vrmig)")
     b.add_argument("--force", action="store_true", help="rebuild even if up to date")
     b.add_argument(
@@ -116,11 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     b.set_defaults(func=_cmd_build)
     s = sub.add_parser("show", help="print the paths and manifest of a built image")
-    s.add_argument("--profile", default=profiles.DEFAULT_PROFILE, choices=profiles.names())
+    s.add_argument("--profile", default=profiles.DEFAULT_PROFILE, type=_profile_arg, help=PROFILE_HELP)
     s.add_argument("--cache", type=Path, default=None)
     s.set_defaults(func=_cmd_show)
     c = sub.add_parser("check", help="boot the guest under QEMU (TCG) and wait for its READY line")
-    c.add_argument("--profile", default=profiles.DEFAULT_PROFILE, choices=[*profiles.names(), "all"])
+    c.add_argument("--profile", default=profiles.DEFAULT_PROFILE, type=_profile_arg, help=PROFILE_HELP)
     c.add_argument("--cache", type=Path, default=None)
     c.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for READY (default 60)")
     c.set_defaults(func=_cmd_check)

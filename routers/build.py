@@ -202,8 +202,16 @@ def cached_build(
     return current(cdir), True, time.monotonic() - t0
 
 
+#: top-level directories that a merged-/usr system links into /usr
+MERGED_USR = ("lib", "lib64", "bin", "sbin")
+
+
 def _resolve_in_root(root: Path, abs_path: str, limit: int = 40) -> tuple[str, list[tuple[str, str]]]:
     """Follow symlinks of ``abs_path`` inside ``root`` (absolute targets stay inside ``root``).
+    A path under ``/lib``, ``/lib64``, ``/bin`` or ``/sbin`` that ``root`` holds only under
+    ``/usr`` resolves there: packages of a merged-/usr suite (Debian 13) ship their files under
+    ``/usr`` and leave the top-level links to base-files, which is not unpacked (the guest's
+    rootfs has those links, :class:`Rootfs`).
 
     Returns the final absolute path and the ``(link, target)`` chain walked."""
     chain: list[tuple[str, str]] = []
@@ -220,6 +228,13 @@ def _resolve_in_root(root: Path, abs_path: str, limit: int = 40) -> tuple[str, l
                 cur = os.path.normpath(os.path.join(base, *parts[i:]))
                 break
         else:
+            if (
+                parts[0] in MERGED_USR
+                and not (root / cur.lstrip("/")).exists()
+                and (root / "usr" / cur.lstrip("/")).exists()
+            ):
+                cur = "/usr" + cur
+                continue
             return cur, chain
     raise BuildError(f"too many symlinks resolving {abs_path} in {root}")
 
@@ -460,19 +475,64 @@ def cached_resolution(cache_file: Path, key: dict[str, Any], compute: Callable[[
     return value
 
 
+def release_apt(profile: profiles.Profile) -> list[str]:
+    """The apt options that see the packages of ``profile``'s release: a private configuration of
+    its Debian suite (:mod:`migrate.core.privapt`, lists refreshed daily), or none (``[]``: the
+    host's own sources, Debian 12)."""
+    rel = profile.release
+    if rel is None or rel.suite is None:
+        return []
+    from migrate.core import privapt, stack
+
+    try:
+        return privapt.update(stack.cache_root() / f"apt-{rel.suite}", rel.suite)
+    except privapt.PrivAptError as err:
+        raise BuildError(f"ROUTER={profile.name}: the package lists of {rel.source} are unavailable: {err}") from None
+
+
+def _private_stamp(opts: list[str]) -> str:
+    """When the private lists of ``opts`` were last refreshed ("" for the host's sources)."""
+    lists = next((o.split("=", 1)[1] for o in opts if o.startswith("Dir::State::Lists=")), None)
+    if lists is None:
+        return ""
+    stamp = Path(lists).parent / "updated"
+    return str(stamp.stat().st_mtime_ns) if stamp.exists() else ""
+
+
 def _resolve_packages(profile: profiles.Profile, kernel_package: str, cdir: Path) -> dict[str, Any]:
-    """Pinned versions of the kernel, busybox and router packages; cached per apt state."""
+    """Pinned versions of the kernel and busybox (the host's sources) and the router packages (its
+    release's suite); cached per apt state."""
+    opts = release_apt(profile) if profile.package else []
 
     def compute() -> dict[str, Any]:
         kpkg = kernel_image_package(kernel_package)
-        router_pkgs = debs.library_closure(profile.package) if profile.package else []
+        router_pkgs = debs.library_closure(profile.package, opts) if profile.package else []
+        host = debs.candidates([kpkg, BUSYBOX_PACKAGE])
+        router = debs.candidates(router_pkgs, opts) if router_pkgs else {}
+        clash = sorted(set(host) & set(router))
+        if clash:
+            raise BuildError(f"{profile.name}: {', '.join(clash)} would come from two Debian suites")
+        rel = profile.release
+        served = upstream_version(router[profile.package]) if profile.package else ""
+        if rel is not None and served != rel.version and not served.startswith(rel.version + "."):
+            raise BuildError(
+                f"ROUTER={profile.name}: {rel.source} serves {profile.package} {router[profile.package]}, "
+                f"not {rel.version}: choose another release (`python -m routers profiles`)"
+            )
         return {
             "kernel_meta_package": kernel_package,
             "kernel_package": kpkg,
-            "packages": debs.candidates([kpkg, BUSYBOX_PACKAGE, *router_pkgs]),
+            "packages": {**host, **router},
+            "router_suite": rel.suite if rel is not None else None,
+            "router_packages": sorted(router) if rel is not None and rel.suite else [],
         }
 
-    key = {"apt_state": apt_state(), "profile": profile.name, "kernel_meta_package": kernel_package}
+    key = {
+        "apt_state": apt_state(),
+        "private_lists": _private_stamp(opts),
+        "profile": profile.name,
+        "kernel_meta_package": kernel_package,
+    }
     return cached_resolution(cdir / f"resolved-{profile.name}.json", key, compute)
 
 
@@ -546,6 +606,9 @@ def _add_router(rootfs: Rootfs, profile: profiles.Profile, pools: dict[str, Path
     resolver = LibraryResolver([pools[profile.package], *roots], rootfs)  # type: ignore[index]
     for f in profile.files:
         resolver.add(pools[profile.package], "/" + f)  # type: ignore[index]
+    for f in profile.optional_files:
+        if (pools[profile.package] / f).exists():  # type: ignore[index]
+            resolver.add(pools[profile.package], "/" + f)  # type: ignore[index]
     for soname in DLOPEN_SONAMES:
         if not resolver.add_soname(soname):
             log.warning("%s not found in the router's library packages", soname)
@@ -626,6 +689,7 @@ def build(
     """Build (or confirm up to date) the guest image of ``profile`` in ``cache``."""
     t0 = time.monotonic()
     prof = profiles.get(profile)
+    profile = prof.name  # frr@10.3 is frr
     if not prof.debian:  # Debian profiles: a missing package is reported by the resolution below
         prof.require_available()
     cdir = paths.cache_dir(cache)
@@ -645,8 +709,10 @@ def _build(prof: profiles.Profile, cdir: Path, inputs: dict[str, Any], fingerpri
     """Assemble the image in ``<cache>/guest/.<profile>.new.*`` and swap it in with two renames,
     so a concurrent :func:`~routers.guest.guest_image` sees the old or the new image, never half."""
     pinned: dict[str, str] = inputs["packages"]
+    own = frozenset(inputs.get("router_packages", ()))
+    private = (release_apt(prof), own) if own else None
     with Progress(f"guest {prof.name}", debs.fetch_steps(pinned) + 1, "steps") as progress:
-        pools = debs.fetch(pinned, cdir, progress)
+        pools = debs.fetch(pinned, cdir, progress, private)
         with progress.item("rootfs and initrd"):
             return _assemble(prof, cdir, inputs, fingerprint, t0, pools)
 
@@ -683,9 +749,9 @@ def _assemble(
         tools = _add_tools(rootfs, inputs["compiler"])
         for path, text in ETC_FILES.items():
             rootfs.write("/" + path, text)
-        if prof.name == "frr":
+        if prof.family == "frr":
             rootfs.host("/usr/share/yang").mkdir(parents=True, exist_ok=True)  # YANG modules are built in
-        rootfs.write("/etc/vrmig/profile", f"{prof.name}\n")
+        rootfs.write("/etc/vrmig/profile", f"{prof.family}\n")
         rootfs.write("/etc/vrmig/router-version", f"{upstream}\n")
         rootfs.write("/etc/vrmig/packages.json", json.dumps(pinned, indent=1, sort_keys=True) + "\n")
         initrd, raw_size = _initrd_bytes(rootfs.root)
@@ -735,6 +801,8 @@ def _manifest(
             "package": prof.package or f"host install at {inputs.get('xorp_root')}",
             "version": router_version,
             "upstream_version": upstream,
+            "release": prof.release.version if prof.release else None,
+            "source": prof.release.source if prof.release else "the host's installation",
             "daemons": list(prof.daemons),
         },
         "busybox": {

@@ -16,6 +16,7 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
+from routers import profiles
 from routers.errors import NotBuiltError
 from routers.guest import _addresses, _build_hint, guest_image
 
@@ -66,7 +67,7 @@ def container_argv(
     return [
         "unshare", *NAMESPACES, "--fork", "--propagation", "private", "--",
         str(rootfs / BUSYBOX), "sh", "-c", SETUP_SCRIPT.read_text(), "vrmig-ct-setup",
-        str(rootfs), profile, f"eth0={_addresses('if0', if0)}", f"eth1={_addresses('if1', if1)}",
-        *([f"rib={rib_routes}"] if rib_routes else []),
+        str(rootfs), profiles.family_of(profile), f"eth0={_addresses('if0', if0)}",
+        f"eth1={_addresses('if1', if1)}", *([f"rib={rib_routes}"] if rib_routes else []),
         *routing,
     ]  # fmt: skip

@@ -1,6 +1,9 @@
 """Debian packages without installing them: versions and dependencies from ``apt-cache``,
 files from ``apt-get download`` + ``dpkg-deb -x``.
 
+``opts`` (where a function takes them) are the ``-o`` options of a private apt configuration
+(:func:`migrate.core.privapt.update`, another Debian suite); empty: the host's own sources.
+
 Nothing here runs a maintainer script, so no daemon is ever started on the host."""
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import shutil
 import subprocess
 import tempfile
 import urllib.parse
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from migrate.core.progress import Progress
@@ -36,10 +39,10 @@ def _run(argv: list[str], cwd: Path | None = None, timeout: float = 600) -> str:
     return res.stdout
 
 
-def candidates(packages: Iterable[str]) -> dict[str, str]:
+def candidates(packages: Iterable[str], opts: Sequence[str] = ()) -> dict[str, str]:
     """``{package: candidate version}`` from ``apt-cache policy``; BuildError if one has none."""
     pkgs = sorted(set(packages))
-    out = _run(["apt-cache", "policy", *pkgs])
+    out = _run(["apt-cache", *opts, "policy", *pkgs])
     found: dict[str, str] = {}
     current = None
     for line in out.splitlines():
@@ -56,14 +59,14 @@ def candidates(packages: Iterable[str]) -> dict[str, str]:
     return {p: found[p] for p in pkgs}
 
 
-def depends(packages: Iterable[str], recurse: bool = False) -> dict[str, list[str]]:
+def depends(packages: Iterable[str], recurse: bool = False, opts: Sequence[str] = ()) -> dict[str, list[str]]:
     """``{package: [dependency, ...]}`` (Depends + PreDepends; of alternatives the first real
     package; a virtual package resolved to its first provider).  With ``recurse``, every package
     reachable from ``packages`` is listed (one ``apt-cache`` call)."""
     pkgs = sorted(set(packages))
     out = _run(
         [
-            "apt-cache", "depends", "--no-recommends", "--no-suggests", "--no-conflicts", "--no-breaks",
+            "apt-cache", *opts, "depends", "--no-recommends", "--no-suggests", "--no-conflicts", "--no-breaks",
             "--no-replaces", "--no-enhances", *(["--recurse"] if recurse else []), *pkgs,
         ]
     )  # fmt: skip
@@ -105,12 +108,12 @@ def depends(packages: Iterable[str], recurse: bool = False) -> dict[str, list[st
     return result
 
 
-def sections(packages: Iterable[str]) -> dict[str, str]:
+def sections(packages: Iterable[str], opts: Sequence[str] = ()) -> dict[str, str]:
     """``{package: Section}`` of the candidate versions (``apt-cache show``)."""
     pkgs = sorted(set(packages))
     if not pkgs:
         return {}
-    out = _run(["apt-cache", "show", "--no-all-versions", *pkgs])
+    out = _run(["apt-cache", *opts, "show", "--no-all-versions", *pkgs])
     result: dict[str, str] = {}
     current = None
     for line in out.splitlines():
@@ -121,13 +124,13 @@ def sections(packages: Iterable[str]) -> dict[str, str]:
     return result
 
 
-def library_closure(package: str) -> list[str]:
+def library_closure(package: str, opts: Sequence[str] = ()) -> list[str]:
     """``package`` and, recursively, every dependency that is a shared-library package (name
     ``lib*`` or Debian section ``libs``, e.g. ``zlib1g``); tools such as ``iproute2`` or
     ``adduser`` are not needed in the guest.  Two ``apt-cache`` calls."""
-    graph = depends([package], recurse=True)
+    graph = depends([package], recurse=True, opts=opts)
     names = {d for ds in graph.values() for d in ds}
-    secs = sections(n for n in names if not n.startswith("lib"))
+    secs = sections((n for n in names if not n.startswith("lib")), opts)
 
     def is_lib(name: str) -> bool:
         return name.startswith("lib") or secs.get(name, "").split("/")[-1] == "libs"
@@ -161,15 +164,15 @@ def _find_deb(dest: Path, package: str, version: str) -> Path | None:
     return None
 
 
-def download(pinned: dict[str, str], dest: Path) -> dict[str, Path]:
+def download(pinned: dict[str, str], dest: Path, opts: Sequence[str] = ()) -> dict[str, Path]:
     """Download ``{package: version}`` into ``dest`` (files already there are kept) and return
     ``{package: path}``.  apt verifies every file against the signed index."""
     dest.mkdir(parents=True, exist_ok=True)
     want = [f"{p}={v}" for p, v in sorted(pinned.items()) if _find_deb(dest, p, v) is None]
     if want:
         log.info("downloading %d Debian package(s): %s", len(want), " ".join(want))
-        argv = ["apt-get", "download", "-q"]
-        if os.geteuid() == 0:
+        argv = ["apt-get", *opts, "download", "-q"]
+        if os.geteuid() == 0 and not opts:
             # as root apt drops to _apt, which may not be able to write into the cache directory
             argv += ["-o", "APT::Sandbox::User=root"]
         _run([*argv, *want], cwd=dest)
@@ -201,12 +204,21 @@ def extract(deb: Path, dest: Path) -> Path:
     return dest
 
 
-def fetch(pinned: dict[str, str], cache: Path, progress: Progress) -> dict[str, Path]:
+def fetch(
+    pinned: dict[str, str],
+    cache: Path,
+    progress: Progress,
+    private: tuple[Sequence[str], frozenset[str]] | None = None,
+) -> dict[str, Path]:
     """:func:`download` into ``<cache>/debs`` and :func:`extract` each package into
-    ``<cache>/pool``; returns ``{package: extracted root}``.  ``progress`` gets
-    :func:`fetch_steps` items: the download, then one per package."""
+    ``<cache>/pool``; returns ``{package: extracted root}``.  ``private``: (apt options, the
+    packages of ``pinned`` to download through them; the others come from the host's sources).
+    ``progress`` gets :func:`fetch_steps` items: the download, then one per package."""
     with progress.item(f"download {len(pinned)} packages"):
-        deb_files = download(pinned, cache / "debs")
+        opts, own = private if private else ((), frozenset())
+        deb_files = download({p: v for p, v in pinned.items() if p not in own}, cache / "debs")
+        if own:
+            deb_files |= download({p: v for p, v in pinned.items() if p in own}, cache / "debs", opts)
     pools = {}
     for p, deb in deb_files.items():
         with progress.item(f"extract {p}"):

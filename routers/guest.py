@@ -110,11 +110,11 @@ def kernel_cmdline(
         'console=ttyS0 net.ifnames=0 vrmig.router=frr vrmig.if0=198.18.1.1/24,2001:2:0:1::1/64 \
 vrmig.if1=198.18.2.1/24,2001:2:0:2::1/64 quiet'
     """
-    profiles.get(profile)
+    family = profiles.get(profile).family  # the image knows its software, not its release name
     args = [
         f"console={console}",
         "net.ifnames=0",
-        f"vrmig.router={profile}",
+        f"vrmig.router={family}",
         f"vrmig.if0={_addresses('if0', if0)}",
         f"vrmig.if1={_addresses('if1', if1)}",
         *([f"vrmig.rib={rib_routes}"] if rib_routes else []),
@@ -169,7 +169,7 @@ def chroot_argv(rootfs: str, profile: str, if0: list[str], if1: list[str]) -> li
     has its own copy of the image's tree)."""
     return [
         "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _CHROOT_SCRIPT, "vrmig-chroot",
-        rootfs, profile, f"eth0={_addresses('if0', if0)}", f"eth1={_addresses('if1', if1)}",
+        rootfs, profiles.family_of(profile), f"eth0={_addresses('if0', if0)}", f"eth1={_addresses('if1', if1)}",
     ]  # fmt: skip
 
 
@@ -218,7 +218,9 @@ def sha256_file(path: Path) -> str:
 
 
 def _build_hint(profile: str) -> str:
-    return f"run `make setup` (or `python -m routers build --profile {profile}`)"
+    if profile in profiles.names():
+        return f"run `make setup` (or `python -m routers build --profile {profile}`)"
+    return f"run `make guest ROUTER={profile}` (or `python -m routers build --profile {profile}`)"
 
 
 def guest_image(profile: str, cache: Path | None = None, verify: bool = True) -> GuestImage:
@@ -231,6 +233,7 @@ def guest_image(profile: str, cache: Path | None = None, verify: bool = True) ->
     is not built, incomplete, damaged (``verify``: SHA-256 against the manifest) or from an older
     vrmig."""
     prof = profiles.get(profile)
+    profile = prof.name  # frr@10.3 is frr
     gdir = paths.guest_dir(profile, cache)
     kernel, initrd, manifest_path = (gdir / n for n in (paths.KERNEL_NAME, paths.INITRD_NAME, paths.MANIFEST_NAME))
     missing = [p.name for p in (kernel, initrd, manifest_path) if not p.is_file()]
@@ -262,3 +265,17 @@ def guest_image(profile: str, cache: Path | None = None, verify: bool = True) ->
     return GuestImage(
         kernel=kernel, initrd=initrd, manifest=manifest, profile=profile, rootfs=rootfs if rootfs.is_dir() else None
     )
+
+
+def run_image(profile: str, cache: Path | None = None, verify: bool = True) -> GuestImage:
+    """:func:`guest_image`, building the image first when ``profile`` names a release other than
+    a default one (``frr@8.4``: ``make setup`` builds only the defaults) and it is not built yet,
+    as ``QEMU=`` fetches its release on first use."""
+    try:
+        return guest_image(profile, cache, verify)
+    except NotBuiltError:
+        if profiles.get(profile).name in profiles.names():
+            raise
+    from routers.build import build
+
+    return build(profile, cache=cache).image

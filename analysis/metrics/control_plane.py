@@ -437,11 +437,13 @@ class RouteRecovery:
 
 
 #: the routes an FRR peer's bgpd and ospfd hand to its zebra (``debug bgp zebra``, ``debug
-#: ospf zebra``): "Tx route add VRF 0 198.18.4.10/32 metric 0 ...", "Tx route delete VRF 0
-#: 198.18.4.10/32"; "Zebra: Route add 198.18.2.0/24 nexthop ...", "Zebra: Route delete ..."
+#: ospf zebra``): FRR 8.4 "Tx route add VRF 0 198.18.4.10/32 metric 0 ...", "Tx route delete VRF 0
+#: 198.18.4.10/32"; "Zebra: Route add 198.18.2.0/24 nexthop ...", "Zebra: Route delete ...";
+#: FRR 10 names the VRF and table ("Tx route add VRF default (table id 0) 198.18.4.10/32 ...")
+#: and appends it to OSPF's prefix ("Zebra: Route add 198.18.2.0/24(default) nexthop ...")
 _FRR_ROUTE = {
-    "bgp": re.compile(r"^Tx route (add|delete) VRF \d+ (\S+)"),
-    "ospf": re.compile(r"^Zebra: Route (add|delete) (\S+)"),
+    "bgp": re.compile(r"^Tx route (add|delete) VRF \S+(?: \(table id \d+\))? ([^\s(]+)"),
+    "ospf": re.compile(r"^Zebra: Route (add|delete) ([^\s(]+)"),
 }
 #: BIRD's protocol names (bird_conf) -> the FRR daemon tag that learns the same routes
 _FRR_PROTO = {BGP_PROTO: "bgp", OSPF_PROTO: "ospf"}

@@ -221,6 +221,7 @@ def run_record(summary: Mapping[str, Any], meta: Mapping[str, Any], **extra: Any
         "dirty_requested_mb_s": finite(scenario.get("dirty_mbps")),
         "churn_requested_routes_s": finite(scenario.get("churn_rps")),
         "qemu": hv_meta.get("qemu"),
+        "router_build": _router_build(hv_meta),
         "created_utc": meta.get("created_utc"),
         # the QEMU knobs and the stack a scenario asks for (QEMU=): runs of other settings are other points
         "knobs": " ".join(t for t in (requested_text(scenario), stack_text(scenario)) if t) or None,
@@ -370,10 +371,11 @@ def _point_name(base: tuple[Any, ...]) -> str:
 
 
 def stack_text(scenario: Mapping[str, Any]) -> str:
-    """``QEMU=10.0``: the QEMU a scenario names ('' for the default stack, and for runs recorded
-    before QEMU= existed)."""
-    spec = scenario.get("qemu")
-    return f"QEMU={spec}" if spec else ""
+    """``QEMU=10.0 ROUTER=frr@8.4``: the QEMU and the router (other than the default frr) a
+    scenario names ('' for the default stack, and for runs recorded before QEMU= existed)."""
+    spec, router = scenario.get("qemu"), scenario.get("router")
+    parts = [f"QEMU={spec}" if spec else "", f"ROUTER={router}" if router and router != "frr" else ""]
+    return " ".join(p for p in parts if p)
 
 
 def _mixed(records: Iterable[Mapping[str, Any]], key: str, what: str, sep: str) -> list[str]:
@@ -394,6 +396,20 @@ def _mixed(records: Iterable[Mapping[str, Any]], key: str, what: str, sep: str) 
 def mixed_qemu(records: Iterable[Mapping[str, Any]]) -> list[str]:
     """One line per point whose runs ran more than one QEMU build (``qemu``: its --version line)."""
     return _mixed(records, "qemu", "QEMU builds", "; ")
+
+
+def mixed_routers(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """One line per point whose runs ran more than one router build (``router_build``)."""
+    return _mixed(records, "router_build", "router builds", "; ")
+
+
+def _router_build(hv_meta: Mapping[str, Any]) -> str | None:
+    """``FRRouting 10.3-3+deb13u1``: the router software and package version of the guest image
+    that ran (None when the run recorded no image)."""
+    image = hv_meta.get("guest_image") if isinstance(hv_meta.get("guest_image"), Mapping) else {}
+    router = image.get("router") if isinstance(image.get("router"), Mapping) else {}
+    sw, ver = router.get("software"), router.get("version")
+    return f"{sw} {ver}" if sw and ver else None
 
 
 def mixed_accelerators(records: Iterable[Mapping[str, Any]]) -> list[str]:

@@ -27,6 +27,7 @@ from analysis.stats.aggregate import (
     aggregate,
     mixed_accelerators,
     mixed_qemu,
+    mixed_routers,
     point_columns,
     point_row,
 )
@@ -476,11 +477,12 @@ def check_accelerators(records: Sequence[dict[str, Any]]) -> None:
 def check_qemu_builds(records: Sequence[dict[str, Any]]) -> None:
     """Refuse (ConfigError, one line) a report in which one point would pool runs of different
     QEMU builds (runs of the default stack before and after it changed, say)."""
-    mixed = mixed_qemu(records)
+    mixed = mixed_qemu(records) + mixed_routers(records)
     if mixed:
         more = f" (and {len(mixed) - 1} more)" if len(mixed) > 1 else ""
         raise ConfigError(
-            f"{mixed[0]}{more}: a point must not pool QEMU builds; name the stack with QEMU= (docs/stack.md) "
+            f"{mixed[0]}{more}: a point must not pool QEMU or router builds; name the stack with QEMU= and "
+            "ROUTER=<software>@<release> (docs/stack.md) "
             "or report each build's runs separately"
         )
 

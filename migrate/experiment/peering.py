@@ -145,7 +145,7 @@ def sink_route_observable(s: Scenario) -> bool:
     peer, as FRR does by default; the bird router profile exports its connected prefixes only
     (``routers/guestfs/vrmig-router``), so with ``ROUTER=bird`` A never learns it over BGP.
     Over OSPF B's external LSA floods to A through either router."""
-    return not ("bgp" in s.peering_protocols and s.router == "bird")
+    return not ("bgp" in s.peering_protocols and s.router_software == "bird")
 
 
 class PeeringError(VrmigError):

@@ -307,7 +307,8 @@ def _execute(
             with td.step("stop hypervisor", driver_cls(ctx, facts)) as driver:
                 meta["hypervisor"] = dict(facts)
                 meta["accel"] = facts.get("accel")
-                meta["stack"] = facts.get("stack")  # the QEMU that ran, its version and source (docs/stack.md)
+                # the QEMU and the router that ran, their versions and sources (docs/stack.md)
+                meta["stack"] = with_router(facts.get("stack"), scenario.router, facts.get("guest_image"))
                 write_json(run_dir / "meta.json", meta)
 
                 if inv is None:
@@ -417,6 +418,23 @@ def lab_facts(check: dict[str, Any], scenario: Scenario, local: dict[str, Any]) 
         "stack": {"qemu": stack},
         "orchestrator_qemu": local.get("qemu"),
     }
+
+
+def with_router(stack: Any, router: str, image: Any) -> dict[str, Any] | None:
+    """``stack`` (the QEMU record, or None) with ``router``: what ROUTER= asked for and the
+    software, package version, release and package source of the image that ran (from its
+    manifest; None without one, e.g. a run that failed before its driver read it)."""
+    out = dict(stack) if isinstance(stack, dict) else {}
+    r = image.get("router") if isinstance(image, dict) and isinstance(image.get("router"), dict) else None
+    out["router"] = {
+        "requested": router,
+        **(
+            {k: r.get(k) for k in ("software", "package", "version", "upstream_version", "release", "source")}
+            if r
+            else {"version": None, "reason": "the driver recorded no router image"}
+        ),
+    }
+    return out
 
 
 def _measure(

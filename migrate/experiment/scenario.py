@@ -139,6 +139,11 @@ class Scenario:
         return f"{hv}-{self.mode}-{format_rate(self.rate_bps)}-{self.frame_bytes}{rib}{peering}{dirty}"
 
     @property
+    def router_software(self) -> str:
+        """ROUTER without its release (``frr@8.4`` -> ``frr``): what decides the daemons."""
+        return self.router.split("@", 1)[0]
+
+    @property
     def ospf_hello_s(self) -> int:
         """OSPF's hello interval: a quarter of the dead interval (FRR's and BIRD's default
         ratio, 10 s and 40 s), at least 1 s; vrmig-router computes the same for the router."""
@@ -157,6 +162,13 @@ class Scenario:
     def field_names(cls) -> list[str]:
         """Names of all parameters."""
         return [f.name for f in fields(cls)]
+
+
+def _router_image(router: str) -> str:
+    """The image name of a valid ROUTER value (``frr@10.3`` -> ``frr``)."""
+    from routers import profiles
+
+    return profiles.canonical(router)
 
 
 def _require(cond: bool, msg: str) -> None:
@@ -192,7 +204,15 @@ def validate(s: Scenario) -> None:
     _require(1 <= s.probe_ms <= 1000, f"PROBE_MS={s.probe_ms} must be 1-1000 ms")
     _require(64 <= s.mem_mib <= 16384, f"MEM={s.mem_mib} must be 64-16384 MiB")
     _require(1 <= s.vcpus <= 64, f"VCPUS={s.vcpus} must be 1-64")
-    _require(s.router in ROUTERS, f"ROUTER={s.router!r} is unknown: choose one of {', '.join(ROUTERS)}")
+    _require(s.router_software in ROUTERS, f"ROUTER={s.router!r} is unknown: choose one of {', '.join(ROUTERS)}")
+    if "@" in s.router:
+        from routers import profiles
+        from routers.errors import UnknownProfileError
+
+        try:
+            profiles.get(s.router)
+        except UnknownProfileError as err:
+            raise ConfigError(str(err)) from None
     _require(s.nic in ("virtio", "e1000"), f"NIC={s.nic!r} must be virtio or e1000")
     _require(s.accel in ACCELS, f"ACCEL={s.accel!r} must be one of {', '.join(ACCELS)}")
     _require(s.gen in GENS, f"GEN={s.gen!r} is unknown: choose one of {', '.join(GENS)}")
@@ -211,11 +231,16 @@ def validate(s: Scenario) -> None:
         xen_host_env(os.environ)
     _require(not (s.hv == "xen" and s.xen_guest == "pv"), XEN_PV_REFUSAL)
     _require(s.hv != "xen" or s.mode == "precopy", "HV=xen supports MODE=precopy only (xl migrate)")
+    _require(
+        s.hv != "xen" or "@" not in s.router or _router_image(s.router) == s.router_software,
+        f"ROUTER={s.router} with HV=xen: the Xen host image carries the default releases only: use "
+        f"ROUTER={s.router_software}",
+    )
     _require(s.criu_host in CRIU_HOSTS, f"CRIU_HOST={s.criu_host!r} must be one of {', '.join(CRIU_HOSTS)}")
     _require(s.criu_host == "local" or s.hv == "criu", f"CRIU_HOST={s.criu_host} needs HV=criu (not HV={s.hv})")
     _require(not s.criu_rejoin_mcast or s.hv == "criu", f"CRIU_REJOIN_MCAST=1 needs HV=criu (not HV={s.hv})")
     _require(0 <= s.rib_routes <= MAX_RIB_ROUTES, f"RIB_ROUTES={s.rib_routes} must be 0-{MAX_RIB_ROUTES} routes")
-    _require(s.rib_routes == 0 or s.router == "bird", f"RIB_ROUTES needs ROUTER=bird (not ROUTER={s.router})")
+    _require(s.rib_routes == 0 or s.router_software == "bird", f"RIB_ROUTES needs ROUTER=bird (not ROUTER={s.router})")
     _require(576 <= s.xen_mig_mtu <= 9000, f"XEN_MIG_MTU={s.xen_mig_mtu} must be 576-9000 bytes")
     _require(s.fault is None or s.fault in FAULTS, f"FAULT={s.fault!r} is unknown: choose one of {', '.join(FAULTS)}")
     _require(
@@ -388,7 +413,7 @@ def validate_peering(s: Scenario) -> None:
         f"PEERING={s.peering}: BFD runs on the BGP sessions here: use PEERING=bgp,bfd (or bgp,ospf,bfd)",
     )
     _require(
-        s.router in PEERING_ROUTERS,
+        s.router_software in PEERING_ROUTERS,
         f"PEERING needs a router with routing daemons: ROUTER=frr (bgpd, ospfd, bfdd) or bird (not ROUTER={s.router})",
     )
     _require(

@@ -26,24 +26,6 @@ def qemu_tcg_precopy_crash(meta: dict[str, Any]) -> bool:
     return meta.get("failure_class") == "post-migration" and TCG_PRECOPY_BUG in (meta.get("failure") or "")
 
 
-#: FRR's own crash report ends with the event that ran: "in thread <name> scheduled from <file:line>"
-FRR_BACKTRACE = re.compile(r"in thread \w+ scheduled from ")
-
-
-def frr_crashed_at_boot(run_dir: Path) -> bool:
-    """The run failed in setup because an FRR daemon of the router crashed while it started: the
-    router's start script said ``frr daemon exited`` (meta.json) and the daemon's log, which the
-    script prints to the router's console before that line, holds FRR's backtrace (the console
-    records of the run directory: ``xen_log.jsonl``, ``console-*.log``).  Debian 12's staticd
-    8.4.4 did so once here in its zclient_connect in a nested Xen domU: FRR's fault, before anything
-    the suite measures.  A test of a migration may run it once more."""
-    meta = json.loads((run_dir / "meta.json").read_text())
-    if meta.get("failure_class") != "setup" or "VRMIG-FAIL frr daemon exited" not in (meta.get("failure") or ""):
-        return False
-    consoles = [run_dir / "xen_log.jsonl", *sorted(run_dir.glob("console-*.log"))]
-    return any(p.is_file() and FRR_BACKTRACE.search(p.read_text(errors="replace")) for p in consoles)
-
-
 #: every retry this session made: (test id, cause, the failed attempt's directory); printed by
 #: :func:`pytest_terminal_summary`, counted by cause
 RETRIES: list[tuple[str, str, str]] = []
@@ -86,7 +68,6 @@ def once_more_after(attempt: Callable[[str], Path | None], crashed: Callable[[Pa
 
 #: the causes a test may retry after (another project's code, narrowly identified)
 QEMU72_CAUSE = "QEMU 7.2 TCG pre-copy page loss (DRIVER=libvirt: the host libvirt's QEMU)"
-FRR_CAUSE = "FRR 8.4 daemon crash at boot"
 
 
 def once_more_after_qemu_crash(attempt: Callable[[str], Path | None]) -> Path | None:

@@ -238,3 +238,21 @@ def test_the_records_end_at_the_first_peers_shutdown():
     # BIRD's logs are left as they are
     bird = {"A": [cpm.LogEvent(5, "INFO", "", "Shutting down")], "B": [cpm.LogEvent(9, "TRACE", "rtr", "x")]}
     assert cpm.until_first_shutdown(bird) is bird
+
+
+#: lines of a real FRR 10.3 peer log (Debian 13's frr 10.3-3+deb13u1, PEER_DAEMON=frr, 2026-12-02; two cut short):
+#: FRR 10 names the VRF and its table in bgpd's zebra lines and appends the VRF to ospfd's prefixes
+FRR10_LINES = """\
+2026/12/02 11:32:38.423734 BGP: [YA0WD-VE94T] Tx route add VRF default (table id 0) 198.18.4.10/32 metric 0 tag 0
+2026/12/02 11:33:37.401894 BGP: [W7M9T-Y0DGM] Tx route delete VRF default (table id 0) 198.18.4.10/32
+2026/12/02 11:32:37.513003 OSPF: [P1CKF-HQ3TK] Zebra: Route add 198.18.2.0/24(default) nexthop 198.18.1.1, ifindex=2
+2026/12/02 11:33:37.419039 OSPF: [ZPGTH-2RT44] Zebra: Route delete 198.18.2.0/24(default)
+"""
+
+
+def test_frr10_route_lines_give_the_same_prefixes_as_frr84():
+    events = cpm.parse_peer_log(FRR10_LINES, "frr")
+    bgp = [cpm.learned_change(e, cpm.BGP_PROTO) for e in events]
+    ospf = [cpm.learned_change(e, cpm.OSPF_PROTO) for e in events]
+    assert [c for c in bgp if c] == [("added", "198.18.4.10/32"), ("removed", "198.18.4.10/32")]
+    assert [c for c in ospf if c] == [("added", "198.18.2.0/24"), ("removed", "198.18.2.0/24")]

@@ -1,6 +1,7 @@
 """The router profile registry and availability checks (no root, no network, no apt)."""
 
 import os
+import re
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -45,22 +46,43 @@ def _fake_apt(monkeypatch, policy_out: str, which: str | None = "/usr/bin/apt-ca
 
 def test_debian_profile_available_with_candidate(monkeypatch):
     _fake_apt(monkeypatch, "frr:\n  Installed: (none)\n  Candidate: 8.4.4-1.1~deb12u2\n")
-    ok, reason = profiles.get("frr").available()
+    ok, reason = profiles.get("frr@8.4").available()
     assert ok and "8.4.4-1.1~deb12u2" in reason
 
 
 def test_debian_profile_unavailable_without_candidate(monkeypatch):
     _fake_apt(monkeypatch, "bird2:\n  Installed: (none)\n  Candidate: (none)\n")
-    ok, reason = profiles.get("bird").available()
+    ok, reason = profiles.get("bird@2.0").available()
     assert not ok and "apt-get update" in reason
     with pytest.raises(ProfileUnavailableError, match="bird2"):
-        profiles.get("bird").require_available()
+        profiles.get("bird@2.0").require_available()
 
 
 def test_debian_profile_unavailable_without_apt(monkeypatch):
     _fake_apt(monkeypatch, "", which=None)
     ok, reason = profiles.get("frr").available()
     assert not ok and "apt-cache" in reason
+
+
+def test_a_release_names_its_own_image_and_the_default_release_the_plain_one():
+    assert profiles.get("frr@10.3").name == "frr" and profiles.get("frr").release.suite == "trixie"
+    old = profiles.get("frr@8.4")
+    assert (old.name, old.family, old.release.suite, old.package) == ("frr@8.4", "frr", None, "frr")
+    assert profiles.get("bird@2.0").family == "bird" and profiles.canonical("bird@2.17") == "bird"
+    assert profiles.family_of("frr@8.4") == "frr"
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("frr@9.1", "frr@10.3 (Debian 13), frr@8.4 (Debian 12)"),
+        ("xorp@1.8", "use ROUTER=xorp"),
+        ("quagga", "frr, bird"),
+    ],
+)
+def test_an_unknown_release_names_the_served_ones(value, says):
+    with pytest.raises(UnknownProfileError, match=re.escape(says)):
+        profiles.get(value)
 
 
 def test_xorp_unavailable_says_exactly_why(monkeypatch, tmp_path):

@@ -145,7 +145,7 @@ def test_a_stack_axis_makes_separate_points_and_a_point_never_pools_builds():
     assert mixed_qemu([before, after, after]) == [
         f"point s 100M 1500 B mixes QEMU builds ({v10}: 2 runs; {v7}: 1 runs)"
     ]
-    with pytest.raises(ConfigError, match="a point must not pool QEMU builds; name the stack with QEMU="):
+    with pytest.raises(ConfigError, match="a point must not pool QEMU or router builds; name the stack with QEMU="):
         check_qemu_builds([before, after])
 
 

@@ -151,8 +151,10 @@ class CriuDriver(Driver):
     def preflight(cls, scenario: Scenario) -> dict[str, Any]:
         """criu present and working here (``criu check``, the mode's kernel features), host tools,
         a router CRIU can checkpoint and its built rootfs — without side effects."""
-        if scenario.router in UNSUPPORTED_ROUTERS:
-            raise DependencyError(f"ROUTER={scenario.router} with HV=criu: {UNSUPPORTED_ROUTERS[scenario.router]}")
+        if scenario.router_software in UNSUPPORTED_ROUTERS:
+            raise DependencyError(
+                f"ROUTER={scenario.router} with HV=criu: {UNSUPPORTED_ROUTERS[scenario.router_software]}"
+            )
         return cls.preflight_start(scenario)
 
     @classmethod
@@ -162,13 +164,13 @@ class CriuDriver(Driver):
         missing = [f"{t} ({pkg})" for t, pkg in HOST_TOOLS.items() if shutil.which(t) is None]
         if missing:
             raise DependencyError(f"HV=criu needs {', '.join(missing)}: run `make setup`")
-        from routers.guest import guest_image
+        from routers.guest import run_image
         from routers.profiles import get as get_profile
 
         ok, why = get_profile(scenario.router).available()
         if not ok:
             raise DependencyError(f"ROUTER={scenario.router} is unavailable: {why}")
-        image = guest_image(scenario.router, verify=False)
+        image = run_image(scenario.router, verify=False)
         if image.rootfs is None:
             raise DependencyError(f"the {scenario.router} router image has no rootfs: run `make setup`")
         criu = locate()
@@ -179,6 +181,7 @@ class CriuDriver(Driver):
             "accel_reason": "a container shares the host kernel: no hardware virtualisation involved",
             "rootfs": str(image.rootfs),
             "router_version": image.manifest.get("router_version") or image.manifest.get("version"),
+            "guest_image": {"rootfs": str(image.rootfs), **image.manifest},
         }
 
     # -- helpers ---------------------------------------------------------------------------

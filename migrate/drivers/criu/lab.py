@@ -204,8 +204,10 @@ class LabCriuDriver(CriuDriver):
     def preflight(cls, scenario: Scenario) -> dict[str, Any]:
         """Only what this machine decides: the router (CRIU's own limits).  criu itself is
         checked on R1 and R2 once they are reached (``start_source``)."""
-        if scenario.router in UNSUPPORTED_ROUTERS:
-            raise DependencyError(f"ROUTER={scenario.router} with HV=criu: {UNSUPPORTED_ROUTERS[scenario.router]}")
+        if scenario.router_software in UNSUPPORTED_ROUTERS:
+            raise DependencyError(
+                f"ROUTER={scenario.router} with HV=criu: {UNSUPPORTED_ROUTERS[scenario.router_software]}"
+            )
         return {
             "criu": {"version": None, "source": "the lab's R1 and R2 (checked there at start)", "argv": []},
             "accel": "none",

@@ -297,13 +297,13 @@ class KvmDriver(Driver):
         build = qemu_build(qemu_spec(scenario), scenario.qemu_firmware)
         version = build.version
         check_qemu_knobs(scenario, version, argv=build.argv)
-        from routers.guest import guest_image
+        from routers.guest import run_image
         from routers.profiles import get as get_profile
 
         ok, why = get_profile(scenario.router).available()
         if not ok:
             raise DependencyError(f"ROUTER={scenario.router} is unavailable: {why}")
-        image = guest_image(scenario.router)
+        image = run_image(scenario.router)
         require_dirty_tool(scenario, image)
         auto, reason = detect_accel()
         if scenario.accel == "kvm" and auto != "kvm":
