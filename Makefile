@@ -23,7 +23,7 @@ MIGRATE_FLAGS = $(call flag,HV,hv) $(call flag,DRIVER,driver) $(call flag,MODE,m
   $(call flag,AUTO_CONVERGE,auto-converge) $(call flag,XBZRLE,xbzrle) $(call flag,POSTCOPY,postcopy) \
   $(call flag,MULTIFD,multifd) $(call flag,MULTIFD_COMPRESSION,multifd-compression) \
   $(call flag,POSTCOPY_PREEMPT,postcopy-preempt) $(call flag,ANNOUNCE,announce) \
-  $(call flag,XBZRLE_CACHE,xbzrle-cache) $(call flag,CPU_THROTTLE,cpu-throttle) $(call flag,ZERO_PAGE,zero-page) \
+  $(call flag,XBZRLE_CACHE,xbzrle-cache) $(call flag,CPU_THROTTLE,cpu-throttle) $(call flag,ZERO_PAGE,zero-page) $(call flag,DIRTY_LIMIT,dirty-limit) \
   $(call flag,MIGRATE_TIMEOUT,migrate-timeout) $(call flag,BOOT_TIMEOUT,boot-timeout) \
   $(call flag,XEN_GUEST,xen-guest) $(call flag,XEN_MIG_MTU,xen-mig-mtu) $(call flag,CRIU_HOST,criu-host) \
   $(call flag,CRIU_REJOIN_MCAST,criu-rejoin-mcast) \

@@ -65,6 +65,15 @@ class Metric:
     censorable: bool = False
 
 
+def _mark_s(summary: Mapping[str, Any], key: str) -> float | None:
+    """The time of anatomy mark ``key`` from the migration start (None when absent or a bound)."""
+    marks = _d(summary, "anatomy", "marks")
+    for m in marks if isinstance(marks, list) else ():
+        if isinstance(m, Mapping) and m.get("key") == key and m.get("bound") is None:
+            return finite(m.get("t_s"))
+    return None
+
+
 def _path(path: str) -> Callable[[Mapping[str, Any]], float | None]:
     return lambda s: finite(_d(s, *path.split(".")))
 
@@ -121,6 +130,9 @@ METRICS: tuple[Metric, ...] = (
        "anatomy.phases.reattachment: resume to the first cross-traffic packet after it"),
     _m("reconvergence_s", "s", "reconvergence", "anatomy.phases.reconvergence.seconds",
        "anatomy.phases.reconvergence: first packet after the resume to full rate", True),
+    Metric("routes_back_s", "s", "routes back", lambda s: _mark_s(s, "routes_back"),
+           "anatomy.marks routes_back: migration start to every peer holding the router's routes again "
+           "(PEERING; absent when a mark is only a bound)", ("anatomy.marks",)),
     _m("bfd_flaps", "1", "BFD flaps", "control_plane.bfd.flaps",
        "control_plane.bfd.flaps: BFD sessions that went down during the run (PEERING with bfd)"),
     _m("bgp_flaps", "1", "BGP flaps", "control_plane.bgp.flaps",

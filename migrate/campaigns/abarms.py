@@ -48,9 +48,10 @@ AB_ALPHA = 0.01
 POWER = 0.8
 #: variables an arm cannot set: where results go and which testbed runs both arms are the command's
 NOT_ARM_VARIABLES = ("RESULTS", "TESTBED")
-#: the hypervisor's own downtime, judged beside the nightly matrix's metrics (same minimum effect
-#: as the packet downtime)
-EXTRA_RULES = (Rule("downtime_hypervisor_s", "higher", 0.25, 0.010),)
+#: judged beside the nightly matrix's metrics: the hypervisor's own downtime (same minimum effect
+#: as the packet downtime) and, with PEERING, the time until the peers hold the router's routes
+#: again (a quarter and 100 ms: the peers' logs stamp in microseconds, BGP's timers in seconds)
+EXTRA_RULES = (Rule("downtime_hypervisor_s", "higher", 0.25, 0.010), Rule("routes_back_s", "higher", 0.25, 0.100))
 AB_CSV = "ab.csv"
 AB_JSON = "ab.json"
 AB_COLUMNS = (

@@ -177,6 +177,9 @@ KNOBS: tuple[Knob, ...] = (
          _ints_text(*CPU_THROTTLE_FIELDS), tuple_valued=True),
     Knob("ZERO_PAGE", "zero-page", ("zero_page_detection",), (), ("zero-page-detection",), (9, 0), "", None,
          _zero_page, lambda s: s.get("zero_page_detection")),
+    Knob("DIRTY_LIMIT", "dirty-limit", ("vcpu_dirty_limit_mbps",), ("dirty-limit",), ("vcpu-dirty-limit",), (8, 1),
+         "", None, lambda t: {"vcpu_dirty_limit_mbps": _whole("DIRTY_LIMIT", t) or None},
+         _int_text("vcpu_dirty_limit_mbps")),
 )  # fmt: skip
 KNOB_BY_VAR = {k.var: k for k in KNOBS}
 KNOB_FIELDS = tuple(f for k in KNOBS for f in k.fields)
@@ -270,7 +273,7 @@ def check_libvirt(scenario: Mapping[str, Any], libvirt: str | None) -> None:
 EFFECTIVE_KEYS = (
     "downtime_limit_ms", "max_bandwidth_bps", "auto_converge", "xbzrle", "postcopy", "multifd",
     "multifd_channels", "multifd_compression", "postcopy_preempt", "announce", "xbzrle_cache_bytes",
-    "cpu_throttle", "zero_page_detection",
+    "cpu_throttle", "zero_page_detection", "dirty_limit", "vcpu_dirty_limit_mbps",
 )  # fmt: skip
 EFFECTIVE_COLUMNS = tuple(f"qemu_{k}" for k in EFFECTIVE_KEYS)
 
@@ -313,6 +316,8 @@ def effective(
         "xbzrle_cache_bytes": sp.get("xbzrle-cache-size"),
         "cpu_throttle": _joined(sp, ("cpu-throttle-initial", "cpu-throttle-increment")),
         "zero_page_detection": sp.get("zero-page-detection"),
+        "dirty_limit": sc.get("dirty-limit"),
+        "vcpu_dirty_limit_mbps": sp.get("vcpu-dirty-limit"),
     }
     if dst_params is not None or dst_caps is not None:
         out.update(

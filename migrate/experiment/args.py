@@ -145,6 +145,7 @@ def add_knob_flags(p: argparse.ArgumentParser) -> None:
         "XBZRLE_CACHE": "QEMU xbzrle-cache-size, e.g. 64M (with XBZRLE=1)",
         "CPU_THROTTLE": "QEMU cpu-throttle-initial,increment %% (with AUTO_CONVERGE=1)",
         "ZERO_PAGE": "QEMU zero-page-detection: none|legacy|multifd (QEMU 9.0; multifd with MULTIFD)",
+        "DIRTY_LIMIT": "QEMU dirty-limit with vcpu-dirty-limit MB/s per vCPU (QEMU 8.1; needs KVM's dirty ring)",
     }
     for k in KNOBS:
         p.add_argument(f"--{k.flag}", dest=knob_dest(k), default=None, metavar=k.var, help=helps[k.var])

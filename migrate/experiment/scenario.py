@@ -95,6 +95,8 @@ class Scenario:
     cpu_throttle_initial: int | None = None  # CPU_THROTTLE=initial,increment (%)
     cpu_throttle_increment: int | None = None
     zero_page_detection: str | None = None  # ZERO_PAGE: none|legacy|multifd (QEMU 9.0)
+    #: DIRTY_LIMIT: QEMU's dirty-limit capability with vcpu-dirty-limit MB/s (QEMU 8.1; KVM's dirty ring)
+    vcpu_dirty_limit_mbps: int | None = None
     migrate_timeout_s: float = 120.0
     boot_timeout_s: float = 120.0
     fault: str | None = None
@@ -344,6 +346,12 @@ def validate_knobs(s: Scenario) -> None:
             not s.xbzrle,
             "MULTIFD with XBZRLE=1 is refused: multifd sends pages without XBZRLE (QEMU 7.2 skips it silently, "
             "QEMU 8.2 and later refuse the pair: 'Multifd is not compatible with xbzrle'); use one of them",
+        )
+    if s.vcpu_dirty_limit_mbps is not None:
+        _require(s.vcpu_dirty_limit_mbps > 0, f"DIRTY_LIMIT={s.vcpu_dirty_limit_mbps} must be above 0 MB/s")
+        _require(
+            s.mode == "precopy" and not s.postcopy,
+            "DIRTY_LIMIT throttles the vCPUs while pre-copy converges: use MODE=precopy without POSTCOPY",
         )
     if s.zero_page_detection is not None:
         _require(

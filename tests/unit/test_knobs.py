@@ -5,6 +5,7 @@ checks against older QEMU and libvirt releases; QEMU's effective values in the s
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -362,3 +363,29 @@ def test_zero_page_detection_reaches_both_qemus_and_is_refused_before_qemu_9():
     with pytest.raises(ConfigError, match="ZERO_PAGE='fast' is unknown"):
         Scenario(zero_page_detection="fast")
     Scenario(zero_page_detection="multifd", multifd_channels=2)
+
+
+def test_dirty_limit_reaches_the_source_with_kvms_dirty_ring_and_is_refused_before_qemu_8_1():
+    """DIRTY_LIMIT (QEMU 8.1's dirty-limit + vcpu-dirty-limit): the capability on both sides, the
+    limit on the source, KVM's dirty ring on the command line, refused on an older QEMU and
+    outside pre-copy."""
+    from migrate.drivers.kvm.driver import DIRTY_RING_SIZE, migration_capabilities, migration_parameters, qemu_argv
+
+    s = Scenario(vcpu_dirty_limit_mbps=50)
+    assert {"capability": "dirty-limit", "state": True} in migration_capabilities(s)
+    assert migration_parameters(s, "src")["vcpu-dirty-limit"] == 50
+    assert "vcpu-dirty-limit" not in migration_parameters(s, "dst")
+    eff = knobs.effective({"vcpu-dirty-limit": 50}, [{"capability": "dirty-limit", "state": True}])
+    assert (eff["dirty_limit"], eff["vcpu_dirty_limit_mbps"]) == (True, 50)
+    assert knobs.requested_text(s.to_dict()) == "DIRTY_LIMIT=50"
+    p = Path("x")
+    argv = qemu_argv(name="n", accel="kvm", mem_mib=256, vcpus=1, kernel=p, initrd=p, append="", console=p, qmp=p,
+                     nic="virtio", incoming=False, dirty_ring=DIRTY_RING_SIZE)  # fmt: skip
+    assert argv[argv.index("-accel") + 1] == "kvm,dirty-ring-size=4096"
+    with pytest.raises(ConfigError, match=r"DIRTY_LIMIT=50 needs QEMU 8\.1 or later \(capability dirty-limit, "
+                       r"parameter vcpu-dirty-limit\)"):  # fmt: skip
+        knobs.check_qemu(s.to_dict(), "QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18)")
+    with pytest.raises(ConfigError, match="DIRTY_LIMIT throttles the vCPUs while pre-copy converges"):
+        Scenario(vcpu_dirty_limit_mbps=50, mode="stopcopy")
+    with pytest.raises(ConfigError, match="DIRTY_LIMIT=0 must be above 0"):
+        Scenario(vcpu_dirty_limit_mbps=0)

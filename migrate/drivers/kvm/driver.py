@@ -52,15 +52,17 @@ def qemu_argv(
     incoming: bool,
     ports: tuple[tuple[str, str], tuple[str, str]] | None = None,
     qemu: Sequence[str] = (QEMU,),
+    dirty_ring: int = 0,
 ) -> list[str]:
     """The QEMU command line (argv, never a shell string).  ``ports``: (tap, MAC) of the left and
     right NIC; default the testbed's tapL/tapR with the router's fixed MACs.  ``qemu``: the command
-    prefix of the QEMU to run (migrate.core.stack.QemuBuild.argv; default the host's)."""
+    prefix of the QEMU to run (migrate.core.stack.QemuBuild.argv; default the host's).
+    ``dirty_ring``: KVM's dirty ring of that many entries per vCPU (QEMU's dirty-limit needs it)."""
     argv = [
         *qemu,
         "-name", name,
         "-machine", "q35",
-        "-accel", accel,
+        "-accel", f"{accel},dirty-ring-size={dirty_ring}" if dirty_ring else accel,
         "-cpu", "host" if accel == "kvm" else "qemu64",
         "-m", str(mem_mib),
         "-smp", str(vcpus),
@@ -156,6 +158,10 @@ def check_qemu_knobs(
             )
 
 
+#: KVM dirty ring entries per vCPU with DIRTY_LIMIT (QEMU's docs suggest 4096; a power of two)
+DIRTY_RING_SIZE = 4096
+
+
 def migration_capabilities(s: Scenario) -> list[dict[str, Any]]:
     """migrate-set-capabilities of both QEMUs (set before migrate-incoming: QEMU reads multifd's
     and postcopy-preempt's on the destination when the incoming migration starts).  The
@@ -172,6 +178,8 @@ def migration_capabilities(s: Scenario) -> list[dict[str, Any]]:
         caps.append({"capability": "postcopy-preempt", "state": True})
     if s.postcopy:  # the destination totals the vCPU time blocked on page faults (QEMU 3.0)
         caps.append({"capability": "postcopy-blocktime", "state": True})
+    if s.vcpu_dirty_limit_mbps is not None:  # QEMU 8.1: throttles each vCPU to vcpu-dirty-limit
+        caps.append({"capability": "dirty-limit", "state": True})
     return caps
 
 
@@ -195,6 +203,8 @@ def migration_parameters(s: Scenario, side: str) -> dict[str, Any]:
         p["multifd-channels"] = s.multifd_channels
     if s.multifd_compression is not None:
         p["multifd-compression"] = s.multifd_compression
+    if side == "src" and s.vcpu_dirty_limit_mbps is not None:
+        p["vcpu-dirty-limit"] = s.vcpu_dirty_limit_mbps
     if s.zero_page_detection is not None:  # QEMU 9.0; the sender's scan, set on both like multifd's
         p["zero-page-detection"] = s.zero_page_detection
     if s.announce_initial_ms is not None:
@@ -262,6 +272,7 @@ class KvmDriver(Driver):
         argv = qemu_argv(
             name=f"vrmig-{tb.prefix}-{host}",
             accel=self.accel,
+            dirty_ring=DIRTY_RING_SIZE if s.vcpu_dirty_limit_mbps is not None else 0,
             mem_mib=s.mem_mib,
             vcpus=s.vcpus,
             kernel=kernel,
@@ -309,6 +320,12 @@ class KvmDriver(Driver):
         if scenario.accel == "kvm" and auto != "kvm":
             raise DependencyError(f"ACCEL=kvm requested but KVM is unusable here: {reason}")
         accel = auto if scenario.accel == "auto" else scenario.accel
+        if scenario.vcpu_dirty_limit_mbps is not None and accel != "kvm":
+            raise DependencyError(
+                f"DIRTY_LIMIT={scenario.vcpu_dirty_limit_mbps}: QEMU's dirty-limit capability needs KVM with its "
+                f"dirty ring (-accel kvm,dirty-ring-size=N); this run would use {accel} ({reason}): run it on a "
+                "host with KVM"
+            )
         if scenario.dirty_mbps is not None and tcg_precopy_loses_pages(accel, scenario.mode, version):
             log.warning(
                 "DIRTY with pre-copy under TCG: %s loses pages the guest writes during pre-copy (fixed in QEMU 9.0, "
