@@ -38,7 +38,7 @@ MIGRATE_FLAGS += $(call flag,CHURN,churn)  # B flaps CHURN routes/s (PEERING=bgp
 .PHONY: chaos setup apt venv helpers guest migrate test test-unit test-integration lint clean-testbed clean \
         bench-traffic bench-sampler bench-qmp bench-qmp-client check-helpers
 
-setup: apt venv helpers qemu guest criu xen
+setup: apt venv helpers qemu libvirt guest criu xen
 
 apt:
 	@if [ "$$(id -u)" != 0 ]; then echo "make setup: run as root (installs Debian packages)"; exit 2; fi
@@ -73,6 +73,12 @@ criu: venv
 .PHONY: qemu
 qemu: venv
 	$(PY) -m migrate.core.stack qemu $(QEMU) $(call flag,QEMU_FIRMWARE,firmware)
+
+# LIBVIRT=: DRIVER=libvirt's default libvirt release (or the one named) fetched from Debian into
+# ~/.cache/vrmig/qemu/libvirt-<release>, never installed (migrate/core/stack.py, docs/stack.md)
+.PHONY: libvirt
+libvirt: venv
+	$(PY) -m migrate.core.stack libvirt $(LIBVIRT)
 
 # the default releases (FRR 10.3, BIRD 2.17); another with ROUTER=, e.g. make guest ROUTER=frr@8.4
 guest: venv

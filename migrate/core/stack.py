@@ -18,7 +18,13 @@
 
 :func:`resolve_qemu` turns the text into a :class:`QemuBuild` (the argv prefix to run, the version
 line, the source); ``python -m migrate.core.stack qemu 10.0`` (``make qemu``, part of ``make
-setup``) fetches one ahead of time.  Standard library only."""
+setup``) fetches one ahead of time.
+
+``LIBVIRT=`` (DRIVER=libvirt) chooses the libvirtd the same way: ``system`` (the host's package) or
+a release such as ``11.3`` (bookworm-backports' libvirt-daemon and its QEMU driver, fetched and
+unpacked under ``<cache>/qemu/libvirt-<release>/root``, run with its own libvirt.so and driver
+directory); :func:`resolve_libvirt` gives a :class:`LibvirtBuild`, ``python -m migrate.core.stack
+libvirt`` (``make libvirt``) fetches it ahead of time.  Standard library only."""
 
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -309,6 +316,243 @@ def resolve_qemu(spec: str | None, firmware: str | None = None, fetch: bool = Tr
     return release_qemu(spec, fetch, log)
 
 
+# ---------------------------------------------------------------------------------- libvirt
+#: the libvirt whose daemons DRIVER=libvirt runs unless LIBVIRT= says otherwise: bookworm-backports'
+#: build (on the host's libraries), which drives the default QEMU (the host's 9.0 drives only its 7.2)
+DEFAULT_LIBVIRT = "11.3"
+LIBVIRTD = "libvirtd"
+#: libvirtd, its library, its QEMU connection driver and what they need of libvirt's own packages
+LIBVIRT_PACKAGES = (
+    "libvirt-daemon", "libvirt-daemon-driver-qemu", "libvirt-daemon-common", "libvirt-daemon-log", "libvirt0",
+    "libvirt-common",
+)  # fmt: skip
+LIBVIRT_VERSION_LINE = re.compile(r"libvirtd \(libvirt\) (\d+\.\d+(?:\.\d+)?)")
+#: where a libvirt build keeps its connection drivers (libvirtd reads LIBVIRT_DRIVER_DIR instead)
+LIBVIRT_DRIVER_DIR = f"{privapt.LIBDIR}/libvirt/connection-driver"
+#: data and helper directories of a fetched libvirt (CPU models, schemas; libvirt_iohelper),
+#: compiled into it as the system paths: bind-mounted over them in the daemon's mount namespace
+LIBVIRT_DATA_DIRS = ("usr/share/libvirt", "usr/lib/libvirt")
+
+
+@dataclass(frozen=True)
+class LibvirtBuild:
+    """One libvirt whose libvirtd to run: ``argv`` is the daemon's command prefix (loader and
+    library path where the build needs its suite's libc), ``env`` what it needs in its
+    environment (its library and driver directories), ``mounts`` (private directory, system
+    path) pairs to bind-mount before it starts."""
+
+    spec: str  # what LIBVIRT= said
+    argv: tuple[str, ...]
+    version: str  # libvirtd --version
+    release: str  # "11.3.0"
+    source: str  # "system" or the Debian suite
+    daemon: str  # the libvirtd binary
+    packages: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    mounts: tuple[tuple[str, str], ...] = ()
+
+    def to_meta(self) -> dict[str, Any]:
+        """meta.json ``stack.libvirt``."""
+        return asdict(self) | {"argv": list(self.argv), "mounts": [list(m) for m in self.mounts]}
+
+    @classmethod
+    def from_meta(cls, data: dict[str, Any]) -> LibvirtBuild:
+        """The build :meth:`to_meta` (or a manifest) describes."""
+        return cls(
+            spec=data["spec"], argv=tuple(data["argv"]), version=data["version"], release=data["release"],
+            source=data["source"], daemon=data["daemon"], packages=dict(data.get("packages") or {}),
+            env=dict(data.get("env") or {}), mounts=tuple((m[0], m[1]) for m in data.get("mounts") or ()),
+        )  # fmt: skip
+
+
+def check_libvirt_spec(spec: str) -> None:
+    """Refuse (StackError, one line) a LIBVIRT= that is neither ``system`` nor a release."""
+    if spec == "system" or RELEASE.match(spec):
+        return
+    raise StackError(
+        f"LIBVIRT={spec!r} is not a libvirt: use system (the host's libvirtd) or a release such as "
+        f"{DEFAULT_LIBVIRT} (fetched from Debian)"
+    )
+
+
+def libvirt_version_line(argv: list[str] | tuple[str, ...], env: dict[str, str] | None = None) -> str:
+    """``libvirtd --version`` of ``argv`` (with ``env`` added); StackError if it is not a libvirtd's."""
+    try:
+        res = subprocess.run(
+            [*argv, "--version"], capture_output=True, text=True, timeout=VERSION_TIMEOUT_S,
+            env={**os.environ, **(env or {})},
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise StackError(f"{argv[-1] if argv else '?'} could not run: {err}") from None
+    line = (res.stdout.strip().splitlines() or [""])[0].strip()
+    if res.returncode != 0 or not LIBVIRT_VERSION_LINE.search(line):
+        why = (res.stderr.strip().splitlines() or [line or f"exit {res.returncode}"])[-1]
+        raise StackError(f"{argv[-1] if argv else '?'} is not a working libvirtd (--version: {why})")
+    m = LIBVIRT_VERSION_LINE.search(line)
+    return m[0] if m else line  # without the path libvirtd names itself by
+
+
+def system_libvirt() -> LibvirtBuild:
+    """The host's libvirtd (Debian package libvirt-daemon)."""
+    path = shutil.which(LIBVIRTD)
+    if path is None:
+        raise StackError(
+            "LIBVIRT=system: libvirtd is not installed: run `make setup` (Debian packages libvirt-daemon, "
+            "libvirt-daemon-driver-qemu)"
+        )
+    line = libvirt_version_line([path])
+    pkg = _dpkg_version("libvirt-daemon")
+    m = LIBVIRT_VERSION_LINE.search(line)
+    return LibvirtBuild(
+        spec="system", argv=(path,), version=line, release=m[1] if m else "?", source="system", daemon=path,
+        packages={"libvirt-daemon": pkg} if pkg else {},
+    )  # fmt: skip
+
+
+def _libvirt_dir(spec: str) -> Path:
+    return cache_root() / f"libvirt-{spec}"
+
+
+def libvirt_served(spec: str) -> tuple[str, str, list[str]]:
+    """(suite, Debian version, apt options) of the first suite of :data:`SUITES` whose
+    libvirt-daemon is libvirt ``spec``; StackError naming what each suite serves if none is."""
+    seen: list[str] = []
+    for suite in SUITES:
+        try:
+            opts = privapt.update(cache_root() / f"apt-{suite}", suite)
+            version = privapt.candidate_version(opts, "libvirt-daemon")
+        except privapt.PrivAptError as err:
+            seen.append(f"{suite}: {err}")
+            continue
+        if version is None:
+            seen.append(f"{suite}: none")
+        elif matches(upstream(version), spec):
+            return suite, version, opts
+        else:
+            seen.append(f"{suite}: {upstream(version)}")
+    raise StackError(f"LIBVIRT={spec}: no Debian suite serves it ({'; '.join(seen)}): use one of those, or system")
+
+
+def libvirt_release_argv(root: Path, own_libs: bool) -> tuple[list[str], dict[str, str]]:
+    """(argv prefix, environment) of the libvirtd unpacked under ``root``: its own libvirt.so
+    and connection drivers, through its suite's loader if it needs that suite's libc."""
+    daemon = root / "usr" / "sbin" / LIBVIRTD
+    lib = root / privapt.LIBDIR
+    env = {"LIBVIRT_DRIVER_DIR": str(root / LIBVIRT_DRIVER_DIR)}
+    if not own_libs:
+        return [str(daemon)], env | {"LD_LIBRARY_PATH": str(lib)}
+    libs = ":".join([str(lib), str(root / "lib/x86_64-linux-gnu")])
+    return [str(lib / privapt.LOADER), "--library-path", libs, str(daemon)], env
+
+
+def fetch_libvirt(spec: str, log: Any = None) -> LibvirtBuild:
+    """Fetch and unpack libvirt ``spec``'s daemon packages (as :func:`fetch_release` does QEMU's)
+    under ``<cache>/qemu/libvirt-<spec>/root`` and record them; its LibvirtBuild."""
+    say = log or (lambda msg: None)
+    suite, version, opts = libvirt_served(spec)
+    base = _libvirt_dir(spec)
+    root = base / "root"
+    if root.exists():
+        shutil.rmtree(root)
+    say(f"LIBVIRT={spec}: {suite}'s libvirt-daemon {version}, unpacked under {root}")
+    packages = privapt.download_and_unpack(opts, [f"{p}={version}" for p in LIBVIRT_PACKAGES], base / "debs", root)
+    own_libs = False
+    argv, env = libvirt_release_argv(root, own_libs=False)
+    try:
+        line = libvirt_version_line(argv, env)
+    except StackError:  # it needs its suite's newer libraries: unpack them and use its loader
+        say(f"LIBVIRT={spec}: {suite}'s build needs {suite}'s libraries: fetching its library closure")
+        closure = privapt.run_tool(
+            ["apt-cache", *opts, "depends", "--recurse", "--no-recommends", "--no-suggests", "--no-conflicts",
+             "--no-breaks", "--no-replaces", "--no-enhances", "libvirt-daemon", "libvirt-daemon-driver-qemu"],
+        )  # fmt: skip
+        libs = [p for p in _library_packages(closure) if p not in packages]
+        packages |= privapt.download_and_unpack(opts, libs, base / "debs-libs", root)
+        own_libs = True
+        argv, env = libvirt_release_argv(root, own_libs=True)
+        line = libvirt_version_line(argv, env)
+    m = LIBVIRT_VERSION_LINE.search(line)
+    build = LibvirtBuild(
+        spec=spec, argv=tuple(argv), version=line, release=m[1] if m else upstream(version), source=suite,
+        daemon=str(root / "usr" / "sbin" / LIBVIRTD),
+        packages={p: packages[p] for p in LIBVIRT_PACKAGES if p in packages}, env=env,
+        mounts=tuple((str(root / d), "/" + d) for d in LIBVIRT_DATA_DIRS if (root / d).is_dir()),
+    )  # fmt: skip
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "own_libs": own_libs,
+        "all_packages": packages,
+        **build.to_meta(),
+    }
+    write_text(base / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+    return build
+
+
+def read_libvirt_manifest(spec: str) -> dict[str, Any] | None:
+    """The fetched libvirt ``spec`` (None: not fetched, or from an older format)."""
+    try:
+        data = json.loads((_libvirt_dir(spec) / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(data, dict) and data.get("format") == MANIFEST_FORMAT and Path(data.get("daemon", "")).is_file()
+    return data if ok else None
+
+
+def resolve_libvirt(spec: str | None, fetch: bool = True, log: Any = None) -> LibvirtBuild:
+    """The libvirt of ``LIBVIRT=spec`` (None: :data:`DEFAULT_LIBVIRT`): the host's, or a release
+    from the cache, else fetched (``fetch``) or StackError with one line."""
+    spec = spec or DEFAULT_LIBVIRT
+    check_libvirt_spec(spec)
+    if spec == "system":
+        return system_libvirt()
+    data = read_libvirt_manifest(spec)
+    if data is not None:
+        return LibvirtBuild.from_meta(data)
+    if not fetch:
+        raise StackError(f"LIBVIRT={spec} is not fetched here: run `make libvirt LIBVIRT={spec}`")
+    return fetch_libvirt(spec, log)
+
+
+#: where Debian's QEMU loads its modules from (compiled in: a fetched release looks there too)
+QEMU_MODULE_DIR = f"/{privapt.LIBDIR}/qemu"
+
+
+def qemu_module_mount(build: QemuBuild) -> tuple[str, str] | None:
+    """(the fetched release's module directory, :data:`QEMU_MODULE_DIR`), or None for the host's
+    QEMU and a user's own build.  A release must load its own modules and never the host
+    package's: libvirt's capability probe lists every QOM type, which loads every module, and a
+    module of another build fails QEMU's build check (QEMU 10.0 then aborts on an assertion in
+    module_load_dso); ``QEMU_MODULE_DIR`` only adds a directory before the compiled-in one."""
+    if build.source in ("system", "path"):
+        return None
+    moddir = Path(build.binary).parents[2] / privapt.LIBDIR / "qemu"
+    return (str(moddir), QEMU_MODULE_DIR) if moddir.is_dir() else None
+
+
+#: run by the emulator script in QEMU's own mount namespace: "$1" bind-mounted over "$2", then the
+#: rest exec'd (nothing is interpolated into it)
+_MODULE_MOUNT = 'mount --bind "$1" "$2" || exit 97; shift 2; exec "$@"'
+
+
+def emulator_script(build: QemuBuild, path: Path) -> str:
+    """The ``<emulator>`` a libvirt domain names to run ``build``: its binary where its argv is
+    the binary alone, else ``path``, written as a script that execs the argv (loader, firmware
+    directories) with libvirt's arguments; a fetched release runs in a mount namespace of its own
+    whose module directory is the release's (:func:`qemu_module_mount`).  Every step execs, so
+    the process libvirt starts, and registers by PID, is QEMU's own."""
+    mount = qemu_module_mount(build)
+    if len(build.argv) == 1 and mount is None:
+        return build.argv[0]
+    argv = list(build.argv)
+    if mount is not None:
+        unshare = shutil.which("unshare") or "/usr/bin/unshare"
+        argv = [unshare, "--mount", "--propagation", "private", "sh", "-c", _MODULE_MOUNT, "vrmig-qemu", *mount, *argv]
+    write_text(path, "#!/bin/sh\nexec " + " ".join(shlex.quote(a) for a in argv) + ' "$@"\n')
+    path.chmod(0o755)
+    return str(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m migrate.core.stack qemu [RELEASE]`` (``make qemu``): fetch a QEMU release ahead of time."""
     p = argparse.ArgumentParser(prog="python -m migrate.core.stack", description=__doc__.split("\n")[0])
@@ -317,7 +561,12 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("spec", nargs="?", default=DEFAULT_QEMU, help=f"system, a release or a path ({DEFAULT_QEMU})")
     q.add_argument("--firmware", default=None, help="QEMU_FIRMWARE: the data directory of your own build")
     q.add_argument("--force", action="store_true", help="fetch again even if fetched")
+    lv = sub.add_parser("libvirt", help="fetch (or show) the libvirt of LIBVIRT=")
+    lv.add_argument("spec", nargs="?", default=DEFAULT_LIBVIRT, help=f"system or a release ({DEFAULT_LIBVIRT})")
+    lv.add_argument("--force", action="store_true", help="fetch again even if fetched")
     a = p.parse_args(argv)
+    if a.what == "libvirt":
+        return _main_libvirt(a.spec, a.force)
     try:
         if a.force and a.spec and RELEASE.match(a.spec):
             build = fetch_release(a.spec, log=print)
@@ -327,6 +576,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"make qemu: {err}", file=sys.stderr)
         return 2
     print(f"QEMU={build.spec}: {build.version} ({build.source}): {' '.join(build.argv)}")
+    return 0
+
+
+def _main_libvirt(spec: str, force: bool) -> int:
+    """``make libvirt``: fetch (or show) the libvirt of LIBVIRT=."""
+    try:
+        check_libvirt_spec(spec)
+        build = fetch_libvirt(spec, log=print) if force and spec != "system" else resolve_libvirt(spec, log=print)
+    except (StackError, privapt.PrivAptError) as err:
+        print(f"make libvirt: {err}", file=sys.stderr)
+        return 2
+    print(f"LIBVIRT={build.spec}: {build.version} ({build.source}): {' '.join(build.argv)}")
     return 0
 
 

@@ -164,7 +164,7 @@ def test_account_overlays_only_when_the_host_lacks_the_qemu_account(monkeypatch)
 
 
 def test_launch_script_takes_paths_as_arguments():
-    assert '"$B/${pair%%=*}" "${pair#*=}"' in lvd._LAUNCH and "exec libvirtd --listen" in lvd._LAUNCH
+    assert 'mount --bind "${1%=*}" "${1##*=}"' in lvd._LAUNCH and 'exec "$@" --listen' in lvd._LAUNCH
     assert [t for _, t in lvd.MOUNTS] == [
         "/etc/libvirt",
         "/run/libvirt",

@@ -4,9 +4,12 @@ namespace (R1, R2), each with private config, state, socket and log paths.
 libvirtd's system paths are fixed at build time, so each daemon is exec'd inside
 ``ip netns exec`` (which gives it a private mount namespace) after bind-mounting the run's
 private copies over ``/etc/libvirt``, ``/run/libvirt``, ``/var/lib/libvirt``,
-``/var/cache/libvirt`` and ``/var/log/libvirt``.  The private base directory is registered
-with the run before it is created, the daemon by PID as soon as it is started, and the QEMU
-processes it spawns by PID from its pid files; teardown removes exactly those."""
+``/var/cache/libvirt`` and ``/var/log/libvirt``.  The libvirtd is the host's or a release of
+LIBVIRT= (migrate.core.stack.LibvirtBuild): that one runs with its own library and connection
+drivers (environment) and its data directories mounted over the host's.  The private base
+directory is registered with the run before it is created, the daemon by PID as soon as it is
+started, and the QEMU processes it spawns by PID from its pid files; teardown removes exactly
+those."""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from typing import Any
 from migrate.core.errors import DependencyError
 from migrate.core.procs import Proc
 from migrate.core.registry import Registry
+from migrate.core.stack import LibvirtBuild
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +45,18 @@ MOUNTS = (
     ("cache", "/var/cache/libvirt"),
     ("log", "/var/log/libvirt"),
 )
-#: Bind mounts, then exec (the PID stays that of `ip netns exec`).  Paths come in as "$1"
-#: and the mount pairs as further arguments: nothing is interpolated into the script.
+#: Bind mounts, then exec the daemon's argv (the PID stays that of `ip netns exec`).  The base
+#: directory comes in as "$1", then the mount pairs ``source=target``, ``--`` and the daemon's
+#: argv as further arguments: nothing is interpolated into the script.
 _LAUNCH = r"""
 B=$1
 shift
-for pair in "$@"; do
-    mount --bind "$B/${pair%%=*}" "${pair#*=}" || { echo "vrmig: bind mount $pair failed" >&2; exit 97; }
+while [ "$#" -gt 0 ] && [ "$1" != -- ]; do
+    mount --bind "${1%=*}" "${1##*=}" || { echo "vrmig: bind mount $1 failed" >&2; exit 97; }
+    shift
 done
-exec libvirtd --listen -f "$B/etc/libvirtd.conf" -p "$B/libvirtd.pid"
+shift
+exec "$@" --listen -f "$B/etc/libvirtd.conf" -p "$B/libvirtd.pid"
 """
 
 
@@ -147,18 +154,34 @@ def account_overlays() -> dict[str, str]:
     return extra
 
 
-def ensure_mount_points() -> None:
-    """The system paths the private copies are mounted over must exist (as libvirt's own
-    packaging creates them).  Left in place: other runs may have daemons mounted on them."""
-    for _, target in MOUNTS:
+def ensure_mount_points(extra: tuple[str, ...] = ()) -> None:
+    """The system paths the private copies (and ``extra``: a fetched libvirt's data directories)
+    are mounted over must exist (as libvirt's own packaging creates them).  Left in place: other
+    runs may have daemons mounted on them."""
+    for target in (*(t for _, t in MOUNTS), *extra):
         Path(target).mkdir(mode=0o755, parents=True, exist_ok=True)
 
 
-class NamespacedLibvirtd:
-    """One libvirtd in network namespace ``netns``, playing hypervisor host ``host``."""
+def daemon_argv(build: LibvirtBuild | None) -> list[str]:
+    """The command that runs ``build``'s libvirtd (None: the host's, found on PATH): through
+    ``env`` with its library and driver directories where it has its own (``env`` execs it, so
+    the PID stays the daemon's)."""
+    if build is None:
+        return [LIBVIRTD]
+    env = [f"{k}={v}" for k, v in sorted(build.env.items())]
+    return ["env", *env, *build.argv] if env else list(build.argv)
 
-    def __init__(self, host: str, netns: str, listen_addr: str, registry: Registry, run_dir: Path) -> None:
+
+class NamespacedLibvirtd:
+    """One libvirtd in network namespace ``netns``, playing hypervisor host ``host``: the libvirt
+    of ``build`` (migrate.core.stack.LibvirtBuild; None: the host's libvirtd)."""
+
+    def __init__(
+        self, host: str, netns: str, listen_addr: str, registry: Registry, run_dir: Path,
+        build: LibvirtBuild | None = None,
+    ) -> None:  # fmt: skip
         self.host = host
+        self.build = build
         self.netns = netns
         self.listen_addr = listen_addr
         self.registry = registry
@@ -202,14 +225,19 @@ class NamespacedLibvirtd:
             libvirtd_conf(self.base / "sock", self.listen_addr, self.host_uuid)
         )
         (self.base / "etc" / "qemu.conf").write_text(qemu_conf(self.listen_addr))
-        ensure_mount_points()
-        mounts = list(MOUNTS)
+        own = self.build.mounts if self.build is not None else ()
+        ensure_mount_points(tuple(t for _, t in own))
+        mounts = [(str(self.base / sub), target) for sub, target in MOUNTS]
         for target, lines in account_overlays().items():
             name = Path(target).name
             text = Path(target).read_text()
             (self.base / name).write_text(text + ("" if text.endswith("\n") else "\n") + lines)
-            mounts.append((name, target))
-        argv = ["sh", "-c", _LAUNCH, "vrmig-libvirtd", str(self.base), *(f"{s}={t}" for s, t in mounts)]
+            mounts.append((str(self.base / name), target))
+        mounts.extend(own)
+        argv = [
+            "sh", "-c", _LAUNCH, "vrmig-libvirtd", str(self.base), *(f"{s}={t}" for s, t in mounts), "--",
+            *daemon_argv(self.build),
+        ]  # fmt: skip
         self.proc = Proc(f"libvirtd-{self.host}", argv, self.registry, self.run_dir, netns=self.netns)
         self.proc.start()
         return self._wait_ready(connect, abort)

@@ -2,8 +2,10 @@
 (``migrateToURI3`` with LIVE|PEER2PEER) between two libvirtd "hosts".
 
 On the embedded testbed each hypervisor-host namespace (R1, R2) runs its own libvirtd
-(``libvirt_daemon``); the driver itself only talks to libvirt URIs, so the same code drives real
-hosts (``qemu+ssh://…``, ``qemu+tls://…``; see docs/testbed.md "Real libvirt hosts").
+(``libvirt_daemon``): the libvirt of LIBVIRT= (default: a fetched 11.3 driving the default QEMU
+release, whose domain's ``<emulator>`` is a script running that release; docs/stack.md); the
+driver itself only talks to libvirt URIs, so the same code drives the daemons of real hosts
+(``qemu+ssh://…``, ``qemu+tls://…``; see docs/testbed.md "Real libvirt hosts").
 
 Raw records in the run directory (the ``hypervisor`` figures of summary.json come from them):
 
@@ -18,6 +20,8 @@ Raw records in the run directory (the ``hypervisor`` figures of summary.json com
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import json
 import logging
 import threading
@@ -26,13 +30,23 @@ from pathlib import Path
 from typing import Any
 
 from migrate.core import knobs
-from migrate.core.errors import DependencyError, GuestError, MigrationError
+from migrate.core.errors import ConfigError, DependencyError, GuestError, MigrationError
+from migrate.core.privapt import PrivAptError
 from migrate.core.procs import MarkerScan
 from migrate.core.registry import pid_alive
+from migrate.core.stack import (
+    DEFAULT_LIBVIRT,
+    DEFAULT_QEMU,
+    LibvirtBuild,
+    QemuBuild,
+    StackError,
+    emulator_script,
+    resolve_libvirt,
+)
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.drivers.libvirt import flags as lf
-from migrate.drivers.libvirt.daemon import LIBVIRTD, LabLibvirtd, NamespacedLibvirtd
-from migrate.drivers.libvirt.domain_xml import GuestNic, domain_facts, domain_xml, with_console
+from migrate.drivers.libvirt.daemon import LabLibvirtd, NamespacedLibvirtd
+from migrate.drivers.libvirt.domain_xml import QEMU_BINARY, GuestNic, domain_facts, domain_xml, with_console
 from migrate.experiment import dirty, peering
 from migrate.experiment.scenario import Scenario
 from migrate.testbed import topology as topo
@@ -64,6 +78,37 @@ def import_libvirt() -> Any:
             "(installs libvirt-dev and `pip install -e '.[libvirt]'`)"
         ) from None
     return libvirt
+
+
+def libvirt_spec(scenario: Scenario) -> str:
+    """The LIBVIRT= the run uses: the scenario's, else :data:`DEFAULT_LIBVIRT`; a scenario without
+    a ``libvirt`` field (no LIBVIRT= to give) runs the host's."""
+    if not hasattr(scenario, "libvirt"):
+        return "system"
+    return scenario.libvirt or DEFAULT_LIBVIRT
+
+
+@functools.cache
+def libvirt_build(spec: str) -> LibvirtBuild:
+    """The libvirt of LIBVIRT=``spec`` (migrate.core.stack), once per process: a bad or unserved
+    release is a ConfigError (exit 2), a missing host libvirtd or a failed fetch a DependencyError."""
+    try:
+        return resolve_libvirt(spec, log=log.info)
+    except StackError as err:
+        if spec == "system":
+            raise DependencyError(str(err)) from None
+        raise ConfigError(str(err)) from None
+    except PrivAptError as err:
+        raise DependencyError(f"LIBVIRT={spec}: fetching it failed: {err}") from None
+
+
+def qemu_scenario(scenario: Scenario) -> Scenario:
+    """The scenario whose QEMU= the router domain runs: QEMU= as given; unset, the default QEMU
+    release under a fetched libvirt, the host's QEMU under the host's libvirt (its 9.0 predates
+    the default QEMU)."""
+    if scenario.qemu is not None or libvirt_spec(scenario) == "system":
+        return scenario
+    return dataclasses.replace(scenario, qemu=DEFAULT_QEMU)
 
 
 _loop_lock = threading.Lock()
@@ -142,8 +187,9 @@ class LibvirtDriver(Driver):
                 for h in topo.HYPERVISOR_HOSTS
             }
         else:
+            build = libvirt_build(libvirt_spec(ctx.scenario))
             self.daemons = {
-                h: NamespacedLibvirtd(h, tb.ns(h), topo.addr(topo.MIGRATION_ADDR[h]), ctx.registry, ctx.run_dir)
+                h: NamespacedLibvirtd(h, tb.ns(h), topo.addr(topo.MIGRATION_ADDR[h]), ctx.registry, ctx.run_dir, build)
                 for h in topo.HYPERVISOR_HOSTS
             }
         self._tails: list[Any] = []
@@ -162,27 +208,22 @@ class LibvirtDriver(Driver):
     # -- checks ----------------------------------------------------------------------------
     @classmethod
     def preflight(cls, scenario: Scenario) -> dict[str, Any]:
-        """The QMP driver's checks (QEMU, router image, accelerator), plus libvirtd and the
-        Python binding — without side effects."""
-        import shutil
-        import subprocess
-
+        """The QMP driver's checks (QEMU, router image, accelerator), plus the libvirtd of
+        LIBVIRT= (fetched once if it is a release) and the Python binding — without side effects
+        on the host.  ``stack`` gains ``libvirt`` beside ``qemu`` (docs/stack.md)."""
         from migrate.drivers.kvm.driver import KvmDriver
 
         libvirt = import_libvirt()
-        if shutil.which(LIBVIRTD) is None:
-            raise DependencyError(
-                "libvirtd not found: run `make setup` (Debian packages libvirt-daemon, libvirt-daemon-driver-qemu)"
-            )
-        daemon = subprocess.run([LIBVIRTD, "--version"], capture_output=True, text=True, check=False).stdout
-        knobs.check_libvirt(scenario.to_dict(), daemon)
-        facts = KvmDriver.preflight(scenario)
+        build = libvirt_build(libvirt_spec(scenario))
+        knobs.check_libvirt(scenario.to_dict(), build.version)
+        facts = KvmDriver.preflight(qemu_scenario(scenario))
         lib = libvirt.getVersion()
         facts["libvirt"] = {
-            "daemon": daemon.strip(),
+            "daemon": build.version,
             "library": f"{lib // 1_000_000}.{lib // 1000 % 1000}.{lib % 1000}",
             "binding": getattr(libvirt, "__version__", None) or _dist_version("libvirt-python"),
         }
+        facts["stack"] = {**(facts.get("stack") or {}), "libvirt": build.to_meta()}
         return facts
 
     # -- events ----------------------------------------------------------------------------
@@ -253,7 +294,9 @@ class LibvirtDriver(Driver):
             initrd = self.ctx.registry.dir / "empty-initrd.img"  # fault: no init, the kernel panics
             initrd.write_bytes(b"")
         r1 = inv.host(topo.HYPERVISOR_HOSTS[0])
+        extra = {} if self.ctx.testbed.remote else {"emulator": self._emulator()}
         return domain_xml(
+            **extra,
             name=self.domain,
             accel=self.accel,
             mem_mib=s.mem_mib,
@@ -272,6 +315,24 @@ class LibvirtDriver(Driver):
             nic_model=s.nic,
             nics=tuple(GuestNic(tap=r1.taps[seg], mac=inv.router[seg].mac) for seg in topo.SEGMENTS),
         )
+
+    def _qemu(self) -> QemuBuild | None:
+        """The QEMU of the preflight's stack (None: no record, the host's)."""
+        meta = (self.facts.get("stack") or {}).get("qemu")
+        if not meta or "binary" not in meta:
+            return None
+        return QemuBuild(
+            spec=meta["spec"], argv=tuple(meta["argv"]), version=meta["version"], release=meta["release"],
+            source=meta["source"], binary=meta["binary"],
+        )  # fmt: skip
+
+    def _emulator(self) -> str:
+        """The ``<emulator>`` of the router domain: the QEMU of the preflight's stack (a script that
+        execs its argv, with its firmware directories, where it needs more than the binary)."""
+        build = self._qemu()
+        if build is None:
+            return QEMU_BINARY
+        return emulator_script(build, self.ctx.registry.dir / "qemu-emulator")
 
     def start_source(self) -> None:
         """Start R1's libvirtd, create the router domain there and wait for the guest's READY
@@ -308,13 +369,15 @@ class LibvirtDriver(Driver):
         return dirty.measure_libvirt(dom, conn, self.lv, self.ctx.recorder.action, self.ctx.abort)
 
     def prepare_destination(self) -> None:
-        """Start R2's libvirtd and have it probe QEMU's capabilities now (otherwise the first
-        incoming migration pays for it); R2's QEMU is created by libvirt during the migration."""
+        """Start R2's libvirtd and have it probe the router domain's QEMU's capabilities now
+        (otherwise the first incoming migration pays for it); R2's QEMU is created by libvirt
+        during the migration."""
         dst = topo.HYPERVISOR_HOSTS[1]
         conn = self._start_daemon(dst)
         self.daemons[dst].register_domain(self.domain)  # created here by the incoming migration
         try:
-            conn.getDomainCapabilities(None, "x86_64", "q35", "kvm" if self.accel == "kvm" else "qemu", 0)
+            emulator = None if self.ctx.testbed.remote else self._emulator()
+            conn.getDomainCapabilities(emulator, "x86_64", "q35", "kvm" if self.accel == "kvm" else "qemu", 0)
         except self.lv.libvirtError as err:
             log_tail = self.daemons[dst].log_tail()
             raise DependencyError(f"libvirtd on {dst} cannot use QEMU: {err}; its log: {log_tail}") from err
