@@ -3,8 +3,9 @@
 =======  ======================  =============================================================
 name     software                source
 =======  ======================  =============================================================
-frr      FRRouting (default)     Debian package ``frr``: ``zebra`` + ``staticd``, ``vtysh``;
-                                 ``bgpd`` + ``ospfd`` + ``bfdd`` for routing sessions (PEERING=)
+frr      FRRouting (default)     Debian package ``frr``: ``zebra`` + ``staticd``, ``vtysh``
+                                 (FRR 9+: and ``mgmtd``); ``bgpd`` + ``ospfd`` + ``bfdd`` for
+                                 routing sessions (PEERING=)
 bird     BIRD 2                  Debian package ``bird2``: ``bird``, ``birdc``
 xorp     XORP                    not packaged in Debian: an existing installation on the host
                                  (``xorp_rtrmgr`` on ``PATH``, or ``$XORP_ROOT``)
