@@ -20,7 +20,7 @@ def add_parser(sub: Any) -> None:
         "--profiles",
         type=names("PROFILES", "frr or frr,bird"),
         default=["frr", "bird"],
-        help="router guest images (and HV=criu container rootfs) for R1/R2 (default frr,bird)",
+        help="router guest images (and HV=criu container rootfs) for R1/R2, releases too: frr@8.4 (default frr,bird)",
     )
     h.add_argument("--results", type=Path, default=Path("results"), help="results root (Ansible's log goes there)")
     h.set_defaults(handler=run_command)
@@ -31,12 +31,19 @@ def run_command(a: argparse.Namespace) -> int:
     that refuses: its line, exit 2, nothing changed on any host), run the playbook, print
     ``<role> ok=N changed=N failed=N`` per host and a last line; exit 2 naming each host that
     failed or was unreachable."""
+    from migrate.core.errors import ConfigError
     from migrate.testbed.inventory import load
     from migrate.testbed.provision import HostsUnreachable, run_playbook
+    from routers import profiles
+    from routers.errors import UnknownProfileError
 
+    try:  # PROFILES=frr@8.4,frr: one name per image (frr@10.3 is frr)
+        images = list(dict.fromkeys(profiles.canonical(p) for p in a.profiles))
+    except UnknownProfileError as err:
+        raise ConfigError(f"PROFILES: {err}") from None
     inv = load(a.testbed)
     try:
-        out = run_playbook(inv, a.profiles, a.results)
+        out = run_playbook(inv, images, a.results)
     except HostsUnreachable as err:
         for role in ROLES:
             if role in err.reasons:

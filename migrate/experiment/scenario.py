@@ -127,6 +127,8 @@ class Scenario:
 
     def __post_init__(self) -> None:
         validate(self)
+        if "@" in self.router:  # one name per image: frr@10.3 is frr (the default release)
+            object.__setattr__(self, "router", _router_image(self.router))
 
     @property
     def name(self) -> str:

@@ -97,11 +97,11 @@ def helper_sources(repo: Path = REPO) -> list[str]:
 def image_files(profiles: list[str], cache: Path | None = None) -> list[dict[str, str]]:
     """``{"profile", "src", "name"}`` for each file of each profile's locally built guest image
     (verified against its manifest; raises the router layer's NotBuiltError otherwise)."""
-    from routers.guest import guest_image
+    from routers.guest import run_image
 
     out = []
     for profile in profiles:
-        img = guest_image(profile, cache)
+        img = run_image(profile, cache)  # a release other than the default is built on first use
         gdir = img.kernel.parent
         for name in IMAGE_FILES:
             out.append({"profile": profile, "src": str(gdir / name), "name": name})
