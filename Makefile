@@ -1,4 +1,4 @@
-# vrmig — see README.md.  Make variables map 1:1 to `python -m migrate run` flags.
+# vrmig — see README.md.  Make variables map 1:1 to `python -m migrate` flags (migrate/cli/make.py).
 SHELL := /bin/bash
 PY := .venv/bin/python
 PYTEST := .venv/bin/pytest
@@ -12,29 +12,11 @@ APT_PACKAGES += openssh-server  # make lab-up: each emulated lab host runs its o
 APT_PACKAGES += ansible-core  # make hosts-setup: prepares a lab's machines (ansible/hosts-setup.yml)
 APT_PACKAGES += tcpdump  # PEERING=: the peers' capture of BGP and BFD packets
 RESULTS ?= results
+# plain make lists the targets; it installs nothing (make setup does)
+.DEFAULT_GOAL := help
 
 # Make variable -> CLI flag (only variables that are set are passed)
 flag = $(if $(strip $($(1))),--$(2) $($(1)))
-MIGRATE_FLAGS = $(call flag,HV,hv) $(call flag,DRIVER,driver) $(call flag,MODE,mode) $(call flag,RATE,rate) $(call flag,SIZE,size) \
-  $(call flag,IP,ip) $(call flag,DURATION,duration) $(call flag,MIGRATE_AT,migrate-at) $(call flag,AFTER,after) \
-  $(call flag,SAMPLE_MS,sample-ms) $(call flag,PROBE_MS,probe-ms) $(call flag,MEM,mem) \
-  $(call flag,ROUTER,router) $(call flag,NIC,nic) $(call flag,ACCEL,accel) $(call flag,GEN,gen) \
-  $(call flag,MIGLINK,miglink) $(call flag,DOWNTIME_LIMIT,downtime-limit) $(call flag,MIGBW,max-bandwidth) \
-  $(call flag,AUTO_CONVERGE,auto-converge) $(call flag,XBZRLE,xbzrle) $(call flag,POSTCOPY,postcopy) \
-  $(call flag,MULTIFD,multifd) $(call flag,MULTIFD_COMPRESSION,multifd-compression) \
-  $(call flag,POSTCOPY_PREEMPT,postcopy-preempt) $(call flag,ANNOUNCE,announce) \
-  $(call flag,XBZRLE_CACHE,xbzrle-cache) $(call flag,CPU_THROTTLE,cpu-throttle) $(call flag,ZERO_PAGE,zero-page) $(call flag,DIRTY_LIMIT,dirty-limit) \
-  $(call flag,MIGRATE_TIMEOUT,migrate-timeout) $(call flag,BOOT_TIMEOUT,boot-timeout) \
-  $(call flag,XEN_GUEST,xen-guest) $(call flag,XEN_MIG_MTU,xen-mig-mtu) $(call flag,CRIU_HOST,criu-host) \
-  $(call flag,CRIU_REJOIN_MCAST,criu-rejoin-mcast) \
-  $(call flag,RIB_ROUTES,rib-routes) $(call flag,TESTBED,testbed) \
-  $(call flag,PEERING,peering) $(call flag,BFD,bfd) $(call flag,BGP_HOLD,bgp-hold) $(call flag,OSPF_DEAD,ospf-dead) \
-  $(call flag,PEER_DAEMON,peer-daemon) \
-  $(call flag,FAULT,fault) --results $(RESULTS)
-MIGRATE_FLAGS += $(call flag,DIRTY,dirty)  # the guest dirties memory at DIRTY MB/s (docs/migrate.md "Dirty rate")
-MIGRATE_FLAGS += $(call flag,QEMU,qemu) $(call flag,QEMU_FIRMWARE,qemu-firmware)  # the stack (docs/stack.md)
-MIGRATE_FLAGS += $(call flag,CHURN,churn)  # B flaps CHURN routes/s (PEERING=bgp; docs/peering.md "Route churn")
-
 .PHONY: chaos setup apt venv helpers guest migrate test test-unit test-integration lint clean-testbed clean \
         bench-traffic bench-sampler bench-qmp bench-qmp-client check-helpers
 
@@ -91,29 +73,28 @@ guest: venv
 xen: guest
 	$(PY) -m routers xen --profiles frr bird
 
+# make migrate|sweep|ab|baseline|calibrate VAR=value: every variable is an option of the target's
+# command (migrate/cli/make.py reads them from the environment: no value reaches a shell line, and
+# a variable the target does not know is refused); make help T=<target> lists them
+MAKE_BRIDGE = $(PY) -m migrate.cli.make
+
 migrate:
-	$(PY) -m migrate run $(MIGRATE_FLAGS)
+	$(MAKE_BRIDGE) migrate
+
+.PHONY: help
+help:
+	@$(if $(T),,echo "make setup | migrate | sweep | ab | baseline | calibrate | campaign | report | compare | nightly | test; make help T=<target> lists a target's variables (README.md)")
+	@$(MAKE_BRIDGE) --list $(or $(T),migrate)
 
 # make baseline: forwarding performance without migration (docs/campaigns.md "make baseline")
-BASELINE_FLAGS = $(call flag,HV,hv) $(call flag,NIC,nic) $(call flag,IP,ip) $(call flag,SIZES,sizes) \
-  $(call flag,RATES,rates) $(call flag,ROUTERS,routers) $(call flag,LOAD,load) $(call flag,REPS,reps) \
-  $(call flag,SEARCH,search) $(call flag,RESUME,resume) $(call flag,DURATION,duration) \
-  $(call flag,LOAD_RATE,load-rate) $(call flag,ROUTER,router) $(call flag,ACCEL,accel) $(call flag,MEM,mem) \
-  $(call flag,PROBE_MS,probe-ms) $(call flag,GEN_CHECK,gen-check) $(call flag,NDR_PRECISION,ndr-precision) \
-  $(call flag,BOOT_TIMEOUT,boot-timeout) $(call flag,TESTBED,testbed) --results $(RESULTS)
 .PHONY: baseline
 baseline:
-	$(PY) -m migrate baseline $(BASELINE_FLAGS)
+	$(MAKE_BRIDGE) baseline
 
 # make calibrate: every downtime estimator against cuts and pauses of known length (docs/metrics.md "Calibration")
-CALIBRATE_FLAGS = $(call flag,HV,hv) $(call flag,DRIVER,driver) $(call flag,KIND,kind) \
-  $(call flag,DURATIONS,durations) $(call flag,REPS,reps) $(call flag,RATE,rate) $(call flag,SIZE,size) \
-  $(call flag,ROUTER,router) $(call flag,ACCEL,accel) $(call flag,MEM,mem) $(call flag,SAMPLE_MS,sample-ms) \
-  $(call flag,BOOT_TIMEOUT,boot-timeout) $(call flag,SEED,seed) $(call flag,TESTBED,testbed) \
-  $(call flag,PEERING,peering) $(call flag,BFD,bfd) $(call flag,BGP_HOLD,bgp-hold) --results $(RESULTS)
 .PHONY: calibrate
 calibrate:
-	$(PY) -m migrate calibrate $(CALIBRATE_FLAGS)
+	$(MAKE_BRIDGE) calibrate
 
 # make hosts-check TESTBED=lab.toml: is every host of a lab inventory ready? (docs/testbed.md "make hosts-check")
 .PHONY: hosts-check bench-ssh
@@ -150,9 +131,8 @@ paper:
 
 .PHONY: sweep report compare nightly nightly-accept
 sweep:
-	@if [ -n "$(RATE)$(SIZE)" ]; then echo "make sweep: use RATES=... SIZES=... (RATE and SIZE are for make migrate)" >&2; exit 2; fi
-	$(PY) -m migrate sweep $(MIGRATE_FLAGS) $(call flag,RATES,rates) $(call flag,SIZES,sizes) $(call flag,REPS,reps) \
-	  $(call flag,MODES,modes) $(call flag,BFDS,bfds) $(call flag,SEED,seed) $(call flag,RESUME,resume)
+	@if [ -n "$$RATE$$SIZE" ]; then echo "make sweep: use RATES=... SIZES=... (RATE and SIZE are for make migrate)" >&2; exit 2; fi
+	$(MAKE_BRIDGE) sweep
 
 report:
 	$(PY) -m migrate report $(RUNS) $(call flag,OUT,out) --results $(RESULTS)
@@ -163,7 +143,7 @@ report:
 .PHONY: ab
 ab:
 	@if [ -z "$$A" ] || [ -z "$$B" ]; then echo 'make ab: set A="VAR=value ..." and B="VAR=value ...", e.g. A="QEMU=system" B="QEMU=10.0"' >&2; exit 2; fi
-	$(PY) -m migrate ab --a "$$A" --b "$$B" $(MIGRATE_FLAGS) $(call flag,REPS,reps) $(call flag,SEED,seed)
+	$(MAKE_BRIDGE) ab
 
 compare:
 	@if [ -z "$(A)" ] || [ -z "$(B)" ]; then echo "make compare: set A=<sweep dir> B=<sweep dir>" >&2; exit 2; fi

@@ -265,17 +265,3 @@ def guest_image(profile: str, cache: Path | None = None, verify: bool = True) ->
     return GuestImage(
         kernel=kernel, initrd=initrd, manifest=manifest, profile=profile, rootfs=rootfs if rootfs.is_dir() else None
     )
-
-
-def run_image(profile: str, cache: Path | None = None, verify: bool = True) -> GuestImage:
-    """:func:`guest_image`, building the image first when ``profile`` names a release other than
-    a default one (``frr@8.4``: ``make setup`` builds only the defaults) and it is not built yet,
-    as ``QEMU=`` fetches its release on first use."""
-    try:
-        return guest_image(profile, cache, verify)
-    except NotBuiltError:
-        if profiles.get(profile).name in profiles.names():
-            raise
-    from routers.build import build
-
-    return build(profile, cache=cache).image

@@ -204,7 +204,7 @@ def scenario_from_args(a: argparse.Namespace, axes: bool = False) -> Scenario:
 def add_run_arguments(r: argparse.ArgumentParser) -> None:
     """The flags of ``vrmig run`` (one per Make variable of ``make migrate``; campaign files use
     the same variables, see migrate.campaigns.campaign)."""
-    r.add_argument("--hv", default="kvm", help="hypervisor driver (HV): kvm")
+    r.add_argument("--hv", default="kvm", help="the router's hypervisor: kvm|criu|xen|openvz")
     r.add_argument("--driver", default="qmp", help="how HV=kvm is driven (DRIVER): qmp|libvirt")
     r.add_argument("--mode", default="precopy", help="precopy|stopcopy (MODE)")
     r.add_argument("--rate", type=rate("RATE"), default=None, help="cross-traffic bit/s, K/M/G (100M; HV=xen 1M)")
@@ -213,21 +213,27 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument("--duration", type=seconds("DURATION"), default=20.0, help="seconds of traffic (at least)")
     r.add_argument("--migrate-at", type=seconds("MIGRATE_AT"), default=5.0, help="seconds after traffic start")
     r.add_argument("--after", type=seconds("AFTER"), default=3.0, help="seconds of traffic after the migration")
-    r.add_argument("--sample-ms", type=whole("SAMPLE_MS"), default=10)
-    r.add_argument("--probe-ms", type=whole("PROBE_MS"), default=10)
+    r.add_argument("--sample-ms", type=whole("SAMPLE_MS"), default=10, help="interface counter period ms (1-1000)")
+    r.add_argument("--probe-ms", type=whole("PROBE_MS"), default=10, help="RTT probe period ms (1-1000)")
     r.add_argument("--mem", type=whole("MEM"), default=256, help="guest MiB")
-    r.add_argument("--router", default="frr", help="frr|bird|xorp")
+    r.add_argument("--router", default="frr", help="frr|bird|xorp, or a release: frr@8.4, bird@2.0 (docs/stack.md)")
     r.add_argument("--nic", default="virtio", help="virtio|e1000")
     r.add_argument("--accel", default="auto", help="auto|kvm|tcg")
     r.add_argument("--gen", default="builtin", help="cross-traffic backend")
     r.add_argument("--miglink", type=rate("MIGLINK"), default=None, help="cap the migration link, e.g. 1G")
     add_knob_flags(r)  # DOWNTIME_LIMIT, MIGBW, ..., MULTIFD, ANNOUNCE, ... (migrate.core.knobs)
     r.add_argument("--migrate-timeout", type=seconds("MIGRATE_TIMEOUT"), default=None, help="s (120; HV=xen 600)")
-    r.add_argument("--boot-timeout", type=seconds("BOOT_TIMEOUT"), default=120.0)
+    r.add_argument(
+        "--boot-timeout", type=seconds("BOOT_TIMEOUT"), default=120.0, help="s to wait for the router's READY"
+    )
     r.add_argument("--xen-guest", default="pvh", help="HV=xen domU type (XEN_GUEST): pvh (pv is refused)")
     r.add_argument("--xen-mig-mtu", type=whole("XEN_MIG_MTU"), default=1500, help="HV=xen: migration link MTU")
     r.add_argument("--rib-routes", type=whole("RIB_ROUTES"), default=0, help="routes in the router's RIB (bird)")
-    r.add_argument("--peering", default="", help="routing sessions with peers on both segments: bgp or bgp,bfd")
+    r.add_argument(
+        "--peering",
+        default="",
+        help="routing sessions with peers on both segments: bgp, ospf, bfd, comma-separated (bfd with bgp)",
+    )
     r.add_argument("--bfd", default="50x3", help="BFD <interval ms>x<multiplier> (PEERING with bfd)")
     r.add_argument("--bgp-hold", type=whole("BGP_HOLD"), default=9, help="BGP hold time s (keepalive = hold/3)")
     r.add_argument("--ospf-dead", type=whole("OSPF_DEAD"), default=4, help="OSPF dead interval s (hello = dead/4)")

@@ -97,7 +97,7 @@ def helper_sources(repo: Path = REPO) -> list[str]:
 def image_files(profiles: list[str], cache: Path | None = None) -> list[dict[str, str]]:
     """``{"profile", "src", "name"}`` for each file of each profile's locally built guest image
     (verified against its manifest; raises the router layer's NotBuiltError otherwise)."""
-    from routers.guest import run_image
+    from routers.build import run_image
 
     out = []
     for profile in profiles:

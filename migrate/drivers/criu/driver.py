@@ -164,7 +164,7 @@ class CriuDriver(Driver):
         missing = [f"{t} ({pkg})" for t, pkg in HOST_TOOLS.items() if shutil.which(t) is None]
         if missing:
             raise DependencyError(f"HV=criu needs {', '.join(missing)}: run `make setup`")
-        from routers.guest import run_image
+        from routers.build import run_image
         from routers.profiles import get as get_profile
 
         ok, why = get_profile(scenario.router).available()

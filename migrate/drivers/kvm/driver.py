@@ -308,7 +308,7 @@ class KvmDriver(Driver):
         build = qemu_build(qemu_spec(scenario), scenario.qemu_firmware)
         version = build.version
         check_qemu_knobs(scenario, version, argv=build.argv)
-        from routers.guest import run_image
+        from routers.build import run_image
         from routers.profiles import get as get_profile
 
         ok, why = get_profile(scenario.router).available()
