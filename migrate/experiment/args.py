@@ -197,6 +197,7 @@ def scenario_from_args(a: argparse.Namespace, axes: bool = False) -> Scenario:
         dirty_mbps=getattr(a, "dirty", None), churn_rps=getattr(a, "churn", None),
         criu_rejoin_mcast=getattr(a, "criu_rejoin_mcast", False),
         qemu=getattr(a, "qemu", None), qemu_firmware=getattr(a, "qemu_firmware", None),
+        libvirt=getattr(a, "libvirt", None),
         **knob_fields(a, axes),
     )  # fmt: skip
 
@@ -255,8 +256,13 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument(
         "--qemu", default=None, metavar="QEMU",
         help="the QEMU of the router VM: system (the host's), a Debian release such as 10.0 or 10.0.13, or the "
-        "path of your own build (default: 10.0; DRIVER=libvirt and labs: system; docs/stack.md)",
+        "path of your own build (default: 10.0; LIBVIRT=system and labs: system; docs/stack.md)",
     )  # fmt: skip
     r.add_argument("--qemu-firmware", default=None, metavar="DIR", help="with QEMU=<path>: its data directory")
+    r.add_argument(
+        "--libvirt",
+        default=None,
+        help="DRIVER=libvirt's libvirtd: system (the host's) or a Debian release (default 11.3)",
+    )
     r.add_argument("--fault", default=None, help="inject a fault (chaos testing): " + ", ".join(FAULTS))
     r.add_argument("--results", type=Path, default=Path("results"), help="results root directory")

@@ -11,7 +11,7 @@ from typing import Any
 
 from migrate.core.errors import ConfigError
 from migrate.core.knobs import MULTIFD_COMPRESSIONS, ZERO_PAGE_METHODS, knob_settings
-from migrate.core.stack import DEFAULT_QEMU, StackError, check_spec
+from migrate.core.stack import DEFAULT_QEMU, StackError, check_libvirt_spec, check_spec
 from migrate.core.units import format_rate
 
 HVS = ("kvm", "criu", "openvz", "xen")
@@ -124,6 +124,9 @@ class Scenario:
     #: "system", a release such as "10.0", or the absolute path of a user's own build (not on a lab)
     qemu: str | None = None
     qemu_firmware: str | None = None  # QEMU_FIRMWARE: the data directory of a QEMU=<path> build
+    #: LIBVIRT: the libvirtd of DRIVER=libvirt (migrate.core.stack): None is the default
+    #: (stack.DEFAULT_LIBVIRT, with the default QEMU), "system" the host's (with the host's QEMU), or a release
+    libvirt: str | None = None
 
     def __post_init__(self) -> None:
         validate(self)
@@ -261,7 +264,7 @@ def validate(s: Scenario) -> None:
         validate_dirty(s)
     if s.churn_rps is not None:
         validate_churn(s)
-    if s.qemu is not None or s.qemu_firmware is not None:
+    if s.qemu is not None or s.qemu_firmware is not None or s.libvirt is not None:
         validate_stack(s)
 
 
@@ -274,13 +277,24 @@ def qemu_spec(s: Scenario) -> str:
 def validate_stack(s: Scenario) -> None:
     """QEMU= and QEMU_FIRMWARE= (docs/stack.md); whether a release is served is the preflight's."""
     _require(
+        s.libvirt is None or (s.hv == "kvm" and s.driver == "libvirt"),
+        f"LIBVIRT={s.libvirt} chooses the libvirtd of DRIVER=libvirt: add DRIVER=libvirt (HV=kvm)",
+    )
+    if s.libvirt is not None:
+        try:
+            check_libvirt_spec(s.libvirt)
+        except StackError as err:
+            raise ConfigError(str(err)) from None
+    if s.qemu is None and s.qemu_firmware is None:
+        return
+    _require(
         s.hv == "kvm",
         f"QEMU={s.qemu} chooses the QEMU of HV=kvm's router VM (HV={s.hv} runs none, or the host's in nested hosts)",
     )
     _require(
-        s.driver != "libvirt" or s.qemu in (None, "system"),
-        f"QEMU={s.qemu}: DRIVER=libvirt runs the QEMU of the host's libvirt (QEMU=system): use DRIVER=qmp for "
-        "another QEMU",
+        s.driver != "libvirt" or s.libvirt != "system" or s.qemu in (None, "system"),
+        f"QEMU={s.qemu}: LIBVIRT=system runs the QEMU of the host's libvirt (QEMU=system): leave LIBVIRT unset "
+        "(the fetched libvirt runs any QEMU=)",
     )
     try:
         check_spec(s.qemu or DEFAULT_QEMU)

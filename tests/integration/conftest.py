@@ -78,32 +78,6 @@ def once_more_after_qemu_crash(attempt: Callable[[str], Path | None]) -> Path | 
     )
 
 
-def again_after_qemu_crash(test: Callable[..., Any]) -> Callable[..., Any]:
-    """A test that makes TCG pre-copy runs with the host libvirt's QEMU 7.2 (DRIVER=libvirt):
-    when its assertions fail and a run it made (any ``meta.json`` under its ``tmp_path``) failed
-    from :func:`qemu_tcg_precopy_crash`, the retry is reported and it runs once more in a fresh
-    directory, its assertions unchanged; any other failure stands."""
-    import functools
-
-    @functools.wraps(test)
-    def wrapper(**kwargs: Any) -> Any:
-        base = kwargs["tmp_path"]
-        first = base / "try1"
-        first.mkdir()
-        try:
-            return test(**{**kwargs, "tmp_path": first})
-        except AssertionError:
-            metas = [json.loads(m.read_text()) for m in first.rglob("meta.json")]
-            if not any(qemu_tcg_precopy_crash(m) for m in metas):
-                raise
-        report_retry(QEMU72_CAUSE, first)
-        second = base / "try2"
-        second.mkdir()
-        return test(**{**kwargs, "tmp_path": second})
-
-    return wrapper
-
-
 def require_root_and(*tools: str) -> None:
     """Skip unless running as root with every tool (binary name or repo-relative path) present."""
     if os.geteuid() != 0:

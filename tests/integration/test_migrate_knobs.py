@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import again_after_qemu_crash, require_root_and
+from tests.integration.conftest import require_root_and
 
 pytestmark = pytest.mark.integration
 
@@ -80,7 +80,6 @@ def test_multifd_with_zstd_and_its_own_zero_page_scan(tmp_path, no_leftovers):
     assert _multifd_bytes(run_dir) > 0
 
 
-@again_after_qemu_crash  # DRIVER=libvirt runs the host libvirt's QEMU 7.2 (conftest)
 def test_libvirt_parallel_migration(tmp_path):
     _ready("libvirtd")
     pytest.importorskip("libvirt", reason="libvirt-python not installed: run `make setup`")

@@ -305,7 +305,7 @@ def test_points_that_differ_only_in_a_knob_are_separate_and_show_the_effective_v
 
 
 def test_the_installed_libvirt_refuses_multifd_zstd_before_anything_starts(monkeypatch, tmp_path, capsys):
-    """DRIVER=libvirt's preflight asks the installed libvirtd for its version (Debian 12: 9.0.0)."""
+    """DRIVER=libvirt LIBVIRT=system's preflight asks the installed libvirtd for its version (Debian 12: 9.0.0)."""
     import subprocess
 
     from migrate.drivers.libvirt.daemon import LIBVIRTD
@@ -320,7 +320,7 @@ def test_the_installed_libvirt_refuses_multifd_zstd_before_anything_starts(monke
         pytest.skip(f"libvirtd {version} has multifd compression")
     monkeypatch.setattr(runmod.os, "geteuid", lambda: 0)
     monkeypatch.setattr(Instruments, "check", staticmethod(lambda _s: None))
-    argv = ["run", "--driver", "libvirt", "--multifd", "2", "--multifd-compression", "zstd"]
+    argv = ["run", "--driver", "libvirt", "--libvirt", "system", "--multifd", "2", "--multifd-compression", "zstd"]
     assert main([*argv, "--results", str(tmp_path / "results")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "MULTIFD_COMPRESSION=zstd needs libvirt 9.4.0 or later" in err[0], err

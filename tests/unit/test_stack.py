@@ -48,11 +48,21 @@ def test_the_default_stack_and_its_exceptions():
 def test_scenario_refuses_what_qemu_cannot_apply_to():
     with pytest.raises(ConfigError, match="HV=kvm's router VM"):
         Scenario(hv="criu", router="bird", qemu="10.0")
-    with pytest.raises(ConfigError, match="DRIVER=libvirt runs the QEMU of the host's libvirt"):
-        Scenario(driver="libvirt", qemu="10.0")
+    with pytest.raises(ConfigError, match="LIBVIRT=system runs the QEMU of the host's libvirt"):
+        Scenario(driver="libvirt", libvirt="system", qemu="10.0")
     with pytest.raises(ConfigError, match="QEMU_FIRMWARE=/x goes with QEMU=<the path"):
         Scenario(qemu="10.0", qemu_firmware="/x")
     Scenario(driver="libvirt", qemu="system")  # the host's: fine
+    Scenario(driver="libvirt", qemu="10.0.13")  # a fetched libvirt runs any QEMU=
+    Scenario(driver="libvirt", libvirt="system", qemu="system")
+
+
+def test_scenario_refuses_what_libvirt_cannot_apply_to():
+    with pytest.raises(ConfigError, match=r"LIBVIRT=11\.3 chooses the libvirtd of DRIVER=libvirt"):
+        Scenario(libvirt="11.3")
+    with pytest.raises(ConfigError, match="LIBVIRT='eleven' is not a libvirt"):
+        Scenario(driver="libvirt", libvirt="eleven")
+    assert Scenario(driver="libvirt", libvirt="11.3").libvirt == "11.3"
 
 
 def _fake_qemu(path: Path, line: str = "QEMU emulator version 9.2.50 (v9.2.0-1234-gabcdef)") -> Path:
