@@ -65,11 +65,6 @@ def _host_addr(role: str, ip: int) -> str:
     return topo.addr(h.ipv4 if ip == 4 else h.ipv6)
 
 
-def _ifname(tb: Testbed, role: str) -> str:
-    """The interface of an end host on its segment (a lab names its own)."""
-    return (tb.inventory.host(role).interface if tb.remote else None) or topo.HOST_IF
-
-
 def _spawn(
     ctx: PointContext, role: str, what: str, argv: list[str], out_dir: Path, stdout_name: str | None = None
 ) -> Proc:
@@ -82,7 +77,7 @@ def _drain(ctx: PointContext) -> float:
     """Wait until no sink interface receives anything for DRAIN_POLL_S (at most DRAIN_MAX_S);
     return the seconds waited."""
     t0 = time.monotonic()
-    sinks = [(s.sink_role, _ifname(ctx.tb, s.sink_role)) for s in ctx.slots]
+    sinks = [(s.sink_role, ctx.tb.host_if(s.sink_role)) for s in ctx.slots]
     last = [ctx.tb.rx_packets(role, ifname) for role, ifname in sinks]
     while time.monotonic() - t0 < DRAIN_MAX_S:
         time.sleep(DRAIN_POLL_S)

@@ -573,9 +573,9 @@ class Calibrator:
         control packets alone do not reach."""
         if self.rx_b is None:
             if self.inv is not None:
-                self.rx_b = LabRxPackets(self.tb, "B", self.inv.host("B").interface or topo.HOST_IF)
+                self.rx_b = LabRxPackets(self.tb, "B", self.tb.host_if("B"))
             else:
-                self.rx_b = RxPackets(self.tb.ns("B"), topo.HOST_IF)
+                self.rx_b = RxPackets(self.tb.ns("B"), self.tb.host_if("B"))
         window = forward_window_s(self.spec) if self.spec.peering else None
         readings = collections.deque([(time.monotonic(), self.rx_b.read())])
         deadline = readings[0][0] + FORWARD_TIMEOUT_S

@@ -240,7 +240,7 @@ class Instruments:
     def wait_forwarding(self, timeout_s: float) -> None:
         """Observe the router forwarding: B's rx counter grows (cross-traffic or, at RATE=0, probes reach D)."""
         role = "B" if self.s.rate_bps > 0 else "D"
-        ifname = self.tb.inventory.host(role).interface or topo.HOST_IF
+        ifname = self.tb.host_if(role)
         start = self.tb.rx_packets(role, ifname)
         deadline = time.monotonic() + timeout_s
         while self.tb.rx_packets(role, ifname) - start < FORWARD_MIN_PACKETS:

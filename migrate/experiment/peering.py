@@ -531,9 +531,6 @@ class Peers:
         self.lab = bool(getattr(tb, "remote", False))
 
     # -- where things are: this machine, or a lab host ----------------------------------
-    def _ifname(self, role: str) -> str:
-        return self.tb.inventory.host(role).interface if self.lab else topo.HOST_IF
-
     def _path(self, role: str, name: str) -> str:
         """The file ``name`` of the peer on ``role`` (the run directory, here or on the host)."""
         return self.tb.out_path(role, self.dir, name) if self.lab else str(self.dir / name)
@@ -621,7 +618,7 @@ class Peers:
         for p in peers():
             self._loopback(p)
             argv = [
-                TCPDUMP, "-i", self._ifname(p.role), "-Z", "root", "-n", "-U", "-s", str(CAPTURE_SNAPLEN),
+                TCPDUMP, "-i", self.tb.host_if(p.role), "-Z", "root", "-n", "-U", "-s", str(CAPTURE_SNAPLEN),
                 "-j", "adapter_unsynced", "--time-stamp-precision", "nano",
                 "-w", self._path(p.role, f"control-{p.role}.pcap"), CAPTURE_FILTER,
             ]  # fmt: skip
@@ -632,7 +629,7 @@ class Peers:
             if self.s.peer_daemon == "frr":
                 self._start_frr(p)
                 continue
-            text = bird_conf(self.s, p, self._path(p.role, f"peer-{p.role}.log"), self._ifname(p.role))
+            text = bird_conf(self.s, p, self._path(p.role, f"peer-{p.role}.log"), self.tb.host_if(p.role))
             conf = self.dir / f"peer-{p.role}.conf"
             conf.write_text(text)  # the record; a lab host gets its own copy
             if self.lab:

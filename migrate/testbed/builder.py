@@ -73,6 +73,11 @@ class Testbed:
         """The testbed described as an inventory."""
         return embedded()
 
+    def host_if(self, role: str) -> str:
+        """The interface of end host ``role`` (A, B, C, D) on its segment: the one the
+        inventory names (a lab's own), the embedded testbed's ``eth0`` otherwise."""
+        return self.inventory.host(role).interface or topo.HOST_IF
+
     def spawn(
         self,
         role: str,
