@@ -179,6 +179,11 @@ def lab_supports(scenario: Scenario, inv: Inventory) -> None:
             f"QEMU={scenario.qemu} on a lab: a path names a build on this machine; a lab runs the QEMU "
             "hosts-setup deployed (the default stack) or QEMU=system"
         )
+    if getattr(scenario, "libvirt", None) not in (None, "system"):
+        raise ConfigError(
+            f"LIBVIRT={scenario.libvirt} on a lab: DRIVER=libvirt there drives the hosts' own libvirtd (their "
+            "Debian package, make hosts-setup): leave LIBVIRT unset or use LIBVIRT=system"
+        )
     if scenario.criu_rejoin_mcast:
         raise ConfigError("TESTBED= takes no CRIU_REJOIN_MCAST: only the embedded CRIU driver puts groups back")
     if scenario.hv == "xen" and os.environ.get("XEN_PEER"):
