@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import platform
+import re
 import shutil
 import subprocess
 import time
@@ -29,9 +30,17 @@ def _cmd(argv: list[str]) -> str | None:
 
 
 def git_commit() -> str | None:
-    """Commit of the suite's checkout (with '-dirty' when modified)."""
-    commit = _cmd(["git", "-C", str(REPO), "rev-parse", "HEAD"])
-    if commit is None:
+    """Commit of the suite's checkout (with '-dirty' when modified); None outside a git checkout
+    (a copy of the tree) or without git, never git's error message."""
+    if shutil.which("git") is None:
+        return None
+    try:
+        res = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    commit = res.stdout.strip()
+    if res.returncode != 0 or not re.fullmatch(r"[0-9a-f]{40}", commit):
         return None
     dirty = subprocess.run(
         ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
