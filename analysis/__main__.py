@@ -9,6 +9,7 @@ from pathlib import Path
 
 from analysis.present.table import format_table
 from analysis.run import analyse_and_write
+from migrate.core.rundir import SUMMARY_JSON
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
             status = 2
             continue
         print(format_table(analyse_and_write(run_dir)))
-        print(run_dir / "summary.json")
+        print(run_dir / SUMMARY_JSON)
     return status
 
 

@@ -48,10 +48,11 @@ from analysis.metrics.window import Spans, Window, migration_window, spans
 from analysis.present.run_plot import PlotData, Series, Zoom, plot_run
 from analysis.summary import Summary
 from migrate.core.atomic import write_text
+from migrate.core.rundir import COUNTERS_TSV, GEN_JSON, META_JSON, SINK_JSON, SUMMARY_JSON
 
 log = logging.getLogger(__name__)
 
-SUMMARY_NAME = "summary.json"
+SUMMARY_NAME = SUMMARY_JSON
 PLOT_NAME = "migration.png"
 CLOCK_STEP_TOLERANCE_NS = 1_000_000
 T = TypeVar("T")
@@ -92,13 +93,13 @@ def _metric(notes: list[str], name: str, fn: Callable[..., T], *args: Any, **kw:
 
 def _read_raw(run_dir: Path, notes: list[str]) -> _Raw:
     return _Raw(
-        meta=_load(notes, run_dir / "meta.json", read_json) or {},
-        counters=_load(notes, run_dir / "counters.tsv", load_counters),
+        meta=_load(notes, run_dir / META_JSON, read_json) or {},
+        counters=_load(notes, run_dir / COUNTERS_TSV, load_counters),
         actions=_load(notes, run_dir / "actions.jsonl", read_jsonl) or [],
         events=_load(notes, run_dir / "qmp_events.jsonl", read_jsonl) or [],
         samples=_load(notes, run_dir / "qmp_samples.jsonl", read_jsonl) or [],
-        sink=_load(notes, run_dir / "sink.json", read_json),
-        gen=_load(notes, run_dir / "gen.json", read_json),
+        sink=_load(notes, run_dir / SINK_JSON, read_json),
+        gen=_load(notes, run_dir / GEN_JSON, read_json),
         irtt=_load(notes, run_dir / "irtt.json.gz", load_irtt),
     )
 

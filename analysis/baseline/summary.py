@@ -32,12 +32,13 @@ from typing import Any
 from analysis.baseline.ndr import LOSS_FREE_RATIO, describe, efficiency, ndr_result
 from analysis.baseline.points import ROUTER_COLUMNS, ROW_COLUMNS, analyse_point
 from migrate.core.atomic import write_text
+from migrate.core.rundir import META_JSON, SUMMARY_JSON
 
 log = logging.getLogger(__name__)
 
 CSV_NAME = "baseline.csv"
 ROUTERS_CSV_NAME = "baseline_routers.csv"
-SUMMARY_NAME = "summary.json"
+SUMMARY_NAME = SUMMARY_JSON
 SUMMARY_FORMAT = 1
 CONFIG_KEYS = ("hv", "nic", "ip", "frame_bytes", "routers", "load")
 STAT_COLUMNS = (
@@ -201,7 +202,7 @@ def summarise(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) ->
 
 def analyse_baseline(run_dir: Path) -> dict[str, Any]:
     """Write baseline.csv, baseline_routers.csv, summary.json and the plots; return the summary."""
-    meta_path = run_dir / "meta.json"
+    meta_path = run_dir / META_JSON
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
     rows, routers = collect(run_dir)
     write_text(run_dir / CSV_NAME, csv_text(rows, ROW_COLUMNS))

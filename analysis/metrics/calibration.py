@@ -48,6 +48,7 @@ import numpy as np
 
 from analysis.metrics.downtime import counters_downtime, packets_downtime
 from analysis.metrics.window import Spans
+from migrate.core.rundir import COUNTERS_TSV, GEN_JSON, META_JSON, SINK_JSON
 
 if TYPE_CHECKING:
     from analysis.metrics.calibration_control import ControlCalibration
@@ -516,21 +517,21 @@ def load_and_calibrate(run_dir: Path) -> tuple[Calibration, str]:
 
     run_dir = Path(run_dir)
     notes: list[str] = []
-    meta = read_json(run_dir / "meta.json") if (run_dir / "meta.json").exists() else {}
+    meta = read_json(run_dir / META_JSON) if (run_dir / META_JSON).exists() else {}
     spec = meta.get("calibration") or {}
     hv = str(spec.get("hv", "?")) + ("" if spec.get("driver", "qmp") == "qmp" else f"-{spec.get('driver')}")
     actions = read_jsonl(run_dir / "actions.jsonl") if (run_dir / "actions.jsonl").exists() else []
     events, ev_notes = events_from_actions(actions)
     notes += ev_notes
     t = rx = period = None
-    if (run_dir / "counters.tsv").exists():
-        c = load_counters(run_dir / "counters.tsv")
+    if (run_dir / COUNTERS_TSV).exists():
+        c = load_counters(run_dir / COUNTERS_TSV)
         b = c.get("B", "eth0")
         if b is not None:
             t, rx, period = b.t_ns, b.rx_packets, c.period_ns
     gaps = pkt = quantum = None
-    if (run_dir / "sink.json").exists():
-        sink = read_json(run_dir / "sink.json")
+    if (run_dir / SINK_JSON).exists():
+        sink = read_json(run_dir / SINK_JSON)
         clock = clock_figures(meta)
         if clock.testbed == "lab":  # the edges are the orchestrator's, the gaps B's: one clock
             if {SINK_ROLE, GEN_ROLE} <= set(clock.offsets_ns):
@@ -539,8 +540,8 @@ def load_and_calibrate(run_dir: Path) -> tuple[Calibration, str]:
             else:
                 notes.append("clock: no measured offset of B: the sink's gaps stay on B's clock")
         gaps = sink_gaps(sink)
-    if (run_dir / "gen.json").exists():
-        pkt, quantum = send_timing(read_json(run_dir / "gen.json"))
+    if (run_dir / GEN_JSON).exists():
+        pkt, quantum = send_timing(read_json(run_dir / GEN_JSON))
     cal = calibrate(events, t, rx, period, gaps, pkt, quantum)
     control = load_control(run_dir, meta, events)
     if control is None and (spec.get("peering") or ""):

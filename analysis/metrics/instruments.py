@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from analysis.values import finite
+from migrate.core.rundir import GEN_JSON
 
 INSTRUMENTS = ("gen", "sink", "sampler", "prober")
 
@@ -33,7 +34,7 @@ class Instruments:
     cpu_s: each instrument's CPU seconds (meta.json ``instruments_cpu_s``; None = not measured
     or not running); total_cpu_s: sum over the instruments that have a figure (``counted``);
     wall_s: the span the CPU time is spread over, from ``wall_source``: meta.json
-    ``instruments_wall_s`` ("meta"), else the generator's start_ns..end_ns ("gen.json"), else the
+    ``instruments_wall_s`` ("meta"), else the generator's start_ns..end_ns (GEN_JSON), else the
     scenario's duration ("scenario"); core_share = total_cpu_s / wall_s (1.0 = one core busy
     all the time).  dropped: "<instrument>.<counter>" -> count, only counters above 0.
     absent: field -> reason code for every None figure."""
@@ -56,7 +57,7 @@ def _wall(
         return wall, "meta"
     start, end = (gen or {}).get("start_ns"), (gen or {}).get("end_ns")
     if isinstance(start, int) and isinstance(end, int) and end > start:
-        return (end - start) / 1e9, "gen.json"
+        return (end - start) / 1e9, GEN_JSON
     dur = finite(scenario.get("duration_s"))
     if dur is not None and dur > 0:
         return dur, "scenario"

@@ -28,12 +28,12 @@ from migrate.core.atomic import write_json
 from migrate.core.errors import DependencyError, Interrupted, VrmigError
 from migrate.core.progress import Progress
 from migrate.core.registry import clean_stale
+from migrate.core.rundir import META_FORMAT, META_JSON
 from migrate.core.sighold import Abort, signal_handlers
 from migrate.testbed.results import check_results_root, new_run_dir
 
 log = logging.getLogger(__name__)
 
-META_FORMAT = 1
 TOOLS = ("ip", "ping", "irtt", "ss", "unshare", "chroot")
 NOTES = {
     "rates": "Ethernet-frame bits incl. 4 B FCS, no preamble/IFG; RATES are per router (each router has its own flow)",
@@ -187,7 +187,7 @@ def load_resume(run_dir: Path) -> tuple[BaselineSpec, dict[str, Any]]:
     """The spec and meta of an earlier baseline run (RESUME=<dir>)."""
     from migrate.core.errors import ConfigError
 
-    meta_path = run_dir / "meta.json"
+    meta_path = run_dir / META_JSON
     try:
         meta = json.loads(meta_path.read_text())
     except (OSError, ValueError) as err:
@@ -293,7 +293,7 @@ def run_baseline(
     with signal_handlers(abort.handler):
         if resume_dir is not None:
             run_dir = resume_dir
-            meta = json.loads((run_dir / "meta.json").read_text())
+            meta = json.loads((run_dir / META_JSON).read_text())
             meta["resumed_utc"] = [*meta.get("resumed_utc", []), dt.datetime.now(dt.UTC).isoformat()]
             meta["status"], meta["failure"], meta["failure_class"] = "running", None, None
             meta.setdefault("generator_capability_resumed", []).append(gen)
@@ -307,7 +307,7 @@ def run_baseline(
             if campaign is not None:
                 meta["campaign"] = campaign[0]
                 (run_dir / "campaign.toml").write_text(campaign[1])
-        write_json(run_dir / "meta.json", meta)
+        write_json(run_dir / META_JSON, meta)
         configs = spec.configs()
         progress = Progress("baseline", sum(spec.sweep_points(c) for c in configs), "points")
         try:
@@ -326,7 +326,7 @@ def run_baseline(
             abort.armed = False
             meta["finished_utc"] = dt.datetime.now(dt.UTC).isoformat()
             meta["loadavg_end"] = _loadavg()
-            write_json(run_dir / "meta.json", meta)
+            write_json(run_dir / META_JSON, meta)
         _analyse(run_dir)
         if meta["status"] == "interrupted":
             raise Interrupted(meta["failure"])
@@ -353,7 +353,7 @@ def _run_config(
         hv_facts = lab_plan.drivers[config.hv][1]
         run = LabConfigRun(spec, config, hv_facts, run_dir, abort, info, progress, plan=lab_plan)
     info["prefix"] = run.registry.prefix  # in meta.json before anything is created under it
-    write_json(run_dir / "meta.json", meta)
+    write_json(run_dir / META_JSON, meta)
     try:
         run.execute()
         info["status"] = "completed"
@@ -371,7 +371,7 @@ def _run_config(
         progress.skip(run.unfinished(), failed_reason="configuration failed")
     finally:
         info["finished_utc"] = dt.datetime.now(dt.UTC).isoformat()
-        write_json(run_dir / "meta.json", meta)
+        write_json(run_dir / META_JSON, meta)
         if run.out.is_dir():
             write_json(run.out / "config.json", {"config": config.__dict__, **info})
         if abort.signum is not None and info["status"] != "interrupted":

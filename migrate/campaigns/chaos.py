@@ -43,6 +43,7 @@ from migrate.core.registry import (
     proc_starttime,
     processes_of,
 )
+from migrate.core.rundir import META_JSON, SUMMARY_JSON
 from migrate.experiment.scenario import FAULTS
 from migrate.testbed.results import check_results_root, mark_results_root
 
@@ -405,7 +406,7 @@ def fault_injected(results: Path, before: set[str], kind: str) -> bool:
         if (
             kind == "guest-never-ready"
         ):  # QMP: "router guest not ready: ..."; libvirt: "... did not print 'VRMIG-READY'"
-            failure = json.loads((d / "meta.json").read_text()).get("failure") or ""
+            failure = json.loads((d / META_JSON).read_text()).get("failure") or ""
             return "not ready" in failure or "did not print 'VRMIG-READY'" in failure
         actions = d / "actions.jsonl"
         return actions.exists() and '"action": "fault"' in actions.read_text()
@@ -417,7 +418,7 @@ def new_run_prefix(results: Path, before: set[str]) -> str | None:
     meta.json does not name one yet)."""
     for d in _new_run_dirs(results, before):
         try:
-            return json.loads((d / "meta.json").read_text()).get("testbed", {}).get("prefix")
+            return json.loads((d / META_JSON).read_text()).get("testbed", {}).get("prefix")
         except (OSError, json.JSONDecodeError):
             return None
     return None
@@ -437,13 +438,13 @@ def check_runs(results: Path) -> list[str]:
     bad = []
     for d in sorted(p for p in results.iterdir() if p.is_dir()):
         try:
-            meta = json.loads((d / "meta.json").read_text())
+            meta = json.loads((d / META_JSON).read_text())
         except (OSError, json.JSONDecodeError) as err:
             bad.append(f"{d.name}: meta.json unreadable ({err})")
             continue
         if meta.get("status") not in FINAL_STATES:
             bad.append(f"{d.name}: status {meta.get('status')!r}")
-        summary = d / "summary.json"
+        summary = d / SUMMARY_JSON
         if summary.exists():
             try:
                 json.loads(summary.read_text())

@@ -33,6 +33,7 @@ from migrate.campaigns.ab import AbSpec
 from migrate.campaigns.history import History, history_fields, scenario_column
 from migrate.core.atomic import write_text
 from migrate.core.errors import ConfigError, VrmigError
+from migrate.core.rundir import META_JSON
 from migrate.core.units import format_rate
 from migrate.experiment.scenario import Scenario
 
@@ -308,7 +309,7 @@ def _run_row(night_id: str, scenarios: dict[str, Scenario], item: dict[str, Any]
     from analysis.stats.aggregate import run_record
 
     summary = analyse_run(run_dir).to_dict()
-    meta = sd.read_json(run_dir / "meta.json", f"run {item['run_id']}")
+    meta = sd.read_json(run_dir / META_JSON, f"run {item['run_id']}")
     flat = run_record(summary, meta)
     hv = meta.get("hypervisor") or {}
     image = hv.get("guest_image") or {}

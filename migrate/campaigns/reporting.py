@@ -36,6 +36,7 @@ from migrate.campaigns import sweepdir as sd
 from migrate.core.atomic import write_bytes, write_text
 from migrate.core.errors import ConfigError
 from migrate.core.meta import REPO
+from migrate.core.rundir import META_JSON
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ def collect(source: Source) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]
     records, metas = [], []
     axes = campaign_axes(source.meta)
     for ref in source.runs:
-        meta = sd.read_json(ref.run_dir / "meta.json", f"run {ref.run_id}")
+        meta = sd.read_json(ref.run_dir / META_JSON, f"run {ref.run_id}")
         summary = analyse_run(ref.run_dir).to_dict()
         rel = ref.run_dir.relative_to(source.path) if ref.run_dir != source.path else Path(".")
         rec = make_record(summary, meta, run_id=ref.run_id, point=ref.point, rep=ref.rep, order=ref.order)

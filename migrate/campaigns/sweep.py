@@ -32,6 +32,7 @@ from migrate.core.atomic import write_json
 from migrate.core.errors import ConfigError, Interrupted, VrmigError
 from migrate.core.knobs import KNOB_BY_VAR, label_part
 from migrate.core.progress import Progress
+from migrate.core.rundir import META_JSON
 from migrate.core.sighold import interruptible
 from migrate.core.units import format_rate, parse_rate_bps
 from migrate.experiment.scenario import Scenario, parse_bfd
@@ -344,7 +345,7 @@ def locked(sweep_dir: Path) -> Iterator[None]:
 
 def _run_meta(run_dir: Path) -> dict[str, Any]:
     try:
-        return sd.read_json(run_dir / "meta.json", "run")
+        return sd.read_json(run_dir / META_JSON, "run")
     except ConfigError:
         return {}
 

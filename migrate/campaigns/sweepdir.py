@@ -21,11 +21,12 @@ from typing import Any
 
 from migrate.core.atomic import write_json
 from migrate.core.errors import ConfigError
+from migrate.core.rundir import META_JSON
 
 SWEEP_MARKER = ".vrmig-sweep"
 FORMAT_VERSION = 1
 KINDS = ("sweep", "nightly")
-META_NAME = "meta.json"
+META_NAME = META_JSON
 STATE_NAME = "state.json"
 RUNS_SUBDIR = "runs"
 DONE = ("completed", "failed")  # a run with one of these outcomes is never redone

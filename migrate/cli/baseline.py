@@ -11,6 +11,7 @@ from typing import Any
 from migrate.baseline.args import resume_spec, spec_from_args
 from migrate.baseline.lab import resume_testbed
 from migrate.baseline.spec import NONE_NIC
+from migrate.core.rundir import META_JSON, SUMMARY_JSON
 
 
 def run_command(a: argparse.Namespace, campaign: Any = None) -> int:
@@ -29,7 +30,7 @@ def run_command(a: argparse.Namespace, campaign: Any = None) -> int:
     run_dir = run_baseline(spec, a.results, resume_dir=a.resume, campaign=record, testbed=testbed)
     _print_summary(run_dir)
     print(run_dir)
-    status = json.loads((run_dir / "meta.json").read_text()).get("status")
+    status = json.loads((run_dir / META_JSON).read_text()).get("status")
     return 0 if status == "completed" else 4
 
 
@@ -41,7 +42,7 @@ def _mbit(d: dict[str, Any] | None) -> str:
 
 
 def _print_summary(run_dir: Path) -> None:
-    path = run_dir / "summary.json"
+    path = run_dir / SUMMARY_JSON
     if not path.exists():
         print(f"(no summary.json; analysis failed — raw data in {run_dir})")
         return

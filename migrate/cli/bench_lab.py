@@ -21,6 +21,7 @@ from typing import Any
 
 from migrate.core.atomic import write_json
 from migrate.core.errors import VrmigError
+from migrate.core.rundir import SUMMARY_JSON
 from migrate.experiment.args import rate
 from migrate.experiment.run import run
 from migrate.experiment.scenario import Scenario
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                         t0 = time.monotonic()
                         run_dir = run(s, a.results, testbed=a.testbed if bed == "lab" else None)
                         wall = time.monotonic() - t0
-                        summary = json.loads((run_dir / "summary.json").read_text())
+                        summary = json.loads((run_dir / SUMMARY_JSON).read_text())
                         rows.append(
                             {"rep": rep, "driver": driver, "mode": mode, "testbed": bed, "wall_s": round(wall, 3),
                              "run_dir": str(run_dir), "status": summary["status"], "accel": summary.get("accel"),

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from migrate.core.rundir import META_JSON
 from migrate.experiment.args import rate, whole
 from migrate.experiment.calibrate import (
     DEFAULT_DURATIONS_MS,
@@ -75,7 +76,7 @@ def run_command(a: argparse.Namespace) -> int:
         cal = None
         print(f"(calibration analysis failed: {type(err).__name__}: {err}; raw data in {run_dir})")
     print(run_dir)
-    status = json.loads((run_dir / "meta.json").read_text()).get("status")
+    status = json.loads((run_dir / META_JSON).read_text()).get("status")
     if status != "completed":
         return 4
     return 1 if cal is None or cal.passed is False else 0

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from migrate.core.errors import VrmigError
+from migrate.core.rundir import META_JSON, SUMMARY_JSON
 from migrate.experiment.args import Parser, add_run_arguments, scenario_from_args
 
 log = logging.getLogger("vrmig")
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         print(run_dir)
         import json
 
-        status = json.loads((run_dir / "meta.json").read_text()).get("status")
+        status = json.loads((run_dir / META_JSON).read_text()).get("status")
         return 0 if status == "completed" else 4
     except VrmigError as err:
         if debug:
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print_summary(run_dir: Path) -> None:
-    summary = run_dir / "summary.json"
+    summary = run_dir / SUMMARY_JSON
     if not summary.exists():
         print(f"(no summary.json; analysis failed — see the log; raw data in {run_dir})")
         return

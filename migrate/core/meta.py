@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from migrate.core.atomic import write_json
+from migrate.core.rundir import META_FORMAT, META_JSON
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = META_FORMAT  # the results contract's (migrate.core.rundir)
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -102,4 +103,4 @@ def close_run(meta: dict[str, Any], run_dir: Path) -> None:
     the file written (atomically)."""
     meta["clock"]["offset_end_ns"] = clock_offset_ns()
     meta["finished_utc"] = dt.datetime.now(dt.UTC).isoformat()
-    write_json(run_dir / "meta.json", meta)
+    write_json(run_dir / META_JSON, meta)

@@ -42,6 +42,7 @@ from subprocess import DEVNULL, PIPE, Popen, TimeoutExpired
 from typing import Any
 
 from migrate.core.atomic import write_json
+from migrate.core.rundir import META_JSON
 from migrate.core.sighold import held_signals
 
 log = logging.getLogger(__name__)
@@ -466,7 +467,7 @@ def mark_dead_run(run_dir: Path, why: str = DEAD_RUN_WHY) -> None:
     """A run whose orchestrator died (SIGKILL, power loss) left meta.json at 'running': mark it
     'interrupted' (``why`` becomes its failure) so that every results directory is complete,
     failed or interrupted."""
-    meta_path = run_dir / "meta.json"
+    meta_path = run_dir / META_JSON
     try:
         meta = json.loads(meta_path.read_text())
     except (OSError, json.JSONDecodeError) as err:

@@ -46,6 +46,7 @@ from migrate.core.atomic import write_json
 from migrate.core.errors import ConfigError, DependencyError, Interrupted, VrmigError
 from migrate.core.progress import Progress
 from migrate.core.registry import Registry, clean_stale
+from migrate.core.rundir import META_FORMAT, META_JSON
 from migrate.core.sighold import Abort, Teardown, signal_handlers
 from migrate.core.units import format_rate
 from migrate.drivers.base import Driver, RunContext, load_driver
@@ -84,7 +85,6 @@ PEERING_RECOVERY_S = 10.0
 #: down during the spacing after it (a down the peers logged only after the end edge)
 SETTLE_ROUNDS = 3
 CUT_PORT = "tapR"  # R1's bridge port of the router's right-hand interface (toward B)
-META_FORMAT = 1
 
 # netlink (linux/rtnetlink.h, linux/if_link.h, linux/if_bridge.h)
 RTM_SETLINK, NLMSG_ERROR = 19, 2
@@ -465,7 +465,7 @@ class Calibrator:
             }
         ctx = RunContext(self.scenario, self.tb, self.registry, self.run_dir, self.recorder, abort, None)
         self.driver = self.driver_cls(ctx, self.facts)
-        write_json(self.run_dir / "meta.json", meta)
+        write_json(self.run_dir / META_JSON, meta)
         if self.inv is None:
             log.info("building testbed %s", self.registry.prefix)
             TestbedBuilder(self.registry).build()
@@ -478,11 +478,11 @@ class Calibrator:
         if self.peers is not None:
             self.peers.wait_established()
             meta["peering"] = self.peers.describe()
-            write_json(self.run_dir / "meta.json", meta)
+            write_json(self.run_dir / META_JSON, meta)
         self.instruments = Instruments(self.scenario, self.tb, self.registry, self.run_dir, self.recorder)
         self.instruments.start()
         meta["instruments"] = self.instruments.describe()
-        write_json(self.run_dir / "meta.json", meta)
+        write_json(self.run_dir / META_JSON, meta)
         self.instruments.wait_forwarding(timeout_s=WARMUP_TIMEOUT_S)
         if "cut" in self.spec.kinds:
             if self.inv is not None:
@@ -682,7 +682,7 @@ def run_calibration(spec: CalibrationSpec, results_root: Path, testbed: Path | N
         }
         if inv is not None:
             meta["lab_check"] = lab_check
-        write_json(run_dir / "meta.json", meta)
+        write_json(run_dir / META_JSON, meta)
         cal = Calibrator(spec, driver_cls, facts, run_dir, inv)
         try:
             try:

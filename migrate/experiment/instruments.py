@@ -25,6 +25,7 @@ from migrate.core.errors import DependencyError, VrmigError
 from migrate.core.netlink import iproute
 from migrate.core.procs import Proc
 from migrate.core.registry import Registry
+from migrate.core.rundir import COUNTERS_TSV, GEN_JSON, SINK_JSON
 from migrate.experiment.recorder import Recorder
 from migrate.experiment.scenario import Scenario
 from migrate.testbed import topology as topo
@@ -188,7 +189,7 @@ class Instruments:
                 state=self._out("B", SINK_STATE_NAME), state_ms=SINK_STATE_MS,
                 after_file=self._out("B", SINK_AFTER_NAME),
             ),
-            "B", stdout_name="sink.json",
+            "B", stdout_name=SINK_JSON,
         )  # fmt: skip
         sink.wait_for("READY", READY_TIMEOUT_S)
         from probes.irtt import server_argv, wait_irtt_server
@@ -208,7 +209,7 @@ class Instruments:
         from probes.sampler import sampler_argv
 
         for role, targets, out in self.tb.sampler_plan():
-            what = "sampler" if out == "counters.tsv" else f"sampler-{role}"
+            what = "sampler" if out == COUNTERS_TSV else f"sampler-{role}"
             argv = sampler_argv(self._out(role, out), targets, s.sample_ms)
             self._start(what, argv, role, wait=False)  # a lab's samplers start together
         for what, p in self.procs.items():
@@ -234,7 +235,7 @@ class Instruments:
                     dst=self._sink_addr(), port=TRAFFIC_PORT, rate_bps=s.rate_bps, frame_bytes=s.frame_bytes,
                     duration_s=0,
                 ),
-                "A", stdout_name="gen.json",
+                "A", stdout_name=GEN_JSON,
             )  # fmt: skip
 
     def wait_forwarding(self, timeout_s: float) -> None:

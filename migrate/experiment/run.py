@@ -25,6 +25,7 @@ from migrate.core import meta as metamod
 from migrate.core.atomic import write_json
 from migrate.core.errors import ConfigError, DependencyError, Interrupted, MigrationError, TestbedError, VrmigError
 from migrate.core.registry import Registry, clean_stale
+from migrate.core.rundir import META_JSON, SINK_JSON
 from migrate.core.sighold import Abort, Teardown, signal_handlers
 from migrate.core.stack import DEFAULT_QEMU
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext, load_driver
@@ -240,7 +241,7 @@ def run(
         }
         if inv is not None:
             meta["lab_check"] = lab_check
-        write_json(run_dir / "meta.json", meta)
+        write_json(run_dir / META_JSON, meta)
         registry = Registry(new_prefix(), run_dir=str(run_dir.resolve()))
         phase = Phase()
         try:
@@ -314,7 +315,7 @@ def _execute(
                 meta["accel"] = facts.get("accel")
                 # the QEMU and the router that ran, their versions and sources (docs/stack.md)
                 meta["stack"] = with_router(facts.get("stack"), scenario.router, facts.get("guest_image"))
-                write_json(run_dir / "meta.json", meta)
+                write_json(run_dir / META_JSON, meta)
 
                 if inv is None:
                     log.info("building testbed %s", registry.prefix)
@@ -328,7 +329,7 @@ def _execute(
                     if scenario.peering:
                         peers.wait_established()
                         meta["peering"] = peers.describe()
-                        write_json(run_dir / "meta.json", meta)
+                        write_json(run_dir / META_JSON, meta)
                     with td.step("stop route churn", Churn(scenario, tb, registry, run_dir)) as churn:
                         try:
                             churn.start()
@@ -459,14 +460,14 @@ def _measure(
     instruments.start()
     injector.targets = {**driver.fault_targets(), **fault_actions(tb, instruments)}
     meta["instruments"] = instruments.describe()
-    write_json(run_dir / "meta.json", meta)
+    write_json(run_dir / META_JSON, meta)
 
     t0 = time.monotonic()
     instruments.wait_forwarding(timeout_s=min(scenario.migrate_at_s, 10.0) + 5.0)
     meta["dirty_rate"] = measure_before_migration(
         driver, scenario.dirty_mbps, t0 + scenario.migrate_at_s, lambda t: _sleep_until(t, abort)
     )
-    write_json(run_dir / "meta.json", meta)
+    write_json(run_dir / META_JSON, meta)
     _sleep_until(t0 + scenario.migrate_at_s, abort)
     if dead := instruments.dead():
         raise VrmigError(f"instrument died before the migration: {dead}")
@@ -769,7 +770,7 @@ def after_record(
     if rate_bps > 0:
         completed_ns += offsets.get(GEN_ROLE, 0)
         try:
-            sink = json.loads((run_dir / "sink.json").read_text())
+            sink = json.loads((run_dir / SINK_JSON).read_text())
         except (OSError, ValueError) as err:
             return {"first": None, "packets": None, "error": f"sink.json unreadable: {err}"}
         rec = sink.get("after") if isinstance(sink, dict) else None

@@ -13,6 +13,7 @@ from migrate.core.errors import TestbedError
 from migrate.core.netlink import Rtnl, iproute
 from migrate.core.procs import Proc
 from migrate.core.registry import Registry
+from migrate.core.rundir import COUNTERS_TSV
 from migrate.testbed import topology as topo
 from migrate.testbed.inventory import Inventory, embedded
 
@@ -123,7 +124,7 @@ class Testbed:
     def sampler_plan(self) -> list[tuple[str, dict[str, list[str]], str]]:
         """(role the sampler runs on, its targets, its output name): one sampler in R1 reading
         every namespace."""
-        return [("R1", self.sampler_targets(), "counters.tsv")]
+        return [("R1", self.sampler_targets(), COUNTERS_TSV)]
 
     def sampler_targets(self) -> dict[str, list[str]]:
         """Interfaces the 10 ms counter sampler reads, per namespace."""

@@ -27,6 +27,7 @@ from typing import Any
 
 from migrate.core.procs import Proc, ProcessError
 from migrate.core.registry import Registry
+from migrate.core.rundir import COUNTERS_TSV
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import Testbed
 from migrate.testbed.guard import guard_argv, parse_exit, parse_started
@@ -505,7 +506,7 @@ class LabBed(Testbed):
             fetched.update(got)
         parts = [(r, run_dir / out) for r, _, out in self.sampler_plan() if fetched.get(out) == r]
         offsets = {r: self.offset_ns(r) for r, _ in parts}
-        merge_counters(parts, offsets, self.prefix, run_dir / "counters.tsv", canonical_ifnames(self.inv))
+        merge_counters(parts, offsets, self.prefix, run_dir / COUNTERS_TSV, canonical_ifnames(self.inv))
         return {"fetched": fetched, "offsets_ns": {r: {"offset": o, "uncertainty": u} for r, (o, u) in offsets.items()}}
 
 

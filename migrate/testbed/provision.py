@@ -27,6 +27,7 @@ from typing import Any
 
 from migrate.core.errors import ConfigError, DependencyError
 from migrate.core.procs import terminate_and_wait
+from migrate.core.rundir import SUMMARY_JSON
 from migrate.drivers.libvirt.daemon import tls_settings
 from migrate.testbed import pki
 from migrate.testbed import results as resultsmod
@@ -435,7 +436,7 @@ def run_playbook(
         with tempfile.TemporaryDirectory(prefix="vrmig-probe-") as probe_dir:
             failures = explain_unreachable(inv, failures, Path(probe_dir))
     out = Outcome(rc, parse_recap(text), failures, log_path, run_dir)
-    (run_dir / "summary.json").write_text(
+    (run_dir / SUMMARY_JSON).write_text(
         json.dumps(
             {
                 "returncode": rc,

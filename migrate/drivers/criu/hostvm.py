@@ -33,6 +33,7 @@ from migrate.core.atomic import write_json
 from migrate.core.errors import ConfigError, DependencyError, Interrupted, MigrationError, VrmigError
 from migrate.core.procs import LineTail, Proc
 from migrate.core.registry import Registry, mark_dead_run
+from migrate.core.rundir import META_JSON
 from migrate.core.sighold import interruptible
 from migrate.drivers.kvm.accel import detect_accel
 from migrate.experiment.scenario import Scenario
@@ -200,7 +201,7 @@ def run_in_vm(scenario: Scenario, results_root: Path) -> Path:
 
 
 def _new_run_dir(results_root: Path, before: set[str]) -> Path | None:
-    new = sorted(p for p in results_root.iterdir() if p.name not in before and (p / "meta.json").exists())
+    new = sorted(p for p in results_root.iterdir() if p.name not in before and (p / META_JSON).exists())
     return new[-1] if new else None
 
 
@@ -229,10 +230,10 @@ def _mark_new_runs(results_root: Path, before: set[str], why: str, interrupted: 
     """Close the runs the VM left 'running': interrupted (an operator stop) or failed (the VM died
     or overran its time), classed by the phase their records reached."""
     for p in results_root.iterdir():
-        if p.name in before or not (p / "meta.json").exists():
+        if p.name in before or not (p / META_JSON).exists():
             continue
         try:
-            meta = json.loads((p / "meta.json").read_text())
+            meta = json.loads((p / META_JSON).read_text())
         except (OSError, ValueError):
             meta = None
         if not isinstance(meta, dict):
@@ -241,4 +242,4 @@ def _mark_new_runs(results_root: Path, before: set[str], why: str, interrupted: 
             mode = (meta.get("scenario") or {}).get("mode")
             cls = "interrupted" if interrupted else reached_phase(p, mode)
             meta.update(status="interrupted" if interrupted else "failed", failure=why, failure_class=cls)
-            write_json(p / "meta.json", meta)
+            write_json(p / META_JSON, meta)
