@@ -163,7 +163,7 @@ class Instruments:
     def _sink_addr(self) -> str:
         """Where the cross-traffic goes: B's address on segment R, or with PEERING the address
         B announces over BGP (the router forwards to it only while it holds that route)."""
-        from migrate.experiment.peering import sink_address
+        from migrate.model.routing import sink_address
 
         return sink_address(self.s) or self._dst("B")
 

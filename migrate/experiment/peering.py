@@ -59,17 +59,16 @@ from migrate.core.procs import Proc
 from migrate.core.registry import Registry
 from migrate.experiment import churn
 from migrate.experiment.scenario import Scenario
+from migrate.model.routing import (
+    ROUTER_ASN,
+    SINK_ROUTED,
+    PeerSpec,
+    peers,
+)
 from migrate.testbed import topology as topo
 
 log = logging.getLogger(__name__)
 
-ROUTER_ASN = 65000
-#: segment -> the end host that peers with the router there, and its AS
-PEER_ROLES = topo.PEER_ROLES
-PEER_ASN = {"A": 65001, "B": 65002}
-#: the addresses the peers announce (/32 on their loopbacks, topology.ANNOUNCED): the
-#: cross-traffic goes to B's
-SINK_ROUTED = topo.ANNOUNCED["B"]
 CAPTURE_FILTER = f"tcp port {BGP_PORT} or udp port {BFD_PORT} or ip proto {OSPF_IP_PROTO}"
 CAPTURE_SNAPLEN = 256  # headers and BGP's fixed part; UPDATE bodies are not needed
 TCPDUMP = "tcpdump"
@@ -150,54 +149,6 @@ def sink_route_observable(s: Scenario) -> bool:
 
 class PeeringError(VrmigError):
     """The routing sessions did not come up (before the migration, or again after a calibration event)."""
-
-
-@dataclass(frozen=True)
-class PeerSpec:
-    """One peer: where it runs, its address and AS, and the router's address it peers with."""
-
-    role: str
-    segment: str
-    addr: str
-    asn: int
-    router_addr: str
-    announced: str
-
-
-def peers() -> list[PeerSpec]:
-    """The peers of the embedded testbed, segment L first."""
-    out = []
-    for seg, role in PEER_ROLES.items():
-        out.append(
-            PeerSpec(
-                role=role,
-                segment=seg,
-                addr=topo.addr(topo.host(role).ipv4),
-                asn=PEER_ASN[role],
-                router_addr=topo.addr(topo.router_port(seg).ipv4),
-                announced=topo.ANNOUNCED[role],
-            )
-        )
-    return out
-
-
-def router_args(s: Scenario) -> list[str]:
-    """vrmig-router's peering arguments for ``s`` (none without PEERING)."""
-    if not s.peering:
-        return []
-    return [
-        f"peering={','.join(s.peering_protocols)}",
-        f"asn={ROUTER_ASN}",
-        "peers=" + ",".join(f"{p.addr}/{p.asn}" for p in peers()),
-        f"bfd={s.bfd_interval_ms}x{s.bfd_multiplier}",
-        f"bgphold={s.bgp_hold_s}",
-        *([f"ospfdead={s.ospf_dead_s}"] if "ospf" in s.peering_protocols else []),
-    ]
-
-
-def sink_address(s: Scenario) -> str | None:
-    """Where the cross-traffic goes with PEERING (the address B announces); None without."""
-    return topo.addr(SINK_ROUTED) if s.peering else None
 
 
 def bird_conf(s: Scenario, p: PeerSpec, log_path: PurePath | str, ifname: str = topo.HOST_IF) -> str:

@@ -39,6 +39,7 @@ from migrate.experiment.instruments import Instruments
 from migrate.experiment.peering import Peers
 from migrate.experiment.recorder import Recorder
 from migrate.experiment.scenario import Scenario, qemu_spec
+from migrate.model import routing
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import Testbed, TestbedBuilder, new_prefix
 from migrate.testbed.inventory import Inventory
@@ -144,7 +145,7 @@ def lab_supports_peering(scenario: Scenario, inv: Inventory) -> None:
         )
     if scenario.churn_rps is not None:
         raise ConfigError("TESTBED= takes no CHURN: the churned routes are written on the embedded testbed's B")
-    want = {r: topo.host(r).ipv4 for r in peering.PEER_ROLES.values()}
+    want = {r: topo.host(r).ipv4 for r in routing.PEER_ROLES.values()}
     got = {r: inv.host(r).ipv4 for r in want}
     ports = {p.segment: p.ipv4 for p in topo.ROUTER_PORTS}
     got_ports = {seg: inv.router[seg].ipv4 for seg in ports}

@@ -10,8 +10,9 @@ from analysis.metrics.churn import churn_figures, in_pool, pool_of, relayed_time
 from analysis.metrics.control_plane import LogEvent, route_recovery
 from migrate.core.errors import ConfigError
 from migrate.experiment import churn
-from migrate.experiment.peering import bird_conf, peers
+from migrate.experiment.peering import bird_conf
 from migrate.experiment.scenario import Scenario
+from migrate.model.routing import peers
 
 S = 1_000_000_000
 

@@ -132,6 +132,22 @@ def test_the_graph_sees_imports():
         ("migrate.baseline", (), "migrate.campaigns"),
         ("migrate.baseline", (), "migrate.cli"),
         ("migrate.campaigns", (), "migrate.cli"),
+        # the model: data the drivers, the peers and the run share, below all of them
+        ("migrate.model", (), "migrate.experiment"),
+        ("migrate.model", (), "migrate.drivers"),
+        ("migrate.model", (), "migrate.baseline"),
+        # the drivers take the scenario, its recorder, faults and dirtying from the experiment,
+        # and nothing of the run, the peers or the instruments
+        (
+            "migrate.drivers",
+            (
+                "migrate.experiment.scenario",
+                "migrate.experiment.recorder",
+                "migrate.experiment.faults",
+                "migrate.experiment.dirty",
+            ),
+            "migrate.experiment",
+        ),
     ],
 )
 def test_layer_rule(src, allowed, forbidden):

@@ -245,7 +245,7 @@ def test_the_router_domu_boots_with_the_runs_peering_arguments(tmp_path, monkeyp
     from types import SimpleNamespace
 
     from migrate.drivers.xen import driver as xen
-    from migrate.experiment import peering
+    from migrate.model import routing
     from routers.guest import READY_MARKER
 
     written: list[str] = []
@@ -282,7 +282,7 @@ def test_the_router_domu_boots_with_the_runs_peering_arguments(tmp_path, monkeyp
     drv._create_domu()
     cfg = (tmp_path / "xen-domu.cfg").read_text()
     assert written == [cfg]
-    for arg in peering.router_args(scenario):
+    for arg in routing.router_args(scenario):
         assert f"vrmig.{arg}" in cfg, (arg, cfg)
     assert "vrmig.peering=bgp,ospf,bfd" in cfg and "vrmig.ospfdead=4" in cfg
 

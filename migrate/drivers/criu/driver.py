@@ -50,8 +50,8 @@ from migrate.drivers.criu.tool import (
     require_mode,
     restore_args,
 )
-from migrate.experiment import peering
 from migrate.experiment.scenario import Scenario
+from migrate.model import routing
 from migrate.testbed import topology as topo
 
 log = logging.getLogger(__name__)
@@ -332,7 +332,7 @@ class CriuDriver(Driver):
                     if0,
                     if1,
                     self.ctx.scenario.rib_routes,
-                    routing=peering.router_args(self.ctx.scenario),
+                    routing=routing.router_args(self.ctx.scenario),
                 ),
                 self.ctx.scenario.boot_timeout_s,
                 self.ctx.abort,

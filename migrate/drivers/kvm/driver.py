@@ -22,8 +22,9 @@ from migrate.core.stack import QemuBuild, StackError, resolve_qemu
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.drivers.kvm.accel import detect_accel
 from migrate.drivers.kvm.qmp import QMPConnection, QMPError
-from migrate.experiment import dirty, peering
+from migrate.experiment import dirty
 from migrate.experiment.scenario import Scenario, qemu_spec
+from migrate.model import routing
 from migrate.testbed import topology as topo
 
 log = logging.getLogger(__name__)
@@ -250,7 +251,7 @@ class KvmDriver(Driver):
         left, right = (inv.router[seg] for seg in topo.SEGMENTS)
         append = kernel_cmdline(
             s.router, [left.ipv4, left.ipv6], [right.ipv4, right.ipv6], rib_routes=s.rib_routes,
-            routing=peering.router_args(s), dirty_mb_s=s.dirty_mbps,
+            routing=routing.router_args(s), dirty_mb_s=s.dirty_mbps,
         )  # fmt: skip
         qmp_path = self.ctx.registry.dir / f"qmp-{host}.sock"
         kernel, initrd = self.image.kernel, self.image.initrd

@@ -47,8 +47,9 @@ from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.drivers.libvirt import flags as lf
 from migrate.drivers.libvirt.daemon import LabLibvirtd, NamespacedLibvirtd
 from migrate.drivers.libvirt.domain_xml import QEMU_BINARY, GuestNic, domain_facts, domain_xml, with_console
-from migrate.experiment import dirty, peering
+from migrate.experiment import dirty
 from migrate.experiment.scenario import Scenario
+from migrate.model import routing
 from migrate.testbed import topology as topo
 
 log = logging.getLogger(__name__)
@@ -308,7 +309,7 @@ class LibvirtDriver(Driver):
                 [left.ipv4, left.ipv6],
                 [right.ipv4, right.ipv6],
                 rib_routes=s.rib_routes,
-                routing=peering.router_args(s),
+                routing=routing.router_args(s),
                 dirty_mb_s=s.dirty_mbps,
             ),
             console=self._console(topo.HYPERVISOR_HOSTS[0]),

@@ -76,8 +76,8 @@ from migrate.drivers.xen.xl import (
     router_domains,
     sender_argv,
 )
-from migrate.experiment import peering
 from migrate.experiment.scenario import XEN_PV_REFUSAL, Scenario, xen_host_env
+from migrate.model import routing
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import add_tap
 from migrate.testbed.inventory import XenDom0Spec
@@ -521,7 +521,7 @@ class XenDriver(Driver):
             mem_mib=s.mem_mib, vcpus=s.vcpus, guest_type=s.xen_guest, macs=(left.mac, right.mac),
             timeout_s=s.boot_timeout_s,
             alive=self.procs["R1"].alive if "R1" in self.procs else None, save_cfg=self.ctx.run_dir / "xen-domu.cfg",
-            rib_routes=s.rib_routes, routing=peering.router_args(s), paths=self.domu_paths,
+            rib_routes=s.rib_routes, routing=routing.router_args(s), paths=self.domu_paths,
         )  # fmt: skip
         rec.action("router-ready", host="R1")
 
@@ -741,7 +741,7 @@ def create_router_domu(
 ) -> str:
     """Write the domU's config into ``host``'s dom0, stream its console, ``xl create`` it and wait
     for the router's READY line (returned); GuestError with the console's tail otherwise.
-    ``routing``: vrmig-router's peering arguments (:func:`migrate.experiment.peering.router_args`);
+    ``routing``: vrmig-router's peering arguments (:func:`migrate.model.routing.router_args`);
     ``paths``: where that dom0 keeps the domU's files (default: the nested host image's)."""
     from routers.guest import FAIL_MARKER, READY_MARKER, kernel_cmdline
 
