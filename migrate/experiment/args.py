@@ -132,23 +132,8 @@ def knob_dest(knob: Knob) -> str:
 def add_knob_flags(p: argparse.ArgumentParser) -> None:
     """The flags of QEMU's migration knobs (migrate.core.knobs); their text is read by
     :func:`knob_fields` (one value) and the sweep (a list of values: an axis)."""
-    helps = {
-        "DOWNTIME_LIMIT": "QEMU downtime-limit ms",
-        "MIGBW": "QEMU max-bandwidth bit/s",
-        "AUTO_CONVERGE": "QEMU auto-converge capability: 1|0",
-        "XBZRLE": "QEMU xbzrle capability: 1|0",
-        "POSTCOPY": "QEMU postcopy-ram: 1|0 (switch after the first RAM pass)",
-        "MULTIFD": "QEMU multifd with N channels (1-255; 0: none)",
-        "MULTIFD_COMPRESSION": "QEMU multifd-compression: none|zlib|zstd (with MULTIFD)",
-        "POSTCOPY_PREEMPT": "QEMU postcopy-preempt capability: 1|0 (with POSTCOPY=1)",
-        "ANNOUNCE": "QEMU announce-initial,max,rounds,step (ms, ms, count, ms)",
-        "XBZRLE_CACHE": "QEMU xbzrle-cache-size, e.g. 64M (with XBZRLE=1)",
-        "CPU_THROTTLE": "QEMU cpu-throttle-initial,increment %% (with AUTO_CONVERGE=1)",
-        "ZERO_PAGE": "QEMU zero-page-detection: none|legacy|multifd (QEMU 9.0; multifd with MULTIFD)",
-        "DIRTY_LIMIT": "QEMU dirty-limit with vcpu-dirty-limit MB/s per vCPU (QEMU 8.1; needs KVM's dirty ring)",
-    }
     for k in KNOBS:
-        p.add_argument(f"--{k.flag}", dest=knob_dest(k), default=None, metavar=k.var, help=helps[k.var])
+        p.add_argument(f"--{k.flag}", dest=knob_dest(k), default=None, metavar=k.var, help=k.help)
 
 
 def knob_values(a: argparse.Namespace) -> list[tuple[Knob, list[str]]]:
