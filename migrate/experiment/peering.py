@@ -484,13 +484,10 @@ class Peers:
     # -- where things are: this machine, or a lab host ----------------------------------
     def _path(self, role: str, name: str) -> str:
         """The file ``name`` of the peer on ``role`` (the run directory, here or on the host)."""
-        return self.tb.out_path(role, self.dir, name) if self.lab else str(self.dir / name)
+        return self.tb.out_path(role, self.dir, name)
 
     def _log_text(self, role: str) -> str:
         """The peer's log as it is now ("" before it exists)."""
-        if not self.lab:
-            path = self.dir / f"peer-{role}.log"
-            return path.read_text(errors="replace") if path.exists() else ""
         data = self.tb.read_bytes(role, self._path(role, f"peer-{role}.log"))
         return "" if data is None else data.decode(errors="replace")
 
@@ -543,15 +540,14 @@ class Peers:
             time.sleep(LOG_POLL_S * 4)
 
     def fetch(self) -> None:
-        """A lab: copy the peers' logs and captures from their hosts into the run directory.
-        What could not be fetched is logged with why; the analysis then notes the file missing
-        and leaves the figures it carries absent."""
-        if not self.lab:
-            return
+        """Copy the peers' logs and captures from their hosts into the run directory (the
+        embedded testbed's are there already: Testbed.fetch copies nothing).  What could not be
+        fetched is logged with why; the analysis then notes the file missing and leaves the
+        figures it carries absent."""
         for p in peers():
             for name in (f"peer-{p.role}.log", f"control-{p.role}.pcap"):
                 try:
-                    self.tb.hosts[p.role].fetch(self._path(p.role, name), self.dir / name)
+                    self.tb.fetch(p.role, self._path(p.role, name), self.dir / name)
                 except Exception as err:  # a host lost at the end must not cost the other files
                     log.warning("could not fetch %s from %s: %s", name, p.role, err)
 

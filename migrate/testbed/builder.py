@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,6 +114,12 @@ class Testbed:
         return subprocess.run(
             ["ip", "netns", "exec", self.ns(role), *argv], capture_output=True, timeout=timeout_s, check=False
         )
+
+    def fetch(self, role: str, path: str, local: Path) -> None:
+        """Copy the file ``path`` of ``role`` to ``local``: here they are one file system, so
+        nothing is copied when ``path`` is ``local`` already."""
+        if Path(path).resolve() != local.resolve():
+            shutil.copyfile(path, local)
 
     def read_bytes(self, role: str, path: str) -> bytes | None:
         """A file a helper on ``role`` writes (None if it does not exist yet)."""

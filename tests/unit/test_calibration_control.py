@@ -12,6 +12,7 @@ from analysis.load import read_jsonl
 from analysis.metrics import calibration_control as ccm
 from analysis.metrics.calibration import Edge, Event, events_from_actions
 from analysis.metrics.control_plane import Flap, LogEvent
+from migrate.testbed.builder import Testbed
 
 MS = 10**6
 T0 = 1_000_000 * 10**9  # an arbitrary CLOCK_REALTIME origin
@@ -251,7 +252,7 @@ def test_the_peers_wait_reads_the_state_of_the_real_logs(tmp_path):
     texts = {r: (FIX / f"peer-{r}.log").read_text() for r in ROUTER}
     logs = {r: parse_bird_log(t) for r, t in texts.items()}
     cut_at = min(e.t_ns for ev in logs.values() for e in ev if "Up to Down" in e.message) + 1000
-    peers = Peers(Scenario(peering="bgp,bfd"), None, None, tmp_path)
+    peers = Peers(Scenario(peering="bgp,bfd"), Testbed("t"), None, tmp_path)
     for r, t in texts.items():
         kept = [ln for ln in t.splitlines() if not ln[:1].isdigit() or int(float(ln.split()[0]) * 1e9) <= cut_at]
         (tmp_path / f"peer-{r}.log").write_text("\n".join(kept) + "\n")

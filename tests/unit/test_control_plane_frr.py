@@ -9,6 +9,7 @@ import pytest
 
 from analysis.load import read_pcap
 from analysis.metrics import control_plane as cpm
+from migrate.testbed.builder import Testbed
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "peering"
 ROUTER = {"A": "198.18.1.1", "B": "198.18.2.1"}
@@ -139,7 +140,7 @@ def test_readiness_reads_the_frr_logs(tmp_path):
     assert set(up) == {"A", "B"} and all(t is not None for t in up.values()) and flaps == 6
     texts = _texts(BOTH)
     cut_at = min(f["down_ns"] for f in figs["bfd"].to_dict()["flap_details"]) + 1000
-    peers = Peers(Scenario(peering="bgp,ospf,bfd", peer_daemon="frr"), None, None, tmp_path)
+    peers = Peers(Scenario(peering="bgp,ospf,bfd", peer_daemon="frr"), Testbed("t"), None, tmp_path)
     for r, t in texts.items():
         kept = [e for e in t.splitlines() if not e[:1].isdigit() or cpm.parse_frr_log(e)[0].t_ns <= cut_at]
         (tmp_path / f"peer-{r}.log").write_text("\n".join(kept) + "\n")
@@ -192,7 +193,7 @@ def test_the_sink_route_at_a_says_when_the_router_holds_it(tmp_path):
     texts = _texts(BOTH)
     (tmp_path / "peer-B.log").write_text(texts["B"])
     (tmp_path / "peer-A.log").write_text("\n".join(ln for ln in texts["A"].splitlines() if "Tx route add" not in ln))
-    peers = Peers(Scenario(peering="bgp,ospf,bfd", peer_daemon="frr"), None, None, tmp_path)
+    peers = Peers(Scenario(peering="bgp,ospf,bfd", peer_daemon="frr"), Testbed("t"), None, tmp_path)
     assert peers._state()[0]["A"] is not None and peers.sessions_up() is None
     from migrate.experiment.peering import PeeringError
 
