@@ -27,8 +27,8 @@ from migrate.core import meta as metamod
 from migrate.core.atomic import write_json
 from migrate.core.errors import DependencyError, Interrupted, VrmigError
 from migrate.core.progress import Progress
-from migrate.core.registry import clean_stale
-from migrate.core.rundir import META_FORMAT, META_JSON
+from migrate.core.registry import clean_stale_before_a_run
+from migrate.core.rundir import META_JSON
 from migrate.core.sighold import Abort, signal_handlers
 from migrate.testbed.results import check_results_root, new_run_dir
 
@@ -205,12 +205,7 @@ def _initial_meta(spec: BaselineSpec, facts: dict[str, Any], gen: dict[str, Any]
     if accel == "tcg":
         notes["accel"] = "accel=tcg: no usable KVM here, so every HV=kvm figure describes QEMU's TCG emulator, not KVM"
     return {
-        "format_version": META_FORMAT,
-        "kind": "baseline",
-        "created_utc": dt.datetime.now(dt.UTC).isoformat(),
-        "status": "running",
-        "failure": None,
-        "failure_class": None,  # a failed baseline never migrates: "setup"; or "interrupted"
+        **metamod.opening("baseline"),  # failure_class of a failed baseline: "setup" or "interrupted"
         "spec": spec.to_dict(),
         "accel": accel,
         "hypervisor": {k: v for k, v in facts.items() if k != "router_image"},
@@ -229,8 +224,6 @@ def _initial_meta(spec: BaselineSpec, facts: dict[str, Any], gen: dict[str, Any]
         ),
         "address_plan": plan_doc,
         "generator_capability": gen,
-        "git_commit": metamod.git_commit(),
-        "host": metamod.host_facts(),
         "tools": _tool_versions(),
         "notes": notes,
         "configs": {},
@@ -287,8 +280,7 @@ def run_baseline(
     else:
         facts = {"router_image": None, "accel": labmod.lab_accel(lab_plan)}
         gen = None
-    for prefix in clean_stale():
-        log.warning("removed leftovers of crashed run %s", prefix)
+    clean_stale_before_a_run(log)
     abort = Abort(armed=False)  # armed once meta.json exists (Abort.arm)
     with signal_handlers(abort.handler):
         if resume_dir is not None:

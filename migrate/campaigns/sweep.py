@@ -587,7 +587,7 @@ def run_sweep(sweep_dir: Path, testbed: Path | None = None) -> Outputs:
     """Run (or resume) the sweep in ``sweep_dir`` to the end and write its outputs (on the lab
     it was started with; ``testbed``, if given, must be that one)."""
     from migrate.campaigns.reporting import write_sweep_outputs
-    from migrate.core.registry import clean_stale
+    from migrate.core.registry import clean_stale_before_a_run
 
     meta, state = sd.open_sweep(sweep_dir)
     for p in meta["points"]:
@@ -596,8 +596,7 @@ def run_sweep(sweep_dir: Path, testbed: Path | None = None) -> Outputs:
     with locked(sweep_dir):
         vers = versions(_scenario(meta["points"][0]), lab)
         check_accel(sweep_dir, state, vers)
-        for prefix in clean_stale():
-            log.warning("removed leftovers of crashed run %s", prefix)
+        clean_stale_before_a_run(log)
         meta, state = sd.open_sweep(sweep_dir)
         reconcile(sweep_dir, meta, state)
         start_session(sweep_dir, state, vers)

@@ -50,6 +50,27 @@ def git_commit() -> str | None:
     return commit + ("-dirty" if dirty else "")
 
 
+def opening(kind: str) -> dict[str, Any]:
+    """The fields every run-like command's meta.json opens with (``run``, ``calibrate``,
+    ``baseline``): format, kind, creation time, status "running" with no failure yet, the
+    checkout's commit and the host's facts.  The command adds its own."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "kind": kind,
+        "created_utc": dt.datetime.now(dt.UTC).isoformat(),
+        "status": "running",
+        "failure": None,
+        "failure_class": None,
+        "git_commit": git_commit(),
+        "host": host_facts(),
+    }
+
+
+def clock_fields() -> dict[str, Any]:
+    """meta.json ``clock`` at the start: what the time stamps are and CLOCK_REALTIME's offset."""
+    return {"timestamps": "CLOCK_REALTIME ns", "offset_start_ns": clock_offset_ns()}
+
+
 def cpu_model() -> str | None:
     """Host CPU model name."""
     for line in Path("/proc/cpuinfo").read_text().splitlines():

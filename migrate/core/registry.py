@@ -531,6 +531,13 @@ def clean_dead_run(state_dir: Path, why: str = DEAD_RUN_WHY, wait: bool = True) 
         return True, problems
 
 
+def clean_stale_before_a_run(logger: logging.Logger) -> None:
+    """:func:`clean_stale`, each run cleaned logged as a warning: what every run-like command
+    does before it creates anything."""
+    for prefix in clean_stale():
+        logger.warning("removed leftovers of crashed run %s", prefix)
+
+
 def clean_stale(only: set[str] | None = None) -> list[str]:
     """Tear down resources of every run whose owner process is dead (only the runs whose prefix
     is in ``only``, if given); return the prefixes cleaned.  A run another process is tearing

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import datetime as dt
 import logging
 import random
 import signal
@@ -45,8 +44,8 @@ from migrate.core import meta as metamod
 from migrate.core.atomic import write_json
 from migrate.core.errors import ConfigError, DependencyError, Interrupted, VrmigError
 from migrate.core.progress import Progress
-from migrate.core.registry import Registry, clean_stale
-from migrate.core.rundir import META_FORMAT, META_JSON
+from migrate.core.registry import Registry, clean_stale_before_a_run
+from migrate.core.rundir import META_JSON
 from migrate.core.sighold import Abort, Teardown, signal_handlers
 from migrate.core.units import format_rate
 from migrate.drivers.base import Driver, RunContext, load_driver
@@ -660,23 +659,16 @@ def run_calibration(spec: CalibrationSpec, results_root: Path, testbed: Path | N
     driver_cls = check_pause_capability(spec, lab=inv is not None)
     check_results_root(results_root)
     facts = dependencies(spec, driver_cls)
-    for prefix in clean_stale():
-        log.warning("removed leftovers of crashed run %s", prefix)
+    clean_stale_before_a_run(log)
     abort = Abort(armed=False)  # armed once meta.json exists (Abort.arm)
     with signal_handlers(abort.handler):
         run_dir = _run_dir(results_root, spec)
         meta: dict[str, Any] = {
-            "format_version": META_FORMAT,
-            "kind": "calibrate",
-            "created_utc": dt.datetime.now(dt.UTC).isoformat(),
-            "status": "running",
-            "failure": None,
+            **metamod.opening("calibrate"),
             "calibration": asdict(spec),
             "scenario": spec.scenario().to_dict(),
             "method": _method(spec),
-            "git_commit": metamod.git_commit(),
-            "host": metamod.host_facts(),
-            "clock": {"timestamps": "CLOCK_REALTIME ns", "offset_start_ns": metamod.clock_offset_ns()},
+            "clock": metamod.clock_fields(),
             "hypervisor": dict(facts),
             "accel": facts.get("accel"),
         }

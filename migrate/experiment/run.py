@@ -9,7 +9,6 @@ after it were answered), seen live and in the instruments' records (docs/data-fo
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
 import logging
 import os
@@ -24,7 +23,7 @@ from migrate.core import knobs
 from migrate.core import meta as metamod
 from migrate.core.atomic import write_json
 from migrate.core.errors import ConfigError, DependencyError, Interrupted, MigrationError, TestbedError, VrmigError
-from migrate.core.registry import Registry, clean_stale
+from migrate.core.registry import Registry, clean_stale_before_a_run
 from migrate.core.rundir import META_JSON, SINK_JSON
 from migrate.core.sighold import Abort, Teardown, signal_handlers
 from migrate.core.stack import DEFAULT_QEMU
@@ -220,24 +219,16 @@ def run(
     driver_cls, facts = preflight(scenario, lab=inv is not None)
     if inv is not None and lab_check is not None:
         check_knobs(scenario, lab_facts(lab_check, scenario, facts), probe=False)  # the lab hosts' QEMU
-    for prefix in clean_stale():
-        log.warning("removed leftovers of crashed run %s", prefix)
+    clean_stale_before_a_run(log)
 
     abort = Abort(armed=False)  # armed once meta.json exists (Abort.arm)
     with signal_handlers(abort.handler):
         run_dir = make_run_dir(results_root, scenario)
         meta: dict[str, Any] = {
-            "format_version": metamod.FORMAT_VERSION,
-            "kind": "migrate",
-            "created_utc": dt.datetime.now(dt.UTC).isoformat(),
-            "status": "running",
-            "failure": None,
-            "failure_class": None,
+            **metamod.opening("migrate"),
             "scenario": scenario.to_dict(),
             "name": scenario.name,
-            "git_commit": metamod.git_commit(),
-            "host": metamod.host_facts(),
-            "clock": {"timestamps": "CLOCK_REALTIME ns", "offset_start_ns": metamod.clock_offset_ns()},
+            "clock": metamod.clock_fields(),
             **(extra_meta or {}),
         }
         if inv is not None:

@@ -244,7 +244,7 @@ def test_record_failure_keeps_the_first_failure_and_its_class():
 def _run_with(tmp_path, monkeypatch, execute):
     """migrate.experiment.run.run() with its side effects replaced: ``execute(phase, meta)`` plays _execute."""
     monkeypatch.setattr(runmod, "preflight", lambda s, lab=False: (object, {}))
-    monkeypatch.setattr(runmod, "clean_stale", lambda: [])
+    monkeypatch.setattr(runmod, "clean_stale_before_a_run", lambda _log: None)
     monkeypatch.setattr(runmod, "_analyse", lambda run_dir: None)
     monkeypatch.setattr(
         runmod, "_execute", lambda s, cls, facts, reg, run_dir, meta, abort, phase, inv=None: execute(phase, meta)
