@@ -383,10 +383,14 @@ def _point_name(base: tuple[Any, ...]) -> str:
 
 
 def stack_text(scenario: Mapping[str, Any]) -> str:
-    """``QEMU=10.0 ROUTER=frr@8.4``: the QEMU and the router (other than the default frr) a
-    scenario names ('' for the default stack, and for runs recorded before QEMU= existed)."""
-    spec, router = scenario.get("qemu"), scenario.get("router")
-    parts = [f"QEMU={spec}" if spec else "", f"ROUTER={router}" if router and router != "frr" else ""]
+    """``QEMU=10.0 LIBVIRT=system ROUTER=frr@8.4``: the QEMU, the libvirt and the router (other
+    than the default frr) a scenario names ('' for the default stack, and for runs recorded before QEMU= existed)."""
+    spec, router, libvirt = scenario.get("qemu"), scenario.get("router"), scenario.get("libvirt")
+    parts = [
+        f"QEMU={spec}" if spec else "",
+        f"LIBVIRT={libvirt}" if libvirt else "",
+        f"ROUTER={router}" if router and router != "frr" else "",
+    ]
     return " ".join(p for p in parts if p)
 
 

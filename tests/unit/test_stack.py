@@ -219,3 +219,11 @@ def test_the_lab_bundle_translates_the_release_into_the_deploy_dir(tmp_path, mon
     assert b is not None and b["spec"] == "10.0" and Path(b["tar"]).is_file()
     assert b["json"]["argv"][:3] == [f"{there}/usr/bin/qemu-system-x86_64", "-L", f"{there}/usr/share/qemu"]
     assert b["json"]["binary"] == f"{there}/usr/bin/qemu-system-x86_64"
+
+
+def test_a_points_stack_text_names_qemu_libvirt_and_a_router_other_than_the_default():
+    from analysis.stats.aggregate import stack_text
+
+    assert stack_text({}) == "" and stack_text({"router": "frr"}) == ""
+    assert stack_text({"qemu": "10.0", "router": "frr@8.4"}) == "QEMU=10.0 ROUTER=frr@8.4"
+    assert stack_text({"libvirt": "system", "router": "bird"}) == "LIBVIRT=system ROUTER=bird"
