@@ -102,7 +102,10 @@ def listing(target: str) -> str:
     command, _ = TARGETS[target]
     rows = []
     for var, action in variables(subparser(command)):
-        default = "" if action.default in (None, False, argparse.SUPPRESS) else f" (default {action.default})"
+        d = action.default
+        if isinstance(d, (tuple, list)):
+            d = ",".join(f"{x:g}" if isinstance(x, float) else str(x) for x in d)
+        default = "" if d in (None, False, "", argparse.SUPPRESS) else f" (default {d})"
         rows.append(f"  {var:22} {(action.help or '').replace('%%', '%')}{default}")
     return f"make {target} variables:\n" + "\n".join(rows)
 
