@@ -66,7 +66,7 @@ libvirt: venv
 guest: venv
 	$(PY) -m routers build --profile frr
 	$(PY) -m routers build --profile bird
-	$(if $(filter-out frr bird,$(ROUTER)),$(PY) -m routers build --profile $(ROUTER))
+	if [ -n "$$ROUTER" ]; then $(PY) -m routers build --profile "$$ROUTER"; fi
 
 # HV=xen: the nested Xen host image (Xen 4.17 + dom0 from Debian packages, ~/.cache/vrmig/xen)
 .PHONY: xen
