@@ -1,4 +1,5 @@
-"""Command line: ``vrmig run`` (= ``make migrate``) and ``vrmig clean-testbed``.
+"""Command line: ``vrmig run`` (= ``make migrate``) and ``vrmig clean-testbed``; every subcommand
+names its handler (``set_defaults(handler=...)``), which ``main`` calls.
 
 Errors print one line and exit non-zero; tracebacks only with ``--debug``.  The last line
 printed by ``run`` is the results directory."""
@@ -28,13 +29,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="one migration experiment (make migrate)")
     add_run_arguments(r)
+    r.set_defaults(handler=_run_command)
     ct = sub.add_parser("clean-testbed", help="remove what crashed runs left behind (from their state files)")
     ct.add_argument(
         "--testbed", type=Path, default=None, help="also on the hosts of this inventory (runs of this machine only)"
     )
+    ct.set_defaults(handler=_clean_testbed)
     from migrate.baseline.args import add_parser as add_baseline_parser
 
     add_baseline_parser(sub)
+    sub.choices["baseline"].set_defaults(handler=_baseline_command)
     from migrate.cli.sweep import add_parsers as add_sweep_parsers
 
     add_sweep_parsers(sub, r)
@@ -51,6 +55,42 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_hosts_setup_parser(sub)
     return p
+
+
+def _baseline_command(args: argparse.Namespace) -> int:
+    """``baseline`` (make baseline)."""
+    from migrate.cli.baseline import run_command
+
+    return run_command(args)
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    """``run`` (make migrate): one migration, its summary table, and the results directory last."""
+    scenario = scenario_from_args(args)
+    from migrate.experiment.run import run
+
+    run_dir = run(scenario, args.results, testbed=args.testbed)
+    _print_summary(run_dir)
+    print(run_dir)
+    import json
+
+    status = json.loads((run_dir / META_JSON).read_text()).get("status")
+    return 0 if status == "completed" else 4
+
+
+def _clean_testbed(args: argparse.Namespace) -> int:
+    """``clean-testbed``: what dead runs left here (and on a lab's hosts with ``--testbed``)."""
+    from migrate.core.registry import clean_stale
+
+    cleaned = clean_stale()
+    print(f"cleaned {len(cleaned)} stale run(s)" + (f": {', '.join(cleaned)}" if cleaned else ""))
+    from migrate.campaigns.ab import clean_stale_trees
+
+    for tree in clean_stale_trees():
+        print(f"removed a dead night's A/B worktree {tree}")
+    if args.testbed is not None:
+        return _clean_lab(args.testbed)
+    return 0
 
 
 def _clean_lab(path: Path) -> int:
@@ -90,34 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("pyroute2").setLevel(logging.WARNING)
     try:
         args = build_parser().parse_args(argv)
-        if args.command == "clean-testbed":
-            from migrate.core.registry import clean_stale
-
-            cleaned = clean_stale()
-            print(f"cleaned {len(cleaned)} stale run(s)" + (f": {', '.join(cleaned)}" if cleaned else ""))
-            from migrate.campaigns.ab import clean_stale_trees
-
-            for tree in clean_stale_trees():
-                print(f"removed a dead night's A/B worktree {tree}")
-            if args.testbed is not None:
-                return _clean_lab(args.testbed)
-            return 0
-        if args.command == "baseline":
-            from migrate.cli.baseline import run_command as run_baseline_command
-
-            return run_baseline_command(args)
-        if getattr(args, "handler", None) is not None:  # sweep, report, compare, nightly, nightly-accept
-            return args.handler(args)
-        scenario = scenario_from_args(args)
-        from migrate.experiment.run import run
-
-        run_dir = run(scenario, args.results, testbed=args.testbed)
-        _print_summary(run_dir)
-        print(run_dir)
-        import json
-
-        status = json.loads((run_dir / META_JSON).read_text()).get("status")
-        return 0 if status == "completed" else 4
+        return args.handler(args)
     except VrmigError as err:
         if debug:
             log.exception("error")
