@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from migrate.core.errors import DependencyError, VrmigError
+from migrate.core.errors import ConfigError, DependencyError, VrmigError
 
 
 class RouterError(VrmigError):
@@ -23,3 +23,7 @@ class NotBuiltError(RouterError, DependencyError):
 
 class BuildError(RouterError):
     """Building the guest image failed (download, extraction, missing file or library)."""
+
+
+class TooLittleMemoryError(RouterError, ConfigError):
+    """MEM is below what the router image needs to boot (exit 2: the parameter is the fault)."""

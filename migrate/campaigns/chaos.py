@@ -78,7 +78,7 @@ class HvProfile:
 #: faults of the testbed and instruments apply to every HV (CRIU: right before the final dump);
 #: QEMU deaths where there is a QEMU per host; an unbootable guest where the driver builds one
 _TESTBED_FAULTS = ("link-down", "link-cap", "gen-dies", "dst-unplugged")
-XEN_FLAGS = ("--hv", "xen", "--mem", "128", "--rate", "1M", "--duration", "5", "--migrate-at", "2", "--after", "1",
+XEN_FLAGS = ("--hv", "xen", "--mem", "160", "--rate", "1M", "--duration", "5", "--migrate-at", "2", "--after", "1",
              "--migrate-timeout", "150", "--boot-timeout", "240")  # fmt: skip
 HV_PROFILES: dict[str, HvProfile] = {
     "kvm": HvProfile(tuple(RUN_FLAGS), FAULTS),

@@ -322,7 +322,7 @@ def test_orchestrator_never_enters_a_namespace(lab, tmp_path, monkeypatch):
     assert seen == [], seen
 
 
-def _xen_run(testbed: Path, tmp_path: Path, monkeypatch, mem: int = 128) -> tuple[Path, dict, dict]:
+def _xen_run(testbed: Path, tmp_path: Path, monkeypatch, mem: int = 160) -> tuple[Path, dict, dict]:
     """One HV=xen run on ``testbed`` (1 Mbit/s, migration at 3 s), checked for what both lab
     forms of HV=xen share: completed without entering a namespace, the router moved, the
     dom0's migration NIC sent at least the guest's memory and the link at least that, a packet
@@ -393,7 +393,7 @@ def test_xen_hosts_of_the_lab_run_xl_over_ssh_and_a_sigkill_is_cleaned(lab, tmp_
     if inv.host("R1").xen is None:
         pytest.skip("the lab has no Xen hosts (no nested Xen host image: make xen)")
     assert _dom0_leftovers(inv) == {"R1": [], "R2": []}
-    mem = 128
+    mem = 160
     run_dir, meta, _ = _xen_run(lab, tmp_path, monkeypatch, mem)
     hv = meta["hypervisor"]
     assert hv["nested"] is False and hv["dom0"]["reached"] == "ssh" and hv["accel"] is None

@@ -134,3 +134,35 @@ def test_host_packages_readable_with_plain_python():
     packages, mods = out.stdout.splitlines()
     assert {"apt", "dpkg", "qemu-system-x86"} <= set(packages.split())
     assert {m.split(".")[0] for m in mods.split()} <= {"routers", "migrate"}, mods
+
+
+def _image(packed: int, unpacked: int):
+    from pathlib import Path
+
+    from routers.guest import GuestImage
+
+    manifest = {"files": {"initrd.img": {"bytes": packed, "uncompressed_bytes": unpacked}},
+                "router": {"upstream_version": "10.3"}}  # fmt: skip
+    return GuestImage(kernel=Path("k"), initrd=Path("i"), manifest=manifest)
+
+
+def test_an_image_too_big_for_mem_is_refused_with_the_mem_it_needs():
+    """The sizes of the real FRR 10.3 and 8.4 images of 2026-12-02: 10.3 failed to unpack at
+    MEM=128 and booted at 136; 8.4 failed at 96 and booted at 112."""
+    from routers.errors import TooLittleMemoryError
+
+    frr10, frr84 = _image(10_758_867, 39_150_272), _image(7_435_408, 21_440_708)
+    assert 128 < frr10.min_mem_mib <= 160 and 96 < frr84.min_mem_mib <= 112
+    frr10.check_mem(frr10.min_mem_mib, "frr")
+    with pytest.raises(TooLittleMemoryError, match=r"MEM=128 is too small for ROUTER=frr \(10\.3\).*MEM=144 or more"):
+        frr10.check_mem(128, "frr")
+    assert TooLittleMemoryError("x").exit_code == 2
+    assert _no_sizes().min_mem_mib is None
+
+
+def _no_sizes():
+    from pathlib import Path
+
+    from routers.guest import GuestImage
+
+    return GuestImage(kernel=Path("k"), initrd=Path("i"), manifest={})

@@ -316,6 +316,7 @@ class KvmDriver(Driver):
         if not ok:
             raise DependencyError(f"ROUTER={scenario.router} is unavailable: {why}")
         image = run_image(scenario.router)
+        image.check_mem(scenario.mem_mib, scenario.router)
         require_dirty_tool(scenario, image)
         auto, reason = detect_accel()
         if scenario.accel == "kvm" and auto != "kvm":

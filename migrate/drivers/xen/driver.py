@@ -268,6 +268,7 @@ class XenDriver(Driver):
             image = guest_image(scenario.router)
         except RouterError as err:
             raise DependencyError(str(err)) from err
+        image.check_mem(scenario.mem_mib, scenario.router)
         peer = xen_host_env(os.environ)["peer"]
         if real_dom0() and peer:
             return {"nested": False, "xen_guest_type": scenario.xen_guest, "peer": peer,
