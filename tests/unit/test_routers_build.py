@@ -249,9 +249,15 @@ BOTH = "eth0 198.18.1.1/24\neth0 2001:2:0:1::1/64\neth1 198.18.2.1/24\neth1 2001
 LEFT = "eth0 198.18.1.1/24\neth0 2001:2:0:1::1/64\n"
 
 
-@pytest.mark.parametrize(("profile", "version"), [("frr", "8.4.4"), ("bird", "2.0.12")])
-def test_guest_readiness_check_on_real_daemon_output(profile, version):
-    ready, partial = FIXTURES / f"{profile}-query-ready.txt", FIXTURES / f"{profile}-query-partial.txt"
+@pytest.mark.parametrize(
+    ("fixture", "profile", "version"),
+    [("frr", "frr", "8.4.4"), ("frr10", "frr", "10.3"), ("bird", "bird", "2.0.12")],
+)
+def test_guest_readiness_check_on_real_daemon_output(fixture, profile, version):
+    """Real query output: FRR 8.4 shows each address's connected prefix, FRR 10.3 its local /32
+    or /128 (captured 2026-12-02 from the frr image's rootfs in a namespace, the partial one after
+    eth1's addresses were flushed); BIRD 2.0."""
+    ready, partial = FIXTURES / f"{fixture}-query-ready.txt", FIXTURES / f"{fixture}-query-partial.txt"
     body = (
         'PROFILE=$P; PAIRS=$PAIRS_IN; IFACES=$IFS_IN\nif routes_ok "$Q"; then echo OK; else echo WAIT; fi\n'
         '"${PROFILE}_version" < "$Q"'
