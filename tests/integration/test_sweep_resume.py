@@ -99,7 +99,9 @@ def test_sweep_killed_twice_and_resumed(tmp_path):
         _wait("one finished run", lambda: len(sweep_state(sweep).get("runs", {})) == 1, p, log)
         first_id, first = next(iter(sweep_state(sweep)["runs"].items()))
         first_digest = _digest(sweep / first["run_dir"])
-        known = _run_dirs(sweep)
+        # the first run's directory only: the second one may exist already (the sweep starts the
+        # next run a few milliseconds after it records the first)
+        known = {Path(first["run_dir"]).name}
         _wait("the second run's directory", lambda: _new_run_with(sweep, known, None), p, log)
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=120) == 130, log.read_text()[-3000:]
