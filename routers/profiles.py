@@ -77,7 +77,7 @@ class Profile:
     @property
     def family(self) -> str:
         """The routing software's profile name without a release (``frr@8.4`` -> ``frr``)."""
-        return self.name.split("@", 1)[0]
+        return family_of(self.name)
 
     @property
     def debian(self) -> bool:

@@ -270,13 +270,12 @@ def validate(s: BaselineSpec) -> None:
         _require(0.001 <= s.ndr_precision <= 0.5, f"NDR_PRECISION={s.ndr_precision} must be 0.001..0.5")
     _require(0.5 <= s.duration_s <= 3600, f"DURATION={s.duration_s} must be 0.5..3600 seconds per point")
     _require(0 < s.load_rate_bps <= MAX_RATE_BPS, f"LOAD_RATE={s.load_rate_bps} must be > 0 and <= 10G")
-    _require(
-        s.router.split("@", 1)[0] in ROUTER_PROFILES, f"ROUTER={s.router!r}: choose from {', '.join(ROUTER_PROFILES)}"
-    )
-    if "@" in s.router:
-        from routers import profiles
-        from routers.errors import UnknownProfileError
+    from routers import profiles
+    from routers.errors import UnknownProfileError
 
+    known = profiles.family_of(s.router) in ROUTER_PROFILES
+    _require(known, f"ROUTER={s.router!r}: choose from {', '.join(ROUTER_PROFILES)}")
+    if "@" in s.router:
         try:
             profiles.get(s.router)
         except UnknownProfileError as err:

@@ -24,13 +24,13 @@ from collections.abc import Iterator, Mapping
 
 from migrate.core.knobs import KNOB_BY_VAR
 
-#: make targets -> (subcommand of ``vrmig``, variables the Makefile itself handles)
-TARGETS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "migrate": ("run", ()),
-    "sweep": ("sweep", ()),
-    "ab": ("ab", ()),
-    "baseline": ("baseline", ()),
-    "calibrate": ("calibrate", ()),
+#: make targets -> the subcommand of ``vrmig`` each runs
+TARGETS: dict[str, str] = {
+    "migrate": "run",
+    "sweep": "sweep",
+    "ab": "ab",
+    "baseline": "baseline",
+    "calibrate": "calibrate",
 }
 #: variables of make itself or of every target (never refused)
 COMMON = ("RESULTS", "PY", "PYTEST", "SHELL", "MAKEFLAGS", "V")
@@ -70,9 +70,9 @@ def argv_for(target: str, environ: Mapping[str, str]) -> list[str]:
     variable on make's command line that the target does not know."""
     from migrate.core.errors import ConfigError
 
-    command, _own = TARGETS[target]
+    command = TARGETS[target]
     table = dict(variables(subparser(command)))
-    known = {*table, *COMMON, *_own}
+    known = {*table, *COMMON}
     unknown = [v for v in command_line_variables(environ.get("MAKEFLAGS", "")) if v not in known]
     if unknown:
         said = []
@@ -99,7 +99,7 @@ def argv_for(target: str, environ: Mapping[str, str]) -> list[str]:
 
 def listing(target: str) -> str:
     """The variables of ``make <target>``, one per line with the help text and default."""
-    command, _ = TARGETS[target]
+    command = TARGETS[target]
     rows = []
     for var, action in variables(subparser(command)):
         d = action.default

@@ -148,7 +148,9 @@ class Scenario:
     @property
     def router_software(self) -> str:
         """ROUTER without its release (``frr@8.4`` -> ``frr``): what decides the daemons."""
-        return self.router.split("@", 1)[0]
+        from routers.profiles import family_of
+
+        return family_of(self.router)
 
     @property
     def ospf_hello_s(self) -> int:

@@ -57,7 +57,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 def once_more_after(attempt: Callable[[str], Path | None], crashed: Callable[[Path], bool], cause: str) -> Path | None:
     """``attempt("try1")`` runs once and returns its run directory (None: none printed); if that
     run's directory has a ``meta.json`` and ``crashed`` names its failure a known fault of another
-    project's (``cause``: QEMU's, FRR's), the retry is reported (:func:`report_retry`) and
+    project's (``cause``: QEMU's), the retry is reported (:func:`report_retry`) and
     ``attempt("try2")`` runs and its directory is returned instead."""
     run_dir = attempt("try1")
     if run_dir is not None and (run_dir / "meta.json").exists() and crashed(run_dir):
@@ -67,12 +67,13 @@ def once_more_after(attempt: Callable[[str], Path | None], crashed: Callable[[Pa
 
 
 #: the causes a test may retry after (another project's code, narrowly identified)
-QEMU72_CAUSE = "QEMU 7.2 TCG pre-copy page loss (DRIVER=libvirt: the host libvirt's QEMU)"
+QEMU72_CAUSE = "QEMU 7.2 TCG pre-copy page loss (a lab's DRIVER=libvirt: its hosts' own libvirt and QEMU)"
 
 
 def once_more_after_qemu_crash(attempt: Callable[[str], Path | None]) -> Path | None:
-    """:func:`once_more_after` for a run that failed from :func:`qemu_tcg_precopy_crash` (DRIVER=libvirt
-    runs the host libvirt's own QEMU, Debian 12's 7.2)."""
+    """:func:`once_more_after` for a run that failed from :func:`qemu_tcg_precopy_crash`: a lab's
+    DRIVER=libvirt runs its hosts' own libvirtd and QEMU (Debian 12's 7.2); the embedded testbed's
+    runs libvirt 11.3 with QEMU 10.0 and is never retried."""
     return once_more_after(
         attempt, lambda d: qemu_tcg_precopy_crash(json.loads((d / "meta.json").read_text())), QEMU72_CAUSE
     )
