@@ -535,20 +535,28 @@ def qemu_module_mount(build: QemuBuild) -> tuple[str, str] | None:
 _MODULE_MOUNT = 'mount --bind "$1" "$2" || exit 97; shift 2; exec "$@"'
 
 
+def emulator_text(
+    argv: list[str] | tuple[str, ...], mount: tuple[str, str] | None, unshare: str | None = None
+) -> str:
+    """The script a libvirt domain's ``<emulator>`` names to run a QEMU whose argv is ``argv``
+    (loader, firmware directories) with libvirt's arguments; with ``mount`` (module directory,
+    :data:`QEMU_MODULE_DIR`) it runs in a mount namespace of its own whose module directory is
+    the release's (:func:`qemu_module_mount`), through ``unshare`` (default: this machine's).
+    Every step execs, so the process libvirt starts, and registers by PID, is QEMU's own."""
+    full = list(argv)
+    if mount is not None:
+        unshare = unshare or shutil.which("unshare") or "/usr/bin/unshare"
+        full = [unshare, "--mount", "--propagation", "private", "sh", "-c", _MODULE_MOUNT, "vrmig-qemu", *mount, *full]
+    return "#!/bin/sh\nexec " + " ".join(shlex.quote(a) for a in full) + ' "$@"\n'
+
+
 def emulator_script(build: QemuBuild, path: Path) -> str:
     """The ``<emulator>`` a libvirt domain names to run ``build``: its binary where its argv is
-    the binary alone, else ``path``, written as a script that execs the argv (loader, firmware
-    directories) with libvirt's arguments; a fetched release runs in a mount namespace of its own
-    whose module directory is the release's (:func:`qemu_module_mount`).  Every step execs, so
-    the process libvirt starts, and registers by PID, is QEMU's own."""
+    the binary alone, else ``path``, written with :func:`emulator_text`."""
     mount = qemu_module_mount(build)
     if len(build.argv) == 1 and mount is None:
         return build.argv[0]
-    argv = list(build.argv)
-    if mount is not None:
-        unshare = shutil.which("unshare") or "/usr/bin/unshare"
-        argv = [unshare, "--mount", "--propagation", "private", "sh", "-c", _MODULE_MOUNT, "vrmig-qemu", *mount, *argv]
-    write_text(path, "#!/bin/sh\nexec " + " ".join(shlex.quote(a) for a in argv) + ' "$@"\n')
+    write_text(path, emulator_text(build.argv, mount))
     path.chmod(0o755)
     return str(path)
 

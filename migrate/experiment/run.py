@@ -37,7 +37,7 @@ from migrate.experiment.faults import FaultInjector, kill_pid, link_cap, link_do
 from migrate.experiment.instruments import Instruments
 from migrate.experiment.peering import Peers
 from migrate.experiment.recorder import Recorder
-from migrate.experiment.scenario import Scenario, qemu_spec
+from migrate.experiment.scenario import Scenario
 from migrate.model import routing
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import Testbed, TestbedBuilder, new_prefix
@@ -387,7 +387,9 @@ def lab_facts(check: dict[str, Any], scenario: Scenario, local: dict[str, Any]) 
         raise DependencyError(f"ACCEL=kvm requested but {missing} cannot run KVM: use ACCEL=auto or tcg")
     accel = ("kvm" if both else "tcg") if scenario.accel == "auto" else scenario.accel
     reason = "; ".join(f"{r}: {rows[r].get('kvm_reason')}" for r in hv)
-    spec = qemu_spec(scenario) if scenario.hv == "kvm" else "system"  # HV=xen: the nested hosts' QEMU
+    # HV=xen: the nested hosts' QEMU; HV=kvm: the release hosts-setup deployed, under either
+    # driver (DRIVER=libvirt: the hosts' own libvirtd runs it by its <emulator> script)
+    spec = (scenario.qemu or DEFAULT_QEMU) if scenario.hv == "kvm" else "system"
     qemu = {r: (rows[r].get("versions") or {}).get(QEMU) for r in hv}
     argv: list[str] = [QEMU]  # the hosts' own package
     stack: dict[str, Any] = {"spec": "system", "source": "system", "version_by_host": qemu}
@@ -404,10 +406,17 @@ def lab_facts(check: dict[str, Any], scenario: Scenario, local: dict[str, Any]) 
             raise DependencyError(
                 f"QEMU={spec} differs between R1 and R2 ({qemu['R1']}; {qemu['R2']}): run make hosts-setup"
             )
+        if scenario.driver == "libvirt":
+            stale = [r for r in hv if not deployed[r].get("emulator_ok")]
+            if stale:
+                raise DependencyError(
+                    f"QEMU={spec} on {', '.join(stale)} has no <emulator> script for the hosts' libvirtd "
+                    "(an older hosts-setup deployed it): run make hosts-setup, or use QEMU=system"
+                )
         record = deployed["R1"]["record"]
         argv = list(record["argv"])
         stack = {**record, "spec": spec, "version": qemu["R1"], "deployed": True, "version_by_host": qemu}
-    return {
+    out: dict[str, Any] = {
         "accel": accel,
         "accel_reason": reason if scenario.accel == "auto" else f"forced by ACCEL={scenario.accel} ({reason})",
         "qemu": qemu["R1"],
@@ -416,6 +425,14 @@ def lab_facts(check: dict[str, Any], scenario: Scenario, local: dict[str, Any]) 
         "stack": {"qemu": stack},
         "orchestrator_qemu": local.get("qemu"),
     }
+    if scenario.driver == "libvirt":  # the hosts' own libvirtd, as `libvirtd --version` gave it there
+        daemon = {r: (rows[r].get("versions") or {}).get("libvirtd") for r in hv}
+        out["libvirt"] = {**(local.get("libvirt") or {}), "daemon": daemon["R1"], "daemon_by_host": daemon}
+        out["stack"]["libvirt"] = {
+            "spec": "system", "source": "system", "version": daemon["R1"], "version_by_host": daemon,
+            **({} if daemon["R1"] else {"reason": "hosts-check found no libvirtd --version on R1"}),
+        }  # fmt: skip
+    return out
 
 
 def with_router(stack: Any, router: str, image: Any) -> dict[str, Any] | None:

@@ -99,13 +99,18 @@ def criu_bundle(deploy_dir: str, out_dir: Path, cache: Path | None = None) -> di
 #: where hosts-setup puts the default stack's QEMU, relative to the deploy dir (``qemu.json`` beside
 #: ``root``: its argv there, version, release, source, packages; migrate.experiment.run.lab_facts)
 QEMU_DIR = "qemu"
+#: beside ``root``: the script a libvirt domain's ``<emulator>`` names to run that QEMU under the
+#: hosts' own libvirtd (DRIVER=libvirt on a lab; migrate.core.stack.emulator_text)
+EMULATOR = "emulator"
 
 
 def qemu_bundle(deploy_dir: str, out_dir: Path, spec: str | None = None) -> dict[str, Any] | None:
     """The QEMU release ``spec`` (default: the default stack's) as ``make qemu`` fetched it here,
-    for the hypervisor hosts: ``{"spec", "tar", "json"}`` where qemu.json gives its argv under
-    ``<deploy_dir>/qemu/<spec>/root``; None if it was never fetched here."""
-    from migrate.core.stack import DEFAULT_QEMU, read_manifest
+    for the hypervisor hosts: ``{"spec", "tar", "json", "emulator"}`` where qemu.json gives its
+    argv under ``<deploy_dir>/qemu/<spec>/root`` and the path of its ``<emulator>`` script, whose
+    text is ``emulator``; None if it was never fetched here."""
+    from migrate.core.privapt import LIBDIR
+    from migrate.core.stack import DEFAULT_QEMU, QEMU_MODULE_DIR, emulator_text, read_manifest
 
     spec = spec or DEFAULT_QEMU
     manifest = read_manifest(spec)
@@ -115,9 +120,16 @@ def qemu_bundle(deploy_dir: str, out_dir: Path, spec: str | None = None) -> dict
     there = f"{deploy_dir}/{QEMU_DIR}/{spec}/root"
     argv = [there + a[len(root) :] if a.startswith(root) else a for a in manifest["argv"]]
     keys = ("spec", "version", "release", "source", "packages")
-    info = {k: manifest.get(k) for k in keys} | {"argv": argv, "binary": there + manifest["binary"][len(root) :]}
+    emulator = f"{deploy_dir}/{QEMU_DIR}/{spec}/{EMULATOR}"
+    info = {k: manifest.get(k) for k in keys} | {
+        "argv": argv,
+        "binary": there + manifest["binary"][len(root) :],
+        "emulator": emulator,
+    }
+    # the release's own modules, as on this machine (migrate.core.stack.qemu_module_mount)
+    mount = (f"{there}/{LIBDIR}/qemu", QEMU_MODULE_DIR) if (Path(root) / LIBDIR / "qemu").is_dir() else None
     tar = write_tree_tar(Path(root), out_dir / f"qemu-{spec}.tar")
-    return {"spec": spec, "tar": str(tar), "json": info}
+    return {"spec": spec, "tar": str(tar), "json": info, "emulator": emulator_text(argv, mount, "/usr/bin/unshare")}
 
 
 def container_bundles(profiles: list[str], out_dir: Path, cache: Path | None = None) -> list[dict[str, str]]:

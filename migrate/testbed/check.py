@@ -320,7 +320,7 @@ def _address(spec: HostSpec) -> str:
 def _probe(host: SshHost | LocalHost, inv: Inventory) -> tuple[dict[str, Any], dict[str, Any], ClockSample | None]:
     spec = host.spec
     args = {
-        "tools": sorted({*required_tools(spec), "virsh"}),
+        "tools": sorted({*required_tools(spec), "virsh", *(("libvirtd",) if spec.role in HV_ROLES else ())}),
         "helpers": required_helpers(spec),
         "deploy_dir": inv.deploy_dir,
         "kvm": spec.role in HV_ROLES,

@@ -24,6 +24,7 @@ VERSION_ARGS = {
     "qemu-system-x86_64": ["--version"],
     "irtt": ["version"],
     "virsh": ["--version"],
+    "libvirtd": ["--version"],
     "python3": ["--version"],
     "chronyc": ["--version"],
 }
@@ -74,7 +75,8 @@ def kvm() -> dict:
 
 def stacks(deploy: str) -> dict:
     """The QEMU releases hosts-setup deployed (``<deploy>/qemu/<spec>/qemu.json``): per spec, the
-    record and the first line its binary's ``--version`` prints now (None if it does not run)."""
+    record, the first line its binary's ``--version`` prints now (None if it does not run) and
+    whether its libvirt ``<emulator>`` script is there and executable."""
     out = {}
     base = os.path.join(deploy, "qemu")
     for spec in sorted(os.listdir(base)) if os.path.isdir(base) else []:
@@ -86,8 +88,10 @@ def stacks(deploy: str) -> dict:
             continue
         rc, so, se = _out([*argv, "--version"])
         first = so.strip().splitlines()[:1]
+        emu = rec.get("emulator")
         out[spec] = {"record": rec, "version": first[0] if rc == 0 and first else None,
-                     "error": None if rc == 0 else (se.strip() or f"exit {rc}")}  # fmt: skip
+                     "error": None if rc == 0 else (se.strip() or f"exit {rc}"),
+                     "emulator_ok": bool(emu) and os.path.isfile(emu) and os.access(emu, os.X_OK)}  # fmt: skip
     return out
 
 

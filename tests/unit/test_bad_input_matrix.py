@@ -71,7 +71,6 @@ BAD_INPUTS = [
     ("CPU_THROTTLE", ["run", "--auto-converge", "1", "--cpu-throttle", "0,10"]),
     ("CPU_THROTTLE", ["run", "--cpu-throttle", "20,10"]),
     ("QEMU", ["run", "--qemu", "ten"]),
-    ("QEMU", ["run", "--qemu", "10.0", "--driver", "libvirt", "--libvirt", "system"]),
     ("QEMU", ["run", "--qemu", "10.0", "--hv", "criu"]),
     ("QEMU_FIRMWARE", ["run", "--qemu", "10.0", "--qemu-firmware", "/usr/share/qemu"]),
     ("LIBVIRT", ["run", "--libvirt", "system"]),

@@ -40,7 +40,8 @@ def test_anything_else_is_one_line_naming_the_forms(spec):
 
 def test_the_default_stack_and_its_exceptions():
     assert qemu_spec(Scenario()) == stack.DEFAULT_QEMU == "10.0"
-    assert qemu_spec(Scenario(driver="libvirt")) == "system"  # the host libvirt's own QEMU
+    assert qemu_spec(Scenario(driver="libvirt")) == "10.0"  # under the fetched libvirt 11.3
+    assert qemu_spec(Scenario(driver="libvirt", libvirt="system")) == "system"  # the host libvirt's own QEMU
     assert qemu_spec(Scenario(qemu="system")) == "system"
     assert qemu_spec(Scenario(qemu="10.0.13")) == "10.0.13"
 
@@ -48,13 +49,12 @@ def test_the_default_stack_and_its_exceptions():
 def test_scenario_refuses_what_qemu_cannot_apply_to():
     with pytest.raises(ConfigError, match="HV=kvm's router VM"):
         Scenario(hv="criu", router="bird", qemu="10.0")
-    with pytest.raises(ConfigError, match="LIBVIRT=system runs the QEMU of the host's libvirt"):
-        Scenario(driver="libvirt", libvirt="system", qemu="10.0")
     with pytest.raises(ConfigError, match="QEMU_FIRMWARE=/x goes with QEMU=<the path"):
         Scenario(qemu="10.0", qemu_firmware="/x")
     Scenario(driver="libvirt", qemu="system")  # the host's: fine
     Scenario(driver="libvirt", qemu="10.0.13")  # a fetched libvirt runs any QEMU=
     Scenario(driver="libvirt", libvirt="system", qemu="system")
+    Scenario(driver="libvirt", libvirt="system", qemu="10.0")  # the host's libvirt 9.0 runs QEMU 10.0 too
 
 
 def test_scenario_refuses_what_libvirt_cannot_apply_to():
@@ -219,6 +219,16 @@ def test_the_lab_bundle_translates_the_release_into_the_deploy_dir(tmp_path, mon
     assert b is not None and b["spec"] == "10.0" and Path(b["tar"]).is_file()
     assert b["json"]["argv"][:3] == [f"{there}/usr/bin/qemu-system-x86_64", "-L", f"{there}/usr/share/qemu"]
     assert b["json"]["binary"] == f"{there}/usr/bin/qemu-system-x86_64"
+    # the <emulator> script of the hosts' libvirtd execs that argv there, never this machine's
+    assert b["json"]["emulator"] == "/var/lib/vrmig/qemu/10.0/emulator"
+    assert b["emulator"].startswith("#!/bin/sh\nexec ") and str(root) not in b["emulator"]
+    assert f"{there}/usr/bin/qemu-system-x86_64 -L {there}/usr/share/qemu" in b["emulator"]
+    assert "unshare" not in b["emulator"]  # no module directory in this release
+    (root / "usr" / "lib" / "x86_64-linux-gnu" / "qemu").mkdir(parents=True)
+    b = qemu_bundle("/var/lib/vrmig", tmp_path / "out")
+    assert b is not None
+    assert "/usr/bin/unshare --mount --propagation private sh -c" in b["emulator"]
+    assert f"{there}/usr/lib/x86_64-linux-gnu/qemu /usr/lib/x86_64-linux-gnu/qemu" in b["emulator"]
 
 
 def test_a_points_stack_text_names_qemu_libvirt_and_a_router_other_than_the_default():

@@ -20,7 +20,6 @@ Raw records in the run directory (the ``hypervisor`` figures of summary.json com
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
 import logging
@@ -36,7 +35,6 @@ from migrate.core.procs import MarkerScan
 from migrate.core.registry import pid_alive
 from migrate.core.stack import (
     DEFAULT_LIBVIRT,
-    DEFAULT_QEMU,
     LibvirtBuild,
     QemuBuild,
     StackError,
@@ -101,15 +99,6 @@ def libvirt_build(spec: str) -> LibvirtBuild:
         raise ConfigError(str(err)) from None
     except PrivAptError as err:
         raise DependencyError(f"LIBVIRT={spec}: fetching it failed: {err}") from None
-
-
-def qemu_scenario(scenario: Scenario) -> Scenario:
-    """The scenario whose QEMU= the router domain runs: QEMU= as given; unset, the default QEMU
-    release under a fetched libvirt, the host's QEMU under the host's libvirt (its 9.0 predates
-    the default QEMU)."""
-    if scenario.qemu is not None or libvirt_spec(scenario) == "system":
-        return scenario
-    return dataclasses.replace(scenario, qemu=DEFAULT_QEMU)
 
 
 _loop_lock = threading.Lock()
@@ -217,7 +206,7 @@ class LibvirtDriver(Driver):
         libvirt = import_libvirt()
         build = libvirt_build(libvirt_spec(scenario))
         knobs.check_libvirt(scenario.to_dict(), build.version)
-        facts = KvmDriver.preflight(qemu_scenario(scenario))
+        facts = KvmDriver.preflight(scenario)
         lib = libvirt.getVersion()
         facts["libvirt"] = {
             "daemon": build.version,
@@ -295,7 +284,8 @@ class LibvirtDriver(Driver):
             initrd = self.ctx.registry.dir / "empty-initrd.img"  # fault: no init, the kernel panics
             initrd.write_bytes(b"")
         r1 = inv.host(topo.HYPERVISOR_HOSTS[0])
-        extra = {} if self.ctx.testbed.remote else {"emulator": self._emulator()}
+        emulator = self._emulator()
+        extra = {} if emulator is None else {"emulator": emulator}
         return domain_xml(
             **extra,
             name=self.domain,
@@ -327,9 +317,14 @@ class LibvirtDriver(Driver):
             source=meta["source"], binary=meta["binary"],
         )  # fmt: skip
 
-    def _emulator(self) -> str:
+    def _emulator(self) -> str | None:
         """The ``<emulator>`` of the router domain: the QEMU of the preflight's stack (a script that
-        execs its argv, with its firmware directories, where it needs more than the binary)."""
+        execs its argv, with its firmware directories, where it needs more than the binary); on a
+        lab the script hosts-setup wrote beside the release it deployed, or None for the hosts'
+        own QEMU (their libvirtd's default)."""
+        if self.ctx.testbed.remote:
+            meta = (self.facts.get("stack") or {}).get("qemu") or {}
+            return meta.get("emulator") if meta.get("deployed") else None
         build = self._qemu()
         if build is None:
             return QEMU_BINARY
@@ -377,7 +372,7 @@ class LibvirtDriver(Driver):
         conn = self._start_daemon(dst)
         self.daemons[dst].register_domain(self.domain)  # created here by the incoming migration
         try:
-            emulator = None if self.ctx.testbed.remote else self._emulator()
+            emulator = self._emulator()
             conn.getDomainCapabilities(emulator, "x86_64", "q35", "kvm" if self.accel == "kvm" else "qemu", 0)
         except self.lv.libvirtError as err:
             log_tail = self.daemons[dst].log_tail()
