@@ -36,6 +36,9 @@ DEFAULT_MAX_OFFSET_MS = 10.0
 VIRSH_TIMEOUT_S = 30.0
 TOOLS_ALL = ("ip", "python3")
 TOOLS_HV = ("qemu-system-x86_64",)
+#: probed on the hypervisor hosts but not required: the libvirtd a lab's DRIVER=libvirt drives
+#: (its version goes to meta.json stack.libvirt; migrate.experiment.run.lab_facts)
+PROBED_HV = ("libvirtd",)
 TOOLS_END = ("irtt",)
 #: helpers `make hosts-setup` deploys under <deploy_dir>/bin: traffic on the end hosts, the
 #: counter sampler everywhere
@@ -230,7 +233,8 @@ def evaluate(
     if missing:  # one line: the first path in full, the others by name
         names = ", ".join([missing[0], *(m.rpartition("/")[2] for m in missing[1:])])
         p.append(Problem(role, ERROR, f"helper missing: {names} (run make hosts-setup TESTBED={testbed_arg})"))
-    versions = {k: v for k, v in facts.get("versions", {}).items() if k in required_tools(spec)}
+    kept = {*required_tools(spec), *(PROBED_HV if role in HV_ROLES else ())}
+    versions = {k: v for k, v in facts.get("versions", {}).items() if k in kept}
     kvm = facts.get("kvm")
     kvm_ok = kvm.get("ok") if kvm else None
     if role in HV_ROLES and kvm is not None and not kvm_ok:
@@ -320,7 +324,7 @@ def _address(spec: HostSpec) -> str:
 def _probe(host: SshHost | LocalHost, inv: Inventory) -> tuple[dict[str, Any], dict[str, Any], ClockSample | None]:
     spec = host.spec
     args = {
-        "tools": sorted({*required_tools(spec), "virsh", *(("libvirtd",) if spec.role in HV_ROLES else ())}),
+        "tools": sorted({*required_tools(spec), "virsh", *(PROBED_HV if spec.role in HV_ROLES else ())}),
         "helpers": required_helpers(spec),
         "deploy_dir": inv.deploy_dir,
         "kvm": spec.role in HV_ROLES,

@@ -226,6 +226,8 @@ def test_lab_migration_runs_every_helper_on_the_hosts(lab, tmp_path, mode, drive
     if driver == "libvirt":  # by the hosts' own libvirtd, whose version is recorded as theirs
         assert meta["stack"]["libvirt"]["spec"] == "system" and meta["stack"]["libvirt"]["version"]
         assert meta["hypervisor"]["libvirt"]["domain"]["emulator"] == qemu["emulator"]
+        running = meta["hypervisor"]["libvirt"]["qemu_effective"]["src"]["version"]["qemu"]
+        assert running["major"] == 10, running  # the QEMU the hosts' libvirtd started, asked by QMP
     assert meta["testbed"]["inventory"] == str(lab) and meta["testbed"]["hosts"]["R1"]["transport"] == "ssh"
     # the helpers ran on their hosts, from the deployed copies
     argv = meta["instruments"]["argv"]

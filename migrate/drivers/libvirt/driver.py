@@ -33,6 +33,7 @@ from migrate.core.errors import ConfigError, DependencyError, GuestError, Migrat
 from migrate.core.privapt import PrivAptError
 from migrate.core.procs import MarkerScan
 from migrate.core.registry import pid_alive
+from migrate.core.rundir import LIBVIRT_EVENTS_JSONL, LIBVIRT_JOBINFO_JSON, LIBVIRT_JOBSTATS_JSONL, console_log
 from migrate.core.stack import (
     DEFAULT_LIBVIRT,
     LibvirtBuild,
@@ -185,8 +186,8 @@ class LibvirtDriver(Driver):
         self._tails: list[Any] = []
         self.conns: dict[str, Any] = {}
         self._callbacks: list[tuple[Any, int]] = []
-        self._events = _Jsonl(ctx.run_dir / "libvirt_events.jsonl")
-        self._jobstats = _Jsonl(ctx.run_dir / "libvirt_jobstats.jsonl")
+        self._events = _Jsonl(ctx.run_dir / LIBVIRT_EVENTS_JSONL)
+        self._jobstats = _Jsonl(ctx.run_dir / LIBVIRT_JOBSTATS_JSONL)
         self._completed: dict[str, tuple[int, dict[str, Any]]] = {}
         self._completed_cv = threading.Condition()
         self._described: dict[str, Any] = {}
@@ -257,7 +258,7 @@ class LibvirtDriver(Driver):
         """Where ``host``'s QEMU writes the serial console: the results directory, or on a lab
         host its run directory there, followed into the results directory as it grows."""
         tb = self.ctx.testbed
-        return Path(tb.out_path(host, self.ctx.run_dir, f"console-{host}.log"))
+        return Path(tb.out_path(host, self.ctx.run_dir, console_log(host)))
 
     def _follow_console(self, host: str) -> None:
         """On a lab host: follow the console file into ``console-<host>.log`` here (``tail -F``
@@ -267,7 +268,7 @@ class LibvirtDriver(Driver):
             path = str(self._console(host))
             self._tails.append(
                 tb.spawn(host, f"console-tail-{host}", ["tail", "-n", "+1", "-F", path], self.ctx.registry,
-                         self.ctx.run_dir, stdout_name=f"console-{host}.log")
+                         self.ctx.run_dir, stdout_name=console_log(host))
             )  # fmt: skip
 
     def _xml(self) -> str:
@@ -348,7 +349,7 @@ class LibvirtDriver(Driver):
             raise GuestError(f"libvirt on {src} could not start the router domain: {err}") from err
         pid = self.daemons[src].qemu_pid(self.domain)
         alive = (lambda: pid_alive(pid, None)) if pid is not None else (lambda: _active(dom))
-        console = self.ctx.run_dir / "console-R1.log"
+        console = self.ctx.run_dir / console_log("R1")
         wait_for_marker(console, READY_MARKER, self.ctx.scenario.boot_timeout_s, alive=alive, abort=self.ctx.abort)
         self.ctx.recorder.action("router-ready", host=src)
         if self.ctx.scenario.dirty_mbps is not None:
@@ -479,7 +480,8 @@ class LibvirtDriver(Driver):
     def _read_effective(self, dom: Any) -> None:
         """QEMU's migration parameters and capabilities as libvirt set them for this job, read
         from the source QEMU once it reports RAM figures (libvirt resets them when the job
-        ends): query-migrate-parameters, -capabilities and query-migrate through libvirt's
+        ends): query-migrate-parameters, -capabilities, query-migrate and query-version (the
+        QEMU that runs, whichever libvirt reports as its hypervisor) through libvirt's
         monitor passthrough (``virDomainQemuMonitorCommand``, a query job, which the outgoing
         migration job admits; libvirt marks the domain tainted 'custom-monitor').  The
         destination cannot be asked: its incoming migration job admits no other job until it
@@ -492,7 +494,7 @@ class LibvirtDriver(Driver):
         replies: dict[str, Any] = {}
         try:
             for key, q in (("parameters", "query-migrate-parameters"), ("capabilities", "query-migrate-capabilities"),
-                           ("migrate", "query-migrate")):  # fmt: skip
+                           ("migrate", "query-migrate"), ("version", "query-version")):  # fmt: skip
                 reply = json.loads(libvirt_qemu.qemuMonitorCommand(dom, json.dumps({"execute": q}), 0))
                 replies[key] = reply.get("return")
         except (self.lv.libvirtError, ValueError) as err:
@@ -522,7 +524,7 @@ class LibvirtDriver(Driver):
     def _write_jobinfo(self, t_ns: int, source: str, stats: dict[str, Any]) -> None:
         from migrate.core.atomic import write_json
 
-        write_json(self.ctx.run_dir / "libvirt_jobinfo.json", {"t_ns": t_ns, "source": source, "stats": stats})
+        write_json(self.ctx.run_dir / LIBVIRT_JOBINFO_JSON, {"t_ns": t_ns, "source": source, "stats": stats})
 
     def _completed_stats(self) -> dict[str, Any]:
         """The completed job's statistics: the source's job-completed event (waited for), else
