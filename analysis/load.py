@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from migrate.core.rundir import control_pcap, peer_log
 from probes.sampler import Series as IfSeries  # one interface's samples, as the sampler's loader gives them
 from probes.sampler import load_counters as parse_counters
 
@@ -160,13 +161,13 @@ def read_peer_records(
     logs: dict[str, list[Any]] = {}
     captures: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for role in roles:
-        log = Path(run_dir) / f"peer-{role}.log"
+        log = Path(run_dir) / peer_log(role)
         if log.exists():
             logs[role] = parse_peer_log(log.read_text(errors="replace"), daemon)
-        pcap = Path(run_dir) / f"control-{role}.pcap"
+        pcap = Path(run_dir) / control_pcap(role)
         if pcap.exists() and pcap.stat().st_size > 0:
             try:
                 captures[role] = dissect(read_pcap(pcap))
             except Exception as err:  # a truncated capture must not cost the other figures
-                notes.append(f"control-{role}.pcap unreadable: {type(err).__name__}: {err}")
+                notes.append(f"{pcap.name} unreadable: {type(err).__name__}: {err}")
     return logs, captures

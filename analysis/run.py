@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +20,6 @@ from analysis.hypervisors.qemu import hypervisor_figures, postcopy_effect
 from analysis.hypervisors.xen import load_xen, xen_figures
 from analysis.load import Counters, load_counters, load_irtt, read_json, read_jsonl, read_peer_records, sink_gaps
 from analysis.metrics.anatomy import Anatomy, Mark, control_marks
-from analysis.metrics.churn import TSV_NAME as CHURN_TSV
 from analysis.metrics.churn import ChurnFigures, churn_figures, in_pool, pool_of
 from analysis.metrics.clock import (
     GEN_ROLE,
@@ -47,13 +45,28 @@ from analysis.metrics.sendloss import SendTimeLoss, loss_from_raw, send_time_los
 from analysis.metrics.window import Spans, Window, migration_window, spans
 from analysis.present.run_plot import PlotData, Series, Zoom, plot_run
 from analysis.summary import Summary
-from migrate.core.atomic import write_text
-from migrate.core.rundir import COUNTERS_TSV, GEN_JSON, META_JSON, SINK_JSON, SUMMARY_JSON
+from migrate.core.rundir import (
+    ACTIONS_JSONL,
+    CHURN_TSV,
+    COUNTERS_TSV,
+    GEN_JSON,
+    IRTT_JSON_GZ,
+    META_JSON,
+    MIGRATION_PNG,
+    QMP_EVENTS_JSONL,
+    QMP_SAMPLES_JSONL,
+    SINK_JSON,
+    SUMMARY_JSON,
+    console_log,
+    control_pcap,
+    peer_log,
+    write_summary,
+)
 
 log = logging.getLogger(__name__)
 
 SUMMARY_NAME = SUMMARY_JSON
-PLOT_NAME = "migration.png"
+PLOT_NAME = MIGRATION_PNG
 CLOCK_STEP_TOLERANCE_NS = 1_000_000
 T = TypeVar("T")
 
@@ -95,12 +108,12 @@ def _read_raw(run_dir: Path, notes: list[str]) -> _Raw:
     return _Raw(
         meta=_load(notes, run_dir / META_JSON, read_json) or {},
         counters=_load(notes, run_dir / COUNTERS_TSV, load_counters),
-        actions=_load(notes, run_dir / "actions.jsonl", read_jsonl) or [],
-        events=_load(notes, run_dir / "qmp_events.jsonl", read_jsonl) or [],
-        samples=_load(notes, run_dir / "qmp_samples.jsonl", read_jsonl) or [],
+        actions=_load(notes, run_dir / ACTIONS_JSONL, read_jsonl) or [],
+        events=_load(notes, run_dir / QMP_EVENTS_JSONL, read_jsonl) or [],
+        samples=_load(notes, run_dir / QMP_SAMPLES_JSONL, read_jsonl) or [],
         sink=_load(notes, run_dir / SINK_JSON, read_json),
         gen=_load(notes, run_dir / GEN_JSON, read_json),
-        irtt=_load(notes, run_dir / "irtt.json.gz", load_irtt),
+        irtt=_load(notes, run_dir / IRTT_JSON_GZ, load_irtt),
     )
 
 
@@ -234,8 +247,8 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
     meta = raw.meta
     scenario = meta.get("scenario") if isinstance(meta.get("scenario"), dict) else {}
     hv_meta = meta.get("hypervisor") if isinstance(meta.get("hypervisor"), dict) else {}
-    if scenario.get("rate_bps") == 0 and "gen.json missing" in notes:
-        notes.remove("gen.json missing")  # no cross-traffic: no generator ran
+    if scenario.get("rate_bps") == 0 and f"{GEN_JSON} missing" in notes:
+        notes.remove(f"{GEN_JSON} missing")  # no cross-traffic: no generator ran
     status, failure, run_status = _status(meta)
     _clock_note(meta, notes)
     raw, clock = _on_orchestrator_clock(raw, clock_figures(meta), notes)
@@ -361,7 +374,7 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
 def _console(run_dir: Path, host: str = "R1") -> str | None:
     """The source's serial console text (None if it was not kept)."""
     try:
-        return (Path(run_dir) / f"console-{host}.log").read_text(errors="replace")
+        return (Path(run_dir) / console_log(host)).read_text(errors="replace")
     except OSError:
         return None
 
@@ -432,10 +445,10 @@ def _control_plane(
         notes.extend(churn.notes)
     for role in peers:
         if role not in logs:
-            notes.append(f"peer-{role}.log missing: {role}'s sessions unknown")
-        pcap = run_dir / f"control-{role}.pcap"
+            notes.append(f"{peer_log(role)} missing: {role}'s sessions unknown")
+        pcap = run_dir / control_pcap(role)
         if not (pcap.exists() and pcap.stat().st_size > 0):
-            notes.append(f"control-{role}.pcap missing: the router's silence at {role} is unknown")
+            notes.append(f"{pcap.name} missing: the router's silence at {role} is unknown")
     timers = peering.get("timers") or {}
     limits = {"bgp": timers.get("bgp_hold_s", 0) * 1000.0}
     if "ospf_dead_s" in timers:
@@ -463,7 +476,7 @@ def _churn(
 
     observer = meta_churn.get("observer", "A")
     if logs is None:
-        path = run_dir / f"peer-{observer}.log"
+        path = run_dir / peer_log(observer)
         logs = {observer: parse_bird_log(path.read_text(errors="replace"))} if path.exists() else {}
     rows = []
     try:
@@ -552,5 +565,5 @@ def analyse_and_write(run_dir: Path) -> Summary:
     except Exception as err:  # a plot problem must not cost the summary
         log.exception("plot failed")
         summary = dataclasses.replace(summary, notes=(*summary.notes, f"plot failed: {type(err).__name__}: {err}"))
-    write_text(run_dir / SUMMARY_NAME, json.dumps(summary.to_dict(), indent=2) + "\n")
+    write_summary(run_dir, summary.to_dict())
     return summary

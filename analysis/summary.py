@@ -24,8 +24,9 @@ from analysis.metrics.link import LinkActivity
 from analysis.metrics.rtt import RttPhases, RttStats
 from analysis.metrics.sendloss import SendTimeLoss
 from analysis.metrics.window import Window
+from migrate.core.rundir import SUMMARY_FORMAT
 
-SUMMARY_FORMAT_VERSION = 2
+SUMMARY_FORMAT_VERSION = SUMMARY_FORMAT  # the results contract's (migrate.core.rundir)
 
 
 def _jsonable(obj: Any) -> Any:

@@ -41,6 +41,7 @@ from analysis.baseline.ndr import jain_index
 from analysis.load import load_irtt
 from analysis.metrics.cross import loss
 from analysis.metrics.rtt import rtt_stats
+from migrate.core.rundir import POINT_JSON
 
 GEN_SHORTFALL = 0.05  # a paced point whose offered rate is > 5 % below the requested one is generator-limited
 BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq", "steal")
@@ -178,7 +179,7 @@ def _load_rates(record: dict[str, Any], interval_s: float | None) -> tuple[float
 
 def analyse_point(point_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
     """(row, per-router rows) of one point directory; None if it has no point.json."""
-    record = _read_json(point_dir / "point.json")
+    record = _read_json(point_dir / POINT_JSON)
     if record is None:
         return None
     key = record["key"]

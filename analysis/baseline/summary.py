@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import logging
 import sys
 from collections import defaultdict
@@ -32,14 +31,22 @@ from typing import Any
 from analysis.baseline.ndr import LOSS_FREE_RATIO, describe, efficiency, ndr_result
 from analysis.baseline.points import ROUTER_COLUMNS, ROW_COLUMNS, analyse_point
 from migrate.core.atomic import write_text
-from migrate.core.rundir import META_JSON, SUMMARY_JSON
+from migrate.core.rundir import (
+    BASELINE_CSV,
+    BASELINE_ROUTERS_CSV,
+    BASELINE_SUMMARY_FORMAT,
+    META_JSON,
+    SUMMARY_JSON,
+    read_meta,
+    write_summary,
+)
 
 log = logging.getLogger(__name__)
 
-CSV_NAME = "baseline.csv"
-ROUTERS_CSV_NAME = "baseline_routers.csv"
+CSV_NAME = BASELINE_CSV
+ROUTERS_CSV_NAME = BASELINE_ROUTERS_CSV
 SUMMARY_NAME = SUMMARY_JSON
-SUMMARY_FORMAT = 1
+SUMMARY_FORMAT = BASELINE_SUMMARY_FORMAT
 CONFIG_KEYS = ("hv", "nic", "ip", "frame_bytes", "routers", "load")
 STAT_COLUMNS = (
     "offered_bps", "offered_pps", "forwarded_bps", "forwarded_pps", "loss_ratio", "rtt_median_ms", "rtt_p99_ms",
@@ -202,8 +209,7 @@ def summarise(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) ->
 
 def analyse_baseline(run_dir: Path) -> dict[str, Any]:
     """Write baseline.csv, baseline_routers.csv, summary.json and the plots; return the summary."""
-    meta_path = run_dir / META_JSON
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
+    meta = read_meta(run_dir) if (run_dir / META_JSON).exists() else None
     rows, routers = collect(run_dir)
     write_text(run_dir / CSV_NAME, csv_text(rows, ROW_COLUMNS))
     write_text(run_dir / ROUTERS_CSV_NAME, csv_text(routers, ROUTER_COLUMNS))
@@ -216,7 +222,7 @@ def analyse_baseline(run_dir: Path) -> dict[str, Any]:
         log.exception("plotting failed: %s", err)
         summary["plots"] = []
         summary["plot_error"] = str(err)
-    write_text(run_dir / SUMMARY_NAME, json.dumps(summary, indent=2) + "\n")
+    write_summary(run_dir, summary)
     return summary
 
 

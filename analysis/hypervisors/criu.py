@@ -31,8 +31,9 @@ from typing import Any
 from analysis.hypervisors.qemu import HypervisorFigures
 from analysis.load import read_json
 from analysis.metrics.window import Window
+from migrate.core.rundir import CRIU_JSON
 
-CRIU_NAME = "criu.json"
+CRIU_NAME = CRIU_JSON
 US = 1e6
 
 

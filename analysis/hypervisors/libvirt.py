@@ -23,9 +23,10 @@ from typing import Any
 from analysis.hypervisors.qemu import HypervisorFigures
 from analysis.load import read_json, read_jsonl
 from analysis.metrics.window import Window
+from migrate.core.rundir import LIBVIRT_EVENTS_JSONL, LIBVIRT_JOBINFO_JSON
 
-JOBINFO_NAME = "libvirt_jobinfo.json"
-EVENTS_NAME = "libvirt_events.jsonl"
+JOBINFO_NAME = LIBVIRT_JOBINFO_JSON
+EVENTS_NAME = LIBVIRT_EVENTS_JSONL
 COMPLETED_SOURCES = ("job-completed-event", "destination")
 RESUMED_MIGRATED = 1  # VIR_DOMAIN_EVENT_RESUMED_MIGRATED
 

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from migrate.core.rundir import QMP_EVENTS_JSONL
+
 ALL = "(all)"
 
 
@@ -81,9 +83,9 @@ def summarize(label: str, runs: int, events: Iterable[Mapping[str, Any]]) -> lis
 
 def run_dirs(root: Path) -> list[Path]:
     """``root`` itself if it is a run directory, else every run directory below it (sorted)."""
-    if (root / "qmp_events.jsonl").is_file():
+    if (root / QMP_EVENTS_JSONL).is_file():
         return [root]
-    return sorted(p.parent for p in root.rglob("qmp_events.jsonl"))
+    return sorted(p.parent for p in root.rglob(QMP_EVENTS_JSONL))
 
 
 def _fmt(v: float | int | None) -> str:
@@ -111,9 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     for d in a.dirs:
         runs = run_dirs(d) if d.is_dir() else []
         if not runs:
-            print(f"qmp_arrival: no qmp_events.jsonl in or below {d}: pass run directories of HV=kvm", file=sys.stderr)
+            why = f"no {QMP_EVENTS_JSONL} in or below {d}: pass run directories of HV=kvm"
+            print(f"qmp_arrival: {why}", file=sys.stderr)
             return 2
-        events = [ev for r in runs for ev in read_jsonl(r / "qmp_events.jsonl")]
+        events = [ev for r in runs for ev in read_jsonl(r / QMP_EVENTS_JSONL)]
         rows += summarize(d.name, len(runs), events)
     print(format_table(rows))
     if a.out is not None:

@@ -34,9 +34,9 @@ from typing import Any
 from analysis.hypervisors.qemu import HypervisorFigures
 from analysis.load import read_json, read_jsonl
 from analysis.metrics.window import Window
+from migrate.core.rundir import XEN_JSON, XEN_LOG_JSONL
 
-XEN_LOG = "xen_log.jsonl"
-XEN_JSON = "xen.json"
+XEN_LOG = XEN_LOG_JSONL
 EXIT_MARK = "VRMIG-EXIT"
 
 #: (side tag, substring) of xl's phase messages, in the order they normally appear

@@ -48,7 +48,16 @@ import numpy as np
 
 from analysis.metrics.downtime import counters_downtime, packets_downtime
 from analysis.metrics.window import Spans
-from migrate.core.rundir import COUNTERS_TSV, GEN_JSON, META_JSON, SINK_JSON
+from migrate.core.rundir import (
+    ACTIONS_JSONL,
+    CALIBRATION_CSV,
+    CALIBRATION_EVENTS_CSV,
+    CALIBRATION_JSON,
+    COUNTERS_TSV,
+    GEN_JSON,
+    META_JSON,
+    SINK_JSON,
+)
 
 if TYPE_CHECKING:
     from analysis.metrics.calibration_control import ControlCalibration
@@ -65,7 +74,7 @@ CLIP_S = 5.0
 #: how far around an event the stream's own inter-arrival gaps are looked at (``stream_gap_s``)
 STREAM_WINDOW_S = 1.0
 P95 = 95.0
-CSV_NAME, EVENTS_CSV_NAME, JSON_NAME = "calibration.csv", "calibration_events.csv", "calibration.json"
+CSV_NAME, EVENTS_CSV_NAME, JSON_NAME = CALIBRATION_CSV, CALIBRATION_EVENTS_CSV, CALIBRATION_JSON
 ROW_COLUMNS = (
     "hv", "kind", "estimator", "pause_ms", "n", "detected", "median_true_ms", "median_measured_ms",
     "median_error_ms", "p95_error_ms", "max_abs_error_ms", "resolution_ms", "uncertainty_ms", "target_ms",
@@ -520,7 +529,7 @@ def load_and_calibrate(run_dir: Path) -> tuple[Calibration, str]:
     meta = read_json(run_dir / META_JSON) if (run_dir / META_JSON).exists() else {}
     spec = meta.get("calibration") or {}
     hv = str(spec.get("hv", "?")) + ("" if spec.get("driver", "qmp") == "qmp" else f"-{spec.get('driver')}")
-    actions = read_jsonl(run_dir / "actions.jsonl") if (run_dir / "actions.jsonl").exists() else []
+    actions = read_jsonl(run_dir / ACTIONS_JSONL) if (run_dir / ACTIONS_JSONL).exists() else []
     events, ev_notes = events_from_actions(actions)
     notes += ev_notes
     t = rx = period = None

@@ -52,6 +52,7 @@ from analysis.metrics.control_plane import (
     longest_silence,
     peer_daemon,
 )
+from migrate.core.rundir import CALIBRATION_CONTROL_PLANE_CSV
 
 
 class EdgeLike(Protocol):
@@ -93,7 +94,7 @@ MATCH_INTERVALS = 2
 #: packet its capture dated (BFD=50x3, 2026-11-25), and a packet reaches BIRD some scheduling
 #: delay after the kernel stamped it
 DETECT_BAND_MS = 2.0
-CSV_NAME = "calibration_control_plane.csv"
+CSV_NAME = CALIBRATION_CONTROL_PLANE_CSV
 COLUMNS = (
     "kind", "index", "rep", "pause_ms", "true_ms", "uncertainty_ms", "protocol", "peer", "judged", "limit_ms",
     "silence_ms", "silence_start_ns", "silence_end_ns", "silence_open", "packets", "deciding_silence_ms",

@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from analysis.metrics.control_plane import LogEvent, learned_change
+from migrate.core.rundir import CHURN_TSV
 
-TSV_NAME = "churn.tsv"  # written by migrate.experiment.churn
+TSV_NAME = CHURN_TSV  # written by migrate.experiment.churn
 TSV_COLUMNS = ("tick_start_ns", "tick_end_ns", "announced", "withdrawn", "behind")
 #: seconds after the churn's start left out of the rates (the first changes queue behind the fill)
 SETTLE_S = 0.5

@@ -22,6 +22,7 @@ from migrate.core.errors import GuestError, Interrupted
 from migrate.core.procs import Proc
 from migrate.core.progress import Progress
 from migrate.core.registry import Registry
+from migrate.core.rundir import POINT_JSON
 from migrate.experiment.instruments import BUILTIN, IRTT_PORT, READY_TIMEOUT_S, TRAFFIC_PORT
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import TestbedBuilder, new_prefix
@@ -226,7 +227,7 @@ class ConfigRun:
         from analysis.baseline.points import analyse_point
 
         point_dir = self.points_dir / key.name
-        res = analyse_point(point_dir) if (point_dir / "point.json").exists() else None
+        res = analyse_point(point_dir) if (point_dir / POINT_JSON).exists() else None
         if not self.dry and key.phase == "ndr":  # NDR trials: known only once the search schedules them
             self.ndr_trials += 1
             self.progress.add_total(1)

@@ -29,17 +29,18 @@ from migrate.baseline.spec import UNPACED, PointKey
 from migrate.core.atomic import write_json
 from migrate.core.procs import Proc, ProcessError
 from migrate.core.registry import Registry
+from migrate.core.rundir import IRTT_JSON_GZ, POINT_JSON, POINT_JSON_FORMAT
 from migrate.experiment.instruments import BUILTIN, IRTT_PORT, READY_TIMEOUT_S, TRAFFIC_PORT, gap_threshold_us
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import Testbed
 
 log = logging.getLogger(__name__)
 
-POINT_FORMAT = 1
+POINT_FORMAT = POINT_JSON_FORMAT
 GEN_EXIT_GRACE_S = 30.0
 DRAIN_POLL_S = 0.1
 DRAIN_MAX_S = 5.0
-IRTT_NAME = "irtt.json.gz"
+IRTT_NAME = IRTT_JSON_GZ
 IRTT_EXTRA_S = 120.0  # the client is stopped by SIGINT; its own duration is only a backstop
 
 
@@ -197,7 +198,7 @@ def run_point(ctx: PointContext, key: PointKey, point_dir: Path) -> dict[str, An
         for proc, _ in procs:
             if proc.alive():
                 proc.stop(signal.SIGKILL, timeout_s=5)
-        write_json(point_dir / "point.json", record)
+        write_json(point_dir / POINT_JSON, record)
     if record["status"] != "ok":
         log.warning("point %s failed: %s", key.name, record["failure"])
     return record

@@ -12,7 +12,6 @@ stopped can be resumed (RESUME=<dir>): points whose point.json says ``ok`` are n
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import shutil
 import signal
@@ -28,7 +27,7 @@ from migrate.core.atomic import write_json
 from migrate.core.errors import DependencyError, Interrupted, VrmigError
 from migrate.core.progress import Progress
 from migrate.core.registry import clean_stale_before_a_run
-from migrate.core.rundir import META_JSON
+from migrate.core.rundir import GEN_JSON, INSTRUMENT_FORMAT, SINK_JSON, read_meta, write_meta
 from migrate.core.sighold import Abort, signal_handlers
 from migrate.testbed.results import check_results_root, new_run_dir
 
@@ -187,9 +186,8 @@ def load_resume(run_dir: Path) -> tuple[BaselineSpec, dict[str, Any]]:
     """The spec and meta of an earlier baseline run (RESUME=<dir>)."""
     from migrate.core.errors import ConfigError
 
-    meta_path = run_dir / META_JSON
     try:
-        meta = json.loads(meta_path.read_text())
+        meta = read_meta(run_dir)
     except (OSError, ValueError) as err:
         raise ConfigError(f"RESUME={run_dir}: no readable meta.json ({err})") from None
     if meta.get("kind") != "baseline":
@@ -249,7 +247,7 @@ def _tool_versions() -> dict[str, str | None]:
     return {
         "unshare": first_line(["unshare", "--version"]),
         "ping": first_line(["ping", "-V"]),
-        "vrgen": f"{VRGEN} (gen.json/sink.json format 1)",
+        "vrgen": f"{VRGEN} ({GEN_JSON}/{SINK_JSON} format {INSTRUMENT_FORMAT})",
         "matplotlib": version("matplotlib"),
     }
 
@@ -285,7 +283,7 @@ def run_baseline(
     with signal_handlers(abort.handler):
         if resume_dir is not None:
             run_dir = resume_dir
-            meta = json.loads((run_dir / META_JSON).read_text())
+            meta = read_meta(run_dir)
             meta["resumed_utc"] = [*meta.get("resumed_utc", []), dt.datetime.now(dt.UTC).isoformat()]
             meta["status"], meta["failure"], meta["failure_class"] = "running", None, None
             meta.setdefault("generator_capability_resumed", []).append(gen)
@@ -299,7 +297,7 @@ def run_baseline(
             if campaign is not None:
                 meta["campaign"] = campaign[0]
                 (run_dir / "campaign.toml").write_text(campaign[1])
-        write_json(run_dir / META_JSON, meta)
+        write_meta(run_dir, meta)
         configs = spec.configs()
         progress = Progress("baseline", sum(spec.sweep_points(c) for c in configs), "points")
         try:
@@ -318,7 +316,7 @@ def run_baseline(
             abort.armed = False
             meta["finished_utc"] = dt.datetime.now(dt.UTC).isoformat()
             meta["loadavg_end"] = _loadavg()
-            write_json(run_dir / META_JSON, meta)
+            write_meta(run_dir, meta)
         _analyse(run_dir)
         if meta["status"] == "interrupted":
             raise Interrupted(meta["failure"])
@@ -345,7 +343,7 @@ def _run_config(
         hv_facts = lab_plan.drivers[config.hv][1]
         run = LabConfigRun(spec, config, hv_facts, run_dir, abort, info, progress, plan=lab_plan)
     info["prefix"] = run.registry.prefix  # in meta.json before anything is created under it
-    write_json(run_dir / META_JSON, meta)
+    write_meta(run_dir, meta)
     try:
         run.execute()
         info["status"] = "completed"
@@ -363,7 +361,7 @@ def _run_config(
         progress.skip(run.unfinished(), failed_reason="configuration failed")
     finally:
         info["finished_utc"] = dt.datetime.now(dt.UTC).isoformat()
-        write_json(run_dir / META_JSON, meta)
+        write_meta(run_dir, meta)
         if run.out.is_dir():
             write_json(run.out / "config.json", {"config": config.__dict__, **info})
         if abort.signum is not None and info["status"] != "interrupted":

@@ -49,7 +49,7 @@ from analysis.stats.regression import Rule, Verdict, decide_ab
 from migrate.core.atomic import write_json
 from migrate.core.errors import ConfigError, VrmigError
 from migrate.core.meta import REPO
-from migrate.core.rundir import META_JSON
+from migrate.core.rundir import META_JSON, read_meta
 
 log = logging.getLogger(__name__)
 
@@ -258,7 +258,7 @@ def run_row(run_dir: Path | None, arm: str, i: int) -> dict[str, Any]:
     row: dict[str, Any] = {"arm": arm, "index": i, "run_dir": str(run_dir) if run_dir else None}
     if run_dir is None:
         return {**row, "status": "failed", "failure": "the run printed no results directory"}
-    meta = json.loads((run_dir / META_JSON).read_text())
+    meta = read_meta(run_dir)
     row.update(status=meta.get("status"), failure=meta.get("failure"), git_commit=meta.get("git_commit"),
                accel=meta.get("accel"))  # fmt: skip
     try:

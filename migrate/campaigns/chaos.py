@@ -43,7 +43,7 @@ from migrate.core.registry import (
     proc_starttime,
     processes_of,
 )
-from migrate.core.rundir import META_JSON, SUMMARY_JSON
+from migrate.core.rundir import ACTIONS_JSONL, META_JSON, SUMMARY_JSON, read_meta, read_summary
 from migrate.experiment.scenario import FAULTS
 from migrate.testbed.results import check_results_root, mark_results_root
 
@@ -406,9 +406,9 @@ def fault_injected(results: Path, before: set[str], kind: str) -> bool:
         if (
             kind == "guest-never-ready"
         ):  # QMP: "router guest not ready: ..."; libvirt: "... did not print 'VRMIG-READY'"
-            failure = json.loads((d / META_JSON).read_text()).get("failure") or ""
+            failure = read_meta(d).get("failure") or ""
             return "not ready" in failure or "did not print 'VRMIG-READY'" in failure
-        actions = d / "actions.jsonl"
+        actions = d / ACTIONS_JSONL
         return actions.exists() and '"action": "fault"' in actions.read_text()
     return False
 
@@ -418,8 +418,8 @@ def new_run_prefix(results: Path, before: set[str]) -> str | None:
     meta.json does not name one yet)."""
     for d in _new_run_dirs(results, before):
         try:
-            return json.loads((d / META_JSON).read_text()).get("testbed", {}).get("prefix")
-        except (OSError, json.JSONDecodeError):
+            return read_meta(d).get("testbed", {}).get("prefix")
+        except (OSError, ValueError):
             return None
     return None
 
@@ -438,18 +438,17 @@ def check_runs(results: Path) -> list[str]:
     bad = []
     for d in sorted(p for p in results.iterdir() if p.is_dir()):
         try:
-            meta = json.loads((d / META_JSON).read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            bad.append(f"{d.name}: meta.json unreadable ({err})")
+            meta = read_meta(d)
+        except (OSError, ValueError) as err:
+            bad.append(f"{d.name}: {META_JSON} unreadable ({err})")
             continue
         if meta.get("status") not in FINAL_STATES:
             bad.append(f"{d.name}: status {meta.get('status')!r}")
-        summary = d / SUMMARY_JSON
-        if summary.exists():
+        if (d / SUMMARY_JSON).exists():
             try:
-                json.loads(summary.read_text())
-            except json.JSONDecodeError as err:
-                bad.append(f"{d.name}: summary.json invalid ({err})")
+                read_summary(d)
+            except ValueError as err:
+                bad.append(f"{d.name}: {SUMMARY_JSON} invalid ({err})")
     return bad
 
 

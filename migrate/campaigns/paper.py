@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from migrate.campaigns import campaign as cp
 from migrate.campaigns import sweepdir as sd
 from migrate.core.atomic import write_json, write_text
 from migrate.core.errors import ConfigError
-from migrate.core.rundir import META_JSON, SUMMARY_JSON
+from migrate.core.rundir import META_JSON, SUMMARY_JSON, read_meta, read_summary
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +39,7 @@ def _fig2(reps: int | None, results: Path, given: Path | None, testbed: Path | N
     if given is not None:
         if not (given / META_JSON).is_file():
             raise ConfigError(f"FIG2={given} is not a baseline results directory (no meta.json)")
-        meta = json.loads((given / META_JSON).read_text())
+        meta = read_meta(given)
         if meta.get("kind") != "baseline":
             raise ConfigError(f"FIG2={given} is a {meta.get('kind')!r} directory, not a baseline")
         where = resume_testbed(given, meta, testbed)
@@ -75,8 +74,7 @@ def build(fig2_dir: Path | None, fig3_dir: Path | None) -> tuple[list[ap.Claim],
 
     summary = None
     if fig2_dir is not None:
-        path = fig2_dir / SUMMARY_JSON
-        summary = json.loads(path.read_text()) if path.is_file() else None
+        summary = read_summary(fig2_dir) if (fig2_dir / SUMMARY_JSON).is_file() else None
     records: list[dict[str, Any]] = []
     metas: list[dict[str, Any]] = []
     if fig3_dir is not None:

@@ -36,12 +36,10 @@ from migrate.campaigns import sweepdir as sd
 from migrate.core.atomic import write_bytes, write_text
 from migrate.core.errors import ConfigError
 from migrate.core.meta import REPO
-from migrate.core.rundir import META_JSON
+from migrate.core.rundir import META_JSON, RESULTS_ROOT_MARKER, RUN_MARKER
 
 log = logging.getLogger(__name__)
 
-RUN_MARKER = ".vrmig-run"
-RESULTS_ROOT_MARKER = ".vrmig-results"
 REPORT_MARKER = ".vrmig-report"
 REPORT_NAME = "report.html"
 

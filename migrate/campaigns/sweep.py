@@ -32,7 +32,7 @@ from migrate.core.atomic import write_json
 from migrate.core.errors import ConfigError, Interrupted, VrmigError
 from migrate.core.knobs import KNOB_BY_VAR, label_part
 from migrate.core.progress import Progress
-from migrate.core.rundir import META_JSON
+from migrate.core.rundir import META_JSON, RESULTS_ROOT_MARKER
 from migrate.core.sighold import interruptible
 from migrate.core.units import format_rate, parse_rate_bps
 from migrate.experiment.scenario import Scenario, parse_bfd
@@ -498,7 +498,7 @@ def start_session(sweep_dir: Path, state: dict[str, Any], vers: dict[str, Any]) 
 
 def prepare_results_root(results_root: Path) -> None:
     """The results root must be ours (see migrate.testbed.results.check_results_root); mark it as ours."""
-    from migrate.testbed.results import RESULTS_ROOT_MARKER, check_results_root
+    from migrate.testbed.results import check_results_root
 
     check_results_root(results_root)
     results_root.mkdir(parents=True, exist_ok=True)

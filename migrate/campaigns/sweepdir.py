@@ -21,11 +21,11 @@ from typing import Any
 
 from migrate.core.atomic import write_json
 from migrate.core.errors import ConfigError
-from migrate.core.rundir import META_JSON
+from migrate.core.rundir import META_JSON, SWEEP_FORMAT, SWEEP_KINDS
 
 SWEEP_MARKER = ".vrmig-sweep"
-FORMAT_VERSION = 1
-KINDS = ("sweep", "nightly")
+FORMAT_VERSION = SWEEP_FORMAT  # of meta.json and state.json (the results contract, migrate.core.rundir)
+KINDS = SWEEP_KINDS
 META_NAME = META_JSON
 STATE_NAME = "state.json"
 RUNS_SUBDIR = "runs"

@@ -4,14 +4,13 @@ flags: migrate.baseline.args)."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 from migrate.baseline.args import resume_spec, spec_from_args
 from migrate.baseline.lab import resume_testbed
 from migrate.baseline.spec import NONE_NIC
-from migrate.core.rundir import META_JSON, SUMMARY_JSON
+from migrate.core.rundir import SUMMARY_JSON, read_meta, read_summary
 
 
 def run_command(a: argparse.Namespace, campaign: Any = None) -> int:
@@ -30,7 +29,7 @@ def run_command(a: argparse.Namespace, campaign: Any = None) -> int:
     run_dir = run_baseline(spec, a.results, resume_dir=a.resume, campaign=record, testbed=testbed)
     _print_summary(run_dir)
     print(run_dir)
-    status = json.loads((run_dir / META_JSON).read_text()).get("status")
+    status = read_meta(run_dir).get("status")
     return 0 if status == "completed" else 4
 
 
@@ -46,7 +45,7 @@ def _print_summary(run_dir: Path) -> None:
     if not path.exists():
         print(f"(no summary.json; analysis failed — raw data in {run_dir})")
         return
-    s = json.loads(path.read_text())
+    s = read_summary(run_dir)
     accel = s.get("accel") or "n/a (no VM)"
     print(f"baseline accel={accel}  points {s['points_total']} ({s['points_failed']} failed)  [Mbit/s, ±95% CI]")
     head = ("hv/nic", "ip", "size", "rtrs", "load", "max fwd", "loss-free(sweep)", "NDR")

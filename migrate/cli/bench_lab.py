@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import statistics
 import sys
 import time
@@ -21,7 +20,7 @@ from typing import Any
 
 from migrate.core.atomic import write_json
 from migrate.core.errors import VrmigError
-from migrate.core.rundir import SUMMARY_JSON
+from migrate.core.rundir import read_summary
 from migrate.experiment.args import rate
 from migrate.experiment.run import run
 from migrate.experiment.scenario import Scenario
@@ -94,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                         t0 = time.monotonic()
                         run_dir = run(s, a.results, testbed=a.testbed if bed == "lab" else None)
                         wall = time.monotonic() - t0
-                        summary = json.loads((run_dir / SUMMARY_JSON).read_text())
+                        summary = read_summary(run_dir)
                         rows.append(
                             {"rep": rep, "driver": driver, "mode": mode, "testbed": bed, "wall_s": round(wall, 3),
                              "run_dir": str(run_dir), "status": summary["status"], "accel": summary.get("accel"),

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from migrate.core.rundir import META_JSON
+from migrate.core.rundir import read_meta
 from migrate.experiment.args import rate, whole
 from migrate.experiment.calibrate import (
     DEFAULT_DURATIONS_MS,
@@ -63,8 +63,6 @@ def run_command(a: argparse.Namespace) -> int:
     """Run it; print the table and, last, the results directory.  Exit 0 when every cut target
     (and, with PEERING, every control-plane check) is met, 1 when one is missed, 4 when the run
     failed."""
-    import json
-
     from analysis.metrics.calibration import format_table, load_and_calibrate
 
     spec = spec_from_args(a)
@@ -76,7 +74,7 @@ def run_command(a: argparse.Namespace) -> int:
         cal = None
         print(f"(calibration analysis failed: {type(err).__name__}: {err}; raw data in {run_dir})")
     print(run_dir)
-    status = json.loads((run_dir / META_JSON).read_text()).get("status")
+    status = read_meta(run_dir).get("status")
     if status != "completed":
         return 4
     return 1 if cal is None or cal.passed is False else 0

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from migrate.core.errors import VrmigError
-from migrate.core.rundir import META_JSON, SUMMARY_JSON
+from migrate.core.rundir import SUMMARY_JSON, read_meta, read_summary
 from migrate.experiment.args import Parser, add_run_arguments, scenario_from_args
 
 log = logging.getLogger("vrmig")
@@ -72,9 +72,7 @@ def _run_command(args: argparse.Namespace) -> int:
     run_dir = run(scenario, args.results, testbed=args.testbed)
     _print_summary(run_dir)
     print(run_dir)
-    import json
-
-    status = json.loads((run_dir / META_JSON).read_text()).get("status")
+    status = read_meta(run_dir).get("status")
     return 0 if status == "completed" else 4
 
 
@@ -146,8 +144,6 @@ def _print_summary(run_dir: Path) -> None:
     if not summary.exists():
         print(f"(no summary.json; analysis failed — see the log; raw data in {run_dir})")
         return
-    import json
-
     from analysis.present.table import format_table
 
-    print(format_table(json.loads(summary.read_text())))
+    print(format_table(read_summary(run_dir)))

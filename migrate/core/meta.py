@@ -12,8 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from migrate.core.atomic import write_json
-from migrate.core.rundir import META_FORMAT, META_JSON
+from migrate.core.rundir import META_FORMAT, write_meta
 
 FORMAT_VERSION = META_FORMAT  # the results contract's (migrate.core.rundir)
 REPO = Path(__file__).resolve().parents[2]
@@ -124,4 +123,4 @@ def close_run(meta: dict[str, Any], run_dir: Path) -> None:
     the file written (atomically)."""
     meta["clock"]["offset_end_ns"] = clock_offset_ns()
     meta["finished_utc"] = dt.datetime.now(dt.UTC).isoformat()
-    write_json(run_dir / META_JSON, meta)
+    write_meta(run_dir, meta)

@@ -42,7 +42,7 @@ from subprocess import DEVNULL, PIPE, Popen, TimeoutExpired
 from typing import Any
 
 from migrate.core.atomic import write_json
-from migrate.core.rundir import META_JSON
+from migrate.core.rundir import read_meta, write_meta
 from migrate.core.sighold import held_signals
 
 log = logging.getLogger(__name__)
@@ -467,17 +467,16 @@ def mark_dead_run(run_dir: Path, why: str = DEAD_RUN_WHY) -> None:
     """A run whose orchestrator died (SIGKILL, power loss) left meta.json at 'running': mark it
     'interrupted' (``why`` becomes its failure) so that every results directory is complete,
     failed or interrupted."""
-    meta_path = run_dir / META_JSON
     try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
+        meta = read_meta(run_dir)
+    except (OSError, ValueError) as err:
         log.warning("cannot mark %s as interrupted: %s", run_dir, err)
         return
     if meta.get("status") == "running":
         meta["status"] = "interrupted"
         meta["failure"] = why
         meta["failure_class"] = "interrupted"
-        write_json(meta_path, meta)
+        write_meta(run_dir, meta)
 
 
 @contextlib.contextmanager

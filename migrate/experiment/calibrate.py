@@ -41,11 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from migrate.core import meta as metamod
-from migrate.core.atomic import write_json
 from migrate.core.errors import ConfigError, DependencyError, Interrupted, VrmigError
 from migrate.core.progress import Progress
 from migrate.core.registry import Registry, clean_stale_before_a_run
-from migrate.core.rundir import META_JSON
+from migrate.core.rundir import write_meta
 from migrate.core.sighold import Abort, Teardown, signal_handlers
 from migrate.core.units import format_rate
 from migrate.drivers.base import Driver, RunContext, load_driver
@@ -464,7 +463,7 @@ class Calibrator:
             }
         ctx = RunContext(self.scenario, self.tb, self.registry, self.run_dir, self.recorder, abort, None)
         self.driver = self.driver_cls(ctx, self.facts)
-        write_json(self.run_dir / META_JSON, meta)
+        write_meta(self.run_dir, meta)
         if self.inv is None:
             log.info("building testbed %s", self.registry.prefix)
             TestbedBuilder(self.registry).build()
@@ -477,11 +476,11 @@ class Calibrator:
         if self.peers is not None:
             self.peers.wait_established()
             meta["peering"] = self.peers.describe()
-            write_json(self.run_dir / META_JSON, meta)
+            write_meta(self.run_dir, meta)
         self.instruments = Instruments(self.scenario, self.tb, self.registry, self.run_dir, self.recorder)
         self.instruments.start()
         meta["instruments"] = self.instruments.describe()
-        write_json(self.run_dir / META_JSON, meta)
+        write_meta(self.run_dir, meta)
         self.instruments.wait_forwarding(timeout_s=WARMUP_TIMEOUT_S)
         if "cut" in self.spec.kinds:
             if self.inv is not None:
@@ -674,7 +673,7 @@ def run_calibration(spec: CalibrationSpec, results_root: Path, testbed: Path | N
         }
         if inv is not None:
             meta["lab_check"] = lab_check
-        write_json(run_dir / META_JSON, meta)
+        write_meta(run_dir, meta)
         cal = Calibrator(spec, driver_cls, facts, run_dir, inv)
         try:
             try:

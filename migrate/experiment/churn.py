@@ -39,11 +39,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analysis.metrics.churn import TSV_COLUMNS, TSV_NAME
+from analysis.metrics.churn import TSV_COLUMNS
 from analysis.metrics.control_plane import learned_change, parse_bird_log
 from migrate.core.errors import VrmigError
 from migrate.core.procs import Proc
 from migrate.core.registry import Registry
+from migrate.core.rundir import CHURN_TSV, peer_log
 from migrate.experiment.scenario import Scenario
 
 log = logging.getLogger(__name__)
@@ -151,7 +152,7 @@ class Churn:
 
     def _wait_seen(self, pfx: str, timeout_s: float) -> int:
         """When A's BIRD logged ``pfx`` as imported from the router (BIRD's time)."""
-        path = self.dir / f"peer-{OBSERVER}.log"
+        path = self.dir / peer_log(OBSERVER)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for e in reversed(parse_bird_log(path.read_text(errors="replace"))):
@@ -160,7 +161,7 @@ class Churn:
             time.sleep(POLL_S)
         raise ChurnError(
             f"CHURN: the router did not re-advertise the first {WINDOW} churned routes to {OBSERVER} within "
-            f"{timeout_s:.0f} s (the last, {pfx}, is not in peer-{OBSERVER}.log)"
+            f"{timeout_s:.0f} s (the last, {pfx}, is not in {peer_log(OBSERVER)})"
         )
 
     def _run(self) -> None:
@@ -169,7 +170,7 @@ class Churn:
         t0 = time.monotonic()
         cap = max(1, int(self.rate * CATCH_UP_S))
         due_skipped = 0
-        with open(self.dir / TSV_NAME, "w") as out:
+        with open(self.dir / CHURN_TSV, "w") as out:
             out.write(TSV_HEADER)
             while not self._stop.is_set():
                 start_ns = time.time_ns()

@@ -25,7 +25,7 @@ from migrate.core.errors import DependencyError, VrmigError
 from migrate.core.netlink import iproute
 from migrate.core.procs import Proc
 from migrate.core.registry import Registry
-from migrate.core.rundir import COUNTERS_TSV, GEN_JSON, SINK_JSON
+from migrate.core.rundir import COUNTERS_TSV, GEN_JSON, IRTT_JSON_GZ, SINK_AFTER_NS, SINK_JSON, SINK_STATE_JSON
 from migrate.experiment.recorder import Recorder
 from migrate.experiment.scenario import Scenario
 from migrate.testbed import topology as topo
@@ -47,8 +47,8 @@ MIN_GAP_US = 1000
 GAP_INTERVALS = 3  # a gap is recorded when it exceeds 3 packet intervals (and 1 ms)
 FORWARD_POLL_S = 0.02
 FORWARD_MIN_PACKETS = 10
-SINK_STATE_NAME = "sink_state.json"  # vrsink --state: its live state, rewritten every SINK_STATE_MS
-SINK_AFTER_NAME = "sink_after_ns"  # vrsink --after-file: the threshold send time, CLOCK_REALTIME ns
+SINK_STATE_NAME = SINK_STATE_JSON  # vrsink --state: its live state, rewritten every SINK_STATE_MS
+SINK_AFTER_NAME = SINK_AFTER_NS  # vrsink --after-file: the threshold send time, CLOCK_REALTIME ns
 SINK_STATE_MS = 10
 STOP_TIMEOUT_S = 10.0
 EXIT_POLL_S = 0.005
@@ -223,7 +223,7 @@ class Instruments:
         self._start(
             "irtt-client",
             client_argv(
-                f"{self._dst('D')}:{IRTT_PORT}", s.probe_ms, s.duration_s + GEN_EXTRA_S, self._out("C", "irtt.json.gz")
+                f"{self._dst('D')}:{IRTT_PORT}", s.probe_ms, s.duration_s + GEN_EXTRA_S, self._out("C", IRTT_JSON_GZ)
             ),
             "C",
         )

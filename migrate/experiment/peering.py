@@ -57,6 +57,7 @@ from migrate.core.errors import DependencyError, VrmigError
 from migrate.core.netlink import iproute
 from migrate.core.procs import Proc
 from migrate.core.registry import Registry
+from migrate.core.rundir import control_pcap, peer_log
 from migrate.experiment import churn
 from migrate.experiment.scenario import Scenario
 from migrate.model.routing import (
@@ -488,7 +489,7 @@ class Peers:
 
     def _log_text(self, role: str) -> str:
         """The peer's log as it is now ("" before it exists)."""
-        data = self.tb.read_bytes(role, self._path(role, f"peer-{role}.log"))
+        data = self.tb.read_bytes(role, self._path(role, peer_log(role)))
         return "" if data is None else data.decode(errors="replace")
 
     def _lab_root(self) -> PurePosixPath:
@@ -529,7 +530,7 @@ class Peers:
         """Wait until the peer's log on ``role`` holds ``text`` (ProcessError if ``proc`` ends
         or ``timeout_s`` passes)."""
         if not self.lab:
-            proc.wait_for(text, timeout_s, path=self.dir / f"peer-{role}.log")
+            proc.wait_for(text, timeout_s, path=self.dir / peer_log(role))
             return
         deadline = time.monotonic() + timeout_s
         while text not in self._log_text(role):
@@ -545,7 +546,7 @@ class Peers:
         fetched is logged with why; the analysis then notes the file missing and leaves the
         figures it carries absent."""
         for p in peers():
-            for name in (f"peer-{p.role}.log", f"control-{p.role}.pcap"):
+            for name in (peer_log(p.role), control_pcap(p.role)):
                 try:
                     self.tb.fetch(p.role, self._path(p.role, name), self.dir / name)
                 except Exception as err:  # a host lost at the end must not cost the other files
@@ -567,7 +568,7 @@ class Peers:
             argv = [
                 TCPDUMP, "-i", self.tb.host_if(p.role), "-Z", "root", "-n", "-U", "-s", str(CAPTURE_SNAPLEN),
                 "-j", "adapter_unsynced", "--time-stamp-precision", "nano",
-                "-w", self._path(p.role, f"control-{p.role}.pcap"), CAPTURE_FILTER,
+                "-w", self._path(p.role, control_pcap(p.role)), CAPTURE_FILTER,
             ]  # fmt: skip
             cap = self.tb.spawn(p.role, f"capture-{p.role}", argv, self.reg, self.dir)
             self.procs[cap.what] = cap
@@ -576,7 +577,7 @@ class Peers:
             if self.s.peer_daemon == "frr":
                 self._start_frr(p)
                 continue
-            text = bird_conf(self.s, p, self._path(p.role, f"peer-{p.role}.log"), self.tb.host_if(p.role))
+            text = bird_conf(self.s, p, self._path(p.role, peer_log(p.role)), self.tb.host_if(p.role))
             conf = self.dir / f"peer-{p.role}.conf"
             conf.write_text(text)  # the record; a lab host gets its own copy
             if self.lab:
@@ -595,7 +596,7 @@ class Peers:
         zserv socket exists (the other daemons connect to it there, and retry only every 10 s
         when it is not), the others once zebra logs their hello."""
         loader, daemons, libs = frr_image_paths()
-        log_path = self.dir / f"peer-{p.role}.log"
+        log_path = self.dir / peer_log(p.role)
         state = self.reg.dir / f"frr-{p.role}"  # sockets and pid files (short paths: AF_UNIX)
         state.mkdir(mode=0o700)
         for daemon, text in frr_confs(self.s, p, log_path).items():
@@ -672,7 +673,7 @@ class Peers:
                     raise PeeringError(
                         f"the router's {names} sessions were up, but {SINK_OBSERVER} had not learned the route to"
                         f" {topo.addr(SINK_ROUTED)} from the router within {timeout_s:.0f} s"
-                        f"{' after ' + what if what else ''} (see peer-{SINK_OBSERVER}.log in the run directory)"
+                        f"{' after ' + what if what else ''} (see {peer_log(SINK_OBSERVER)} in the run directory)"
                     )
                 raise PeeringError(
                     f"the router's {names} sessions with {down} were not up within {timeout_s:.0f} s"

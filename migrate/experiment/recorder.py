@@ -8,16 +8,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from migrate.core.rundir import ACTIONS_JSONL, QMP_EVENTS_JSONL, QMP_SAMPLES_JSONL
+
+#: stream -> its file in the run directory
+STREAMS = {"actions": ACTIONS_JSONL, "qmp_events": QMP_EVENTS_JSONL, "qmp_samples": QMP_SAMPLES_JSONL}
+
 
 class Recorder:
     """Thread-safe writers for actions.jsonl, qmp_events.jsonl and qmp_samples.jsonl."""
 
     def __init__(self, run_dir: Path) -> None:
         self._lock = threading.Lock()
-        self._files = {
-            name: open(run_dir / f"{name}.jsonl", "a", encoding="utf-8")
-            for name in ("actions", "qmp_events", "qmp_samples")
-        }
+        self._files = {stream: open(run_dir / name, "a", encoding="utf-8") for stream, name in STREAMS.items()}
 
     def _write(self, stream: str, obj: dict[str, Any]) -> None:
         with self._lock:

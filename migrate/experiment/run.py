@@ -21,10 +21,17 @@ from typing import Any
 from analysis.metrics.clock import GEN_ROLE, IRTT_ROLE
 from migrate.core import knobs
 from migrate.core import meta as metamod
-from migrate.core.atomic import write_json
 from migrate.core.errors import ConfigError, DependencyError, Interrupted, MigrationError, TestbedError, VrmigError
 from migrate.core.registry import Registry, clean_stale_before_a_run
-from migrate.core.rundir import META_JSON, SINK_JSON
+from migrate.core.rundir import (
+    ACTIONS_JSONL,
+    IRTT_JSON_GZ,
+    QMP_EVENTS_JSONL,
+    QMP_SAMPLES_JSONL,
+    SINK_JSON,
+    console_log,
+    write_meta,
+)
 from migrate.core.sighold import Abort, Teardown, signal_handlers
 from migrate.core.stack import DEFAULT_QEMU
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext, load_driver
@@ -233,7 +240,7 @@ def run(
         }
         if inv is not None:
             meta["lab_check"] = lab_check
-        write_json(run_dir / META_JSON, meta)
+        write_meta(run_dir, meta)
         registry = Registry(new_prefix(), run_dir=str(run_dir.resolve()))
         phase = Phase()
         try:
@@ -307,7 +314,7 @@ def _execute(
                 meta["accel"] = facts.get("accel")
                 # the QEMU and the router that ran, their versions and sources (docs/stack.md)
                 meta["stack"] = with_router(facts.get("stack"), scenario.router, facts.get("guest_image"))
-                write_json(run_dir / META_JSON, meta)
+                write_meta(run_dir, meta)
 
                 if inv is None:
                     log.info("building testbed %s", registry.prefix)
@@ -321,7 +328,7 @@ def _execute(
                     if scenario.peering:
                         peers.wait_established()
                         meta["peering"] = peers.describe()
-                        write_json(run_dir / META_JSON, meta)
+                        write_meta(run_dir, meta)
                     with td.step("stop route churn", Churn(scenario, tb, registry, run_dir)) as churn:
                         try:
                             churn.start()
@@ -469,14 +476,14 @@ def _measure(
     instruments.start()
     injector.targets = {**driver.fault_targets(), **fault_actions(tb, instruments)}
     meta["instruments"] = instruments.describe()
-    write_json(run_dir / META_JSON, meta)
+    write_meta(run_dir, meta)
 
     t0 = time.monotonic()
     instruments.wait_forwarding(timeout_s=min(scenario.migrate_at_s, 10.0) + 5.0)
     meta["dirty_rate"] = measure_before_migration(
         driver, scenario.dirty_mbps, t0 + scenario.migrate_at_s, lambda t: _sleep_until(t, abort)
     )
-    write_json(run_dir / META_JSON, meta)
+    write_meta(run_dir, meta)
     _sleep_until(t0 + scenario.migrate_at_s, abort)
     if dead := instruments.dead():
         raise VrmigError(f"instrument died before the migration: {dead}")
@@ -538,7 +545,7 @@ def not_forwarding_failure(scenario: Scenario, run_dir: Path, meta: dict[str, An
         within += " of its routing sessions last seen down"
         why = f"{live['sessions_down_s']:.1f} s after the completion; {why}"
     msg = f"the hypervisor reported the migration complete, but the router did not forward from R2 {within} ({why})"
-    crash = crash_in(run_dir / "console-R2.log")
+    crash = crash_in(run_dir / console_log("R2"))
     if crash:
         msg += f"; the router crashed on R2: {crash}"
     return msg + _tcg_precopy_note(scenario, meta, crash)
@@ -547,7 +554,7 @@ def not_forwarding_failure(scenario: Scenario, run_dir: Path, meta: dict[str, An
 def _crashed_after(scenario: Scenario, run_dir: Path, meta: dict[str, Any]) -> None:
     """A router that forwarded from R2 and then crashed there did not come through the migration:
     its console's crash fails the run post-migration (naming QEMU's pre-copy bug where it applies)."""
-    crash = crash_in(run_dir / "console-R2.log")
+    crash = crash_in(run_dir / console_log("R2"))
     if crash is None:
         return
 
@@ -652,12 +659,12 @@ def completion_ns(run_dir: Path, scenario: Scenario, returned_ns: int) -> tuple[
         return read_jsonl(path) if path.exists() else []
 
     try:
-        events = rows("qmp_events.jsonl")
+        events = rows(QMP_EVENTS_JSONL)
         if scenario.driver == "libvirt":
             from analysis.hypervisors.libvirt import load_libvirt, window_events
 
             events = window_events(load_libvirt(run_dir, []).events)
-        window = migration_window(rows("actions.jsonl"), events, rows("qmp_samples.jsonl"), scenario.mode)
+        window = migration_window(rows(ACTIONS_JSONL), events, rows(QMP_SAMPLES_JSONL), scenario.mode)
     except (OSError, ValueError) as err:
         log.warning("completion time from the records: %s; using when migrate() returned", err)
         window = None
@@ -797,7 +804,7 @@ def after_record(
     from probes.irtt import load_irtt
 
     try:
-        trace = load_irtt(run_dir / "irtt.json.gz")
+        trace = load_irtt(run_dir / IRTT_JSON_GZ)
     except (OSError, ValueError, KeyError) as err:
         return {"first": None, "packets": None, "error": f"irtt.json.gz unreadable: {err}"}
     sent = trace.send_ns >= completed_ns + offsets.get(IRTT_ROLE, 0)

@@ -27,7 +27,7 @@ from typing import Any
 
 from migrate.core.procs import Proc, ProcessError
 from migrate.core.registry import Registry
-from migrate.core.rundir import COUNTERS_TSV
+from migrate.core.rundir import COUNTERS_TSV, IRTT_JSON_GZ, SINK_STATE_JSON
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import Testbed
 from migrate.testbed.guard import guard_argv, parse_exit, parse_started
@@ -488,8 +488,8 @@ class LabBed(Testbed):
         """Fetch what the helpers wrote on the hosts into ``run_dir`` and merge the per-host
         counters onto this machine's clock (``counters.tsv``; the raw files stay beside it)."""
         wanted: dict[str, list[str]] = {r: [out] for r, _, out in self.sampler_plan()}
-        wanted["C"].append("irtt.json.gz")
-        wanted["B"].append("sink_state.json")
+        wanted["C"].append(IRTT_JSON_GZ)
+        wanted["B"].append(SINK_STATE_JSON)
 
         def fetch(role: str, host: Any) -> dict[str, str]:
             got = {}

@@ -27,7 +27,7 @@ from typing import Any
 
 from migrate.core.errors import ConfigError, DependencyError
 from migrate.core.procs import terminate_and_wait
-from migrate.core.rundir import SUMMARY_JSON
+from migrate.core.rundir import KIND_HOSTS_SETUP, write_summary
 from migrate.drivers.libvirt.daemon import tls_settings
 from migrate.testbed import pki
 from migrate.testbed import results as resultsmod
@@ -412,7 +412,7 @@ def run_playbook(
     if shutil.which("ansible-playbook") is None:
         raise DependencyError("ansible-playbook not found: install Debian's ansible-core (`make apt`)")
     resultsmod.check_results_root(results_root)
-    run_dir = resultsmod.new_run_dir(results_root, f"hosts-setup-{inv.name}", kind="hosts-setup")
+    run_dir = resultsmod.new_run_dir(results_root, f"hosts-setup-{inv.name}", kind=KIND_HOSTS_SETUP)
     log_path = run_dir / "ansible.log"
     with tempfile.TemporaryDirectory(prefix="vrmig-ansible-") as tmp_s:
         tmp = Path(tmp_s)
@@ -436,18 +436,9 @@ def run_playbook(
         with tempfile.TemporaryDirectory(prefix="vrmig-probe-") as probe_dir:
             failures = explain_unreachable(inv, failures, Path(probe_dir))
     out = Outcome(rc, parse_recap(text), failures, log_path, run_dir)
-    (run_dir / SUMMARY_JSON).write_text(
-        json.dumps(
-            {
-                "returncode": rc,
-                "profiles": profiles,
-                "recap": {h: asdict(r) for h, r in out.recap.items()},
-                "failures": out.failures,
-            },
-            indent=1,
-        )
-        + "\n"
-    )
+    summary = {"returncode": rc, "profiles": profiles, "recap": {h: asdict(r) for h, r in out.recap.items()},
+               "failures": out.failures}  # fmt: skip
+    write_summary(run_dir, summary)
     return out
 
 

@@ -9,9 +9,8 @@ from pathlib import Path
 
 from migrate.core import meta as metamod
 from migrate.core.errors import ConfigError
+from migrate.core.rundir import RESULTS_ROOT_MARKER, RUN_MARKER
 
-RESULTS_MARKER = ".vrmig-run"
-RESULTS_ROOT_MARKER = ".vrmig-results"
 MIN_FREE_BYTES = 64 * 2**20  # a 20 s run at 1G of 64 B frames writes well under this
 
 
@@ -21,7 +20,7 @@ def check_results_root(results_root: Path) -> None:
         if not results_root.is_dir():
             raise ConfigError(f"RESULTS={results_root} exists and is not a directory: choose another path")
         entries = list(results_root.iterdir())
-        ours = all((e / RESULTS_MARKER).exists() for e in entries if e.name != RESULTS_ROOT_MARKER)
+        ours = all((e / RUN_MARKER).exists() for e in entries if e.name != RESULTS_ROOT_MARKER)
         default_root = results_root.resolve() == metamod.REPO / "results"  # the repo's git-ignored results/
         if entries and not (results_root / RESULTS_ROOT_MARKER).exists() and not ours and not default_root:
             raise ConfigError(
@@ -57,5 +56,5 @@ def new_run_dir(results_root: Path, name: str, kind: str = "run") -> Path:
     mark_results_root(results_root)
     run_dir = results_root / f"{stamp}-{name}"
     run_dir.mkdir()
-    (run_dir / RESULTS_MARKER).write_text(f"vrmig {kind} directory\n")
+    (run_dir / RUN_MARKER).write_text(f"vrmig {kind} directory\n")
     return run_dir

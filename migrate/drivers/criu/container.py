@@ -22,6 +22,7 @@ from migrate.core.errors import GuestError
 from migrate.core.netlink import iproute
 from migrate.core.procs import Proc
 from migrate.core.registry import Registry, pid_alive, proc_starttime
+from migrate.core.rundir import console_log
 from migrate.testbed import topology as topo
 
 log = logging.getLogger(__name__)
@@ -179,7 +180,7 @@ class Container:
     def save_console(self) -> None:
         """Write the console seen so far to ``console-<host>.log`` in the results directory."""
         self.read_console()
-        (self.run_dir / f"console-{self.host}.log").write_text(self.console_text)
+        (self.run_dir / console_log(self.host)).write_text(self.console_text)
 
     def stop(self) -> None:
         """SIGTERM the init (its trap exits, which ends the whole pid namespace); SIGKILL if it

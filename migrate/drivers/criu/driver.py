@@ -34,6 +34,7 @@ from typing import Any
 from migrate.core.atomic import write_json
 from migrate.core.errors import DependencyError, GuestError, MigrationError
 from migrate.core.procs import Proc, ProcessError
+from migrate.core.rundir import CRIU_JSON, CRIU_JSON_FORMAT
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.drivers.criu import hostvm
 from migrate.drivers.criu import rounds as criu_rounds
@@ -80,9 +81,8 @@ LOCK_DATA_PLANE = True
 #: uncorking, which costs up to the kernel's 200 ms cork ceiling of frozen time per dump.
 STOPCOPY_VIA_PAGE_SERVER = False
 ACTION_SCRIPT = Path(__file__).resolve().parent / "action.sh"
-CRIU_JSON = "criu.json"
 WORK_ROOT = Path("/dev/shm")
-CRIU_JSON_VERSION = 1
+CRIU_JSON_VERSION = CRIU_JSON_FORMAT
 #: routers CRIU cannot checkpoint, and why (checked before anything is created)
 UNSUPPORTED_ROUTERS = {
     "frr": (

@@ -29,11 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from migrate.core import meta as metamod
-from migrate.core.atomic import write_json
 from migrate.core.errors import ConfigError, DependencyError, Interrupted, MigrationError, VrmigError
 from migrate.core.procs import LineTail, Proc
 from migrate.core.registry import Registry, mark_dead_run
-from migrate.core.rundir import META_JSON
+from migrate.core.rundir import ACTIONS_JSONL, META_JSON, QMP_EVENTS_JSONL, QMP_SAMPLES_JSONL, read_meta, write_meta
 from migrate.core.sighold import interruptible
 from migrate.drivers.kvm.accel import detect_accel
 from migrate.experiment.scenario import Scenario
@@ -218,7 +217,7 @@ def reached_phase(run_dir: Path, mode: str | None) -> str:
         except OSError:
             return []
 
-    window = migration_window(rows("actions.jsonl"), rows("qmp_events.jsonl"), rows("qmp_samples.jsonl"), mode)
+    window = migration_window(rows(ACTIONS_JSONL), rows(QMP_EVENTS_JSONL), rows(QMP_SAMPLES_JSONL), mode)
     if window is None:
         return "setup"
     if window.end_ns is None or window.end_status != "completed" or window.end_source == "last-sample":
@@ -233,7 +232,7 @@ def _mark_new_runs(results_root: Path, before: set[str], why: str, interrupted: 
         if p.name in before or not (p / META_JSON).exists():
             continue
         try:
-            meta = json.loads((p / META_JSON).read_text())
+            meta = read_meta(p)
         except (OSError, ValueError):
             meta = None
         if not isinstance(meta, dict):
@@ -242,4 +241,4 @@ def _mark_new_runs(results_root: Path, before: set[str], why: str, interrupted: 
             mode = (meta.get("scenario") or {}).get("mode")
             cls = "interrupted" if interrupted else reached_phase(p, mode)
             meta.update(status="interrupted" if interrupted else "failed", failure=why, failure_class=cls)
-            write_json(p / META_JSON, meta)
+            write_meta(p, meta)

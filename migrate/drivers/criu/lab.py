@@ -39,6 +39,7 @@ from typing import Any
 
 from migrate.core.errors import ConfigError, DependencyError, GuestError, MigrationError
 from migrate.core.procs import Proc, ProcessError
+from migrate.core.rundir import console_log
 from migrate.drivers.base import RunContext
 from migrate.drivers.criu.announce import ROUND_GAP_S, ROUNDS, frames
 from migrate.drivers.criu.driver import (
@@ -141,7 +142,7 @@ class RemoteContainer:
     def save_console(self) -> None:
         """``console-<host>.log`` in the results directory."""
         self.read_console()
-        (self.d.ctx.run_dir / f"console-{self.host}.log").write_text(self.console_text)
+        (self.d.ctx.run_dir / console_log(self.host)).write_text(self.console_text)
 
     def stop(self) -> None:
         """SIGTERM the init (its trap ends the pid namespace), SIGKILL if it lingers, then the

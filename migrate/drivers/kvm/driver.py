@@ -18,6 +18,7 @@ from migrate.core import knobs
 from migrate.core.errors import ConfigError, DependencyError, GuestError, MigrationError
 from migrate.core.privapt import PrivAptError
 from migrate.core.procs import Proc, ProcessError
+from migrate.core.rundir import console_log
 from migrate.core.stack import QemuBuild, StackError, resolve_qemu
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.drivers.kvm.accel import detect_accel
@@ -255,7 +256,7 @@ class KvmDriver(Driver):
         )  # fmt: skip
         qmp_path = self.ctx.registry.dir / f"qmp-{host}.sock"
         kernel, initrd = self.image.kernel, self.image.initrd
-        console: Path | str = self.ctx.run_dir / f"console-{host}.log"
+        console: Path | str = self.ctx.run_dir / console_log(host)
         stdout_name = None
         if tb.remote:
             # the lab host's copies (make hosts-setup), the QMP socket in the run's directory
@@ -263,7 +264,7 @@ class KvmDriver(Driver):
             # channel brings into console-<host>.log as it is written
             images = f"{inv.deploy_dir}/images/{s.router}"
             kernel, initrd = Path(f"{images}/{self.image.kernel.name}"), Path(f"{images}/{self.image.initrd.name}")
-            console, stdout_name = "/dev/stdout", f"console-{host}.log"
+            console, stdout_name = "/dev/stdout", console_log(host)
         if s.fault == "guest-never-ready" and not incoming:
             initrd = self.ctx.registry.dir / "empty-initrd.img"  # fault: no init, the kernel panics
             initrd.write_bytes(b"")
@@ -354,7 +355,7 @@ class KvmDriver(Driver):
             self.src.wait_for(
                 READY_MARKER,
                 self.ctx.scenario.boot_timeout_s,
-                path=self.ctx.run_dir / "console-R1.log",
+                path=self.ctx.run_dir / console_log("R1"),
                 abort=self.ctx.abort,
             )
         except ProcessError as err:
@@ -362,7 +363,7 @@ class KvmDriver(Driver):
         rec.action("router-ready", host="R1")
         if self.ctx.scenario.dirty_mbps is not None:
             self.dirty_load = dirty.wait_load(
-                self.ctx.run_dir / "console-R1.log", dirty.LOAD_START_TIMEOUT_S, self.src.alive, self.ctx.abort
+                self.ctx.run_dir / console_log("R1"), dirty.LOAD_START_TIMEOUT_S, self.src.alive, self.ctx.abort
             )
             rec.action("dirty-load-running", host="R1", **self.dirty_load)
 

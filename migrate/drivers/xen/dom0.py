@@ -31,12 +31,13 @@ from typing import Any
 
 from migrate.core.errors import VrmigError
 from migrate.core.procs import with_pdeathsig
+from migrate.core.rundir import XEN_LOG_JSONL
 
 log = logging.getLogger(__name__)
 
 EXIT_MARK = "VRMIG-EXIT"
 CONNECT_TIMEOUT_S = 30.0
-XEN_LOG = "xen_log.jsonl"
+XEN_LOG = XEN_LOG_JSONL
 
 
 class Dom0Error(VrmigError):

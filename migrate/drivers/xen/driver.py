@@ -50,6 +50,7 @@ from typing import Any
 from migrate.core.errors import ConfigError, DependencyError, GuestError, MigrationError
 from migrate.core.netlink import iproute
 from migrate.core.procs import Proc
+from migrate.core.rundir import XEN_DOMU_CFG, XEN_JSON, console_log
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.drivers.criu.nsock import NetDevCounters, netns_path
 from migrate.drivers.kvm.accel import detect_accel
@@ -351,7 +352,7 @@ class XenDriver(Driver):
             inv = tb.inventory
             xen, kernel, initrd = (Path(p) for p in lab_xen_files(inv.deploy_dir, s.router))
             remote = {n: Path(tb.out_path(host, reg.dir, p.name)) for n, p in socks.items()}
-            console, stdout_name = Path("/dev/stdout"), f"console-{host}.log"
+            console, stdout_name = Path("/dev/stdout"), console_log(host)
             peer = "R2" if host == "R1" else "R1"
             own, other = (topo.addr(inv.host(r).migration_ipv4 or topo.MIGRATION_ADDR[r]) for r in (host, peer))
             mig_udp: tuple[str, str] | None = (f"{own}:{LAB_TUNNEL_PORT}", f"{other}:{LAB_TUNNEL_PORT}")
@@ -360,7 +361,7 @@ class XenDriver(Driver):
         else:
             image = xen_image(verify=False)
             xen, kernel, initrd = image.xen, image.kernel, host_initrd(s.router)
-            remote, console, mig_udp = socks, self.ctx.run_dir / f"console-{host}.log", None
+            remote, console, mig_udp = socks, self.ctx.run_dir / console_log(host), None
             taps = ("tapL", "tapR", MIG_TAP)
             addr, mtu = topo.MIGRATION_ADDR[host], s.xen_mig_mtu
         dom0_args = f"vrmig.macL={macs[0]} vrmig.macR={macs[1]} vrmig.macM={macs[2]} vrmig.addr={addr} vrmig.mtu={mtu}"
@@ -392,7 +393,7 @@ class XenDriver(Driver):
 
     def _wait_dom0(self, host: str, t0: float) -> None:
         """Wait for dom0's READY (or FAIL) line on the host's serial console."""
-        console = self.ctx.run_dir / f"console-{host}.log"
+        console = self.ctx.run_dir / console_log(host)
         proc = self.procs[host]
         deadline = time.monotonic() + self.ctx.scenario.boot_timeout_s
         while True:
@@ -521,7 +522,7 @@ class XenDriver(Driver):
             self.dom0["R1"], self.streams, "R1", s.router, ([left.ipv4, left.ipv6], [right.ipv4, right.ipv6]),
             mem_mib=s.mem_mib, vcpus=s.vcpus, guest_type=s.xen_guest, macs=(left.mac, right.mac),
             timeout_s=s.boot_timeout_s,
-            alive=self.procs["R1"].alive if "R1" in self.procs else None, save_cfg=self.ctx.run_dir / "xen-domu.cfg",
+            alive=self.procs["R1"].alive if "R1" in self.procs else None, save_cfg=self.ctx.run_dir / XEN_DOMU_CFG,
             rib_routes=s.rib_routes, routing=routing.router_args(s), paths=self.domu_paths,
         )  # fmt: skip
         rec.action("router-ready", host="R1")
@@ -604,7 +605,7 @@ class XenDriver(Driver):
 
         data = {"dom0_mig_tx_bytes": delta("tx"), "dom0_mig_rx_bytes_dst": delta("rx"), "before": before,
                 "after": after, "nic": self.mig_ifs["R1"], "nic_dst": self.mig_ifs["R2"]}  # fmt: skip
-        (self.ctx.run_dir / "xen.json").write_text(json.dumps(data, indent=1) + "\n")
+        (self.ctx.run_dir / XEN_JSON).write_text(json.dumps(data, indent=1) + "\n")
 
     def verify(self) -> dict[str, Any]:
         """Where the domain runs (``xl list`` on both hosts)."""
