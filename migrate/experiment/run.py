@@ -33,7 +33,7 @@ from migrate.core.rundir import (
     write_meta,
 )
 from migrate.core.sighold import Abort, Teardown, signal_handlers
-from migrate.core.stack import DEFAULT_QEMU
+from migrate.core.stack import DEFAULT_QEMU, LIBVIRT_VERSION_LINE
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext, load_driver
 from migrate.drivers.kvm.driver import QEMU, check_qemu_knobs
 from migrate.experiment import peering
@@ -382,7 +382,9 @@ def lab_facts(check: dict[str, Any], scenario: Scenario, local: dict[str, Any]) 
     """The accelerator and QEMU of R1 and R2 as the preflight check found them (the same test
     as ACCEL=auto here: vmx/svm visible and /dev/kvm creates a VM); ACCEL=auto is KVM only if
     both hosts have it (HV=xen: the QEMUs of the nested Xen hosts).  {} for a hypervisor
-    without QEMU on the hosts (HV=criu: its driver's own facts stand)."""
+    without QEMU on the hosts (HV=criu: its driver's own facts stand).  A QEMU= the hosts lack (not
+    deployed, different builds, no <emulator> script for DRIVER=libvirt) is a ConfigError: one
+    line, exit 2, raised by the preflight before anything starts."""
     if scenario.hv not in ("kvm", "xen"):
         return {}
     rows = {r["role"]: r for r in check["hosts"]}
@@ -404,19 +406,19 @@ def lab_facts(check: dict[str, Any], scenario: Scenario, local: dict[str, Any]) 
         deployed = {r: (rows[r].get("stacks") or {}).get(spec) or {} for r in hv}
         missing = [r for r in hv if not deployed[r].get("version")]
         if missing:
-            raise DependencyError(
+            raise ConfigError(
                 f"QEMU={spec} is not deployed on {', '.join(missing)} (hosts-setup deploys the default stack, "
                 f"QEMU={DEFAULT_QEMU}): run make hosts-setup, or use QEMU=system"
             )
         qemu = {r: deployed[r]["version"] for r in hv}
         if qemu["R1"] != qemu["R2"]:
-            raise DependencyError(
+            raise ConfigError(
                 f"QEMU={spec} differs between R1 and R2 ({qemu['R1']}; {qemu['R2']}): run make hosts-setup"
             )
         if scenario.driver == "libvirt":
             stale = [r for r in hv if not deployed[r].get("emulator_ok")]
             if stale:
-                raise DependencyError(
+                raise ConfigError(
                     f"QEMU={spec} on {', '.join(stale)} has no <emulator> script for the hosts' libvirtd "
                     "(an older hosts-setup deployed it): run make hosts-setup, or use QEMU=system"
                 )
@@ -433,7 +435,9 @@ def lab_facts(check: dict[str, Any], scenario: Scenario, local: dict[str, Any]) 
         "orchestrator_qemu": local.get("qemu"),
     }
     if scenario.driver == "libvirt":  # the hosts' own libvirtd, as `libvirtd --version` gave it there
-        daemon = {r: (rows[r].get("versions") or {}).get("libvirtd") for r in hv}
+        lines = {r: (rows[r].get("versions") or {}).get("libvirtd") for r in hv}
+        found = {r: LIBVIRT_VERSION_LINE.search(v) if v else None for r, v in lines.items()}
+        daemon = {r: m[0] if m else lines[r] for r, m in found.items()}  # without libvirtd's path
         out["libvirt"] = {**(local.get("libvirt") or {}), "daemon": daemon["R1"], "daemon_by_host": daemon}
         out["stack"]["libvirt"] = {
             "spec": "system", "source": "system", "version": daemon["R1"], "version_by_host": daemon,

@@ -165,25 +165,46 @@ def _rows(stacks_r1, stacks_r2, system="QEMU emulator version 7.2.22 (Debian 1:7
                        "stacks": st} for r, st in (("R1", stacks_r1), ("R2", stacks_r2))]}  # fmt: skip
 
 
-def _deployed(version="QEMU emulator version 10.0.2 (Debian 1:10.0.2+ds-2+deb13u1~bpo12+1)"):
+def _deployed(version="QEMU emulator version 10.0.2 (Debian 1:10.0.2+ds-2+deb13u1~bpo12+1)", emulator_ok=False):
     binary = "/var/lib/vrmig/qemu/10.0/root/usr/bin/qemu-system-x86_64"
     record = {"spec": "10.0", "release": "10.0.2", "source": "bookworm-backports", "binary": binary,
-              "argv": [binary, "-L", "/var/lib/vrmig/qemu/10.0/root/usr/share/qemu"], "version": version}  # fmt: skip
-    return {"10.0": {"record": record, "version": version, "error": None}}
+              "argv": [binary, "-L", "/var/lib/vrmig/qemu/10.0/root/usr/share/qemu"], "version": version,
+              "emulator": "/var/lib/vrmig/qemu/10.0/emulator"}  # fmt: skip
+    return {"10.0": {"record": record, "version": version, "error": None, "emulator_ok": emulator_ok}}
 
 
 def test_a_lab_runs_the_default_stack_hosts_setup_deployed():
-    from migrate.core.errors import DependencyError
     from migrate.experiment.run import lab_facts
 
     facts = lab_facts(_rows(_deployed(), _deployed()), Scenario(), {})
     assert facts["qemu_argv"][0] == "/var/lib/vrmig/qemu/10.0/root/usr/bin/qemu-system-x86_64"
     assert facts["qemu"].startswith("QEMU emulator version 10.0.2") and facts["stack"]["qemu"]["deployed"] is True
     assert lab_facts(_rows({}, {}), Scenario(qemu="system"), {})["qemu_argv"] == ["qemu-system-x86_64"]
-    with pytest.raises(DependencyError, match=r"QEMU=10\.0 is not deployed on R2 .*run make hosts-setup"):
+    # a stack the lab's hosts lack is bad input: one line, exit 2
+    with pytest.raises(ConfigError, match=r"QEMU=10\.0 is not deployed on R2 .*run make hosts-setup"):
         lab_facts(_rows(_deployed(), {}), Scenario(), {})
-    with pytest.raises(DependencyError, match=r"QEMU=10\.0 differs between R1 and R2"):
+    with pytest.raises(ConfigError, match=r"QEMU=10\.0 differs between R1 and R2"):
         lab_facts(_rows(_deployed(), _deployed("QEMU emulator version 10.0.3")), Scenario(), {})
+
+
+def test_a_labs_libvirt_runs_the_deployed_release_by_its_emulator_script():
+    from migrate.experiment.run import lab_facts
+
+    libvirt = Scenario(driver="libvirt")
+    rows = _rows(_deployed(emulator_ok=True), _deployed(emulator_ok=True))
+    for r in rows["hosts"]:
+        r["versions"]["libvirtd"] = "/usr/sbin/libvirtd (libvirt) 9.0.0"
+    facts = lab_facts(rows, libvirt, {"libvirt": {"binding": "9.0.0"}})
+    assert facts["stack"]["qemu"]["emulator"] == "/var/lib/vrmig/qemu/10.0/emulator"
+    assert facts["stack"]["libvirt"]["version"] == "libvirtd (libvirt) 9.0.0"  # the hosts', not this machine's
+    assert facts["libvirt"] == {"binding": "9.0.0", "daemon": "libvirtd (libvirt) 9.0.0",
+                                "daemon_by_host": {"R1": "libvirtd (libvirt) 9.0.0", "R2": "libvirtd (libvirt) 9.0.0"}}  # fmt: skip
+    # deployed by a hosts-setup that wrote no <emulator> script: refused, DRIVER=qmp still runs
+    with pytest.raises(ConfigError, match=r"QEMU=10\.0 on R2 has no <emulator> script .*run make hosts-setup"):
+        lab_facts(_rows(_deployed(emulator_ok=True), _deployed()), libvirt, {})
+    assert lab_facts(_rows(_deployed(), _deployed()), Scenario(), {})["stack"]["qemu"]["deployed"]
+    hosts_own = lab_facts(_rows({}, {}), Scenario(driver="libvirt", qemu="system"), {})  # nothing deployed needed
+    assert hosts_own["stack"]["qemu"]["spec"] == "system" and hosts_own["qemu_argv"] == ["qemu-system-x86_64"]
 
 
 def test_hosts_check_compares_the_deployed_stack_across_hypervisor_hosts():
