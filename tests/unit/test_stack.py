@@ -197,8 +197,8 @@ def test_a_labs_libvirt_runs_the_deployed_release_by_its_emulator_script():
     facts = lab_facts(rows, libvirt, {"libvirt": {"binding": "9.0.0"}})
     assert facts["stack"]["qemu"]["emulator"] == "/var/lib/vrmig/qemu/10.0/emulator"
     assert facts["stack"]["libvirt"]["version"] == "libvirtd (libvirt) 9.0.0"  # the hosts', not this machine's
-    assert facts["libvirt"] == {"binding": "9.0.0", "daemon": "libvirtd (libvirt) 9.0.0",
-                                "daemon_by_host": {"R1": "libvirtd (libvirt) 9.0.0", "R2": "libvirtd (libvirt) 9.0.0"}}  # fmt: skip
+    v9 = "libvirtd (libvirt) 9.0.0"
+    assert facts["libvirt"] == {"binding": "9.0.0", "daemon": v9, "daemon_by_host": {"R1": v9, "R2": v9}}
     # deployed by a hosts-setup that wrote no <emulator> script: refused, DRIVER=qmp still runs
     with pytest.raises(ConfigError, match=r"QEMU=10\.0 on R2 has no <emulator> script .*run make hosts-setup"):
         lab_facts(_rows(_deployed(emulator_ok=True), _deployed()), libvirt, {})
