@@ -183,6 +183,7 @@ INT: Schema = {"type": "integer"}
 NUM: Schema = {"type": "number"}
 BOOL: Schema = {"type": "boolean"}
 OBJ: Schema = {"type": "object"}
+ARR_OF_OBJ: Schema = {"type": "array", "items": OBJ}
 ANY: Schema = {}
 UTC: Schema = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}"}  # ISO 8601 (datetime.isoformat)
 
@@ -534,6 +535,24 @@ SUMMARY_MIGRATE["allOf"] = [
     *(_qualified(p) for p in HEADLINES),
 ]
 
+#: one configuration of a baseline's summary.json (analysis.baseline.summary.summarise_config)
+BASELINE_SUMMARY_CONFIG = obj(
+    {
+        "hv": STR,
+        "nic": STR,
+        "ip": INT,
+        "frame_bytes": INT,
+        "routers": INT,
+        "load": STR,
+        "points": arr(obj({"rate_bps": INT})),
+        "failed_points": INT,
+        "max_forwarded": null(obj({"rate_bps": INT, "forwarded_bps": OBJ, "forwarded_pps": ANY})),
+        "sweep_loss_free_bps": null(NUM),
+        "ndr": null(obj({"per_rep": ARR_OF_OBJ, "ndr_bps": null(OBJ), "at_upper_bound": INT})),
+        "efficiency": obj({"classical": null(STR), "max_forwarded": FIGURE, "ndr": FIGURE}),
+    },
+    closed=True,
+)
 SUMMARY_BASELINE = obj(
     {
         "format": doc("the baseline summary's format (BASELINE_SUMMARY_FORMAT)", const(BASELINE_SUMMARY_FORMAT)),
@@ -542,7 +561,7 @@ SUMMARY_BASELINE = obj(
         "loss_free_ratio": NUM,
         "points_total": {"type": "integer", "minimum": 0},
         "points_failed": {"type": "integer", "minimum": 0},
-        "configs": arr(obj({"hv": STR, "nic": ANY, "ip": ANY, "frame_bytes": INT, "routers": INT, "load": ANY})),
+        "configs": arr(BASELINE_SUMMARY_CONFIG),
         "plots": arr(STR),
     },
     {"plot_error": STR},
