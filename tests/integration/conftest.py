@@ -164,3 +164,54 @@ def wait_until(what: str, cond: Callable[[], Any], proc: subprocess.Popen, log: 
             pytest.fail(f"{proc.args[3]} exited ({proc.returncode}) before {what}:\n{log.read_text()[-3000:]}")
         time.sleep(poll_s)
     pytest.fail(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
+
+
+# -- the results contract: every meta.json and summary.json the tests write ----------------------
+#: (path, mtime_ns) of every meta.json and summary.json validated this session
+CONTRACT_CHECKED: set[tuple[str, int]] = set()
+#: where the tests write their results: pytest's base temporary directory (tmp_path, tmp_path_factory)
+CONTRACT_ROOTS: list[Path] = []
+
+
+@pytest.fixture(autouse=True, scope="session")
+def results_contract_root(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Records the base temporary directory, below which :func:`pytest_runtest_teardown` looks for
+    the run directories the tests wrote."""
+    CONTRACT_ROOTS.append(tmp_path_factory.getbasetemp())
+
+
+def results_contract_problems(roots: list[Path]) -> list[str]:
+    """Why the meta.json and summary.json files below ``roots`` that are new or rewritten since the
+    last call break the results contract (the schemas of migrate.core.rundir), one line each."""
+    from migrate.core import rundir
+
+    dirs = set()
+    for root in roots:
+        for d, _subdirs, files in os.walk(root):
+            for name in (rundir.META_JSON, rundir.SUMMARY_JSON):
+                path = os.path.join(d, name)
+                try:
+                    key = (path, os.stat(path).st_mtime_ns) if name in files else None
+                except OSError:
+                    continue
+                if key is not None and key not in CONTRACT_CHECKED:
+                    CONTRACT_CHECKED.add(key)
+                    dirs.add(Path(d))
+    return [line for d in sorted(dirs) for line in rundir.run_dir_problems(d)]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """Once a test and its fixtures are torn down, every meta.json and summary.json written since
+    the previous test must validate against the results contract's schemas (docs/schemas/,
+    migrate/core/rundir.py); one that does not fails this test at teardown, a line per problem.
+    A walk of the base temporary directory and one validation per new file: milliseconds."""
+    result = yield
+    try:
+        problems = results_contract_problems(CONTRACT_ROOTS)
+    except ImportError as err:  # jsonschema: the dev extras of make venv
+        pytest.fail(f"cannot check the results contract ({err}): run make venv", pytrace=False)
+    if problems:
+        head = "a meta.json or summary.json written by this test breaks the results contract "
+        pytest.fail("\n".join([head + "(migrate/core/rundir.py, docs/data-formats.md):", *problems]), pytrace=False)
+    return result
