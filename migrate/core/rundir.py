@@ -150,15 +150,6 @@ def _read_object(path: Path) -> dict[str, Any]:
     return obj
 
 
-def summary_format(summary: Mapping[str, Any]) -> int | None:
-    """The format version of a summary.json: a run's ``details.summary_format_version``, a
-    baseline's ``format``; None when it states none (make hosts-setup's)."""
-    details = summary.get("details")
-    if isinstance(details, Mapping) and isinstance(details.get("summary_format_version"), int):
-        return details["summary_format_version"]
-    return summary["format"] if isinstance(summary.get("format"), int) else None
-
-
 def dir_kind(run_dir: Path) -> str | None:
     """What made ``run_dir``: its meta.json ``kind``, else its marker's (``vrmig <kind>
     directory``: hosts-setup); None when neither says."""
