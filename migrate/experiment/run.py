@@ -389,6 +389,8 @@ def lab_facts(check: dict[str, Any], scenario: Scenario, local: dict[str, Any]) 
         return {}
     rows = {r["role"]: r for r in check["hosts"]}
     hv = ("R1", "R2")
+    if scenario.hv == "kvm":
+        lab_router_image(rows, scenario.router, check.get("inventory") or "lab.toml")
     kvm = {r: bool(rows[r].get("kvm")) for r in hv}
     both = all(kvm.values())
     if scenario.accel == "kvm" and not both:
@@ -444,6 +446,31 @@ def lab_facts(check: dict[str, Any], scenario: Scenario, local: dict[str, Any]) 
             **({} if daemon["R1"] else {"reason": "hosts-check found no libvirtd --version on R1"}),
         }  # fmt: skip
     return out
+
+
+def lab_router_image(rows: dict[str, dict[str, Any]], router: str, testbed: str) -> None:
+    """ROUTER='s image is on R1 and R2 as this machine built it (hosts-setup copies its manifest
+    byte for byte): else one line, exit 2 (the router would run a build meta.json does not name).
+    A check that predates the image probe (no ``images`` in its rows) is not judged."""
+    import hashlib
+
+    from routers.guest import guest_image
+
+    if not all("images" in rows[r] for r in ("R1", "R2")):
+        return
+    local = hashlib.sha256((guest_image(router, verify=False).kernel.parent / "manifest.json").read_bytes())
+    for r in ("R1", "R2"):
+        there = (rows[r].get("images") or {}).get(router)
+        if there is None:
+            raise ConfigError(
+                f"ROUTER={router} is not on {r}: run make hosts-setup TESTBED={testbed} PROFILES=<...,{router}> "
+                "(it copies the images PROFILES= names)"
+            )
+        if there.get("manifest_sha256") != local.hexdigest():
+            raise ConfigError(
+                f"ROUTER={router} on {r} is another build than this machine's "
+                f"({there.get('router_version') or 'unknown version'}): run make hosts-setup TESTBED={testbed}"
+            )
 
 
 def with_router(stack: Any, router: str, image: Any) -> dict[str, Any] | None:

@@ -84,6 +84,8 @@ class HostRow:
     clock: dict[str, Any] | None = None
     #: the QEMU releases hosts-setup deployed (spec -> {"record": qemu.json, "version", "error"})
     stacks: dict[str, Any] = field(default_factory=dict)
+    #: the router images hosts-setup put there (profile -> {"manifest_sha256", "router_version"})
+    images: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -295,6 +297,7 @@ def evaluate(
         sync=sync,
         clock=clock.as_dict() if clock else None,
         stacks=facts.get("stacks") or {} if role in HV_ROLES else {},
+        images=facts.get("images") or {} if role in HV_ROLES else {},
     )
     return row, p
 
@@ -509,6 +512,7 @@ def check_inventory(
                 rows[role], problems[role] = row, p
         lib = _check_libvirt(inv, opened, facts_by_role)
         lib += compare_stacks([rows[r] for r in HV_ROLES if r in rows], testbed_arg)
+        lib += compare_images([rows[r] for r in HV_ROLES if r in rows], testbed_arg)
         dom0_rows, dom0_problems = check_xen_dom0s(inv, control_dir)
     finally:
         for h in opened.values():
@@ -543,6 +547,20 @@ def compare_stacks(rows: list[HostRow], testbed_arg: str) -> list[Problem]:
         msg = f"QEMU {DEFAULT_QEMU} differs between the hypervisor hosts ({text}): "
         msg += f"run make hosts-setup TESTBED={testbed_arg}"
         out.append(Problem(next(iter(seen)), ERROR, msg))
+    return out
+
+
+def compare_images(rows: list[HostRow], testbed_arg: str) -> list[Problem]:
+    """The router images on the hypervisor hosts: an error where R1 and R2 hold different builds
+    of one profile (the router would change build when it migrates)."""
+    out: list[Problem] = []
+    up = [r for r in rows if r.reachable == "yes"]
+    for profile in sorted({p for r in up for p in r.images}):
+        have = {r.role: r.images[profile] for r in up if profile in r.images}
+        if len(have) > 1 and len({h.get("manifest_sha256") for h in have.values()}) > 1:
+            text = "; ".join(f"{role}: {h.get('router_version') or '?'}" for role, h in have.items())
+            msg = f"router image {profile} differs between the hypervisor hosts ({text}): "
+            out.append(Problem(next(iter(have)), ERROR, msg + f"run make hosts-setup TESTBED={testbed_arg}"))
     return out
 
 

@@ -95,6 +95,26 @@ def stacks(deploy: str) -> dict:
     return out
 
 
+def images(deploy: str) -> dict:
+    """The router guest images hosts-setup put there (``<deploy>/images/<profile>/manifest.json``):
+    per profile, the SHA-256 of its manifest (hosts-setup copies it byte for byte, so it equals
+    the orchestrator's for the same build) and the router version it names."""
+    import hashlib
+
+    out = {}
+    base = os.path.join(deploy, "images")
+    for profile in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        try:
+            with open(os.path.join(base, profile, "manifest.json"), "rb") as f:
+                raw = f.read()
+            router = json.loads(raw).get("router") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        out[profile] = {"manifest_sha256": hashlib.sha256(raw).hexdigest(),
+                        "router_version": router.get("version") if isinstance(router, dict) else None}  # fmt: skip
+    return out
+
+
 def facts(args: dict) -> dict:
     """Everything hosts-check compares with the inventory."""
     tools = {t: shutil.which(t) for t in args.get("tools", [])}
@@ -128,6 +148,7 @@ def facts(args: dict) -> dict:
         "kvm": kvm() if args.get("kvm") else None,
         "helpers": helpers,
         "stacks": stacks(deploy) if deploy else {},
+        "images": images(deploy) if deploy and args.get("kvm") else {},
         "links": links,
         "links_error": links_error,
     }

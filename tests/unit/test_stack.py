@@ -258,3 +258,32 @@ def test_a_points_stack_text_names_qemu_libvirt_and_a_router_other_than_the_defa
     assert stack_text({}) == "" and stack_text({"router": "frr"}) == ""
     assert stack_text({"qemu": "10.0", "router": "frr@8.4"}) == "QEMU=10.0 ROUTER=frr@8.4"
     assert stack_text({"libvirt": "system", "router": "bird"}) == "LIBVIRT=system ROUTER=bird"
+
+
+def test_a_lab_run_needs_routers_image_on_both_hosts_as_built_here(tmp_path, monkeypatch):
+    """Synthetic hosts-check rows against a synthetic local image manifest."""
+    import hashlib
+    import types
+
+    import routers.guest
+    from migrate.experiment.run import lab_router_image
+    from migrate.testbed.check import HostRow, compare_images
+
+    (tmp_path / "manifest.json").write_text('{"router": {"version": "10.3-3"}}')
+    image = types.SimpleNamespace(kernel=tmp_path / "vmlinuz")
+    monkeypatch.setattr(routers.guest, "guest_image", lambda profile, verify=True: image)
+    here = {"manifest_sha256": hashlib.sha256((tmp_path / "manifest.json").read_bytes()).hexdigest()}
+    other = {"manifest_sha256": "0" * 64, "router_version": "10.3-2"}
+    rows = {"R1": {"images": {"frr": here}}, "R2": {"images": {"frr": here}}}
+    lab_router_image(rows, "frr", "lab.toml")
+    with pytest.raises(ConfigError, match=r"ROUTER=bird is not on R1: run make hosts-setup TESTBED=lab.toml"):
+        lab_router_image(rows, "bird", "lab.toml")
+    with pytest.raises(ConfigError, match=r"ROUTER=frr on R2 is another build than this machine's \(10.3-2\)"):
+        lab_router_image({**rows, "R2": {"images": {"frr": other}}}, "frr", "lab.toml")
+    lab_router_image({"R1": {}, "R2": {}}, "bird", "lab.toml")  # a check from before the image probe
+    same = [HostRow(r, "x", "yes", images={"frr": here}) for r in ("R1", "R2")]
+    assert compare_images(same, "lab.toml") == []
+    differ = [HostRow("R1", "x", "yes", images={"frr": here}), HostRow("R2", "x", "yes", images={"frr": other})]
+    assert "router image frr differs between the hypervisor hosts (R1: ?; R2: 10.3-2)" in (
+        compare_images(differ, "lab.toml")[0].message
+    )
