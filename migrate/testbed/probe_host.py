@@ -104,6 +104,8 @@ def images(deploy: str) -> dict:
     out = {}
     base = os.path.join(deploy, "images")
     for profile in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        if profile == "xen":  # HV=xen's nested host files, not a router image
+            continue
         try:
             with open(os.path.join(base, profile, "manifest.json"), "rb") as f:
                 raw = f.read()
