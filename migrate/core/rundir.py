@@ -93,6 +93,7 @@ XEN_JSON = "xen.json"  # HV=xen: dom0's migration NIC counters around xl migrate
 XEN_DOMU_CFG = "xen-domu.cfg"  # HV=xen: the router domU's xl configuration
 CRIU_JSON = "criu.json"  # HV=criu: every round of CRIU
 CRIUVM_CONSOLE_LOG = "criuvm-console.log"  # CRIU_HOST=vm: the CRIU host VM's console
+VZMIGRATE_LOG = "vzmigrate.log"  # HV=openvz: every vzmigrate output line with its host receive time
 CHURN_TSV = "churn.tsv"  # CHURN=: the route changes made at B per pacing tick (migrate.experiment.churn)
 # calibration directories (make calibrate; analysis.metrics.calibration)
 CALIBRATION_JSON = "calibration.json"

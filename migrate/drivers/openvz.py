@@ -32,6 +32,7 @@ from typing import Any
 
 from migrate.core.errors import DependencyError, GuestError, MigrationError
 from migrate.core.procs import LineTail, Proc
+from migrate.core.rundir import VZMIGRATE_LOG
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.experiment.scenario import Scenario
 from migrate.testbed import topology as topo
@@ -45,7 +46,7 @@ PROC_VZ = Path("/proc/vz")
 CTID_ENV = "VRMIG_OPENVZ_CTID"
 DEFAULT_CTID = "101"
 POLL_S = 0.1
-LOG_NAME = "vzmigrate.log"  # one JSON object per line: {"t_ns": host receive time, "line": text}
+LOG_NAME = VZMIGRATE_LOG  # one JSON object per line: {"t_ns": host receive time, "line": text}
 
 
 def missing_tools(which=shutil.which) -> list[str]:

@@ -32,7 +32,15 @@ from migrate.core import meta as metamod
 from migrate.core.errors import ConfigError, DependencyError, Interrupted, MigrationError, VrmigError
 from migrate.core.procs import LineTail, Proc
 from migrate.core.registry import Registry, mark_dead_run
-from migrate.core.rundir import ACTIONS_JSONL, META_JSON, QMP_EVENTS_JSONL, QMP_SAMPLES_JSONL, read_meta, write_meta
+from migrate.core.rundir import (
+    ACTIONS_JSONL,
+    CRIUVM_CONSOLE_LOG,
+    META_JSON,
+    QMP_EVENTS_JSONL,
+    QMP_SAMPLES_JSONL,
+    read_meta,
+    write_meta,
+)
 from migrate.core.sighold import interruptible
 from migrate.drivers.kvm.accel import detect_accel
 from migrate.experiment.scenario import Scenario
@@ -43,7 +51,7 @@ log = logging.getLogger(__name__)
 INNER_ENV = "VRMIG_CRIUVM_INNER"  # set by the VM's /init: run() executes locally there
 BOOT_MARK, EXIT_MARK, FAIL_MARK = "VRMIG-CRIUVM-BOOT", "VRMIG-CRIUVM-EXIT", "VRMIG-CRIUVM-FAIL"
 RUNDIR_MARK, ERROR_MARK = "VRMIG-CRIUVM-RUNDIR", "VRMIG-CRIUVM-ERROR"
-CONSOLE_NAME = "criuvm-console.log"
+CONSOLE_NAME = CRIUVM_CONSOLE_LOG
 VM_MEM_MIB = 3072
 VM_CPUS_MAX = 4
 BOOT_TIMEOUT_S = 180.0  # kernel + modules + 9p root under TCG: ~10 s here
