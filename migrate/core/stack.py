@@ -535,9 +535,7 @@ def qemu_module_mount(build: QemuBuild) -> tuple[str, str] | None:
 _MODULE_MOUNT = 'mount --bind "$1" "$2" || exit 97; shift 2; exec "$@"'
 
 
-def emulator_text(
-    argv: list[str] | tuple[str, ...], mount: tuple[str, str] | None, unshare: str | None = None
-) -> str:
+def emulator_text(argv: list[str] | tuple[str, ...], mount: tuple[str, str] | None, unshare: str | None = None) -> str:
     """The script a libvirt domain's ``<emulator>`` names to run a QEMU whose argv is ``argv``
     (loader, firmware directories) with libvirt's arguments; with ``mount`` (module directory,
     :data:`QEMU_MODULE_DIR`) it runs in a mount namespace of its own whose module directory is
