@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.stats.regression import (
+    FAILURES,
     Detectable,
     FailureRule,
     Rule,
@@ -37,6 +38,7 @@ from analysis.stats.regression import (
     check_failures,
     count_attempts,
     decide_ab,
+    detectable,
     detectable_ratio,
 )
 from migrate.core.atomic import write_json, write_text
@@ -45,6 +47,9 @@ from migrate.core.errors import ConfigError
 ARMS = ("A", "B")
 AB_REPS = 30
 AB_ALPHA = 0.01
+#: the exit status of an A/B that could judge no figure (``git bisect run``'s "cannot test")
+UNDECIDED_EXIT = 125
+
 POWER = 0.8
 #: variables an arm cannot set: where results go and which testbed runs both arms are the command's
 NOT_ARM_VARIABLES = ("RESULTS", "TESTBED")
@@ -130,6 +135,25 @@ def rules() -> tuple[Rule, ...]:
     return (*base, *(r for r in EXTRA_RULES if r.metric not in {x.metric for x in base}))
 
 
+def min_reps(alpha: float = AB_ALPHA) -> int:
+    """The fewest runs per arm with which the exact one-sided rank test can reach ``alpha`` at all
+    (0.01: 5, whose smallest p is 1/252); fewer and every figure's check is skipped."""
+    n = 1
+    while not detectable(n, n, alpha):
+        n += 1
+    return n
+
+
+def check_reps(reps: int, alpha: float = AB_ALPHA) -> None:
+    """Refuse (ConfigError, exit 2, before anything runs) a REPS with which no figure can be judged."""
+    need = min_reps(alpha)
+    if reps < need:
+        raise ConfigError(
+            f"REPS={reps} is too few for make ab: the rank test needs at least {need} runs per arm to reach "
+            f"alpha {alpha:g} at all (30 by default); use REPS={need} or more"
+        )
+
+
 @dataclass
 class AbJudgement:
     """Every check of the A/B, the rows of ab.csv and the verdict."""
@@ -141,6 +165,18 @@ class AbJudgement:
     power_note: str = ""
     runs: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def undecided(self) -> bool:
+        """No figure's check was decided (too few completed runs): "no regression" would claim
+        what nothing tested."""
+        figures = [v for v in self.verdicts if v.metric != FAILURES]  # decided from attempts, not figures
+        return not self.regression and all(v.status in ("skipped", "error") for v in figures)
+
+    @property
+    def exit_code(self) -> int:
+        """0: no regression; 1: a regression; 125: undecided (``git bisect run`` skips the commit)."""
+        return 1 if self.regression else UNDECIDED_EXIT if self.undecided else 0
+
     def line(self, a: Mapping[str, str], b: Mapping[str, str]) -> str:
         """The one verdict line."""
         bad = [v.metric for v in self.verdicts if v.regression]
@@ -148,6 +184,11 @@ class AbJudgement:
         head = f"make ab: B ({_text(b)}) against A ({_text(a)}), {self.runs.get('A', 0)}+{self.runs.get('B', 0)} runs: "
         if bad:
             return head + f"REGRESSION in {', '.join(bad)}"
+        if self.undecided:
+            return head + (
+                f"UNDECIDED: no figure could be judged (too few completed runs per arm; the rank test needs "
+                f"{min_reps()} at alpha {AB_ALPHA:g})"
+            )
         tail = f" ({len(skipped)} check(s) skipped or in error: {', '.join(skipped)})" if skipped else ""
         return head + f"no regression{tail}"
 
@@ -249,6 +290,7 @@ def run_ab(template: Mapping[str, Any], a: Mapping[str, str], b: Mapping[str, st
     from migrate.campaigns import campaign as cp
     from migrate.campaigns import sweep as sw
 
+    check_reps(reps)
     with tempfile.TemporaryDirectory(prefix="vrmig-ab-") as tmp:
         f = Path(tmp) / "ab.toml"
         f.write_text(arms_campaign(template, a, b, reps, seed))

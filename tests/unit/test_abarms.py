@@ -102,3 +102,21 @@ def test_detectable_ratio_of_known_spread():
     assert d.ratio == pytest.approx(np.exp(3.1680 * 0.3 * np.sqrt(2 / 30) / np.sqrt(3 / np.pi)), rel=1e-3)
     assert detectable_ratio([1.0, 2.0], 30, 0.01).ratio is None
     assert detectable_ratio([0.0, 1.0, 2.0], 30, 0.01).why == "values of zero or below: no ratio"
+
+
+def test_too_few_runs_are_refused_before_and_undecided_after():
+    """Synthetic arms: below the rank test's reach nothing can be judged, so REPS<5 is bad input,
+    and an A/B whose arms ended with too few completed runs says UNDECIDED and exits 125, never
+    "no regression"."""
+    from migrate.core.errors import ConfigError
+
+    assert abarms.min_reps() == 5  # 1/C(10,5) = 1/252 <= 0.01 < 1/C(8,4) = 1/70
+    with pytest.raises(ConfigError, match=r"REPS=4 is too few for make ab: .* at least 5 runs per arm"):
+        abarms.check_reps(4)
+    abarms.check_reps(5)
+    a = [0.06 + i / 1000 for i in range(5)]
+    j = abarms.judge(_records("A", a[:3], failed=2) + _records("B", a[:3], failed=2), 5)
+    assert j.undecided and not j.regression and j.exit_code == abarms.UNDECIDED_EXIT == 125
+    assert "UNDECIDED: no figure could be judged" in j.line({"QEMU": "system"}, {"QEMU": "10.0"})
+    decided = abarms.judge(_records("A", a) + _records("B", a), 5)
+    assert not decided.undecided and decided.exit_code == 0
