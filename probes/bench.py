@@ -341,22 +341,36 @@ def _write_rows(path: Path, columns: tuple[str, ...], rows: list[list[str]]) -> 
     return "\n".join("  ".join(c.rjust(widths[i]) for i, c in enumerate(r)) for r in table)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry point."""
+def _conditions(text: str) -> list[str]:
+    """``--conditions``: a comma-separated list of :data:`CONDITIONS`."""
+    conds = [c for c in text.split(",") if c]
+    unknown = set(conds) - set(CONDITIONS)
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown conditions {sorted(unknown)}: choose from {','.join(CONDITIONS)}")
+    return conds
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The subcommands and their options (``sampler``'s are the Make variables of ``make bench-sampler``)."""
     ap = argparse.ArgumentParser(prog="python -m probes.bench", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="what", required=True)
     for name in ("sampler", "methods", "irtt"):
         p = sub.add_parser(name)
         p.add_argument("--out", type=Path, required=True, help="CSV file to write")
-        p.add_argument("--period-ms", type=int, default=10)
+        p.add_argument("--period-ms", type=int, default=10, help="the sampler's period, ms")
         p.add_argument("--duration", type=float, default=5.0, help="seconds per condition")
-        p.add_argument("--namespaces", type=int, default=3)
+        p.add_argument("--namespaces", type=int, default=3, help="network namespaces sampled")
         p.add_argument("--no-rt", action="store_true", help="run the sampler without --rt")
         p.add_argument("--keep", type=Path, help="keep the counters files in this directory")
         if name == "sampler":
-            p.add_argument("--conditions", default=",".join(CONDITIONS), help=f"comma list of {CONDITIONS}")
+            p.add_argument("--conditions", type=_conditions, default=",".join(CONDITIONS), help="comma-separated")
             p.add_argument("--both", action="store_true", help="each condition with and without --rt")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point."""
+    a = build_parser().parse_args(argv)
     if os.geteuid() != 0:
         print("probes.bench: needs root (creates network namespaces)", file=sys.stderr)
         return 2
@@ -370,10 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="vrt-pr-bench-")))
         if a.what == "sampler":
-            conds = [c for c in a.conditions.split(",") if c]
-            unknown = set(conds) - set(CONDITIONS)
-            if unknown:
-                ap.error(f"unknown conditions {sorted(unknown)}")
+            conds = a.conditions
             modes = [True, False] if a.both else [not a.no_rt]
             results = []
             for rt in modes:

@@ -101,14 +101,19 @@ def format_table(rows: list[ArrivalLatency]) -> str:
     return "\n".join(lines)
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """The arguments (``RUNS``: the Make variable of ``make bench-qmp``)."""
+    p = argparse.ArgumentParser(prog="python -m analysis.hypervisors.qmp_arrival", description=__doc__)
+    p.add_argument("dirs", nargs="+", type=Path, metavar="RUNS", help="run directories or results roots")
+    p.add_argument("--out", type=Path, help="CSV to write (columns: " + ", ".join(COLUMNS) + ")")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print (and with ``--out`` write as CSV) the arrival latency of each DIR's QMP events."""
     from analysis.load import read_jsonl
 
-    p = argparse.ArgumentParser(prog="python -m analysis.hypervisors.qmp_arrival", description=__doc__)
-    p.add_argument("dirs", nargs="+", type=Path, help="run directories or results roots")
-    p.add_argument("--out", type=Path, help="CSV to write (columns: " + ", ".join(COLUMNS) + ")")
-    a = p.parse_args(argv)
+    a = build_parser().parse_args(argv)
     rows: list[ArrivalLatency] = []
     for d in a.dirs:
         runs = run_dirs(d) if d.is_dir() else []

@@ -712,8 +712,8 @@ def _preflight(variants: Sequence[Variant]) -> list[str]:
     return problems
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark; write CSV + meta; print the markdown table."""
+def build_parser() -> argparse.ArgumentParser:
+    """The options (all but ``--out``: the Make variables of ``make bench-traffic``)."""
     ap = argparse.ArgumentParser(prog="python -m crosstraffic.bench.traffic", description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="CSV path (meta goes to <out minus .csv>.meta.json)")
     ap.add_argument("--duration", type=float, default=4.0, help="whole seconds per run (default 4)")
@@ -748,7 +748,12 @@ def main(argv: list[str] | None = None) -> int:
         help="move the receive path behind the first veth to this CPU with RPS (default 'none': a veth "
         "runs it on the sender's CPU)",
     )
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; write CSV + meta; print the markdown table."""
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         rates = [int(x) for x in args.rates.split(",") if x.strip()]

@@ -693,23 +693,26 @@ def _hvs(text: str) -> tuple[str, ...]:
     return hvs
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI: python -m migrate.campaigns.chaos --trials N --seed S --hvs kvm,kvm-libvirt,criu,xen --results DIR."""
+def build_parser() -> argparse.ArgumentParser:
+    """The options (the Make variables of ``make chaos``)."""
     p = argparse.ArgumentParser(prog="vrmig-chaos")
-    p.add_argument("--trials", type=int, default=10, help="trials per HV (TRIALS)")
-    p.add_argument(
-        "--xen-trials", type=int, default=DEFAULT_XEN_TRIALS, help="trials for xen (XEN_TRIALS; ~2 min each)"
-    )
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--trials", type=int, default=10, help="trials per HV")
+    p.add_argument("--xen-trials", type=int, default=DEFAULT_XEN_TRIALS, help="trials for xen (~2 min each)")
+    p.add_argument("--seed", type=int, default=1, help="seed of the faults, signals and their moments")
     p.add_argument(
         "--hvs",
         type=_hvs,
         default=None,
-        help=f"HVS: comma-separated, of {','.join(HV_PROFILES)} (default: all; with TESTBED=, {','.join(LAB_HVS)})",
+        help=f"comma-separated, of {','.join(HV_PROFILES)} (default: all; with TESTBED=, {','.join(LAB_HVS)})",
     )
-    p.add_argument("--results", type=Path, default=Path("results/chaos"))
-    p.add_argument("--testbed", type=Path, default=None, help="TESTBED: a lab inventory; signals only there")
-    a = p.parse_args(argv)
+    p.add_argument("--results", type=Path, default=Path("results/chaos"), help="where the trials' runs go")
+    p.add_argument("--testbed", type=Path, default=None, help="a lab inventory; signals only there")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: python -m migrate.campaigns.chaos --trials N --seed S --hvs kvm,kvm-libvirt,criu,xen --results DIR."""
+    a = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="chaos: %(message)s", stream=sys.stderr)
     if os.geteuid() != 0:
         print("chaos: must run as root", file=sys.stderr)

@@ -50,19 +50,24 @@ def _cell(values: list[float | None], scale: float) -> str:
     return txt + (f", {absent} absent" if absent else "")
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """The options (the Make variables of ``make bench-lab``)."""
+    p = argparse.ArgumentParser(prog="bench-lab", description=__doc__.splitlines()[0])
+    p.add_argument("--testbed", type=Path, required=True, help="the lab's inventory (make lab-up prints one)")
+    p.add_argument("--hv", choices=("kvm", "criu", "xen"), default="kvm", help="hypervisor: kvm, criu or xen")
+    p.add_argument("--reps", type=int, default=5, help="runs per mode and driver, at each place")
+    p.add_argument("--modes", default=None, help="migration modes (default precopy,stopcopy; HV=criu: stopcopy)")
+    p.add_argument("--drivers", default="qmp", help="HV=kvm drivers, comma-separated: qmp,libvirt")
+    p.add_argument("--rate", type=rate, default=None, help="cross-traffic rate (default 10M; HV=xen: 1M)")
+    p.add_argument("--mem", type=int, default=None, help="router memory, MiB (default: the scenario's)")
+    p.add_argument("--duration", type=float, default=20.0, help="seconds of traffic per run")
+    p.add_argument("--results", type=Path, default=Path("results"), help="results root")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; exit 0 if every run completed."""
-    p = argparse.ArgumentParser(prog="bench-lab", description=__doc__.splitlines()[0])
-    p.add_argument("--testbed", type=Path, required=True)
-    p.add_argument("--hv", choices=("kvm", "criu", "xen"), default="kvm")
-    p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--modes", default=None, help="default precopy,stopcopy (HV=criu: stopcopy)")
-    p.add_argument("--drivers", default="qmp", help="HV=kvm drivers, comma-separated: qmp,libvirt")
-    p.add_argument("--rate", type=rate, default=None, help="default 10M (HV=xen: 1M)")
-    p.add_argument("--mem", type=int, default=None, help="router memory, MiB (default: the scenario's)")
-    p.add_argument("--duration", type=float, default=20.0)
-    p.add_argument("--results", type=Path, default=Path("results"))
-    a = p.parse_args(argv)
+    a = build_parser().parse_args(argv)
     default_modes = {"criu": "stopcopy", "xen": "precopy"}.get(a.hv, "precopy,stopcopy")
     modes = [m for m in (a.modes or default_modes).split(",") if m]
     drivers = [d for d in a.drivers.split(",") if d]

@@ -19,14 +19,14 @@ from migrate.testbed.inventory import load
 def add_parser(sub: Any) -> None:
     """The ``hosts-check`` subcommand."""
     c = sub.add_parser("hosts-check", help="check every host of a lab inventory (make hosts-check TESTBED=...)")
-    c.add_argument("--testbed", type=Path, required=True, help="the inventory TOML (TESTBED)")
+    c.add_argument("--testbed", type=Path, required=True, help="the inventory TOML")
     c.add_argument(
         "--max-offset-ms",
         type=positive("MAX_OFFSET_MS", "milliseconds"),
         default=DEFAULT_MAX_OFFSET_MS,
-        help=f"largest clock offset from the orchestrator's allowed (MAX_OFFSET_MS, default {DEFAULT_MAX_OFFSET_MS:g})",
+        help="largest clock offset from the orchestrator's allowed, ms",
     )
-    c.add_argument("--json", action="store_true", help="print the result as JSON instead of the table")
+    c.add_argument("--json", action="store_true", help="1: print the result as JSON instead of the table")
     c.set_defaults(handler=run_command)
 
 

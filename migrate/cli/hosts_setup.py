@@ -15,12 +15,12 @@ from migrate.testbed.inventory import ROLES
 def add_parser(sub: Any) -> None:
     """The ``hosts-setup`` subcommand (flags mirror the Make variables)."""
     h = sub.add_parser("hosts-setup", help="prepare a lab's machines with Ansible (make hosts-setup)")
-    h.add_argument("--testbed", type=Path, required=True, help="the lab's TOML inventory (TESTBED)")
+    h.add_argument("--testbed", type=Path, required=True, help="the lab's TOML inventory")
     h.add_argument(
         "--profiles",
         type=names("PROFILES", "frr or frr,bird"),
         default=["frr", "bird"],
-        help="router guest images (and HV=criu container rootfs) for R1/R2, releases too: frr@8.4 (default frr,bird)",
+        help="router guest images (and HV=criu container rootfs) for R1/R2, releases too: frr@8.4",
     )
     h.add_argument("--results", type=Path, default=Path("results"), help="results root (Ansible's log goes there)")
     h.set_defaults(handler=run_command)

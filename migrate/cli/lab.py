@@ -13,15 +13,18 @@ from migrate.testbed import lab
 def add_parsers(sub: Any) -> None:
     """The ``lab-up`` and ``lab-down`` subcommands."""
     up = sub.add_parser("lab-up", help="build the emulated lab; prints its inventory path last (make lab-up)")
-    up.add_argument("--name", default=lab.DEFAULT_NAME, help="lab name (LAB_NAME)")
-    up.add_argument("--dir", type=Path, default=None, help=f"lab directory (LAB_DIR; {lab.LAB_ROOT}/<name>)")
-    up.add_argument("--deploy-dir", default=lab.DEFAULT_DEPLOY_DIR, help="each host's deploy directory (DEPLOY_DIR)")
+    # a metavar in capitals is the option's Make variable (migrate/cli/make.py)
+    up.add_argument("--name", default=lab.DEFAULT_NAME, metavar="LAB_NAME", help="lab name")
     up.add_argument(
-        "--xen", action="store_true", help="R1 and R2 are Xen hosts too, their dom0s reached over SSH (XEN=1)"
+        "--dir", type=Path, default=None, metavar="LAB_DIR", help=f"lab directory (default {lab.LAB_ROOT}/<name>)"
     )
+    up.add_argument(
+        "--deploy-dir", default=lab.DEFAULT_DEPLOY_DIR, metavar="DEPLOY_DIR", help="each host's deploy directory"
+    )
+    up.add_argument("--xen", action="store_true", help="1: R1 and R2 are Xen hosts too, their dom0s reached over SSH")
     up.set_defaults(handler=run_up)
     down = sub.add_parser("lab-down", help="remove an emulated lab (make lab-down TESTBED=<its lab.toml>)")
-    down.add_argument("testbed", type=Path, help="the inventory lab-up printed (TESTBED), or the lab directory")
+    down.add_argument("testbed", type=Path, help="the inventory lab-up printed, or the lab directory")
     down.set_defaults(handler=run_down)
 
 

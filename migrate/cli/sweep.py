@@ -28,26 +28,29 @@ def add_parsers(sub: argparse._SubParsersAction, run_parser: argparse.ArgumentPa
     s.set_defaults(handler=cmd_sweep)
 
     k = sub.add_parser("campaign", help="run a campaign file (make campaign FILE=campaigns/<name>.toml)")
-    k.add_argument("files", nargs="*", type=Path, help="FILE: the campaign file(s); several only with --check")
-    k.add_argument("--reps", type=whole("REPS"), default=None, help="REPS: override the file's reps")
-    k.add_argument("--seed", type=whole("SEED"), default=None, help="SEED: override the file's seed")
-    k.add_argument("--resume", type=Path, default=None, help="RESUME: a campaign directory to continue")
-    k.add_argument("--check", action="store_true", help="CHECK=1: validate the file(s), run nothing")
-    k.add_argument("--testbed", type=Path, default=None, help="TESTBED: run on the hosts of this lab inventory")
+    # a metavar in capitals is the argument's Make variable (migrate/cli/make.py)
+    k.add_argument(
+        "files", nargs="*", type=Path, metavar="FILE", help="the campaign file(s); several only with CHECK=1"
+    )
+    k.add_argument("--reps", type=whole("REPS"), default=None, help="override the file's reps")
+    k.add_argument("--seed", type=whole("SEED"), default=None, help="override the file's seed")
+    k.add_argument("--resume", type=Path, default=None, help="a campaign directory to continue")
+    k.add_argument("--check", action="store_true", help="1: validate the file(s), run nothing")
+    k.add_argument("--testbed", type=Path, default=None, help="run on the hosts of this lab inventory")
     k.add_argument("--results", type=Path, default=Path("results"), help="results root directory")
     k.set_defaults(handler=cmd_campaign)
 
     pp = sub.add_parser("paper", help="paper 004's campaigns and the side-by-side report (make paper)")
-    pp.add_argument("--reps", type=whole("REPS"), default=None, help="REPS: override the campaigns' repetitions")
-    pp.add_argument("--fig2", type=Path, default=None, help="FIG2: reuse (or resume) this baseline directory")
-    pp.add_argument("--fig3", type=Path, default=None, help="FIG3: reuse (or resume) this campaign directory")
-    pp.add_argument("--parts", default="fig2,fig3", help="PARTS: which campaigns to run (fig2, fig3)")
-    pp.add_argument("--testbed", type=Path, default=None, help="TESTBED: run both campaigns on this lab's hosts")
+    pp.add_argument("--reps", type=whole("REPS"), default=None, help="override the campaigns' repetitions")
+    pp.add_argument("--fig2", type=Path, default=None, help="reuse (or resume) this baseline directory")
+    pp.add_argument("--fig3", type=Path, default=None, help="reuse (or resume) this campaign directory")
+    pp.add_argument("--parts", default="fig2,fig3", help="which campaigns to run (fig2, fig3)")
+    pp.add_argument("--testbed", type=Path, default=None, help="run both campaigns on this lab's hosts")
     pp.add_argument("--results", type=Path, default=Path("results"), help="results root directory")
     pp.set_defaults(handler=cmd_paper)
 
     r = sub.add_parser("report", help="rebuild the report of sweeps/runs from their raw data (make report)")
-    r.add_argument("dirs", nargs="*", type=Path, help="sweep, night, run or results directories")
+    r.add_argument("dirs", nargs="*", type=Path, metavar="RUNS", help="sweep, night, run or results directories")
     r.add_argument("--out", type=Path, default=None, help="output directory (default: in place for one sweep)")
     r.add_argument("--results", type=Path, default=Path("results"), help="results root for new report directories")
     r.set_defaults(handler=cmd_report)
@@ -62,10 +65,10 @@ def add_parsers(sub: argparse._SubParsersAction, run_parser: argparse.ArgumentPa
     ab.add_argument("--seed", type=whole("SEED"), default=None, help="SEED of the interleaved order (default: random)")
     ab.set_defaults(handler=cmd_ab)
     c = sub.add_parser("compare", help="overlay two sweeps in one report (make compare)")
-    c.add_argument("a", type=Path, help="sweep A")
-    c.add_argument("b", type=Path, help="sweep B")
-    c.add_argument("--out", type=Path, default=None)
-    c.add_argument("--results", type=Path, default=Path("results"))
+    c.add_argument("a", type=Path, help="sweep (or night) A")
+    c.add_argument("b", type=Path, help="sweep (or night) B")
+    c.add_argument("--out", type=Path, default=None, help="output directory (default: a new one under RESULTS)")
+    c.add_argument("--results", type=Path, default=Path("results"), help="results root for new report directories")
     c.set_defaults(handler=cmd_compare)
 
     n = sub.add_parser("nightly", help="run the nightly matrix and check for regressions (make nightly)")
@@ -73,21 +76,21 @@ def add_parsers(sub: argparse._SubParsersAction, run_parser: argparse.ArgumentPa
     n.add_argument(
         "--history", type=Path, default=None, help="SQLite history (default: RESULTS/nightly/history.sqlite)"
     )
-    n.add_argument("--results", type=Path, default=Path("results"))
-    n.add_argument(
-        "--testbed", type=Path, default=None, help="TESTBED: run the night on the hosts of this lab inventory"
-    )
+    n.add_argument("--results", type=Path, default=Path("results"), help="results root (the night goes to nightly/)")
+    n.add_argument("--testbed", type=Path, default=None, help="run the night on the hosts of this lab inventory")
     n.add_argument(
         "--ab", default=None,
-        help="AB: the commit the matrix's [ab] runs against tonight's in the same night (default: that of the "
+        help="the commit the matrix's [ab] runs against tonight's in the same night (default: that of the "
         "most recently accepted night; none: no A/B)",
     )  # fmt: skip
     n.set_defaults(handler=cmd_nightly)
 
     a = sub.add_parser("nightly-accept", help="promote the latest night to the baseline (make nightly-accept)")
     a.add_argument("--night", default=None, help="night id or directory (default: the latest finished night)")
-    a.add_argument("--history", type=Path, default=None)
-    a.add_argument("--results", type=Path, default=Path("results"))
+    a.add_argument(
+        "--history", type=Path, default=None, help="SQLite history (default: RESULTS/nightly/history.sqlite)"
+    )
+    a.add_argument("--results", type=Path, default=Path("results"), help="results root of the nights")
     a.set_defaults(handler=cmd_nightly_accept)
 
 

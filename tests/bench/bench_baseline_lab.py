@@ -70,13 +70,18 @@ def medians(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The options (the Make variables of ``make bench-lab-baseline``, and ``--out``)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--testbed", required=True, help="the lab's inventory (make lab-up prints one)")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds, each a baseline embedded and one on the lab")
     ap.add_argument("--hv", default="none,kvm,criu", help="the baselines' HV list")
-    ap.add_argument("--out", type=Path, required=True)
-    a = ap.parse_args(argv)
+    ap.add_argument("--out", type=Path, required=True, help="directory to write")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     runs = []
     matrix = ["--hv", a.hv, *MATRIX]

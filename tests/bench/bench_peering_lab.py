@@ -48,12 +48,17 @@ def one_run(where: str, testbed: str, out: Path, i: int) -> dict[str, Any]:
     return row
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The options (the Make variables of ``make bench-lab-peering``, and ``--out``)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--testbed", required=True, help="the lab's inventory (make lab-up prints one)")
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--out", type=Path, required=True)
-    a = ap.parse_args(argv)
+    ap.add_argument("--reps", type=int, default=3, help="repetitions, each a run embedded and one on the lab")
+    ap.add_argument("--out", type=Path, required=True, help="directory to write")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for i in range(a.reps):

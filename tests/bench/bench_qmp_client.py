@@ -179,18 +179,23 @@ def stats(ns: list[int]) -> dict[str, Any]:
             "p95_ms": round(float(np.percentile(a, 95)), 4), "max_ms": round(float(a.max()), 3)}  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the rounds, print the table, write JSON."""
+def build_parser() -> argparse.ArgumentParser:
+    """The options (the Make variables of ``make bench-qmp-client``, and ``--out``) and ``serve``."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd")
     sv = sub.add_parser("serve")
     sv.add_argument("path", type=Path)
     for p in (sv, ap):
-        p.add_argument("--events", type=int, default=2000)
-        p.add_argument("--interval-ms", type=float, default=2.0)
-    ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--out", type=Path)
-    a = ap.parse_args(argv)
+        p.add_argument("--events", type=int, default=2000, help="events the fake QEMU emits per round")
+        p.add_argument("--interval-ms", type=float, default=2.0, help="ms between two events")
+    ap.add_argument("--rounds", type=int, default=4, help="rounds, the clients in alternating order")
+    ap.add_argument("--out", type=Path, help="JSON file to write")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the rounds, print the table, write JSON."""
+    a = build_parser().parse_args(argv)
     if a.cmd == "serve":
         serve(a.path, a.events, a.interval_ms / 1000)
         return 0

@@ -191,14 +191,19 @@ def _table(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """The options (``--testbed`` and ``--role``: the Make variables of ``make bench-ssh``)."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--testbed", type=Path, default=None, help="inventory (default: build the tests' sshd lab, root)")
+    p.add_argument("--role", default="A", help="the inventory's host the commands run on")
+    p.add_argument("-n", type=int, default=100, help="commands per method")
+    p.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``make bench-ssh``."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--testbed", type=Path, default=None, help="inventory; default: build the tests' sshd lab (root)")
-    p.add_argument("--role", default="A")
-    p.add_argument("-n", type=int, default=100, help="commands per method")
-    p.add_argument("--out", type=Path, required=True)
-    a = p.parse_args(argv)
+    a = build_parser().parse_args(argv)
     lab = None
     try:
         if a.testbed is None:
