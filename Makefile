@@ -1,4 +1,5 @@
-# vrmig — see README.md.  Make variables map 1:1 to `python -m migrate` flags (migrate/cli/make.py).
+# vrmig — see README.md.  A target's Make variables are the options of the command it runs
+# (migrate/cli/make.py); `make help` lists the targets, `make help T=<target>` a target's variables.
 SHELL := /bin/bash
 PY := .venv/bin/python
 PYTEST := .venv/bin/pytest
@@ -11,14 +12,13 @@ APT_PACKAGES += d-itg netsniff-ng  # crosstraffic backends ditg (ITGSend/ITGRecv
 APT_PACKAGES += openssh-server  # make lab-up: each emulated lab host runs its own sshd (docs/testbed.md)
 APT_PACKAGES += ansible-core  # make hosts-setup: prepares a lab's machines (ansible/hosts-setup.yml)
 APT_PACKAGES += tcpdump  # PEERING=: the peers' capture of BGP and BFD packets
-RESULTS ?= results
 # plain make lists the targets; it installs nothing (make setup does)
 .DEFAULT_GOAL := help
 
-# Make variable -> CLI flag (only variables that are set are passed)
+# Make variable -> CLI flag (only variables that are set are passed), for make qemu
 flag = $(if $(strip $($(1))),--$(2) $($(1)))
 .PHONY: chaos setup apt venv helpers guest migrate test test-unit test-integration lint clean-testbed clean \
-        bench-traffic bench-sampler bench-qmp bench-qmp-client check-helpers
+        bench-traffic bench-sampler bench-qmp bench-qmp-client bench-ssh check-helpers
 
 setup: apt venv helpers qemu libvirt guest criu xen
 
@@ -73,18 +73,19 @@ guest: venv
 xen: guest
 	$(PY) -m routers xen --profiles frr bird
 
-# make migrate|sweep|ab|baseline|calibrate VAR=value: every variable is an option of the target's
+# make <target> VAR=value: every variable of a target that runs a command is an option of that
 # command (migrate/cli/make.py reads them from the environment: no value reaches a shell line, and
-# a variable the target does not know is refused); make help T=<target> lists them
+# a variable that no goal of the command line takes is refused before anything runs); make help
+# T=<target> lists them.  Targets without such a line take no variables and do not check them.
 MAKE_BRIDGE = $(PY) -m migrate.cli.make
-
-migrate:
-	$(MAKE_BRIDGE) migrate
+export VRMIG_MAKE_GOALS := $(MAKECMDGOALS)
 
 .PHONY: help
 help:
-	@$(if $(T),,echo "make setup | migrate | sweep | ab | baseline | calibrate | campaign | report | compare | nightly | test; make help T=<target> lists a target's variables (README.md)")
-	@$(MAKE_BRIDGE) --list $(or $(T),migrate)
+	@$(MAKE_BRIDGE) --list
+
+migrate:
+	$(MAKE_BRIDGE) migrate
 
 # make baseline: forwarding performance without migration (docs/campaigns.md "make baseline")
 .PHONY: baseline
@@ -97,27 +98,23 @@ calibrate:
 	$(MAKE_BRIDGE) calibrate
 
 # make hosts-check TESTBED=lab.toml: is every host of a lab inventory ready? (docs/testbed.md "make hosts-check")
-.PHONY: hosts-check bench-ssh
+.PHONY: hosts-check
 hosts-check:
-	@if [ -z "$(TESTBED)" ]; then echo "make hosts-check: set TESTBED=<inventory.toml> (docs/testbed.md)" >&2; exit 2; fi
-	$(PY) -m migrate hosts-check --testbed $(TESTBED) $(call flag,MAX_OFFSET_MS,max-offset-ms) $(if $(JSON),--json)
+	$(MAKE_BRIDGE) hosts-check
 
 # make bench-ssh: per-command latency of the SSH transports (docs/measurements/2026-11-24-ssh-latency.md)
 bench-ssh:
-	$(PY) -m tests.bench.bench_ssh $(call flag,TESTBED,testbed) --out $(RESULTS)/bench/ssh-latency.json
+	$(MAKE_BRIDGE) bench-ssh
 
 # make hosts-setup TESTBED=lab.toml [PROFILES=frr,bird]: prepare a lab's machines with Ansible (docs/testbed.md)
 .PHONY: hosts-setup
 hosts-setup:
-	@if [ -z "$(TESTBED)" ]; then echo "make hosts-setup: set TESTBED=<lab inventory, e.g. lab.toml>" >&2; exit 2; fi
-	$(PY) -m migrate hosts-setup --testbed $(TESTBED) $(call flag,PROFILES,profiles) --results $(RESULTS)
+	$(MAKE_BRIDGE) hosts-setup
 
 # make campaign FILE=campaigns/<name>.toml [REPS=] [SEED=] [RESUME=<dir>] [CHECK=1] (docs/campaigns.md)
 .PHONY: campaign campaign-check
 campaign:
-	@if [ -z "$(FILE)$(RESUME)" ]; then echo "make campaign: set FILE=campaigns/<name>.toml (or RESUME=<campaign dir>)" >&2; exit 2; fi
-	$(PY) -m migrate campaign $(FILE) $(call flag,REPS,reps) $(call flag,SEED,seed) $(call flag,RESUME,resume) \
-	  $(call flag,TESTBED,testbed) $(if $(filter 1 yes true,$(CHECK)),--check) --results $(RESULTS)
+	$(MAKE_BRIDGE) campaign
 
 # every shipped campaign file parses and expands into valid points (nothing is run)
 campaign-check:
@@ -126,16 +123,16 @@ campaign-check:
 # make paper [REPS=3] [FIG2=<baseline dir>] [FIG3=<campaign dir>] [PARTS=fig2,fig3]: paper 004 side by side
 .PHONY: paper
 paper:
-	$(PY) -m migrate paper $(call flag,REPS,reps) $(call flag,FIG2,fig2) $(call flag,FIG3,fig3) \
-	  $(call flag,PARTS,parts) $(call flag,TESTBED,testbed) --results $(RESULTS)
+	$(MAKE_BRIDGE) paper
 
 .PHONY: sweep report compare nightly nightly-accept
 sweep:
 	@if [ -n "$$RATE$$SIZE" ]; then echo "make sweep: use RATES=... SIZES=... (RATE and SIZE are for make migrate)" >&2; exit 2; fi
 	$(MAKE_BRIDGE) sweep
 
+# make report RUNS="<sweep, night or run dirs>" [OUT=<dir>]
 report:
-	$(PY) -m migrate report $(RUNS) $(call flag,OUT,out) --results $(RESULTS)
+	$(MAKE_BRIDGE) report
 
 # make ab A="QEMU=system" B="QEMU=10.0" [REPS=30] [SEED=] + make migrate's variables: two settings
 # side by side, interleaved; exit 1 if B regressed (docs/stack.md "make ab"; A and B reach the CLI
@@ -145,28 +142,27 @@ ab:
 	@if [ -z "$$A" ] || [ -z "$$B" ]; then echo 'make ab: set A="VAR=value ..." and B="VAR=value ...", e.g. A="QEMU=system" B="QEMU=10.0"' >&2; exit 2; fi
 	$(MAKE_BRIDGE) ab
 
+# make compare A=<sweep dir> B=<sweep dir> [OUT=<dir>]
 compare:
-	@if [ -z "$(A)" ] || [ -z "$(B)" ]; then echo "make compare: set A=<sweep dir> B=<sweep dir>" >&2; exit 2; fi
-	$(PY) -m migrate compare $(A) $(B) $(call flag,OUT,out) --results $(RESULTS)
+	$(MAKE_BRIDGE) compare
 
 nightly:
-	$(PY) -m migrate nightly $(call flag,MATRIX,matrix) $(call flag,HISTORY,history) $(call flag,TESTBED,testbed) \
-	  $(call flag,AB,ab) --results $(RESULTS)
+	$(MAKE_BRIDGE) nightly
 
 nightly-accept:
-	$(PY) -m migrate nightly-accept $(call flag,NIGHT,night) $(call flag,HISTORY,history) --results $(RESULTS)
+	$(MAKE_BRIDGE) nightly-accept
 
 clean-testbed:
-	$(PY) -m migrate clean-testbed $(call flag,TESTBED,testbed)
+	$(MAKE_BRIDGE) clean-testbed
 
 # make lab-up: the emulated lab, hosts reached only over SSH; prints its inventory last (docs/testbed.md)
 .PHONY: lab-up lab-down
 lab-up:
-	$(PY) -m migrate lab-up $(call flag,LAB_NAME,name) $(call flag,LAB_DIR,dir) $(call flag,DEPLOY_DIR,deploy-dir) $(if $(filter 1,$(XEN)),--xen)
+	$(MAKE_BRIDGE) lab-up
 
+# make lab-down TESTBED=<the lab.toml make lab-up printed>
 lab-down:
-	@if [ -z "$(TESTBED)" ]; then echo "make lab-down: set TESTBED=<the lab.toml make lab-up printed>" >&2; exit 2; fi
-	$(PY) -m migrate lab-down $(TESTBED)
+	$(MAKE_BRIDGE) lab-down
 
 test: lint test-unit check-helpers test-integration
 
@@ -180,48 +176,47 @@ lint:
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 
-bench-traffic: helpers
-	mkdir -p $(RESULTS)/bench
-	$(PY) -m crosstraffic.bench.traffic --out $(RESULTS)/bench/traffic.csv
+# make bench-traffic: the variables are checked before the helpers are built
+bench-traffic:
+	$(MAKE_BRIDGE) --check bench-traffic
+	$(MAKE) helpers
+	$(MAKE_BRIDGE) bench-traffic
 
 # make chaos HVS=kvm,kvm-libvirt,criu,xen TRIALS=10 XEN_TRIALS=2 SEED=1 (TRIALS per HV; xen ~2 min a trial)
-# [TESTBED=lab.toml: on a lab's hosts, the same HVs, signals only]
+# [TESTBED=lab.toml: on a lab's hosts, the same HVs, signals only]; runs go to $(RESULTS)/chaos
 chaos:
-	$(PY) -m migrate.campaigns.chaos --trials $(or $(TRIALS),10) --xen-trials $(or $(XEN_TRIALS),2) --seed $(or $(SEED),1) \
-	  $(call flag,HVS,hvs) $(call flag,TESTBED,testbed) --results $(RESULTS)/chaos
+	$(MAKE_BRIDGE) chaos
 
 # the same migrations on the embedded testbed and on a lab, interleaved (docs/testbed.md)
 .PHONY: bench-lab
 bench-lab: venv
-	@if [ -z "$(TESTBED)" ]; then echo "make bench-lab: give TESTBED=<inventory> (make lab-up prints one)" >&2; exit 2; fi
-	$(PY) -m migrate.cli.bench_lab --testbed $(TESTBED) $(call flag,HV,hv) $(call flag,REPS,reps) $(call flag,MODES,modes) $(call flag,DRIVERS,drivers) \
-	  $(call flag,RATE,rate) $(call flag,DURATION,duration) $(call flag,MEM,mem) --results $(RESULTS)
+	$(MAKE_BRIDGE) bench-lab
 
 # make bench-lab-baseline TESTBED=<lab> [ROUNDS=3]: make baseline embedded and on the lab, alternating (docs/campaigns.md)
 .PHONY: bench-lab-baseline bench-lab-peering
 bench-lab-baseline: venv
-	@if [ -z "$(TESTBED)" ]; then echo "make bench-lab-baseline: give TESTBED=<inventory> (make lab-up prints one)" >&2; exit 2; fi
-	$(PY) -m tests.bench.bench_baseline_lab --testbed $(TESTBED) $(call flag,ROUNDS,rounds) $(call flag,HV,hv) --out $(RESULTS)/bench/lab-baseline
+	$(MAKE_BRIDGE) bench-lab-baseline
 
 # make bench-lab-peering TESTBED=<lab> [REPS=3]: PEERING=bgp,bfd runs embedded and on the lab, alternating
 bench-lab-peering: venv
-	@if [ -z "$(TESTBED)" ]; then echo "make bench-lab-peering: give TESTBED=<inventory> (make lab-up prints one)" >&2; exit 2; fi
-	$(PY) -m tests.bench.bench_peering_lab --testbed $(TESTBED) $(call flag,REPS,reps) --out $(RESULTS)/bench/lab-peering
+	$(MAKE_BRIDGE) bench-lab-peering
 
 bench-sampler: venv
+	$(MAKE_BRIDGE) --check bench-sampler
 	$(MAKE) -C probes
-	$(PY) -m probes.bench sampler --out $(RESULTS)/bench/sampler.csv
+	$(MAKE_BRIDGE) bench-sampler
 
 # make bench-qmp RUNS="results/a results/b": arrival minus QEMU timestamp of the QMP events of
 # existing HV=kvm runs (run directories or roots), per event kind; default every run in $(RESULTS)
 bench-qmp: venv
-	$(PY) -m analysis.hypervisors.qmp_arrival --out $(RESULTS)/bench/qmp.csv $(or $(RUNS),$(RESULTS))
+	$(MAKE_BRIDGE) bench-qmp
 
 # make bench-qmp-client: the QMP client's arrival stamp against a fake QEMU, with and without the
 # arrival watch and beside a thread blocked in recv, side by side (no QEMU, no root)
 bench-qmp-client: venv
+	$(MAKE_BRIDGE) --check bench-qmp-client
 	$(MAKE) -C probes
-	$(PY) -m tests.bench.bench_qmp_client --out $(RESULTS)/bench/qmp-client.json
+	$(MAKE_BRIDGE) bench-qmp-client
 
 clean:
 	$(MAKE) -C crosstraffic clean
