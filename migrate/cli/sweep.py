@@ -193,7 +193,7 @@ def cmd_ab(a: argparse.Namespace) -> int:
         print(j.power_note)
     print(j.line(arm_a, arm_b))
     print(out_dir)
-    return 1 if j.regression else 0
+    return j.exit_code
 
 
 def cmd_campaign(a: argparse.Namespace) -> int:

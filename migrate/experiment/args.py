@@ -241,7 +241,7 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument(
         "--qemu", default=None, metavar="QEMU",
         help="the QEMU of the router VM: system (the host's), a Debian release such as 10.0 or 10.0.13, or the "
-        "path of your own build (default: 10.0; LIBVIRT=system and labs: system; docs/stack.md)",
+        "path of your own build (default: 10.0; DRIVER=libvirt LIBVIRT=system: system; docs/stack.md)",
     )  # fmt: skip
     r.add_argument(
         "--qemu-firmware", default=None, metavar="QEMU_FIRMWARE", help="with QEMU=<path>: its data directory"
