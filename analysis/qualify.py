@@ -21,7 +21,15 @@ INCOMPLETE = "incomplete"
 STATES = (ABSENT, CENSORED, INCOMPLETE)
 
 #: estimator flags that make a found figure a lower bound (analysis.metrics.downtime)
-LOWER_BOUND_FLAGS = ("clipped_start", "clipped_end", "open_start", "open_end", "gaps_dropped")
+LOWER_BOUND_FLAGS = (
+    "clipped_start",
+    "clipped_end",
+    "open_start",
+    "open_end",
+    "gaps_dropped",
+    "gaps_dropped_unknown",
+    "no_gap_threshold",
+)
 
 #: one line per reason code, for tables and summary.json ``text``
 REASON_TEXT: dict[str, str] = {
@@ -34,6 +42,10 @@ REASON_TEXT: dict[str, str] = {
     "no_sink": "no sink.json",
     "no_packets_received": "the sink received no cross-traffic packet",
     "gaps_dropped": "the sink's gap list was full (gaps_dropped): gaps in the window are missing",
+    "gaps_dropped_unknown": "sink.json does not say whether its gap list was full (no gaps_dropped): gaps in the"
+    " window may be missing",
+    "no_gap_threshold": "sink.json has no gap_threshold_ns: a silence before the generator stopped could not be"
+    " judged (the traffic may never have come back)",
     "clipped_start": "the outage began before the analysed span",
     "clipped_end": "the outage lasted past the analysed span",
     "open_start": "no traffic seen before the outage",

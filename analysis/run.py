@@ -170,12 +170,28 @@ def _packet_interval_s(gen: dict[str, Any] | None, scenario: dict[str, Any]) -> 
     return None
 
 
+def _str(v: Any) -> str | None:
+    """A JSON string, else None (a mistyped meta.json value is not passed on)."""
+    return v if isinstance(v, str) else None
+
+
+def _num(v: Any) -> float | None:
+    """A JSON number (not a boolean), else None."""
+    return v if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _count(v: Any) -> int | None:
+    """A JSON integer (not a boolean), else None."""
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
 def _status(meta: dict[str, Any]) -> tuple[str, str | None, str | None]:
-    run_status = meta.get("status")
+    run_status = _str(meta.get("status"))
+    failure = _str(meta.get("failure"))
     if run_status == "completed":
-        return "completed", meta.get("failure"), run_status
+        return "completed", failure, run_status
     why = f"run status {run_status}" if run_status else "meta.json missing or has no status"
-    return "failed", meta.get("failure") or why, run_status
+    return "failed", failure or why, run_status
 
 
 def _clock_note(meta: dict[str, Any], notes: list[str]) -> None:
@@ -216,15 +232,16 @@ def _downtimes(
         gen_end = (raw.gen or {}).get("end_ns")
         dropped = sink.get("gaps_dropped")
         args = (sink_gaps(sink), span, sink.get("last_ns"), gen_end, sink.get("gap_threshold_ns"))
-        dp = _metric(notes, "packets downtime", packets_downtime, *args, gaps_dropped=_int(dropped))
+        dp = _metric(notes, "packets downtime", packets_downtime, *args, gaps_dropped=_dropped(dropped))
         if dp is None:
             why["downtime_packets"] = "failed"
     return dc, dp
 
 
-def _int(v: Any) -> int:
-    """A non-negative count from a JSON value (anything else: 0, for counters that only matter when > 0)."""
-    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
+def _dropped(v: Any) -> int | None:
+    """sink.json ``gaps_dropped``: its count, or None when it is missing or not a count (an
+    older or cut-off sink.json: whether its gap list was full is unknown)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
 def _send_loss(
@@ -241,7 +258,7 @@ def _send_loss(
     return _metric(notes, "send-time loss", send_time_loss, per_ms, (span.search_lo_ns, span.search_hi_ns), outage)
 
 
-def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
+def _analyse(run_dir: Path) -> tuple[Summary, PlotData | None]:
     notes: list[str] = []
     raw = _read_raw(Path(run_dir), notes)
     meta = raw.meta
@@ -250,31 +267,47 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
     if scenario.get("rate_bps") == 0 and f"{GEN_JSON} missing" in notes:
         notes.remove(f"{GEN_JSON} missing")  # no cross-traffic: no generator ran
     status, failure, run_status = _status(meta)
-    _clock_note(meta, notes)
-    raw, clock = _on_orchestrator_clock(raw, clock_figures(meta), notes)
-    mode = scenario.get("mode")
-    period_ns = _period_ns(raw, scenario)
-    lv = load_libvirt(run_dir, notes) if scenario.get("driver") == "libvirt" else None
-    events = window_events(lv.events) if lv is not None else raw.events
+    _metric(notes, "clock note", _clock_note, meta, notes)
+    clock = _metric(notes, "clock", clock_figures, meta)
+    if clock is not None:
+        raw, clock = _metric(notes, "clock correction", _on_orchestrator_clock, raw, clock, notes) or (raw, clock)
+    mode = _str(scenario.get("mode"))
+    period_ns = _metric(notes, "sampling period", _period_ns, raw, scenario)
+    lv = None
+    if scenario.get("driver") == "libvirt":
+        lv = _metric(notes, "libvirt records", load_libvirt, run_dir, notes)
+    events = (_metric(notes, "libvirt events", window_events, lv.events) or []) if lv is not None else raw.events
     window = _metric(notes, "window", migration_window, raw.actions, events, raw.samples, mode)
     if window is None:
         notes.append("no migrate action recorded: no migration window")
     elif window.end_source == "last-sample":
         notes.append("no terminal migration status seen: window ends at the last query-migrate reply")
     peering = isinstance(meta.get("peering"), dict)
-    cp, churn, peer_clock = _control_plane(Path(run_dir), meta, window, notes, clock) if peering else (None, None, {})
-    clock = dataclasses.replace(clock, corrected={**clock.corrected, **peer_clock})
-    cmarks = control_marks(cp, window.start_ns if window is not None else None, peer_daemon(meta.get("peering")))
-    span = spans(window, recovered_ns=_recovered_ns(cmarks)) if window is not None else None
+    cp, churn, peer_clock = (
+        _control_plane_or_why(Path(run_dir), meta, window, notes, clock) if peering else (None, None, {})
+    )
+    if clock is not None and peer_clock:
+        clock = dataclasses.replace(clock, corrected={**clock.corrected, **peer_clock})
+    start_ns = window.start_ns if window is not None else None
+    cmarks = _metric(notes, "control-plane marks", control_marks, cp, start_ns, peer_daemon(meta.get("peering"))) or []
+    span = None
+    if window is not None:
+        span = _metric(notes, "spans", spans, window, recovered_ns=_recovered_ns(cmarks))
     c = raw.counters
     b_eth0 = c.get("B", "eth0") if c else None
     mig0 = c.get("R1", "mig0") if c else None
-    rate = scenario.get("rate_bps")
+    rate = _num(scenario.get("rate_bps"))
 
     dc = dp = link = rtt = None
     why: dict[str, str] = {}
     if span is not None:
-        dc, dp = _downtimes(raw, scenario, span, period_ns, notes, why)
+        dc, dp = _metric(notes, "downtime", _downtimes, raw, scenario, span, period_ns, notes, why) or (None, None)
+        if dc is None:
+            why.setdefault("downtime_counters", "failed")
+        if dp is None:
+            why.setdefault("downtime_packets", "failed")
+    elif window is not None:
+        why.update(downtime_counters="failed", downtime_packets="failed", link="failed", send_loss="failed")
     else:
         why.update(downtime_counters="no_window", downtime_packets="no_window", link="no_window", rtt="no_window")
         why["send_loss"] = "no_window"
@@ -288,23 +321,32 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
         why["link"] = "no_link_counters"
     if window is not None and window.end_ns is not None and raw.irtt is not None:
         rtt = _metric(notes, "rtt", rtt_phases, raw.irtt.send_ns, raw.irtt.rtt_ns, window.start_ns, window.end_ns)
+        if rtt is None:
+            why["rtt"] = "failed"
     elif window is not None:
         why["rtt"] = "no_irtt" if raw.irtt is None else "no_window"
     criu_rec = None
     if lv is not None:
         hv = _metric(notes, "hypervisor", libvirt_figures, lv.jobinfo, lv.events, window)
     elif scenario.get("hv") == "xen":
-        xlines, xextra = load_xen(run_dir, notes)
-        hv = _metric(notes, "hypervisor", xen_figures, xlines, xextra, window, meta)
+        xen = _metric(notes, "xen records", load_xen, run_dir, notes)
+        hv = _metric(notes, "hypervisor", xen_figures, *xen, window, meta) if xen is not None else None
     elif scenario.get("hv") == "criu":
-        criu_rec = load_criu(run_dir, notes)
+        criu_rec = _metric(notes, "criu records", load_criu, run_dir, notes)
         hv = _metric(notes, "hypervisor", criu_figures, criu_rec, window)
     else:
         hv = _metric(notes, "hypervisor", hypervisor_figures, raw.samples, window, hv_meta.get("final"))
+    failed = ("hypervisor failed", "xen records failed", "criu records failed")
+    if hv is None and any(n.startswith(failed) for n in notes):
+        why["hypervisor"] = "failed"
     cross = _metric(notes, "cross traffic", cross_traffic, raw.gen, raw.sink, b_eth0)
     if cross is None:
         why["cross"] = "no_generator" if raw.gen is None else "failed"
-    send_loss = _send_loss(raw, span, dp, notes, why) if span is not None and rate != 0 else None
+    send_loss = None
+    if span is not None and rate != 0:
+        send_loss = _metric(notes, "send-time loss", _send_loss, raw, span, dp, notes, why)
+        if send_loss is None:
+            why.setdefault("send_loss", "failed")
     sampler = None
     if c is not None and period_ns and c.series:
         ref = b_eth0 if b_eth0 is not None else next(iter(c.series.values()))
@@ -312,20 +354,22 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
     ins = _metric(notes, "instruments", instruments, meta, raw.gen, raw.sink)
     for key, n in (ins.dropped if ins is not None else {}).items():
         who, counter = key.split(".", 1)
-        notes.append(f"incomplete record: {who} {counter}={n}; affects {DROP_COUNTERS[(who, counter)]}")
+        notes.append(f"incomplete record: {who} {counter}={n}; affects {DROP_COUNTERS.get((who, counter), '?')}")
     anat = None
     if window is not None and rate != 0:
         anat = _metric(notes, "anatomy", _anatomy, raw, scenario, window, hv, lv, criu_rec, cmarks)
     post = price = None
     if scenario.get("postcopy") and scenario.get("hv") == "kvm" and scenario.get("driver", "qmp") == "qmp":
-        post = postcopy_effect(raw.events, raw.samples, hv_meta.get("final"))
+        post = _metric(notes, "post-copy", postcopy_effect, raw.events, raw.samples, hv_meta.get("final"))
         price = _metric(
-            notes, "post-copy price", postcopy_price, raw.events, raw.samples,
-            window.start_ns if window is not None else None, getattr(hv, "downtime_s", None),
-            raw.irtt.send_ns if raw.irtt is not None else None, raw.irtt.rtt_ns if raw.irtt is not None else None,
-            loss_from_raw(raw.gen, raw.sink) if rate != 0 else None,
+            notes, "post-copy price", lambda: postcopy_price(
+                raw.events, raw.samples, window.start_ns if window is not None else None,
+                getattr(hv, "downtime_s", None),
+                raw.irtt.send_ns if raw.irtt is not None else None, raw.irtt.rtt_ns if raw.irtt is not None else None,
+                loss_from_raw(raw.gen, raw.sink) if rate != 0 else None,
+            ),
         )  # fmt: skip
-        if window is not None and not post.entered:
+        if window is not None and post is not None and not post.entered:
             notes.append(
                 "POSTCOPY=1 but the migration completed in pre-copy before the switch took effect "
                 f"(no postcopy-active status; QEMU postcopy-bytes {post.postcopy_bytes}): not a post-copy run"
@@ -339,17 +383,17 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
     summary = Summary(
         status=status,
         failure=failure,
-        hv=scenario.get("hv"),
+        hv=_str(scenario.get("hv")),
         mode=mode,
-        accel=meta.get("accel") or hv_meta.get("accel"),
+        accel=_str(meta.get("accel")) or _str(hv_meta.get("accel")),
         rate_bps=rate,
-        frame_bytes=scenario.get("frame_bytes"),
+        frame_bytes=_count(scenario.get("frame_bytes")),
         run_status=run_status,
         failure_class=meta.get("failure_class") if isinstance(meta.get("failure_class"), str) else None,
         window=window,
         downtime_counters=dc,
         downtime_packets=dp,
-        total_lost_packets=(raw.sink or {}).get("lost"),
+        total_lost_packets=_count((raw.sink or {}).get("lost")),
         hypervisor=hv,
         link=link,
         rtt=rtt,
@@ -368,7 +412,12 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData]:
         why_absent=why,
         notes=tuple(notes),
     )
-    return summary, _plot_data(raw, window, summary)
+    try:
+        plot = _plot_data(raw, window, summary)
+    except Exception as err:  # a plot problem must not cost the summary
+        log.exception("plot data failed")
+        return dataclasses.replace(summary, notes=(*notes, f"plot data failed: {type(err).__name__}: {err}")), None
+    return summary, plot
 
 
 def _console(run_dir: Path, host: str = "R1") -> str | None:
@@ -427,8 +476,8 @@ def _control_plane(
     from analysis.metrics import control_plane as cpm
 
     peering = meta["peering"]
-    protocols = tuple(peering.get("protocols") or ())
-    peers = peering.get("peers") or {}
+    protocols = _protocols(peering)
+    peers = peering.get("peers") if isinstance(peering.get("peers"), dict) else {}
     meta_churn = meta.get("churn") if isinstance(meta.get("churn"), dict) else None
     if window is None or window.end_ns is None:
         churn = _churn(run_dir, meta_churn, None, None) if meta_churn else None
@@ -449,22 +498,43 @@ def _control_plane(
         pcap = run_dir / control_pcap(role)
         if not (pcap.exists() and pcap.stat().st_size > 0):
             notes.append(f"{pcap.name} missing: the router's silence at {role} is unknown")
-    timers = peering.get("timers") or {}
-    limits = {"bgp": timers.get("bgp_hold_s", 0) * 1000.0}
-    if "ospf_dead_s" in timers:
-        limits["ospf"] = float(timers["ospf_dead_s"]) * 1000.0
-    if "bfd_interval_ms" in timers:
-        limits["bfd"] = float(timers["bfd_interval_ms"] * timers["bfd_multiplier"])
+    timers = peering.get("timers") if isinstance(peering.get("timers"), dict) else {}
+    hold, dead = _num(timers.get("bgp_hold_s")), _num(timers.get("ospf_dead_s"))
+    interval, mult = _num(timers.get("bfd_interval_ms")), _num(timers.get("bfd_multiplier"))
+    limits = {  # what the peers tolerate; None: not recorded, so no margin (never a 0 ms limit)
+        "bgp": hold * 1000.0 if hold is not None else None,
+        "ospf": dead * 1000.0 if dead is not None else None,
+        "bfd": float(interval * mult) if interval is not None and mult is not None else None,
+    }
+    addrs = {
+        r: v["router_addr"] for r, v in peers.items() if isinstance(v, dict) and isinstance(v.get("router_addr"), str)
+    }
     figures = cpm.control_plane(
         protocols,
         logs,
         captures,
-        {r: v["router_addr"] for r, v in peers.items()},
+        addrs,
         (window.start_ns, window.end_ns),
         limits,
         ignore_prefix=functools.partial(in_pool, pool=pool_of(meta_churn)) if meta_churn else None,
     )
     return {p: f.to_dict() for p, f in figures.items()}, churn, corrected
+
+
+def _protocols(peering: Any) -> tuple[str, ...]:
+    """meta.json ``peering.protocols`` (the strings of it; empty when it is not a list)."""
+    protocols = peering.get("protocols") if isinstance(peering, dict) else None
+    return tuple(p for p in protocols if isinstance(p, str)) if isinstance(protocols, list | tuple) else ()
+
+
+def _control_plane_or_why(
+    run_dir: Path, meta: dict[str, Any], window: Window | None, notes: list[str], clock: ClockFigures | None
+) -> tuple[dict[str, Any], ChurnFigures | None, dict[str, str]]:
+    """:func:`_control_plane` through the guard: when it fails, every protocol is null with why."""
+    out = _metric(notes, "control plane", _control_plane, run_dir, meta, window, notes, clock)
+    if out is None:
+        return {p: None for p in _protocols(meta.get("peering"))} | {"why_absent": "failed"}, None, {}
+    return out
 
 
 def _churn(
@@ -551,17 +621,48 @@ def _zoom(raw: _Raw, anat: Anatomy | None) -> Zoom | None:
     return Zoom(lo, hi, tuple(m for m in marks if m[0] != "migration start"), gaps)
 
 
+#: the figure groups of a Summary (``why_absent``'s keys), all null when the analysis itself failed
+GROUPS = ("downtime_counters", "downtime_packets", "hypervisor", "link", "rtt", "cross", "send_loss")
+
+
+def _failed(run_dir: Path, err: BaseException) -> Summary:
+    """The summary of a run whose analysis failed outside every figure's guard: the run's status
+    as meta.json has it, every figure null with the reason ``failed``, the error in the notes."""
+    log.exception("analysis of %s failed", run_dir)
+    notes: list[str] = []
+    meta = _load(notes, Path(run_dir) / META_JSON, read_json) or {}
+    status, failure, run_status = _status(meta)
+    note = f"analysis failed: {type(err).__name__}: {err}"
+    return Summary(
+        status=status, failure=failure, hv=None, mode=None, accel=None, rate_bps=None, frame_bytes=None,
+        run_status=run_status, why_absent=dict.fromkeys(GROUPS, "failed"), notes=(*notes, note),
+    )  # fmt: skip
+
+
+def _guarded(run_dir: Path) -> tuple[Summary, PlotData | None]:
+    """:func:`_analyse`, and its summary's JSON form; should either raise (a figure's guard
+    missed something), the summary of :func:`_failed` instead."""
+    try:
+        summary, plot = _analyse(run_dir)
+        summary.to_dict()
+        return summary, plot
+    except Exception as err:  # the run keeps a summary.json that says so
+        return _failed(run_dir, err), None
+
+
 def analyse_run(run_dir: Path) -> Summary:
-    """All metrics of the run in ``run_dir`` (reads meta.json and the raw files; writes nothing)."""
-    return _analyse(Path(run_dir))[0]
+    """All metrics of the run in ``run_dir`` (reads meta.json and the raw files; writes nothing).
+    Never raises: a figure that cannot be computed is None with its reason."""
+    return _guarded(Path(run_dir))[0]
 
 
 def analyse_and_write(run_dir: Path) -> Summary:
     """Analyse ``run_dir``, draw ``migration.png`` and (atomically) rewrite ``summary.json``."""
     run_dir = Path(run_dir)
-    summary, plot = _analyse(run_dir)
+    summary, plot = _guarded(run_dir)
     try:
-        plot_run(run_dir / PLOT_NAME, plot)
+        if plot is not None:
+            plot_run(run_dir / PLOT_NAME, plot)
     except Exception as err:  # a plot problem must not cost the summary
         log.exception("plot failed")
         summary = dataclasses.replace(summary, notes=(*summary.notes, f"plot failed: {type(err).__name__}: {err}"))

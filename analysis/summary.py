@@ -152,7 +152,7 @@ class Summary:
             out["downtime_s.packets"] = q.absent(self._why("downtime_packets", "no_sink"))
         elif dp.downtime_s is None and dp.lower_s is None:
             theta = f" = {dp.threshold_s * 1e3:g} ms" if dp.threshold_s else ""
-            text = f"no gap longer than θ{theta} found" if "no_gap" in dp.flags else ""
+            text = f"no gap longer than θ{theta} found" if dp.flags[-1:] == ("no_gap",) else ""
             out["downtime_s.packets"] = q.absent(*dp.flags[-1:], upper=dp.upper_s, text=text)
         elif dp.downtime_s is None and dp.lower_s is not None:
             out["downtime_s.packets"] = q.censored(dp.lower_s, _bound_flags(dp.flags))

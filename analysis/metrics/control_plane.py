@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import calendar
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -400,16 +400,16 @@ class Silence:
     gap_ms: float | None  # None: fewer than two packets in the span
     start_ns: int | None
     end_ns: int | None
-    limit_ms: float
+    limit_ms: float | None  # None: the peer's tolerance is not known
     packets: int
 
     @property
     def margin_ms(self) -> float | None:
-        """limit - gap (negative: longer than the peer tolerates)."""
-        return None if self.gap_ms is None else self.limit_ms - self.gap_ms
+        """limit - gap (negative: longer than the peer tolerates); None without either."""
+        return None if self.gap_ms is None or self.limit_ms is None else self.limit_ms - self.gap_ms
 
 
-def longest_silence(peer: str, t_ns: np.ndarray, span: tuple[int, int], limit_ms: float) -> Silence:
+def longest_silence(peer: str, t_ns: np.ndarray, span: tuple[int, int], limit_ms: float | None) -> Silence:
     """Longest gap between consecutive times of ``t_ns`` (sorted ns) that overlaps ``span``; a
     gap still open at the end of the span counts up to the span's end (the router fell silent
     and stayed so: a bound, flagged by ``end_ns`` = span end)."""
@@ -585,27 +585,42 @@ def control_plane(
     captures: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
     router_addr: dict[str, str],
     window: tuple[int, int],
-    limits_ms: dict[str, float],
+    limits_ms: Mapping[str, float | None],
     ignore_prefix: Callable[[str], bool] | None = None,
 ) -> dict[str, ProtocolFigures]:
     """The figures of every protocol of PEERING; ``captures`` per peer are (t_ns, src, proto)
-    arrays of :func:`dissect`; ``window`` is the migration window (ns); ``ignore_prefix``: routes
-    left out of the route recovery (:func:`route_recovery`).  FRR peers' records end at the
+    arrays of :func:`dissect`; ``window`` is the migration window (ns); ``limits_ms``: what the
+    peers tolerate per protocol (hold time, dead interval, detection time; a protocol missing or
+    None: unknown, so the silence is sought in the window alone and has no margin);
+    ``ignore_prefix``: routes left out of the route recovery (:func:`route_recovery`).  A peer
+    without the router's address in ``router_addr`` has no silence and no BFD session (which
+    packets and which session are the router's is unknown).  FRR peers' records end at the
     first peer's shutdown (:func:`until_first_shutdown`)."""
     logs = until_first_shutdown(logs)
     out: dict[str, ProtocolFigures] = {}
     for proto in protocols:
-        limit = limits_ms[proto]
-        span = (window[0] - int(limit * 1e6), window[1] + int(limit * 1e6))
+        limit = limits_ms.get(proto)
+        pad = int(limit * 1e6) if limit is not None else 0
+        span = (window[0] - pad, window[1] + pad)
         silences = []
-        notes = []
+        notes = [] if limit is not None else [f"no {proto.upper()} limit recorded: the silence has no margin"]
         for peer, (t, src, kind) in captures.items():
+            if peer not in router_addr:
+                notes.append(f"no router address at {peer}: its silence is unknown")
+                continue
             silences.append(longest_silence(peer, control_times(t, src, kind, router_addr[peer], proto), span, limit))
         for peer in logs:
             if peer not in captures:
                 notes.append(f"no capture at {peer}: its silence is unknown")
         found = {"bgp": bgp_sessions, "ospf": ospf_sessions}
-        sessions = (found[proto](logs) if proto in found else bfd_sessions(logs, router_addr)).since(window[0])
+        if proto in found:
+            sessions = found[proto](logs).since(window[0])
+        else:
+            for peer in logs:
+                if peer not in router_addr:
+                    notes.append(f"no router address at {peer}: its {proto.upper()} session is unknown")
+            known = {peer: ev for peer, ev in logs.items() if peer in router_addr}
+            sessions = bfd_sessions(known, router_addr).since(window[0])
         if sessions.before:
             notes.append(
                 f"{len(sessions.before)} {proto.upper()} flap(s) before the migration began, left out of"

@@ -184,7 +184,7 @@ def packets_downtime(
     last_ns: int | None = None,
     traffic_end_ns: int | None = None,
     gap_threshold_ns: int | None = None,
-    gaps_dropped: int = 0,
+    gaps_dropped: int | None = 0,
 ) -> PacketsDowntime:
     """Downtime from the sink's inter-arrival gaps ``[t_before_ns, t_after_ns, seq_before, seq_after]``.
 
@@ -198,19 +198,29 @@ def packets_downtime(
     came back: that open gap [last_ns, traffic_end_ns] is a candidate too (``open_end``,
     lost_in_gap None).  The sink records its gaps in arrival order until its list is full
     (``gaps_dropped`` > 0 counts the rest): if the last recorded gap ends before the search span
-    does, gaps of the window may be missing (flag ``gaps_dropped``).  A clipped, open or possibly
-    incomplete result is a lower bound: downtime_s None, lower_s = its length, upper_s None.
-    No gap: downtime_s and lower_s None, flag ``no_gap`` (or ``gaps_dropped`` if the list may
-    have lost them), upper_s = the gap threshold (no inter-arrival gap in the window was longer)."""
+    does, gaps of the window may be missing (flag ``gaps_dropped``); ``gaps_dropped`` None (the
+    record does not say) is treated the same way, flag ``gaps_dropped_unknown``.  Without the
+    sink's threshold (``gap_threshold_ns`` None) a sink silent before the generator stopped
+    cannot be told from the normal spacing of packets: that tail is not a candidate, and any
+    result is flagged ``no_gap_threshold`` (a longer outage at the end may have gone unjudged).
+    A clipped, open or possibly incomplete result is a lower bound: downtime_s None, lower_s =
+    its length, upper_s None.  No gap: downtime_s and lower_s None, flag ``no_gap`` (or
+    ``gaps_dropped``, ``gaps_dropped_unknown`` or ``no_gap_threshold`` if gaps may have gone
+    unseen), upper_s = the gap threshold (no inter-arrival gap in the window was longer)."""
     g = np.asarray(gaps, dtype=np.int64).reshape(-1, 4)
     rows: list[tuple[int, int, int | None, int | None, tuple[str, ...]]] = [
         (int(r[0]), int(r[1]), int(r[2]), int(r[3]), ()) for r in g
     ]
-    threshold = gap_threshold_ns or 0
     threshold_s = gap_threshold_ns / 1e9 if gap_threshold_ns else None
-    truncated = gaps_dropped > 0 and (g.shape[0] == 0 or int(g[:, 1].max()) < span.search_hi_ns)
-    if last_ns is not None and traffic_end_ns is not None and traffic_end_ns - last_ns > threshold:
-        rows.append((int(last_ns), int(traffic_end_ns), None, None, ("open_end",)))
+    listed_to_end = g.shape[0] > 0 and int(g[:, 1].max()) >= span.search_hi_ns
+    truncated = not listed_to_end and (gaps_dropped is None or gaps_dropped > 0)
+    dropped_flag = "gaps_dropped_unknown" if gaps_dropped is None else "gaps_dropped"
+    unjudged = False  # a silent tail that, without the threshold, is neither a gap nor none
+    if last_ns is not None and traffic_end_ns is not None and traffic_end_ns > last_ns:
+        if not gap_threshold_ns:
+            unjudged = last_ns < span.search_hi_ns and traffic_end_ns > span.search_lo_ns
+        elif traffic_end_ns - last_ns > gap_threshold_ns:
+            rows.append((int(last_ns), int(traffic_end_ns), None, None, ("open_end",)))
     hits = [r for r in rows if r[0] < span.search_hi_ns and r[1] > span.search_lo_ns]
     best: tuple[float, int, int, int | None, int | None, list[str]] | None = None
     for t0, t1, s0, s1, extra in hits:
@@ -223,11 +233,13 @@ def packets_downtime(
         if best is None or length_s > best[0]:
             best = (length_s, t0, t1, s0, s1, flags)
     if best is None:
-        flag = "gaps_dropped" if truncated else "no_gap"
-        return PacketsDowntime(None, None, threshold_s, threshold_s, None, None, None, None, None, 0, (flag,))
+        why = (dropped_flag if truncated else "no_gap", *(("no_gap_threshold",) if unjudged else ()))
+        return PacketsDowntime(None, None, threshold_s, threshold_s, None, None, None, None, None, 0, why)
     length_s, t0, t1, s0, s1, flags = best
     if truncated:
-        flags.append("gaps_dropped")
+        flags.append(dropped_flag)
+    if unjudged:
+        flags.append("no_gap_threshold")
     lost = max(s1 - s0 - 1, 0) if s0 is not None and s1 is not None else None
     exact = not flags
     return PacketsDowntime(
