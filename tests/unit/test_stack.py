@@ -287,3 +287,17 @@ def test_a_lab_run_needs_routers_image_on_both_hosts_as_built_here(tmp_path, mon
     assert "router image frr differs between the hypervisor hosts (R1: ?; R2: 10.3-2)" in (
         compare_images(differ, "lab.toml")[0].message
     )
+
+
+def test_a_labs_libvirt_knobs_are_judged_by_the_hosts_libvirtd():
+    """Synthetic hosts with libvirt 9.0: this machine's libvirtd 11.3 would take zstd, theirs cannot."""
+    from migrate.experiment.run import check_knobs, lab_facts
+
+    rows = _rows(_deployed(emulator_ok=True), _deployed(emulator_ok=True))
+    for r in rows["hosts"]:
+        r["versions"]["libvirtd"] = "/usr/sbin/libvirtd (libvirt) 9.0.0"
+    zstd = Scenario(driver="libvirt", multifd_channels=2, multifd_compression="zstd")
+    local = {"libvirt": {"daemon": "libvirtd (libvirt) 11.3.0"}}
+    check_knobs(zstd, local, probe=False)  # this machine's libvirtd has it
+    with pytest.raises(ConfigError, match=r"MULTIFD_COMPRESSION=zstd needs libvirt 9\.4\.0 or later .* is 9\.0\.0"):
+        check_knobs(zstd, lab_facts(rows, zstd, local), probe=False)
