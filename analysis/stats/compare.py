@@ -330,12 +330,21 @@ def adjust(comparisons: Sequence[Comparison], alpha: float = ALPHA) -> list[Comp
     a tested comparison outside it becomes ``undecidable`` in this table, with the reason.  The
     others (undecidable with their n, not compared) are returned undecided.  Every comparison
     gets the method and the family size."""
-    tested = [i for i, c in enumerate(comparisons) if c.verdict == TESTED]
-    min_ps = {i: float(comparisons[i].min_p or 0.0) for i in tested}
+    out = [replace(c, correction=CORRECTION, alpha=alpha) for c in comparisons]
+    ps: dict[int, tuple[float, float]] = {}  # tested: (p, the smallest p its n allows)
+    for i, c in enumerate(comparisons):
+        if c.verdict != TESTED:
+            continue
+        if c.p is None or c.min_p is None:  # a missing p is not p = 0: not decided
+            out[i] = replace(out[i], verdict=UNDECIDABLE, reason="no p-value computed")
+            continue
+        ps[i] = (float(c.p), float(c.min_p))
+    tested = list(ps)
+    min_ps = {i: ps[i][1] for i in tested}
     k = tarone_level(list(min_ps.values()), alpha)
     family = [i for i in tested if min_ps[i] <= alpha / k]
     m = len(family)
-    out = [replace(c, family=m, correction=CORRECTION, alpha=alpha) for c in comparisons]
+    out = [replace(c, family=m) for c in out]
     for i in tested:
         if i not in family:
             c = out[i]
@@ -345,7 +354,7 @@ def adjust(comparisons: Sequence[Comparison], alpha: float = ALPHA) -> list[Comp
                 "can reach it (Tarone 1990)"
             )
             out[i] = replace(c, verdict=UNDECIDABLE, reason=why)
-    for i, p_adj in zip(family, holm_adjusted([float(comparisons[i].p or 0.0) for i in family]), strict=True):
+    for i, p_adj in zip(family, holm_adjusted([ps[i][0] for i in family]), strict=True):
         level = f"Holm-adjusted p {p_adj:.3g} over {m} comparisons"
         if p_adj <= alpha:
             verdict, why = SIGNIFICANT, f"{level} <= {alpha:g}"

@@ -2,6 +2,7 @@
 and a SYNTHETIC fixture sweep: nothing here was measured."""
 
 import csv
+import dataclasses
 import itertools
 import json
 import math
@@ -273,3 +274,14 @@ def test_compare_does_not_take_a_bound_for_a_value(tmp_path):
     assert bounded.result.p is None and bounded.result.shift is None
     assert csv_rows([bounded])[0]["n_censored_a"] == 1
     assert rows[("200M 1500 B", "downtime_packets_s")].result.verdict == cmp.UNDECIDABLE  # 2 vs 2, no bound
+
+
+def test_a_tested_comparison_without_its_p_is_undecidable_not_significant():
+    """A missing p is not p = 0: the comparison is left undecided, and the others' family omits it."""
+    tested = cmp.compare_samples(_rng().normal(0, 1, 10), _rng().normal(5, 1, 10))
+    no_p = dataclasses.replace(tested, p=None)
+    no_min_p = dataclasses.replace(tested, min_p=None)
+    decided = cmp.adjust([no_p, no_min_p, tested])
+    assert [d.verdict for d in decided[:2]] == [cmp.UNDECIDABLE, cmp.UNDECIDABLE]
+    assert all(d.p_adjusted is None and d.reason == "no p-value computed" for d in decided[:2])
+    assert decided[2].verdict == cmp.SIGNIFICANT and decided[2].family == 1

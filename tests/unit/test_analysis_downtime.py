@@ -260,3 +260,26 @@ def test_gaps_dropped_after_the_window_change_nothing():
     later = np.vstack([GAPS, [[T0 + 9_500 * MS, T0 + 9_502 * MS, 90_000, 90_016]]])
     d = packets_downtime(later, SPAN, gaps_dropped=7)  # the list was full only after +9.5 s
     assert d.downtime_s == pytest.approx(0.17016, abs=1e-12) and d.flags == ()
+
+
+def test_without_the_sink_threshold_a_silent_tail_is_unjudged_not_an_outage():
+    """gap_threshold_ns missing: the sink silent 0.5 ms before the generator stopped is not read
+    as traffic that never came back (a 0 threshold did), and the result says why it is absent."""
+    last = T0 + 5_000 * MS
+    d = packets_downtime(GAPS[:0], SPAN, last_ns=last, traffic_end_ns=last + MS // 2, gap_threshold_ns=None)
+    assert (d.downtime_s, d.lower_s, d.threshold_s) == (None, None, None)
+    assert d.flags == ("no_gap", "no_gap_threshold")
+
+
+def test_without_the_sink_threshold_a_found_gap_is_a_lower_bound():
+    last = T0 + 8_000 * MS
+    d = packets_downtime(GAPS, SPAN, last_ns=last, traffic_end_ns=last + MS, gap_threshold_ns=None)
+    assert d.downtime_s is None and d.lower_s is not None and "no_gap_threshold" in d.flags
+
+
+def test_a_sink_record_without_gaps_dropped_makes_a_found_gap_a_bound():
+    """gaps_dropped missing (None): whether the sink's list was full is unknown, so a gap found
+    before the span's end is a lower bound; read as 0 it was exact."""
+    d = packets_downtime(GAPS[:2], SPAN, gaps_dropped=None)
+    assert d.downtime_s is None and d.lower_s is not None and d.flags == ("gaps_dropped_unknown",)
+    assert packets_downtime(GAPS[:2], SPAN, gaps_dropped=0).downtime_s is not None
