@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -118,9 +119,13 @@ def _pkg_version(name: str) -> str | None:
         return None
 
 
-def close_run(meta: dict[str, Any], run_dir: Path) -> None:
-    """A run's last words in ``meta.json``: the end-of-run clock offset and the finish time, then
-    the file written (atomically)."""
-    meta["clock"]["offset_end_ns"] = clock_offset_ns()
+def close_run(meta: dict[str, Any], run_dir: Path, on_close: Callable[[dict[str, Any]], None] | None = None) -> None:
+    """A run's last words in ``meta.json``: the end-of-run clock offset (where it has a ``clock``)
+    and the finish time, then the kind's own closing fields (``on_close``), then the file written
+    (atomically)."""
+    if "clock" in meta:
+        meta["clock"]["offset_end_ns"] = clock_offset_ns()
     meta["finished_utc"] = dt.datetime.now(dt.UTC).isoformat()
+    if on_close is not None:
+        on_close(meta)
     write_meta(run_dir, meta)
