@@ -22,13 +22,12 @@ from typing import Any
 from migrate.baseline import gencap
 from migrate.baseline.config import ConfigRun
 from migrate.baseline.spec import LOAD_FRAME_BYTES, BaselineSpec, Config
-from migrate.core import meta as metamod
 from migrate.core.atomic import write_json
 from migrate.core.errors import DependencyError, Interrupted, VrmigError
 from migrate.core.progress import Progress
-from migrate.core.registry import clean_stale_before_a_run
-from migrate.core.rundir import GEN_JSON, INSTRUMENT_FORMAT, SINK_JSON, read_meta, write_meta
-from migrate.core.sighold import Abort, signal_handlers
+from migrate.core.runctx import open_run
+from migrate.core.rundir import GEN_JSON, INSTRUMENT_FORMAT, KIND_BASELINE, SINK_JSON, read_meta, write_meta
+from migrate.core.sighold import Abort
 from migrate.testbed.results import check_results_root, new_run_dir
 
 log = logging.getLogger(__name__)
@@ -196,6 +195,7 @@ def load_resume(run_dir: Path) -> tuple[BaselineSpec, dict[str, Any]]:
 
 
 def _initial_meta(spec: BaselineSpec, facts: dict[str, Any], gen: dict[str, Any] | None) -> dict[str, Any]:
+    """A new baseline's own meta.json fields, after the opening every run kind shares."""
     from migrate.baseline.plan import __doc__ as plan_doc
 
     accel = facts.get("accel")
@@ -203,7 +203,6 @@ def _initial_meta(spec: BaselineSpec, facts: dict[str, Any], gen: dict[str, Any]
     if accel == "tcg":
         notes["accel"] = "accel=tcg: no usable KVM here, so every HV=kvm figure describes QEMU's TCG emulator, not KVM"
     return {
-        **metamod.opening("baseline"),  # failure_class of a failed baseline: "setup" or "interrupted"
         "spec": spec.to_dict(),
         "accel": accel,
         "hypervisor": {k: v for k, v in facts.items() if k != "router_image"},
@@ -278,49 +277,40 @@ def run_baseline(
     else:
         facts = {"router_image": None, "accel": labmod.lab_accel(lab_plan)}
         gen = None
-    clean_stale_before_a_run(log)
-    abort = Abort(armed=False)  # armed once meta.json exists (Abort.arm)
-    with signal_handlers(abort.handler):
+
+    def describe(meta: dict[str, Any], run_dir: Path) -> None:
         if resume_dir is not None:
-            run_dir = resume_dir
-            meta = read_meta(run_dir)
             meta["resumed_utc"] = [*meta.get("resumed_utc", []), dt.datetime.now(dt.UTC).isoformat()]
-            meta["status"], meta["failure"], meta["failure_class"] = "running", None, None
             meta.setdefault("generator_capability_resumed", []).append(gen)
-        else:
-            run_dir = _new_run_dir(results_root, spec)
-            meta = _initial_meta(spec, facts, gen)
-            if lab_plan is not None:
-                meta["lab"] = lab_plan.describe()
-                meta["lab_check"] = lab_plan.check
-                meta["notes"].update(labmod.NOTES)
-            if campaign is not None:
-                meta["campaign"] = campaign[0]
-                (run_dir / "campaign.toml").write_text(campaign[1])
-        write_meta(run_dir, meta)
+            return
+        meta.update(_initial_meta(spec, facts, gen))
+        if lab_plan is not None:
+            meta["lab"] = lab_plan.describe()
+            meta["lab_check"] = lab_plan.check
+            meta["notes"].update(labmod.NOTES)
+        if campaign is not None:
+            meta["campaign"] = campaign[0]
+            (run_dir / "campaign.toml").write_text(campaign[1])
+
+    def on_close(meta: dict[str, Any]) -> None:
+        meta["loadavg_end"] = _loadavg()
+
+    # a failed configuration is recorded in its own entry and fails the baseline as "setup"; an
+    # error outside the configurations ends the command with its own exit status
+    with open_run(KIND_BASELINE, lambda: resume_dir or _new_run_dir(results_root, spec), describe, logger=log,
+                  failure_class="setup", records_errors=False, resumable=True, reopen=resume_dir is not None,
+                  on_close=on_close, analyse=_analyse) as opened:  # fmt: skip
+        meta = opened.meta
         configs = spec.configs()
-        progress = Progress("baseline", sum(spec.sweep_points(c) for c in configs), "points")
-        try:
-            abort.arm()
-            with progress:
-                for config in configs:
-                    _run_config(spec, config, facts, run_dir, meta, abort, progress, lab_plan)
-            failed = [n for n, c in meta["configs"].items() if c.get("status") != "completed"]
-            meta["status"] = "failed" if failed else "completed"
-            meta["failure"] = f"configuration(s) failed: {', '.join(failed)}" if failed else None
-            meta["failure_class"] = "setup" if failed else None
-        except Interrupted as err:
-            meta["status"], meta["failure"] = "interrupted", f"{err}; resume with RESUME={run_dir}"
-            meta["failure_class"] = "interrupted"
-        finally:
-            abort.armed = False
-            meta["finished_utc"] = dt.datetime.now(dt.UTC).isoformat()
-            meta["loadavg_end"] = _loadavg()
-            write_meta(run_dir, meta)
-        _analyse(run_dir)
-        if meta["status"] == "interrupted":
-            raise Interrupted(meta["failure"])
-    return run_dir
+        with Progress("baseline", sum(spec.sweep_points(c) for c in configs), "points") as progress:
+            for config in configs:
+                _run_config(spec, config, facts, opened.dir, meta, opened.abort, progress, lab_plan)
+        failed = [n for n, c in meta["configs"].items() if c.get("status") != "completed"]
+        if failed:
+            opened.fail(f"configuration(s) failed: {', '.join(failed)}")
+        else:
+            opened.complete()
+    return opened.dir
 
 
 def _run_config(

@@ -30,7 +30,6 @@ import collections
 import contextlib
 import logging
 import random
-import signal
 import socket
 import struct
 import subprocess
@@ -41,11 +40,12 @@ from pathlib import Path
 from typing import Any
 
 from migrate.core import meta as metamod
-from migrate.core.errors import ConfigError, DependencyError, Interrupted, VrmigError
+from migrate.core.errors import ConfigError, DependencyError, VrmigError
 from migrate.core.progress import Progress
-from migrate.core.registry import Registry, clean_stale_before_a_run
-from migrate.core.rundir import write_meta
-from migrate.core.sighold import Abort, Teardown, signal_handlers
+from migrate.core.registry import Registry
+from migrate.core.runctx import open_run
+from migrate.core.rundir import KIND_CALIBRATE, write_meta
+from migrate.core.sighold import Abort, Teardown
 from migrate.core.units import format_rate
 from migrate.drivers.base import Driver, RunContext, load_driver
 from migrate.drivers.criu.nsock import in_netns, netns_path, socket_in
@@ -658,53 +658,27 @@ def run_calibration(spec: CalibrationSpec, results_root: Path, testbed: Path | N
     driver_cls = check_pause_capability(spec, lab=inv is not None)
     check_results_root(results_root)
     facts = dependencies(spec, driver_cls)
-    clean_stale_before_a_run(log)
-    abort = Abort(armed=False)  # armed once meta.json exists (Abort.arm)
-    with signal_handlers(abort.handler):
-        run_dir = _run_dir(results_root, spec)
-        meta: dict[str, Any] = {
-            **metamod.opening("calibrate"),
-            "calibration": asdict(spec),
-            "scenario": spec.scenario().to_dict(),
-            "method": _method(spec),
-            "clock": metamod.clock_fields(),
-            "hypervisor": dict(facts),
-            "accel": facts.get("accel"),
-        }
+
+    def describe(meta: dict[str, Any], _run_dir: Path) -> None:
+        meta.update(calibration=asdict(spec), scenario=spec.scenario().to_dict(), method=_method(spec))
+        meta.update(clock=metamod.clock_fields(), hypervisor=dict(facts), accel=facts.get("accel"))
         if inv is not None:
             meta["lab_check"] = lab_check
-        write_meta(run_dir, meta)
-        cal = Calibrator(spec, driver_cls, facts, run_dir, inv)
+
+    # no failure class: a calibration has no migration phases
+    with open_run(KIND_CALIBRATE, lambda: _run_dir(results_root, spec), describe, logger=log,
+                  analyse=_analyse) as opened:  # fmt: skip
+        meta = opened.meta
+        cal = Calibrator(spec, driver_cls, facts, opened.dir, inv)
         try:
-            try:
-                abort.arm()
-                cal.execute(meta, abort)
-                meta["status"] = "completed"
-            finally:
-                abort.armed = False  # a signal from here on is recorded, not raised: teardown must finish
-                problems = cal.teardown()
-                if problems:
-                    meta["teardown_problems"] = problems
-            if abort.signum is not None:
-                raise Interrupted(f"interrupted by {signal.Signals(abort.signum).name} during teardown")
-        except Interrupted as err:
-            meta["status"], meta["failure"] = "interrupted", str(err)
-        except VrmigError as err:
-            meta["status"], meta["failure"] = "failed", str(err)
-            log.error("%s", err)
-        except Exception as err:
-            meta["status"], meta["failure"] = "failed", f"internal error: {type(err).__name__}: {err}"
-            log.exception("internal error (a bug in vrmig; please report it with this traceback)")
+            cal.execute(meta, opened.abort)
+            opened.complete()
         finally:
-            abort.armed = False
-            if abort.signum is not None and meta["status"] != "interrupted":
-                meta["status"] = "interrupted"
-                meta["failure"] = f"interrupted by {signal.Signals(abort.signum).name} ({meta['failure']})"
-            metamod.close_run(meta, run_dir)
-        _analyse(run_dir)
-        if meta["status"] == "interrupted":
-            raise Interrupted(f"{meta['failure']}; partial results kept in {run_dir}")
-    return run_dir
+            opened.abort.armed = False  # a signal from here on is recorded, not raised: teardown must finish
+            problems = cal.teardown()
+            if problems:
+                meta["teardown_problems"] = problems
+    return opened.dir
 
 
 def _method(spec: CalibrationSpec) -> dict[str, str]:

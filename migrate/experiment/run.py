@@ -12,7 +12,6 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,17 +21,19 @@ from analysis.metrics.clock import GEN_ROLE, IRTT_ROLE
 from migrate.core import knobs
 from migrate.core import meta as metamod
 from migrate.core.errors import ConfigError, DependencyError, Interrupted, MigrationError, TestbedError, VrmigError
-from migrate.core.registry import Registry, clean_stale_before_a_run
+from migrate.core.registry import Registry
+from migrate.core.runctx import open_run, record_failure
 from migrate.core.rundir import (
     ACTIONS_JSONL,
     IRTT_JSON_GZ,
+    KIND_MIGRATE,
     QMP_EVENTS_JSONL,
     QMP_SAMPLES_JSONL,
     SINK_JSON,
     console_log,
     write_meta,
 )
-from migrate.core.sighold import Abort, Teardown, signal_handlers
+from migrate.core.sighold import Abort, Teardown
 from migrate.core.stack import DEFAULT_QEMU, LIBVIRT_VERSION_LINE
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext, load_driver
 from migrate.drivers.kvm.driver import QEMU, check_qemu_knobs
@@ -99,22 +100,6 @@ class Phase:
 
     def __init__(self) -> None:
         self.current = SETUP
-
-
-def record_failure(meta: dict[str, Any], failure_class: str, message: str) -> None:
-    """Mark the run failed with ``message`` and its class; a failure already recorded stays the
-    run's failure (and class), later ones are appended to its message."""
-    if meta.get("status") == "failed" and meta.get("failure"):
-        meta["failure"] = f"{meta['failure']}; then: {message}"
-        return
-    meta["status"], meta["failure"], meta["failure_class"] = "failed", message, failure_class
-
-
-def record_interrupted(meta: dict[str, Any], message: str) -> None:
-    """Mark the run interrupted (an operator stop), keeping an earlier failure in the message."""
-    if meta.get("status") == "failed" and meta.get("failure"):
-        message = f"{message} (after: {meta['failure']})"
-    meta["status"], meta["failure"], meta["failure_class"] = "interrupted", message, INTERRUPTED
 
 
 def lab_preflight(inv: Inventory, testbed: Path) -> dict[str, Any]:
@@ -226,51 +211,19 @@ def run(
     driver_cls, facts = preflight(scenario, lab=inv is not None)
     if inv is not None and lab_check is not None:
         check_knobs(scenario, lab_facts(lab_check, scenario, facts), probe=False)  # the lab hosts' QEMU
-    clean_stale_before_a_run(log)
+    phase = Phase()
 
-    abort = Abort(armed=False)  # armed once meta.json exists (Abort.arm)
-    with signal_handlers(abort.handler):
-        run_dir = make_run_dir(results_root, scenario)
-        meta: dict[str, Any] = {
-            **metamod.opening("migrate"),
-            "scenario": scenario.to_dict(),
-            "name": scenario.name,
-            "clock": metamod.clock_fields(),
-            **(extra_meta or {}),
-        }
+    def describe(meta: dict[str, Any], _run_dir: Path) -> None:
+        meta.update(scenario=scenario.to_dict(), name=scenario.name, clock=metamod.clock_fields())
+        meta.update(extra_meta or {})
         if inv is not None:
             meta["lab_check"] = lab_check
-        write_meta(run_dir, meta)
-        registry = Registry(new_prefix(), run_dir=str(run_dir.resolve()))
-        phase = Phase()
-        try:
-            abort.arm()
-            _execute(scenario, driver_cls, facts, registry, run_dir, meta, abort, phase, inv)
-            if abort.signum is not None:
-                raise Interrupted(f"interrupted by {signal.Signals(abort.signum).name} during teardown")
-        except Interrupted as err:
-            record_interrupted(meta, str(err))
-        except VrmigError as err:
-            record_failure(meta, phase.current, str(err))
-            log.error("%s", err)
-        except Exception as err:
-            record_failure(meta, phase.current, f"internal error: {type(err).__name__}: {err}")
-            log.exception("internal error (a bug in vrmig; please report it with this traceback)")
-        finally:
-            abort.armed = False  # a second Ctrl-C must not break teardown
-            if abort.signum is not None and meta["status"] != "interrupted":
-                # the signal surfaced as another error (a library swallowed Interrupted, a wait saw
-                # the abort flag): an operator stop, not a failed migration
-                record_interrupted(meta, f"interrupted by {signal.Signals(abort.signum).name}")
-            elif meta["status"] == "running":  # _execute ended without a verdict (cannot happen)
-                record_failure(meta, phase.current, "internal error: the run ended without a status")
-            if meta["status"] == "completed":
-                meta["failure_class"] = None
-            metamod.close_run(meta, run_dir)
-        _analyse(run_dir)
-        if meta["status"] == "interrupted":
-            raise Interrupted(f"{meta['failure']}; partial results kept in {run_dir}")
-    return run_dir
+
+    with open_run(KIND_MIGRATE, lambda: make_run_dir(results_root, scenario), describe, logger=log,
+                  failure_class=lambda: phase.current, analyse=_analyse) as opened:  # fmt: skip
+        registry = Registry(new_prefix(), run_dir=str(opened.dir.resolve()))
+        _execute(scenario, driver_cls, facts, registry, opened.dir, opened.meta, opened.abort, phase, inv)
+    return opened.dir
 
 
 def _execute(

@@ -19,7 +19,9 @@ from typing import Any
 
 import pytest
 
+from migrate.core import registry as regmod
 from migrate.core.errors import Interrupted, MigrationError, TestbedError
+from migrate.core.runctx import record_failure, record_interrupted
 from migrate.drivers.base import MigrationOutcome
 from migrate.experiment import run as runmod
 from migrate.experiment.faults import FaultInjector
@@ -229,12 +231,12 @@ def test_rate_0_live_readiness_counts_probes_at_d(tmp_path, monkeypatch):
 
 def test_record_failure_keeps_the_first_failure_and_its_class():
     meta: dict[str, Any] = {"status": "running"}
-    runmod.record_failure(meta, "migration", "migration did not complete")
-    runmod.record_failure(meta, "post-migration", "instrument died")
+    record_failure(meta, "migration", "migration did not complete")
+    record_failure(meta, "post-migration", "instrument died")
     assert (
         meta["failure_class"] == "migration" and meta["failure"] == "migration did not complete; then: instrument died"
     )
-    runmod.record_interrupted(meta, "interrupted by SIGINT")
+    record_interrupted(meta, "interrupted by SIGINT")
     assert (
         meta["status"] == meta["failure_class"] == "interrupted"
         and "after: migration did not complete" in meta["failure"]
@@ -244,7 +246,7 @@ def test_record_failure_keeps_the_first_failure_and_its_class():
 def _run_with(tmp_path, monkeypatch, execute):
     """migrate.experiment.run.run() with its side effects replaced: ``execute(phase, meta)`` plays _execute."""
     monkeypatch.setattr(runmod, "preflight", lambda s, lab=False: (object, {}))
-    monkeypatch.setattr(runmod, "clean_stale_before_a_run", lambda _log: None)
+    monkeypatch.setattr(regmod, "STATE_ROOT", tmp_path / "state")  # clean-stale finds no runs
     monkeypatch.setattr(runmod, "_analyse", lambda run_dir: None)
     monkeypatch.setattr(
         runmod, "_execute", lambda s, cls, facts, reg, run_dir, meta, abort, phase, inv=None: execute(phase, meta)

@@ -50,7 +50,7 @@ def synthetic_migrate_meta(tmp: Path, ending: str = "completed") -> dict[str, An
     dead (marked by the next run))."""
     from migrate.core import meta as metamod
     from migrate.core.registry import mark_dead_run
-    from migrate.experiment.run import record_failure, record_interrupted
+    from migrate.core.runctx import record_failure, record_interrupted
     from migrate.experiment.scenario import Scenario
 
     s = Scenario()
@@ -108,11 +108,16 @@ def synthetic_calibrate_meta(tmp: Path) -> dict[str, Any]:
 
 
 def synthetic_baseline_meta(tmp: Path) -> dict[str, Any]:
-    """A SYNTHETIC make-baseline meta.json (baseline.run._initial_meta), one configuration failed."""
+    """A SYNTHETIC make-baseline meta.json (the opening and baseline.run._initial_meta), one
+    configuration failed."""
     from migrate.baseline.run import _initial_meta, _loadavg
     from migrate.baseline.spec import BaselineSpec
+    from migrate.core import meta as metamod
 
-    meta = _initial_meta(BaselineSpec(), {"router_image": None, "accel": "tcg", "stack": None}, None)
+    meta = {
+        **metamod.opening(rd.KIND_BASELINE),
+        **_initial_meta(BaselineSpec(), {"router_image": None, "accel": "tcg", "stack": None}, None),
+    }
     meta["configs"]["none-veth-r1-none"] = {"status": "failed", "started_utc": meta["created_utc"],
                                             "prefix": "vm000000", "failure": "SYNTHETIC",
                                             "finished_utc": meta["created_utc"]}  # fmt: skip
@@ -294,6 +299,7 @@ WRITERS = {
     "migrate/experiment/calibrate.py": (rd.KIND_CALIBRATE,),
     "migrate/baseline/run.py": (rd.KIND_BASELINE,),
     "migrate/core/meta.py": rd.RUN_KINDS,
+    "migrate/core/runctx.py": rd.RUN_KINDS,
     "migrate/core/registry.py": rd.RUN_KINDS,
     "migrate/campaigns/sweep.py": rd.SWEEP_KINDS,
 }
