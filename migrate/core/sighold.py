@@ -91,7 +91,8 @@ def signal_handlers(handler: Handler) -> Iterator[dict[int, Handler]]:
 @contextmanager
 def interruptible() -> Iterator[None]:
     """SIGINT/SIGTERM raise Interrupted in the main thread while the ``with`` body runs (between
-    sweep runs, around the CRIU host VM; ``migrate.experiment.run.run`` installs its own handlers)."""
+    sweep runs, around the CRIU host VM; a run's window, ``migrate.core.runctx.open_run``, installs its
+    abort flag instead)."""
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         raise Interrupted(f"interrupted by {signal.Signals(signum).name}")
