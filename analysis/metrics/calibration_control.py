@@ -107,7 +107,7 @@ COLUMNS = (
 class Timers:
     """The sessions' timers (meta.json ``peering.timers``)."""
 
-    bgp_hold_s: float
+    bgp_hold_s: float | None  # None: meta.json gave none (no limit, the session verdicts are not made)
     bfd_interval_ms: float | None = None
     bfd_multiplier: int | None = None
 
@@ -117,11 +117,12 @@ class Timers:
         return self.bfd_interval_ms is not None and self.bfd_multiplier is not None
 
     @property
-    def limit_ms(self) -> float:
-        """The silence the peers tolerate: BFD's detect time, else the BGP hold time."""
+    def limit_ms(self) -> float | None:
+        """The silence the peers tolerate: BFD's detect time, else the BGP hold time (None when
+        neither is known: absent, never a 0 ms limit)."""
         if self.bfd_interval_ms is not None and self.bfd_multiplier is not None:
             return self.bfd_interval_ms * self.bfd_multiplier
-        return self.bgp_hold_s * 1000.0
+        return None if self.bgp_hold_s is None else self.bgp_hold_s * 1000.0
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,7 @@ class SessionCheck:
     peer: str
     judged: bool
     borderline: bool  # the deciding silence lies within DETECT_BAND_MS of the limit: no up/down verdict
-    limit_ms: float
+    limit_ms: float | None
     silence: Silence | None  # this protocol's silence at this peer (None: no capture)
     silence_open: bool  # the gap was still open where the span ends: a lower bound
     deciding_silence_ms: float | None
@@ -192,10 +193,13 @@ def check_event(
     capture); ``next_start_ns``: the next event's start (None: the last), ``end_ns``: where the
     records end (None: unknown)."""
     limit = timers.limit_ms
-    limit_ns = int(limit * 1e6)
     caps = [x for x in (next_start_ns, end_ns) if x is not None]
-    hi = min([ev.end.after_ns + limit_ns, *caps])
     reasons: list[str] = []
+    if limit is None:  # flaps are then looked for up to the next event or the records' end
+        reasons.append("no BGP hold time in meta.json: no limit, the session's up/down is not judged")
+        hi = min(caps) if caps else ev.end.after_ns
+    else:
+        hi = min([ev.end.after_ns + int(limit * 1e6), *caps])
     judged = ev.kind == "pause" or peer == CUT_PEER
     if not judged:
         reasons.append(f"not judged: a cut of the router's segment-R port interrupts only {CUT_PEER}'s sessions")
@@ -229,7 +233,7 @@ def check_event(
     expected: bool | None = None
     passed_session: bool | None = None
     band = False
-    if deciding_ms is not None:
+    if deciding_ms is not None and limit is not None:
         if abs(deciding_ms - limit) <= DETECT_BAND_MS:
             band = True
             reasons.append(f"silence {deciding_ms:.1f} ms within {DETECT_BAND_MS:g} ms of the {limit:g} ms limit")
@@ -384,12 +388,16 @@ def to_json(cc: ControlCalibration) -> dict[str, Any]:
     }
 
 
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:g}"
+
+
 def format_lines(cc: ControlCalibration) -> list[str]:
     """The printed table's control-plane lines (one per event, protocol and peer)."""
     t = cc.timers
     timers = f"BFD {t.bfd_interval_ms:g}x{t.bfd_multiplier}, " if t.bfd else ""
     out = [
-        f"control plane ({timers}limit {t.limit_ms:g} ms, BGP hold {t.bgp_hold_s:g} s): a silence below the "
+        f"control plane ({timers}limit {_ms(t.limit_ms)} ms, BGP hold {_ms(t.bgp_hold_s)} s): a silence below the "
         f"limit must leave the session up, above it bring it down; BFD silence - true within "
         f"{MATCH_INTERVALS} intervals",
         f"  {'kind':5} {'dur':>5} {'rep':>3} {'true':>8} {'proto':5} {'peer':4} {'silence':>8} {'decides':>8} "
@@ -428,7 +436,7 @@ def load_control(run_dir: Path, meta: Mapping[str, Any], events: Sequence[Event]
     router_addr = {r: str(v["router_addr"]) for r, v in peers.items()}
     tm = peering.get("timers") or {}
     timers = Timers(
-        bgp_hold_s=float(tm.get("bgp_hold_s", 0)),
+        bgp_hold_s=float(tm["bgp_hold_s"]) if isinstance(tm.get("bgp_hold_s"), int | float) else None,
         bfd_interval_ms=float(tm["bfd_interval_ms"]) if "bfd_interval_ms" in tm else None,
         bfd_multiplier=int(tm["bfd_multiplier"]) if "bfd_multiplier" in tm else None,
     )

@@ -138,6 +138,23 @@ def test_bgp_only_peering_is_judged_against_the_hold_time():
     assert c.expected_down is False and c.passed is True and c.match_target_ms is None
 
 
+def test_absent_hold_time_is_no_limit_and_no_verdict_never_a_0_ms_limit():
+    timers = ccm.Timers(bgp_hold_s=None)
+    assert timers.limit_ms is None
+    ev = _event(0, "pause", 1000.0, 400.0)
+    bgp = (T0 + np.array([0.0, 3000.0, 6000.0]) * MS).astype(np.int64)
+    c = ccm.check_event(ev, "bgp", "A", None, None, timers, {"bgp": []}, {"bgp": bgp})
+    assert c.limit_ms is None and c.expected_down is None and c.passed is None
+    assert any("no BGP hold time in meta.json" in r for r in c.reasons)
+    # meta.json's peering without timers reads as no hold time, not as 0 s
+    meta, events = _fixture()
+    meta["peering"]["timers"] = {}
+    cc = ccm.load_control(FIX, meta, events)
+    assert cc is not None and cc.timers.bgp_hold_s is None and cc.timers.limit_ms is None
+    assert cc.checks and all(x.expected_down is None and x.passed is None for x in cc.checks)
+    assert "limit - ms, BGP hold - s" in ccm.format_lines(cc)[0]
+
+
 def _fixture():
     meta = json.loads((FIX / "meta.json").read_text())
     events, _ = events_from_actions(read_jsonl(FIX / "actions.jsonl"))
