@@ -22,8 +22,9 @@ How an ending is recorded (``status``, ``failure``; ``failure_class`` only where
 one, ``failure_class`` given):
 
 * the body returns: its verdict; a signal recorded meanwhile (a teardown disarms the flag) makes
-  the run interrupted "... during teardown"; no verdict at all is a failure ("the run ended
-  without a status");
+  the run interrupted "... during teardown"; no verdict at all (or a BaseException such as
+  KeyboardInterrupt passing through) is a failure ("the run ended without a status") where the
+  kind ``records_errors``;
 * :class:`Interrupted` (a signal while armed): interrupted, class ``interrupted``; a ``resumable``
   run's message says how to resume it;
 * any other :class:`VrmigError` (a ConfigError inside the body included): failed with its message;
