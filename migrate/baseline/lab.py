@@ -31,7 +31,7 @@ from migrate.core import cpustat
 from migrate.core.errors import ConfigError, GuestError, VrmigError
 from migrate.core.procs import ProcessError
 from migrate.experiment.instruments import IRTT_PORT, READY_TIMEOUT_S
-from migrate.experiment.scenario import Scenario
+from migrate.model.scenario import Scenario
 from migrate.testbed import topology as topo
 
 log = logging.getLogger(__name__)
@@ -164,8 +164,8 @@ class LabConfigRun(ConfigRun):
 
     def setup(self) -> PointContext:
         from migrate.drivers.base import RunContext
-        from migrate.experiment.recorder import Recorder
         from migrate.experiment.run import open_lab
+        from migrate.model.recorder import Recorder
         from migrate.testbed.labbed import lab_testbed_meta
 
         check_slot0_matches_testbed()

@@ -50,7 +50,7 @@ from typing import Any
 
 from migrate.core.errors import ConfigError
 from migrate.core.units import format_rate
-from migrate.experiment.scenario import Scenario
+from migrate.model.scenario import Scenario
 
 COMMANDS = ("migrate", "baseline")
 CAMPAIGN_KEYS = ("name", "description", "command", "reps", "seed", "budget", "expected_run_s")

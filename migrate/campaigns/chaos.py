@@ -44,7 +44,7 @@ from migrate.core.registry import (
     processes_of,
 )
 from migrate.core.rundir import ACTIONS_JSONL, META_JSON, SUMMARY_JSON, read_meta, read_summary
-from migrate.experiment.scenario import FAULTS
+from migrate.model.scenario import FAULTS
 from migrate.testbed.results import check_results_root, mark_results_root
 
 log = logging.getLogger("vrmig.chaos")

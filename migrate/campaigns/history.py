@@ -25,7 +25,7 @@ from typing import Any
 from analysis.stats.aggregate import METRICS
 from analysis.stats.regression import Verdict
 from migrate.core.errors import ConfigError
-from migrate.experiment.scenario import Scenario
+from migrate.model.scenario import Scenario
 
 SCHEMA_VERSION = 1
 METRIC_NAMES = tuple(m.name for m in METRICS)

@@ -35,7 +35,7 @@ from migrate.core.atomic import write_text
 from migrate.core.errors import ConfigError, VrmigError
 from migrate.core.rundir import META_JSON
 from migrate.core.units import format_rate
-from migrate.experiment.scenario import Scenario
+from migrate.model.scenario import Scenario
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from migrate.core.progress import Progress
 from migrate.core.rundir import META_JSON, RESULTS_ROOT_MARKER
 from migrate.core.sighold import interruptible
 from migrate.core.units import format_rate, parse_rate_bps
-from migrate.experiment.scenario import Scenario, parse_bfd
+from migrate.model.scenario import Scenario, parse_bfd
 
 if TYPE_CHECKING:
     from migrate.campaigns.campaign import Campaign

@@ -23,7 +23,7 @@ from migrate.core.errors import VrmigError
 from migrate.core.rundir import read_summary
 from migrate.experiment.args import rate
 from migrate.experiment.run import run
-from migrate.experiment.scenario import Scenario
+from migrate.model.scenario import Scenario
 
 FIGURES = (
     ("downtime packets [ms]", ("downtime_s", "packets"), 1e3),

@@ -18,7 +18,7 @@ from migrate.experiment.calibrate import (
     parse_kinds,
     run_calibration,
 )
-from migrate.experiment.scenario import parse_bfd
+from migrate.model.scenario import parse_bfd
 
 
 def add_parser(sub: Any) -> None:

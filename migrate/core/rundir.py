@@ -82,7 +82,7 @@ SINK_JSON = "sink.json"  # vrsink's per-run record: gaps, counts, clock (crosstr
 SINK_STATE_JSON = "sink_state.json"  # vrsink --state: its live state, rewritten every 10 ms
 SINK_AFTER_NS = "sink_after_ns"  # vrsink --after-file: the completion time it is told (CLOCK_REALTIME ns)
 IRTT_JSON_GZ = "irtt.json.gz"  # the irtt client's per-probe record
-ACTIONS_JSONL = "actions.jsonl"  # what the orchestrator did and when (migrate.experiment.recorder)
+ACTIONS_JSONL = "actions.jsonl"  # what the orchestrator did and when (migrate.model.recorder)
 QMP_EVENTS_JSONL = "qmp_events.jsonl"  # QEMU's QMP events, both sides
 QMP_SAMPLES_JSONL = "qmp_samples.jsonl"  # query-migrate replies, every 50 ms
 LIBVIRT_JOBINFO_JSON = "libvirt_jobinfo.json"  # DRIVER=libvirt: the completed job's statistics

@@ -11,8 +11,8 @@ from typing import Any
 
 from migrate.core.errors import ConfigError
 from migrate.core.registry import Registry
-from migrate.experiment.recorder import Recorder
-from migrate.experiment.scenario import Scenario
+from migrate.model.recorder import Recorder
+from migrate.model.scenario import Scenario
 from migrate.testbed.builder import Testbed
 
 #: (HV, DRIVER) -> "module:class", imported only when chosen
@@ -40,7 +40,7 @@ class RunContext:
     run_dir: Path
     recorder: Recorder
     abort: Any = None  # callable -> bool, true once an interruption was requested
-    faults: Any = None  # migrate.experiment.faults.FaultInjector (on_progress(reply) per source sample)
+    faults: Any = None  # migrate.model.faults.FaultInjector (on_progress(reply) per source sample)
 
 
 @dataclass
@@ -106,8 +106,8 @@ class Driver(ABC):
 
     def measure_dirty_rate(self) -> dict[str, Any]:
         """Measure the guest's dirty page rate now, blocking until done (meta.json ``dirty_rate``,
-        see migrate.experiment.dirty); a driver without a measurement records why."""
-        from migrate.experiment.dirty import unsupported
+        see migrate.model.dirty); a driver without a measurement records why."""
+        from migrate.model.dirty import unsupported
 
         return unsupported(self.ctx.scenario.hv)
 

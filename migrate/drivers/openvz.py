@@ -34,7 +34,7 @@ from migrate.core.errors import DependencyError, GuestError, MigrationError
 from migrate.core.procs import LineTail, Proc
 from migrate.core.rundir import VZMIGRATE_LOG
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
-from migrate.experiment.scenario import Scenario
+from migrate.model.scenario import Scenario
 from migrate.testbed import topology as topo
 
 log = logging.getLogger(__name__)

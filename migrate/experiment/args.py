@@ -17,7 +17,7 @@ from typing import Any
 from migrate.core.errors import ConfigError
 from migrate.core.knobs import KNOBS, Knob, split_values
 from migrate.core.units import parse_rate_bps
-from migrate.experiment.scenario import FAULTS, Scenario, parse_bfd
+from migrate.model.scenario import FAULTS, Scenario, parse_bfd
 
 #: HV=xen defaults: the nested router forwards little, and 256 MiB take ~40 s at nested-link speed
 XEN_DEFAULT_RATE_BPS = 1_000_000

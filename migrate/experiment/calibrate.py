@@ -52,8 +52,8 @@ from migrate.drivers.criu.nsock import in_netns, netns_path, socket_in
 from migrate.experiment import peering
 from migrate.experiment.instruments import FORWARD_MIN_PACKETS, Instruments
 from migrate.experiment.peering import Peers
-from migrate.experiment.recorder import Recorder
-from migrate.experiment.scenario import DRIVERS, HVS, Scenario
+from migrate.model.recorder import Recorder
+from migrate.model.scenario import DRIVERS, HVS, Scenario
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import Testbed, TestbedBuilder, new_prefix
 from migrate.testbed.inventory import Inventory

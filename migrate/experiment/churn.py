@@ -45,7 +45,7 @@ from migrate.core.errors import VrmigError
 from migrate.core.procs import Proc
 from migrate.core.registry import Registry
 from migrate.core.rundir import CHURN_TSV, peer_log
-from migrate.experiment.scenario import Scenario
+from migrate.model.scenario import Scenario
 
 log = logging.getLogger(__name__)
 

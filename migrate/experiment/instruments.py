@@ -26,8 +26,8 @@ from migrate.core.netlink import iproute
 from migrate.core.procs import Proc
 from migrate.core.registry import Registry
 from migrate.core.rundir import COUNTERS_TSV, GEN_JSON, IRTT_JSON_GZ, SINK_AFTER_NS, SINK_JSON, SINK_STATE_JSON
-from migrate.experiment.recorder import Recorder
-from migrate.experiment.scenario import Scenario
+from migrate.model.recorder import Recorder
+from migrate.model.scenario import Scenario
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import Testbed
 

@@ -59,13 +59,13 @@ from migrate.core.procs import Proc
 from migrate.core.registry import Registry
 from migrate.core.rundir import control_pcap, peer_log
 from migrate.experiment import churn
-from migrate.experiment.scenario import Scenario
 from migrate.model.routing import (
     ROUTER_ASN,
     SINK_ROUTED,
     PeerSpec,
     peers,
 )
+from migrate.model.scenario import Scenario
 from migrate.testbed import topology as topo
 
 log = logging.getLogger(__name__)

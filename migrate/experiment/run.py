@@ -40,13 +40,13 @@ from migrate.drivers.kvm.driver import QEMU, check_qemu_knobs
 from migrate.experiment import peering
 from migrate.experiment.churn import Churn
 from migrate.experiment.console import crash_in
-from migrate.experiment.dirty import measure_before_migration
-from migrate.experiment.faults import FaultInjector, kill_pid, link_cap, link_down, unplug
 from migrate.experiment.instruments import Instruments
 from migrate.experiment.peering import Peers
-from migrate.experiment.recorder import Recorder
-from migrate.experiment.scenario import Scenario
 from migrate.model import routing
+from migrate.model.dirty import measure_before_migration
+from migrate.model.faults import FaultInjector, kill_pid, link_cap, link_down, unplug
+from migrate.model.recorder import Recorder
+from migrate.model.scenario import Scenario
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import Testbed, TestbedBuilder, new_prefix
 from migrate.testbed.inventory import Inventory

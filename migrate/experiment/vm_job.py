@@ -13,7 +13,7 @@ from pathlib import Path
 from migrate.core.errors import VrmigError
 from migrate.drivers.criu.hostvm import ERROR_MARK, RUNDIR_MARK, in_vm
 from migrate.experiment.run import run
-from migrate.experiment.scenario import Scenario
+from migrate.model.scenario import Scenario
 
 
 def main(argv: list[str] | None = None) -> int:

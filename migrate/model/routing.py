@@ -21,7 +21,7 @@ SINK_ROUTED = topo.ANNOUNCED["B"]
 
 
 class RoutingSettings(Protocol):
-    """The PEERING settings of a scenario (migrate.experiment.scenario.Scenario has them)."""
+    """The PEERING settings of a scenario (migrate.model.scenario.Scenario has them)."""
 
     @property
     def peering(self) -> str: ...

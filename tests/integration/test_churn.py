@@ -29,7 +29,7 @@ def test_churn_is_issued_relayed_and_stalls_across_the_blackout(tmp_path, no_lef
     require_root_and("qemu-system-x86_64", "irtt", "tcpdump", "crosstraffic/bin/vrgen", "probes/bin/vrsampler")
     _images()
     from migrate.experiment.run import run
-    from migrate.experiment.scenario import Scenario
+    from migrate.model.scenario import Scenario
 
     s = Scenario(mode="stopcopy", rate_bps=10_000_000, duration_s=10, migrate_at_s=5, after_s=3,
                  peering="bgp", churn_rps=CHURN)  # fmt: skip

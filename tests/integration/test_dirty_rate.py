@@ -36,7 +36,7 @@ def _run(tmp_path, mode, **kw):
     require_root_and("qemu-system-x86_64", "irtt", "crosstraffic/bin/vrgen", "probes/bin/vrsampler")
     _image_with_dirty_tool()
     from migrate.experiment.run import run
-    from migrate.experiment.scenario import Scenario
+    from migrate.model.scenario import Scenario
 
     s = Scenario(mode=mode, rate_bps=RATE, frame_bytes=1500, duration_s=8, migrate_at_s=3, after_s=3, **kw)
     run_dir = run(s, tmp_path)

@@ -317,7 +317,7 @@ def _namespace_watch(monkeypatch) -> Iterator[list[str]]:
 def test_orchestrator_never_enters_a_namespace(lab, tmp_path, monkeypatch):
     """In-process run with every way into a namespace watched (:func:`_namespace_watch`)."""
     from migrate.experiment.run import run
-    from migrate.experiment.scenario import Scenario
+    from migrate.model.scenario import Scenario
 
     with _namespace_watch(monkeypatch) as seen:
         run_dir = run(Scenario(hv="kvm", rate_bps=10_000_000, duration_s=10, migrate_at_s=4), tmp_path, testbed=lab)
@@ -332,7 +332,7 @@ def _xen_run(testbed: Path, tmp_path: Path, monkeypatch, mem: int = 160) -> tupl
     dom0's migration NIC sent at least the guest's memory and the link at least that, a packet
     and an xl downtime, forwarding after it.  Returns (run directory, meta, summary)."""
     from migrate.experiment.run import run
-    from migrate.experiment.scenario import Scenario
+    from migrate.model.scenario import Scenario
 
     s = Scenario(hv="xen", rate_bps=1_000_000, mem_mib=mem, duration_s=10, migrate_at_s=3, after_s=3,
                  migrate_timeout_s=900, boot_timeout_s=300)  # fmt: skip
@@ -508,7 +508,7 @@ def test_peering_on_the_lab_runs_bird_on_a_and_b_and_a_sigkill_leaves_nothing(la
     sessions are up: the guards stop the peers and take the addresses off."""
     from analysis.metrics.control_plane import BGP_PROTO
     from migrate.experiment.run import run
-    from migrate.experiment.scenario import Scenario
+    from migrate.model.scenario import Scenario
 
     inv = load(lab)
     assert _announced_left(inv) == {"A": [], "B": []}

@@ -55,7 +55,7 @@ def _require():
 
 def _run(root, mode, router="bird", criu_host="local", rib_routes=0, miglink_bps=None):
     from migrate.experiment.run import run
-    from migrate.experiment.scenario import Scenario
+    from migrate.model.scenario import Scenario
 
     s = Scenario(
         hv="criu", mode=mode, router=router, rate_bps=RATE, frame_bytes=FRAME, duration_s=6, migrate_at_s=2,

@@ -33,7 +33,7 @@ def _ready(*extra: str) -> None:
 
 def _run(results: Path, **kw) -> tuple[Path, dict]:
     from migrate.experiment.run import run
-    from migrate.experiment.scenario import Scenario
+    from migrate.model.scenario import Scenario
 
     s = Scenario(rate_bps=RATE, frame_bytes=1500, duration_s=8, migrate_at_s=3, after_s=3, **kw)
     run_dir = run(s, results)

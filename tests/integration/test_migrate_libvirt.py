@@ -34,7 +34,7 @@ def _ready() -> None:
 
 def _run(results: Path, driver: str, **kw):
     from migrate.experiment.run import run
-    from migrate.experiment.scenario import Scenario
+    from migrate.model.scenario import Scenario
 
     timing = {"duration_s": 8, "migrate_at_s": 3, "after_s": 3, **kw}
     s = Scenario(driver=driver, rate_bps=RATE, frame_bytes=1500, **timing)

@@ -35,7 +35,7 @@ def _require():
 
 def _run(root, **kw):
     from migrate.experiment.run import run
-    from migrate.experiment.scenario import Scenario
+    from migrate.model.scenario import Scenario
 
     s = Scenario(hv="xen", router="frr", rate_bps=RATE, frame_bytes=FRAME, mem_mib=MEM_MIB, duration_s=10,
                  migrate_at_s=3, after_s=3, migrate_timeout_s=900, **kw)  # fmt: skip

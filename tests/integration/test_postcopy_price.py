@@ -19,7 +19,7 @@ def test_postcopy_run_records_its_price(tmp_path):
     require_root_and("qemu-system-x86_64", "irtt", "crosstraffic/bin/vrgen", "probes/bin/vrsampler")
     _image_with_dirty_tool()
     from migrate.experiment.run import run
-    from migrate.experiment.scenario import Scenario
+    from migrate.model.scenario import Scenario
 
     s = Scenario(mode="precopy", rate_bps=10_000_000, duration_s=14, migrate_at_s=4, after_s=6, postcopy=True,
                  dirty_mbps=10.0, max_bandwidth_bps=200_000_000)  # fmt: skip

@@ -10,7 +10,7 @@ from analysis.metrics.window import migration_window
 from migrate.core.errors import ConfigError
 from migrate.drivers.xen.driver import host_qemu_argv
 from migrate.drivers.xen.xl import domu_config, parse_xl_info, parse_xl_list
-from migrate.experiment.scenario import Scenario
+from migrate.model.scenario import Scenario
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "xen"
 

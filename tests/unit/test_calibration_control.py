@@ -264,7 +264,7 @@ def test_the_peers_wait_reads_the_state_of_the_real_logs(tmp_path):
     it), the whole logs have every session up again."""
     from analysis.metrics.control_plane import parse_bird_log
     from migrate.experiment.peering import PeeringError, Peers
-    from migrate.experiment.scenario import Scenario
+    from migrate.model.scenario import Scenario
 
     texts = {r: (FIX / f"peer-{r}.log").read_text() for r in ROUTER}
     logs = {r: parse_bird_log(t) for r, t in texts.items()}

@@ -11,8 +11,8 @@ from analysis.metrics.control_plane import LogEvent, route_recovery
 from migrate.core.errors import ConfigError
 from migrate.experiment import churn
 from migrate.experiment.peering import bird_conf
-from migrate.experiment.scenario import Scenario
 from migrate.model.routing import peers
+from migrate.model.scenario import Scenario
 
 S = 1_000_000_000
 

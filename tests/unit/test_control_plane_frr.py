@@ -133,7 +133,7 @@ def test_readiness_reads_the_frr_logs(tmp_path):
     write them: cut just after the pause's first BFD down, A is not up (the wait names it); the
     whole logs have every session of both peers up again."""
     from migrate.experiment.peering import PeeringError, Peers, sessions_state
-    from migrate.experiment.scenario import Scenario
+    from migrate.model.scenario import Scenario
 
     _, logs, figs = _load(BOTH)
     up, flaps = sessions_state(logs, ROUTER, ("bgp", "ospf", "bfd"))
@@ -181,7 +181,7 @@ def test_the_sink_route_at_a_says_when_the_router_holds_it(tmp_path):
     router (bgpd's "Tx route add ... 198.18.4.10/32"): held at the end of the real log, not
     just after the pause ended BGP, never over OSPF here (with BGP, B exports nothing into OSPF)."""
     from migrate.experiment.peering import Peers, sink_route_held
-    from migrate.experiment.scenario import Scenario
+    from migrate.model.scenario import Scenario
 
     _, logs, figs = _load(BOTH)
     assert sink_route_held(logs["A"], ("bgp", "ospf", "bfd"))

@@ -16,8 +16,8 @@ from analysis.metrics import dirty as ad
 from analysis.stats.aggregate import RUN_COLUMNS, aggregate, point_columns, point_row, run_record
 from analysis.summary import Summary
 from migrate.core.errors import ConfigError, DependencyError, GuestError
-from migrate.experiment import dirty as md
-from migrate.experiment.scenario import Scenario
+from migrate.model import dirty as md
+from migrate.model.scenario import Scenario
 from routers import build
 from routers.errors import RouterError
 from routers.guest import DIRTY_TOOL, GuestImage, kernel_cmdline, parse_dirty

@@ -17,7 +17,7 @@ from migrate.core import knobs
 from migrate.core.errors import ConfigError
 from migrate.drivers.kvm import driver as kvm
 from migrate.drivers.libvirt import flags as lf
-from migrate.experiment.scenario import Scenario
+from migrate.model.scenario import Scenario
 
 
 def _run(*argv: str) -> Scenario:

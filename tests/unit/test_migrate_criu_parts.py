@@ -212,7 +212,7 @@ def test_action_script_records_hooks_and_ignores_others(tmp_path):
 # -- driver registration and preflight -----------------------------------------------------------
 def test_criu_is_a_registered_hv():
     from migrate.drivers.base import load_driver
-    from migrate.experiment.scenario import Scenario
+    from migrate.model.scenario import Scenario
 
     s = Scenario(hv="criu", router="bird", mode="stopcopy")
     assert load_driver(s.hv, s.driver).name == "criu"
@@ -222,7 +222,7 @@ def test_criu_is_a_registered_hv():
 def test_preflight_refuses_frr_before_anything_else():
     from migrate.core.errors import DependencyError
     from migrate.drivers.criu.driver import CriuDriver
-    from migrate.experiment.scenario import Scenario
+    from migrate.model.scenario import Scenario
 
     with pytest.raises(DependencyError, match="ROUTER=bird") as err:
         CriuDriver.preflight(Scenario(hv="criu", router="frr"))

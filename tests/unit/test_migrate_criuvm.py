@@ -11,7 +11,7 @@ import pytest
 import migrate.core.registry as regmod
 import migrate.drivers.criu.hostvm as criuvm
 from migrate.core.errors import ConfigError, DependencyError, MigrationError
-from migrate.experiment.scenario import Scenario
+from migrate.model.scenario import Scenario
 
 
 def test_scenario_criu_host():

@@ -15,7 +15,7 @@ from migrate.drivers.base import load_driver
 from migrate.drivers.libvirt import daemon as lvd
 from migrate.drivers.libvirt import flags as lf
 from migrate.drivers.libvirt.domain_xml import domain_facts, domain_xml, router_nics, with_console
-from migrate.experiment.scenario import Scenario
+from migrate.model.scenario import Scenario
 from migrate.testbed import topology as topo
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "libvirt"

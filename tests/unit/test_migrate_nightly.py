@@ -8,7 +8,7 @@ import pytest
 from migrate.campaigns import nightly as nt
 from migrate.campaigns.history import History, run_columns
 from migrate.core.errors import ConfigError
-from migrate.experiment.scenario import Scenario
+from migrate.model.scenario import Scenario
 
 
 def test_checked_in_matrix_is_valid_and_fits_its_budget():

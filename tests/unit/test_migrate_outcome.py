@@ -24,8 +24,8 @@ from migrate.core.errors import Interrupted, MigrationError, TestbedError
 from migrate.core.runctx import record_failure, record_interrupted
 from migrate.drivers.base import MigrationOutcome
 from migrate.experiment import run as runmod
-from migrate.experiment.faults import FaultInjector
-from migrate.experiment.scenario import Scenario
+from migrate.model.faults import FaultInjector
+from migrate.model.scenario import Scenario
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 T_COMPLETED = 1_800_000_000_000_000_000
@@ -392,7 +392,7 @@ def test_proc_cpu_s_of_this_process_and_of_none():
 
 
 def test_dst_unplugged_fires_mid_migration_and_is_a_known_fault():
-    from migrate.experiment.scenario import FAULTS
+    from migrate.model.scenario import FAULTS
 
     fired: list[str] = []
     inj = FaultInjector("dst-unplugged", lambda *a, **k: 0)

@@ -5,7 +5,7 @@ import pytest
 from migrate.cli.main import build_parser, scenario_from_args
 from migrate.core.errors import ConfigError
 from migrate.core.units import format_rate, parse_rate_bps
-from migrate.experiment.scenario import Scenario
+from migrate.model.scenario import Scenario
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from migrate.campaigns import sweep as sw
 from migrate.campaigns import sweepdir as sd
 from migrate.cli.main import main
 from migrate.core.errors import ConfigError
-from migrate.experiment.scenario import Scenario
+from migrate.model.scenario import Scenario
 
 
 def _plan(reps=3, seed=7):

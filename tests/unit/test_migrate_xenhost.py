@@ -214,7 +214,7 @@ def test_shell_dom0_keeps_each_argument_one_word(tmp_path):
 def test_scenario_refuses_a_migration_address_that_is_not_an_ip(tmp_path, monkeypatch):
     """XEN_MIG_ADDR (and XEN_MIG_IF, XEN_PEER) are checked before anything starts: one line, exit 2."""
     from migrate.core.errors import ConfigError
-    from migrate.experiment.scenario import Scenario
+    from migrate.model.scenario import Scenario
 
     marker = tmp_path / "pwned"
     for value in (f"198.19.255.2; touch {marker}", f"$(touch {marker})", "198.19.255.2 -v"):
@@ -295,7 +295,7 @@ def test_a_lab_host_without_the_nested_image_or_with_a_small_link_mtu(tmp_path):
 
     from migrate.core.errors import DependencyError
     from migrate.drivers.xen import driver as xen
-    from migrate.experiment.scenario import Scenario
+    from migrate.model.scenario import Scenario
     from migrate.testbed.inventory import load
 
     inv = load(Path(__file__).resolve().parents[2] / "docs" / "lab.example.toml")

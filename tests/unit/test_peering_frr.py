@@ -9,7 +9,7 @@ import pytest
 
 from migrate.core.errors import ConfigError
 from migrate.experiment import peering as pr
-from migrate.experiment.scenario import Scenario
+from migrate.model.scenario import Scenario
 
 LOG = Path("/run/x/peer-B.log")
 

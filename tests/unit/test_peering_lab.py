@@ -18,7 +18,7 @@ from analysis.metrics.control_plane import LogEvent
 from migrate.core.errors import ConfigError
 from migrate.experiment.peering import LAB_LOOPBACK_SH, _stop_rank, bird_argv, bird_paths
 from migrate.experiment.run import lab_supports
-from migrate.experiment.scenario import Scenario
+from migrate.model.scenario import Scenario
 from migrate.testbed import provision
 from migrate.testbed.inventory import load
 

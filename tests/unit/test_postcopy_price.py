@@ -67,7 +67,7 @@ def test_synthetic_precopy_end_is_absent_with_reasons():
 
 def test_postcopy_runs_ask_the_destination_for_its_blocktime():
     from migrate.drivers.kvm.driver import migration_capabilities
-    from migrate.experiment.scenario import Scenario
+    from migrate.model.scenario import Scenario
 
     caps = {c["capability"]: c["state"] for c in migration_capabilities(Scenario(postcopy=True))}
     assert caps["postcopy-ram"] is True and caps["postcopy-blocktime"] is True

@@ -393,8 +393,8 @@ def test_ospf_config_of_the_peers(peering, tmp_path):
     """The peers' BIRD with OSPF: B announces the sink over OSPF only when there is no BGP
     (one protocol carries the cross-traffic's route); BIRD reads the configuration."""
     from migrate.experiment.peering import bird_conf
-    from migrate.experiment.scenario import Scenario
     from migrate.model.routing import peers
+    from migrate.model.scenario import Scenario
 
     s = Scenario(peering=peering, ospf_dead_s=4)
     b = next(p for p in peers() if p.role == "B")

@@ -27,7 +27,7 @@ def test_registry_has_the_three_profiles_default_first():
 
 
 def test_registry_matches_the_orchestrators_choices():
-    from migrate.experiment.scenario import ROUTERS
+    from migrate.model.scenario import ROUTERS
 
     assert tuple(profiles.names()) == ROUTERS
 

@@ -51,7 +51,7 @@ def _disarm_then_signal(abort, sig=signal.SIGTERM):
 def _run(tmp_path, monkeypatch, execute):
     """run() with its checks, body and analysis replaced: ``execute(phase, meta, abort)`` plays _execute."""
     from migrate.experiment import run as runmod
-    from migrate.experiment.scenario import Scenario
+    from migrate.model.scenario import Scenario
 
     monkeypatch.setattr(runmod, "preflight", lambda s, lab=False: (object, {}))
     monkeypatch.setattr(runmod, "_analyse", lambda run_dir: None)
@@ -329,7 +329,7 @@ def test_baseline_resume_reopens_the_directory(tmp_path, monkeypatch):
 def test_nothing_is_created_for_bad_input(tmp_path, monkeypatch):
     """A check that fails before the window (RESULTS that is not ours): exit 2, nothing created."""
     from migrate.experiment import run as runmod
-    from migrate.experiment.scenario import Scenario
+    from migrate.model.scenario import Scenario
 
     monkeypatch.setattr(runmod, "preflight", lambda s, lab=False: pytest.fail("no preflight after bad input"))
     root = tmp_path / "results"

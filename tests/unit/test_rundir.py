@@ -51,7 +51,7 @@ def synthetic_migrate_meta(tmp: Path, ending: str = "completed") -> dict[str, An
     from migrate.core import meta as metamod
     from migrate.core.registry import mark_dead_run
     from migrate.core.runctx import record_failure, record_interrupted
-    from migrate.experiment.scenario import Scenario
+    from migrate.model.scenario import Scenario
 
     s = Scenario()
     meta: dict[str, Any] = {
@@ -132,7 +132,7 @@ def synthetic_baseline_meta(tmp: Path) -> dict[str, Any]:
 def synthetic_sweep_meta(kind: str) -> dict[str, Any]:
     """A SYNTHETIC sweep's (or night's) meta.json (sweep.plan_meta of a two-point grid)."""
     from migrate.campaigns import sweep as sw
-    from migrate.experiment.scenario import Scenario
+    from migrate.model.scenario import Scenario
 
     plan = sw.grid_plan(Scenario(), (10_000_000, 100_000_000), (1500,), 2, 11)
     if kind != rd.KIND_SWEEP:

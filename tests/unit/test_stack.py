@@ -11,7 +11,7 @@ import pytest
 
 from migrate.core import stack
 from migrate.core.errors import ConfigError
-from migrate.experiment.scenario import Scenario, qemu_spec
+from migrate.model.scenario import Scenario, qemu_spec
 
 
 def test_upstream_version_of_debian_versions():

@@ -62,7 +62,7 @@ def test_a_new_sweep_or_night_records_its_lab_in_meta(tmp_path):
     """plan_meta, which make sweep and make nightly both use, records the inventory; a
     RESUME then finds the lab there."""
     from migrate.campaigns import sweep as sw
-    from migrate.experiment.scenario import Scenario
+    from migrate.model.scenario import Scenario
 
     plan = sw.Plan("sweep", (sw.PlanPoint("10M-1500", Scenario()),), 1, 1, {})
     inv = _inv(tmp_path)

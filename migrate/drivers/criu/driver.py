@@ -51,8 +51,8 @@ from migrate.drivers.criu.tool import (
     require_mode,
     restore_args,
 )
-from migrate.experiment.scenario import Scenario
 from migrate.model import routing
+from migrate.model.scenario import Scenario
 from migrate.testbed import topology as topo
 
 log = logging.getLogger(__name__)

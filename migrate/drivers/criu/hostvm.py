@@ -43,7 +43,7 @@ from migrate.core.rundir import (
 )
 from migrate.core.sighold import interruptible
 from migrate.drivers.kvm.accel import detect_accel
-from migrate.experiment.scenario import Scenario
+from migrate.model.scenario import Scenario
 from migrate.testbed.results import check_results_root, mark_results_root
 
 log = logging.getLogger(__name__)

@@ -51,7 +51,7 @@ from migrate.drivers.criu.driver import (
 from migrate.drivers.criu.hoststeps import parse_steps
 from migrate.drivers.criu.stats import error_excerpt
 from migrate.drivers.criu.tool import MODE_FEATURES, CriuBinary, dump_args, restore_args
-from migrate.experiment.scenario import Scenario
+from migrate.model.scenario import Scenario
 from migrate.testbed import topology as topo
 
 log = logging.getLogger(__name__)

@@ -23,9 +23,8 @@ from migrate.core.stack import QemuBuild, StackError, resolve_qemu
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.drivers.kvm.accel import detect_accel
 from migrate.drivers.kvm.qmp import QMPConnection, QMPError
-from migrate.experiment import dirty
-from migrate.experiment.scenario import Scenario, qemu_spec
-from migrate.model import routing
+from migrate.model import dirty, routing
+from migrate.model.scenario import Scenario, qemu_spec
 from migrate.testbed import topology as topo
 
 log = logging.getLogger(__name__)
@@ -368,7 +367,7 @@ class KvmDriver(Driver):
             rec.action("dirty-load-running", host="R1", **self.dirty_load)
 
     def measure_dirty_rate(self) -> dict[str, Any]:
-        """QEMU's dirty-rate measurement on the source (migrate.experiment.dirty.measure_qmp)."""
+        """QEMU's dirty-rate measurement on the source (migrate.model.dirty.measure_qmp)."""
         assert self.qsrc is not None
         return dirty.measure_qmp(self.qsrc.cmd, self.ctx.recorder.action, self.ctx.abort)
 
@@ -552,7 +551,7 @@ class KvmDriver(Driver):
 
     def fault_targets(self) -> dict[str, Any]:
         """QEMU processes that chaos runs kill mid-migration."""
-        from migrate.experiment.faults import kill_pid
+        from migrate.model.faults import kill_pid
 
         return {
             "dst-qemu-dies": kill_pid(lambda: self.dst.pid if self.dst else None),

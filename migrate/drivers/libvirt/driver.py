@@ -46,9 +46,8 @@ from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.drivers.libvirt import flags as lf
 from migrate.drivers.libvirt.daemon import LabLibvirtd, NamespacedLibvirtd
 from migrate.drivers.libvirt.domain_xml import QEMU_BINARY, GuestNic, domain_facts, domain_xml, with_console
-from migrate.experiment import dirty
-from migrate.experiment.scenario import Scenario
-from migrate.model import routing
+from migrate.model import dirty, routing
+from migrate.model.scenario import Scenario
 from migrate.testbed import topology as topo
 
 log = logging.getLogger(__name__)
@@ -357,7 +356,7 @@ class LibvirtDriver(Driver):
             self.ctx.recorder.action("dirty-load-running", host=src, **self.dirty_load)
 
     def measure_dirty_rate(self) -> dict[str, Any]:
-        """libvirt's dirty-rate measurement of the domain on R1 (migrate.experiment.dirty.measure_libvirt)."""
+        """libvirt's dirty-rate measurement of the domain on R1 (migrate.model.dirty.measure_libvirt)."""
         conn = self.conns[topo.HYPERVISOR_HOSTS[0]]
         try:
             dom = conn.lookupByName(self.domain)
@@ -591,7 +590,7 @@ class LibvirtDriver(Driver):
 
     def fault_targets(self) -> dict[str, Any]:
         """The QEMU processes libvirt runs, killed mid-migration by chaos runs."""
-        from migrate.experiment.faults import kill_pid
+        from migrate.model.faults import kill_pid
 
         src, dst = (self.daemons[h] for h in topo.HYPERVISOR_HOSTS)
         return {

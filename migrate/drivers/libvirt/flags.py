@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from migrate.experiment.scenario import Scenario
+from migrate.model.scenario import Scenario
 
 # virDomainMigrateFlags (libvirt-domain.h)
 VIR_MIGRATE_LIVE = 1 << 0

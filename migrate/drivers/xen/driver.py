@@ -77,8 +77,8 @@ from migrate.drivers.xen.xl import (
     router_domains,
     sender_argv,
 )
-from migrate.experiment.scenario import XEN_PV_REFUSAL, Scenario, xen_host_env
 from migrate.model import routing
+from migrate.model.scenario import XEN_PV_REFUSAL, Scenario, xen_host_env
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import add_tap
 from migrate.testbed.inventory import XenDom0Spec
@@ -644,7 +644,7 @@ class XenDriver(Driver):
 
     def fault_targets(self) -> dict[str, Any]:
         """Nested hosts that chaos runs kill mid-migration."""
-        from migrate.experiment.faults import kill_pid
+        from migrate.model.faults import kill_pid
 
         if self.lab:
             return {}  # a lab takes no FAULT (migrate.experiment.run.lab_supports)

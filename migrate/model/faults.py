@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from migrate.core.netlink import iproute
-from migrate.experiment.scenario import FAULTS
+from migrate.model.scenario import FAULTS
 from migrate.testbed import topology as topo
 
 log = logging.getLogger(__name__)
