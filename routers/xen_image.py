@@ -61,7 +61,7 @@ UTILS_PACKAGE = f"xen-utils-{XEN_VERSION}"
 XENSTORE_PACKAGE = "xenstore-utils"
 SOCAT_PACKAGE = "socat"
 #: sshd in dom0: started only when the initrd carries /etc/vrmig/sshd_config (an emulated lab's
-#: Xen host, reached like a real dom0 over SSH; :mod:`migrate.testbed.lab`)
+#: Xen host, reached like a real dom0 over SSH; :mod:`migrate.labs.emulated`)
 SSH_PACKAGE = "openssh-server"
 SSHD = "/usr/sbin/sshd"
 DOM0_KERNEL_META = "linux-image-amd64"

@@ -337,7 +337,7 @@ class LabLeaks:
 
     def live(self, prefix: str) -> list[str]:
         """The run's processes on every host and its libvirt domains."""
-        from migrate.testbed.lab import virsh
+        from migrate.labs.emulated import virsh
 
         found = []
         marks = (f"/runs/{prefix}", f"vrmig-{prefix}")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from migrate.experiment.args import positive
-from migrate.testbed.check import DEFAULT_MAX_OFFSET_MS, check_inventory, format_table
+from migrate.labs.check import DEFAULT_MAX_OFFSET_MS, check_inventory, format_table
 from migrate.testbed.inventory import load
 
 

@@ -1,5 +1,5 @@
 """``vrmig hosts-setup`` (= ``make hosts-setup TESTBED=lab.toml``): prepare a lab's machines with
-Ansible (migrate/testbed/provision.py) and print one line per host."""
+Ansible (migrate/labs/provision.py) and print one line per host."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def run_command(a: argparse.Namespace) -> int:
     ``<role> ok=N changed=N failed=N`` per host and a last line; exit 2 naming each host that
     failed or was unreachable."""
     from migrate.core.errors import ConfigError
+    from migrate.labs.provision import HostsUnreachable, run_playbook
     from migrate.testbed.inventory import load
-    from migrate.testbed.provision import HostsUnreachable, run_playbook
     from routers import profiles
     from routers.errors import UnknownProfileError
 

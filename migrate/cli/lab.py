@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from migrate.testbed import lab
+from migrate.labs import emulated as lab
 
 
 def add_parsers(sub: Any) -> None:

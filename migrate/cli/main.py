@@ -95,9 +95,10 @@ def _clean_lab(path: Path) -> int:
     """clean-testbed TESTBED=: what dead runs of this machine left on the lab's hosts."""
     import tempfile
 
+    from migrate.labs.cleanup import clean_xen_dom0s
     from migrate.testbed.hosts import connect
     from migrate.testbed.inventory import load
-    from migrate.testbed.labbed import clean_lab, clean_xen_dom0s
+    from migrate.testbed.labbed import clean_lab
 
     inv = load(path)
     with tempfile.TemporaryDirectory(prefix="vrmig-clean-") as d:

@@ -109,7 +109,7 @@ def lab_preflight(inv: Inventory, testbed: Path) -> dict[str, Any]:
     check as meta.json ``lab_check``."""
     import tempfile
 
-    from migrate.testbed.check import ERROR, check_inventory
+    from migrate.labs.check import ERROR, check_inventory
 
     with tempfile.TemporaryDirectory(prefix="vrmig-preflight-") as d:
         result = check_inventory(inv, Path(d), testbed_arg=str(testbed))

@@ -1,5 +1,5 @@
 """What a testbed host has, read on the host itself in one round trip: sent as the text of
-``python3 -c`` by :mod:`migrate.testbed.hosts` and :mod:`migrate.testbed.check`, so it uses only
+``python3 -c`` by :mod:`migrate.testbed.hosts` and :mod:`migrate.labs.check`, so it uses only
 the standard library (Python 3.7 or later) and imports nothing of the project.
 
 ``facts <json>``: kernel, Python, the tools and their versions, whether KVM can create a VM, the

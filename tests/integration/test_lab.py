@@ -23,7 +23,8 @@ import pytest
 
 from migrate.campaigns.chaos import Artefacts
 from migrate.core import registry
-from migrate.testbed import inventory, lab
+from migrate.labs import emulated as lab
+from migrate.testbed import inventory
 from tests.integration.conftest import REPO, require_root_and
 
 pytestmark = pytest.mark.integration

@@ -35,7 +35,7 @@ GRACE_S = 10.0
 
 def _require() -> None:
     require_root_and("ssh", "ansible-playbook", "qemu-system-x86_64", "irtt")
-    from migrate.testbed import lab as labmod
+    from migrate.labs import emulated as labmod
 
     if not os.access(labmod.SSHD, os.X_OK):
         pytest.skip(f"{labmod.SSHD} not installed: run `make apt` (openssh-server)")
@@ -192,7 +192,7 @@ def test_hosts_check_is_clean_after_hosts_setup(lab):
 
 def _domains(inv, role: str) -> list[str]:
     """The domains (running or defined) of ``role``'s libvirtd, through its qemu+ssh URI."""
-    from migrate.testbed.lab import virsh
+    from migrate.labs.emulated import virsh
 
     res = virsh(inv.host(role).libvirt_uri, "list", "--all", "--name")
     assert res.returncode == 0, res.stderr

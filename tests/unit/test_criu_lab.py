@@ -17,8 +17,8 @@ from migrate.drivers.base import load_driver
 from migrate.drivers.criu import hoststeps, imgxfer
 from migrate.drivers.criu.lab import LabCriuDriver, host_criu
 from migrate.experiment.run import lab_supports
+from migrate.labs import bundles
 from migrate.model.scenario import Scenario
-from migrate.testbed import bundles
 from migrate.testbed.inventory import load
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,7 +16,8 @@ import pytest
 from migrate.campaigns.chaos import _prefix_of
 from migrate.core import registry
 from migrate.core.errors import ConfigError, TestbedError
-from migrate.testbed import inventory, lab
+from migrate.labs import emulated as lab
+from migrate.testbed import inventory
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -14,8 +14,9 @@ import pytest
 
 from migrate.drivers.xen.dom0 import GUARD_CLEAN_SH, GUARD_SH
 from migrate.drivers.xen.xl import DomuPaths, domu_config
+from migrate.labs import emulated as lab
+from migrate.labs import emulated_xen as labxen
 from migrate.testbed import inventory as inv
-from migrate.testbed import lab, labxen
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "lab.example.toml"
 XEN = '\n[hosts.{r}.xen]\nssh = {{ host = "{h}", port = 2222 }}\nmigration = {{ interface = "ethM", ipv4 = "{a}" }}\n'
@@ -90,7 +91,7 @@ def test_lab_up_inventory_with_xen_hosts_loads(tmp_path):
     assert i.host("R2").xen.ssh.port == 2222 and i.host("R2").xen.migration_ipv4 == "198.19.254.2/30"
     assert i.host("R1").xen.taps == labxen.TAPS
     # the sampler reads the Xen host's ports of dom0's NICs too, and hosts-check expects them on brL/brR
-    from migrate.testbed.check import _iface_expectations
+    from migrate.labs.check import _iface_expectations
 
     assert i.host("R1").interfaces() == ["tapL", "tapR", "upL", "upR", "mig0", "xtapL", "xtapR"]
     assert ("xtapR", "xen.taps.R", False, "brR") in _iface_expectations(i.host("R1"))
@@ -253,7 +254,7 @@ addr 198.19.254.1/30
     ],
 )
 def test_hosts_check_row_of_a_dom0(tmp_path, edit, fragment):
-    from migrate.testbed.check import ERROR, WARNING, evaluate_dom0
+    from migrate.labs.check import ERROR, WARNING, evaluate_dom0
 
     p = tmp_path / "lab.toml"
     p.write_text(_with_xen())

@@ -139,6 +139,12 @@ def test_the_graph_sees_imports():
         # the drivers take the scenario, its recorder, faults and dirtying from the model, and
         # nothing of the experiment (the run, the peers, the instruments sit above them)
         ("migrate.drivers", (), "migrate.experiment"),
+        # lab tooling (hosts-check, hosts-setup, the emulated lab) sits above the drivers; the
+        # testbed layer (a run's hosts, labbed, inventory) below them
+        ("migrate.testbed", (), "migrate.drivers"),
+        ("migrate.testbed", (), "migrate.labs"),
+        ("migrate.drivers", (), "migrate.labs"),
+        ("migrate.model", (), "migrate.labs"),
         ("migrate.model", (), "migrate.campaigns"),
     ],
 )

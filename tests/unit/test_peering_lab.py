@@ -18,8 +18,8 @@ from analysis.metrics.control_plane import LogEvent
 from migrate.core.errors import ConfigError
 from migrate.experiment.peering import LAB_LOOPBACK_SH, _stop_rank, bird_argv, bird_paths
 from migrate.experiment.run import lab_supports
+from migrate.labs import provision
 from migrate.model.scenario import Scenario
-from migrate.testbed import provision
 from migrate.testbed.inventory import load
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "lab.example.toml"

@@ -1,4 +1,4 @@
-"""migrate.testbed.provision: the Ansible inventory made from a TOML testbed inventory, the
+"""migrate.labs.provision: the Ansible inventory made from a TOML testbed inventory, the
 ``ansible-playbook`` argv and environment, and the parsers of its output (fixtures: real output of
 ``make hosts-setup`` on a lab of six SSH hosts: a first run, a second run that changed nothing, a
 host offered a wrong key, a hypervisor host whose bridge is missing)."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from migrate.cli.main import build_parser
-from migrate.testbed import provision
+from migrate.labs import provision
 from migrate.testbed.inventory import ROLES, InventoryError, load
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "lab.example.toml"

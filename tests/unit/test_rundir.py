@@ -190,7 +190,7 @@ def synthetic_summaries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, t
     from Ansible's captured output."""
     from analysis.baseline.summary import analyse_baseline
     from analysis.run import analyse_and_write
-    from migrate.testbed.provision import parse_failures, parse_recap
+    from migrate.labs.provision import parse_failures, parse_recap
     from tests.fixtures.analysis.synthetic import write_run
 
     tmp = tmp_path_factory.mktemp("synthetic-summary")

@@ -208,7 +208,7 @@ def test_a_labs_libvirt_runs_the_deployed_release_by_its_emulator_script():
 
 
 def test_hosts_check_compares_the_deployed_stack_across_hypervisor_hosts():
-    from migrate.testbed.check import ERROR, WARNING, HostRow, compare_stacks
+    from migrate.labs.check import ERROR, WARNING, HostRow, compare_stacks
 
     def row(role, stacks):
         return HostRow(role, "root@198.19.128.18", "yes", stacks=stacks)
@@ -222,7 +222,7 @@ def test_hosts_check_compares_the_deployed_stack_across_hypervisor_hosts():
 
 
 def test_the_lab_bundle_translates_the_release_into_the_deploy_dir(tmp_path, monkeypatch):
-    from migrate.testbed.bundles import qemu_bundle
+    from migrate.labs.bundles import qemu_bundle
 
     monkeypatch.setenv("VRMIG_CACHE", str(tmp_path / "cache"))
     assert qemu_bundle("/var/lib/vrmig", tmp_path / "out") is None  # never fetched here
@@ -267,7 +267,7 @@ def test_a_lab_run_needs_routers_image_on_both_hosts_as_built_here(tmp_path, mon
 
     import routers.guest
     from migrate.experiment.run import lab_router_image
-    from migrate.testbed.check import HostRow, compare_images
+    from migrate.labs.check import HostRow, compare_images
 
     (tmp_path / "manifest.json").write_text('{"router": {"version": "10.3-3"}}')
     image = types.SimpleNamespace(kernel=tmp_path / "vmlinuz")

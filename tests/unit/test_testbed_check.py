@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from migrate.cli.main import main
+from migrate.labs.check import ERROR, WARNING, CheckResult, evaluate, format_table, unreachable_row
 from migrate.testbed import probe_host
-from migrate.testbed.check import ERROR, WARNING, CheckResult, evaluate, format_table, unreachable_row
 from migrate.testbed.hosts import AuthRefused, ClockSample, HostSpec, SshTarget
 from migrate.testbed.inventory import embedded
 

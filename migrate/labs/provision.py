@@ -185,7 +185,7 @@ def ansible_inventory(
 ) -> dict[str, Any]:
     """The Ansible inventory (YAML inventory plugin's structure) of ``inv``: groups ``end_hosts``
     (A, C, B, D) and ``hypervisors`` (R1, R2); ``images``, the ``criu`` bundle, the
-    ``containers`` rootfs archives (:mod:`migrate.testbed.bundles`) and the nested Xen host's
+    ``containers`` rootfs archives (:mod:`migrate.labs.bundles`) and the nested Xen host's
     files (:func:`xen_files`) go to the hypervisors; ``peer_bird``, the bird image's rootfs
     archive, to the peer hosts A and B (PEERING's BIRD)."""
     return {
@@ -400,7 +400,7 @@ def run_playbook(
     if down:
         raise HostsUnreachable(down)
     images = image_files(profiles, cache)
-    from migrate.testbed import bundles
+    from migrate.labs import bundles
     from routers.paths import cache_dir
 
     bundle_dir = cache_dir(cache) / "lab"

@@ -1,5 +1,5 @@
-"""The sshd configuration of the emulated lab's hosts (:mod:`migrate.testbed.lab`, one sshd per
-namespace) and of its Xen hosts' dom0s (:mod:`migrate.testbed.labxen`): key-only root logins,
+"""The sshd configuration of the emulated lab's hosts (:mod:`migrate.labs.emulated`, one sshd per
+namespace) and of its Xen hosts' dom0s (:mod:`migrate.labs.emulated_xen`): key-only root logins,
 no PAM or DNS, and room for the many sessions a run multiplexes over one connection."""
 
 from __future__ import annotations

@@ -33,8 +33,8 @@ from pathlib import Path
 from migrate.core.errors import DependencyError, TestbedError
 from migrate.core.registry import RUN_ENV
 from migrate.core.sighold import held_signals
+from migrate.labs.sshd import sshd_config
 from migrate.testbed import topology as topo
-from migrate.testbed.sshd import sshd_config
 
 #: on each hypervisor host's management address: QEMU's forward to its dom0's sshd
 XEN_SSH_PORT = 2222

@@ -46,10 +46,10 @@ from migrate.core.atomic import write_json, write_text
 from migrate.core.errors import ConfigError, DependencyError, Interrupted, TestbedError
 from migrate.core.registry import PREFIX_RE, RUN_ENV, proc_starttime, teardown_state
 from migrate.core.sighold import held_signals
+from migrate.labs.sshd import sshd_config
 from migrate.testbed import inventory, pki
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import TestbedBuilder
-from migrate.testbed.sshd import sshd_config
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class LabState:
     processes: list[dict[str, Any]] = field(default_factory=list)  # sshd, libvirtd: pid, start time, what
     paths: list[str] = field(default_factory=list)  # outside the lab dir (a created deploy dir)
     link_name: str | None = None  # LAB_ROOT/<name> when the lab dir is elsewhere (--dir)
-    xen: bool = False  # R1 and R2 are Xen hosts (migrate.testbed.labxen)
+    xen: bool = False  # R1 and R2 are Xen hosts (migrate.labs.emulated_xen)
     complete: bool = False
 
     @property
@@ -657,7 +657,7 @@ def render_inventory(
     """The inventory text (docs/lab.example.toml's format) of a lab whose host ``role`` has the
     management address ``mgmt[role]`` and, if given, the libvirt URIs ``libvirt[role]``
     (``uri``, ``peer_uri``, and ``tls``: the directory of its libvirt TLS files) and, if given,
-    its Xen dom0 ``xen[role]`` (:func:`migrate.testbed.labxen.inventory_tables`)."""
+    its Xen dom0 ``xen[role]`` (:func:`migrate.labs.emulated_xen.inventory_tables`)."""
     import jinja2
 
     env = jinja2.Environment(autoescape=False, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
@@ -710,7 +710,7 @@ def _preflight(xen: bool) -> None:
         if not os.access(exe, os.X_OK):
             raise DependencyError(f"{exe} not found: run `make apt` (libvirt-daemon, libvirt-daemon-driver-qemu)")
     if xen:
-        from migrate.testbed import labxen
+        from migrate.labs import emulated_xen as labxen
 
         labxen.preflight()
 
@@ -719,7 +719,7 @@ def lab_up(
     name: str = DEFAULT_NAME, lab_dir: Path | None = None, deploy_dir: str = DEFAULT_DEPLOY_DIR, xen: bool = False
 ) -> Path:
     """Build the emulated lab ``name``; return the path of its inventory.  ``xen``: R1 and R2 are
-    Xen hosts too, their dom0s reached over SSH (:mod:`migrate.testbed.labxen`).  A failure or an
+    Xen hosts too, their dom0s reached over SSH (:mod:`migrate.labs.emulated_xen`).  A failure or an
     interrupt on the way removes everything made so far before the error is raised."""
     check_name(name)
     check_deploy_dir(deploy_dir)
@@ -785,7 +785,7 @@ def _build(st: LabState) -> Path:
     authorized = st.dir / "authorized_keys"
     authorized.write_text(_keygen(key, f"vrmig-lab {st.name} orchestrator") + "\n")
     sshds = {role: _start_sshd(st, role, authorized) for role in MGMT_ROLES}
-    from migrate.testbed import labxen
+    from migrate.labs import emulated_xen as labxen
 
     # the Xen hosts boot (tens of seconds under TCG) while the rest of the lab comes up
     def record(pid: int, what: str) -> None:
