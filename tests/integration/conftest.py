@@ -197,7 +197,22 @@ def results_contract_problems(roots: list[Path]) -> list[str]:
                 if key is not None and key not in CONTRACT_CHECKED:
                     CONTRACT_CHECKED.add(key)
                     dirs.add(Path(d))
-    return [line for d in sorted(dirs) for line in rundir.run_dir_problems(d)]
+    return [line for d in sorted(dirs) if not _synthetic(d, roots) for line in rundir.run_dir_problems(d)]
+
+
+#: a file that marks a directory tree as assembled by a test from synthetic records (not written
+#: by the suite's orchestrators: its meta.json holds only what the test needs)
+SYNTHETIC_MARKER = "SYNTHETIC"
+
+
+def _synthetic(d: Path, roots: list[Path]) -> bool:
+    """``d`` or a directory above it (below one of ``roots``) holds :data:`SYNTHETIC_MARKER`."""
+    for p in (d, *d.parents):
+        if (p / SYNTHETIC_MARKER).is_file():
+            return True
+        if p in roots:
+            return False
+    return False
 
 
 @pytest.hookimpl(wrapper=True)

@@ -275,6 +275,10 @@ def _frr_log_lines(run_dir: Path, role: str, marker: str) -> list[str]:
     return [ln for ln in (run_dir / f"peer-{role}.log").read_text(errors="replace").splitlines() if marker in ln]
 
 
+#: the Cease a peer's FRR bgpd sends when BFD's down ends the session at the moment of the pause
+BFD_ENDED_BGP = ("notification sent: Cease/BFD Down", "notification sent: Cease/Connection Collision Resolution")
+
+
 def test_frr_peers_bfd_and_bgp_through_a_stop_and_copy(tmp_path):
     """PEER_DAEMON=frr PEERING=bgp,bfd BFD=50x3, stop-and-copy (the guest paused ~0.8 s under
     TCG): the peers are FRR (zebra, bfdd, bgpd of the frr image); their bfdd declares BFD down
@@ -311,15 +315,17 @@ def test_frr_peers_bfd_and_bgp_through_a_stop_and_copy(tmp_path):
         firsts.setdefault(f["peer"], f)
     assert all(f["cause"] == "detection time expired" for f in firsts.values()), bfd
     _consistent(bfd, 2 * BFD_MS)
-    # BGP: each peer's first flap is bgpd ending the session because BFD went down, at the same
-    # moment; not its hold timer (the router was silent for far less than 9 s)
+    # BGP: each peer's first flap is bgpd ending the session with a Cease at the moment BFD went
+    # down; not its hold timer (the router was silent for far less than 9 s).  FRR 10.3's bgpd
+    # names BFD there, or, when the resumed router's new connection meets the old one in that same
+    # moment, the collision it resolves by closing the old (seen once in a full run)
     assert bgp["survived"] is False, bgp
     bgp_firsts: dict[str, dict] = {}
     for f in bgp["flap_details"]:
         bgp_firsts.setdefault(f["peer"], f)
     assert set(bgp_firsts) == {"A", "B"}, bgp
     for peer, f in bgp_firsts.items():
-        assert f["cause"] == "notification sent: Cease/BFD Down", (f, bgp["flap_details"])
+        assert f["cause"] in BFD_ENDED_BGP, (f, bgp["flap_details"])
         assert abs(f["down_ns"] - firsts[peer]["down_ns"]) < 10**7, (f, firsts[peer])  # within 10 ms
     assert bgp["silence_ms"] < bgp["limit_ms"], bgp
     back = [f["up_ns"] for f in bgp["flap_details"] if f["peer"] == "B"]
