@@ -272,7 +272,7 @@ def lab():
         pytest.skip(str(err))
     tree = Path(os.environ.get("VRMIG_LAB_TREE", REPO))
     with tempfile.TemporaryDirectory(prefix="vrmig-hs-") as work:
-        if (tree / "migrate" / "testbed" / "lab.py").is_file():
+        if (tree / "migrate" / "labs" / "emulated.py").is_file():
             with EmulatedLab(Path(work), tree) as lab:
                 yield lab
         else:
