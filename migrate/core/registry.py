@@ -503,10 +503,13 @@ def _locked(state_dir: Path, wait: bool = True) -> Any:
         os.close(fd)
 
 
-def clean_dead_run(state_dir: Path, why: str = DEAD_RUN_WHY, wait: bool = True) -> tuple[bool, list[str]]:
+def clean_dead_run(
+    state_dir: Path, why: str = DEAD_RUN_WHY, wait: bool = True, owner_exited: bool = False
+) -> tuple[bool, list[str]]:
     """Tear down the run of ``state_dir`` if its owner is dead: (cleaned, problems).  Without
     ``wait``, a run whose teardown another process holds is left to that process (a new run's
-    start never waits on another run's teardown)."""
+    start never waits on another run's teardown).  ``owner_exited``: the caller saw the owner
+    exit (the reaper's pidfd), so /proc is not asked again."""
     with _locked(state_dir, wait) as present:
         if not present:
             return False, []
@@ -518,7 +521,7 @@ def clean_dead_run(state_dir: Path, why: str = DEAD_RUN_WHY, wait: bool = True) 
         except (OSError, json.JSONDecodeError) as err:
             log.warning("unreadable state file %s: %s (left alone)", state_file, err)
             return False, []
-        if pid_alive(state.get("owner_pid", -1), state.get("owner_starttime")):
+        if not owner_exited and pid_alive(state.get("owner_pid", -1), state.get("owner_starttime")):
             return False, []
         problems = teardown_state(state)
         if state.get("run_dir"):
@@ -579,7 +582,8 @@ def reap(state_dir: Path, owner_pid: int, owner_starttime: int | None) -> int:
         got += data
         if REAPER_DONE in got:
             return 0
-    _cleaned, problems = clean_dead_run(state_dir, REAPER_WHY)
+    # the pidfd said the owner exited; the start-time check above said the PID was the owner's
+    _cleaned, problems = clean_dead_run(state_dir, REAPER_WHY, owner_exited=pidfd is not None)
     return 1 if problems else 0
 
 

@@ -86,6 +86,15 @@ def _router_seen(hv: str, running: dict[int, str]) -> bool:
     return any("qemu-system" in cmd for cmd in running.values())
 
 
+def _reaper_story(prefix: str, state: dict) -> str:
+    """What the reaper left to read when it did not finish: alive or not, and its log."""
+    reaper = state.get("reaper") or {}
+    alive = bool(reaper) and pid_alive(reaper["pid"], reaper["starttime"])
+    log_file = chaos.STATE_ROOT / prefix / "reaper.log"
+    text = log_file.read_text(errors="replace") if log_file.exists() else "(no reaper.log)"
+    return f"reaper {reaper.get('pid')} {'still running' if alive else 'exited'}; reaper.log: {text[-2000:]}"
+
+
 @pytest.mark.parametrize("hv", ["kvm", "kvm-libvirt", "criu"])
 def test_a_sigkilled_run_disappears_by_itself(hv, tmp_path):
     """Nothing outlives the orchestrator: its helpers die with it (parent-death signal), its
@@ -98,7 +107,8 @@ def test_a_sigkilled_run_disappears_by_itself(hv, tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert seen, running
-    assert chaos.run_leaks(prefix, grace_s=chaos.REAPER_GRACE_S) == []
+    leaks = chaos.run_leaks(prefix, grace_s=chaos.REAPER_GRACE_S)
+    assert leaks == [], _reaper_story(prefix, state)
     # the reaper still marks the run interrupted after the last resource is gone, then exits
     deadline = time.monotonic() + chaos.REAPER_GRACE_S
     while pid_alive(state["reaper"]["pid"], state["reaper"]["starttime"]) and time.monotonic() < deadline:
