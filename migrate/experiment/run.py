@@ -206,7 +206,7 @@ def run(
         lab_supports(scenario, inv)
         lab_check = lab_preflight(inv, testbed)
     if scenario.criu_host == "vm" and not criuvm.in_vm():
-        return criuvm.run_in_vm(scenario, results_root)
+        return criuvm.run_in_vm(scenario, results_root, _analyse)
     check_results_root(results_root)
     driver_cls, facts = preflight(scenario, lab=inv is not None)
     if inv is not None and lab_check is not None:
@@ -843,7 +843,12 @@ def _sleep_until(t_mono: float, abort: Abort) -> None:
 
 
 def _analyse(run_dir: Path) -> None:
-    """Compute summary.json and the plot from the raw data (never raises)."""
+    """Compute summary.json and the plot from the raw data (never raises).  Inside the CRIU host
+    VM this is left to the outer host (hostvm.run_in_vm), which runs it on its own CPU."""
+    from migrate.drivers.criu import hostvm as criuvm
+
+    if criuvm.in_vm():
+        return
     try:
         from analysis.run import analyse_and_write
 

@@ -77,6 +77,10 @@ def fake_vm(tmp_path, monkeypatch):
     return results, script
 
 
+def _no_analysis(run_dir: Path) -> None:
+    raise AssertionError(f"no run directory to analyse, yet {run_dir}")
+
+
 def _run_dir(results: Path, name: str, status: str) -> Path:
     d = results / name
     return d, f"mkdir -p {d} && echo '{json.dumps({'status': status})}' > {d}/meta.json"
@@ -87,7 +91,9 @@ def test_the_run_directory_the_vm_names_is_returned_with_its_console(fake_vm):
     d, make = _run_dir(results, "20990101T000000Z-criu-vm-precopy-10M-1500", "completed")
     script.append(f"echo VRMIG-CRIUVM-BOOT kernel=6.1.0-test; {make}; echo vrmig: migrating; "
                   f"echo VRMIG-CRIUVM-RUNDIR {d}; echo VRMIG-CRIUVM-EXIT 0")  # fmt: skip
-    assert criuvm.run_in_vm(Scenario(hv="criu", router="bird", criu_host="vm"), results) == d
+    analysed: list[Path] = []
+    assert criuvm.run_in_vm(Scenario(hv="criu", router="bird", criu_host="vm"), results, analysed.append) == d
+    assert analysed == [d]  # on this side, after the VM stopped
     console = (d / criuvm.CONSOLE_NAME).read_text()
     assert "vrmig: migrating" in console and "VRMIG-CRIUVM-EXIT 0" in console
     assert json.loads((d / "meta.json").read_text())["status"] == "completed"
@@ -99,7 +105,7 @@ def test_an_error_before_any_run_keeps_its_kind(fake_vm):
     script.append("echo VRMIG-CRIUVM-BOOT kernel=x; echo 'VRMIG-CRIUVM-ERROR 3 forky criu does not work'; "
                   "echo VRMIG-CRIUVM-EXIT 3")  # fmt: skip
     with pytest.raises(DependencyError, match="forky criu does not work"):
-        criuvm.run_in_vm(Scenario(hv="criu", router="bird", criu_host="vm"), results)
+        criuvm.run_in_vm(Scenario(hv="criu", router="bird", criu_host="vm"), results, _no_analysis)
 
 
 @pytest.mark.parametrize(
@@ -129,7 +135,10 @@ def test_a_vm_that_dies_mid_run_leaves_the_run_failed_in_the_phase_it_reached(fa
     lines = "".join(json.dumps(a) + "\n" for a in actions)  # the records the run wrote (SYNTHETIC)
     script.append(f"echo VRMIG-CRIUVM-BOOT kernel=x; {make}; printf '%s' '{lines}' > {d}/actions.jsonl; "
                   "echo 'Kernel panic'")  # fmt: skip
-    assert criuvm.run_in_vm(Scenario(hv="criu", router="bird", criu_host="vm"), results) == d
+    seen: list[str] = []
+    analyse = lambda run_dir: seen.append(json.loads((run_dir / "meta.json").read_text())["status"])  # noqa: E731
+    assert criuvm.run_in_vm(Scenario(hv="criu", router="bird", criu_host="vm"), results, analyse) == d
+    assert seen == ["failed"]  # analysed once it was closed
     meta = json.loads((d / "meta.json").read_text())
     assert meta["status"] == "failed" and "CRIU host VM ended mid-run" in meta["failure"], meta
     assert meta["failure_class"] == failure_class
@@ -139,7 +148,7 @@ def test_a_vm_that_fails_to_mount_its_root_says_why(fake_vm):
     results, script = fake_vm
     script.append("echo VRMIG-CRIUVM-BOOT kernel=x; echo 'VRMIG-CRIUVM-FAIL cannot mount the host root'")
     with pytest.raises(MigrationError, match="cannot mount the host root"):
-        criuvm.run_in_vm(Scenario(hv="criu", router="bird", criu_host="vm"), results)
+        criuvm.run_in_vm(Scenario(hv="criu", router="bird", criu_host="vm"), results, _no_analysis)
 
 
 def test_the_vm_image_says_how_to_build_it(tmp_path):

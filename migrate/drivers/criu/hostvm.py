@@ -13,7 +13,9 @@ results, job), follows the VM's console (``criuvm-console.log`` in the run direc
 and stops QEMU by PID in ``finally``.  Inside the VM, ``python -m migrate.experiment.vm_job <job>``
 (:func:`main`) runs the usual :func:`migrate.experiment.run.run`: the whole testbed (namespaces, container,
 traffic, probes, sampler) lives in the VM, on the VM's one clock, and ``meta.json`` says so
-(``criu_host``).  Everything in the VM is emulated where the host has no KVM, so its figures
+(``criu_host``).  The analysis (summary.json and the plot, derived from the raw traces alone)
+runs on the outer host once the VM has stopped: the same code on the host's CPU, where under
+TCG it took ~40 s a run inside the VM.  Everything in the VM is emulated where the host has no KVM, so its figures
 describe that VM, not this machine's kernel."""
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,9 +58,13 @@ CONSOLE_NAME = CRIUVM_CONSOLE_LOG
 VM_MEM_MIB = 3072
 VM_CPUS_MAX = 4
 BOOT_TIMEOUT_S = 180.0  # kernel + modules + 9p root under TCG: ~10 s here
-OVERHEAD_S = 900.0  # Python start-up over 9p, testbed, analysis and plot inside the VM (TCG)
+OVERHEAD_S = 900.0  # Python start-up over 9p and the testbed inside the VM (TCG)
 POLL_S = 0.05
 ERRORS: dict[int, type[VrmigError]] = {2: ConfigError, 3: DependencyError, 130: Interrupted}
+
+
+#: where a VM run's summary comes from (meta.json's ``criu_host.analysis``)
+ANALYSIS_WHERE = "on the outer host after the VM stopped, from the run's raw traces"
 
 
 def in_vm() -> bool:
@@ -152,8 +159,10 @@ def _image_and_accel() -> tuple[Any, str, str]:
     return image, accel, why
 
 
-def run_in_vm(scenario: Scenario, results_root: Path) -> Path:
-    """Run ``scenario`` inside the CRIU host VM; return its results directory (on the host)."""
+def run_in_vm(scenario: Scenario, results_root: Path, analyse: Callable[[Path], None]) -> Path:
+    """Run ``scenario`` inside the CRIU host VM; return its results directory (on the host).
+    ``analyse(run_dir)`` derives each run directory's summary here, after the VM stopped (the
+    VM's run skips it: :data:`ANALYSIS_WHERE`)."""
     from migrate.testbed.builder import new_prefix
 
     check_results_root(results_root)
@@ -177,6 +186,7 @@ def run_in_vm(scenario: Scenario, results_root: Path) -> Path:
                 "accel_reason": why,
                 "vm_mem_mib": VM_MEM_MIB,
                 "root": "this machine's root file system, read-only over 9p under a tmpfs overlay",
+                "analysis": ANALYSIS_WHERE,
                 "outer_host": metamod.host_facts(),
             },
         }
@@ -188,6 +198,8 @@ def run_in_vm(scenario: Scenario, results_root: Path) -> Path:
             w = _watch(proc, console, scenario)
     except Interrupted as err:
         _mark_new_runs(results_root, before, f"{err}: the CRIU host VM was stopped mid-run", interrupted=True)
+        for made in _new_run_dirs(results_root, before):
+            analyse(made)
         raise Interrupted(f"{err}; the CRIU host VM was stopped") from None
     finally:
         console_bytes = console.path.read_bytes() if console.path.exists() else b""
@@ -204,11 +216,17 @@ def run_in_vm(scenario: Scenario, results_root: Path) -> Path:
     (run_dir / CONSOLE_NAME).write_bytes(console_bytes)
     if w.fail:
         log.error("CRIU host VM: %s", w.fail)
+    for made in _new_run_dirs(results_root, before):
+        analyse(made)
     return run_dir
 
 
+def _new_run_dirs(results_root: Path, before: set[str]) -> list[Path]:
+    return sorted(p for p in results_root.iterdir() if p.name not in before and (p / META_JSON).exists())
+
+
 def _new_run_dir(results_root: Path, before: set[str]) -> Path | None:
-    new = sorted(p for p in results_root.iterdir() if p.name not in before and (p / META_JSON).exists())
+    new = _new_run_dirs(results_root, before)
     return new[-1] if new else None
 
 
