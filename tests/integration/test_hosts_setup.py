@@ -4,7 +4,8 @@ is the emulated lab of ``python -m migrate lab-up`` (docs/testbed.md, "The emula
 the tree has it, or the tree named by ``VRMIG_LAB_TREE``; otherwise a minimal lab of sshd
 namespaces this module builds itself (:class:`SshLab`).
 
-Two runs: the first changes the hosts, the second changes nothing on any host.  Then, over SSH,
+The first run changes the hosts; on the emulated lab a run after R2's libvirt settings were
+made a clone's puts back only those; the last run changes nothing on any host.  Then, over SSH,
 the helpers built on A and B answer ``--help`` and R1's and R2's guest image files have the
 SHA-256 of the local ones; a host offered a wrong key is named on one line and the exit is 2."""
 
@@ -285,12 +286,27 @@ def _recap_lines(stdout: str) -> dict[str, str]:
 
 
 def test_hosts_setup_twice_then_check_over_ssh(lab: Lab, tmp_path: Path) -> None:
+    """The first run changes every host; then, on the emulated lab, R2's libvirt settings are
+    made a clone's (:func:`_clone_r2s_libvirt`): the second run changes only those, back to its
+    own, and fails R2 with the line saying to restart libvirtd (:func:`_r2_set_right_again`); the
+    next run changes nothing on any host.  Then, over SSH, the helpers answer and R1's and R2's
+    image files are the local ones."""
     first, t1 = _hosts_setup(lab.inventory, tmp_path / "results")
     assert first.returncode == 0, first.stdout + first.stderr
     lines = _recap_lines(first.stdout)
     assert set(lines) == set(ROLES), first.stdout
     assert "hosts-setup: nothing changed" not in first.stdout
     assert all(" changed=0 " not in lines[r] for r in ROLES), first.stdout  # helpers built everywhere
+
+    clone = isinstance(lab, EmulatedLab)  # only the emulated lab's hosts have a private /etc/libvirt
+    if clone:
+        r1_uuid = _clone_r2s_libvirt(lab)
+        fixed, _ = _hosts_setup(lab.inventory, tmp_path / "results")
+        _r2_set_right_again(lab, fixed, r1_uuid)
+        lines = _recap_lines(fixed.stdout)
+        for r in ROLES:
+            if r != "R2":
+                assert " changed=0 failed=0" in lines.get(r, ""), fixed.stdout
 
     second, t2 = _hosts_setup(lab.inventory, tmp_path / "results")
     assert second.returncode == 0, second.stdout + second.stderr
@@ -299,7 +315,7 @@ def test_hosts_setup_twice_then_check_over_ssh(lab: Lab, tmp_path: Path) -> None
     for r in ROLES:
         assert " changed=0 failed=0" in lines[r], second.stdout
     assert second.stdout.splitlines()[-1] == "hosts-setup: nothing changed"
-    print(f"\nhosts-setup wall time: first {t1:.1f} s, second {t2:.1f} s")
+    print(f"\nhosts-setup wall time: first {t1:.1f} s, unchanged {t2:.1f} s")
 
     for role in ("A", "B"):
         for helper in ("vrgen", "vrsink", "vrsampler"):
@@ -337,15 +353,9 @@ def _libvirt_setting(lab: Lab, role: str, conf: str, key: str) -> list[str]:
     return [line.split("=", 1)[1].strip().strip('"') for line in r.stdout.splitlines() if line.startswith(f"{key} =")]
 
 
-def test_hosts_setup_writes_libvirts_settings_and_says_to_restart_it(lab: Lab, tmp_path: Path) -> None:
-    """A clone's settings (R2 with R1's host UUID, no migration_host, its TLS server certificate
-    gone): hosts-setup gives R2 a UUID of its own, the migration link's address and the
-    inventory's certificate, and, with no systemd to restart libvirtd (the emulated lab's daemons
-    are lab-up's), fails R2 with the line saying so; the next run finds nothing to change."""
-    if not isinstance(lab, EmulatedLab):
-        pytest.skip("only the emulated lab's hosts have a private /etc/libvirt")
-    from migrate.testbed.inventory import load
-
+def _clone_r2s_libvirt(lab: Lab) -> str:
+    """Make R2's libvirt settings a clone's: R1's host UUID, no migration_host, its TLS server
+    certificate gone (the daemon keeps the one it loaded).  Returns R1's UUID."""
     r1_uuid = _libvirt_setting(lab, "R1", "libvirtd.conf", "host_uuid")
     assert len(r1_uuid) == 1, r1_uuid
     # ssh hands its argv to the remote shell as one string: the sed expressions are quoted for it
@@ -356,17 +366,23 @@ def test_hosts_setup_writes_libvirts_settings_and_says_to_restart_it(lab: Lab, t
     )
     assert _libvirt_setting(lab, "R2", "libvirtd.conf", "host_uuid") == r1_uuid
     assert _libvirt_setting(lab, "R2", "qemu.conf", "migration_host") == []
-    # and R2 has lost its TLS server certificate (the daemon keeps the one it loaded)
     assert lab.ssh("R2", "rm", "/etc/libvirt/pki/servercert.pem").returncode == 0
+    return r1_uuid[0]
 
-    cp, _ = _hosts_setup(lab.inventory, tmp_path / "results")
+
+def _r2_set_right_again(lab: Lab, cp: subprocess.CompletedProcess, r1_uuid: str) -> None:
+    """hosts-setup gave the clone R2 a UUID of its own, the migration link's address and the
+    inventory's certificate, and, with no systemd to restart libvirtd (the emulated lab's daemons
+    are lab-up's), failed R2 with the line saying so."""
+    from migrate.testbed.inventory import load
+
     assert cp.returncode == 2, cp.stdout + cp.stderr
     failed = [line for line in cp.stderr.splitlines() if line.startswith("hosts-setup: ")]
     assert len(failed) == 1 and failed[0].startswith("hosts-setup: R2: "), cp.stderr
     assert "libvirt's settings changed" in failed[0] and "restart this host's libvirtd" in failed[0], failed
     r2_uuid = _libvirt_setting(lab, "R2", "libvirtd.conf", "host_uuid")
-    assert len(r2_uuid) == 1 and r2_uuid != r1_uuid, r2_uuid
-    assert _libvirt_setting(lab, "R1", "libvirtd.conf", "host_uuid") == r1_uuid  # the first keeps its own
+    assert len(r2_uuid) == 1 and r2_uuid != [r1_uuid], r2_uuid
+    assert _libvirt_setting(lab, "R1", "libvirtd.conf", "host_uuid") == [r1_uuid]  # the first keeps its own
     mig = load(lab.inventory).hosts["R2"].migration_ipv4
     assert mig is not None
     assert _libvirt_setting(lab, "R2", "qemu.conf", "migration_host") == [mig.split("/")[0]]
@@ -375,7 +391,3 @@ def test_hosts_setup_writes_libvirts_settings_and_says_to_restart_it(lab: Lab, t
     r = lab.ssh("R2", "sha256sum", "/etc/libvirt/pki/servercert.pem")
     assert r.returncode == 0 and r.stdout.split()[0] == _sha256((tls / "servercert.pem").read_bytes()), r
     assert _libvirt_setting(lab, "R2", "libvirtd.conf", "listen_tls") == ["1"]
-
-    again, _ = _hosts_setup(lab.inventory, tmp_path / "results")
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert again.stdout.splitlines()[-1] == "hosts-setup: nothing changed", again.stdout

@@ -64,10 +64,11 @@ def _ab_trees() -> list[str]:
     return known + [str(p) for p in Path(tempfile.gettempdir()).glob("vrmig-ab-*")]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def own_ab_cache():
-    """The accepted arm's guest cache of HEAD (``ab.arm_cache``), removed after the test if the
-    test created it (a night's cache of another commit is the night's to keep)."""
+    """The accepted arm's guest cache of HEAD (``ab.arm_cache``), shared by this module's nights
+    (the first builds it) and removed after them if they created it (a night's cache of another
+    commit is the night's to keep)."""
     import shutil
 
     from routers.paths import default_cache
