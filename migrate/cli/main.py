@@ -22,9 +22,39 @@ from migrate.experiment.args import Parser, add_run_arguments, scenario_from_arg
 log = logging.getLogger("vrmig")
 
 
+def version_line() -> str:
+    """``vrmig <version> (commit <sha>[-dirty] | not a git checkout), results format <n>``: what
+    a bug report or a paper's methods section needs to name the suite that measured."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from migrate.core.meta import FORMAT_VERSION, git_commit
+
+    try:
+        release = version("vrmig")
+    except PackageNotFoundError:
+        release = "(not installed: run `make setup`)"
+    commit = git_commit()
+    where = f"commit {commit}" if commit else "not a git checkout"
+    return f"vrmig {release} ({where}), results format {FORMAT_VERSION}"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: print :func:`version_line` and exit 0 (git is asked only then)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kw: object) -> None:
+        super().__init__(
+            option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="print the suite's version and commit"
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object, **_kw: object) -> None:
+        print(version_line())
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (flags mirror the Make variables)."""
     p = Parser(prog="vrmig", description="Live-migrate a virtual router and measure what traffic sees.")
+    p.add_argument("--version", action=_VersionAction)
     p.add_argument("--debug", action="store_true", help="verbose logging and tracebacks")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="one migration experiment (make migrate)")
