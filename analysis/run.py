@@ -1,4 +1,4 @@
-"""Analyse one results directory: raw files -> Summary (+ summary.json and the plot).
+"""Analyse one results directory: raw files -> Summary (+ summary.json, the plot and metrics.prom).
 
 A missing or unreadable file makes the metrics that need it None and adds a note; it never
 raises.  Re-run on an old directory with ``python -m analysis <run_dir>``."""
@@ -43,8 +43,10 @@ from analysis.metrics.postcopy import postcopy_price
 from analysis.metrics.rtt import rtt_phases
 from analysis.metrics.sendloss import SendTimeLoss, loss_from_raw, send_time_loss, unavailable_reason
 from analysis.metrics.window import Spans, Window, migration_window, spans
+from analysis.present.openmetrics import run_metrics
 from analysis.present.run_plot import PlotData, Series, Zoom, plot_run
 from analysis.summary import Summary
+from migrate.core.atomic import write_text
 from migrate.core.rundir import (
     ACTIONS_JSONL,
     CHURN_TSV,
@@ -52,6 +54,7 @@ from migrate.core.rundir import (
     GEN_JSON,
     IRTT_JSON_GZ,
     META_JSON,
+    METRICS_PROM,
     MIGRATION_PNG,
     QMP_EVENTS_JSONL,
     QMP_SAMPLES_JSONL,
@@ -60,6 +63,8 @@ from migrate.core.rundir import (
     console_log,
     control_pcap,
     peer_log,
+    read_meta,
+    read_summary,
     write_summary,
 )
 
@@ -67,6 +72,7 @@ log = logging.getLogger(__name__)
 
 SUMMARY_NAME = SUMMARY_JSON
 PLOT_NAME = MIGRATION_PNG
+METRICS_NAME = METRICS_PROM
 CLOCK_STEP_TOLERANCE_NS = 1_000_000
 T = TypeVar("T")
 
@@ -656,8 +662,43 @@ def analyse_run(run_dir: Path) -> Summary:
     return _guarded(Path(run_dir))[0]
 
 
+def metrics_text(run_dir: Path, summary: dict[str, Any] | None = None) -> str:
+    """The OpenMetrics text of the run in ``run_dir`` (analysis.present.openmetrics) from its
+    meta.json and ``summary`` (by default its summary.json); a file that is missing or unreadable
+    counts as empty, so a run without a summary still says how it ended."""
+    run_dir = Path(run_dir)
+    try:
+        meta = read_meta(run_dir)
+    except (OSError, ValueError):
+        meta = {}
+    if summary is None:
+        try:
+            summary = read_summary(run_dir)
+        except (OSError, ValueError):
+            summary = {}
+    return run_metrics(meta, summary, run_dir.name)
+
+
+def _write_metrics(run_dir: Path, summary: dict[str, Any]) -> str | None:
+    """Write ``metrics.prom`` (atomically); on failure, remove an older one (its figures would not
+    be this summary's) and return the note that says why."""
+    path = run_dir / METRICS_NAME
+    try:
+        write_text(path, metrics_text(run_dir, summary))
+        return None
+    except Exception as err:  # the metrics are derived from summary.json: never worth losing it
+        log.exception("metrics failed")
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            log.warning("could not remove the stale %s", path)
+        return f"metrics failed: {type(err).__name__}: {err}"
+
+
 def analyse_and_write(run_dir: Path) -> Summary:
-    """Analyse ``run_dir``, draw ``migration.png`` and (atomically) rewrite ``summary.json``."""
+    """Analyse ``run_dir``, draw ``migration.png``, (atomically) rewrite ``summary.json`` and then
+    ``metrics.prom``, the summary's figures as OpenMetrics text (a failed plot or metrics file is a
+    note in the summary, never a lost summary)."""
     run_dir = Path(run_dir)
     summary, plot = _guarded(run_dir)
     try:
@@ -666,5 +707,10 @@ def analyse_and_write(run_dir: Path) -> Summary:
     except Exception as err:  # a plot problem must not cost the summary
         log.exception("plot failed")
         summary = dataclasses.replace(summary, notes=(*summary.notes, f"plot failed: {type(err).__name__}: {err}"))
-    write_summary(run_dir, summary.to_dict())
+    document = summary.to_dict()
+    write_summary(run_dir, document)
+    note = _write_metrics(run_dir, document)
+    if note is not None:
+        summary = dataclasses.replace(summary, notes=(*summary.notes, note))
+        write_summary(run_dir, summary.to_dict())
     return summary

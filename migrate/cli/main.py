@@ -11,12 +11,14 @@ import contextlib
 import faulthandler
 import io
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
 
-from migrate.core.errors import VrmigError
-from migrate.core.rundir import SUMMARY_JSON, read_meta, read_summary
+from migrate.core.atomic import write_text
+from migrate.core.errors import ConfigError, VrmigError
+from migrate.core.rundir import METRICS_PROM, SUMMARY_JSON, read_meta, read_summary
 from migrate.experiment.args import Parser, add_run_arguments, scenario_from_args
 
 log = logging.getLogger("vrmig")
@@ -84,6 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
     from migrate.cli.hosts_setup import add_parser as add_hosts_setup_parser
 
     add_hosts_setup_parser(sub)
+    # run's alone (added after sweep and ab copied run's flags); Make variable METRICS
+    r.add_argument(
+        "--metrics",
+        type=Path,
+        default=None,
+        help="also write the run's OpenMetrics text (its metrics.prom: docs/data-formats.md) to this file",
+    )
     return p
 
 
@@ -95,15 +104,54 @@ def _baseline_command(args: argparse.Namespace) -> int:
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    """``run`` (make migrate): one migration, its summary table, and the results directory last."""
+    """``run`` (make migrate): one migration, its summary table, and the results directory last;
+    with ``--metrics FILE``, its metrics.prom copied to FILE (checked before anything starts)."""
+    if args.metrics is not None:
+        check_metrics_file(args.metrics)
     scenario = scenario_from_args(args)
     from migrate.experiment.run import run
 
     run_dir = run(scenario, args.results, testbed=args.testbed)
     _print_summary(run_dir)
-    print(run_dir)
     status = read_meta(run_dir).get("status")
-    return 0 if status == "completed" else 4
+    rc = 0 if status == "completed" else 4
+    if args.metrics is not None and not _write_metrics_file(run_dir, args.metrics):
+        rc = rc or 1
+    print(run_dir)
+    return rc
+
+
+def check_metrics_file(path: Path) -> None:
+    """ConfigError (exit 2, before anything runs) unless ``path`` can be written as a file: it is
+    not a directory nor another kind of non-regular file (a device would be replaced), and its
+    directory exists and is writable."""
+    where = f"METRICS={path}"
+    if path.is_dir():
+        raise ConfigError(f"{where} is a directory: give a file name in it, e.g. METRICS={path / METRICS_PROM}")
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"{where} exists and is not a regular file: give the path of a file")
+    parent = path.resolve().parent
+    if not parent.exists():
+        raise ConfigError(f"{where}: the directory {parent} does not exist: create it or choose another path")
+    if not parent.is_dir():
+        raise ConfigError(f"{where}: {parent} is not a directory: choose a path in an existing directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{where}: the directory {parent} is not writable: choose a directory you can write to")
+
+
+def _write_metrics_file(run_dir: Path, path: Path) -> bool:
+    """Write the run's metrics.prom (if analysis left none, the same text made from its meta.json
+    and summary.json) to ``path`` atomically; False, with the reason logged, if that failed."""
+    from analysis.run import metrics_text
+
+    own = run_dir / METRICS_PROM
+    try:
+        text = own.read_text() if own.is_file() else metrics_text(run_dir)
+        write_text(path.resolve(), text)
+    except (OSError, UnicodeError) as err:
+        log.error("METRICS=%s not written: %s (the run's own copy: %s)", path, err, own)
+        return False
+    return True
 
 
 def _clean_testbed(args: argparse.Namespace) -> int:

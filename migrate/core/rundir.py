@@ -76,6 +76,7 @@ RESULTS_ROOT_MARKER = ".vrmig-results"  # a results root: "vrmig results root"
 META_JSON = "meta.json"  # parameters, versions, host, status (migrate.core.meta)
 SUMMARY_JSON = "summary.json"  # the figures derived from the raw traces (analysis.run, analysis.baseline)
 MIGRATION_PNG = "migration.png"  # a migration run's plot (analysis.present.run_plot)
+METRICS_PROM = "metrics.prom"  # a migration run's figures as OpenMetrics text (analysis.present.openmetrics)
 COUNTERS_TSV = "counters.tsv"  # the 10 ms interface counter samples (probes/vrsampler)
 GEN_JSON = "gen.json"  # vrgen's send record (crosstraffic/)
 SINK_JSON = "sink.json"  # vrsink's per-run record: gaps, counts, clock (crosstraffic/)
