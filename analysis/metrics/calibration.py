@@ -9,8 +9,12 @@ it (``restore``/``resume``).  Each edge happened somewhere in its bracket [befor
     uncertainty_s = (width(start edge) + width(end edge)) / 2
 
 bounds how far the real duration can be from ``true_s``.  Every downtime estimator of
-:mod:`analysis.metrics.downtime` is run on the same trace with its search span set to the event's own
-[start.before, end.after] (so events never share a span; see :func:`event_spans`), and
+:mod:`analysis.metrics.downtime` is run on the whole trace with the search span a migration
+would give it (:func:`event_spans`): the event's edges widened by the migration window's margin
+(:data:`analysis.metrics.window.MARGIN_S`), but never back past the previous event's recovery
+(B seen forwarding again) nor on to the next event's start.  The estimator picks the outage among
+every gap or stall of that stretch of the stream, as it does in a migration's window, so its
+selection is calibrated with its length; and
 
     error_s = measured_s − true_s
 
@@ -18,16 +22,27 @@ bounds how far the real duration can be from ``true_s``.  Every downtime estimat
 for a cut, fails).
 
 * kind ``cut`` (the path is cut in the network, the router keeps running): the outage *is* the
-  cut.  Targets: packets |error| ≤ 2 departure intervals + uncertainty (the last packet before
-  and the first after each lie within one departure interval of an edge; a departure interval is
-  one packet interval, or the generator's burst quantum when it sends the packets due within a
-  quantum together: :func:`departure_interval_s`); counters |error| ≤ 1 sampling period +
-  uncertainty (each end of a stall is dated at the midpoint of its sampling interval, within
-  half a period).  A (kind, estimator, duration) row passes when every event of it is within its
-  own target.  Informational: the stream's own granularity near the event (:func:`stream_gap_s`,
-  the longest other inter-arrival gap at B within 1 s) and a second verdict with a target of
-  twice it added — the outage at B can exceed the cut by the natural gaps straddling its edges,
-  which a router that forwards in bursts (a VM under TCG) makes longer than a departure interval.
+  cut.  Targets, fixed before any data is seen:
+
+  - packets: |error| ≤ 2 × edge spacing + uncertainty.  The last packet before the cut and the
+    first after it each lie within one spacing of the stream at B of an edge.  The edge spacing
+    is the longest spacing the instrument counts as the stream's normal flow: the sink's gap
+    threshold (``--gap-us``: a shorter gap at B is not an outage by its definition), or the
+    generator's departure interval when that is longer (:func:`edge_spacing_s`; a departure
+    interval is one packet interval, or the burst quantum when the generator sends the packets
+    due within a quantum together: :func:`departure_interval_s`).  The departure interval alone
+    is not enough: the forwarding path spaces the stream in bursts of its own (a VM under TCG,
+    a busy host's softirqs), which B sees as gaps of up to about the threshold at either edge;
+    the outage at B exceeds the cut by those, so the error is mostly positive
+    (docs/measurements/2026-12-06-calibration-targets.md).
+  - counters: |error| ≤ 1 sampling period + 2 × edge spacing + uncertainty (each end of a
+    stall is dated at the midpoint of its sampling interval, within half a period, and the
+    stall is the same outage at B as the packets', edge spacings included; without the sink's
+    record, 1 period + uncertainty).
+
+  A (kind, estimator, duration) row passes when every event of it is within its own target.
+  Informational: the stream's own granularity near the event (:func:`stream_gap_s`, the longest
+  other inter-arrival gap at B within 1 s) and a second verdict with a target of twice it added.
 * kind ``pause`` (the hypervisor pauses the router): error = how much longer the data-plane
   outage is than the pause (the resume overhead).  A measurement: no target, ``passed`` None.
 
@@ -47,7 +62,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from analysis.metrics.downtime import counters_downtime, packets_downtime
-from analysis.metrics.window import Spans
+from analysis.metrics.window import MARGIN_S, Spans
 from migrate.core.rundir import (
     ACTIONS_JSONL,
     CALIBRATION_CSV,
@@ -68,9 +83,9 @@ ESTIMATORS = ("packets", "counters")
 EDGE_ACTIONS = {"cut": ("cut", "restore"), "pause": ("pause", "resume")}
 TARGET_PACKET_INTERVALS = 2
 TARGET_PERIODS = 1
-#: how far beyond its own [start, end] an event's outage may be dated before it is cut there
-#: (``clipped_*``); never past a neighbouring event's edges
-CLIP_S = 5.0
+#: an event's search span ends this long before the next event's start edge: the next outage's
+#: gap at B opens with the last packet before that cut, up to one burst of the path earlier
+NEXT_EVENT_GUARD_S = 0.05
 #: how far around an event the stream's own inter-arrival gaps are looked at (``stream_gap_s``)
 STREAM_WINDOW_S = 1.0
 P95 = 95.0
@@ -116,6 +131,9 @@ class Event:
     rep: int
     start: Edge
     end: Edge
+    #: when the orchestrator saw B receive again after the event (``forwarding-observed``); None
+    #: in a record without it
+    recovered_ns: int | None = None
 
     @property
     def true_s(self) -> float:
@@ -197,6 +215,7 @@ class Calibration:
     passed: bool | None
     packet_interval_s: float | None
     departure_interval_s: float | None
+    gap_threshold_s: float | None
     period_s: float | None
     notes: tuple[str, ...]
     control: ControlCalibration | None = None  # None: no routing peers
@@ -219,6 +238,11 @@ def events_from_actions(actions: Iterable[Mapping[str, Any]]) -> tuple[list[Even
             starts[a["index"]] = a
         elif a.get("action") == last and a.get("reason") is None:
             ends[a["index"]] = a
+    recovered = {
+        int(a["index"]): int(a["t_ns"])
+        for a in actions
+        if a.get("action") == "forwarding-observed" and all(isinstance(a.get(k), int) for k in ("index", "t_ns"))
+    }
     events, notes = [], []
     for i in sorted(starts):
         s = starts[i]
@@ -234,26 +258,30 @@ def events_from_actions(actions: Iterable[Mapping[str, Any]]) -> tuple[list[Even
                 rep=int(s.get("rep", 0)),
                 start=Edge(int(s["before_ns"]), int(s["after_ns"])),
                 end=Edge(int(e["before_ns"]), int(e["after_ns"])),
+                recovered_ns=recovered.get(i),
             )
         )
     return events, notes
 
 
-def event_spans(events: Sequence[Event], clip_s: float = CLIP_S) -> list[Spans]:
-    """One span per event (events in time order): search = [start.before, end.after], the time
-    the path was cut or paused, so an event's outage must overlap it and spans of different
-    events never overlap; clip = up to ``clip_s`` around it, but never past the neighbouring
-    events' edges (an outage reaching there is cut and flagged ``clipped_*``)."""
-    clip_ns = int(clip_s * 1e9)
+def event_spans(events: Sequence[Event], margin_s: float = MARGIN_S) -> list[Spans]:
+    """One span per event (events in time order), as a migration's window would give it: the
+    event's [start.before, end.after] widened by ``margin_s`` on each side, but starting no
+    earlier than the previous event's recovery (``recovered_ns``, else its end edge) and ending
+    :data:`NEXT_EVENT_GUARD_S` before the next event's start edge.  Search and clip span are
+    the same stretch: an outage reaching beyond it is cut there and flagged ``clipped_*``."""
+    margin_ns, guard_ns = int(margin_s * 1e9), int(NEXT_EVENT_GUARD_S * 1e9)
     out = []
     for i, ev in enumerate(events):
-        lo = ev.start.before_ns - clip_ns
-        hi = ev.end.after_ns + clip_ns
+        lo = ev.start.before_ns - margin_ns
+        hi = ev.end.after_ns + margin_ns
         if i > 0:
-            lo = max(lo, events[i - 1].end.after_ns)
+            prev = events[i - 1]
+            lo = max(lo, prev.recovered_ns if prev.recovered_ns is not None else prev.end.after_ns)
         if i + 1 < len(events):
-            hi = min(hi, events[i + 1].start.before_ns)
-        out.append(Spans(ev.start.before_ns, ev.end.after_ns, min(lo, ev.start.before_ns), max(hi, ev.end.after_ns)))
+            hi = min(hi, events[i + 1].start.before_ns - guard_ns)
+        lo, hi = min(lo, ev.start.before_ns), max(hi, ev.end.after_ns)
+        out.append(Spans(lo, hi, lo, hi))
     return out
 
 
@@ -328,8 +356,9 @@ def _counters(
     period_ns: int,
     pkt_s: float | None,
     stream_s: float | None,
+    spacing_s: float,
 ) -> Estimate:
-    resolution_s = TARGET_PERIODS * period_ns / 1e9
+    resolution_s = TARGET_PERIODS * period_ns / 1e9 + TARGET_PACKET_INTERVALS * spacing_s
     d = counters_downtime(t_ns, rx, period_ns, span, pkt_s)
     if d is None:
         flags, measured, start, end, res = ("no_samples",), None, None, None, None
@@ -349,6 +378,14 @@ def departure_interval_s(packet_interval_s: float, send_quantum_s: float | None)
     return max(packet_interval_s, send_quantum_s or 0.0)
 
 
+def edge_spacing_s(departure_s: float, gap_threshold_s: float | None) -> float:
+    """How far from an edge the last packet before it (or the first after it) may arrive at B
+    in a stream the instrument counts as flowing normally: the sink's gap threshold (a shorter
+    gap is the stream's normal spacing by the sink's own definition), or the departure interval
+    when that is longer; the departure interval alone when the threshold is unknown."""
+    return max(departure_s, gap_threshold_s or 0.0)
+
+
 def calibrate(
     events: Sequence[Event],
     b_t_ns: np.ndarray | None,
@@ -357,18 +394,20 @@ def calibrate(
     gaps: np.ndarray | None,
     packet_interval_s: float | None,
     send_quantum_s: float | None = None,
-    clip_s: float = CLIP_S,
+    gap_threshold_s: float | None = None,
+    margin_s: float = MARGIN_S,
 ) -> Calibration:
     """Run every estimator on every event and compare (see the module docstring).
 
     ``b_t_ns``/``b_rx_packets``: B eth0's sampled rx_packets; ``gaps``: the sink's recorded
     inter-arrival gaps ``[t_before_ns, t_after_ns, seq_before, seq_after]``; ``packet_interval_s``:
     1 / the generator's achieved packet rate; ``send_quantum_s``: the span within which it sends
-    the packets due together (gen.json ``quantum_us`` when a quantum holds more than one packet).
-    The packets target is 2 departure intervals (:func:`departure_interval_s`).  An estimator
-    whose data is missing is left out with a note."""
+    the packets due together (gen.json ``quantum_us`` when a quantum holds more than one packet);
+    ``gap_threshold_s``: the sink's gap threshold (sink.json ``gap_threshold_ns``).  The packets
+    target is 2 edge spacings (:func:`edge_spacing_s`).  An estimator whose data is missing is
+    left out with a note."""
     evs = sorted(events, key=lambda e: e.start.before_ns)
-    spans = event_spans(evs, clip_s)
+    spans = event_spans(evs, margin_s)
     notes: list[str] = []
     have_packets = gaps is not None and packet_interval_s is not None and packet_interval_s > 0
     have_counters = b_t_ns is not None and b_rx_packets is not None and bool(period_ns)
@@ -377,19 +416,23 @@ def calibrate(
     if not have_counters:
         notes.append("no B eth0 counters or sampling period: counters estimator not calibrated")
     dep_s = departure_interval_s(float(packet_interval_s), send_quantum_s) if have_packets else None
+    # the outage at B both estimators see: the cut plus up to one edge spacing at each edge
+    spacing = edge_spacing_s(dep_s, gap_threshold_s) if dep_s is not None else 0.0
+    if have_packets and not gap_threshold_s:
+        notes.append("the sink's gap threshold is not recorded: the packets target allows departure intervals only")
     g = np.asarray(gaps if gaps is not None else [], dtype=np.int64).reshape(-1, 4)
     estimates: list[Estimate] = []
     for ev, span in zip(evs, spans, strict=True):
         stream_s = None
         if have_packets:
             assert dep_s is not None
-            est = _packets(ev, span, g, TARGET_PACKET_INTERVALS * dep_s)
+            est = _packets(ev, span, g, TARGET_PACKET_INTERVALS * spacing)
             stream_s = est.stream_gap_s
             estimates.append(est)
         if have_counters:
             assert period_ns is not None
             t, rx = np.asarray(b_t_ns, dtype=np.int64), np.asarray(b_rx_packets)
-            estimates.append(_counters(ev, span, t, rx, int(period_ns), packet_interval_s, stream_s))
+            estimates.append(_counters(ev, span, t, rx, int(period_ns), packet_interval_s, stream_s, spacing))
     rows = summarise(estimates)
     cut_rows = [r for r in rows if r.kind == "cut"]
     passed = all(bool(r.passed) for r in cut_rows) if cut_rows else None
@@ -399,6 +442,7 @@ def calibrate(
         passed=passed,
         packet_interval_s=packet_interval_s if have_packets else None,
         departure_interval_s=dep_s,
+        gap_threshold_s=gap_threshold_s if have_packets else None,
         period_s=period_ns / 1e9 if have_counters and period_ns else None,
         notes=tuple(notes),
     )
@@ -538,9 +582,11 @@ def load_and_calibrate(run_dir: Path) -> tuple[Calibration, str]:
         b = c.get("B", "eth0")
         if b is not None:
             t, rx, period = b.t_ns, b.rx_packets, c.period_ns
-    gaps = pkt = quantum = None
+    gaps = pkt = quantum = threshold = None
     if (run_dir / SINK_JSON).exists():
         sink = read_json(run_dir / SINK_JSON)
+        t_ns = sink.get("gap_threshold_ns")
+        threshold = t_ns / 1e9 if isinstance(t_ns, int | float) and not isinstance(t_ns, bool) and t_ns > 0 else None
         clock = clock_figures(meta)
         if clock.testbed == "lab":  # the edges are the orchestrator's, the gaps B's: one clock
             if {SINK_ROLE, GEN_ROLE} <= set(clock.offsets_ns):
@@ -551,7 +597,7 @@ def load_and_calibrate(run_dir: Path) -> tuple[Calibration, str]:
         gaps = sink_gaps(sink)
     if (run_dir / GEN_JSON).exists():
         pkt, quantum = send_timing(read_json(run_dir / GEN_JSON))
-    cal = calibrate(events, t, rx, period, gaps, pkt, quantum)
+    cal = calibrate(events, t, rx, period, gaps, pkt, quantum, threshold)
     control = load_control(run_dir, meta, events)
     if control is None and (spec.get("peering") or ""):
         notes.append("PEERING was asked but meta.json has no peering record (the peers never came up)")
@@ -581,10 +627,13 @@ def write_outputs(run_dir: Path, cal: Calibration, hv: str) -> None:
         "passed": cal.passed,
         "packet_interval_s": cal.packet_interval_s,
         "departure_interval_s": cal.departure_interval_s,
+        "gap_threshold_s": cal.gap_threshold_s,
         "period_s": cal.period_s,
         "targets": {
-            "packets": f"{TARGET_PACKET_INTERVALS} departure intervals + edge uncertainty",
-            "counters": f"{TARGET_PERIODS} sampling period + edge uncertainty",
+            "packets": f"{TARGET_PACKET_INTERVALS} edge spacings (the sink's gap threshold, or the departure "
+            "interval if longer) + edge uncertainty",
+            "counters": f"{TARGET_PERIODS} sampling period + {TARGET_PACKET_INTERVALS} edge spacings + edge "
+            "uncertainty",
         },
         "rows": [asdict(r) for r in cal.rows],
         "control_plane": None if cal.control is None else ccm.to_json(cal.control),
@@ -607,7 +656,8 @@ def format_table(cal: Calibration, hv: str) -> str:
     dep = cal.departure_interval_s
     lines = [
         f"calibration {hv}: packet interval {_ms(cal.packet_interval_s)} ms, departures every {_ms(dep)} ms, "
-        f"sampling period {_ms(cal.period_s, 1)} ms; error = measured − true (pause: how much longer the outage is)",
+        f"sink gap threshold {_ms(cal.gap_threshold_s) or '-'} ms, sampling period {_ms(cal.period_s, 1)} ms; "
+        "error = measured − true (pause: how much longer the outage is)",
         f"  {'kind':5} {'estimator':9} {'dur':>5} {'n':>3} {'seen':>4} {'true':>8} {'measured':>9} "
         f"{'med err':>8} {'p95|err|':>8} {'max|err|':>8} {'target':>7} pass {'stream':>7} {'target':>7} pass",
     ]

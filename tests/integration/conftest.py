@@ -96,44 +96,19 @@ def no_leftovers():
     assert not new_state, f"state left behind: {sorted(new_state)}"
 
 
-def router_granularity_ms(run_dir: Path) -> float:
-    """The router's own departure granularity as B saw it: the mean length of the inter-arrival
-    gap that contains a random instant, E[g²]/E[g] over the stream outside the calibration's
-    events (``sink.json`` gaps, ``actions.jsonl`` edges).  The sink records only gaps above its
-    threshold; every other instant is counted as lying in a gap of threshold length (an upper
-    bound).  An edge falls in such a gap and the outage at B grows by its residual, whose mean is
-    half of it, at each of the event's two edges."""
-    sink = json.loads((run_dir / "sink.json").read_text())
-    acts = [json.loads(line) for line in (run_dir / "actions.jsonl").read_text().splitlines() if line.strip()]
-    starts = [a for a in acts if a["action"] in ("cut", "pause")]
-    ends = [a for a in acts if a["action"] in ("restore", "resume")]
-    spans = [(s["before_ns"], e["after_ns"]) for s, e in zip(starts, ends, strict=True)]
-    gaps = [
-        (lo, hi) for lo, hi, *_ in sink["gaps"] if not any(lo < span_hi and hi > span_lo for span_lo, span_hi in spans)
-    ]  # fmt: skip
-    total = sink["last_ns"] - sink["first_ns"] - sum(hi - lo for lo, hi in spans)
-    long_s = sum(hi - lo for lo, hi in gaps)
-    square = sum((hi - lo) ** 2 for lo, hi in gaps) + sink["gap_threshold_ns"] * (total - long_s)
-    return square / total / 1e6
-
-
-def assert_cut_row_within_targets(r: dict[str, str], granularity_ms: float) -> None:
-    """A cut row's errors against its targets.  Below: the a-priori target, strictly (nothing
-    can make the outage at B shorter than the cut by more than the edges' brackets and one
-    departure interval each side).  Above: the a-priori target knows the generator's departure
-    interval, not the router's: a router that forwards in bursts (a VM under TCG) delays the
-    first packet after the restore, and advances the last one before the cut, by the residual
-    of the gap each edge falls in.  The median of a row may exceed the a-priori target by
-    3 x the router's granularity (:func:`router_granularity_ms`, whose expected sum over the
-    two edges is 1 x); every event is within the target that allows for the longest gap near it
-    (``pass_stream``).  Measured: medians 1.19, 1.37, 1.73, 1.60 ms against a-priori targets
-    of 1.08, 1.10, 1.41, 1.50 ms; granularity 1.09 ms.  The a-priori verdict stays in ``pass``
-    and in the command's exit status."""
-    median = float(r["median_error_ms"])
-    assert median >= -float(r["target_ms"]), r
-    assert median <= float(r["target_ms"]) + 3 * granularity_ms, (granularity_ms, r)
-    assert r["pass_stream"] == "true", r
-    assert r["pass"] in ("true", "false"), r
+def assert_cut_rows_meet_their_targets(rows: list[dict[str, str]]) -> None:
+    """Every cut row of a calibration.csv seen in every event and within its target, the one
+    ``analysis.metrics.calibration`` fixed before the run (the edges' brackets, 2 edge spacings
+    for the packets, a sampling period more for the counters): the verdict ``make calibrate``
+    exits with, nothing derived from the trace being judged."""
+    cuts = [r for r in rows if r["kind"] == "cut"]
+    assert cuts, rows
+    missed = [
+        (r["estimator"], r["pause_ms"], r["median_error_ms"], r["max_abs_error_ms"], r["target_ms"], r["note"])
+        for r in cuts
+        if r["pass"] != "true" or r["detected"] != r["n"]
+    ]
+    assert not missed, f"(estimator, ms, median error, max |error|, target, note): {missed}"
 
 
 def start_vrmig(command: str, args: list[str], log: Path) -> subprocess.Popen:

@@ -24,9 +24,8 @@ from migrate.testbed.inventory import ROLES, load
 from migrate.testbed.topology import ANNOUNCED
 from tests.integration.conftest import (
     REPO,
-    assert_cut_row_within_targets,
+    assert_cut_rows_meet_their_targets,
     require_root_and,
-    router_granularity_ms,
 )
 
 PY = sys.executable
@@ -767,8 +766,8 @@ def test_chaos_on_the_lab_finds_a_leaked_container_and_criu_trials_leave_none(la
 
 def test_calibrate_on_the_lab_cuts_r1s_port_over_ssh_and_meets_its_targets(lab, tmp_path):
     """make calibrate TESTBED=: cuts of R1's tap through one SSH session, QMP pauses through the
-    forwarded socket; every event is seen and within the cut targets as on the embedded testbed
-    (``assert_cut_row_within_targets``), with the sink's gaps
+    forwarded socket; every event is seen and within the cut targets fixed before the run, as on
+    the embedded testbed (``assert_cut_rows_meet_their_targets``), with the sink's gaps
     on the orchestrator's clock; nothing is left on the hosts."""
     import csv
 
@@ -777,7 +776,6 @@ def test_calibrate_on_the_lab_cuts_r1s_port_over_ssh_and_meets_its_targets(lab, 
         "calibrate", "--testbed", str(lab), "--kind", "cut,pause", "--durations", "50,200", "--reps", "3",
         "--results", str(tmp_path), timeout=900,
     )  # fmt: skip
-    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
     run_dir = Path(res.stdout.strip().splitlines()[-1])
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["status"] == "completed" and meta["testbed"]["inventory"] == str(lab)
@@ -786,10 +784,8 @@ def test_calibrate_on_the_lab_cuts_r1s_port_over_ssh_and_meets_its_targets(lab, 
     assert all(r["n"] == "3" and r["detected"] == "3" for r in rows), rows
     cuts = [r for r in rows if r["kind"] == "cut"]
     assert {r["estimator"] for r in cuts} == {"packets", "counters"}
-    granularity_ms = router_granularity_ms(run_dir)
-    for r in cuts:
-        assert_cut_row_within_targets(r, granularity_ms)
-    assert res.returncode == (0 if all(r["pass"] == "true" for r in cuts) else 1)
+    assert_cut_rows_meet_their_targets(rows)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert any(r["kind"] == "pause" for r in rows)
     assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
     assert _processes_with(f"/runs/{meta['testbed']['prefix']}") == []

@@ -4,16 +4,21 @@ netlink request)."""
 
 import csv
 import itertools
+import shutil
 import struct
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import analysis.metrics.calibration as cal_mod
 from analysis.metrics.calibration import (
     Edge,
     Event,
     calibrate,
     departure_interval_s,
+    edge_spacing_s,
     event_spans,
     events_from_actions,
     send_timing,
@@ -93,7 +98,7 @@ def test_synthetic_cuts_meet_their_targets():
             assert abs(e.error_s) < PERIOD_NS / 1e9
     by = {(r.estimator, r.nominal_ms): r for r in cal.rows}
     assert by[("packets", 200.0)].target_s == pytest.approx(2 / PPS + 60e-6, abs=1e-9)
-    assert by[("counters", 50.0)].target_s == pytest.approx(0.010 + 60e-6, abs=1e-9)
+    assert by[("counters", 50.0)].target_s == pytest.approx(0.010 + 2 / PPS + 60e-6, abs=1e-9)
     assert by[("packets", 20.0)].n == 2
 
 
@@ -179,15 +184,50 @@ def test_events_from_actions_pairs_edges_and_leaves_out_incomplete_ones():
     assert len(notes) == 1 and "event 2" in notes[0]
 
 
-def test_event_spans_never_overlap_and_clip_at_the_neighbours():
-    events = [synthetic_event(i, "cut", 100.0, T0 + i * 400 * MS) for i in range(3)]
-    spans = event_spans(events, clip_s=5.0)
+def test_event_spans_are_a_migrations_window_bounded_by_the_neighbours():
+    """Each event's span is its edges widened by the migration margin (2 s), from the previous
+    event's recovery (or end edge) to just before the next event's start."""
+    events = [synthetic_event(i, "cut", 100.0, T0 + 10**9 + i * 1_500 * MS) for i in range(3)]
+    events[0] = replace(events[0], recovered_ns=events[0].end.after_ns + 30 * MS)
+    spans = event_spans(events)
     for ev, sp in zip(events, spans, strict=True):
-        assert (sp.search_lo_ns, sp.search_hi_ns) == (ev.start.before_ns, ev.end.after_ns)
-    for a, b in itertools.pairwise(spans):
-        assert a.search_hi_ns < b.search_lo_ns
-        assert a.clip_hi_ns <= b.search_lo_ns and b.clip_lo_ns >= a.search_hi_ns
-    assert spans[0].clip_lo_ns == events[0].start.before_ns - 5 * 10**9
+        assert (sp.search_lo_ns, sp.search_hi_ns) == (sp.clip_lo_ns, sp.clip_hi_ns)
+        assert sp.search_lo_ns < ev.start.before_ns and sp.search_hi_ns > ev.end.after_ns
+    assert spans[0].search_lo_ns == events[0].start.before_ns - 2 * 10**9
+    assert spans[2].search_hi_ns == events[2].end.after_ns + 2 * 10**9
+    assert spans[1].search_lo_ns == events[0].recovered_ns  # from the previous event's recovery
+    assert spans[2].search_lo_ns == events[1].end.after_ns  # no recovery recorded: its end edge
+    for sp, nxt in itertools.pairwise(zip(spans, events, strict=True)):
+        assert sp[0].search_hi_ns == nxt[1].start.before_ns - 50 * MS
+
+
+def test_synthetic_gap_selection_is_calibrated_with_the_length():
+    """A natural 9 ms gap 300 ms before a 5 ms cut lies in the cut's span: the packets estimator
+    takes the longer gap, as it would in a migration's window, and the row fails."""
+    events, ts, rx, gaps = synthetic_run("cut", durations=(5.0,), reps=2)
+    natural = np.array([[ev.start.before_ns - 300 * MS, ev.start.before_ns - 291 * MS, 0, 1] for ev in events])
+    cal = calibrate(events, ts, rx, PERIOD_NS, np.concatenate([gaps, natural]), 1 / PPS)
+    packets = next(r for r in cal.rows if r.estimator == "packets")
+    assert packets.passed is False and packets.median_error_s == pytest.approx(0.004, abs=0.0005)
+    clean = calibrate(events, ts, rx, PERIOD_NS, gaps, 1 / PPS)
+    assert next(r for r in clean.rows if r.estimator == "packets").passed is True
+
+
+def test_the_sinks_gap_threshold_sets_the_packets_edge_spacing():
+    """A stream at B is normal while its gaps stay under the sink's threshold: with a 1 ms
+    threshold each edge may lie up to 1 ms from its packet, the target is 2 ms + uncertainty;
+    an outage 1.5 ms longer than the cut passes it, one 3 ms longer does not."""
+    assert edge_spacing_s(0.0005, 0.001) == 0.001
+    assert edge_spacing_s(0.002, 0.001) == 0.002
+    assert edge_spacing_s(0.0005, None) == 0.0005
+    for extra_ms, ok in ((1.5, True), (3.0, False)):
+        events, ts, rx, gaps = synthetic_run("cut", extra_ns=int(extra_ms * MS), durations=(50.0,), reps=2)
+        cal = calibrate(events, ts, rx, PERIOD_NS, gaps, 1 / PPS, send_quantum_s=0.0005, gap_threshold_s=0.001)
+        packets = next(r for r in cal.rows if r.estimator == "packets")
+        assert packets.resolution_s == pytest.approx(0.002) and packets.passed is ok, packets
+        assert not any("gap threshold is not recorded" in n for n in cal.notes)
+    cal = calibrate(events, ts, rx, PERIOD_NS, gaps, 1 / PPS)
+    assert any("gap threshold is not recorded" in n for n in cal.notes)
 
 
 def test_stream_gap_is_the_longest_other_gap_near_the_event():
@@ -234,6 +274,49 @@ def test_write_outputs_rows_and_events(tmp_path):
     write_outputs(tmp_path, cal_p, "kvm")
     rows = list(csv.DictReader((tmp_path / "calibration.csv").open()))
     assert {r["pass"] for r in rows} == {""} and {r["target_ms"] for r in rows} == {""}
+
+
+#: a real make calibrate run (TCG, FRR 10.3, 100 Mbit/s of 1500 B frames, 3 cuts and 3 pauses of
+#: 50 and 200 ms; B eth0's counter rows only), captured from the integration test on 2026-12-06
+REAL_RUN = Path(__file__).parent.parent / "fixtures" / "calibration" / "2026-12-06-kvm-tcg-cut-pause"
+
+
+def _real(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(REAL_RUN, run)
+    return run
+
+
+def test_a_real_tcg_run_meets_the_targets_fixed_before_it():
+    cal, hv = cal_mod.load_and_calibrate(REAL_RUN)
+    assert hv == "kvm" and cal.passed is True, cal_mod.format_table(cal, hv)
+    cuts = [r for r in cal.rows if r.kind == "cut"]
+    assert len(cuts) == 4 and all(r.n == r.detected == 3 for r in cuts)
+    assert cal.gap_threshold_s == 0.001 and cal.departure_interval_s == 0.0005
+    packets = [r for r in cuts if r.estimator == "packets"]
+    assert all(r.resolution_s == pytest.approx(0.002) for r in packets)
+    # the path's own spacing at the edges: the outage at B is longer than the cut, never shorter
+    assert all(0 < r.median_error_s < 0.0015 for r in packets), packets
+
+
+@pytest.mark.parametrize(
+    ("estimator", "broken"),
+    [
+        # a packets estimator that dates the outage to the packet after the first one through
+        ("packets", lambda d: replace(d, downtime_s=None if d.downtime_s is None else d.downtime_s + 0.0025)),
+        # a counters estimator counting the two intervals that bound the stall whole (+2 periods;
+        # one period off is inside the target, which is the estimator's resolution)
+        ("counters", lambda d: None if d is None else replace(d, downtime_s=(d.downtime_s or 0) + 0.020)),
+    ],
+)
+def test_a_broken_estimator_misses_its_target_on_the_real_run(monkeypatch, estimator, broken):
+    real = {"packets": cal_mod.packets_downtime, "counters": cal_mod.counters_downtime}[estimator]
+    monkeypatch.setattr(cal_mod, f"{estimator}_downtime", lambda *a, **k: broken(real(*a, **k)))
+    cal, _ = cal_mod.load_and_calibrate(REAL_RUN)
+    assert cal.passed is False
+    for r in cal.rows:
+        if r.kind == "cut":
+            assert r.passed is (r.estimator != estimator), r
 
 
 # -- migrate.experiment.calibrate: the pure parts ------------------------------------------------------------
