@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import os
+import secrets
 import shlex
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import nswatch
 from tests.integration.conftest import REPO, require_root_and
 
 ROLES = ("A", "C", "B", "D", "R1", "R2")
@@ -243,7 +245,10 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def _hosts_setup(inventory: Path, results: Path) -> tuple[subprocess.CompletedProcess, float]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    """``hosts-setup`` on ``inventory``, under the namespace watch (tests/nswatch.py): it reaches
+    the hosts over SSH only, and any namespace entry of it or its Ansible fails the test."""
+    log = results.parent / f"nswatch-{secrets.token_hex(3)}.log"
+    env = nswatch.child_env(log, {**os.environ, "PYTHONPATH": str(REPO)})
     t0 = time.monotonic()
     cp = subprocess.run(
         [sys.executable, "-m", "migrate", "hosts-setup", "--testbed", str(inventory), "--results", str(results)],
@@ -254,6 +259,7 @@ def _hosts_setup(inventory: Path, results: Path) -> tuple[subprocess.CompletedPr
         timeout=900,
         check=False,
     )
+    assert nswatch.read_log(log) == [], f"hosts-setup entered a namespace: {nswatch.read_log(log)}"
     return cp, time.monotonic() - t0
 
 

@@ -22,6 +22,7 @@ import pytest
 from migrate.core.stack import DEFAULT_QEMU
 from migrate.testbed.inventory import ROLES, load
 from migrate.testbed.topology import ANNOUNCED
+from tests import nswatch
 from tests.integration.conftest import (
     REPO,
     assert_cut_rows_meet_their_targets,
@@ -40,15 +41,39 @@ def _require() -> None:
         pytest.skip(f"{labmod.SSHD} not installed: run `make apt` (openssh-server)")
 
 
-def _env() -> dict[str, str]:
-    """The environment of a ``python -m migrate`` the tests start: this checkout, no progress bar."""
-    return {**os.environ, "PYTHONPATH": str(REPO), "VRMIG_PROGRESS": "0"}
+#: the namespace watch's log of the test running now (``_watched``): every ``python -m migrate``
+#: a test starts is watched into it from its start (tests/nswatch.py)
+_WATCH_LOG: list[Path] = []
 
 
-def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def _env(watch: Path | None = None) -> dict[str, str]:
+    """The environment of a ``python -m migrate`` the tests start: this checkout, no progress bar,
+    watched for namespace entries into ``watch`` (default: the running test's log; none outside
+    a test, as for the lab fixture's lab-up and lab-down, which build the emulated hosts)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "VRMIG_PROGRESS": "0"}
+    log = watch or (_WATCH_LOG[-1] if _WATCH_LOG else None)
+    return env if log is None else nswatch.child_env(log, env)
+
+
+def _cli(*args: str, timeout: float = 600, watch: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [PY, "-m", "migrate", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout, env=_env()
+        [PY, "-m", "migrate", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout, env=_env(watch)
     )
+
+
+@pytest.fixture(autouse=True)
+def _watched(tmp_path_factory) -> Iterator[None]:
+    """Every test here, and every orchestrator it starts, under the namespace watch: on a lab
+    nothing may enter a namespace of this machine (each entry fails the test, named)."""
+    log = tmp_path_factory.mktemp("nswatch") / "entries.log"
+    _WATCH_LOG.append(log)
+    try:
+        with nswatch.watching() as seen:
+            yield
+    finally:
+        _WATCH_LOG.remove(log)
+    entries = [*seen, *nswatch.read_log(log)]
+    assert not entries, f"namespace entered on a lab: {entries}"
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +86,10 @@ def lab(tmp_path_factory) -> Iterator[Path]:
     assert up.returncode == 0, up.stderr
     toml = Path(up.stdout.strip().splitlines()[-1])
     try:
-        setup = _cli("hosts-setup", "--testbed", str(toml))
+        log = tmp_path_factory.mktemp("nswatch") / "hosts-setup.log"
+        setup = _cli("hosts-setup", "--testbed", str(toml), watch=log)
         assert setup.returncode == 0, setup.stdout + setup.stderr
+        assert nswatch.read_log(log) == [], "hosts-setup entered a namespace"
         yield toml
     finally:
         down = _cli("lab-down", str(toml), timeout=120)
@@ -281,44 +308,12 @@ def test_lab_sweep_runs_on_the_lab_and_records_it(lab, tmp_path):
     assert res.returncode == 2 and "drop TESTBED=" in res.stderr, res.stderr
 
 
-@contextlib.contextmanager
-def _namespace_watch(monkeypatch) -> Iterator[list[str]]:
-    """Every way into a namespace this process takes while the block runs: ``ip netns exec``/
-    ``nsenter`` in any argv it starts, pyroute2's NetNS/IPRoute(netns=) and setns."""
-    import pyroute2
-
-    seen: list[str] = []
-
-    def hook(event: str, args: tuple) -> None:
-        if event == "subprocess.Popen" and watching:
-            argv = [str(a) for a in (args[1] if isinstance(args[1], list | tuple) else [args[1]])]
-            if "netns" in argv or any(a.endswith("nsenter") for a in argv):
-                seen.append(" ".join(argv))
-
-    watching = True
-    sys.addaudithook(hook)
-    orig_iproute = pyroute2.IPRoute.__init__
-
-    def iproute(self, *a, **kw):
-        if kw.get("netns"):
-            seen.append(f"IPRoute(netns={kw['netns']})")
-        return orig_iproute(self, *a, **kw)
-
-    monkeypatch.setattr(pyroute2.IPRoute, "__init__", iproute)
-    monkeypatch.setattr(pyroute2, "NetNS", lambda *a, **kw: seen.append("NetNS") or None)
-    monkeypatch.setattr(os, "setns", lambda *a, **kw: seen.append("setns"), raising=False)
-    try:
-        yield seen
-    finally:
-        watching = False
-
-
-def test_orchestrator_never_enters_a_namespace(lab, tmp_path, monkeypatch):
-    """In-process run with every way into a namespace watched (:func:`_namespace_watch`)."""
+def test_orchestrator_never_enters_a_namespace(lab, tmp_path):
+    """In-process run with every way into a namespace watched (tests/nswatch.py)."""
     from migrate.experiment.run import run
     from migrate.model.scenario import Scenario
 
-    with _namespace_watch(monkeypatch) as seen:
+    with nswatch.watching() as seen:
         run_dir = run(Scenario(hv="kvm", rate_bps=10_000_000, duration_s=10, migrate_at_s=4), tmp_path, testbed=lab)
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["status"] == "completed", meta.get("failure")
@@ -330,7 +325,7 @@ def test_orchestrator_never_enters_a_namespace(lab, tmp_path, monkeypatch):
 XEN_ROUTER, XEN_MEM = "bird", 112
 
 
-def _xen_run(testbed: Path, tmp_path: Path, monkeypatch, mem: int = XEN_MEM) -> tuple[Path, dict, dict]:
+def _xen_run(testbed: Path, tmp_path: Path, mem: int = XEN_MEM) -> tuple[Path, dict, dict]:
     """One HV=xen run of BIRD on ``testbed`` (1 Mbit/s, migration at 3 s), checked for what both lab
     forms of HV=xen share: completed without entering a namespace, the router moved, the
     dom0's migration NIC sent at least the guest's memory and the link at least that, a packet
@@ -340,7 +335,7 @@ def _xen_run(testbed: Path, tmp_path: Path, monkeypatch, mem: int = XEN_MEM) -> 
 
     s = Scenario(hv="xen", router=XEN_ROUTER, rate_bps=1_000_000, mem_mib=mem, duration_s=10, migrate_at_s=3,
                  after_s=3, migrate_timeout_s=900, boot_timeout_s=300)  # fmt: skip
-    with _namespace_watch(monkeypatch) as seen:
+    with nswatch.watching() as seen:
         run_dir = run(s, tmp_path / "run", testbed=testbed)
     meta = json.loads((run_dir / "meta.json").read_text())
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -356,7 +351,7 @@ def _xen_run(testbed: Path, tmp_path: Path, monkeypatch, mem: int = XEN_MEM) -> 
     return run_dir, meta, summary
 
 
-def test_xen_on_the_lab_boots_nested_hosts_over_ssh_and_migrates(lab, tmp_path, monkeypatch):
+def test_xen_on_the_lab_boots_nested_hosts_over_ssh_and_migrates(lab, tmp_path):
     """HV=xen on a lab: each nested Xen host's QEMU runs on R1/R2 over SSH (hosts-setup put its
     files there), dom0's agent is reached through the SSH connection, the dom0s' migration link
     is a UDP tunnel between the hosts' own migration addresses; xl migrate moves the router to
@@ -372,7 +367,7 @@ def test_xen_on_the_lab_boots_nested_hosts_over_ssh_and_migrates(lab, tmp_path, 
         pytest.skip(f"HV=xen needs the nested Xen host image: {err}")
     nested = _without_xen_hosts(lab, tmp_path)
     inv = load(nested)
-    run_dir, meta, _ = _xen_run(nested, tmp_path, monkeypatch)
+    run_dir, meta, _ = _xen_run(nested, tmp_path)
     hv = meta["hypervisor"]
     assert hv["nested"] is True and hv["accel"] in ("kvm", "tcg") and "R1:" in hv["accel_reason"]
     tunnel = hv["lab_tunnel"]
@@ -391,7 +386,7 @@ def test_xen_on_the_lab_boots_nested_hosts_over_ssh_and_migrates(lab, tmp_path, 
     assert _taps_as_set_up(inv) == {"R1": [], "R2": []}
 
 
-def test_xen_hosts_of_the_lab_run_xl_over_ssh_and_a_sigkill_is_cleaned(lab, tmp_path, monkeypatch):
+def test_xen_hosts_of_the_lab_run_xl_over_ssh_and_a_sigkill_is_cleaned(lab, tmp_path):
     """HV=xen on a lab whose R1 and R2 are Xen hosts: xl runs in their dom0s over SSH (the
     domU's files copied there), the router moves to R2 over the lab's migration link and the
     run leaves nothing in either dom0.  A SIGKILLed orchestrator mid-migration: the guards stop
@@ -402,7 +397,7 @@ def test_xen_hosts_of_the_lab_run_xl_over_ssh_and_a_sigkill_is_cleaned(lab, tmp_
         pytest.skip("the lab has no Xen hosts (no nested Xen host image: make xen)")
     assert _dom0_leftovers(inv) == {"R1": [], "R2": []}
     mem = XEN_MEM
-    run_dir, meta, _ = _xen_run(lab, tmp_path, monkeypatch, mem)
+    run_dir, meta, _ = _xen_run(lab, tmp_path, mem)
     hv = meta["hypervisor"]
     assert hv["nested"] is False and hv["dom0"]["reached"] == "ssh" and hv["accel"] is None
     assert hv["dom0"]["hosts"]["R2"].endswith(f"@{inv.host('R2').xen.ssh.host}:{inv.host('R2').xen.ssh.port}")
@@ -504,7 +499,7 @@ def _announced_left(inv) -> dict[str, list[str]]:
     return out
 
 
-def test_peering_on_the_lab_runs_bird_on_a_and_b_and_a_sigkill_leaves_nothing(lab, tmp_path, monkeypatch):
+def test_peering_on_the_lab_runs_bird_on_a_and_b_and_a_sigkill_leaves_nothing(lab, tmp_path):
     """PEERING=bgp,bfd on a lab: BIRD and tcpdump run on the hosts A and B over SSH (BIRD from
     the bird image hosts-setup unpacked there), the sessions come up with the router, their
     logs and captures are fetched into the run directory and put on the orchestrator's clock,
@@ -518,7 +513,7 @@ def test_peering_on_the_lab_runs_bird_on_a_and_b_and_a_sigkill_leaves_nothing(la
     assert _announced_left(inv) == {"A": [], "B": []}
     s = Scenario(hv="kvm", peering="bgp,bfd", rate_bps=1_000_000, duration_s=12, migrate_at_s=5, after_s=3,
                  boot_timeout_s=300)  # fmt: skip
-    with _namespace_watch(monkeypatch) as seen:
+    with nswatch.watching() as seen:
         run_dir = run(s, tmp_path, testbed=lab)
     meta = json.loads((run_dir / "meta.json").read_text())
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -648,7 +643,7 @@ def _check_lab_baseline(run_dir: Path, lab: Path, hvs: tuple[str, ...]) -> None:
         assert set(record["clock"]) == {"A", "B", "C"} and (point / "irtt.json.gz").stat().st_size > 0
 
 
-def test_lab_baseline_runs_the_router_and_every_helper_on_the_hosts(lab, tmp_path, monkeypatch):
+def test_lab_baseline_runs_the_router_and_every_helper_on_the_hosts(lab, tmp_path):
     """HV=none (the bare router on R1) and HV=kvm in this process with every way into a namespace
     watched; HV=criu with FRR through the command line (its container is never checkpointed, so
     FRR is allowed); the hosts hold nothing of them afterwards and R1's taps are as set up."""
@@ -657,7 +652,7 @@ def test_lab_baseline_runs_the_router_and_every_helper_on_the_hosts(lab, tmp_pat
 
     inv = load(lab)
     spec = BaselineSpec(hvs=("none", "kvm"), sizes=(500,), rates_bps=(10_000_000,), reps=1, duration_s=3.0)
-    with _namespace_watch(monkeypatch) as seen:
+    with nswatch.watching() as seen:
         run_dir = run_baseline(spec, tmp_path / "kvm", testbed=lab)
     assert seen == [], seen
     _check_lab_baseline(run_dir, lab, ("none", "kvm"))
