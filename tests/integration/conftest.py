@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -47,15 +47,29 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 def require_root_and(*tools: str) -> None:
-    """Skip unless running as root with every tool (binary name or repo-relative path) present."""
+    """Skip unless running as root; fail unless every tool (binary name or repo-relative path) is
+    present: `make setup` installs or builds each, so a missing one is a broken setup, not a
+    reason to pass without testing."""
     if os.geteuid() != 0:
         pytest.skip("needs root (creates network namespaces)")
     for t in tools:
         if "/" in t:
             if not (REPO / t).exists():
-                pytest.skip(f"{t} not built: run `make setup`")
+                pytest.fail(f"{t} not built: run `make setup`", pytrace=False)
         elif shutil.which(t) is None:
-            pytest.skip(f"{t} not installed: run `make setup`")
+            pytest.fail(f"{t} not installed: run `make setup`", pytrace=False)
+
+
+def missing_from_setup(err: Exception) -> NoReturn:
+    """A router image, or criu, that `make setup` provides is missing or damaged (a SHA-256 that
+    does not match its manifest): the test fails, so that `make test` cannot pass without
+    migrating anything.  Only a profile this machine cannot have (its package is not served:
+    ``ProfileUnavailableError``) is a skip."""
+    from routers.errors import ProfileUnavailableError
+
+    if isinstance(err, ProfileUnavailableError):
+        pytest.skip(str(err))
+    pytest.fail(f"{err} (`make setup` provides it)", pytrace=False)
 
 
 RUN_NS = re.compile(r"^vm[0-9a-f]{6}-")

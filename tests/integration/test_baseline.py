@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import REPO, require_root_and
+from tests.integration.conftest import REPO, missing_from_setup, require_root_and
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +24,7 @@ def test_tiny_baseline_matrix(tmp_path):
     try:
         guest_image("frr")
     except RouterError as err:
-        pytest.skip(str(err))
+        missing_from_setup(err)
     argv = [sys.executable, "-m", "migrate", "baseline", "--hv", "none,kvm", "--sizes", "1500", "--rates", "10M,50M",
             "--reps", "2", "--duration", "1", "--results", str(tmp_path)]  # fmt: skip
     res = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
@@ -67,9 +67,9 @@ def test_tiny_baseline_with_the_router_container(tmp_path):
 
     try:
         if guest_image("frr").rootfs is None:
-            pytest.skip("the frr image has no rootfs/: run `make setup`")
+            pytest.fail("the frr image has no rootfs/: run `make setup`", pytrace=False)
     except RouterError as err:
-        pytest.skip(str(err))
+        missing_from_setup(err)
     argv = [sys.executable, "-m", "migrate", "baseline", "--hv", "none,criu", "--sizes", "1500", "--rates", "10M,50M",
             "--reps", "2", "--duration", "1", "--results", str(tmp_path)]  # fmt: skip
     res = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)

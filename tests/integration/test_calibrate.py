@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import REPO, assert_cut_rows_meet_their_targets, require_root_and
+from tests.integration.conftest import REPO, assert_cut_rows_meet_their_targets, missing_from_setup, require_root_and
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +26,7 @@ def _image(router: str) -> None:
     try:
         guest_image(router, verify=False)
     except RouterError as err:
-        pytest.skip(str(err))
+        missing_from_setup(err)
 
 
 def _argv(tmp_path: Path, *args: str) -> list[str]:
@@ -127,7 +127,7 @@ def _criu_ready() -> None:
     try:
         locate()
     except DependencyError as err:
-        pytest.skip(str(err))
+        missing_from_setup(err)
 
 
 def _wait_for(predicate, timeout_s: float, proc: subprocess.Popen) -> None:

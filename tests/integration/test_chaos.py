@@ -14,7 +14,7 @@ import pytest
 
 from migrate.campaigns import chaos
 from migrate.core.registry import REAPER_WHY, clean_stale, pid_alive
-from tests.integration.conftest import REPO, require_root_and
+from tests.integration.conftest import REPO, missing_from_setup, require_root_and
 
 pytestmark = pytest.mark.integration
 TOOLS = ("qemu-system-x86_64", "irtt", "crosstraffic/bin/vrgen", "probes/bin/vrsampler")
@@ -29,7 +29,7 @@ def _guest(profile: str = "frr"):
     try:
         guest_image(profile)
     except RouterError as err:
-        pytest.skip(str(err))
+        missing_from_setup(err)
 
 
 def _needs(hv: str) -> None:
@@ -44,7 +44,7 @@ def _needs(hv: str) -> None:
         try:
             locate()
         except DependencyError as err:
-            pytest.skip(str(err))
+            missing_from_setup(err)
 
 
 def _start_until_running(hv: str, tmp_path):

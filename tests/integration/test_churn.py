@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.integration.conftest import require_root_and
+from tests.integration.conftest import missing_from_setup, require_root_and
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +22,7 @@ def _images() -> None:
         guest_image("frr")
         guest_image("bird")  # the peers' BIRD
     except RouterError as err:
-        pytest.skip(str(err))
+        missing_from_setup(err)
 
 
 def test_churn_is_issued_relayed_and_stalls_across_the_blackout(tmp_path, no_leftovers):

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 def test_selftest_over_loopback(capsys):
     for exe in ("vrgen", "vrsink"):
         if not (BIN_DIR / exe).exists():
-            pytest.skip(f"crosstraffic/bin/{exe} not built: run `make -C crosstraffic`")
+            pytest.fail(f"crosstraffic/bin/{exe} not built: run `make -C crosstraffic`", pytrace=False)
     rc = selftest_main(["--bin", str(BIN_DIR)])
     out = capsys.readouterr()
     assert rc == 0, out.err

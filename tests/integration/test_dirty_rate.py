@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from tests.integration.conftest import require_root_and
+from tests.integration.conftest import missing_from_setup, require_root_and
 
 pytestmark = pytest.mark.integration
 
@@ -27,9 +27,9 @@ def _image_with_dirty_tool() -> None:
     try:
         image = guest_image("frr")
     except RouterError as err:
-        pytest.skip(str(err))
+        missing_from_setup(err)
     if not has_tool(image, DIRTY_TOOL):
-        pytest.skip(f"the frr guest image has no {DIRTY_TOOL}: run `make guest`")
+        pytest.fail(f"the frr guest image has no {DIRTY_TOOL}: run `make guest`", pytrace=False)
 
 
 def _run(tmp_path, mode, **kw):

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests import nswatch
-from tests.integration.conftest import REPO, require_root_and
+from tests.integration.conftest import REPO, missing_from_setup, require_root_and
 
 ROLES = ("A", "C", "B", "D", "R1", "R2")
 END = {"A": ("L", "198.18.1.10"), "C": ("L", "198.18.1.11"), "B": ("R", "198.18.2.10"), "D": ("R", "198.18.2.11")}
@@ -276,7 +276,7 @@ def lab():
     try:
         guest_image("frr")
     except NotBuiltError as err:
-        pytest.skip(str(err))
+        missing_from_setup(err)
     tree = Path(os.environ.get("VRMIG_LAB_TREE", REPO))
     with tempfile.TemporaryDirectory(prefix="vrmig-hs-") as work:
         if (tree / "migrate" / "labs" / "emulated.py").is_file():

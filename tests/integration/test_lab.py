@@ -35,10 +35,10 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 def _require() -> None:
     require_root_and("ip", "ssh", "ssh-keygen", "unshare", "nsenter", "virsh")
     if not os.access(lab.SSHD, os.X_OK):
-        pytest.skip(f"{lab.SSHD} not installed: run `make apt` (openssh-server)")
+        pytest.fail(f"{lab.SSHD} not installed: run `make apt` (openssh-server)", pytrace=False)
     for exe in (lab.LIBVIRTD, lab.VIRT_SSH_HELPER):
         if not os.access(exe, os.X_OK):
-            pytest.skip(f"{exe} not installed: run `make apt` (libvirt-daemon)")
+            pytest.fail(f"{exe} not installed: run `make apt` (libvirt-daemon)", pytrace=False)
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -38,7 +38,7 @@ def _require() -> None:
     from migrate.labs import emulated as labmod
 
     if not os.access(labmod.SSHD, os.X_OK):
-        pytest.skip(f"{labmod.SSHD} not installed: run `make apt` (openssh-server)")
+        pytest.fail(f"{labmod.SSHD} not installed: run `make apt` (openssh-server)", pytrace=False)
 
 
 #: the namespace watch's log of the test running now (``_watched``): every ``python -m migrate``
@@ -364,7 +364,7 @@ def test_xen_on_the_lab_boots_nested_hosts_over_ssh_and_migrates(lab, tmp_path):
     try:
         xen_image(verify=False)
     except RouterError as err:
-        pytest.skip(f"HV=xen needs the nested Xen host image: {err}")
+        pytest.fail(f"HV=xen needs the nested Xen host image: {err}", pytrace=False)
     nested = _without_xen_hosts(lab, tmp_path)
     inv = load(nested)
     run_dir, meta, _ = _xen_run(nested, tmp_path)
@@ -394,7 +394,7 @@ def test_xen_hosts_of_the_lab_run_xl_over_ssh_and_a_sigkill_is_cleaned(lab, tmp_
     and end, leaving clean-testbed only the run directories on the hosts."""
     inv = load(lab)
     if inv.host("R1").xen is None:
-        pytest.skip("the lab has no Xen hosts (no nested Xen host image: make xen)")
+        pytest.fail("the lab has no Xen hosts (no nested Xen host image: make xen)", pytrace=False)
     assert _dom0_leftovers(inv) == {"R1": [], "R2": []}
     mem = XEN_MEM
     run_dir, meta, _ = _xen_run(lab, tmp_path, mem)

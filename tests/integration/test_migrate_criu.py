@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import require_root_and
+from tests.integration.conftest import missing_from_setup, require_root_and
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,7 @@ def _criu():
     try:
         return locate()
     except DependencyError as err:
-        pytest.skip(str(err))
+        missing_from_setup(err)
 
 
 def _image(profile):
@@ -42,9 +42,9 @@ def _image(profile):
     try:
         image = guest_image(profile, verify=False)
     except RouterError as err:
-        pytest.skip(str(err))
+        missing_from_setup(err)
     if image.rootfs is None:
-        pytest.skip(f"the {profile} image has no rootfs: run `make setup`")
+        pytest.fail(f"the {profile} image has no rootfs: run `make setup`", pytrace=False)
 
 
 def _require():
@@ -145,7 +145,7 @@ def _precopy_host():
         try:
             criuvm_image()
         except NotBuiltError as err:
-            pytest.skip(f"{why}; and {err}")
+            pytest.fail(f"{why}; and {err}", pytrace=False)
         return "vm"
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import require_root_and
+from tests.integration.conftest import missing_from_setup, require_root_and
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +28,7 @@ def _ready(*extra: str) -> None:
     try:
         guest_image("frr")
     except RouterError as err:
-        pytest.skip(str(err))
+        missing_from_setup(err)
 
 
 def _run(results: Path, **kw) -> tuple[Path, dict]:

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from tests.integration.conftest import require_root_and
+from tests.integration.conftest import missing_from_setup, require_root_and
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +24,7 @@ def _guest_built() -> None:
     try:
         guest_image("frr")
     except RouterError as err:
-        pytest.skip(str(err))
+        missing_from_setup(err)
 
 
 def _run(tmp_path, mode, **kw):

@@ -33,7 +33,7 @@ def _require():
         guest_image(ROUTER, verify=False)
         xen_image(verify=False)
     except RouterError as err:
-        pytest.skip(f"HV=xen needs the nested Xen host image: {err}")
+        pytest.fail(f"HV=xen needs the nested Xen host image: {err}", pytrace=False)
 
 
 def _run(root, **kw):

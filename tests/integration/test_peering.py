@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import require_root_and
+from tests.integration.conftest import missing_from_setup, require_root_and
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = ("qemu-system-x86_64", "irtt", "tcpdump")
@@ -26,7 +26,7 @@ def _guest_and_peers() -> None:
         guest_image("frr")
         guest_image("bird")  # the peers' BIRD comes from the bird image
     except NotBuiltError as err:
-        pytest.skip(str(err))
+        missing_from_setup(err)
 
 
 def _run(tmp_path: Path, mode: str) -> tuple[dict, dict, str]:
@@ -132,7 +132,7 @@ def _criu_bgp_ospf_run(tmp_path: Path, *flags: str) -> tuple[subprocess.Complete
     try:
         locate()
     except DependencyError as err:
-        pytest.skip(str(err))
+        missing_from_setup(err)
     cp = subprocess.run(
         [sys.executable, "-m", "migrate", "run", "--hv", "criu", "--router", "bird", "--peering", "bgp,ospf",
          "--mode", "stopcopy", "--rate", "10M", "--migrate-at", "4", *flags, "--results", str(tmp_path)],
@@ -268,7 +268,7 @@ def _frr_peers() -> None:
         guest_image("frr")
         frr_image_paths()
     except (NotBuiltError, DependencyError) as err:
-        pytest.skip(str(err))
+        missing_from_setup(err)
 
 
 def _frr_log_lines(run_dir: Path, role: str, marker: str) -> list[str]:

@@ -39,7 +39,7 @@ def _chromium() -> str:
     for name in ("chromium", "chromium-browser", "google-chrome"):
         if shutil.which(name):
             return name
-    pytest.skip("chromium not installed: run `make setup` (Debian package chromium)")
+    pytest.fail("chromium not installed: run `make setup` (Debian package chromium)", pytrace=False)
 
 
 def _dump_dom(html_path: Path, timeout_s: float = 90.0) -> str:

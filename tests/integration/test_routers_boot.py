@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.integration.conftest import require_root_and
+from tests.integration.conftest import missing_from_setup, require_root_and
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +21,7 @@ def _image_or_skip(profile: str):
     try:
         return guest_image(profile)
     except RouterError as err:
-        pytest.skip(str(err))
+        missing_from_setup(err)
 
 
 @pytest.mark.parametrize("profile", ["frr", "bird"])

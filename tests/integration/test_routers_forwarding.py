@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests.integration.conftest import require_root_and
+from tests.integration.conftest import missing_from_setup, require_root_and
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +48,7 @@ def _image_or_skip(profile: str):
     try:
         return guest_image(profile)
     except RouterError as err:
-        pytest.skip(str(err))
+        missing_from_setup(err)
 
 
 def _ip(*args: str, ns: str | None = None) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import require_root_and, start_vrmig, sweep_state, wait_until
+from tests.integration.conftest import missing_from_setup, require_root_and, start_vrmig, sweep_state, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,7 @@ def _guest_built() -> None:
     try:
         guest_image("frr")
     except RouterError as err:
-        pytest.skip(str(err))
+        missing_from_setup(err)
 
 
 def _wait(what: str, cond, proc: subprocess.Popen, log: Path):
