@@ -806,21 +806,33 @@ def after_record(
 
 def observe_recovery(driver: Driver, instruments: Instruments, failed_ns: int) -> dict[str, Any]:
     """After a failed migration: does the router still run on R1, and does it still forward?
-    With cross-traffic: a packet sent after the failure reached B (vrsink's highest send stamp
-    passes ``failed_ns``); at RATE=0: RTT probes keep reaching D."""
+    With cross-traffic: a packet sent after the failure reached B (vrsink's highest send stamp,
+    A's clock, put on this machine's by A's measured offset less its uncertainty, passes
+    ``failed_ns``); at RATE=0: RTT probes keep reaching D.  A lab host A whose clock offset was
+    never measured leaves ``forwarding_on_R1`` None with the reason (a send stamp of another
+    clock is not compared as if it were this one's)."""
     running = driver.source_running()
     out: dict[str, Any] = {"source_running": running, "forwarding_on_R1": False}
     if not running:
         return out
     rate = instruments.s.rate_bps
+    off_a = unc_a = 0
+    if rate > 0:
+        try:
+            off_a, unc_a = instruments.tb.offset_ns("A")
+        except ValueError as err:
+            out.update(forwarding_on_R1=None, reason=f"A's send stamps cannot be put on this machine's clock: {err}")
+            return out
     out["method"] = "cross-traffic sent after the failure reached B" if rate > 0 else "RTT probes reach D"
     base = instruments.probes_at_d() if rate == 0 else None
     deadline = time.monotonic() + RECOVERY_OBSERVE_S
     while time.monotonic() < deadline:
         if rate > 0:
             top = (instruments.sink_state() or {}).get("max_tx") or {}
-            if top.get("tx_ns", 0) >= failed_ns:
+            if top.get("tx_ns", 0) - off_a - unc_a >= failed_ns:
                 out.update(forwarding_on_R1=True, sent_ns=top["tx_ns"], received_ns=top["rx_ns"])
+                if off_a or unc_a:
+                    out.update(a_offset_ns=off_a, a_offset_uncertainty_ns=unc_a)
                 break
         else:
             now = instruments.probes_at_d()

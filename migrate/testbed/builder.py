@@ -102,6 +102,11 @@ class Testbed:
         """The path on ``role`` of a helper program given by its path on this machine."""
         return argv0
 
+    def offset_ns(self, role: str) -> tuple[int, int]:
+        """(offset, uncertainty) in ns of ``role``'s clock against this machine's: every role
+        reads this machine's CLOCK_REALTIME, so (0, 0)."""
+        return 0, 0
+
     def rx_packets(self, role: str, ifname: str) -> int:
         """Kernel rx packet counter of one interface of ``role``."""
         with iproute(self.ns(role)) as ipr:

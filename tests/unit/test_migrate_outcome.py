@@ -49,9 +49,11 @@ class FakeDriver:
 class FakeInstruments:
     """Instruments whose sink state and liveness are scripted."""
 
-    def __init__(self, rate_bps: int, states: list[dict[str, Any] | None], dead: str | None = None) -> None:
+    def __init__(
+        self, rate_bps: int, states: list[dict[str, Any] | None], dead: str | None = None, a_clock=lambda r: (0, 0)
+    ) -> None:
         self.s = SimpleNamespace(rate_bps=rate_bps)
-        self.tb = SimpleNamespace(remote=False)  # the embedded testbed: one clock
+        self.tb = SimpleNamespace(remote=False, offset_ns=a_clock)  # default: the embedded testbed, one clock
         self.states, self.dead_what = list(states), dead
         self.after_ns: int | None = None
         self.actions: list[tuple[str, dict[str, Any]]] = []
@@ -112,6 +114,33 @@ def test_recovery_not_claimed_from_packets_sent_before_the_failure(tmp_path, mon
     inst = FakeInstruments(10_000_000, [_state(max_tx_ns=time.time_ns() - 10**9)])
     meta, _ = _migrate(tmp_path, monkeypatch, FakeDriver(MigrationError("cancelled")), inst)
     assert meta["recovery"]["forwarding_on_R1"] is False
+
+
+def test_recovery_puts_a_labs_send_stamps_on_this_machines_clock(tmp_path, monkeypatch):
+    """A lab's A runs 5 s ahead: its stamp 1 s past the failure on its own clock was sent 4 s
+    before it on this one; a stamp within A's offset uncertainty of the failure is not enough."""
+    now = time.time_ns()
+    ahead = lambda role: (5 * 10**9, 2 * 10**6)  # noqa: E731
+    inst = FakeInstruments(10_000_000, [_state(max_tx_ns=now + 10**9)], a_clock=ahead)
+    meta, _ = _migrate(tmp_path, monkeypatch, FakeDriver(MigrationError("cancelled")), inst)
+    assert meta["recovery"]["forwarding_on_R1"] is False
+    inst = FakeInstruments(10_000_000, [_state(max_tx_ns=now + 5 * 10**9 + 10**6)], a_clock=ahead)
+    meta, _ = _migrate(tmp_path, monkeypatch, FakeDriver(MigrationError("cancelled")), inst)
+    assert meta["recovery"]["forwarding_on_R1"] is False  # inside the 2 ms uncertainty
+    inst = FakeInstruments(10_000_000, [_state(max_tx_ns=now + 6 * 10**9)], a_clock=ahead)
+    meta, _ = _migrate(tmp_path, monkeypatch, FakeDriver(MigrationError("cancelled")), inst)
+    rec = meta["recovery"]
+    assert rec["forwarding_on_R1"] is True and rec["a_offset_ns"] == 5 * 10**9, rec
+
+
+def test_recovery_with_an_unmeasured_clock_of_a_is_unknown_not_false(tmp_path, monkeypatch):
+    def unmeasured(role: str) -> tuple[int, int]:
+        raise ValueError(f"no clock measurement of {role}")
+
+    inst = FakeInstruments(10_000_000, [_state(max_tx_ns=time.time_ns() + 10**9)], a_clock=unmeasured)
+    meta, _ = _migrate(tmp_path, monkeypatch, FakeDriver(MigrationError("cancelled")), inst)
+    rec = meta["recovery"]
+    assert rec["forwarding_on_R1"] is None and "no clock measurement of A" in rec["reason"], rec
 
 
 def test_outcome_not_completed_without_exception_is_a_failed_migration(tmp_path, monkeypatch):
