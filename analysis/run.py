@@ -363,7 +363,7 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData | None]:
         notes.append(f"incomplete record: {who} {counter}={n}; affects {DROP_COUNTERS.get((who, counter), '?')}")
     anat = None
     if window is not None and rate != 0:
-        anat = _metric(notes, "anatomy", _anatomy, raw, scenario, window, hv, lv, criu_rec, cmarks)
+        anat = _metric(notes, "anatomy", _anatomy, raw, scenario, window, hv, lv, criu_rec, cmarks, clock)
     post = price = None
     if scenario.get("postcopy") and scenario.get("hv") == "kvm" and scenario.get("driver", "qmp") == "qmp":
         post = _metric(notes, "post-copy", postcopy_effect, raw.events, raw.samples, hv_meta.get("final"))
@@ -450,15 +450,20 @@ def _anatomy(
     lv: Any,
     criu: dict[str, Any] | None,
     cmarks: list[Mark],
+    clock: ClockFigures | None = None,
 ) -> Anatomy:
     """The outage's timeline from every hypervisor's stop/resume records, the sink's gaps and
-    the control plane (analysis.metrics.anatomy)."""
+    the control plane (analysis.metrics.anatomy); QEMU's own time stamps of R1 and R2 are put on
+    the orchestrator's clock by their hosts' offsets (unknown without the clock figures)."""
     from analysis.metrics import anatomy as am
 
     kind = scenario.get("hv")
+    offsets: dict[str, int | None] | None = None
+    if clock is None or clock.testbed != "embedded":
+        offsets = {r: (clock.offsets_ns.get(r) if clock is not None else None) for r in ("R1", "R2")}
     stop, resume = am.blackout_marks(
         kind, scenario.get("driver"), window.start_ns, raw.events, lv.events if lv is not None else (),
-        criu, getattr(hv, "xen", None),
+        criu, getattr(hv, "xen", None), offsets,
     )  # fmt: skip
     sink = raw.sink or {}
     gaps = sink_gaps(sink) if sink.get("packets") else np.zeros((0, 4), dtype=np.int64)

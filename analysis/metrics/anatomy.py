@@ -204,13 +204,15 @@ def _first_event(
     return None
 
 
-def _qmp_mark(key: str, e: Mapping[str, Any] | None, what: str) -> Mark:
+def _qmp_mark(key: str, e: Mapping[str, Any] | None, what: str, offset_ns: int | None = 0) -> Mark:
     """A QMP event as a mark: the orchestrator's receipt time; resolution = how long after
-    QEMU's own time stamp it arrived (when both are on one clock)."""
+    QEMU's own time stamp it arrived, that stamp put on the orchestrator's clock by the offset of
+    QEMU's host (``offset_ns``: host minus orchestrator; 0 on one clock).  None (no resolution
+    stated) when the host's offset was not measured: two clocks are never subtracted."""
     if e is None:
         return Mark(key, None, why_absent=f"no {what} recorded")
     q = e.get("qemu_t_ns")
-    late = (e["t_ns"] - q) / 1e9 if isinstance(q, int) else None
+    late = (e["t_ns"] - (q - offset_ns)) / 1e9 if isinstance(q, int) and offset_ns is not None else None
     res = late if late is not None and 0 <= late < 1 else None
     return Mark(key, int(e["t_ns"]), what, res)
 
@@ -228,8 +230,12 @@ def blackout_marks(
     libvirt_events: Sequence[Mapping[str, Any]] = (),
     criu: Mapping[str, Any] | None = None,
     xen: Mapping[str, Any] | None = None,
+    host_offsets_ns: Mapping[str, int | None] | None = None,
 ) -> tuple[Mark, Mark]:
-    """(vCPU stop on the source, resume on the destination) from each hypervisor's records."""
+    """(vCPU stop on the source, resume on the destination) from each hypervisor's records.
+    ``host_offsets_ns``: on a lab, R1's and R2's clock offsets against the orchestrator (None for
+    one not measured); None on one clock."""
+    offs = {"R1": 0, "R2": 0} if host_offsets_ns is None else host_offsets_ns
     if hv == "kvm":
         lv = driver == "libvirt"
         events = libvirt_events if lv else qmp_events
@@ -238,8 +244,8 @@ def blackout_marks(
         stop_e = _first_event(events, "src", stop_name, start_ns, lv)
         res_e = _first_event(events, "dst", resume_name, stop_e["t_ns"] if stop_e else start_ns, lv)
         return (
-            _qmp_mark("vcpu_stop", stop_e, source.format(stop_name, "R1")),
-            _qmp_mark("vcpu_resume", res_e, source.format(resume_name, "R2")),
+            _qmp_mark("vcpu_stop", stop_e, source.format(stop_name, "R1"), offs.get("R1")),
+            _qmp_mark("vcpu_resume", res_e, source.format(resume_name, "R2"), offs.get("R2")),
         )
     if hv == "criu":
         rounds = [r for r in (criu or {}).get("rounds") or [] if isinstance(r, Mapping)]

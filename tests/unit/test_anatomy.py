@@ -163,3 +163,20 @@ def test_synthetic_a_session_never_up_again_chains_a_lossy_gap_beyond_settle():
     a = _synthetic(gaps, extra=[never])
     assert a.mark("full_rate").t_ns == 6_000 * MS
     assert _synthetic(gaps).mark("full_rate").t_ns == 1_120 * MS
+
+
+def test_qemu_stamps_of_lab_hosts_go_on_the_orchestrators_clock_before_the_resolution():
+    """SYNTHETIC QMP events of a lab whose R1 runs 5 s ahead and R2 2 s behind: each event's
+    lateness is its receipt minus QEMU's stamp on the orchestrator's clock; a host whose offset
+    was never measured gives no resolution (two clocks are not subtracted)."""
+    events = [
+        {"side": "src", "event": "STOP", "t_ns": 1_000 * MS, "qemu_t_ns": 5_999_800_000},
+        {"side": "dst", "event": "RESUME", "t_ns": 1_900 * MS, "qemu_t_ns": -100_500_000},
+    ]
+    stop, resume = am.blackout_marks("kvm", "qmp", 0, events, host_offsets_ns={"R1": 5 * 10**9, "R2": -2 * 10**9})
+    assert stop.resolution_s == pytest.approx(200e-6) and resume.resolution_s == pytest.approx(500e-6)
+    stop, resume = am.blackout_marks("kvm", "qmp", 0, events, host_offsets_ns={"R1": 5 * 10**9, "R2": None})
+    assert stop.resolution_s == pytest.approx(200e-6) and resume.resolution_s is None
+    assert resume.t_ns == 1_900 * MS  # the mark itself is the orchestrator's receipt
+    stop, _ = am.blackout_marks("kvm", "qmp", 0, events)  # one clock: the stamps as they are
+    assert stop.resolution_s is None  # 5 s late: not a resolution (the lateness is kept below 1 s)
