@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure  # a bare Figure renders PNG with Agg: no pyplot, no global backend
 
+from analysis.present.formats import FORMATS, formats_from_env
 from migrate.core.atomic import replacing
 
 MARK_STYLE = {
@@ -158,8 +159,10 @@ def _draw_zoom(ax, data: PlotData, z: Zoom, t0: int) -> None:
     ax.set_xlabel("outage up close: ms from migration start (bands: sink gaps; red = packets lost)")
 
 
-def plot_run(path: Path, data: PlotData) -> Path:
-    """Draw the run plot to ``path`` (PNG, written atomically) and return the path.
+def plot_run(path: Path, data: PlotData, formats: tuple[str, ...] | None = None) -> Path:
+    """Draw the run plot to ``path`` (PNG, written atomically), and beside it, with the same name,
+    in the other ``formats`` (default: ``VRMIG_PLOT_FORMATS``, else PNG, SVG and PDF); a format
+    not asked for is removed (a re-analysis leaves no stale figure).  Returns the PNG's path.
 
     Top: cross-traffic rate received at B eth0 and offered at A eth0 (Mbit/s, frame incl. FCS)
     and the migration-link rate (R1 mig0 tx, Mbit/s, Ethernet header incl.), per sampling
@@ -182,6 +185,12 @@ def plot_run(path: Path, data: PlotData) -> Path:
     _draw_marks(top, bottom, data.marks, t0)
     if data.title:
         top.set_title(data.title)
-    with replacing(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
+    wanted = formats if formats is not None else formats_from_env()
+    for fmt in FORMATS:
+        target = path if fmt == "png" else path.with_suffix(f".{fmt}")
+        if fmt != "png" and fmt not in wanted:
+            target.unlink(missing_ok=True)
+            continue
+        with replacing(target) as tmp:
+            fig.savefig(tmp, format=fmt, dpi=110)
     return path

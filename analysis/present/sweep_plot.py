@@ -1,7 +1,8 @@
 """Sweep plots after paper 004 Fig. 3: metrics against the cross-traffic rate, one line per
 series, accelerator and frame size, the mean with its 95 % CI as error bars and the number of runs
 it is over (n) next to each point; runs where only a lower bound is known (censored) are never in
-the mean: their largest bound is drawn as an open triangle ('≥').  Returns PNG bytes (Agg, no pyplot)."""
+the mean: their largest bound is drawn as an open triangle ('≥').  Returns PNG bytes, and SVG or
+PDF on request (Agg, no pyplot)."""
 
 from __future__ import annotations
 
@@ -146,8 +147,11 @@ def _line_order(kv: tuple[LineKey, list[PointStats]]) -> tuple[str, str, int]:
     return (series, str(accel), -(frame or 0))
 
 
-def render_figure(spec: FigureSpec, points: Sequence[PointStats]) -> bytes:
-    """Draw one figure of ``points`` and return it as PNG bytes."""
+def render_figure(
+    spec: FigureSpec, points: Sequence[PointStats], formats: Sequence[str] = ("png",)
+) -> dict[str, bytes]:
+    """Draw one figure of ``points`` once and return it in each of ``formats`` (PNG always):
+    format -> bytes."""
     n = len(spec.panels)
     fig = Figure(figsize=(5.0 * n, 4.0), dpi=DPI, layout="constrained")
     axes = fig.subplots(1, n, squeeze=False)[0]
@@ -183,11 +187,19 @@ def render_figure(spec: FigureSpec, points: Sequence[PointStats]) -> bytes:
         else:
             ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="0.5")
     fig.suptitle(spec.title + " — mean (n runs), error bars 95 % CI, △ lower bounds")
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+    out = {}
+    for fmt in ("png", *(f for f in formats if f != "png")):
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt)
+        out[fmt] = buf.getvalue()
+    return out
 
 
-def render_all(points: Sequence[PointStats]) -> dict[str, bytes]:
-    """All sweep figures: file name -> PNG bytes."""
-    return {spec.name: render_figure(spec, points) for spec in FIGURES}
+def render_all(points: Sequence[PointStats], formats: Sequence[str] = ("png",)) -> dict[str, bytes]:
+    """All sweep figures in each of ``formats``: file name (``fig3a_downtime.png``, ``.svg``,
+    ``.pdf``) -> bytes; each figure is drawn once."""
+    out: dict[str, bytes] = {}
+    for spec in FIGURES:
+        for fmt, data in render_figure(spec, points, formats).items():
+            out[spec.name if fmt == "png" else spec.name.removesuffix(".png") + f".{fmt}"] = data
+    return out

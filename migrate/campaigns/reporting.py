@@ -17,6 +17,7 @@ from typing import Any
 
 from analysis import qualify as q
 from analysis.present import html as rh
+from analysis.present.formats import formats_from_env
 from analysis.present.sweep_plot import FIGURES, render_all
 from analysis.stats.aggregate import (
     AGGREGATE_DEFINITIONS,
@@ -520,9 +521,10 @@ def build_outputs(
     points = aggregate(records)
     write_text(out_dir / "runs.csv", csv_text(RUN_COLUMNS, records))
     write_text(out_dir / "points.csv", csv_text(point_columns(), [point_row(p) for p in points]))
-    pngs = render_all(points)
-    for name, png in pngs.items():
-        write_bytes(out_dir / name, png)
+    figures = render_all(points, formats_from_env())
+    for name, data in figures.items():
+        write_bytes(out_dir / name, data)
+    pngs = {spec.name: figures[spec.name] for spec in FIGURES}
     plots = [rh.Plot(spec.title, pngs[spec.name], f"file {spec.name}") for spec in FIGURES]
     report = rh.Report(
         title=title,

@@ -16,6 +16,7 @@ import signal
 import sys
 from pathlib import Path
 
+from migrate.cli.plot_formats import add_plot_formats_argument, apply_plot_formats
 from migrate.core.atomic import write_text
 from migrate.core.errors import ConfigError, VrmigError
 from migrate.core.rundir import METRICS_PROM, SUMMARY_JSON, read_meta, read_summary
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="one migration experiment (make migrate)")
     add_run_arguments(r)
+    add_plot_formats_argument(r)  # before sweep and ab copy run's flags: theirs too
     r.set_defaults(handler=_run_command)
     ct = sub.add_parser("clean-testbed", help="remove what crashed runs left behind (from their state files)")
     ct.add_argument(
@@ -207,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("pyroute2").setLevel(logging.WARNING)
     try:
         args = build_parser().parse_args(argv)
+        apply_plot_formats(args)
         return args.handler(args)
     except VrmigError as err:
         if debug:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from migrate.cli.plot_formats import add_plot_formats_argument
 from migrate.core.errors import ConfigError, Interrupted
 from migrate.core.units import format_rate
 from migrate.experiment.args import knob_values, scenario_from_args, whole
@@ -53,6 +54,7 @@ def add_parsers(sub: argparse._SubParsersAction, run_parser: argparse.ArgumentPa
     r.add_argument("dirs", nargs="*", type=Path, metavar="RUNS", help="sweep, night, run or results directories")
     r.add_argument("--out", type=Path, default=None, help="output directory (default: in place for one sweep)")
     r.add_argument("--results", type=Path, default=Path("results"), help="results root for new report directories")
+    add_plot_formats_argument(r)
     r.set_defaults(handler=cmd_report)
 
     ab = sub.add_parser(

@@ -1,4 +1,5 @@
-"""Integration tests need root and the built tools; otherwise they skip with the reason."""
+"""Integration tests need root (otherwise they skip) and what `make setup` provides (otherwise
+they fail, naming it)."""
 
 import json
 import os
@@ -14,6 +15,11 @@ from typing import Any, NoReturn
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+
+#: the runs of the integration tests draw their plots as PNG only: SVG and PDF beside it cost
+#: about 0.4 s of analysis per run (over a hundred runs here); tests/unit/test_analysis_run.py
+#: checks that the default writes all three
+os.environ.setdefault("VRMIG_PLOT_FORMATS", "png")
 
 
 #: every retry this session made: (test id, cause, the failed attempt's directory); printed by

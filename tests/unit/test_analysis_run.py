@@ -86,7 +86,8 @@ def test_stopcopy_run_downtime_covers_the_pause(tmp_path):
     assert s["cross_traffic"]["outage_lost_packets"] == run.expect["stall_lost"] > 17000
 
 
-def test_analyse_and_write_writes_summary_and_plot(tmp_path):
+def test_analyse_and_write_writes_summary_and_plot(tmp_path, monkeypatch):
+    monkeypatch.delenv("VRMIG_PLOT_FORMATS", raising=False)  # the default: PNG, SVG and PDF
     run = write_run(tmp_path, "stopcopy")
     (run.run_dir / "summary.json").write_text("old")
     summary = analyse_and_write(run.run_dir)
@@ -94,7 +95,32 @@ def test_analyse_and_write_writes_summary_and_plot(tmp_path):
     assert on_disk == summary.to_dict()
     png = run.run_dir / "migration.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    assert (run.run_dir / "migration.pdf").read_bytes()[:5] == b"%PDF-"
+    assert b"<svg" in (run.run_dir / "migration.svg").read_bytes()[:2000]
     assert not list(run.run_dir.glob(".*tmp*"))
+    # fewer formats asked for: PNG stays, the others go (no stale figure of an earlier analysis)
+    monkeypatch.setenv("VRMIG_PLOT_FORMATS", "png")
+    analyse_and_write(run.run_dir)
+    assert png.exists() and not any((run.run_dir / f"migration.{f}").exists() for f in ("svg", "pdf"))
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [("png,svg,pdf", ("png", "svg", "pdf")), ("PDF", ("png", "pdf")), ("svg, png", ("png", "svg"))],
+)
+def test_plot_formats_parse_in_canonical_order_with_png(text, want):
+    from analysis.present.formats import parse_formats
+
+    assert parse_formats(text) == want
+
+
+@pytest.mark.parametrize("text", ["jpeg", "png,gif", "", " , "])
+def test_an_unknown_plot_format_is_one_line_naming_the_choices(text):
+    from analysis.present.formats import parse_formats
+
+    with pytest.raises(ValueError, match="is not a plot format: give a comma list of png, svg, pdf") as err:
+        parse_formats(text)
+    assert "\n" not in str(err.value)
 
 
 def test_missing_files_give_none_and_notes(tmp_path):
