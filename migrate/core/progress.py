@@ -101,8 +101,10 @@ class Progress:
         enabled: bool | None = None,
         min_interval_s: float = PLAIN_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
+        eta: Callable[[], float | None] | None = None,
     ) -> None:
         self.what, self.unit = what, unit
+        self._eta = eta  # items of unlike length (a run's phases): their own schedule says what is left
         self.total, self.done = total, done
         self.failed: dict[str, int] = dict(failed or {})
         self.durations_s: list[float] = [float(d) for d in durations_s]
@@ -135,7 +137,10 @@ class Progress:
         return self.clock() - self.t_start
 
     def eta_s(self) -> float | None:
-        """Seconds left (see :func:`eta_s`); the item in hand has run since the previous one finished."""
+        """Seconds left (see :func:`eta_s`); the item in hand has run since the previous one
+        finished.  With an ``eta`` callable (items of unlike length), what it says."""
+        if self._eta is not None:
+            return self._eta()
         current = self.clock() - self.t_mark if self.label is not None else 0.0
         return eta_s(self.durations_s, self.total - self.done, current)
 

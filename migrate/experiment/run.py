@@ -42,6 +42,7 @@ from migrate.experiment.churn import Churn
 from migrate.experiment.console import crash_in
 from migrate.experiment.instruments import Instruments
 from migrate.experiment.peering import Peers
+from migrate.experiment.run_progress import RunProgress
 from migrate.model import routing
 from migrate.model.dirty import measure_before_migration
 from migrate.model.faults import FaultInjector, kill_pid, link_cap, link_down, unplug
@@ -98,8 +99,10 @@ class Phase:
     (testbed, boot, instruments, forwarding before the migration), ``migration`` (from the
     migrate call until the hypervisor reports the migration completed), ``post-migration``."""
 
-    def __init__(self) -> None:
+    def __init__(self, progress: RunProgress | None = None) -> None:
         self.current = SETUP
+        #: the run's phases as the user sees them (progress and ETA); a silent one by default
+        self.progress = progress if progress is not None else RunProgress(Scenario(), enabled=False)
 
 
 def lab_preflight(inv: Inventory, testbed: Path) -> dict[str, Any]:
@@ -211,7 +214,7 @@ def run(
     driver_cls, facts = preflight(scenario, lab=inv is not None)
     if inv is not None and lab_check is not None:
         check_knobs(scenario, lab_facts(lab_check, scenario, facts), probe=False)  # the lab hosts' QEMU
-    phase = Phase()
+    phase = Phase(RunProgress(scenario))
 
     def describe(meta: dict[str, Any], _run_dir: Path) -> None:
         meta.update(scenario=scenario.to_dict(), name=scenario.name, clock=metamod.clock_fields())
@@ -219,8 +222,8 @@ def run(
         if inv is not None:
             meta["lab_check"] = lab_check
 
-    with open_run(KIND_MIGRATE, lambda: make_run_dir(results_root, scenario), describe, logger=log,
-                  failure_class=lambda: phase.current, analyse=_analyse) as opened:  # fmt: skip
+    with phase.progress, open_run(KIND_MIGRATE, lambda: make_run_dir(results_root, scenario), describe, logger=log,
+                                  failure_class=lambda: phase.current, analyse=_analyse) as opened:  # fmt: skip
         registry = Registry(new_prefix(), run_dir=str(opened.dir.resolve()))
         _execute(scenario, driver_cls, facts, registry, opened.dir, opened.meta, opened.abort, phase, inv)
     return opened.dir
@@ -458,6 +461,7 @@ def _measure(
     """Instruments on, forwarding seen, the migration at MIGRATE_AT (later if a routing session
     that flapped must come up again first), traffic until the end, the verdict."""
     instruments.start()
+    phase.progress.instruments_started()
     injector.targets = {**driver.fault_targets(), **fault_actions(tb, instruments)}
     meta["instruments"] = instruments.describe()
     write_meta(run_dir, meta)
@@ -476,7 +480,9 @@ def _measure(
         if before["flaps"]:
             log.warning("routing sessions flapped %d times before the migration; it waited %.1f s for them",
                         before["flaps"], before["waited_s"])  # fmt: skip
+    phase.progress.migrating()
     _migrate(scenario, driver, instruments, run_dir, meta, phase, peers if scenario.peering else None)
+    phase.progress.migrated()
     t_end = time.monotonic()
     _sleep_until(max(t0 + scenario.duration_s, t_end + scenario.after_s), abort)
     dead = instruments.dead()
@@ -484,6 +490,7 @@ def _measure(
         record_failure(meta, phase.current, f"instrument died during the run: {dead}")
         log.error("%s", meta["failure"])
     instruments.stop()
+    phase.progress.traffic_ended()
     _instruments_cpu(meta, instruments)
     if tb.remote:
         tb.measure_clocks("end")

@@ -1,0 +1,88 @@
+"""A single migration's progress (``make migrate``): its phases, and an ETA from the scenario's
+schedule (migrate.core.progress draws it: a live bar on a terminal, ``progress:`` lines
+elsewhere, nothing with VRMIG_PROGRESS=0).
+
+The phases differ too much in length for the mean of the finished ones to say anything about
+the rest, so the ETA comes from the schedule: once the instruments run, the traffic ends at
+their start + DURATION, or AFTER seconds after the migration if that ends later.  Before the
+instruments start (the testbed and the router's boot, whose length nothing states ahead) the
+ETA is unknown; after the traffic ends it is 0 (teardown and analysis take seconds)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from types import TracebackType
+
+from migrate.core.progress import Progress
+from migrate.model.scenario import Scenario
+
+PHASES = (
+    "testbed and router boot",
+    "forwarding before the migration",
+    "migration",
+    "forwarding after the migration",
+    "teardown and analysis",
+)
+
+
+class RunProgress:
+    """The phases of one run, advanced by the run as it goes (each call ends the phase in hand
+    and starts the next)."""
+
+    def __init__(self, scenario: Scenario, clock: Callable[[], float] = time.monotonic, **kw: object) -> None:
+        self.s, self.clock = scenario, clock
+        self.t_instruments: float | None = None
+        self.t_migrated: float | None = None
+        self.progress = Progress("migrate", len(PHASES), "phases", eta=self.eta_s, clock=clock, **kw)  # type: ignore[arg-type]
+        self.index = -1
+
+    def eta_s(self) -> float | None:
+        """Seconds until the traffic ends by the schedule (None before the instruments run)."""
+        if self.t_instruments is None:
+            return None
+        end = self.t_instruments + self.s.duration_s
+        if self.t_migrated is not None:
+            end = max(end, self.t_migrated + self.s.after_s)
+        return max(0.0, end - self.clock())
+
+    def _next(self) -> None:
+        if self.index >= 0:
+            self.progress.finish()
+        self.index += 1
+        if self.index < len(PHASES):
+            self.progress.start(PHASES[self.index])
+
+    def begin(self) -> None:
+        """The run starts: the testbed and the router's boot."""
+        self._next()
+
+    def instruments_started(self) -> None:
+        """The instruments run: the schedule's clock starts."""
+        self.t_instruments = self.clock()
+        self._next()
+
+    def migrating(self) -> None:
+        """The migration starts."""
+        self._next()
+
+    def migrated(self) -> None:
+        """The migration ended (completed or not)."""
+        self.t_migrated = self.clock()
+        self._next()
+
+    def traffic_ended(self) -> None:
+        """The instruments stopped: teardown and analysis remain."""
+        self._next()
+
+    def __enter__(self) -> RunProgress:
+        self.progress.open()
+        self.begin()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None and self.index == len(PHASES) - 1:
+            self.progress.finish()
+        self.progress.close()

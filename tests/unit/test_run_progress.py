@@ -1,0 +1,55 @@
+"""A single migration's progress: its phases in order and the ETA from the scenario's schedule
+(a fake clock; plain lines as on CI)."""
+
+import io
+
+import pytest
+
+from migrate.experiment.run_progress import PHASES, RunProgress
+from migrate.model.scenario import Scenario
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_phases_in_order_with_an_eta_from_the_schedule():
+    clock, out = Clock(), io.StringIO()
+    s = Scenario(duration_s=20, migrate_at_s=5, after_s=3)
+    with RunProgress(s, clock=clock, stream=out, live=False, enabled=True, min_interval_s=0) as rp:
+        assert rp.progress.label == PHASES[0] and rp.eta_s() is None  # the boot's length is unknown
+        clock.t += 12.0
+        rp.instruments_started()
+        assert rp.eta_s() == pytest.approx(20.0)
+        clock.t += 5.0
+        rp.migrating()
+        assert rp.eta_s() == pytest.approx(15.0)
+        clock.t += 14.0  # a migration that ends 1 s before the schedule: AFTER still holds
+        rp.migrated()
+        assert rp.eta_s() == pytest.approx(3.0)
+        clock.t += 3.0
+        rp.traffic_ended()
+        assert rp.eta_s() == 0.0 and rp.progress.label == PHASES[-1]
+    lines = out.getvalue().splitlines()
+    assert lines[-1].startswith("progress: migrate 5/5 phases | ETA 0:00:00")
+    assert "last teardown and analysis ok" in lines[-1]
+    assert any("2/5 phases | ETA 0:00:15" in ln for ln in lines), lines
+
+
+def test_an_interrupted_run_shows_the_phase_it_stopped_in():
+    clock, out = Clock(), io.StringIO()
+    with pytest.raises(KeyboardInterrupt), RunProgress(Scenario(), clock=clock, stream=out, live=False, enabled=True):
+        raise KeyboardInterrupt
+    assert out.getvalue().splitlines()[-1].endswith("| now testbed and router boot")
+
+
+def test_switched_off_it_prints_nothing():
+    out = io.StringIO()
+    with RunProgress(Scenario(), stream=out, enabled=False) as rp:
+        rp.instruments_started()
+        rp.migrating()
+    assert out.getvalue() == ""
