@@ -83,9 +83,13 @@ def is_live_terminal(stream: Any, environ: Mapping[str, str] | None = None) -> b
 class Progress:
     """Done/total, failures, elapsed, ETA and the current item of one long command.
 
+    ``_showing``: how many progresses of this process are open and enabled (at most one speaks).
+
     Use as a context manager; per item call :meth:`start` (its label) and then :meth:`finish`
     (or :meth:`skip` for an item found already done, e.g. on resume).  ``done``, ``failed`` and
     ``durations_s`` carry what earlier sessions of a resumed command recorded."""
+
+    _showing = 0
 
     def __init__(
         self,
@@ -121,6 +125,7 @@ class Progress:
         self._bar: Any = None
         self._task: Any = None
         self._swapped: list[tuple[logging.StreamHandler[Any], Any]] = []
+        self._counted = False  # this one counts in _showing
 
     # ------------------------------------------------------------------ arithmetic
     @property
@@ -227,7 +232,15 @@ class Progress:
             self._bar.update(self._task, completed=self.done, total=max(self.total, 1))
 
     def open(self) -> Progress:
-        """Start the live bar (on a terminal); plain mode prints nothing until a result."""
+        """Start the live bar (on a terminal); plain mode prints nothing until a result.  A
+        progress opened while another one shows (a run inside a sweep) stays silent: the outer
+        one speaks for both, and two bars would fight over the terminal."""
+        if self.enabled and not self._counted:
+            if Progress._showing > 0:
+                self.enabled = self.live = False
+            else:
+                Progress._showing += 1
+                self._counted = True
         if self.live and self._bar is None:
             self._open_live()
         return self
@@ -269,6 +282,9 @@ class Progress:
             self._bar = None
         elif self._unprinted:
             self._plain()
+        if self._counted:
+            Progress._showing -= 1
+            self._counted = False
 
     def __enter__(self) -> Progress:
         return self.open()

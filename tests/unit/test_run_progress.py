@@ -53,3 +53,19 @@ def test_switched_off_it_prints_nothing():
         rp.instruments_started()
         rp.migrating()
     assert out.getvalue() == ""
+
+
+def test_a_run_inside_a_sweeps_progress_stays_silent():
+    """The sweep's progress speaks for its runs: a second bar would fight over the terminal."""
+    from migrate.core.progress import Progress
+
+    outer, inner = io.StringIO(), io.StringIO()
+    with Progress("sweep", 1, "runs", stream=outer, live=False, enabled=True, min_interval_s=0) as sweep:
+        sweep.start("r01")
+        with RunProgress(Scenario(), stream=inner, live=False, enabled=True, min_interval_s=0) as rp:
+            rp.instruments_started()
+        sweep.finish()
+    assert inner.getvalue() == "" and "sweep 1/1 runs" in outer.getvalue()
+    with RunProgress(Scenario(), stream=inner, live=False, enabled=True, min_interval_s=0) as rp:
+        rp.instruments_started()  # alone again: it speaks
+    assert "progress: migrate" in inner.getvalue()
