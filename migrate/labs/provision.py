@@ -49,6 +49,12 @@ _FATAL_RE = re.compile(
     r"^(?:fatal|failed): \[(?P<host>[^\]]+)\](?:: (?P<kind>[A-Z]+)!)?(?: \(item=.*?\))? => (?P<body>.*)$"
 )
 _TASK_RE = re.compile(r"^TASK \[(?P<name>.*)\] \**$")
+_PLAY_RE = re.compile(r"^PLAY \[(?P<name>.*)\] \**$")
+
+
+def count_plays(playbook: Path) -> int:
+    """The plays of ``playbook``: its top-level list items (``- name: ...`` at column 0)."""
+    return sum(1 for line in playbook.read_text().splitlines() if line.startswith("- "))
 
 
 @dataclass(frozen=True)
@@ -427,7 +433,7 @@ def run_playbook(
         argv = playbook_argv(tmp / "inventory.yml", playbook)
         log.info("hosts-setup: %s (Ansible's output: %s)", " ".join(shlex.quote(a) for a in argv), log_path)
         try:
-            rc = _stream(argv, ansible_env(tmp, inv.deploy_dir), log_path)
+            rc = _stream(argv, ansible_env(tmp, inv.deploy_dir), log_path, count_plays(playbook))
         finally:
             _stop_control_masters(tmp / "cp")
     text = log_path.read_text(errors="replace")
@@ -442,13 +448,18 @@ def run_playbook(
     return out
 
 
-def _stream(argv: list[str], env: dict[str, str], log_path: Path) -> int:
-    """Run ``argv`` with its output into ``log_path``; each task's name is logged as progress.
-    On any exception (Ctrl-C) the process is terminated by its PID and waited for."""
-    with log_path.open("w") as logf:
+def _stream(argv: list[str], env: dict[str, str], log_path: Path, plays: int) -> int:
+    """Run ``argv`` with its output into ``log_path``; its ``plays`` plays are the progress's
+    items (migrate.core.progress: ETA from the plays done so far), the task in hand its label,
+    and each task's name is logged.  On any exception (Ctrl-C) the process is terminated by its
+    PID and waited for."""
+    from migrate.core.progress import Progress
+
+    with log_path.open("w") as logf, Progress("hosts-setup", plays, "plays") as progress:
         proc = subprocess.Popen(
             argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
+        play = ""
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
@@ -457,6 +468,17 @@ def _stream(argv: list[str], env: dict[str, str], log_path: Path) -> int:
                 t = _TASK_RE.match(line.rstrip("\n"))
                 if t:
                     log.info("hosts-setup: %s", t["name"])
-            return proc.wait()
+                    if progress.label is not None:
+                        progress.label = f"{play}: {t['name']}"
+                pl = _PLAY_RE.match(line.rstrip("\n"))
+                if pl:
+                    if progress.label is not None:
+                        progress.finish()
+                    play = pl["name"]
+                    progress.start(play)
+            rc = proc.wait()
+            if rc == 0 and progress.label is not None:
+                progress.finish()
+            return rc
         finally:
             terminate_and_wait(proc, 10.0)

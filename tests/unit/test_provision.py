@@ -280,3 +280,34 @@ def test_a_host_refusing_our_login_stops_hosts_setup_before_ansible(
     ]
     assert sorted(opened) == sorted(set(ROLES) - {"C"}) and sorted(closed) == sorted(opened)
     assert not (tmp_path / "r").exists()
+
+
+def test_the_playbooks_plays_are_the_progress_items(tmp_path, capsys, monkeypatch):
+    """A stand-in for ansible-playbook printing PLAY and TASK lines: one progress item per play
+    of the real playbook, the task in hand named, Ansible's output kept in the log."""
+    import sys
+
+    from migrate.core.progress import Progress
+
+    assert provision.count_plays(provision.PLAYBOOK) == 7
+    fake = tmp_path / "ansible-playbook"
+    fake.write_text(
+        "#!/bin/sh\n"
+        "printf 'PLAY [Every host - packages] ****\\n\\nTASK [Gathering Facts] ****\\nok: [A]\\n'\n"
+        "printf 'PLAY [Hypervisor hosts - images] ****\\nTASK [copy] ****\\nchanged: [R1]\\n'\n"
+    )
+    fake.chmod(0o755)
+    log = tmp_path / "ansible.log"
+    out = []
+    orig = Progress.__init__
+
+    def plain(self, *a, **kw):
+        orig(self, *a, **{**kw, "stream": sys.stderr, "live": False, "enabled": True, "min_interval_s": 0})
+        out.append(self)
+
+    monkeypatch.setattr(Progress, "__init__", plain)
+    assert provision._stream([str(fake)], {"PATH": "/usr/bin:/bin"}, log, 2) == 0
+    err = capsys.readouterr().err
+    assert "progress: hosts-setup 1/2 plays" in err and "progress: hosts-setup 2/2 plays" in err, err
+    assert "last Hypervisor hosts - images: copy ok" in err, err
+    assert "TASK [copy]" in log.read_text()
