@@ -775,12 +775,24 @@ def _deploy_mount_point(st: LabState) -> None:
 
 
 def _build(st: LabState) -> Path:
+    """The lab's steps, shown as progress (migrate.core.progress): the network, the hosts' sshds,
+    their answers over SSH, the libvirtds, the Xen hosts' dom0s (with ``--xen``), the inventory."""
+    from migrate.core.progress import Progress
+
+    with Progress("lab-up", 6 if st.xen else 5, "steps") as progress:
+        return _build_steps(st, progress)
+
+
+def _build_steps(st: LabState, progress: Any) -> Path:
     t0 = time.monotonic()
+    progress.start("network: namespaces, links, management")
     TestbedBuilder(st).build()  # type: ignore[arg-type]  # LabState has what the builder uses
     for role in MGMT_ROLES:
         _mgmt_link(st, role)
     _deploy_mount_point(st)
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # openssh's privilege-separation directory
+    progress.finish()
+    progress.start("hosts' sshds")
     key = st.dir / "id_ed25519"
     authorized = st.dir / "authorized_keys"
     authorized.write_text(_keygen(key, f"vrmig-lab {st.name} orchestrator") + "\n")
@@ -797,6 +809,8 @@ def _build(st: LabState) -> Path:
                         authorized_keys=authorized.read_text(), keygen=_keygen, record=record)
         for r in (topo.HYPERVISOR_HOSTS if st.xen else ())
     }  # fmt: skip
+    progress.finish()
+    progress.start("hosts answering over SSH")
     known_hosts = st.dir / "known_hosts"
     mgmt = {r: st.mgmt_addr(r) for r in MGMT_ROLES}
     lines = []
@@ -807,17 +821,26 @@ def _build(st: LabState) -> Path:
     known_hosts.write_text("".join(lines))
     for role in MGMT_ROLES:
         log.debug("lab host %s ready after %.3f s", role, _wait_ready(st, role, sshds[role], key, known_hosts))
+    progress.finish()
+    progress.start("R1's and R2's libvirtd")
     libvirt = _start_libvirt(st, key, sshds)
+    progress.finish()
+    if xens:
+        progress.start("Xen hosts: dom0 over SSH")
     for r, p in xens.items():
         ssh = ssh_argv(key, known_hosts, mgmt[r], "-p", str(labxen.XEN_SSH_PORT))
         took = labxen.wait_ready(r, st.host_dir(r), p, ssh)
         log.info("lab Xen host %s: dom0 reachable over SSH after %.1f s", r, took)
+    if xens:
+        progress.finish()
+    progress.start("inventory")
     inv = st.dir / "lab.toml"
     xen_tables = labxen.inventory_tables(mgmt) if st.xen else None
     write_text(inv, render_inventory(st.name, st.deploy_dir, key, known_hosts, mgmt, libvirt=libvirt, xen=xen_tables))
     inventory.load(inv)  # what lab-up writes, the suite reads
     st.complete = True
     st.save()
+    progress.finish()
     log.info("lab %s (%s, management %s) up in %.1f s", st.name, st.prefix, st.mgmt_net, time.monotonic() - t0)
     return inv
 
