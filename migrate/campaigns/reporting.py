@@ -143,22 +143,33 @@ def series_name(label: str, rec: dict[str, Any], meta: dict[str, Any], axes: str
 
 
 def collect(source: Source) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(records, run metas) of every run of ``source``, metrics recomputed from the raw data."""
+    """(records, run metas) of every run of ``source``, metrics recomputed from the raw data (a
+    second or two per run: shown as progress, migrate.core.progress)."""
     from analysis.run import analyse_run
+    from migrate.core.progress import Progress
 
     records, metas = [], []
     axes = campaign_axes(source.meta)
-    for ref in source.runs:
-        meta = sd.read_json(ref.run_dir / META_JSON, f"run {ref.run_id}")
-        summary = analyse_run(ref.run_dir).to_dict()
-        rel = ref.run_dir.relative_to(source.path) if ref.run_dir != source.path else Path(".")
-        rec = make_record(summary, meta, run_id=ref.run_id, point=ref.point, rep=ref.rep, order=ref.order)
-        rec["series"] = series_name(source.label, rec, meta, axes.get(str(ref.point), ""))
-        rec["run_dir"] = str(rel)
-        rec["notes"] = "; ".join((summary.get("details") or {}).get("notes") or [])
-        records.append(rec)
-        metas.append(meta)
+    with Progress(f"report {source.path.name}", len(source.runs), "runs analysed") as progress:
+        for ref in source.runs:
+            with progress.item(str(ref.run_id)):
+                meta = sd.read_json(ref.run_dir / META_JSON, f"run {ref.run_id}")
+                summary = analyse_run(ref.run_dir).to_dict()
+            records.append(_record(source, ref, meta, summary, axes))
+            metas.append(meta)
     return records, metas
+
+
+def _record(
+    source: Source, ref: Any, meta: dict[str, Any], summary: dict[str, Any], axes: dict[str, str]
+) -> dict[str, Any]:
+    """One run's row of runs.csv."""
+    rel = ref.run_dir.relative_to(source.path) if ref.run_dir != source.path else Path(".")
+    rec = make_record(summary, meta, run_id=ref.run_id, point=ref.point, rep=ref.rep, order=ref.order)
+    rec["series"] = series_name(source.label, rec, meta, axes.get(str(ref.point), ""))
+    rec["run_dir"] = str(rel)
+    rec["notes"] = "; ".join((summary.get("details") or {}).get("notes") or [])
+    return rec
 
 
 def csv_text(columns: Sequence[str], rows: Sequence[dict[str, Any]]) -> str:
