@@ -270,9 +270,12 @@ class Progress:
             if isinstance(h, logging.StreamHandler) and h.stream is self.stream and proxy is not self.stream:
                 self._swapped.append((h, h.setStream(proxy)))
 
-    def close(self) -> None:
+    def close(self, quiet: bool = False) -> None:
         """Stop the bar (leaving its last state on screen), or print a last plain line if anything
-        changed since the previous one (an interrupted command shows the item it was in)."""
+        changed since the previous one (an interrupted command shows the item it was in), unless
+        ``quiet`` (the command's own error line says enough)."""
+        if quiet:
+            self._unprinted = False
         if self._bar is not None:
             for h, old in self._swapped:
                 h.setStream(old)

@@ -85,4 +85,5 @@ class RunProgress:
     ) -> None:
         if exc_type is None and self.index == len(PHASES) - 1:
             self.progress.finish()
-        self.progress.close()
+        # ended by an error before the boot was over: the error's own line says it all
+        self.progress.close(quiet=exc_type is not None and self.index == 0)

@@ -42,9 +42,18 @@ def test_phases_in_order_with_an_eta_from_the_schedule():
 
 def test_an_interrupted_run_shows_the_phase_it_stopped_in():
     clock, out = Clock(), io.StringIO()
-    with pytest.raises(KeyboardInterrupt), RunProgress(Scenario(), clock=clock, stream=out, live=False, enabled=True):
+    rp = RunProgress(Scenario(), clock=clock, stream=out, live=False, enabled=True)
+    with pytest.raises(KeyboardInterrupt), rp:
+        rp.instruments_started()
         raise KeyboardInterrupt
-    assert out.getvalue().splitlines()[-1].endswith("| now testbed and router boot")
+    assert out.getvalue().splitlines()[-1].endswith("| now forwarding before the migration")
+
+
+def test_an_error_before_the_boot_ended_adds_no_line_to_its_own():
+    out = io.StringIO()
+    with pytest.raises(RuntimeError), RunProgress(Scenario(), stream=out, live=False, enabled=True):
+        raise RuntimeError("a testbed error, reported on its own line")
+    assert out.getvalue() == ""
 
 
 def test_switched_off_it_prints_nothing():
