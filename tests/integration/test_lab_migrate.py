@@ -556,7 +556,12 @@ def test_peering_on_the_lab_runs_bird_on_a_and_b_and_a_sigkill_leaves_nothing(la
     while _announced_left(inv) != {"A": [], "B": []} and time.monotonic() < deadline:
         time.sleep(0.5)
     assert _announced_left(inv) == {"A": [], "B": []}
-    assert _processes_with(f"/runs/{killed}") == []  # BIRD, tcpdump, the loopback holders
+    # BIRD, tcpdump, the loopback holders and the instruments: their guards stop them (SIGTERM,
+    # SIGKILL 3 s later) once their host's SSH channel closes, each host's on its own time
+    deadline = time.monotonic() + GRACE_S
+    while _processes_with(f"/runs/{killed}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_with(f"/runs/{killed}") == []
     res = _cli("clean-testbed", "--testbed", str(lab), timeout=120)
     assert res.returncode == 0, res.stderr
     assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
