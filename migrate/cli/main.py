@@ -88,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     from migrate.cli.hosts_setup import add_parser as add_hosts_setup_parser
 
     add_hosts_setup_parser(sub)
+    from migrate.cli.delegate import add_parsers as add_delegate_parsers
+
+    add_delegate_parsers(sub)
     # run's alone (added after sweep and ab copied run's flags); Make variable METRICS
     r.add_argument(
         "--metrics",
@@ -207,7 +210,15 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     logging.getLogger("pyroute2").setLevel(logging.WARNING)
+    words = list(argv if argv is not None else sys.argv[1:])
+    first = next((i for i, w in enumerate(words) if not w.startswith("-")), len(words))  # the command
     try:
+        from migrate.cli.delegate import dispatch
+
+        # chaos, analyse and bench: their own modules' parsers take every word after the command
+        delegated = dispatch(words[first:]) if all(w == "--debug" for w in words[:first]) else None
+        if delegated is not None:
+            return delegated
         args = build_parser().parse_args(argv)
         apply_plot_formats(args)
         return args.handler(args)
