@@ -59,20 +59,19 @@ def _words(value: Any) -> list[str]:
 
 
 def local_part(argv: list[str]) -> list[str]:
-    """The part of a command line that runs here: all of it, except for ``ssh``, whose remote
-    command (the words after its destination) runs on the other host."""
-    if not argv or os.path.basename(argv[0]) != "ssh":
+    """The part of a command line that runs here: all of it, except for an ``ssh`` (the program
+    itself or one its wrappers exec, e.g. ``setpriv ... sh -c ... ssh``), whose remote command
+    (the words after its destination) runs on the other host."""
+    at = next((i for i, w in enumerate(argv) if os.path.basename(w) == "ssh"), None)
+    if at is None:
         return argv
-    i = 1
+    i = at + 1
     while i < len(argv):
         word = argv[i]
         if word == "--":
             return argv[: i + 2]
         if word.startswith("-") and len(word) > 1:
-            if word[-1] in SSH_OPTS_WITH_ARG and len(word) == 2:
-                i += 2
-                continue
-            i += 1
+            i += 2 if word[-1] in SSH_OPTS_WITH_ARG and len(word) == 2 else 1
             continue
         return argv[: i + 1]  # the destination
     return argv

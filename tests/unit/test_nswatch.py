@@ -85,6 +85,33 @@ def test_the_watch_in_this_process_collects_only_inside_its_block():
         (["ssh", "-p", "22", "-o", "BatchMode=yes", "root@h", "nsenter", "-t", "1", "-n", "true"], False),
         (["ssh", "-o", "ProxyCommand=ip netns exec x nc %h %p", "root@h", "true"], True),
         (["ssh", "root@h", "--", "ip", "netns", "exec", "x", "true"], False),
+        # the lab's wrapper that ties ssh's life to the orchestrator's: the remote unshare is R1's
+        (
+            [
+                "setpriv",
+                "--pdeathsig",
+                "KILL",
+                "--",
+                "sh",
+                "-c",
+                'exec "$@"',
+                "vrmig-pdeath",
+                "1",
+                "ssh",
+                "-o",
+                "BatchMode=yes",
+                "-p",
+                "22",
+                "-l",
+                "root",
+                "-T",
+                "--",
+                "198.19.128.18",
+                "python3 -c x -- unshare --net",
+            ],
+            False,
+        ),
+        (["setpriv", "--pdeathsig", "KILL", "--", "sh", "-c", "nsenter -t 1 -n true", "x", "ssh", "h", "true"], True),
     ],
 )
 def test_command_lines(argv, caught):
