@@ -44,6 +44,9 @@ NS_COMMAND = re.compile(
     _WORD + r"(?:nsenter|unshare)(?=$|[\s;&|)`'\"])"
     r"|" + _WORD + r"ip(?:\s+-{1,2}[^\s;&|]+)*?\s+(?:-{1,2}n(?:etns)?(?=[\s=])|netns\s+exec(?=\s|$))"
 )
+#: ``nsenter --version``, ``unshare --help``: a query of the tool, which enters nothing (the
+#: orchestrator records the versions of its tools)
+NS_TOOL_QUERY = re.compile(r"(?:nsenter|unshare)\s+(?:--version|-V|--help|-h)(?=\s*(?:$|[;&|)>]))")
 LIBC_NS_CALLS = frozenset({"setns", "unshare"})
 #: ssh options that take an argument (OpenSSH 9): the destination is the first other word
 SSH_OPTS_WITH_ARG = frozenset("BbcDEeFIiJLlmOopQRSWw")
@@ -80,7 +83,7 @@ def local_part(argv: list[str]) -> list[str]:
 def command_entry(argv: list[str]) -> str | None:
     """The command line as one string if it enters or makes a namespace here, else None."""
     local = local_part(argv)
-    text = " ".join(local)
+    text = NS_TOOL_QUERY.sub("", " ".join(local))
     if NS_COMMAND.search(text):
         return shlex.join(argv)
     return None

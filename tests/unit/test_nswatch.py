@@ -20,13 +20,16 @@ TRIES = {
     "shell in subprocess": (
         f"import subprocess; subprocess.run(['sh', '-c', 'ip netns exec {ABSENT} true 2>/dev/null'], check=False)"
     ),
-    "subprocess nsenter": "import subprocess; subprocess.run(['nsenter', '--version'], capture_output=True)",
+    # into PID 1's network namespace, where this process already is (or refused without root)
+    "subprocess nsenter": "import subprocess as s; s.run(['nsenter', '-t', '1', '-n', 'true'], capture_output=True)",
     "os.posix_spawn": (
-        "import os, shutil; p = os.posix_spawn(shutil.which('nsenter'), ['nsenter', '--version'], {}); os.waitpid(p, 0)"
+        "import os, shutil; p = os.posix_spawn(shutil.which('nsenter'), ['nsenter', '-t', '1', '-n', 'true'], {}); "
+        "os.waitpid(p, 0)"
     ),
-    "os.system": "import os; os.system('nsenter --version >/dev/null')",
-    "os.spawnv": "import os, shutil; os.spawnv(os.P_WAIT, shutil.which('unshare'), ['unshare', '--version'])",
-    "os.execv": "import os, shutil; os.execv(shutil.which('nsenter'), ['nsenter', '--version'])",
+    "os.system": "import os; os.system('nsenter -t 1 -n true 2>/dev/null')",
+    # a network namespace of its own for `true`, gone when it exits (or refused without root)
+    "os.spawnv": "import os, shutil; os.spawnv(os.P_WAIT, shutil.which('unshare'), ['unshare', '--net', 'true'])",
+    "os.execv": "import os, shutil; os.execv(shutil.which('nsenter'), ['nsenter', '-t', '1', '-n', 'true'])",
     "ctypes setns": "import ctypes; ctypes.CDLL(None).setns",
     "ctypes unshare": "import ctypes, ctypes.util; ctypes.CDLL(ctypes.util.find_library('c')).unshare",
     "pyroute2 NetNS": f"import pyroute2\ntry:\n    pyroute2.NetNS('{ABSENT}', flags=0)\nexcept Exception:\n    pass",
@@ -58,6 +61,8 @@ def test_a_watched_process_doing_nothing_of_the_kind_reports_nothing(tmp_path):
         subprocess.run(['ip', '-4', 'addr', 'show', 'dev', 'lo'], capture_output=True)
         subprocess.run(['sh', '-c', 'echo ipnetns; true'], capture_output=True)
         subprocess.run(['ssh', '-V'], capture_output=True)
+        subprocess.run(['unshare', '--version'], capture_output=True)  # a query: enters nothing
+        subprocess.run(['sh', '-c', 'nsenter --help >/dev/null'], capture_output=True)
     """
     assert _watched(tmp_path, code) == []
 
@@ -79,6 +84,8 @@ def test_the_watch_in_this_process_collects_only_inside_its_block():
         (["sh", "-c", "cd /; exec nsenter -t 1 -n true"], True),
         (["env", "A=1", "/usr/bin/unshare", "-n", "true"], True),
         (["ip", "netns", "list"], False),
+        (["unshare", "--version"], False),
+        (["sh", "-c", "nsenter -V; unshare -n true"], True),
         (["ip", "-4", "addr"], False),
         (["ip", "neigh", "show"], False),
         (["ipython", "-n"], False),
