@@ -135,6 +135,10 @@ def qemu_enum_values(command: str, member: str, qemu: tuple[str, ...] = (QEMU,))
             obj = json.loads(line)
             if isinstance(obj, dict) and obj.get("id") == "schema":
                 schema = obj.get("return") or []
+    if not schema:  # the reason goes into the log: a caller's None must be explainable
+        tail = " | ".join(res.stderr.strip().splitlines()[-3:])
+        log.warning("query-qmp-schema: %s exited %s without a schema (%d bytes out): %s", argv[0], res.returncode,
+                    len(res.stdout), tail or "no stderr")  # fmt: skip
     by_name = {e.get("name"): e for e in schema if isinstance(e, dict)}
     args = by_name.get(by_name.get(command, {}).get("arg-type"), {})
     typ = next((m.get("type") for m in args.get("members", []) if m.get("name") == member), None)
