@@ -10,28 +10,25 @@ import argparse
 import importlib
 from collections.abc import Sequence
 
-#: command -> (module with ``main(argv) -> int``, help)
+from migrate.cli.targets import TARGETS, Target
+
+#: command -> the module it runs (``main(argv) -> int``), its subcommand words and help: make
+#: chaos's target, and the re-analysis, which has no make target
 DELEGATES = {
-    "chaos": ("migrate.campaigns.chaos", "seeded faults and signals at random points: leaks, lost results"),
-    "analyse": ("analysis.__main__", "re-analyse run directories from their raw traces: summary, plots, metrics"),
+    "chaos": TARGETS["chaos"],
+    "analyse": Target("re-analyse run directories from their raw traces: summary, plots, metrics", "analysis.__main__"),
 }
 
 
-def benches() -> dict[str, tuple[str, str]]:
-    """name -> (module, summary) of every ``make bench-<name>`` that runs a module."""
-    from migrate.cli.targets import TARGETS
-
-    return {
-        name.removeprefix("bench-"): (t.module, t.summary)
-        for name, t in TARGETS.items()
-        if name.startswith("bench-") and t.module
-    }
+def benches() -> dict[str, Target]:
+    """name -> target of every ``make bench-<name>`` that runs a module."""
+    return {name.removeprefix("bench-"): t for name, t in TARGETS.items() if name.startswith("bench-") and t.module}
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The commands in ``vrmig --help`` (their arguments are taken by :func:`dispatch`)."""
-    for name, (_module, help_text) in DELEGATES.items():
-        sub.add_parser(name, help=help_text + "; arguments: see vrmig " + name + " --help", add_help=False)
+    for name, t in DELEGATES.items():
+        sub.add_parser(name, help=f"{t.summary}; arguments: see vrmig {name} --help", add_help=False)
     names = ", ".join(sorted(benches()))
     sub.add_parser("bench", help=f"a benchmark (make bench-<name>): vrmig bench <name> [args]; names: {names}",
                    add_help=False)  # fmt: skip
@@ -44,7 +41,7 @@ def dispatch(argv: Sequence[str]) -> int | None:
         return None
     command, rest = argv[0], list(argv[1:])
     if command in DELEGATES:
-        return _call(DELEGATES[command][0], rest)
+        return _call(DELEGATES[command], rest)
     if command != "bench":
         return None
     table = benches()
@@ -53,12 +50,13 @@ def dispatch(argv: Sequence[str]) -> int | None:
 
         given = f" {rest[0]!r} is not a benchmark" if rest else ""
         raise ConfigError(f"vrmig bench:{given} name one of {', '.join(sorted(table))}")
-    return _call(table[rest[0]][0], rest[1:])
+    return _call(table[rest[0]], rest[1:])
 
 
-def _call(module: str, argv: list[str]) -> int:
+def _call(target: Target, argv: list[str]) -> int:
+    """The target's module's ``main`` with its subcommand words (``probes.bench sampler``) and ``argv``."""
     try:
-        rc = importlib.import_module(module).main(argv)
+        rc = importlib.import_module(target.module).main([*target.command, *argv])
     except SystemExit as stop:  # a module's argparse: --help (0) or bad input (2)
         code = stop.code
         return code if isinstance(code, int) else (0 if code is None else 2)

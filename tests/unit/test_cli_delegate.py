@@ -25,6 +25,12 @@ def test_the_modules_own_parser_answers(argv, usage, capsys):
     assert usage in capsys.readouterr().out
 
 
+def test_a_bench_behind_a_subcommand_gets_its_words(capsys):
+    """make bench-sampler runs ``python -m probes.bench sampler``: so does vrmig bench sampler."""
+    assert main(["bench", "sampler", "--help"]) == 0
+    assert "python -m probes.bench sampler" in capsys.readouterr().out
+
+
 def test_the_modules_bad_input_is_its_own(tmp_path, capsys):
     assert main(["bench", "qmp", str(tmp_path)]) == 2
     assert "no qmp_events.jsonl" in capsys.readouterr().err
