@@ -320,15 +320,20 @@ def _judge(ev: Event, measured_s: float | None, resolution_s: float, stream_s: f
 
 
 def stream_gap_s(
-    gaps: np.ndarray, span: Spans, outage: tuple[int, int] | None, window_s: float = STREAM_WINDOW_S
+    gaps: np.ndarray,
+    span: Spans,
+    outage: tuple[int, int] | None,
+    window_s: float = STREAM_WINDOW_S,
+    around: tuple[int, int] | None = None,
 ) -> float | None:
     """The stream's own granularity near an event: the longest inter-arrival gap the sink
-    recorded within ``window_s`` of the event's span (and inside its clip span) that does not
-    overlap the event's outage ``outage`` = (t_before, t_after).  None when the sink recorded
-    none there (every such gap was below its threshold)."""
+    recorded within ``window_s`` of ``around`` (the event's edges; default: the search span),
+    inside the clip span, that does not overlap the event's outage ``outage`` = (t_before,
+    t_after).  None when the sink recorded none there (every such gap was below its threshold)."""
     g = np.asarray(gaps, dtype=np.int64).reshape(-1, 4)
     w = int(window_s * 1e9)
-    lo, hi = max(span.clip_lo_ns, span.search_lo_ns - w), min(span.clip_hi_ns, span.search_hi_ns + w)
+    a_lo, a_hi = around if around is not None else (span.search_lo_ns, span.search_hi_ns)
+    lo, hi = max(span.clip_lo_ns, a_lo - w), min(span.clip_hi_ns, a_hi + w)
     near = (g[:, 0] >= lo) & (g[:, 1] <= hi)
     if outage is not None:
         near &= ~((g[:, 0] < outage[1]) & (g[:, 1] > outage[0]))
@@ -339,7 +344,7 @@ def _packets(ev: Event, span: Spans, gaps: np.ndarray, resolution_s: float) -> E
     d = packets_downtime(gaps, span)
     measured = outage_length_s(d)
     outage = (d.t_before_ns, d.t_after_ns) if measured is not None else None
-    stream_s = stream_gap_s(gaps, span, outage)
+    stream_s = stream_gap_s(gaps, span, outage, around=(ev.start.before_ns, ev.end.after_ns))
     return Estimate(
         event=ev, estimator="packets", measured_s=measured, resolution_s=resolution_s,
         outage_start_ns=d.t_before_ns, outage_end_ns=d.t_after_ns, estimator_resolution_s=None,

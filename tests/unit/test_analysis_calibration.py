@@ -383,3 +383,13 @@ def test_kinds_parse():
     assert parse_kinds("pause") == ("pause",)
     with pytest.raises(ConfigError, match="KIND"):
         parse_kinds("cut,teleport")
+
+
+def test_the_stream_gap_is_looked_for_within_1_s_of_the_events_edges_not_of_its_whole_span():
+    """SYNTHETIC: a 3 ms gap 1.5 s before the cut lies in its (2 s margin) search span, but not
+    within 1 s of its edges."""
+    ev = synthetic_event(0, "cut", 50.0, T0 + 5_000 * MS)
+    (span,) = event_spans([ev])
+    gaps = np.array([[ev.start.before_ns - 1_500 * MS, ev.start.before_ns - 1_497 * MS, 0, 1]])
+    assert stream_gap_s(gaps, span, None) == pytest.approx(0.003)  # the span's default
+    assert stream_gap_s(gaps, span, None, around=(ev.start.before_ns, ev.end.after_ns)) is None
