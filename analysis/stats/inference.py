@@ -3,6 +3,13 @@
 * :func:`t_half_width`: half-width of the Student-t confidence interval of a mean,
   t(½ + c/2, n − 1) · sd / √n with the quantile from ``scipy.stats.t.ppf`` (Student 1908; the
   95 % intervals of papers 001 and 004 over 9 and 25 repetitions).
+* :func:`bootstrap_mean_interval`: the percentile bootstrap interval of a mean
+  (``scipy.stats.bootstrap(method="percentile")``, seeded so that a re-analysis gives the same
+  bounds).  Its bounds are means of resamples, so they lie within [min, max] of the values: an
+  interval of non-negative figures (downtimes, durations, volumes) never goes below 0, which the
+  symmetric t interval does for skewed small samples.  With few values it is narrower than the
+  t interval and covers less than its nominal level (Efron and Tibshirani 1993, ch. 13): it is
+  the interval the plots draw, beside the t interval in the tables, not a replacement for it.
 * :func:`wilson_interval`: the Wilson score interval of a proportion k/n (Wilson 1927), from
   ``scipy.stats.binomtest(k, n).proportion_ci(method="wilson")``.
 * :func:`mann_whitney_p`: p-value of the Mann–Whitney U test (Mann and Whitney 1947) from
@@ -41,6 +48,36 @@ def t_half_width(sd: float, n: int, confidence: float = 0.95) -> float:
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence {confidence} must be in (0, 1)")
     return float(stats.t.ppf(0.5 + confidence / 2.0, n - 1)) * sd / math.sqrt(n)
+
+
+#: resamples of :func:`bootstrap_mean_interval` and its fixed seed
+BOOTSTRAP_RESAMPLES = 9999
+BOOTSTRAP_SEED = 20090817  # paper 004's date (SIGCOMM VISA workshop, 17 August 2009)
+
+
+def bootstrap_mean_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """Percentile bootstrap ``confidence`` interval of the mean of ``values`` (finite floats);
+    None for fewer than 2 values; (v, v) when all values are equal.  The bounds lie within
+    [min(values), max(values)]."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence {confidence} must be in (0, 1)")
+    x = np.asarray(values, dtype=float)
+    if x.size < 2:
+        return None
+    if not np.all(np.isfinite(x)):
+        raise ValueError("bootstrap_mean_interval takes finite values only")
+    if np.all(x == x[0]):
+        return float(x[0]), float(x[0])
+    res = stats.bootstrap(
+        (x,),
+        np.mean,
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        confidence_level=confidence,
+        method="percentile",
+        rng=np.random.default_rng(BOOTSTRAP_SEED),
+    )
+    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return max(lo, float(x.min())), min(hi, float(x.max()))
 
 
 def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float] | None:
