@@ -5,8 +5,9 @@ metrics of its summary.json, with their qualifiers).  Records are grouped into g
 (series, hv, accel, mode, rate, frame size, QEMU knobs); a point never mixes accelerators
 (:func:`mixed_accelerators`).  Each point gets its failure rate over its migration attempts (with
 a Wilson 95 % interval) and per-class failure counts, and, over its completed runs, the mean,
-median, standard deviation and Student-t 95 % confidence interval of the mean of every metric in
-:data:`METRICS` — over the runs that measured it: a lower bound (censored) or an absent figure is
+median, standard deviation, Student-t 95 % confidence interval of the mean and percentile-bootstrap
+95 % interval of the mean (the one the plots draw) of every metric in :data:`METRICS` — over the
+runs that measured it: a lower bound (censored) or an absent figure is
 never averaged as a point; each metric says how many runs its mean is over (``n``), how many were
 censored (with the largest bound) and how many had no figure."""
 
@@ -20,7 +21,7 @@ import numpy as np
 
 from analysis import qualify as q
 from analysis.metrics.anatomy import timeline_text
-from analysis.stats.inference import t_half_width, wilson_interval
+from analysis.stats.inference import bootstrap_mean_interval, t_half_width, wilson_interval
 from analysis.values import finite
 from migrate.core.knobs import EFFECTIVE_COLUMNS, EFFECTIVE_KEYS, requested_text
 
@@ -174,8 +175,15 @@ AGGREGATE_DEFINITIONS = (
     "the analysed span, traffic that never came back) is never averaged as a point: `n_censored` counts such "
     "runs and `lower_max` gives their largest bound (the figure was at least that in one run); `n_absent` "
     "counts completed runs without the figure (e.g. no stall found), `n_incomplete` the averaged values built "
-    "from incomplete instrument records. Plots show the mean with that CI as error bars and censored runs as "
-    "open triangles at their bound."
+    "from incomplete instrument records. The tables give the t interval. The plots draw the mean with its "
+    "**95 % percentile-bootstrap interval** (9999 resamples of the runs' values, fixed seed; `boot95_low`, "
+    "`boot95_high` in points.csv): its bounds are means of resamples, so they stay within the values' range and "
+    "never below 0 for a downtime, duration or volume, where the symmetric t interval of a skewed small sample "
+    "does; with few runs it is narrower than the t interval and covers the mean less often than 95 %. A point "
+    "of one run has no bar. Censored runs are drawn as open triangles at their bound. Per-run distributions: an "
+    "empirical CDF per grid point over the runs that measured the figure (censored runs are not in it: their "
+    "bounds are '>' marks, counted in the legend) and box plots per rate (median, quartiles, whiskers at 1.5 "
+    "IQR) with every measured run as a dot."
 )
 
 
@@ -276,6 +284,8 @@ class Stats:
     lower_max: float | None = None
     n_absent: int = 0
     n_incomplete: int = 0
+    boot_low: float | None = None
+    boot_high: float | None = None
 
     @property
     def ci_half(self) -> float | None:
@@ -284,7 +294,8 @@ class Stats:
 
 
 def describe(values: Iterable[Any], confidence: float = CONFIDENCE) -> Stats:
-    """Mean, median, sd and the Student-t CI of the mean of the finite numbers in ``values``."""
+    """Mean, median, sd, the Student-t CI and the percentile-bootstrap interval of the mean of the
+    finite numbers in ``values`` (both intervals None for fewer than 2)."""
     x = np.array([v for v in (finite(v) for v in values) if v is not None], dtype=float)
     n = int(x.size)
     if n == 0:
@@ -294,7 +305,9 @@ def describe(values: Iterable[Any], confidence: float = CONFIDENCE) -> Stats:
         return Stats(1, mean, median)
     sd = float(x.std(ddof=1))
     half = t_half_width(sd, n, confidence)
-    return Stats(n, mean, median, sd, mean - half, mean + half)
+    boot = bootstrap_mean_interval(x.tolist(), confidence)
+    boot_low, boot_high = boot if boot is not None else (None, None)
+    return Stats(n, mean, median, sd, mean - half, mean + half, boot_low=boot_low, boot_high=boot_high)
 
 
 def describe_metric(records: Sequence[Mapping[str, Any]], name: str, confidence: float = CONFIDENCE) -> Stats:
@@ -307,7 +320,7 @@ def describe_metric(records: Sequence[Mapping[str, Any]], name: str, confidence:
     values = [finite(r.get(name)) for r in records]
     bounds = [b for b in lowers if b is not None]
     return Stats(
-        **{k: getattr(st, k) for k in ("n", "mean", "median", "sd", "ci_low", "ci_high")},
+        **{k: getattr(st, k) for k in ("n", "mean", "median", "sd", "ci_low", "ci_high", "boot_low", "boot_high")},
         n_censored=n_censored,
         lower_max=max(bounds) if bounds else None,
         n_absent=sum(1 for v in values if v is None) - n_censored,
@@ -547,7 +560,7 @@ POINT_COUNT_COLUMNS = (
     "failure_rate_ci95_high",
 )
 STAT_SUFFIXES = ("n", "mean", "median", "sd", "ci95_low", "ci95_high", "n_censored", "lower_max", "n_absent",
-                 "n_incomplete")  # fmt: skip
+                 "n_incomplete", "boot95_low", "boot95_high")  # fmt: skip
 
 
 def point_columns() -> list[str]:
@@ -569,7 +582,7 @@ def point_row(p: PointStats) -> dict[str, Any]:
     row.update(p.effective)
     for name, st in p.stats.items():
         values = (st.n, st.mean, st.median, st.sd, st.ci_low, st.ci_high, st.n_censored, st.lower_max, st.n_absent,
-                  st.n_incomplete)  # fmt: skip
+                  st.n_incomplete, st.boot_low, st.boot_high)  # fmt: skip
         for suffix, value in zip(STAT_SUFFIXES, values, strict=True):
             row[f"{name}_{suffix}"] = value
     return row
