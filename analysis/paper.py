@@ -197,31 +197,51 @@ def _claim_absent(cid: str, fig: str, statement: str, paper: str, cond: str, why
     return Claim(cid, fig, statement, paper, None, None, cond, 0, why)
 
 
+@dataclass(frozen=True)
+class Forwarding:
+    """A Fig. 2 claim about one configuration's forwarding: hypervisor, frame size and the paper's
+    figure in Mbit/s (the maximum forwarded, or for F7/F8 the offered rate above which it
+    deteriorates)."""
+
+    id: str
+    hv: str
+    frame: int
+    statement: str
+    paper: str
+    paper_mbit: float
+
+
+FIG2_CLAIMS = (
+    Forwarding("F1", "none", 1500, "Linux forwards 1500 B frames at the full Gigabit link", "≈ 1000 Mbit/s", 1000.0),
+    Forwarding("F2", "kvm", 1500, "KVM with virtio fills almost 80 % of the link with 1500 B frames", "≈ 800 Mbit/s",
+               800.0),
+    Forwarding("F3", "xen", 1500, "Xen forwards 1500 B frames like Linux (link saturated)", "≈ 1000 Mbit/s", 1000.0),
+    Forwarding("F4", "criu", 1500, "OpenVZ (here: CRIU's container) forwards 1500 B frames like Linux",
+               "≈ 1000 Mbit/s", 1000.0),
+    Forwarding("F5", "none", 64, "Linux forwards slightly over 300 Mbit/s of 64 B frames", "≈ 300 Mbit/s", 300.0),
+    Forwarding("F6", "kvm", 64, "KVM forwards only ≈ 5 % of the link with 64 B frames", "≈ 50 Mbit/s", 50.0),
+    Forwarding("F7", "xen", 64, "Xen's 64 B forwarding deteriorates above 500 Mbit/s offered", "≈ 500 Mbit/s",
+               500.0),
+    Forwarding("F8", "criu", 64, "OpenVZ's 64 B forwarding deteriorates above 100 Mbit/s offered", "≈ 100 Mbit/s",
+               100.0),
+)  # fmt: skip
+
+
 def fig2_claims(summary: Mapping[str, Any] | None, facts: Mapping[str, str]) -> list[Claim]:
     """Sect. 5.1 / Fig. 2: forwarding of 1500 B and 64 B frames."""
     cond = CONDITIONS["forwarding"].format(**facts)
-    specs = [
-        ("F1", "none", 1500, "Linux forwards 1500 B frames at the full Gigabit link", "≈ 1000 Mbit/s", 1000.0),
-        ("F2", "kvm", 1500, "KVM with virtio fills almost 80 % of the link with 1500 B frames", "≈ 800 Mbit/s", 800.0),
-        ("F3", "xen", 1500, "Xen forwards 1500 B frames like Linux (link saturated)", "≈ 1000 Mbit/s", 1000.0),
-        ("F4", "criu", 1500, "OpenVZ (here: CRIU's container) forwards 1500 B frames like Linux", "≈ 1000 Mbit/s",
-         1000.0),
-        ("F5", "none", 64, "Linux forwards slightly over 300 Mbit/s of 64 B frames", "≈ 300 Mbit/s", 300.0),
-        ("F6", "kvm", 64, "KVM forwards only ≈ 5 % of the link with 64 B frames", "≈ 50 Mbit/s", 50.0),
-        ("F7", "xen", 64, "Xen's 64 B forwarding deteriorates above 500 Mbit/s offered", "≈ 500 Mbit/s", 500.0),
-        ("F8", "criu", 64, "OpenVZ's 64 B forwarding deteriorates above 100 Mbit/s offered", "≈ 100 Mbit/s", 100.0),
-    ]  # fmt: skip
     out = []
-    for cid, hv, frame, statement, paper, paper_mbit in specs:
+    for spec in FIG2_CLAIMS:
+        cid, hv, frame, statement, paper = spec.id, spec.hv, spec.frame, spec.statement, spec.paper
         text, why, n = _forwarding(summary, hv, frame)
         if text is None:
             out.append(_claim_absent(cid, "Fig. 2", statement, paper, cond, why or "not measured"))
             continue
         c = _config(summary, hv, frame) or {}
         fwd = _mean((c.get("max_forwarded") or {}).get("forwarded_bps")) or 0.0
-        comp = _magnitude(fwd / 1e6, paper_mbit, "Mbit/s", 1)
+        comp = _magnitude(fwd / 1e6, spec.paper_mbit, "Mbit/s", 1)
         if generator_bound(c):
-            comp = f"a bound, not a point: measured/paper ≥ {fwd / 1e6 / paper_mbit:.2f}"
+            comp = f"a bound, not a point: measured/paper ≥ {fwd / 1e6 / spec.paper_mbit:.2f}"
         out.append(Claim(cid, "Fig. 2", statement, paper, text, comp, cond, n))
     return out
 
@@ -305,3 +325,72 @@ def facts_of(metas: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     qemu = sorted(qemu)
     accel = sorted({str(m.get("accel")) for m in metas if m.get("accel")})
     return {"qemu": ", ".join(qemu) or "?", "accel": ", ".join(accel) or "?"}
+
+
+#: the size of the paper's guest (Sect. 4: "256 MB RAM") in bytes, read as 2^20-byte MB
+GUEST_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Stated:
+    """A value the paper states for the panel of claim ``claim``, in the metric's SI unit (bit/s,
+    s, bytes), for the plots that re-draw Figs. 2 and 3 (:mod:`analysis.present.paper_plot`).
+
+    ``axis`` "y": a value of the plotted metric; "x": a rate on the panel's rate axis (where the
+    paper says something changes).  ``low == high``: a stated point ("≈ 0.17 s"); both set and
+    different: a stated range ("3s to 7s"); one of them None: a one-sided statement ("slightly
+    over 300 Mbps" is ``low`` 300e6, ``high`` None), a bound, not a point.  ``x_range`` (bit/s):
+    the rates the statement covers, None where the paper does not state them (the text names no
+    sweep range for Figs. 2 and 3, and their plots are lost): drawn across the panel then.
+    ``words`` quotes the paper; ``citation`` says where."""
+
+    claim: str
+    axis: str
+    low: float | None
+    high: float | None
+    x_range: tuple[float, float] | None
+    words: str
+    citation: str
+
+    @property
+    def kind(self) -> str:
+        """'point', 'range', 'at least' or 'at most'."""
+        if self.low is not None and self.high is not None:
+            return "point" if self.low == self.high else "range"
+        return "at least" if self.low is not None else "at most"
+
+
+_S51, _S52 = "Sect. 5.1 (text on Fig. 2)", "Sect. 5.2 (text on Fig. 3a)"
+_S52B = "Sect. 5.2 (text on Fig. 3b)"
+
+#: every value the paper states for a panel, from its text (its figures are lost from the
+#: reference copy, so nothing is read off a figure); claims without a stated value (M3: "no
+#: significant cross-traffic dependency", M7: "the RTTs increase as the cross-traffic intensity
+#: rises") have none
+STATED: tuple[Stated, ...] = (
+    Stated("F1", "y", 1e9, 1e9, None, "Linux: 'sufficient to fully saturate the Gigabit link'", _S51),
+    Stated("F2", "y", None, 0.8e9, None, "KVM, virtio: 'able to fill almost 80% of the link'", _S51),
+    Stated("F3", "y", 1e9, 1e9, None, "Xen: identical to Linux, 'fully saturate the Gigabit link'", _S51),
+    Stated("F4", "y", 1e9, 1e9, None, "OpenVZ: identical to Linux, 'fully saturate the Gigabit link'", _S51),
+    Stated("F5", "y", 300e6, None, None, "Linux: 'slightly over 300 Mbps' of 64 B frames", _S51),
+    Stated("F6", "y", 50e6, 50e6, None, "KVM: 'constant at only ∼ 5% of the link capacity'", _S51),
+    Stated("F7", "x", 500e6, 500e6, None, "Xen: forwarding 'deteriorates after 500Mbps'", _S51),
+    Stated("F8", "x", 100e6, 100e6, None, "OpenVZ: forwarding 'deteriorates after […] 100Mbps'", _S51),
+    Stated("M1", "y", 0.17, 0.17, None, "KVM: downtime 'independent of the cross-traffic at ≈ 0.17s'", _S52),
+    Stated("M2", "y", 3.0, 7.0, None, "Xen: downtime 'highly variable […] ranging from 3s to 7s'", _S52),
+    Stated("M4", "y", 2.0, 12.0, None, "Xen: duration 'ranging from 2s up to 12s'", _S52B),
+    Stated("M4", "x", 300e6, 300e6, None, "Xen: 'an unexpected increase in the migration time […] at 300Mbps'",
+           _S52B),
+    Stated("M5", "y", 140e6, 140e6, None, "KVM: 'constant data volume of ≈ 140MB'", _S52B),
+    Stated("M6", "y", float(GUEST_BYTES), None, None, "Xen: 'slightly higher than the allocated memory' (256 MB)",
+           _S52B),
+    Stated("M6", "x", 900e6, 900e6, None, "Xen: 'At 900Mbps cross-traffic, the amount of data increases "
+           "significantly'", _S52B),
+    Stated("M8", "y", 0.17, None, None, "KVM, 64 B: downtime 'slightly higher than for large packets' (≈ 0.17s)",
+           _S52),
+)  # fmt: skip
+
+
+def stated_for(claim: str) -> tuple[Stated, ...]:
+    """The paper's stated values of one claim's panel (empty: the paper states none)."""
+    return tuple(s for s in STATED if s.claim == claim)

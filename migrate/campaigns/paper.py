@@ -1,5 +1,7 @@
 """``vrmig paper`` (= ``make paper``): paper 004's two campaigns, then a report that puts each of
-the paper's stated results beside the measured one, with the conditions that differ.
+the paper's stated results beside the measured one, with the conditions that differ, and Figs. 2
+and 3 re-drawn: the measured points over the rate beside the values the paper states
+(:mod:`analysis.present.paper_plot`), saved beside the report and embedded in report.html.
 
 The campaigns are the shipped files ``campaigns/paper004-fig2.toml`` (a baseline) and
 ``campaigns/paper004-fig3.toml`` (migrations); ``REPS`` overrides their repetitions for a quick
@@ -11,16 +13,18 @@ from __future__ import annotations
 import csv
 import io
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from analysis import paper as ap
 from analysis.present import html as rh
+from analysis.present import paper_plot as pp
 from migrate.campaigns import campaign as cp
 from migrate.campaigns import sweepdir as sd
 from migrate.core.atomic import write_json, write_text
 from migrate.core.errors import ConfigError
-from migrate.core.rundir import META_JSON, SUMMARY_JSON, read_meta, read_summary
+from migrate.core.rundir import BASELINE_CSV, META_JSON, SUMMARY_JSON, read_meta, read_summary
 
 log = logging.getLogger(__name__)
 
@@ -68,23 +72,99 @@ def _fig3(reps: int | None, results: Path, given: Path | None, testbed: Path | N
     return d
 
 
-def build(fig2_dir: Path | None, fig3_dir: Path | None) -> tuple[list[ap.Claim], dict[str, Any]]:
-    """The claims from finished directories (either may be None: its claims are then absent)."""
+@dataclass(frozen=True)
+class Inputs:
+    """What the report is made of: the baseline's summary.json and per-repetition rows (Fig. 2),
+    the migration campaign's run records and metas (Fig. 3); None / empty where a part did not run."""
+
+    fig2_dir: Path | None
+    fig3_dir: Path | None
+    summary: dict[str, Any] | None
+    rows: list[dict[str, Any]] | None
+    records: list[dict[str, Any]]
+    metas: list[dict[str, Any]]
+
+
+_INT_COLUMNS = ("ip", "frame_bytes", "routers", "rate_bps", "rep")
+_TEXT_COLUMNS = ("hv", "nic", "load", "phase", "status")
+
+
+def _row(raw: dict[str, str]) -> dict[str, Any]:
+    """A baseline.csv row with the types :func:`analysis.baseline.points.analyse_point` gives it:
+    an empty field is None (absent, never 0)."""
+    out: dict[str, Any] = {}
+    for k, v in raw.items():
+        if v == "" or v is None:
+            out[k] = None
+        elif k in _TEXT_COLUMNS:
+            out[k] = v
+        elif k in _INT_COLUMNS:
+            out[k] = int(v)
+        elif k == "gen_limited":
+            out[k] = v == "True"
+        else:
+            try:
+                out[k] = float(v)
+            except ValueError:
+                out[k] = v
+    return out
+
+
+def baseline_rows(fig2_dir: Path) -> list[dict[str, Any]]:
+    """The baseline's per-repetition rows: its baseline.csv, else recomputed from the raw points."""
+    path = fig2_dir / BASELINE_CSV
+    if path.is_file():
+        with path.open(newline="") as f:
+            return [_row(r) for r in csv.DictReader(f)]
+    from analysis.baseline.summary import collect as collect_points
+
+    return collect_points(fig2_dir)[0]
+
+
+def load(fig2_dir: Path | None, fig3_dir: Path | None) -> Inputs:
+    """The inputs from finished directories (either may be None)."""
     from migrate.campaigns.reporting import collect, load_source
 
-    summary = None
+    summary, rows = None, None
     if fig2_dir is not None:
         summary = read_summary(fig2_dir) if (fig2_dir / SUMMARY_JSON).is_file() else None
+        rows = baseline_rows(fig2_dir)
     records: list[dict[str, Any]] = []
     metas: list[dict[str, Any]] = []
     if fig3_dir is not None:
         records, metas = collect(load_source(fig3_dir, what="FIG3"))
-    facts = ap.facts_of(metas)
-    if summary is not None and facts["accel"] == "?":
-        facts["accel"] = str(summary.get("accel") or "?")
-    claims = ap.fig2_claims(summary, facts) + ap.fig3_claims(records, facts)
-    return claims, {"fig2": str(fig2_dir) if fig2_dir else None, "fig3": str(fig3_dir) if fig3_dir else None,
-                    **facts}  # fmt: skip
+    return Inputs(fig2_dir, fig3_dir, summary, rows, records, metas)
+
+
+def claims_of(inp: Inputs) -> tuple[list[ap.Claim], dict[str, Any]]:
+    """The claims and the sources' description."""
+    facts = ap.facts_of(inp.metas)
+    if inp.summary is not None and facts["accel"] == "?":
+        facts["accel"] = str(inp.summary.get("accel") or "?")
+    claims = ap.fig2_claims(inp.summary, facts) + ap.fig3_claims(inp.records, facts)
+    return claims, {"fig2": str(inp.fig2_dir) if inp.fig2_dir else None,
+                    "fig3": str(inp.fig3_dir) if inp.fig3_dir else None, **facts}  # fmt: skip
+
+
+def build(fig2_dir: Path | None, fig3_dir: Path | None) -> tuple[list[ap.Claim], dict[str, Any]]:
+    """The claims from finished directories (either may be None: its claims are then absent)."""
+    return claims_of(load(fig2_dir, fig3_dir))
+
+
+def panels(inp: Inputs) -> dict[str, pp.PanelData]:
+    """Every panel of the re-drawn Figs. 2 and 3, by claim id."""
+    return {**pp.fig2_panels(inp.rows), **pp.fig3_panels(inp.records if inp.fig3_dir is not None else None)}
+
+
+def figures(out_dir: Path, data: dict[str, pp.PanelData], claims: list[ap.Claim]) -> list[rh.Plot]:
+    """Draw the figures of :data:`analysis.present.paper_plot.FIGURES` into ``out_dir`` (PNG, and
+    SVG/PDF as ``VRMIG_PLOT_FORMATS`` says) and return them for the report."""
+    conditions = {c.id: c.conditions for c in claims}
+    out = []
+    for spec in pp.FIGURES:
+        png = pp.save(pp.render(spec, data), out_dir / f"{spec.name}.png")
+        out.append(rh.Plot(spec.title, png, f"file {spec.name}.png. " + pp.caption(spec, data, conditions)))
+    return out
 
 
 def csv_text(claims: list[ap.Claim]) -> str:
@@ -116,21 +196,33 @@ def markdown(claims: list[ap.Claim], sources: dict[str, Any], command: str) -> s
     return "\n".join(lines) + "\n"
 
 
-def write(out_dir: Path, claims: list[ap.Claim], sources: dict[str, Any], command: str) -> None:
-    """paper.md, paper.csv, claims.json and report.html in ``out_dir``."""
+def write(out_dir: Path, claims: list[ap.Claim], sources: dict[str, Any], command: str,
+          data: dict[str, pp.PanelData] | None = None) -> None:  # fmt: skip
+    """paper.md, paper.csv, claims.json, the re-drawn figures (``data``: their panels; None: no
+    figures) and report.html in ``out_dir``.  The tables are written first: a figure that fails
+    to draw is logged and left out of the report, with a note saying so."""
     out_dir.mkdir(parents=True, exist_ok=True)
     write_text(out_dir / "paper.md", markdown(claims, sources, command))
     write_text(out_dir / "paper.csv", csv_text(claims))
     write_json(out_dir / "claims.json", {"sources": sources, "command": command,
                                          "claims": [c.to_dict() for c in claims]})  # fmt: skip
+    plots: list[rh.Plot] = []
+    notes: list[str] = []
+    if data is not None:
+        try:
+            plots = figures(out_dir, data, claims)
+        except Exception as err:  # a figure must never lose the tables
+            log.exception("drawing the paper's figures failed: %s", err)
+            notes.append(f"The figures could not be drawn: {err}")
     rows = [[c.id, c.figure, c.statement, c.paper, c.measured if c.measured is not None else f"— ({c.why_absent})",
              c.comparison or "—", c.conditions] for c in claims]  # fmt: skip
     table = rh.Table("Paper 004: stated vs measured",
                      ["id", "figure", "the paper states", "paper", "measured here", "comparison", "conditions"],
                      rows, note="Magnitudes as measured/paper ratios; (in)dependence on the rate by Spearman's rank "
                      f"correlation at alpha={ap.ALPHA}. Absent measurements say why.")  # fmt: skip
-    report = rh.Report(title="vrmig: paper 004 side by side", subtitle=f"`{command}`", tables=[table],
-                       metadata=[("sources", sources)], generated_utc=sd.now_utc())  # fmt: skip
+    report = rh.Report(title="vrmig: paper 004 side by side", subtitle=f"`{command}`", plots=plots, tables=[table],
+                       metadata=[("sources", sources)], generated_utc=sd.now_utc(),
+                       extra_notes=tuple(notes))  # fmt: skip
     write_text(out_dir / "report.html", rh.render(report))
 
 
@@ -158,8 +250,9 @@ def run_paper(results: Path, reps: int | None, fig2: Path | None, fig3: Path | N
     prepare_results_root(results)
     d2 = _fig2(reps, results, fig2, testbed) if "fig2" in parts or fig2 is not None else None
     d3 = _fig3(reps, results, fig3, testbed) if "fig3" in parts or fig3 is not None else None
-    claims, sources = build(d2, d3)
+    inp = load(d2, d3)
+    claims, sources = claims_of(inp)
     sources["testbed"] = f"the lab of {testbed}" if testbed is not None else "the embedded one-machine testbed"
     out = results / f"{sd.stamp_utc()}-paper004"
-    write(out, claims, sources, command)
+    write(out, claims, sources, command, panels(inp))
     return out, claims
