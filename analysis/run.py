@@ -45,6 +45,7 @@ from analysis.metrics.sendloss import SendTimeLoss, loss_from_raw, send_time_los
 from analysis.metrics.window import Spans, Window, migration_window, spans
 from analysis.present.openmetrics import run_metrics
 from analysis.present.run_plot import PlotData, Series, Zoom, plot_run
+from analysis.present.run_report import try_write_run_report
 from analysis.summary import Summary
 from migrate.core.atomic import write_text
 from migrate.core.rundir import (
@@ -701,21 +702,30 @@ def _write_metrics(run_dir: Path, summary: dict[str, Any]) -> str | None:
 
 
 def analyse_and_write(run_dir: Path) -> Summary:
-    """Analyse ``run_dir``, draw ``migration.png``, (atomically) rewrite ``summary.json`` and then
-    ``metrics.prom``, the summary's figures as OpenMetrics text (a failed plot or metrics file is a
-    note in the summary, never a lost summary)."""
+    """Analyse ``run_dir``, draw ``migration.png``, (atomically) rewrite ``summary.json``, then
+    ``metrics.prom``, the summary's figures as OpenMetrics text, and ``report.html``
+    (analysis.present.run_report); a failed plot, metrics file or report is a note in the
+    summary, never a lost summary."""
     run_dir = Path(run_dir)
     summary, plot = _guarded(run_dir)
+    no_png = next((n for n in summary.notes if n.startswith(("plot data", "analysis failed"))), "not drawn")
     try:
         if plot is not None:
             plot_run(run_dir / PLOT_NAME, plot)
+            no_png = ""
     except Exception as err:  # a plot problem must not cost the summary
         log.exception("plot failed")
-        summary = dataclasses.replace(summary, notes=(*summary.notes, f"plot failed: {type(err).__name__}: {err}"))
+        no_png = f"plot failed: {type(err).__name__}: {err}"
+        summary = dataclasses.replace(summary, notes=(*summary.notes, no_png))
     document = summary.to_dict()
     write_summary(run_dir, document)
     note = _write_metrics(run_dir, document)
     if note is not None:
+        summary = dataclasses.replace(summary, notes=(*summary.notes, note))
+        document = summary.to_dict()
+        write_summary(run_dir, document)
+    note = try_write_run_report(run_dir, document, no_png)
+    if note is not None:  # report.html is derived from summary.json: never worth losing it
         summary = dataclasses.replace(summary, notes=(*summary.notes, note))
         write_summary(run_dir, summary.to_dict())
     return summary

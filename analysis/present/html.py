@@ -54,6 +54,8 @@ class Report:
     banner: tuple[str, str] | None = None  # (kind: good|bad|info, text)
     lead_tables: Sequence[Table] = ()  # shown before the plots (e.g. the regression checks)
     plots: Sequence[Plot] = ()
+    #: plots that could not be shown: (title, why), listed with the plots
+    missing_plots: Sequence[tuple[str, str]] = ()
     tables: Sequence[Table] = ()
     metadata: Sequence[tuple[str, Mapping[str, Any]]] = ()
     definitions_md: Sequence[tuple[str, str]] = ()
