@@ -11,7 +11,7 @@ combine their clocks; ``analysis.baseline.points`` corrects them).
 HV=none is the classical Linux router on R1 itself (:mod:`migrate.baseline.labnone`).  What needs
 the embedded testbed's own switch is refused before anything starts, one line each: ROUTERS above
 1 and LOAD (they add end hosts and a neighbour router), and whatever a lab migration run refuses
-for the same hypervisor (:func:`migrate.experiment.run.lab_supports`)."""
+for the same hypervisor (:func:`migrate.experiment.place.lab_supports`)."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def plan(spec: BaselineSpec, testbed: Path) -> LabPlan:
     bad input, an unreachable host or a missing tool is one line (ConfigError/DependencyError)."""
     from migrate.drivers.base import load_driver
     from migrate.experiment.instruments import Instruments
-    from migrate.experiment.run import lab_facts, lab_preflight, lab_supports
+    from migrate.experiment.place import lab_facts, lab_preflight, lab_supports
     from migrate.testbed.inventory import load
 
     inv = load(testbed)
@@ -164,7 +164,7 @@ class LabConfigRun(ConfigRun):
 
     def setup(self) -> PointContext:
         from migrate.drivers.base import RunContext
-        from migrate.experiment.run import open_lab
+        from migrate.experiment.place import open_lab
         from migrate.model.recorder import Recorder
         from migrate.testbed.labbed import lab_testbed_meta
 

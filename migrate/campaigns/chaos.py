@@ -95,7 +95,7 @@ HV_PROFILES: dict[str, HvProfile] = {
     "xen": HvProfile(XEN_FLAGS, ("dst-qemu-dies", "src-qemu-dies", *_TESTBED_FAULTS), (0.3, 50.0), 600.0),
 }
 DEFAULT_HVS = ("kvm", "kvm-libvirt", "criu", "xen")
-#: what a lab run supports (migrate.experiment.run.lab_supports)
+#: what a lab run supports (migrate.experiment.place.lab_supports)
 LAB_HVS = ("kvm", "kvm-libvirt", "criu", "xen")
 DEFAULT_XEN_TRIALS = 2
 

@@ -228,7 +228,7 @@ def new_campaign(c: Campaign, results_root: Path, testbed: Path | None = None) -
                 by_stack[runs_on(p.scenario)] = versions(p.scenario, testbed)
             except ConfigError as err:
                 raise c.refusal(p.label, err) from None
-    from migrate.experiment.run import check_knobs as check_point
+    from migrate.experiment.place import check_knobs as check_point
 
     for p in plan.points:  # every point's knobs against the QEMU and libvirt that will run it
         try:
@@ -271,14 +271,11 @@ def plan_meta(plan: Plan, versions: dict[str, Any], argv: list[str], testbed: Pa
 def check_lab(points: Sequence[PlanPoint], testbed: Path | None) -> None:
     """With ``testbed``: load the inventory and refuse (ConfigError, one line) any point a lab run
     cannot do, before anything is created."""
-    if testbed is None:
-        return
-    from migrate.experiment.run import lab_supports
-    from migrate.testbed.inventory import load
+    from migrate.experiment.place import place_for
 
-    inv = load(testbed)
+    place = place_for(testbed)
     for p in points:
-        lab_supports(p.scenario, inv)
+        place.admit(p.scenario)
 
 
 def create_sweep_dir(parent: Path, name: str, meta: dict[str, Any]) -> Path:
@@ -297,16 +294,13 @@ def versions(scenario: Scenario, testbed: Path | None = None) -> dict[str, Any]:
     """Preflight (root, tools, driver) and the versions worth recording; raises before anything is
     created.  With ``testbed`` (a lab inventory) the lab's hosts are checked as a lab run checks
     them and the accelerator and QEMU are R1's and R2's, not this machine's."""
+    from migrate.experiment.place import place_for
     from migrate.experiment.run import preflight
 
-    _, facts = preflight(scenario, lab=testbed is not None)
-    if testbed is not None:
-        from migrate.experiment.run import lab_facts, lab_preflight, lab_supports
-        from migrate.testbed.inventory import load
-
-        inv = load(testbed)
-        lab_supports(scenario, inv)
-        facts = {**facts, **lab_facts(lab_preflight(inv, testbed), scenario, facts)}
+    place = place_for(testbed)
+    place.admit(scenario)
+    place.preflight()
+    _, facts = preflight(scenario, place)
     hv_keys = ("qemu", "qemu_by_host", "accel", "accel_reason", "libvirt", "driver")
     return {
         "git_commit": metamod.git_commit(),
@@ -319,7 +313,7 @@ def versions(scenario: Scenario, testbed: Path | None = None) -> dict[str, Any]:
 def check_knobs(points: Sequence[PlanPoint], vers: dict[str, Any], testbed: Path | None = None) -> None:
     """Every point's QEMU knobs against the QEMU (and libvirt) that will run them (the template's
     preflight checked only its own): ConfigError, one line, before anything is created."""
-    from migrate.experiment.run import check_knobs as check_point
+    from migrate.experiment.place import check_knobs as check_point
 
     hv = vers.get("hypervisor") or {}
     for p in points:

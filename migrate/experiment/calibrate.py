@@ -30,9 +30,6 @@ import collections
 import contextlib
 import logging
 import random
-import socket
-import struct
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -47,16 +44,15 @@ from migrate.core.runctx import open_run
 from migrate.core.rundir import KIND_CALIBRATE, write_meta
 from migrate.core.sighold import Abort, Teardown
 from migrate.core.units import format_rate
-from migrate.drivers.base import Driver, RunContext, load_driver
-from migrate.drivers.criu.nsock import in_netns, netns_path, socket_in
+from migrate.drivers.base import Driver, RunContext
 from migrate.experiment import peering
 from migrate.experiment.instruments import FORWARD_MIN_PACKETS, Instruments
 from migrate.experiment.peering import Peers
+from migrate.experiment.place import Embedded, Place, place_for
 from migrate.model.recorder import Recorder
 from migrate.model.scenario import DRIVERS, HVS, Scenario
-from migrate.testbed import topology as topo
-from migrate.testbed.builder import Testbed, TestbedBuilder, new_prefix
-from migrate.testbed.inventory import Inventory
+from migrate.testbed.bridgeport import LabPortCut, LabRxPackets, PortCut, RxPackets
+from migrate.testbed.builder import Testbed, new_prefix
 from migrate.testbed.results import check_results_root, new_run_dir
 
 log = logging.getLogger(__name__)
@@ -83,12 +79,6 @@ PEERING_RECOVERY_S = 10.0
 #: down during the spacing after it (a down the peers logged only after the end edge)
 SETTLE_ROUNDS = 3
 CUT_PORT = "tapR"  # R1's bridge port of the router's right-hand interface (toward B)
-
-# netlink (linux/rtnetlink.h, linux/if_link.h, linux/if_bridge.h)
-RTM_SETLINK, NLMSG_ERROR = 19, 2
-NLM_F_REQUEST, NLM_F_ACK = 0x1, 0x4
-AF_BRIDGE, IFLA_PROTINFO, NLA_F_NESTED, IFLA_BRPORT_STATE = 7, 12, 0x8000, 1
-BR_STATE_DISABLED, BR_STATE_FORWARDING = 0, 3
 
 
 @dataclass(frozen=True)
@@ -195,10 +185,13 @@ def parse_kinds(text: str) -> tuple[str, ...]:
     return tuple(k for k in KINDS if k in items)
 
 
-def check_pause_capability(spec: CalibrationSpec, lab: bool = False) -> type[Driver]:
-    """The driver class (``lab``: its lab form); ConfigError (nothing started) if pauses are asked
-    of one without them."""
-    driver_cls = load_driver(spec.hv, spec.driver, lab)
+def check_pause_capability(spec: CalibrationSpec, place: Place | None = None) -> type[Driver]:
+    """The driver class (in its form for ``place``; default: the embedded testbed); ConfigError
+    (nothing started) if pauses are asked of one without them."""
+    driver_cls = (place if place is not None else Embedded()).driver(spec.hv, spec.driver)
+    unavailable = getattr(driver_cls, "pause_unavailable", None)
+    if "pause" in spec.kinds and unavailable:
+        raise ConfigError(f"KIND=pause: {unavailable}: use KIND=cut")
     if "pause" in spec.kinds and not callable(getattr(driver_cls, "pause", None)):
         hv = spec.hv if spec.driver == "qmp" else f"{spec.hv} DRIVER={spec.driver}"
         raise ConfigError(f"KIND=pause: HV={hv} has no way to pause the router here: use KIND=cut")
@@ -227,184 +220,6 @@ def plan(spec: CalibrationSpec) -> list[Planned]:
     return out
 
 
-def brport_state_request(ifindex: int, state: int, seq: int) -> bytes:
-    """RTM_SETLINK (AF_BRIDGE) setting a bridge port's STP state, as ``bridge link set dev X
-    state N`` sends it: ifinfomsg + IFLA_PROTINFO (nested) { IFLA_BRPORT_STATE u8 }."""
-    state_attr = struct.pack("=HHB3x", 5, IFLA_BRPORT_STATE, state)
-    protinfo = struct.pack("=HH", 4 + len(state_attr), IFLA_PROTINFO | NLA_F_NESTED) + state_attr
-    body = struct.pack("=BBHiII", AF_BRIDGE, 0, 0, ifindex, 0, 0) + protinfo
-    return struct.pack("=IHHII", 16 + len(body), RTM_SETLINK, NLM_F_REQUEST | NLM_F_ACK, seq, 0) + body
-
-
-def netlink_ack_error(reply: bytes, seq: int) -> int | None:
-    """errno of the NLMSG_ERROR acknowledging request ``seq`` (0 = success; None: not it)."""
-    off = 0
-    while off + 16 <= len(reply):
-        length, kind, _flags, rseq, _pid = struct.unpack_from("=IHHII", reply, off)
-        if kind == NLMSG_ERROR and rseq == seq and length >= 20:
-            return -struct.unpack_from("=i", reply, off + 16)[0]
-        off += max((length + 3) & ~3, 16)
-    return None
-
-
-class PortCut:
-    """Cuts and restores one bridge port in a namespace with one netlink request each."""
-
-    def __init__(self, ns: str, ifname: str) -> None:
-        from migrate.core.netlink import iproute
-
-        with iproute(ns) as ipr:
-            found = ipr.link_lookup(ifname=ifname)
-            if not found or not ipr.get_links(found[0])[0].get_attr("IFLA_MASTER"):
-                raise VrmigError(f"{ifname} in {ns} is not a bridge port: cannot cut the router's path there")
-        self.ifindex, self.ifname = int(found[0]), ifname
-        self.sock = socket_in(netns_path(ns), socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-        self.sock.settimeout(5.0)
-        self.seq = 0
-
-    def _set(self, state: int) -> None:
-        self.seq += 1
-        self.sock.send(brport_state_request(self.ifindex, state, self.seq))
-        while (err := netlink_ack_error(self.sock.recv(65536), self.seq)) is None:
-            pass
-        if err:
-            raise OSError(err, f"setting bridge port {self.ifname} to state {state}")
-
-    def cut(self) -> None:
-        """Port disabled: the bridge neither takes frames from it nor delivers frames to it."""
-        self._set(BR_STATE_DISABLED)
-
-    def restore(self) -> None:
-        """Port forwarding again."""
-        self._set(BR_STATE_FORWARDING)
-
-    def close(self) -> None:
-        """Close the netlink socket."""
-        self.sock.close()
-
-
-#: R1's side of a lab's cut (argv: ifname): prints "READY <ifindex>", then for every line of
-#: hex (an RTM_SETLINK request) sends it on a NETLINK_ROUTE socket and prints the errno of the
-#: kernel's acknowledgement (0: done); exits at end of input (the SSH channel closed)
-LAB_PORT_CUT_SOURCE = r"""
-import socket, struct, sys
-s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-s.settimeout(5.0)
-print("READY %d" % socket.if_nametoindex(sys.argv[1]), flush=True)
-for line in sys.stdin:
-    msg = bytes.fromhex(line.strip())
-    seq = struct.unpack_from("=I", msg, 8)[0]
-    s.send(msg)
-    err = None
-    while err is None:
-        reply = s.recv(65536)
-        off = 0
-        while off + 16 <= len(reply):
-            length, kind, _f, rseq, _p = struct.unpack_from("=IHHII", reply, off)
-            if kind == 2 and rseq == seq and length >= 20:
-                err = -struct.unpack_from("=i", reply, off + 16)[0]
-                break
-            off += max((length + 3) & ~3, 16)
-    print(err, flush=True)
-"""
-
-
-class LabPortCut:
-    """``PortCut`` on a lab host: the requests go to a program on the host over one SSH session
-    (``LAB_PORT_CUT_SOURCE``); each returns once the host's kernel acknowledged it."""
-
-    def __init__(self, tb: Any, role: str, ifname: str, registry: Registry) -> None:
-        import json
-
-        from migrate.core.procs import with_pdeathsig
-
-        host = tb.hosts[role]
-        res = host.run(["ip", "-j", "link", "show", "dev", ifname], check=False)
-        links = json.loads(res.stdout or b"[]") if res.returncode == 0 else []
-        if not links or not links[0].get("master"):
-            raise VrmigError(f"{ifname} on {role} is not a bridge port: cannot cut the router's path there")
-        self.ifname, self.role, self.seq = ifname, role, 0
-        self.proc = subprocess.Popen(
-            with_pdeathsig(host.ssh_argv(["python3", "-c", LAB_PORT_CUT_SOURCE, ifname])),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        registry.add_process(self.proc.pid, f"port-cut {role} (ssh)")
-        first = self._line()
-        if not first.startswith("READY "):
-            self.close()
-            raise VrmigError(f"the port cutter on {role} did not start: {first!r}")
-        self.ifindex = int(first.split()[1])
-
-    def _line(self) -> str:
-        assert self.proc.stdout is not None
-        return self.proc.stdout.readline().decode(errors="replace").strip()
-
-    def _set(self, state: int) -> None:
-        assert self.proc.stdin is not None
-        self.seq += 1
-        self.proc.stdin.write(brport_state_request(self.ifindex, state, self.seq).hex().encode() + b"\n")
-        self.proc.stdin.flush()
-        reply = self._line()
-        if reply != "0":
-            raise OSError(f"setting bridge port {self.ifname} on {self.role} to state {state}: {reply or 'no answer'}")
-
-    def cut(self) -> None:
-        """Port disabled (see ``PortCut.cut``)."""
-        self._set(BR_STATE_DISABLED)
-
-    def restore(self) -> None:
-        """Port forwarding again."""
-        self._set(BR_STATE_FORWARDING)
-
-    def close(self) -> None:
-        """End the session (the host's program exits at end of input)."""
-        with contextlib.suppress(OSError):
-            if self.proc.stdin is not None:
-                self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-class LabRxPackets:
-    """``RxPackets`` of an interface on a lab host (read over SSH)."""
-
-    def __init__(self, tb: Any, role: str, ifname: str) -> None:
-        self.tb, self.role, self.ifname = tb, role, ifname
-
-    def read(self) -> int:
-        """The current counter."""
-        return int(self.tb.rx_packets(self.role, self.ifname))
-
-    def close(self) -> None:
-        """Nothing held."""
-
-
-class RxPackets:
-    """rx_packets of one interface in a namespace, read from ``/proc/thread-self/net/dev`` opened
-    inside it (a file read, no process or netlink helper: polled right after an event's end, when
-    the router's first packets are on their way)."""
-
-    def __init__(self, ns: str, ifname: str) -> None:
-        self.ifname = ifname
-        self._fh = in_netns(netns_path(ns), lambda: open("/proc/thread-self/net/dev", "rb", buffering=0))
-
-    def read(self) -> int:
-        """The current counter."""
-        self._fh.seek(0)
-        for line in self._fh.read(1 << 20).decode().splitlines()[2:]:
-            name, _, rest = line.partition(":")
-            if name.strip() == self.ifname:
-                return int(rest.split()[1])
-        raise OSError(f"{self.ifname} not in /proc/net/dev")
-
-    def close(self) -> None:
-        """Release the file."""
-        self._fh.close()
-
-
 def forward_window_s(spec: CalibrationSpec) -> float:
     """PEERING: the time within which B must receive ``FORWARD_MIN_PACKETS`` for the router to
     count as forwarding again: that many packets at half the cross-traffic's packet rate, and
@@ -428,13 +243,14 @@ class Calibrator:
         driver_cls: type[Driver],
         facts: dict[str, Any],
         run_dir: Path,
-        inv: Inventory | None = None,
+        place: Place | None = None,
     ) -> None:
-        self.spec, self.driver_cls, self.facts, self.run_dir, self.inv = spec, driver_cls, facts, run_dir, inv
-        self.lab_stack = contextlib.ExitStack()
+        self.spec, self.driver_cls, self.facts, self.run_dir = spec, driver_cls, facts, run_dir
+        self.place = place if place is not None else Embedded()
+        self.testbed_stack = contextlib.ExitStack()
         self.scenario = spec.scenario()
         self.registry = Registry(new_prefix(), run_dir=str(run_dir.resolve()))
-        self.tb = Testbed(self.registry.prefix)
+        self.tb: Testbed | None = None
         self.driver: Driver | None = None
         self.instruments: Instruments | None = None
         self.peers: Peers | None = None
@@ -447,29 +263,15 @@ class Calibrator:
         """Everything up to and including the last event; the caller tears down (``teardown``)."""
         self.recorder = Recorder(self.run_dir)
         self.registry.open()
-        if self.inv is not None:
-            from migrate.experiment.run import lab_facts, open_lab
-            from migrate.testbed.labbed import lab_testbed_meta
-
-            self.tb = self.lab_stack.enter_context(open_lab(self.inv, self.registry))
-            self.facts = {**self.facts, **lab_facts(meta["lab_check"], self.scenario, self.facts)}
-            meta["hypervisor"], meta["accel"] = dict(self.facts), self.facts.get("accel")
-            meta["testbed"] = lab_testbed_meta(self.tb)  # type: ignore[arg-type]
-            self.tb.clocks_from_check(meta["lab_check"])  # type: ignore[attr-defined]
-        else:
-            meta["testbed"] = {
-                "prefix": self.registry.prefix,
-                "namespaces": {r: self.tb.ns(r) for r in topo.all_roles()},
-            }
-        ctx = RunContext(self.scenario, self.tb, self.registry, self.run_dir, self.recorder, abort, None)
+        self.tb = tb = self.testbed_stack.enter_context(self.place.open(self.registry))
+        meta["testbed"] = tb.describe()
+        ctx = RunContext(self.scenario, tb, self.registry, self.run_dir, self.recorder, abort, None)
         self.driver = self.driver_cls(ctx, self.facts)
         write_meta(self.run_dir, meta)
-        if self.inv is None:
-            log.info("building testbed %s", self.registry.prefix)
-            TestbedBuilder(self.registry).build()
+        tb.build(self.registry)
         if self.scenario.peering:
             log.info("starting routing peers (%s)", self.scenario.peering)
-            self.peers = Peers(self.scenario, self.tb, self.registry, self.run_dir)
+            self.peers = Peers(self.scenario, tb, self.registry, self.run_dir)
             self.peers.start()
         log.info("starting the router (%s, %s, accel=%s)", self.spec.router, self.spec.hv, meta["accel"])
         self.driver.start_source()
@@ -477,18 +279,13 @@ class Calibrator:
             self.peers.wait_established()
             meta["peering"] = self.peers.describe()
             write_meta(self.run_dir, meta)
-        self.instruments = Instruments(self.scenario, self.tb, self.registry, self.run_dir, self.recorder)
+        self.instruments = Instruments(self.scenario, tb, self.registry, self.run_dir, self.recorder)
         self.instruments.start()
         meta["instruments"] = self.instruments.describe()
         write_meta(self.run_dir, meta)
         self.instruments.wait_forwarding(timeout_s=WARMUP_TIMEOUT_S)
         if "cut" in self.spec.kinds:
-            if self.inv is not None:
-                x = self.inv.host("R1").xen if self.spec.hv == "xen" else None
-                port = x.taps["R"] if x is not None else self.inv.host("R1").taps["R"]
-                self.port = LabPortCut(self.tb, "R1", port, self.registry)
-            else:
-                self.port = PortCut(self.tb.ns("R1"), CUT_PORT)
+            self.port = tb.port_cut("R1", tb.router_port("R1", "R", self.spec.hv), self.registry)
         prepare: Callable[[], None] | None = getattr(self.driver, "prepare_pause", None)
         if "pause" in self.spec.kinds and prepare is not None:
             prepare()
@@ -505,10 +302,7 @@ class Calibrator:
         if dead:
             raise VrmigError(f"instrument died during the calibration: {dead}")
         self.instruments.stop()
-        if self.inv is not None:
-            self.tb.measure_clocks("end")  # type: ignore[attr-defined]
-            meta["clock"]["hosts"] = self.tb.clock  # type: ignore[attr-defined]
-            meta["lab"] = self.tb.collect(self.run_dir)  # type: ignore[attr-defined]
+        tb.finish(meta, self.run_dir)
         meta["hypervisor"].update(self.driver.describe())
 
     def _edge(self, ev: Planned, which: int, fn: Callable[[], None], **extra: Any) -> tuple[int, int]:
@@ -570,10 +364,8 @@ class Calibrator:
         :func:`forward_window_s`, at half the cross-traffic's packet rate or more, which the
         control packets alone do not reach."""
         if self.rx_b is None:
-            if self.inv is not None:
-                self.rx_b = LabRxPackets(self.tb, "B", self.tb.host_if("B"))
-            else:
-                self.rx_b = RxPackets(self.tb.ns("B"), self.tb.host_if("B"))
+            assert self.tb is not None
+            self.rx_b = self.tb.rx_counter("B", self.tb.host_if("B"))
         window = forward_window_s(self.spec) if self.spec.peering else None
         readings = collections.deque([(time.monotonic(), self.rx_b.read())])
         deadline = readings[0][0] + FORWARD_TIMEOUT_S
@@ -606,7 +398,7 @@ class Calibrator:
             ("close B's counters", self.rx_b.close if self.rx_b is not None else None),
             ("stop hypervisor", self.driver.stop if self.driver is not None else None),
             ("remove freezer", getattr(self.driver, "release_pause", None)),
-            ("leave lab hosts", self.lab_stack.close),
+            ("leave the testbed", self.testbed_stack.close),
             ("close recorder", self.recorder.close if hasattr(self, "recorder") else None),
         ]
         td = Teardown()  # a failed step is recorded and the teardown goes on: the registry removes the rest
@@ -631,45 +423,41 @@ def dependencies(spec: CalibrationSpec, driver_cls: type[Driver]) -> dict[str, A
     return driver_cls.preflight(spec.scenario())
 
 
-def lab_checks(spec: CalibrationSpec, testbed: Path) -> tuple[Inventory, dict[str, Any]]:
-    """The lab's inventory and preflight check (what ``make migrate TESTBED=`` checks); bad
-    input or an unready host: one line, nothing started."""
-    from migrate.experiment.run import lab_preflight, lab_supports
-    from migrate.testbed.inventory import load
-
-    inv = load(testbed)
-    lab_supports(spec.scenario(), inv)
-    if spec.hv == "criu" and "pause" in spec.kinds:
-        raise ConfigError("KIND=pause: HV=criu on a lab has no pause (the cgroup freezer is local only): use KIND=cut")
-    x = inv.host("R1").xen
+def place_checks(spec: CalibrationSpec, testbed: Path | None) -> tuple[Place, type[Driver]]:
+    """Where the calibration runs (``testbed``: a lab's inventory, checked as ``make migrate
+    TESTBED=`` checks it) and its driver class, pause capability checked; bad input or an
+    unready host: one line, nothing started."""
+    place = place_for(testbed)
+    place.admit(spec.scenario())
+    driver_cls = check_pause_capability(spec, place)
+    x = place.inventory.host("R1").xen
     if spec.hv == "xen" and x is not None and "cut" in spec.kinds and "R" not in x.taps:
         raise ConfigError(
             f"{testbed}: hosts.R1.xen: KIND=cut on a Xen host needs `taps` (the host's interfaces that carry "
             "dom0's NICs; the right-hand one is cut): add them or use KIND=pause"
         )
-    return inv, lab_preflight(inv, testbed)
+    place.preflight()
+    return place, driver_cls
 
 
 def run_calibration(spec: CalibrationSpec, results_root: Path, testbed: Path | None = None) -> Path:
     """Run the calibration and analyse it (``testbed``: on that lab's hosts); returns the results
-    directory.  Every check comes before anything is created: pause capability, RESULTS and the
-    lab's inventory (exit 2), dependencies (exit 3)."""
-    inv, lab_check = lab_checks(spec, testbed) if testbed is not None else (None, None)
-    driver_cls = check_pause_capability(spec, lab=inv is not None)
+    directory.  Every check comes before anything is created: the lab's inventory, pause
+    capability and RESULTS (exit 2), dependencies (exit 3)."""
+    place, driver_cls = place_checks(spec, testbed)
     check_results_root(results_root)
-    facts = dependencies(spec, driver_cls)
+    facts = place.facts(spec.scenario(), dependencies(spec, driver_cls))
 
     def describe(meta: dict[str, Any], _run_dir: Path) -> None:
         meta.update(calibration=asdict(spec), scenario=spec.scenario().to_dict(), method=_method(spec))
         meta.update(clock=metamod.clock_fields(), hypervisor=dict(facts), accel=facts.get("accel"))
-        if inv is not None:
-            meta["lab_check"] = lab_check
+        place.describe(meta)
 
     # no failure class: a calibration has no migration phases
     with open_run(KIND_CALIBRATE, lambda: _run_dir(results_root, spec), describe, logger=log,
                   analyse=_analyse) as opened:  # fmt: skip
         meta = opened.meta
-        cal = Calibrator(spec, driver_cls, facts, opened.dir, inv)
+        cal = Calibrator(spec, driver_cls, facts, opened.dir, place)
         try:
             cal.execute(meta, opened.abort)
             opened.complete()

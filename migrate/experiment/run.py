@@ -13,14 +13,13 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from analysis.metrics.clock import GEN_ROLE, IRTT_ROLE
-from migrate.core import knobs
 from migrate.core import meta as metamod
-from migrate.core.errors import ConfigError, DependencyError, Interrupted, MigrationError, TestbedError, VrmigError
+from migrate.core.errors import DependencyError, Interrupted, MigrationError, VrmigError
 from migrate.core.registry import Registry
 from migrate.core.runctx import open_run, record_failure
 from migrate.core.rundir import (
@@ -34,24 +33,19 @@ from migrate.core.rundir import (
     write_meta,
 )
 from migrate.core.sighold import Abort, Teardown
-from migrate.core.stack import DEFAULT_QEMU, LIBVIRT_VERSION_LINE
-from migrate.drivers.base import Driver, MigrationOutcome, RunContext, load_driver
-from migrate.drivers.kvm.driver import QEMU, check_qemu_knobs
+from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.experiment import peering
 from migrate.experiment.churn import Churn
 from migrate.experiment.console import crash_in
 from migrate.experiment.instruments import Instruments
 from migrate.experiment.peering import Peers
+from migrate.experiment.place import Embedded, Place, place_for
 from migrate.experiment.run_progress import RunProgress
-from migrate.model import routing
 from migrate.model.dirty import measure_before_migration
 from migrate.model.faults import FaultInjector, kill_pid, link_cap, link_down, unplug
 from migrate.model.recorder import Recorder
 from migrate.model.scenario import Scenario
-from migrate.testbed import topology as topo
-from migrate.testbed.builder import Testbed, TestbedBuilder, new_prefix
-from migrate.testbed.inventory import Inventory
-from migrate.testbed.labbed import LabBed, lab_testbed_meta
+from migrate.testbed.builder import Testbed, new_prefix
 from migrate.testbed.results import check_results_root, new_run_dir
 
 log = logging.getLogger(__name__)
@@ -62,31 +56,17 @@ def make_run_dir(results_root: Path, scenario: Scenario) -> Path:
     return new_run_dir(results_root, scenario.name)
 
 
-def preflight(scenario: Scenario, lab: bool = False) -> tuple[type[Driver], dict[str, Any]]:
+def preflight(scenario: Scenario, place: Place | None = None) -> tuple[type[Driver], dict[str, Any]]:
     """Checks that need no side effects: root, tools, driver dependencies; returns the driver
-    class (``lab``: its form for a lab's hosts) and its facts (versions, accelerator)."""
+    class (in its form for ``place``; default: the embedded testbed) and its facts (versions,
+    accelerator) as they hold there (``place`` preflighted)."""
+    place = place if place is not None else Embedded()
     if os.geteuid() != 0:
         raise DependencyError("vrmig must run as root (it creates network namespaces): run it as root")
     Instruments.check(scenario)
     peering.check(scenario)
-    driver_cls = load_driver(scenario.hv, scenario.driver, lab)
-    return driver_cls, driver_cls.preflight(scenario)
-
-
-def check_knobs(scenario: Scenario, facts: dict[str, Any], probe: bool = True) -> None:
-    """Refuse (ConfigError, one line) a QEMU knob of ``scenario`` that the QEMU of ``facts`` (a
-    preflight's; on a lab, each hypervisor host's ``qemu_by_host``) or libvirt lacks; ``probe``:
-    also ask this machine's QEMU for its multifd compression methods."""
-    if scenario.hv != "kvm":
-        return
-    by_host = facts.get("qemu_by_host")
-    if by_host:
-        for host, qemu in by_host.items():
-            check_qemu_knobs(scenario, qemu, f" on {host}", probe=False)
-    else:
-        check_qemu_knobs(scenario, facts.get("qemu"), " here", probe=probe, argv=facts.get("qemu_argv") or (QEMU,))
-    if scenario.driver == "libvirt":
-        knobs.check_libvirt(scenario.to_dict(), (facts.get("libvirt") or {}).get("daemon"))
+    driver_cls = place.driver(scenario.hv, scenario.driver)
+    return driver_cls, place.facts(scenario, driver_cls.preflight(scenario))
 
 
 #: meta.json ``failure_class`` of a run that did not complete (docs/data-formats.md)
@@ -105,90 +85,6 @@ class Phase:
         self.progress = progress if progress is not None else RunProgress(Scenario(), enabled=False)
 
 
-def lab_preflight(inv: Inventory, testbed: Path) -> dict[str, Any]:
-    """What ``make hosts-check`` checks, before anything starts: an unreachable host, a refused
-    login, a missing tool or helper, a missing interface or address, a clock off by more than
-    10 ms is one line and exit 2 (the first problem; hosts-check lists them all).  Returns the
-    check as meta.json ``lab_check``."""
-    import tempfile
-
-    from migrate.labs.check import ERROR, check_inventory
-
-    with tempfile.TemporaryDirectory(prefix="vrmig-preflight-") as d:
-        result = check_inventory(inv, Path(d), testbed_arg=str(testbed))
-    errors = [p for p in result.problems if p.severity == ERROR]
-    if errors:
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise ConfigError(
-            f"{testbed}: {errors[0].role}: {errors[0].message}{more}; make hosts-check TESTBED={testbed} lists them"
-        )
-    return result.as_dict()
-
-
-#: (HV, DRIVER) a lab run can do
-LAB_RUNS = (("kvm", "qmp"), ("kvm", "libvirt"), ("criu", "qmp"), ("xen", "qmp"))
-
-
-def lab_supports_peering(scenario: Scenario, inv: Inventory) -> None:
-    """PEERING on a lab: BIRD peers on A and B (the bird image that hosts-setup unpacked there),
-    with paper 004's addresses, which the peers' configurations and the router's use."""
-    if scenario.peer_daemon != "bird":
-        raise ConfigError(
-            f"TESTBED= runs PEERING with BIRD peers only (not PEER_DAEMON={scenario.peer_daemon}): "
-            "FRR peers run on the embedded testbed (no TESTBED)"
-        )
-    if scenario.churn_rps is not None:
-        raise ConfigError("TESTBED= takes no CHURN: the churned routes are written on the embedded testbed's B")
-    want = {r: topo.host(r).ipv4 for r in routing.PEER_ROLES.values()}
-    got = {r: inv.host(r).ipv4 for r in want}
-    ports = {p.segment: p.ipv4 for p in topo.ROUTER_PORTS}
-    got_ports = {seg: inv.router[seg].ipv4 for seg in ports}
-    if got != want or got_ports != ports:
-        raise ConfigError(
-            f"{inv.path}: PEERING on a lab needs paper 004's addresses on A, B and the router's ports "
-            f"(A {want['A']}, B {want['B']}, router L {ports['L']}, R {ports['R']}): the peers' BGP/OSPF "
-            "configurations use them"
-        )
-
-
-def lab_supports(scenario: Scenario, inv: Inventory) -> None:
-    """Refuse what a lab run (TESTBED=) cannot do yet, before anything starts."""
-    if scenario.peering:
-        lab_supports_peering(scenario, inv)
-    if (scenario.hv, scenario.driver) not in LAB_RUNS:
-        raise ConfigError(
-            f"TESTBED= runs HV=kvm with DRIVER=qmp or libvirt, HV=criu and HV=xen, so far (not HV={scenario.hv} "
-            f"DRIVER={scenario.driver}): use the embedded testbed (no TESTBED) for the others"
-        )
-    if scenario.driver == "libvirt":
-        for r in topo.HYPERVISOR_HOSTS:
-            h = inv.host(r)
-            if not h.libvirt_uri or not h.libvirt_peer_uri:
-                raise ConfigError(
-                    f"{inv.path}: hosts.{r}: DRIVER=libvirt needs libvirt_uri and libvirt_peer_uri "
-                    "(see docs/lab.example.toml)"
-                )
-    if scenario.fault is not None or scenario.miglink_bps is not None or scenario.criu_host != "local":
-        raise ConfigError("TESTBED= takes no FAULT, MIGLINK or CRIU_HOST: the lab's own links are measured as they are")
-    if (scenario.qemu or "").startswith("/"):
-        raise ConfigError(
-            f"QEMU={scenario.qemu} on a lab: a path names a build on this machine; a lab runs the QEMU "
-            "hosts-setup deployed (the default stack) or QEMU=system"
-        )
-    if getattr(scenario, "libvirt", None) not in (None, "system"):
-        raise ConfigError(
-            f"LIBVIRT={scenario.libvirt} on a lab: DRIVER=libvirt there drives the hosts' own libvirtd (their "
-            "Debian package, make hosts-setup): leave LIBVIRT unset or use LIBVIRT=system"
-        )
-    if scenario.criu_rejoin_mcast:
-        raise ConfigError("TESTBED= takes no CRIU_REJOIN_MCAST: only the embedded CRIU driver puts groups back")
-    if scenario.hv == "xen" and os.environ.get("XEN_PEER"):
-        raise ConfigError(
-            "TESTBED= runs HV=xen as nested Xen hosts on the lab's R1 and R2, not on dom0s named by XEN_PEER: "
-            "unset XEN_PEER"
-        )
-
-
 def run(
     scenario: Scenario,
     results_root: Path,
@@ -200,32 +96,25 @@ def run(
     reached over SSH instead of the embedded namespace testbed)."""
     from migrate.drivers.criu import hostvm as criuvm
 
-    inv = None
-    lab_check: dict[str, Any] | None = None
-    if testbed is not None:
-        from migrate.testbed.inventory import load
-
-        inv = load(testbed)  # bad input: one line, exit 2, nothing started
-        lab_supports(scenario, inv)
-        lab_check = lab_preflight(inv, testbed)
+    place = place_for(testbed)  # bad input: one line, exit 2, nothing started
+    place.admit(scenario)
+    place.preflight()
     if scenario.criu_host == "vm" and not criuvm.in_vm():
         return criuvm.run_in_vm(scenario, results_root, _analyse)
     check_results_root(results_root)
-    driver_cls, facts = preflight(scenario, lab=inv is not None)
-    if inv is not None and lab_check is not None:
-        check_knobs(scenario, lab_facts(lab_check, scenario, facts), probe=False)  # the lab hosts' QEMU
+    driver_cls, facts = preflight(scenario, place)
+    place.check_knobs(scenario, facts)
     phase = Phase(RunProgress(scenario))
 
     def describe(meta: dict[str, Any], _run_dir: Path) -> None:
         meta.update(scenario=scenario.to_dict(), name=scenario.name, clock=metamod.clock_fields())
         meta.update(extra_meta or {})
-        if inv is not None:
-            meta["lab_check"] = lab_check
+        place.describe(meta)
 
     with phase.progress, open_run(KIND_MIGRATE, lambda: make_run_dir(results_root, scenario), describe, logger=log,
                                   failure_class=lambda: phase.current, analyse=_analyse) as opened:  # fmt: skip
         registry = Registry(new_prefix(), run_dir=str(opened.dir.resolve()))
-        _execute(scenario, driver_cls, facts, registry, opened.dir, opened.meta, opened.abort, phase, inv)
+        _execute(scenario, driver_cls, facts, registry, opened.dir, opened.meta, opened.abort, phase, place)
     return opened.dir
 
 
@@ -238,7 +127,7 @@ def _execute(
     meta: dict[str, Any],
     abort: Abort,
     phase: Phase,
-    inv: Inventory | None = None,
+    place: Place | None = None,
 ) -> None:
     """The run as nested ``with`` blocks: each resource is left, in the reverse order of entry,
     however the block ends (instruments, hypervisor, recorder, then the registry removes what
@@ -248,21 +137,9 @@ def _execute(
         with (
             td.step("tear down", registry),
             td.step("close recorder", Recorder(run_dir)) as recorder,
-            td.step("leave lab hosts", open_lab(inv, registry)) as lab,
+            td.step("leave the testbed", (place or Embedded()).open(registry, scenario.miglink_bps)) as tb,
         ):
-            tb: Testbed
-            if lab is not None:
-                tb = lab
-                facts = {**facts, **lab_facts(meta["lab_check"], scenario, facts)}
-                meta["testbed"] = lab_testbed_meta(tb)
-                tb.clocks_from_check(meta["lab_check"])  # the start measurement: the preflight's
-            else:
-                tb = Testbed(registry.prefix)
-                meta["testbed"] = {
-                    "prefix": registry.prefix,
-                    "namespaces": {role: tb.ns(role) for role in topo.all_roles()},
-                    "miglink_bps": scenario.miglink_bps,
-                }
+            meta["testbed"] = tb.describe()
             injector = FaultInjector(scenario.fault, recorder.action)
             ctx = RunContext(scenario, tb, registry, run_dir, recorder, abort, injector)
             with td.step("stop hypervisor", driver_cls(ctx, facts)) as driver:
@@ -272,9 +149,7 @@ def _execute(
                 meta["stack"] = with_router(facts.get("stack"), scenario.router, facts.get("guest_image"))
                 write_meta(run_dir, meta)
 
-                if inv is None:
-                    log.info("building testbed %s", registry.prefix)
-                    TestbedBuilder(registry, scenario.miglink_bps).build()
+                tb.build(registry)
                 with td.step("stop routing peers", Peers(scenario, tb, registry, run_dir)) as peers:
                     if scenario.peering:
                         log.info("starting routing peers (%s)", scenario.peering)
@@ -307,126 +182,6 @@ def _execute(
         if problems:
             meta["teardown_problems"] = problems
             log.error("teardown problems: %s", "; ".join(problems))
-
-
-@contextlib.contextmanager
-def open_lab(inv: Inventory | None, registry: Registry) -> Iterator[LabBed | None]:
-    """The lab's hosts, connected (SSH masters in the run's private directory) and each given
-    the run's directory; on leaving, those directories are removed and the connections closed
-    (which also stops every helper still running there: their guards see the channel close).
-    None for the embedded testbed."""
-    if inv is None:
-        yield None
-        return
-    from migrate.testbed.hosts import connect
-
-    hosts = connect(inv, registry.dir)
-    bed = LabBed(registry.prefix, inv, hosts)
-    try:
-        bed.prepare()
-        yield bed
-    finally:
-        bed.settle()
-        problems = bed.remove()
-        for h in hosts.values():
-            h.close()
-        if problems:
-            raise TestbedError("; ".join(problems))
-
-
-def lab_facts(check: dict[str, Any], scenario: Scenario, local: dict[str, Any]) -> dict[str, Any]:
-    """The accelerator and QEMU of R1 and R2 as the preflight check found them (the same test
-    as ACCEL=auto here: vmx/svm visible and /dev/kvm creates a VM); ACCEL=auto is KVM only if
-    both hosts have it (HV=xen: the QEMUs of the nested Xen hosts).  {} for a hypervisor
-    without QEMU on the hosts (HV=criu: its driver's own facts stand).  A QEMU= the hosts lack (not
-    deployed, different builds, no <emulator> script for DRIVER=libvirt) is a ConfigError: one
-    line, exit 2, raised by the preflight before anything starts."""
-    if scenario.hv not in ("kvm", "xen"):
-        return {}
-    rows = {r["role"]: r for r in check["hosts"]}
-    hv = ("R1", "R2")
-    if scenario.hv == "kvm":
-        lab_router_image(rows, scenario.router, check.get("inventory") or "lab.toml")
-    kvm = {r: bool(rows[r].get("kvm")) for r in hv}
-    both = all(kvm.values())
-    if scenario.accel == "kvm" and not both:
-        missing = ", ".join(r for r, ok in kvm.items() if not ok)
-        raise DependencyError(f"ACCEL=kvm requested but {missing} cannot run KVM: use ACCEL=auto or tcg")
-    accel = ("kvm" if both else "tcg") if scenario.accel == "auto" else scenario.accel
-    reason = "; ".join(f"{r}: {rows[r].get('kvm_reason')}" for r in hv)
-    # HV=xen: the nested hosts' QEMU; HV=kvm: the release hosts-setup deployed, under either
-    # driver (DRIVER=libvirt: the hosts' own libvirtd runs it by its <emulator> script)
-    spec = (scenario.qemu or DEFAULT_QEMU) if scenario.hv == "kvm" else "system"
-    qemu = {r: (rows[r].get("versions") or {}).get(QEMU) for r in hv}
-    argv: list[str] = [QEMU]  # the hosts' own package
-    stack: dict[str, Any] = {"spec": "system", "source": "system", "version_by_host": qemu}
-    if spec != "system":  # the release hosts-setup deployed beside the package (docs/stack.md)
-        deployed = {r: (rows[r].get("stacks") or {}).get(spec) or {} for r in hv}
-        missing = [r for r in hv if not deployed[r].get("version")]
-        if missing:
-            raise ConfigError(
-                f"QEMU={spec} is not deployed on {', '.join(missing)} (hosts-setup deploys the default stack, "
-                f"QEMU={DEFAULT_QEMU}): run make hosts-setup, or use QEMU=system"
-            )
-        qemu = {r: deployed[r]["version"] for r in hv}
-        if qemu["R1"] != qemu["R2"]:
-            raise ConfigError(
-                f"QEMU={spec} differs between R1 and R2 ({qemu['R1']}; {qemu['R2']}): run make hosts-setup"
-            )
-        if scenario.driver == "libvirt":
-            stale = [r for r in hv if not deployed[r].get("emulator_ok")]
-            if stale:
-                raise ConfigError(
-                    f"QEMU={spec} on {', '.join(stale)} has no <emulator> script for the hosts' libvirtd "
-                    "(an older hosts-setup deployed it): run make hosts-setup, or use QEMU=system"
-                )
-        record = deployed["R1"]["record"]
-        argv = list(record["argv"])
-        stack = {**record, "spec": spec, "version": qemu["R1"], "deployed": True, "version_by_host": qemu}
-    out: dict[str, Any] = {
-        "accel": accel,
-        "accel_reason": reason if scenario.accel == "auto" else f"forced by ACCEL={scenario.accel} ({reason})",
-        "qemu": qemu["R1"],
-        "qemu_by_host": qemu,
-        "qemu_argv": argv,
-        "stack": {"qemu": stack},
-        "orchestrator_qemu": local.get("qemu"),
-    }
-    if scenario.driver == "libvirt":  # the hosts' own libvirtd, as `libvirtd --version` gave it there
-        lines = {r: (rows[r].get("versions") or {}).get("libvirtd") for r in hv}
-        found = {r: LIBVIRT_VERSION_LINE.search(v) if v else None for r, v in lines.items()}
-        daemon = {r: m[0] if m else lines[r] for r, m in found.items()}  # without libvirtd's path
-        out["libvirt"] = {**(local.get("libvirt") or {}), "daemon": daemon["R1"], "daemon_by_host": daemon}
-        out["stack"]["libvirt"] = {
-            "spec": "system", "source": "system", "version": daemon["R1"], "version_by_host": daemon,
-            **({} if daemon["R1"] else {"reason": "hosts-check found no libvirtd --version on R1"}),
-        }  # fmt: skip
-    return out
-
-
-def lab_router_image(rows: dict[str, dict[str, Any]], router: str, testbed: str) -> None:
-    """ROUTER='s image is on R1 and R2 as this machine built it (hosts-setup copies its manifest
-    byte for byte): else one line, exit 2 (the router would run a build meta.json does not name).
-    A check that predates the image probe (no ``images`` in its rows) is not judged."""
-    import hashlib
-
-    from routers.guest import guest_image
-
-    if not all("images" in rows[r] for r in ("R1", "R2")):
-        return
-    local = hashlib.sha256((guest_image(router, verify=False).kernel.parent / "manifest.json").read_bytes())
-    for r in ("R1", "R2"):
-        there = (rows[r].get("images") or {}).get(router)
-        if there is None:
-            raise ConfigError(
-                f"ROUTER={router} is not on {r}: run make hosts-setup TESTBED={testbed} PROFILES=<...,{router}> "
-                "(it copies the images PROFILES= names)"
-            )
-        if there.get("manifest_sha256") != local.hexdigest():
-            raise ConfigError(
-                f"ROUTER={router} on {r} is another build than this machine's "
-                f"({there.get('router_version') or 'unknown version'}): run make hosts-setup TESTBED={testbed}"
-            )
 
 
 def with_router(stack: Any, router: str, image: Any) -> dict[str, Any] | None:
@@ -492,10 +247,7 @@ def _measure(
     instruments.stop()
     phase.progress.traffic_ended()
     _instruments_cpu(meta, instruments)
-    if tb.remote:
-        tb.measure_clocks("end")
-        meta["clock"]["hosts"] = tb.clock
-        meta["lab"] = tb.collect(run_dir)
+    tb.finish(meta, run_dir)
     if "after_migration" in meta:
         _confirm_forwarding(scenario, run_dir, meta)
     meta["verify"] = driver.verify()

@@ -97,7 +97,7 @@ def criu_bundle(deploy_dir: str, out_dir: Path, cache: Path | None = None) -> di
 
 
 #: where hosts-setup puts the default stack's QEMU, relative to the deploy dir (``qemu.json`` beside
-#: ``root``: its argv there, version, release, source, packages; migrate.experiment.run.lab_facts)
+#: ``root``: its argv there, version, release, source, packages; migrate.experiment.place.lab_facts)
 QEMU_DIR = "qemu"
 #: beside ``root``: the script a libvirt domain's ``<emulator>`` names to run that QEMU under the
 #: hosts' own libvirtd (DRIVER=libvirt on a lab; migrate.core.stack.emulator_text)

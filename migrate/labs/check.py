@@ -37,7 +37,7 @@ VIRSH_TIMEOUT_S = 30.0
 TOOLS_ALL = ("ip", "python3")
 TOOLS_HV = ("qemu-system-x86_64",)
 #: probed on the hypervisor hosts but not required: the libvirtd a lab's DRIVER=libvirt drives
-#: (its version goes to meta.json stack.libvirt; migrate.experiment.run.lab_facts)
+#: (its version goes to meta.json stack.libvirt; migrate.experiment.place.lab_facts)
 PROBED_HV = ("libvirtd",)
 TOOLS_END = ("irtt",)
 #: helpers `make hosts-setup` deploys under <deploy_dir>/bin: traffic on the end hosts, the

@@ -268,7 +268,7 @@ def validate(s: Scenario) -> None:
 def qemu_spec(s: Scenario) -> str:
     """The QEMU= the run uses: the scenario's, else the default stack's; under DRIVER=libvirt
     LIBVIRT=system the host's own QEMU (its libvirt's, though it runs QEMU=10.0 too).  A lab runs
-    the default release under either driver (migrate.experiment.run.lab_facts)."""
+    the default release under either driver (migrate.experiment.place.lab_facts)."""
     return s.qemu or ("system" if s.driver == "libvirt" and s.libvirt == "system" else DEFAULT_QEMU)
 
 

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from migrate.core.errors import TestbedError
 from migrate.core.netlink import Rtnl, iproute
@@ -16,6 +17,7 @@ from migrate.core.procs import Proc
 from migrate.core.registry import Registry
 from migrate.core.rundir import COUNTERS_TSV
 from migrate.testbed import topology as topo
+from migrate.testbed.bridgeport import PortCut, RxPackets
 from migrate.testbed.inventory import Inventory, embedded
 
 log = logging.getLogger(__name__)
@@ -64,7 +66,43 @@ class Testbed:
 
     __test__ = False
     prefix: str
+    #: the migration link's rate cap (MIGLINK), or None: the veth pair as it is
+    miglink_bps: int | None = None
     remote = False
+
+    def describe(self) -> dict[str, Any]:
+        """meta.json ``testbed``: the run's prefix, each role's namespace and the migration link's cap."""
+        return {
+            "prefix": self.prefix,
+            "namespaces": {role: self.ns(role) for role in topo.all_roles()},
+            "miglink_bps": self.miglink_bps,
+        }
+
+    def build(self, registry: Registry) -> None:
+        """Create the namespaces, links and bridges of paper 004's Fig. 1 (registered first)."""
+        if registry.prefix != self.prefix:
+            raise TestbedError(f"registry {registry.prefix} is not the testbed's ({self.prefix})")
+        log.info("building testbed %s", self.prefix)
+        TestbedBuilder(registry, self.miglink_bps).build()
+
+    def finish(self, meta: dict[str, Any], run_dir: Path) -> None:
+        """After the instruments stopped: what the testbed adds to meta.json (one clock here: nothing)."""
+
+    def router_port(self, role: str, side: str, hv: str) -> str:
+        """The interface of hypervisor host ``role`` that is the bridge port of the router's
+        interface on segment ``side`` (the inventory's ``taps``; HV=xen on a lab's Xen hosts:
+        the host's interface that carries dom0's NIC)."""
+        host = self.inventory.host(role)
+        x = host.xen if hv == "xen" else None
+        return (x.taps if x is not None else host.taps)[side]
+
+    def port_cut(self, role: str, ifname: str, registry: Registry) -> PortCut:
+        """Cut and restore bridge port ``ifname`` of ``role`` (one netlink request each, from here)."""
+        return PortCut(self.ns(role), ifname)
+
+    def rx_counter(self, role: str, ifname: str) -> RxPackets:
+        """``ifname``'s receive packet counter on ``role``, for polling."""
+        return RxPackets(self.ns(role), ifname)
 
     def ns(self, role: str) -> str:
         """Namespace name of a role ('A', 'R1', ...)."""

@@ -29,6 +29,7 @@ from migrate.core.procs import Proc, ProcessError
 from migrate.core.registry import Registry
 from migrate.core.rundir import COUNTERS_TSV, IRTT_JSON_GZ, SINK_STATE_JSON
 from migrate.testbed import topology as topo
+from migrate.testbed.bridgeport import LabPortCut, LabRxPackets
 from migrate.testbed.builder import Testbed
 from migrate.testbed.guard import guard_argv, parse_exit, parse_started
 from migrate.testbed.inventory import ROLES, Inventory
@@ -257,6 +258,28 @@ class LabBed(Testbed):
     def ns(self, role: str) -> str:
         """A lab has no namespaces of this machine: the name is a label for the role only."""
         return f"{self.prefix}-{role}"
+
+    def describe(self) -> dict[str, Any]:
+        """meta.json ``testbed`` of a lab run (:func:`lab_testbed_meta`)."""
+        return lab_testbed_meta(self)
+
+    def build(self, registry: Registry) -> None:
+        """A lab's hosts, links and bridges exist already: nothing to build."""
+
+    def finish(self, meta: dict[str, Any], run_dir: Path) -> None:
+        """The hosts' clocks measured again, and what every host kept fetched: meta.json
+        ``clock.hosts`` and ``lab``."""
+        self.measure_clocks("end")
+        meta["clock"]["hosts"] = self.clock
+        meta["lab"] = self.collect(run_dir)
+
+    def port_cut(self, role: str, ifname: str, registry: Registry) -> LabPortCut:  # type: ignore[override]
+        """Cut and restore bridge port ``ifname`` on ``role``'s host (one SSH session)."""
+        return LabPortCut(self, role, ifname, registry)
+
+    def rx_counter(self, role: str, ifname: str) -> LabRxPackets:  # type: ignore[override]
+        """``ifname``'s receive packet counter on ``role``'s host (read over SSH)."""
+        return LabRxPackets(self, role, ifname)
 
     def run_dir(self) -> str:
         """The run's directory on every host."""

@@ -324,7 +324,7 @@ def test_a_broken_estimator_misses_its_target_on_the_real_run(monkeypatch, estim
 
 def test_brport_state_request_is_bridge_link_set_state():
     """The request `bridge link set dev <ifindex 7> state 0` sends (iproute2 bridge/link.c)."""
-    from migrate.experiment.calibrate import brport_state_request
+    from migrate.testbed.bridgeport import brport_state_request
 
     msg = brport_state_request(7, 0, 42)
     length, kind, flags, seq, pid = struct.unpack_from("=IHHII", msg)
@@ -337,7 +337,7 @@ def test_brport_state_request_is_bridge_link_set_state():
 
 
 def test_netlink_ack_parsing():
-    from migrate.experiment.calibrate import netlink_ack_error
+    from migrate.testbed.bridgeport import netlink_ack_error
 
     def ack(seq: int, error: int) -> bytes:
         return struct.pack("=IHHIIi", 36, 2, 0, seq, 0, error) + b"\0" * 16

@@ -16,7 +16,7 @@ from migrate.core.errors import ConfigError
 from migrate.drivers.base import load_driver
 from migrate.drivers.criu import hoststeps, imgxfer
 from migrate.drivers.criu.lab import LabCriuDriver, host_criu
-from migrate.experiment.run import lab_supports
+from migrate.experiment.place import lab_supports
 from migrate.labs import bundles
 from migrate.model.scenario import Scenario
 from migrate.testbed.inventory import load
@@ -229,7 +229,7 @@ def test_the_lab_driver_refuses_frr_before_anything_starts():
 def test_a_lab_names_no_qemu_accelerator_for_criu():
     """R1/R2's KVM check describes QEMU: a CRIU run, or sweep, on a lab keeps the driver's
     accel=none (a lab without VT-x would otherwise have recorded tcg for containers)."""
-    from migrate.experiment.run import lab_facts
+    from migrate.experiment.place import lab_facts
 
     check = {"hosts": [{"role": r, "kvm": False, "kvm_reason": "no vmx", "versions": {}} for r in ("R1", "R2")]}
     assert lab_facts(check, Scenario(hv="criu", router="bird", mode="stopcopy"), {}) == {}

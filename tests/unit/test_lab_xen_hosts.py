@@ -223,12 +223,12 @@ def test_guard_clean_stops_recorded_groups_and_spares_reused_pids(tmp_path):
 
 def test_calibrate_on_a_labs_xen_hosts_needs_their_taps_to_cut(tmp_path):
     from migrate.core.errors import ConfigError
-    from migrate.experiment.calibrate import CalibrationSpec, lab_checks
+    from migrate.experiment.calibrate import CalibrationSpec, place_checks
 
     p = tmp_path / "lab.toml"
     p.write_text(_with_xen())
     with pytest.raises(ConfigError, match="KIND=cut on a Xen host needs `taps`"):
-        lab_checks(CalibrationSpec(hv="xen"), p)
+        place_checks(CalibrationSpec(hv="xen"), p)
 
 
 DOM0_OK = """kernel 6.1.0-56-amd64

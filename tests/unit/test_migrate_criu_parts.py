@@ -12,7 +12,7 @@ import pytest
 
 from migrate.drivers.criu import announce, imgxfer
 from migrate.drivers.criu import rounds as criu_rounds
-from migrate.drivers.criu.nsock import parse_net_dev
+from migrate.core.nsock import parse_net_dev
 from migrate.drivers.criu.stats import error_excerpt, parse_display_stats
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "criu"

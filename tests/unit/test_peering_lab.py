@@ -17,7 +17,7 @@ from analysis.metrics.clock import peer_records_on_orchestrator_clock
 from analysis.metrics.control_plane import LogEvent
 from migrate.core.errors import ConfigError
 from migrate.experiment.peering import LAB_LOOPBACK_SH, _stop_rank, bird_argv, bird_paths
-from migrate.experiment.run import lab_supports
+from migrate.experiment.place import lab_supports
 from migrate.labs import provision
 from migrate.model.scenario import Scenario
 from migrate.testbed.inventory import load

@@ -174,7 +174,7 @@ def _deployed(version="QEMU emulator version 10.0.2 (Debian 1:10.0.2+ds-2+deb13u
 
 
 def test_a_lab_runs_the_default_stack_hosts_setup_deployed():
-    from migrate.experiment.run import lab_facts
+    from migrate.experiment.place import lab_facts
 
     facts = lab_facts(_rows(_deployed(), _deployed()), Scenario(), {})
     assert facts["qemu_argv"][0] == "/var/lib/vrmig/qemu/10.0/root/usr/bin/qemu-system-x86_64"
@@ -188,7 +188,7 @@ def test_a_lab_runs_the_default_stack_hosts_setup_deployed():
 
 
 def test_a_labs_libvirt_runs_the_deployed_release_by_its_emulator_script():
-    from migrate.experiment.run import lab_facts
+    from migrate.experiment.place import lab_facts
 
     libvirt = Scenario(driver="libvirt")
     rows = _rows(_deployed(emulator_ok=True), _deployed(emulator_ok=True))
@@ -266,7 +266,7 @@ def test_a_lab_run_needs_routers_image_on_both_hosts_as_built_here(tmp_path, mon
     import types
 
     import routers.guest
-    from migrate.experiment.run import lab_router_image
+    from migrate.experiment.place import lab_router_image
     from migrate.labs.check import HostRow, compare_images
 
     (tmp_path / "manifest.json").write_text('{"router": {"version": "10.3-3"}}')
@@ -291,7 +291,7 @@ def test_a_lab_run_needs_routers_image_on_both_hosts_as_built_here(tmp_path, mon
 
 def test_a_labs_libvirt_knobs_are_judged_by_the_hosts_libvirtd():
     """Synthetic hosts with libvirt 9.0: this machine's libvirtd 11.3 would take zstd, theirs cannot."""
-    from migrate.experiment.run import check_knobs, lab_facts
+    from migrate.experiment.place import check_knobs, lab_facts
 
     rows = _rows(_deployed(emulator_ok=True), _deployed(emulator_ok=True))
     for r in rows["hosts"]:

@@ -3,7 +3,7 @@ a gratuitous ARP and an unsolicited neighbour advertisement per port, sent from 
 interfaces inside its network namespace, so the segment switches learn where it is now.
 
 Frame builders are pure (unit-tested); :func:`announce` opens AF_PACKET sockets inside the
-container's network namespace (``migrate.drivers.criu.nsock``) and sends the frames from the orchestrator."""
+container's network namespace (``migrate.core.nsock``) and sends the frames from the orchestrator."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import struct
 import time
 from collections.abc import Iterable
 
-from migrate.drivers.criu.nsock import in_netns
+from migrate.core.nsock import in_netns
 
 ETH_P_ARP = 0x0806
 ETH_P_IPV6 = 0x86DD

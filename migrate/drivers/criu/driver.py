@@ -33,6 +33,7 @@ from typing import Any
 
 from migrate.core.atomic import write_json
 from migrate.core.errors import DependencyError, GuestError, MigrationError
+from migrate.core.nsock import NetDevCounters, netns_path, socket_in
 from migrate.core.procs import Proc, ProcessError
 from migrate.core.rundir import CRIU_JSON, CRIU_JSON_FORMAT
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
@@ -41,7 +42,6 @@ from migrate.drivers.criu import rounds as criu_rounds
 from migrate.drivers.criu.announce import announce
 from migrate.drivers.criu.container import Container, delete_links, peers_in, veth_specs
 from migrate.drivers.criu.imgxfer import MAGIC, TransferError, send_files
-from migrate.drivers.criu.nsock import NetDevCounters, netns_path, socket_in
 from migrate.drivers.criu.stats import error_excerpt, parse_display_stats
 from migrate.drivers.criu.tool import (
     CriuBinary,

@@ -559,6 +559,9 @@ class LabCriuDriver(CriuDriver):
             res[name] = bool(i and o and i.get("link_index") == o["ifindex"] and o.get("link_index") == i["ifindex"])
         return res
 
+    #: make calibrate's KIND=pause is refused before anything starts (migrate.experiment.calibrate)
+    pause_unavailable = "HV=criu on a lab has no pause (the cgroup freezer is local only)"
+
     def prepare_pause(self) -> None:
         raise ConfigError("HV=criu on a lab has no pause (the cgroup freezer is local only): use KIND=cut")
 

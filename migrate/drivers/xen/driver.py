@@ -49,10 +49,10 @@ from typing import Any
 
 from migrate.core.errors import ConfigError, DependencyError, GuestError, MigrationError
 from migrate.core.netlink import iproute
+from migrate.core.nsock import NetDevCounters, netns_path
 from migrate.core.procs import Proc
 from migrate.core.rundir import XEN_DOMU_CFG, XEN_JSON, console_log
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
-from migrate.drivers.criu.nsock import NetDevCounters, netns_path
 from migrate.drivers.kvm.accel import detect_accel
 from migrate.drivers.kvm.driver import NIC_MODELS, QEMU, qemu_version
 from migrate.drivers.xen.dom0 import (
@@ -647,7 +647,7 @@ class XenDriver(Driver):
         from migrate.model.faults import kill_pid
 
         if self.lab:
-            return {}  # a lab takes no FAULT (migrate.experiment.run.lab_supports)
+            return {}  # a lab takes no FAULT (migrate.experiment.place.lab_supports)
         return {
             "dst-qemu-dies": kill_pid(lambda: self.procs["R2"].pid if "R2" in self.procs else None),
             "src-qemu-dies": kill_pid(lambda: self.procs["R1"].pid if "R1" in self.procs else None),
