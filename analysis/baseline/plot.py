@@ -1,15 +1,22 @@
 """Plots of a baseline run (PNG, written atomically, no pyplot global state).
 
-* ``offered_vs_forwarded.png``: mean offered vs mean forwarded rate with 95 % CI error bars, one
-  line per router set-up, one panel per frame size (row per IP version) — paper 001 Fig. 3;
+* ``offered_vs_forwarded.png``: mean offered vs mean forwarded rate, one line per router set-up,
+  one panel per frame size (row per IP version) — paper 001 Fig. 3;
 * ``max_forwarded.png``: maximum mean forwarded rate per set-up and frame size as bars (paper 001
   Fig. 4), plus the maximum loss-free rate (NDR) when it was searched;
 * ``routers.png``: per-router throughput at the highest offered rate for 1/2/4/8 co-located
   routers with Jain's fairness index (paper 000 Fig. 13 / Table II).
+
+Error bars are the 95 % percentile-bootstrap interval of the mean over the repetitions (summary.json
+``boot95_low``/``boot95_high``; analysis.stats.inference.bootstrap_mean_interval): within the
+repetitions' range, so a rate's bar never goes below 0, as the symmetric Student-t interval of a
+few skewed repetitions does (the t half-width stays in summary.json as ``ci95``).  A mean of one
+repetition has no bar.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -17,6 +24,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from analysis.baseline.ndr import describe, jain_index
+from analysis.stats.inference import bootstrap_mean_interval
 from migrate.core.atomic import replacing
 
 DPI = 110
@@ -49,11 +57,27 @@ def _save(fig: Figure, path: Path) -> Path:
 def _title(meta: dict[str, Any] | None) -> str:
     accel = (meta or {}).get("accel")
     note = "\nHV=kvm ran under TCG: its figures describe QEMU's emulator, not KVM" if accel == "tcg" else ""
-    return f"vrmig baseline (HV=kvm accel={accel}){note}" if accel else "vrmig baseline"
+    head = f"vrmig baseline (HV=kvm accel={accel})" if accel else "vrmig baseline"
+    return f"{head} — error bars: {INTERVAL}{note}"
 
 
-def _ci(d: dict[str, Any] | None) -> float:
-    return 0.0 if d is None or d.get("ci95") is None else d["ci95"] / 1e6
+#: what the error bars are (the plots' titles)
+INTERVAL = "mean, 95 % percentile-bootstrap interval"
+
+
+def _err(ds: list[dict[str, Any] | None], scale: float = 1e-6) -> list[list[float]]:
+    """Asymmetric error bars [[below], [above]] of summary.json aggregates ``ds`` from their
+    bootstrap interval (``boot95_low``/``boot95_high``); NaN, no bar, where an aggregate has none
+    (a single repetition)."""
+    lo, hi = [], []
+    for d in ds:
+        if d is None or d.get("boot95_low") is None or d.get("boot95_high") is None:
+            lo.append(math.nan)
+            hi.append(math.nan)
+        else:
+            lo.append(max(0.0, (d["mean"] - d["boot95_low"]) * scale))
+            hi.append(max(0.0, (d["boot95_high"] - d["mean"]) * scale))
+    return [lo, hi]
 
 
 def plot_offered_forwarded(path: Path, summary: dict[str, Any], meta: dict[str, Any] | None) -> Path:
@@ -75,7 +99,7 @@ def plot_offered_forwarded(path: Path, summary: dict[str, Any], meta: dict[str, 
                 x = [p["offered_bps"]["mean"] / 1e6 for p in pts]
                 y = [p["forwarded_bps"]["mean"] / 1e6 for p in pts]
                 ax.errorbar(
-                    x, y, xerr=[_ci(p["offered_bps"]) for p in pts], yerr=[_ci(p["forwarded_bps"]) for p in pts],
+                    x, y, xerr=_err([p["offered_bps"] for p in pts]), yerr=_err([p["forwarded_bps"] for p in pts]),
                     marker="o", ms=3, capsize=3, lw=1, label=label(c),
                 )  # fmt: skip
                 top = max(top, *x, *y)
@@ -105,7 +129,7 @@ def plot_max_forwarded(path: Path, summary: dict[str, Any], meta: dict[str, Any]
     width = 0.8 / max(1, len(labels))
     for (what, ylabel), ax in zip(panels, (a[0] for a in axes), strict=True):
         for li, lab in enumerate(labels):
-            xs, hs, es = [], [], []
+            xs, hs, ds = [], [], []
             for gi, (ip, size) in enumerate(groups):
                 c = next((c for c in configs if label(c) == lab and (c["ip"], c["frame_bytes"]) == (ip, size)), None)
                 d = None
@@ -117,8 +141,8 @@ def plot_max_forwarded(path: Path, summary: dict[str, Any], meta: dict[str, Any]
                     continue
                 xs.append(gi + (li - (len(labels) - 1) / 2) * width)
                 hs.append(d["mean"] / 1e6)
-                es.append(_ci(d))
-            ax.bar(xs, hs, width=width, yerr=es, capsize=3, label=lab)
+                ds.append(d)
+            ax.bar(xs, hs, width=width, yerr=_err(ds), capsize=3, label=lab)
         ax.set_xticks(range(len(groups)), [f"{s} B / IPv{ip}" for ip, s in groups])
         ax.set_ylim(bottom=0)
         ax.set_ylabel(ylabel)
@@ -145,12 +169,14 @@ def plot_routers(path: Path, routers: list[dict[str, Any]], meta: dict[str, Any]
             rate = max(rn, key=lambda r: (r["rate_bps"] == 0, r["rate_bps"]))["rate_bps"]
             per: dict[int, list[float]] = defaultdict(list)
             for r in rn:
-                if r["rate_bps"] == rate:
+                if r["rate_bps"] == rate and math.isfinite(r["forwarded_bps"]):
                     per[r["router"]].append(r["forwarded_bps"])
             stats = [describe(per[k]) for k in sorted(per)]
+            boots = [bootstrap_mean_interval(per[k]) for k in sorted(per)]
             w = 0.8 / len(stats)
             xs = [gi + (k - (len(stats) - 1) / 2) * w for k in range(len(stats))]
-            errs = [0 if s.ci95 is None else s.ci95 / 1e6 for s in stats]
+            errs = _err([{"mean": s.mean, "boot95_low": b[0], "boot95_high": b[1]} if b else None
+                         for s, b in zip(stats, boots, strict=True)])  # fmt: skip
             colors = [f"C{k % 10}" for k in range(len(stats))]
             ax.bar(xs, [s.mean / 1e6 for s in stats], width=w, yerr=errs, capsize=2, color=colors, edgecolor="white")
             j = jain_index([s.mean for s in stats])
@@ -158,7 +184,7 @@ def plot_routers(path: Path, routers: list[dict[str, Any]], meta: dict[str, Any]
             jain = "n/a" if j is None else f"{j:.3f}"
             ticks.append(f"{n} router{'s' if n > 1 else ''} @{rate_txt}\nJain {jain}")
         ax.set_xticks(range(len(counts)), ticks)
-        ax.set_ylim(bottom=0)  # a wide CI (few repetitions) must not suggest negative rates
+        ax.set_ylim(bottom=0)
         ax.set_ylabel("forwarded per router [Mbit/s]")
         name = hv_name(hv, nic)
         ax.set_title(f"{name}, load={load}, {size} B, IPv{ip}", fontsize="medium")

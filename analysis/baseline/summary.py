@@ -5,7 +5,9 @@
 summary.json holds, per configuration (hv, nic, ip, frame size, routers, load):
 
 * ``points``: per requested rate of the sweep, mean / std / 95 % CI (Student's t over the
-  repetitions) of offered and forwarded rate, loss, RTT, CPU and Jain indices;
+  repetitions, ``ci95``: its half-width) and the 95 % percentile-bootstrap interval of the mean
+  (``boot95_low``, ``boot95_high``: what the plots draw) of offered and forwarded rate, loss, RTT,
+  CPU and Jain indices;
 * ``max_forwarded``: the sweep rate with the highest mean forwarded rate (paper 001 Fig. 4: it
   need not be the highest offered rate);
 * ``sweep_loss_free_bps``: the highest swept rate (per router) up to which every rate's mean loss
@@ -22,6 +24,7 @@ import argparse
 import csv
 import io
 import logging
+import math
 import sys
 from collections import defaultdict
 from collections.abc import Iterable
@@ -30,6 +33,7 @@ from typing import Any
 
 from analysis.baseline.ndr import LOSS_FREE_RATIO, describe, efficiency, ndr_result
 from analysis.baseline.points import ROUTER_COLUMNS, ROW_COLUMNS, analyse_point
+from analysis.stats.inference import bootstrap_mean_interval
 from migrate.core.atomic import write_text
 from migrate.core.rundir import (
     BASELINE_CSV,
@@ -91,11 +95,23 @@ def _config_key(r: dict[str, Any]) -> tuple:
     return tuple(r[k] for k in CONFIG_KEYS)
 
 
+def stat_dict(values: Iterable[float | None]) -> dict[str, Any] | None:
+    """``{n, mean, std, ci95, boot95_low, boot95_high}`` of the finite ``values`` (None and NaN
+    are not values; None without any): ``describe``'s Student-t figures and the percentile-bootstrap
+    95 % interval of the mean over the same values (None for fewer than two)."""
+    xs = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    st = describe(xs)
+    if st is None:
+        return None
+    boot = bootstrap_mean_interval(xs)
+    lo, hi = boot if boot is not None else (None, None)
+    return {**st.to_dict(), "boot95_low": lo, "boot95_high": hi}
+
+
 def _stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"reps": len(rows), "gen_limited": sum(1 for r in rows if r.get("gen_limited"))}
     for c in STAT_COLUMNS:
-        st = describe(r.get(c) for r in rows)
-        out[c] = st.to_dict() if st else None
+        out[c] = stat_dict(r.get(c) for r in rows)
     return out
 
 
@@ -152,11 +168,10 @@ def summarise_config(rows: list[dict[str, Any]], ndr: bool = False) -> dict[str,
             per_rep.append(
                 {"rep": rep, "ndr_bps": res.rate_bps, "lowest_fail_bps": res.lowest_fail_bps, "trials": res.trials}
             )
-        st = describe(p["ndr_bps"] for p in per_rep)
         out["ndr"] = {
             "loss_threshold": LOSS_FREE_RATIO,
             "per_rep": per_rep,
-            "ndr_bps": st.to_dict() if st else None,
+            "ndr_bps": stat_dict(p["ndr_bps"] for p in per_rep),
             "at_upper_bound": sum(1 for p in per_rep if p["lowest_fail_bps"] is None),
             "generator_limited_trials": sum(1 for r in ok if r["rate_bps"] > 0 and r.get("gen_limited")),
         }
