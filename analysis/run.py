@@ -43,6 +43,7 @@ from analysis.metrics.postcopy import postcopy_price
 from analysis.metrics.rtt import rtt_phases
 from analysis.metrics.sendloss import SendTimeLoss, loss_from_raw, send_time_loss, unavailable_reason
 from analysis.metrics.window import Spans, Window, migration_window, spans
+from analysis.present.calibration_report import is_calibration, try_write_calibration_report
 from analysis.present.openmetrics import run_metrics
 from analysis.present.run_plot import PlotData, Series, Zoom, plot_run
 from analysis.present.run_report import try_write_run_report
@@ -724,7 +725,10 @@ def analyse_and_write(run_dir: Path) -> Summary:
         summary = dataclasses.replace(summary, notes=(*summary.notes, note))
         document = summary.to_dict()
         write_summary(run_dir, document)
-    note = try_write_run_report(run_dir, document, no_png)
+    if is_calibration(run_dir):  # a calibration's report is its verdict, not a migration's figures
+        note = try_write_calibration_report(run_dir)
+    else:
+        note = try_write_run_report(run_dir, document, no_png)
     if note is not None:  # report.html is derived from summary.json: never worth losing it
         summary = dataclasses.replace(summary, notes=(*summary.notes, note))
         write_summary(run_dir, summary.to_dict())

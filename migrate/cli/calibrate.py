@@ -60,19 +60,24 @@ def spec_from_args(a: argparse.Namespace) -> CalibrationSpec:
 
 
 def run_command(a: argparse.Namespace) -> int:
-    """Run it; print the table and, last, the results directory.  Exit 0 when every cut target
-    (and, with PEERING, every control-plane check) is met, 1 when one is missed, 4 when the run
-    failed."""
+    """Run it; print the table, write report.html and print, last, the results directory.  Exit 0
+    when every cut target (and, with PEERING, every control-plane check) is met, 1 when one is
+    missed, 4 when the run failed."""
     from analysis.metrics.calibration import format_table, load_and_calibrate
+    from analysis.present.calibration_report import try_write_calibration_report
 
     spec = spec_from_args(a)
     run_dir = run_calibration(spec, a.results, a.testbed)
+    hv = None
     try:
         cal, hv = load_and_calibrate(run_dir)
         print(format_table(cal, hv))
     except Exception as err:  # the raw data is kept; say so
         cal = None
         print(f"(calibration analysis failed: {type(err).__name__}: {err}; raw data in {run_dir})")
+    note = try_write_calibration_report(run_dir, cal, hv)
+    if note is not None:
+        print(f"({note}; the tables are in calibration.csv)")
     print(run_dir)
     status = read_meta(run_dir).get("status")
     if status != "completed":
