@@ -1,5 +1,6 @@
 """Reports from existing results: sweep/night directories, single run directories or results
-roots -> runs.csv, points.csv, the Fig. 3-style plots and a self-contained report.html.
+roots -> runs.csv, points.csv, the Fig. 3-style plots, the per-run distributions (CDF and box
+plots) and a self-contained report.html.
 
 Every metric is recomputed from each run's raw data (``analysis.run.analyse_run``; nothing is
 rewritten inside the run directories), so a report always reflects the current estimators."""
@@ -18,7 +19,16 @@ from typing import Any
 from analysis import qualify as q
 from analysis.present import html as rh
 from analysis.present.formats import formats_from_env
-from analysis.present.sweep_plot import FIGURES, render_all
+from analysis.present.sweep_plot import (
+    BOX_CAPTION,
+    CDF_CAPTION,
+    DISTRIBUTION_METRICS,
+    FIGURES,
+    MEAN_CAPTION,
+    distribution_name,
+    render_all,
+    render_distributions,
+)
 from analysis.stats.aggregate import (
     AGGREGATE_DEFINITIONS,
     EFFECTIVE_COLUMNS,
@@ -520,7 +530,8 @@ def build_outputs(
     subtitle: str = "",
     collected: Sequence[tuple[list[dict[str, Any]], list[dict[str, Any]]]] | None = None,
 ) -> Outputs:
-    """Write runs.csv, points.csv, the figures and report.html into ``out_dir`` (atomically)."""
+    """Write runs.csv, points.csv, the figures (means, and the runs' CDF and box plots) and
+    report.html into ``out_dir`` (atomically)."""
     records: list[dict[str, Any]] = []
     meta_sections = []
     for i, src in enumerate(sources):
@@ -532,11 +543,18 @@ def build_outputs(
     points = aggregate(records)
     write_text(out_dir / "runs.csv", csv_text(RUN_COLUMNS, records))
     write_text(out_dir / "points.csv", csv_text(point_columns(), [point_row(p) for p in points]))
-    figures = render_all(points, formats_from_env())
+    formats = formats_from_env()
+    figures = {**render_all(points, formats), **render_distributions(records, formats)}
     for name, data in figures.items():
         write_bytes(out_dir / name, data)
-    pngs = {spec.name: figures[spec.name] for spec in FIGURES}
-    plots = [rh.Plot(spec.title, pngs[spec.name], f"file {spec.name}") for spec in FIGURES]
+    plots = [rh.Plot(spec.title, figures[spec.name], f"{MEAN_CAPTION}; file {spec.name}") for spec in FIGURES]
+    for metric, label, _ in DISTRIBUTION_METRICS:
+        for kind, what, caption in (
+            ("cdf", "empirical CDF of the runs", CDF_CAPTION),
+            ("box", "runs per rate", BOX_CAPTION),
+        ):
+            name = distribution_name(metric, kind)
+            plots.append(rh.Plot(f"{label.split(' [')[0]}: {what}", figures[name], f"{caption}; file {name}"))
     report = rh.Report(
         title=title,
         subtitle=subtitle,

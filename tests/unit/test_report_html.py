@@ -9,6 +9,7 @@ from html.parser import HTMLParser
 import pytest
 
 from analysis.present.html import Plot, Report, Table, markdown_to_html, render
+from analysis.present.sweep_plot import DISTRIBUTION_METRICS
 from migrate.campaigns.compare import compare, report
 from migrate.campaigns.reporting import write_sweep_outputs
 from migrate.core.errors import ConfigError
@@ -48,7 +49,11 @@ def parse(html_text):
     return doc
 
 
-def assert_self_contained_report(path, n_plots=4):
+# the 4 figures of means and, per metric of DISTRIBUTION_METRICS, its CDF and box plot
+N_PLOTS = 4 + 2 * len(DISTRIBUTION_METRICS)
+
+
+def assert_self_contained_report(path, n_plots=N_PLOTS):
     doc = parse(path.read_text())
     assert len(doc.imgs) == n_plots
     for img in doc.imgs:
@@ -80,8 +85,16 @@ def test_sweep_report_from_fixture(tmp_path):
     assert len(out.points) == 2
     for name in ("fig3a_downtime.png", "fig3b_volume_duration.png", "rtt_increase.png", "forwarded.png"):
         assert (sweep / name).read_bytes()[:8] == PNG_MAGIC
+    for metric, _, _ in DISTRIBUTION_METRICS:
+        for kind in ("cdf", "box"):
+            assert (sweep / f"sweep-{metric}-{kind}.png").read_bytes()[:8] == PNG_MAGIC
+            assert b"<svg" in (sweep / f"sweep-{metric}-{kind}.svg").read_bytes()[:2000]
+            assert (sweep / f"sweep-{metric}-{kind}.pdf").read_bytes()[:5] == b"%PDF-"
     html_text = (sweep / "report.html").read_text()
-    assert_self_contained_report(sweep / "report.html")
+    doc = assert_self_contained_report(sweep / "report.html")
+    alts = [img.get("alt") for img in doc.imgs]
+    assert "downtime (counters): empirical CDF of the runs" in alts and "volume (link): runs per rate" in alts
+    assert "95 % percentile-bootstrap interval" in html_text
     assert "SYNTHETIC" in html_text  # the host/QEMU metadata of the fixture runs
     assert "downtime_s.counters" in html_text  # docs/metrics.md
     assert "Student t" in html_text
