@@ -223,7 +223,8 @@ def summarise(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) ->
 
 
 def analyse_baseline(run_dir: Path) -> dict[str, Any]:
-    """Write baseline.csv, baseline_routers.csv, summary.json and the plots; return the summary."""
+    """Write baseline.csv, baseline_routers.csv, summary.json, the plots and report.html
+    (analysis.present.baseline_report); return the summary."""
     meta = read_meta(run_dir) if (run_dir / META_JSON).exists() else None
     rows, routers = collect(run_dir)
     write_text(run_dir / CSV_NAME, csv_text(rows, ROW_COLUMNS))
@@ -238,6 +239,11 @@ def analyse_baseline(run_dir: Path) -> dict[str, Any]:
         summary["plots"] = []
         summary["plot_error"] = str(err)
     write_summary(run_dir, summary)
+    from analysis.present.baseline_report import try_write_baseline_report
+
+    note = try_write_baseline_report(run_dir, summary)  # after summary.json: a report must never cost it
+    if note is not None:
+        log.error("%s (summary.json, the tables and the plots are written)", note)
     return summary
 
 
