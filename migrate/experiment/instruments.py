@@ -20,9 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from crosstraffic.backends.builtin import BuiltinBackend
-from migrate.core.atomic import write_text
 from migrate.core.errors import DependencyError, VrmigError
-from migrate.core.netlink import iproute
 from migrate.core.procs import Proc
 from migrate.core.registry import Registry
 from migrate.core.rundir import COUNTERS_TSV, GEN_JSON, IRTT_JSON_GZ, SINK_AFTER_NS, SINK_JSON, SINK_STATE_JSON
@@ -119,24 +117,6 @@ def stop_measured(p: Proc, sig: int, timeout_s: float = STOP_TIMEOUT_S) -> float
     return cpu
 
 
-def udp_in_datagrams(pid: int) -> int | None:
-    """UDP datagrams delivered to sockets in the network namespace of process ``pid``
-    (``/proc/<pid>/net/snmp`` ``Udp: InDatagrams``); None if unreadable."""
-    try:
-        lines = [ln.split() for ln in Path(f"/proc/{pid}/net/snmp").read_text().splitlines() if ln.startswith("Udp:")]
-        return int(lines[1][lines[0].index("InDatagrams")])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def rx_packets(ns: str, ifname: str) -> int:
-    """Kernel rx packet counter of one interface."""
-    with iproute(ns) as ipr:
-        link = ipr.link("get", ifname=ifname)[0]
-        stats = link.get_attr("IFLA_STATS64")
-        return int(stats["rx_packets"])
-
-
 class Instruments:
     """Starts and stops the measurement processes of one run."""
 
@@ -192,20 +172,12 @@ class Instruments:
             "B", stdout_name=SINK_JSON,
         )  # fmt: skip
         sink.wait_for("READY", READY_TIMEOUT_S)
-        from probes.irtt import server_argv, wait_irtt_server
+        from probes.irtt import server_argv
 
         server = self._start("irtt-server", server_argv(f"{self._dst('D')}:{IRTT_PORT}"), "D")
-        if self.tb.remote:
-            self.tb.wait_udp_bound("D", self._dst("D"), IRTT_PORT, READY_TIMEOUT_S, abort=lambda: not server.alive())
-        else:
-            wait_irtt_server(
-                self.tb.ns("D"),
-                self._dst("D"),
-                IRTT_PORT,
-                READY_TIMEOUT_S,
-                pid=server.pid,
-                abort=lambda: not server.alive(),
-            )
+        self.tb.wait_udp_bound(
+            "D", self._dst("D"), IRTT_PORT, READY_TIMEOUT_S, abort=lambda: not server.alive(), pid=server.pid
+        )
         from probes.sampler import sampler_argv
 
         for role, targets, out in self.tb.sampler_plan():
@@ -270,10 +242,7 @@ class Instruments:
     def mark_after(self, t_ns: int) -> None:
         """Give vrsink its threshold: from now on it reports the first packet sent at or after
         ``t_ns`` (CLOCK_REALTIME ns) and counts them (written atomically: it polls the file)."""
-        if self.tb.remote:
-            self.tb.write_atomic("B", str(self._out("B", SINK_AFTER_NAME)), f"{t_ns}\n".encode())
-        else:
-            write_text(self.dir / SINK_AFTER_NAME, f"{t_ns}\n", fsync=False)
+        self.tb.write_atomic("B", str(self._out("B", SINK_AFTER_NAME)), f"{t_ns}\n".encode())
 
     def probes_at_d(self) -> int | None:
         """UDP datagrams delivered in D's namespace so far (the probes that reached the irtt
@@ -281,9 +250,7 @@ class Instruments:
         server = self.procs.get("irtt-server")
         if server is None or not server.alive():
             return None
-        if self.tb.remote:
-            return self.tb.udp_in_datagrams("D", server)
-        return udp_in_datagrams(server.pid)
+        return self.tb.udp_in_datagrams("D", server)
 
     def stop(self) -> None:
         """Stop the generator and probes first, then the sink and the sampler (so they see the end);

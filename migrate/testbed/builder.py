@@ -7,10 +7,12 @@ import logging
 import secrets
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from migrate.core.atomic import write_bytes
 from migrate.core.errors import TestbedError
 from migrate.core.netlink import Rtnl, iproute
 from migrate.core.procs import Proc
@@ -34,6 +36,15 @@ _COMMON_SYSCTLS = (
 )
 # bridges-only namespaces: no IPv6 on ports, so no MLD/RS noise in the counters
 _L2_SYSCTLS = ("net.ipv6.conf.default.disable_ipv6=1", "net.ipv6.conf.all.disable_ipv6=1")
+
+
+def snmp_udp_in_datagrams(snmp: str) -> int | None:
+    """``Udp: InDatagrams`` from the text of a ``/proc/<pid>/net/snmp``; None if it has none."""
+    rows = [ln.split() for ln in snmp.splitlines() if ln.startswith("Udp:")]
+    try:
+        return int(rows[1][rows[0].index("InDatagrams")])
+    except (IndexError, ValueError):
+        return None
 
 
 def new_prefix() -> str:
@@ -95,6 +106,34 @@ class Testbed:
         host = self.inventory.host(role)
         x = host.xen if hv == "xen" else None
         return (x.taps if x is not None else host.taps)[side]
+
+    def wait_udp_bound(
+        self,
+        role: str,
+        addr: str,
+        port: int,
+        timeout_s: float,
+        abort: Callable[[], bool] | None = None,
+        pid: int | None = None,
+    ) -> None:
+        """Wait until a UDP socket (of process ``pid``, if given) is bound to ``addr:port`` in
+        ``role``'s namespace (``ss``, probes.irtt.wait_irtt_server)."""
+        from probes.irtt import wait_irtt_server
+
+        wait_irtt_server(self.ns(role), addr, port, timeout_s, pid=pid, abort=abort)
+
+    def write_atomic(self, role: str, path: str, data: bytes) -> None:
+        """Replace the file ``path`` that a helper on ``role`` reads (it polls it) in one step."""
+        write_bytes(Path(path), data, fsync=False)
+
+    def udp_in_datagrams(self, role: str, proc: Proc) -> int | None:
+        """``Udp: InDatagrams`` of the network namespace of helper ``proc`` (``/proc/<pid>/net/snmp``);
+        None if unreadable."""
+        try:
+            text = Path(f"/proc/{proc.pid}/net/snmp").read_text()
+        except OSError:
+            return None
+        return snmp_udp_in_datagrams(text)
 
     def port_cut(self, role: str, ifname: str, registry: Registry) -> PortCut:
         """Cut and restore bridge port ``ifname`` of ``role`` (one netlink request each, from here)."""

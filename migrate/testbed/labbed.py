@@ -30,7 +30,7 @@ from migrate.core.registry import Registry
 from migrate.core.rundir import COUNTERS_TSV, IRTT_JSON_GZ, SINK_STATE_JSON
 from migrate.testbed import topology as topo
 from migrate.testbed.bridgeport import LabPortCut, LabRxPackets
-from migrate.testbed.builder import Testbed
+from migrate.testbed.builder import Testbed, snmp_udp_in_datagrams
 from migrate.testbed.guard import guard_argv, parse_exit, parse_started
 from migrate.testbed.inventory import ROLES, Inventory
 
@@ -382,7 +382,13 @@ class LabBed(Testbed):
         self.hosts[role].run(["mv", "-f", f"{path}.tmp", path])
 
     def wait_udp_bound(
-        self, role: str, addr: str, port: int, timeout_s: float, abort: Callable[[], bool] | None = None
+        self,
+        role: str,
+        addr: str,
+        port: int,
+        timeout_s: float,
+        abort: Callable[[], bool] | None = None,
+        pid: int | None = None,
     ) -> None:
         """Wait until a UDP socket is bound to ``addr:port`` on ``role``'s host (``ss``)."""
         want = f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
@@ -405,11 +411,7 @@ class LabBed(Testbed):
         res = self.hosts[role].run(["cat", f"/proc/{pid}/net/snmp"], check=False)
         if res.returncode != 0:
             return None
-        rows = [ln.split() for ln in res.stdout.decode().splitlines() if ln.startswith("Udp:")]
-        try:
-            return int(rows[1][rows[0].index("InDatagrams")])
-        except (IndexError, ValueError):
-            return None
+        return snmp_udp_in_datagrams(res.stdout.decode())
 
     def forward_qmp(self, role: str, local: Path, remote: str, timeout_s: float, alive: Callable[[], bool]) -> None:
         """Once QEMU on ``role`` has created its QMP socket ``remote``, forward ``local`` to it
