@@ -153,7 +153,9 @@ def figure_cells(s: Mapping[str, Any], path: str, scale: float, fmt: str, unit: 
         return f"≥ {_num(qual['lower'], scale, fmt)} {unit}", f"a lower bound: {why}"
     if qual.get("state") == "censored" and qual.get("upper") is not None:
         return f"≤ {_num(qual['upper'], scale, fmt)} {unit}", f"an upper bound: {why}"
-    return ABSENT, why or f"summary.json has no {path} and no reason for it"
+    if not why and path.startswith("anatomy.") and not isinstance(s.get("anatomy"), Mapping):
+        why = "no outage anatomy in summary.json (it needs a migration window)"
+    return ABSENT, why or "summary.json gives no reason (see the notes of the analysis)"
 
 
 def _hv_names(s: Mapping[str, Any]) -> tuple[str, str]:
@@ -274,7 +276,8 @@ def traffic_table(s: Mapping[str, Any]) -> rh.Table:
         med, why = figure_cells(s, f"rtt_ms.{phase}.median", 1.0, ".2f", "ms")
         p99, _ = figure_cells(s, f"rtt_ms.{phase}.p99", 1.0, ".2f", "ms")
         probes = _get(s, "rtt_ms", phase) or {}
-        lost = f"{probes.get('lost', NA)} of {probes.get('sent', NA)} probes lost"
+        sent = probes.get("sent")
+        lost = f"{probes.get('lost', NA)} of {sent} probes lost" if sent is not None else ""
         rows.append(
             [f"RTT {phase} the migration: median / p99", f"{med} / {p99}", "; ".join(x for x in (lost, why) if x)]
         )

@@ -107,7 +107,9 @@ def test_the_failed_run_gets_a_bad_banner_and_its_absent_figures_their_reasons(t
 
 def test_a_figure_without_value_or_qualifier_is_absent_not_zero():
     value, why = rr.figure_cells({"downtime_s": {"counters": None}}, "downtime_s.counters", 1e3, ".2f", "ms")
-    assert value == "absent" and "no reason" in why
+    assert (value, why) == ("absent", "summary.json gives no reason (see the notes of the analysis)")
+    value, why = rr.figure_cells({}, "anatomy.phases.outage.seconds", 1e3, ".2f", "ms")
+    assert (value, why) == ("absent", "no outage anatomy in summary.json (it needs a migration window)")
 
 
 def test_control_plane_table_of_a_peering_run(tmp_path):
