@@ -465,22 +465,119 @@ def _stop_rank(what: str) -> tuple[bool, int]:
     return (not what.startswith("peer-"), what.startswith("loopback-"), rank)
 
 
+class _LocalPeers:
+    """Where the peers run on the embedded testbed: A's and B's namespaces of this machine, BIRD
+    from the bird router image, files in the run directory."""
+
+    where = "bird router image"
+    clock = "this machine's CLOCK_REALTIME"
+
+    def __init__(self, peers: Peers) -> None:
+        self.p = peers
+
+    def check(self) -> None:
+        """This machine's needs were checked before the run (:func:`check`)."""
+
+    def loopback(self, p: PeerSpec) -> None:
+        """The announced address on the peer's loopback (gone with the namespace)."""
+        with iproute(self.p.tb.ns(p.role)) as ipr:
+            lo = ipr.link_lookup(ifname="lo")[0]
+            addr, plen = p.announced.split("/")
+            ipr.addr("add", index=lo, address=addr, prefixlen=int(plen))
+
+    def bird_argv(self, role: str, conf: Path, text: str) -> list[str]:
+        """BIRD of the bird image with its configuration ``conf`` (written here already)."""
+        return bird_argv(bird_image_root(), conf, self.p.reg.dir / f"bird-{role}.ctl")
+
+    def wait_logged(self, proc: Proc, role: str, text: str, timeout_s: float) -> None:
+        """Wait until the peer's log holds ``text``."""
+        proc.wait_for(text, timeout_s, path=self.p.dir / peer_log(role))
+
+    def versions(self) -> dict[str, Any]:
+        """The peer daemon's and tcpdump's versions on this machine."""
+        return tool_versions(self.p.s.peer_daemon)
+
+
+class _LabPeers:
+    """Where the peers run on a lab: the hosts A and B over SSH, each process under the lab's
+    guard; BIRD from the bird image that ``make hosts-setup`` unpacked there
+    (:data:`LAB_BIRD_ROOT`), the host's tcpdump, the loopback address held by a guarded shell
+    (:data:`LAB_LOOPBACK_SH`: removed when the peers stop or the channel closes).  Logs are
+    read over SSH while the run waits on them."""
+
+    clock = "each peer host's CLOCK_REALTIME; the analysis subtracts its measured offset"
+
+    def __init__(self, peers: Peers) -> None:
+        self.p = peers
+        self.root = PurePosixPath(peers.tb.inventory.deploy_dir) / LAB_BIRD_ROOT
+        self.where = f"unpacked by hosts-setup in {self.root} on A and B"
+
+    def check(self) -> None:
+        """What the lab's peer hosts need (DependencyError naming the host and the fix), before
+        anything starts there."""
+        tb = self.p.tb
+        testbed = tb.inventory.path
+        _, bird, _ = bird_paths(self.root)
+        for p in peers():
+            if not tb.exists(p.role, str(bird)):
+                raise DependencyError(
+                    f"{p.role}: {bird} missing (PEERING's BIRD on the lab's peer hosts): "
+                    f"run make hosts-setup TESTBED={testbed}"
+                )
+            found = tb.hosts[p.role].run(["sh", "-c", 'command -v "$1"', "sh", TCPDUMP], check=False)
+            if found.returncode != 0:
+                raise DependencyError(
+                    f"{p.role}: tcpdump missing (PEERING captures the control packets): "
+                    f"run make hosts-setup TESTBED={testbed}"
+                )
+
+    def loopback(self, p: PeerSpec) -> None:
+        """The announced address on the peer host's loopback, held by a guarded process (one of
+        the peers' processes from its start: stopped with them)."""
+        argv = ["sh", "-c", LAB_LOOPBACK_SH, "sh", p.announced]
+        proc = self.p.tb.spawn(p.role, f"loopback-{p.role}", argv, self.p.reg, self.p.dir)
+        self.p.procs[proc.what] = proc
+        proc.wait_for("LOOPBACK-READY", 10.0)
+
+    def bird_argv(self, role: str, conf: Path, text: str) -> list[str]:
+        """BIRD unpacked on the host, with its own copy of the configuration."""
+        there = self.p._path(role, conf.name)
+        self.p.tb.write_atomic(role, there, text.encode())
+        return bird_argv(self.root, there, self.p._path(role, f"bird-{role}.ctl"))
+
+    def wait_logged(self, proc: Proc, role: str, text: str, timeout_s: float) -> None:
+        """Wait until the peer's log on its host holds ``text`` (PeeringError if ``proc`` ends
+        or ``timeout_s`` passes)."""
+        deadline = time.monotonic() + timeout_s
+        while text not in self.p._log_text(role):
+            if not proc.alive():
+                raise PeeringError(f"{proc.what} exited (status {proc.returncode()}): {proc.stderr_tail()}")
+            if time.monotonic() > deadline:
+                raise PeeringError(f"{proc.what} did not log {text.strip()!r} within {timeout_s:.0f} s")
+            time.sleep(LOG_POLL_S * 4)
+
+    def versions(self) -> dict[str, Any]:
+        """BIRD is the bird image's (its manifest's version, as here); tcpdump is each peer
+        host's own."""
+        out: dict[str, Any] = {"bird": tool_versions("bird")["bird"], "tcpdump": {}}
+        for p in peers():
+            res = self.p.tb.hosts[p.role].run([TCPDUMP, "--version"], check=False)
+            out["tcpdump"][p.role] = tcpdump_version(res.stdout.decode(errors="replace"))
+        return out
+
+
 class Peers:
     """The peers of one run: addresses on the peers' loopbacks, BIRD and tcpdump on A and B
     (registered by PID), the wait for the sessions, the stop; a ``with`` block stops them.
 
-    On a lab (``tb.remote``) the same runs on the hosts A and B over SSH, each process under
-    the lab's guard: BIRD from the bird image that ``make hosts-setup`` unpacked there
-    (:data:`LAB_BIRD_ROOT`), the host's tcpdump, the loopback address held by a guarded shell
-    (:data:`LAB_LOOPBACK_SH`: removed when the peers stop or the channel closes).  Logs are
-    read over SSH while the run waits on them; logs and captures are fetched into the run
-    directory when the peers stop."""
+    On a lab the same runs on the hosts A and B over SSH (:class:`_LabPeers`); logs and
+    captures are fetched into the run directory when the peers stop."""
 
     def __init__(self, s: Scenario, tb: Any, registry: Registry, run_dir: Path) -> None:
         self.s, self.tb, self.reg, self.dir = s, tb, registry, run_dir
         self.procs: dict[str, Proc] = {}
         self.established_ns: dict[str, int] = {}
-        self.lab = bool(getattr(tb, "remote", False))
+        self.site: _LocalPeers | _LabPeers = _LabPeers(self) if getattr(tb, "remote", False) else _LocalPeers(self)
 
     # -- where things are: this machine, or a lab host ----------------------------------
     def _path(self, role: str, name: str) -> str:
@@ -491,54 +588,6 @@ class Peers:
         """The peer's log as it is now ("" before it exists)."""
         data = self.tb.read_bytes(role, self._path(role, peer_log(role)))
         return "" if data is None else data.decode(errors="replace")
-
-    def _lab_root(self) -> PurePosixPath:
-        return PurePosixPath(self.tb.inventory.deploy_dir) / LAB_BIRD_ROOT
-
-    def _check_lab(self) -> None:
-        """What the lab's peer hosts need (DependencyError naming the host and the fix), before
-        anything starts there."""
-        testbed = self.tb.inventory.path
-        _, bird, _ = bird_paths(self._lab_root())
-        for p in peers():
-            if not self.tb.exists(p.role, str(bird)):
-                raise DependencyError(
-                    f"{p.role}: {bird} missing (PEERING's BIRD on the lab's peer hosts): "
-                    f"run make hosts-setup TESTBED={testbed}"
-                )
-            found = self.tb.hosts[p.role].run(["sh", "-c", 'command -v "$1"', "sh", TCPDUMP], check=False)
-            if found.returncode != 0:
-                raise DependencyError(
-                    f"{p.role}: tcpdump missing (PEERING captures the control packets): "
-                    f"run make hosts-setup TESTBED={testbed}"
-                )
-
-    def _loopback(self, p: PeerSpec) -> None:
-        """The announced address on the peer's loopback (a lab: held by a guarded process)."""
-        if self.lab:
-            argv = ["sh", "-c", LAB_LOOPBACK_SH, "sh", p.announced]
-            proc = self.tb.spawn(p.role, f"loopback-{p.role}", argv, self.reg, self.dir)
-            self.procs[proc.what] = proc
-            proc.wait_for("LOOPBACK-READY", 10.0)
-            return
-        with iproute(self.tb.ns(p.role)) as ipr:
-            lo = ipr.link_lookup(ifname="lo")[0]
-            addr, plen = p.announced.split("/")
-            ipr.addr("add", index=lo, address=addr, prefixlen=int(plen))
-
-    def _wait_logged(self, proc: Proc, role: str, text: str, timeout_s: float) -> None:
-        """Wait until the peer's log on ``role`` holds ``text`` (ProcessError if ``proc`` ends
-        or ``timeout_s`` passes)."""
-        if not self.lab:
-            proc.wait_for(text, timeout_s, path=self.dir / peer_log(role))
-            return
-        deadline = time.monotonic() + timeout_s
-        while text not in self._log_text(role):
-            if not proc.alive():
-                raise PeeringError(f"{proc.what} exited (status {proc.returncode()}): {proc.stderr_tail()}")
-            if time.monotonic() > deadline:
-                raise PeeringError(f"{proc.what} did not log {text.strip()!r} within {timeout_s:.0f} s")
-            time.sleep(LOG_POLL_S * 4)
 
     def fetch(self) -> None:
         """Copy the peers' logs and captures from their hosts into the run directory (the
@@ -561,10 +610,9 @@ class Peers:
     def start(self) -> None:
         """Loopback addresses, captures (seen listening), then the BIRDs or the FRR daemons
         (PEER_DAEMON; seen started)."""
-        if self.lab:
-            self._check_lab()
+        self.site.check()
         for p in peers():
-            self._loopback(p)
+            self.site.loopback(p)
             argv = [
                 TCPDUMP, "-i", self.tb.host_if(p.role), "-Z", "root", "-n", "-U", "-s", str(CAPTURE_SNAPLEN),
                 "-j", "adapter_unsynced", "--time-stamp-precision", "nano",
@@ -580,16 +628,10 @@ class Peers:
             text = bird_conf(self.s, p, self._path(p.role, peer_log(p.role)), self.tb.host_if(p.role))
             conf = self.dir / f"peer-{p.role}.conf"
             conf.write_text(text)  # the record; a lab host gets its own copy
-            if self.lab:
-                self.tb.write_atomic(p.role, self._path(p.role, conf.name), text.encode())
-                argv = bird_argv(
-                    self._lab_root(), self._path(p.role, conf.name), self._path(p.role, f"bird-{p.role}.ctl")
-                )
-            else:
-                argv = bird_argv(bird_image_root(), conf, self.reg.dir / f"bird-{p.role}.ctl")
+            argv = self.site.bird_argv(p.role, conf, text)
             proc = self.tb.spawn(p.role, f"peer-{p.role}", argv, self.reg, self.dir)
             self.procs[proc.what] = proc
-            self._wait_logged(proc, p.role, " Started", 10.0)
+            self.site.wait_logged(proc, p.role, " Started", 10.0)
 
     def _start_frr(self, p: PeerSpec) -> None:
         """The peer's FRR daemons (``peer-<role>-<daemon>``), each seen started: zebra once its
@@ -692,18 +734,9 @@ class Peers:
         if self.procs:
             self.fetch()
 
-    def _lab_versions(self) -> dict[str, Any]:
-        """A lab: BIRD is the bird image's (its manifest's version, as here); tcpdump is each
-        peer host's own."""
-        out: dict[str, Any] = {"bird": tool_versions("bird")["bird"], "tcpdump": {}}
-        for p in peers():
-            res = self.tb.hosts[p.role].run([TCPDUMP, "--version"], check=False)
-            out["tcpdump"][p.role] = tcpdump_version(res.stdout.decode(errors="replace"))
-        return out
-
     def describe(self) -> dict[str, Any]:
         """meta.json ``peering``."""
-        where = f"unpacked by hosts-setup in {self._lab_root()} on A and B" if self.lab else "bird router image"
+        where = self.site.where
         return {
             "protocols": list(self.s.peering_protocols),
             "implementation": {
@@ -713,10 +746,8 @@ class Peers:
                 "daemon": self.s.peer_daemon,
                 "router": self.s.router,
             },
-            "versions": self._lab_versions() if self.lab else tool_versions(self.s.peer_daemon),
-            "clock": "each peer host's CLOCK_REALTIME; the analysis subtracts its measured offset"
-            if self.lab
-            else "this machine's CLOCK_REALTIME",
+            "versions": self.site.versions(),
+            "clock": self.site.clock,
             "router_asn": ROUTER_ASN,
             "peers": {
                 p.role: {
