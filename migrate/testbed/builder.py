@@ -135,6 +135,25 @@ class Testbed:
             return None
         return snmp_udp_in_datagrams(text)
 
+    def router_image(self, profile: str, kernel: Path, initrd: Path) -> tuple[Path, Path]:
+        """The router image's kernel and initrd of ``profile`` as the hypervisor hosts see them:
+        here, this machine's files."""
+        return kernel, initrd
+
+    def console_output(self, role: str, local: Path) -> tuple[Path, str | None]:
+        """Where QEMU on ``role`` writes the serial console that ends up in ``local`` (a file of
+        the results directory), and the name of the stdout file that brings it there (None: it
+        writes ``local`` itself)."""
+        return local, None
+
+    def follow_file(self, role: str, path: str, registry: Registry, run_dir: Path, name: str) -> Proc | None:
+        """Copy the growing file ``path`` of ``role`` into ``run_dir``/``name`` as it is written
+        (here ``path`` is that file already: nothing to do)."""
+        return None
+
+    def forward_qmp(self, role: str, local: Path, remote: str, timeout_s: float, alive: Callable[[], bool]) -> None:
+        """Make QEMU's QMP socket ``remote`` on ``role`` reachable at ``local`` (here they are one file)."""
+
     def port_cut(self, role: str, ifname: str, registry: Registry) -> PortCut:
         """Cut and restore bridge port ``ifname`` of ``role`` (one netlink request each, from here)."""
         return PortCut(self.ns(role), ifname)

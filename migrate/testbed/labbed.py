@@ -413,6 +413,21 @@ class LabBed(Testbed):
             return None
         return snmp_udp_in_datagrams(res.stdout.decode())
 
+    def router_image(self, profile: str, kernel: Path, initrd: Path) -> tuple[Path, Path]:
+        """The copies ``make hosts-setup`` put on the hypervisor hosts."""
+        images = f"{self.inv.deploy_dir}/images/{profile}"
+        return Path(f"{images}/{kernel.name}"), Path(f"{images}/{initrd.name}")
+
+    def console_output(self, role: str, local: Path) -> tuple[Path, str | None]:
+        """QEMU's stdout, which the SSH channel brings into ``local`` as it is written."""
+        return Path("/dev/stdout"), local.name
+
+    def follow_file(self, role: str, path: str, registry: Registry, run_dir: Path, name: str) -> Proc | None:
+        """``tail -F`` of ``path`` on the host under the guard (it ends with the run), its output
+        in ``run_dir``/``name``."""
+        return self.spawn(role, f"console-tail-{role}", ["tail", "-n", "+1", "-F", path], registry, run_dir,
+                          stdout_name=name)  # fmt: skip
+
     def forward_qmp(self, role: str, local: Path, remote: str, timeout_s: float, alive: Callable[[], bool]) -> None:
         """Once QEMU on ``role`` has created its QMP socket ``remote``, forward ``local`` to it
         through the host's SSH connection."""

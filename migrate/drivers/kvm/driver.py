@@ -258,16 +258,10 @@ class KvmDriver(Driver):
             routing=routing.router_args(s), dirty_mb_s=s.dirty_mbps,
         )  # fmt: skip
         qmp_path = self.ctx.registry.dir / f"qmp-{host}.sock"
-        kernel, initrd = self.image.kernel, self.image.initrd
-        console: Path | str = self.ctx.run_dir / console_log(host)
-        stdout_name = None
-        if tb.remote:
-            # the lab host's copies (make hosts-setup), the QMP socket in the run's directory
-            # there (forwarded to qmp_path here), the console on QEMU's stdout, which the SSH
-            # channel brings into console-<host>.log as it is written
-            images = f"{inv.deploy_dir}/images/{s.router}"
-            kernel, initrd = Path(f"{images}/{self.image.kernel.name}"), Path(f"{images}/{self.image.initrd.name}")
-            console, stdout_name = "/dev/stdout", console_log(host)
+        # the image as the host sees it, the console as QEMU writes it there, the QMP socket in
+        # the run's directory there (forwarded to qmp_path here when that is another host)
+        kernel, initrd = tb.router_image(s.router, self.image.kernel, self.image.initrd)
+        console, stdout_name = tb.console_output(host, self.ctx.run_dir / console_log(host))
         if s.fault == "guest-never-ready" and not incoming:
             initrd = self.ctx.registry.dir / "empty-initrd.img"  # fault: no init, the kernel panics
             initrd.write_bytes(b"")
@@ -291,8 +285,7 @@ class KvmDriver(Driver):
             qemu=self.qemu_cmd,
         )
         proc = tb.spawn(host, f"qemu-{host}", argv, self.ctx.registry, self.ctx.run_dir, stdout_name=stdout_name)
-        if tb.remote:
-            tb.forward_qmp(host, qmp_path, remote_qmp, QMP_CONNECT_TIMEOUT_S, proc.alive)
+        tb.forward_qmp(host, qmp_path, remote_qmp, QMP_CONNECT_TIMEOUT_S, proc.alive)
         side = "dst" if incoming else "src"
         client = QMPConnection(qmp_path, side, on_event=self.ctx.recorder.event)
         client.connect(QMP_CONNECT_TIMEOUT_S, proc.alive)

@@ -262,13 +262,11 @@ class LibvirtDriver(Driver):
     def _follow_console(self, host: str) -> None:
         """On a lab host: follow the console file into ``console-<host>.log`` here (``tail -F``
         under the guard, so it ends with the run)."""
-        tb = self.ctx.testbed
-        if tb.remote:
-            path = str(self._console(host))
-            self._tails.append(
-                tb.spawn(host, f"console-tail-{host}", ["tail", "-n", "+1", "-F", path], self.ctx.registry,
-                         self.ctx.run_dir, stdout_name=console_log(host))
-            )  # fmt: skip
+        tail = self.ctx.testbed.follow_file(
+            host, str(self._console(host)), self.ctx.registry, self.ctx.run_dir, console_log(host)
+        )
+        if tail is not None:
+            self._tails.append(tail)
 
     def _xml(self) -> str:
         s = self.ctx.scenario
@@ -276,10 +274,7 @@ class LibvirtDriver(Driver):
 
         inv = self.ctx.testbed.inventory
         left, right = (inv.router[seg] for seg in topo.SEGMENTS)
-        kernel, initrd = self.image.kernel, self.image.initrd
-        if self.ctx.testbed.remote:  # the lab host's copies (make hosts-setup)
-            images = f"{inv.deploy_dir}/images/{s.router}"
-            kernel, initrd = Path(f"{images}/{kernel.name}"), Path(f"{images}/{initrd.name}")
+        kernel, initrd = self.ctx.testbed.router_image(s.router, self.image.kernel, self.image.initrd)
         if s.fault == "guest-never-ready":
             initrd = self.ctx.registry.dir / "empty-initrd.img"  # fault: no init, the kernel panics
             initrd.write_bytes(b"")
