@@ -314,10 +314,10 @@ def test_a_lab_host_without_the_nested_image_or_with_a_small_link_mtu(tmp_path):
 
     drv = xen.XenDriver.__new__(xen.XenDriver)
     drv.ctx = SimpleNamespace(scenario=Scenario(hv="xen", xen_mig_mtu=1500), testbed=Lab())
-    drv.lab_mtu = {}
+    site = xen._LabNestedHosts(drv)
     for r in ("R1", "R2"):
-        drv._lab_prepare(r)
-    assert drv.lab_mtu == {"R1": 1500 - xen.TUNNEL_OVERHEAD, "R2": 1500}
+        site.prepare(r)
+    assert site.mtu == {"R1": 1500 - xen.TUNNEL_OVERHEAD, "R2": 1500}
     present.discard(xen.lab_xen_files(inv.deploy_dir, "frr")[2])
     with pytest.raises(DependencyError, match=r"R1: .*dom0-initrd-frr\.img is missing: run `make hosts-setup TESTBED="):
-        drv._lab_prepare("R1")
+        site.prepare("R1")

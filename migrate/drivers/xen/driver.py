@@ -43,7 +43,7 @@ import shlex
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -205,6 +205,144 @@ def host_qemu_argv(
     return argv
 
 
+@dataclass(frozen=True)
+class NestedBoot:
+    """What differs in a nested Xen host's QEMU between this machine and a lab's host: its image
+    files, the sockets as QEMU creates them, the console, the migration NIC's backend, the
+    host's taps, dom0's address and MTU on the migration link."""
+
+    xen: Path
+    kernel: Path
+    initrd: Path
+    sockets: dict[str, Path]
+    console: Path
+    stdout_name: str | None
+    mig_udp: tuple[str, str] | None
+    taps: tuple[str, str, str]
+    addr: str
+    mtu: int
+
+
+class _LocalNestedHosts:
+    """Nested Xen hosts in R1's and R2's namespaces of this machine: the dom0s' migration NICs
+    bridged with the namespace's migration link, files and sockets here."""
+
+    def __init__(self, driver: XenDriver) -> None:
+        self.d = driver
+        #: dom0's MTU on the migration link per host where it is not XEN_MIG_MTU (a lab's tunnel)
+        self.mtu: dict[str, int] = {}
+
+    def dom0_addr(self, host: str) -> str:
+        """dom0's CIDR on the migration link (the testbed's /30)."""
+        return topo.MIGRATION_ADDR[host]
+
+    def prepare(self, host: str) -> None:
+        """Bridge ``mig0`` with the nested host's tap in ``host``'s namespace; the dom0s own the
+        link's addresses now (the namespace's address is removed)."""
+        self.d._mig_bridge(host)
+
+    def boot(self, host: str, socks: dict[str, Path]) -> NestedBoot:
+        """This machine's nested host image, sockets and console in the run's directories."""
+        from routers.xen_image import host_initrd, xen_image
+
+        s = self.d.ctx.scenario
+        image = xen_image(verify=False)
+        return NestedBoot(
+            xen=image.xen, kernel=image.kernel, initrd=host_initrd(s.router), sockets=socks,
+            console=self.d.ctx.run_dir / console_log(host), stdout_name=None, mig_udp=None,
+            taps=("tapL", "tapR", MIG_TAP), addr=self.dom0_addr(host), mtu=s.xen_mig_mtu,
+        )  # fmt: skip
+
+    def started(self, host: str, proc: Proc, boot: NestedBoot, socks: dict[str, Path]) -> None:
+        """The sockets are this machine's already."""
+
+    def fault_targets(self) -> dict[str, Any]:
+        """The nested hosts' QEMUs, killed by PID mid-migration (chaos)."""
+        from migrate.model.faults import kill_pid
+
+        procs = self.d.procs
+        return {
+            "dst-qemu-dies": kill_pid(lambda: procs["R2"].pid if "R2" in procs else None),
+            "src-qemu-dies": kill_pid(lambda: procs["R1"].pid if "R1" in procs else None),
+        }
+
+    def describe(self) -> dict[str, Any]:
+        """Nothing beyond the driver's facts."""
+        return {}
+
+
+class _LabNestedHosts(_LocalNestedHosts):
+    """Nested Xen hosts on a lab's R1 and R2 over SSH: the files hosts-setup put there, the
+    sockets in the run's directory there (forwarded to this machine), the console on QEMU's
+    stdout (the SSH channel brings it into console-<host>.log as it is written), and the dom0s'
+    migration NICs joined by a QEMU UDP socket tunnel between the hosts' migration addresses."""
+
+    def dom0_addr(self, host: str) -> str:
+        """dom0's CIDR on the tunnel."""
+        return LAB_DOM0_ADDR[host]
+
+    def prepare(self, host: str) -> None:
+        """The nested host's files are there (hosts-setup put them), and the MTU its dom0 gets on
+        the tunnel: the host's migration link MTU less the tunnel's overhead, at most XEN_MIG_MTU."""
+        tb, s = self.d.ctx.testbed, self.d.ctx.scenario
+        for path in lab_xen_files(tb.inventory.deploy_dir, s.router):
+            if not tb.exists(host, path):
+                raise DependencyError(
+                    f"{host}: {path} is missing: run `make hosts-setup TESTBED={tb.inventory.path}` "
+                    "(it copies the nested Xen host image that `make xen` built)"
+                )
+        ifname = tb.inventory.host(host).migration_if
+        if not ifname:
+            raise ConfigError(
+                f"{tb.inventory.path}: hosts.{host}: HV=xen needs the migration link's interface "
+                "(migration = { interface = ..., ipv4 = ... }): the dom0s' tunnel runs over it"
+            )
+        raw = tb.read_bytes(host, f"/sys/class/net/{ifname}/mtu")
+        if raw is None or not raw.strip().isdigit():
+            raise DependencyError(f"{host}: cannot read the MTU of its migration interface {ifname}")
+        self.mtu[host] = min(s.xen_mig_mtu, int(raw) - TUNNEL_OVERHEAD)
+
+    def boot(self, host: str, socks: dict[str, Path]) -> NestedBoot:
+        """The host's copies, its run directory's sockets, QEMU's stdout, the UDP tunnel."""
+        tb, reg, s = self.d.ctx.testbed, self.d.ctx.registry, self.d.ctx.scenario
+        inv = tb.inventory
+        xen, kernel, initrd = (Path(p) for p in lab_xen_files(inv.deploy_dir, s.router))
+        peer = "R2" if host == "R1" else "R1"
+        own, other = (topo.addr(inv.host(r).migration_ipv4 or topo.MIGRATION_ADDR[r]) for r in (host, peer))
+        return NestedBoot(
+            xen=xen, kernel=kernel, initrd=initrd,
+            sockets={n: Path(tb.out_path(host, reg.dir, p.name)) for n, p in socks.items()},
+            console=Path("/dev/stdout"), stdout_name=console_log(host),
+            mig_udp=(f"{own}:{LAB_TUNNEL_PORT}", f"{other}:{LAB_TUNNEL_PORT}"),
+            taps=(inv.host(host).taps["L"], inv.host(host).taps["R"], MIG_TAP),
+            addr=self.dom0_addr(host), mtu=self.mtu[host],
+        )  # fmt: skip
+
+    def started(self, host: str, proc: Proc, boot: NestedBoot, socks: dict[str, Path]) -> None:
+        """Forward the host's control and log sockets to this machine once QEMU made them."""
+        for n in ("xenctl", "xenlog"):
+            self.d.ctx.testbed.forward_socket(
+                host, socks[n], str(boot.sockets[n]), BOOT_SOCKET_TIMEOUT_S, proc.alive, "QEMU", f"{n} socket"
+            )
+
+    def fault_targets(self) -> dict[str, Any]:
+        """A lab takes no FAULT (migrate.experiment.place.lab_supports)."""
+        return {}
+
+    def describe(self) -> dict[str, Any]:
+        """The tunnel between the hosts."""
+        return {
+            "lab_tunnel": {
+                "what": "the dom0s' migration NICs are QEMU UDP socket backends between the hosts' "
+                "migration addresses (one datagram per Ethernet frame)",
+                "port": LAB_TUNNEL_PORT,
+                "dom0_addr": dict(LAB_DOM0_ADDR),
+                "dom0_mtu": dict(self.mtu),
+                "overhead_bytes_per_frame": TUNNEL_OVERHEAD,
+            }
+        }
+
+
 class XenDriver(Driver):
     """xl migrate between two Xen hosts (nested under QEMU by default)."""
 
@@ -213,22 +351,20 @@ class XenDriver(Driver):
     def __init__(self, ctx: RunContext, facts: dict[str, Any]) -> None:
         super().__init__(ctx, facts)
         self.nested: bool = facts["nested"]
-        #: a lab's hosts (TESTBED=): the nested hosts' QEMUs run there over SSH
-        self.lab: bool = bool(ctx.testbed.remote)
+        #: where the nested hosts' QEMUs run: this machine's namespaces, or a lab's hosts over SSH
+        #: (TESTBED=; a lab takes no XEN_PEER: migrate.experiment.place.lab_supports)
+        self.hosts_site: _LocalNestedHosts = (
+            _LabNestedHosts(self) if getattr(ctx.testbed, "remote", False) else _LocalNestedHosts(self)
+        )
         #: a lab whose R1 and R2 are Xen hosts (their inventory's ``xen`` tables): xl runs in
-        #: their dom0s over SSH, nothing is nested
-        self.xen_hosts: dict[str, XenDom0Spec] = {}
-        if self.lab:
-            specs = {r: ctx.testbed.inventory.host(r).xen for r in topo.HYPERVISOR_HOSTS}
-            self.xen_hosts = {r: x for r, x in specs.items() if x is not None}
+        #: their dom0s over SSH, nothing is nested (the embedded inventory has none)
+        specs = {r: ctx.testbed.inventory.host(r).xen for r in topo.HYPERVISOR_HOSTS}
+        self.xen_hosts: dict[str, XenDom0Spec] = {r: x for r, x in specs.items() if x is not None}
         if self.xen_hosts:
             self.nested = False
         self.domu_paths = DomuPaths()
         self.ssh: dict[str, Any] = {}  # the dom0s' SSH connections (migrate.testbed.hosts.SshHost)
         self.deployed: dict[str, Any] = {}
-        if self.lab and not self.nested and not self.xen_hosts:
-            raise ConfigError("TESTBED= runs HV=xen as nested Xen hosts on R1 and R2: unset XEN_PEER")
-        self.lab_mtu: dict[str, int] = {}
         self.accel = facts.get("accel")
         self.procs: dict[str, Proc] = {}
         self.dom0: dict[str, AgentDom0 | ShellDom0] = {}
@@ -238,9 +374,7 @@ class XenDriver(Driver):
         # the environment; nested: the testbed's /30 and dom0-init's ethM)
         # (checked by the scenario: an IP address and an interface name, see xen_host_env)
         env = xen_host_env(os.environ)
-        nested_addr = topo.addr(topo.MIGRATION_ADDR["R2"])
-        if self.lab:
-            nested_addr = topo.addr(LAB_DOM0_ADDR["R2"])
+        nested_addr = topo.addr(self.hosts_site.dom0_addr("R2"))
         self.mig_addr: str = nested_addr if self.nested else (env["mig_addr"] or nested_addr)
         mig_if: str = "ethM" if self.nested else (env["mig_if"] or "ethM")
         #: dom0's NIC on the migration link, per host (R1's tx and R2's rx bytes are the volume)
@@ -316,79 +450,33 @@ class XenDriver(Driver):
                 ipr.link("set", index=ipr.link_lookup(ifname=port)[0], master=br, mtu=mtu, state="up")
             ipr.link("set", index=br, mtu=mtu, state="up")
 
-    def _lab_prepare(self, host: str) -> None:
-        """A lab's host: the nested host's files are there (hosts-setup put them), and the MTU
-        its dom0 gets on the tunnel: the host's migration link MTU less the tunnel's overhead,
-        at most XEN_MIG_MTU."""
-        tb, s = self.ctx.testbed, self.ctx.scenario
-        for path in lab_xen_files(tb.inventory.deploy_dir, s.router):
-            if not tb.exists(host, path):
-                raise DependencyError(
-                    f"{host}: {path} is missing: run `make hosts-setup TESTBED={tb.inventory.path}` "
-                    "(it copies the nested Xen host image that `make xen` built)"
-                )
-        ifname = tb.inventory.host(host).migration_if
-        if not ifname:
-            raise ConfigError(
-                f"{tb.inventory.path}: hosts.{host}: HV=xen needs the migration link's interface "
-                "(migration = { interface = ..., ipv4 = ... }): the dom0s' tunnel runs over it"
-            )
-        raw = tb.read_bytes(host, f"/sys/class/net/{ifname}/mtu")
-        if raw is None or not raw.strip().isdigit():
-            raise DependencyError(f"{host}: cannot read the MTU of its migration interface {ifname}")
-        self.lab_mtu[host] = min(s.xen_mig_mtu, int(raw) - TUNNEL_OVERHEAD)
-
     def _boot_host(self, host: str) -> None:
-        from routers.xen_image import host_initrd, xen_image
-
         s, reg, tb = self.ctx.scenario, self.ctx.registry, self.ctx.testbed
         macs = HOST_MACS[host]
         socks = {n: reg.dir / f"{n}-{host}.sock" for n in ("xenctl", "xenlog", "qmp")}
-        stdout_name = None
-        if self.lab:
-            # the files hosts-setup put on the host, the sockets in the run's directory there
-            # (forwarded to this machine), the console on QEMU's stdout, which the SSH channel
-            # brings into console-<host>.log as it is written
-            inv = tb.inventory
-            xen, kernel, initrd = (Path(p) for p in lab_xen_files(inv.deploy_dir, s.router))
-            remote = {n: Path(tb.out_path(host, reg.dir, p.name)) for n, p in socks.items()}
-            console, stdout_name = Path("/dev/stdout"), console_log(host)
-            peer = "R2" if host == "R1" else "R1"
-            own, other = (topo.addr(inv.host(r).migration_ipv4 or topo.MIGRATION_ADDR[r]) for r in (host, peer))
-            mig_udp: tuple[str, str] | None = (f"{own}:{LAB_TUNNEL_PORT}", f"{other}:{LAB_TUNNEL_PORT}")
-            taps = (inv.host(host).taps["L"], inv.host(host).taps["R"], MIG_TAP)
-            addr, mtu = LAB_DOM0_ADDR[host], self.lab_mtu[host]
-        else:
-            image = xen_image(verify=False)
-            xen, kernel, initrd = image.xen, image.kernel, host_initrd(s.router)
-            remote, console, mig_udp = socks, self.ctx.run_dir / console_log(host), None
-            taps = ("tapL", "tapR", MIG_TAP)
-            addr, mtu = topo.MIGRATION_ADDR[host], s.xen_mig_mtu
+        boot = self.hosts_site.boot(host, socks)
+        remote, addr, mtu = boot.sockets, boot.addr, boot.mtu
         dom0_args = f"vrmig.macL={macs[0]} vrmig.macR={macs[1]} vrmig.macM={macs[2]} vrmig.addr={addr} vrmig.mtu={mtu}"
         argv = host_qemu_argv(
             name=f"vrmig-{tb.prefix}-xen-{host}",
             accel=self.accel,
             mem_mib=DOM0_MEM_MIB + s.mem_mib + QEMU_HEADROOM_MIB,
-            xen=xen,
-            kernel=kernel,
-            initrd=initrd,
+            xen=boot.xen,
+            kernel=boot.kernel,
+            initrd=boot.initrd,
             dom0_args=dom0_args,
-            console=console,
+            console=boot.console,
             ctl=remote["xenctl"],
             logport=remote["xenlog"],
             qmp=remote["qmp"],
             nic=s.nic,
             macs=macs,
-            taps=taps,
-            mig_udp=mig_udp,
+            taps=boot.taps,
+            mig_udp=boot.mig_udp,
         )
-        proc = tb.spawn(host, f"qemu-xen-{host}", argv, reg, self.ctx.run_dir, stdout_name=stdout_name)
+        proc = tb.spawn(host, f"qemu-xen-{host}", argv, reg, self.ctx.run_dir, stdout_name=boot.stdout_name)
         self.procs[host] = proc
-        if self.lab:
-            for n in ("xenctl", "xenlog"):
-                tb.forward_socket(
-                    host, socks[n], str(remote[n]), BOOT_SOCKET_TIMEOUT_S, proc.alive, "QEMU", f"{n} socket"
-                )
+        self.hosts_site.started(host, proc, boot, socks)
         self.dom0[host] = AgentDom0(host, socks["xenctl"], socks["xenlog"], self.streams, proc.alive)
 
     def _wait_dom0(self, host: str, t0: float) -> None:
@@ -437,10 +525,7 @@ class XenDriver(Driver):
         t0 = time.monotonic()
         if self.nested:
             for host in topo.HYPERVISOR_HOSTS:
-                if self.lab:
-                    self._lab_prepare(host)
-                else:
-                    self._mig_bridge(host)
+                self.hosts_site.prepare(host)
             for host in topo.HYPERVISOR_HOSTS:
                 rec.action("boot-host", host=host)
                 self._boot_host(host)
@@ -644,14 +729,7 @@ class XenDriver(Driver):
 
     def fault_targets(self) -> dict[str, Any]:
         """Nested hosts that chaos runs kill mid-migration."""
-        from migrate.model.faults import kill_pid
-
-        if self.lab:
-            return {}  # a lab takes no FAULT (migrate.experiment.place.lab_supports)
-        return {
-            "dst-qemu-dies": kill_pid(lambda: self.procs["R2"].pid if "R2" in self.procs else None),
-            "src-qemu-dies": kill_pid(lambda: self.procs["R1"].pid if "R1" in self.procs else None),
-        }
+        return self.hosts_site.fault_targets()
 
     def describe(self) -> dict[str, Any]:
         """Xen facts for meta.json: guest type, nesting, accelerator, the hosts' xl info."""
@@ -681,21 +759,8 @@ class XenDriver(Driver):
                 else self.facts.get("accel_reason")
             ),
             "xen_log": XEN_LOG,
-            "migration_link_mtu": self.lab_mtu.get("R1", self.ctx.scenario.xen_mig_mtu),
-            **(
-                {
-                    "lab_tunnel": {
-                        "what": "the dom0s' migration NICs are QEMU UDP socket backends between the hosts' "
-                        "migration addresses (one datagram per Ethernet frame)",
-                        "port": LAB_TUNNEL_PORT,
-                        "dom0_addr": dict(LAB_DOM0_ADDR),
-                        "dom0_mtu": dict(self.lab_mtu),
-                        "overhead_bytes_per_frame": TUNNEL_OVERHEAD,
-                    }
-                }
-                if self.lab
-                else {}
-            ),
+            "migration_link_mtu": self.hosts_site.mtu.get("R1", self.ctx.scenario.xen_mig_mtu),
+            **self.hosts_site.describe(),
         }
 
     def stop(self) -> None:
