@@ -6,8 +6,13 @@ the reports embed it."""
 
 from __future__ import annotations
 
+import io
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from migrate.core.atomic import replacing
 
 FORMATS = ("png", "svg", "pdf")
 ENV = "VRMIG_PLOT_FORMATS"
@@ -35,3 +40,25 @@ def formats_from_env(environ: Mapping[str, str] | None = None) -> tuple[str, ...
         return parse_formats(text)
     except ValueError:
         return FORMATS
+
+
+def save_figure(fig: Any, path: Path, formats: Sequence[str] | None = None, dpi: int = 110) -> bytes:
+    """Write the matplotlib Figure ``fig`` to ``path`` (PNG, atomically) and beside it, with the
+    same name, in the other ``formats`` (default: :func:`formats_from_env`); a format not asked
+    for is removed, so no stale SVG or PDF stays beside a new PNG.  Returns the PNG's bytes (what
+    the reports embed)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    png = buf.getvalue()
+    wanted = formats if formats is not None else formats_from_env()
+    for fmt in FORMATS:
+        target = path if fmt == "png" else path.with_suffix(f".{fmt}")
+        if fmt != "png" and fmt not in wanted:
+            target.unlink(missing_ok=True)
+            continue
+        with replacing(target) as tmp:
+            if fmt == "png":
+                tmp.write_bytes(png)
+            else:
+                fig.savefig(tmp, format=fmt, dpi=dpi)
+    return png

@@ -16,7 +16,6 @@ draws a ``matplotlib.figure.Figure`` (no pyplot), :func:`save` writes it as PNG,
 
 from __future__ import annotations
 
-import io
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,10 +27,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from analysis import paper as ap
-from analysis.present.formats import FORMATS, formats_from_env
+from analysis.present.formats import save_figure
 from analysis.stats.inference import bootstrap_mean_interval
 from analysis.values import finite
-from migrate.core.atomic import replacing
 
 PAPER_COLOR = "tab:green"
 MEASURED_COLOR = "tab:blue"
@@ -347,21 +345,6 @@ def caption(spec: FigureSpec, panels: Mapping[str, PanelData], conditions: Mappi
 
 
 def save(fig: Figure, path: Path, formats: tuple[str, ...] | None = None) -> bytes:
-    """Write ``fig`` to ``path`` (PNG, atomically) and beside it, with the same name, in the other
-    ``formats`` (default: ``VRMIG_PLOT_FORMATS``, else PNG, SVG and PDF; one not asked for is
-    removed); returns the PNG's bytes (for the report)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
-    png = buf.getvalue()
-    wanted = formats if formats is not None else formats_from_env()
-    for fmt in FORMATS:
-        target = path if fmt == "png" else path.with_suffix(f".{fmt}")
-        if fmt != "png" and fmt not in wanted:
-            target.unlink(missing_ok=True)
-            continue
-        with replacing(target) as tmp:
-            if fmt == "png":
-                tmp.write_bytes(png)
-            else:
-                fig.savefig(tmp, format=fmt, dpi=DPI)
-    return png
+    """Write ``fig`` to ``path`` and beside it in the other ``formats``; the PNG's bytes
+    (:func:`analysis.present.formats.save_figure`)."""
+    return save_figure(fig, path, formats, dpi=DPI)

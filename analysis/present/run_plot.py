@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure  # a bare Figure renders PNG with Agg: no pyplot, no global backend
 
-from analysis.present.formats import FORMATS, formats_from_env
-from migrate.core.atomic import replacing
+from analysis.present.formats import save_figure
 
 MARK_STYLE = {
     "migrate": ("tab:red", "-"),
@@ -185,12 +184,5 @@ def plot_run(path: Path, data: PlotData, formats: tuple[str, ...] | None = None)
     _draw_marks(top, bottom, data.marks, t0)
     if data.title:
         top.set_title(data.title)
-    wanted = formats if formats is not None else formats_from_env()
-    for fmt in FORMATS:
-        target = path if fmt == "png" else path.with_suffix(f".{fmt}")
-        if fmt != "png" and fmt not in wanted:
-            target.unlink(missing_ok=True)
-            continue
-        with replacing(target) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=110)
+    save_figure(fig, path, formats, dpi=110)
     return path
