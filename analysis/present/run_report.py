@@ -19,11 +19,11 @@ from analysis.metrics.anatomy import timeline_text
 from analysis.present import html as rh
 from migrate.core.atomic import write_text
 from migrate.core.meta import REPO
-from migrate.core.rundir import META_JSON, MIGRATION_PNG, SUMMARY_JSON, read_meta, read_summary
+from migrate.core.rundir import META_JSON, MIGRATION_PNG, REPORT_HTML, SUMMARY_JSON, read_meta, read_summary
 
 log = logging.getLogger(__name__)
 
-REPORT_NAME = "report.html"
+REPORT_NAME = REPORT_HTML
 NA = "–"
 ABSENT = "absent"
 PLOT_TITLE = "Cross-traffic, migration link and RTT around the migration"

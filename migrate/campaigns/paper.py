@@ -24,7 +24,7 @@ from migrate.campaigns import campaign as cp
 from migrate.campaigns import sweepdir as sd
 from migrate.core.atomic import write_json, write_text
 from migrate.core.errors import ConfigError
-from migrate.core.rundir import BASELINE_CSV, META_JSON, SUMMARY_JSON, read_meta, read_summary
+from migrate.core.rundir import BASELINE_CSV, META_JSON, REPORT_HTML, SUMMARY_JSON, read_meta, read_summary
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ def write(out_dir: Path, claims: list[ap.Claim], sources: dict[str, Any], comman
     report = rh.Report(title="vrmig: paper 004 side by side", subtitle=f"`{command}`", plots=plots, tables=[table],
                        metadata=[("sources", sources)], generated_utc=sd.now_utc(),
                        extra_notes=tuple(notes))  # fmt: skip
-    write_text(out_dir / "report.html", rh.render(report))
+    write_text(out_dir / REPORT_HTML, rh.render(report))
 
 
 def format_claims(claims: list[ap.Claim]) -> str:

@@ -47,12 +47,12 @@ from migrate.campaigns import sweepdir as sd
 from migrate.core.atomic import write_bytes, write_text
 from migrate.core.errors import ConfigError
 from migrate.core.meta import REPO
-from migrate.core.rundir import META_JSON, RESULTS_ROOT_MARKER, RUN_MARKER
+from migrate.core.rundir import META_JSON, REPORT_HTML, RESULTS_ROOT_MARKER, RUN_MARKER
 
 log = logging.getLogger(__name__)
 
 REPORT_MARKER = ".vrmig-report"
-REPORT_NAME = "report.html"
+REPORT_NAME = REPORT_HTML
 
 
 @dataclass(frozen=True)

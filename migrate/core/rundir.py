@@ -79,6 +79,10 @@ MIGRATION_PNG = "migration.png"  # a migration run's plot (analysis.present.run_
 MIGRATION_SVG = "migration.svg"  # the same plot as SVG and PDF (analysis.present.formats)
 MIGRATION_PDF = "migration.pdf"
 METRICS_PROM = "metrics.prom"  # a migration run's figures as OpenMetrics text (analysis.present.openmetrics)
+#: every results directory's self-contained page: a run's, a baseline's and a calibration's
+#: (analysis.present.run_report, baseline_report, calibration_report), a sweep's, a comparison's
+#: and the paper's (migrate.campaigns.reporting, paper)
+REPORT_HTML = "report.html"
 COUNTERS_TSV = "counters.tsv"  # the 10 ms interface counter samples (probes/vrsampler)
 GEN_JSON = "gen.json"  # vrgen's send record (crosstraffic/)
 SINK_JSON = "sink.json"  # vrsink's per-run record: gaps, counts, clock (crosstraffic/)
