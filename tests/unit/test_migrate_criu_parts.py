@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from migrate.core.nsock import parse_net_dev
 from migrate.drivers.criu import announce, imgxfer
 from migrate.drivers.criu import rounds as criu_rounds
-from migrate.core.nsock import parse_net_dev
 from migrate.drivers.criu.stats import error_excerpt, parse_display_stats
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "criu"
