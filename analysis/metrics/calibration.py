@@ -40,7 +40,9 @@ for a cut, fails).
     stall is the same outage at B as the packets', edge spacings included; without the sink's
     record, 1 period + uncertainty).
 
-  A (kind, estimator, duration) row passes when every event of it is within its own target.
+  A (kind, estimator, duration) row passes when the estimator found every event's outage and
+  more than half of its events are within their own targets; an event beyond its target is a
+  miss in the event table and in the verdict line's event count.
   Informational: the stream's own granularity near the event (:func:`stream_gap_s`, the longest
   other inter-arrival gap at B within 1 s) and a second verdict with a target of twice it added.
 * kind ``pause`` (the hypervisor pauses the router): error = how much longer the data-plane
@@ -221,6 +223,11 @@ class Calibration:
     control: ControlCalibration | None = None  # None: no routing peers
 
 
+#: ``kind`` of the priming cut's records in actions.jsonl (migrate.experiment.calibrate): not an
+#: event, never judged
+PRIME_KIND = "prime"
+
+
 def events_from_actions(actions: Iterable[Mapping[str, Any]]) -> tuple[list[Event], list[str]]:
     """Pair the start and end edge records of every event in ``actions.jsonl`` by ``index``.
 
@@ -264,17 +271,29 @@ def events_from_actions(actions: Iterable[Mapping[str, Any]]) -> tuple[list[Even
     return events, notes
 
 
-def event_spans(events: Sequence[Event], margin_s: float = MARGIN_S) -> list[Spans]:
+def primed_ns(actions: Iterable[Mapping[str, Any]]) -> int | None:
+    """When the orchestrator saw B receive again after the priming cut (``forwarding-observed``
+    with ``kind`` "prime"), None without one (a run from before the priming cut)."""
+    for a in actions:
+        if a.get("action") == "forwarding-observed" and a.get("kind") == PRIME_KIND and isinstance(a.get("t_ns"), int):
+            return int(a["t_ns"])
+    return None
+
+
+def event_spans(events: Sequence[Event], margin_s: float = MARGIN_S, floor_ns: int | None = None) -> list[Spans]:
     """One span per event (events in time order), as a migration's window would give it: the
     event's [start.before, end.after] widened by ``margin_s`` on each side, but starting no
     earlier than the previous event's recovery (``recovered_ns``, else its end edge) and ending
-    :data:`NEXT_EVENT_GUARD_S` before the next event's start edge.  Search and clip span are
+    :data:`NEXT_EVENT_GUARD_S` before the next event's start edge; the first event's span starts
+    no earlier than ``floor_ns`` (the recovery from the priming cut).  Search and clip span are
     the same stretch: an outage reaching beyond it is cut there and flagged ``clipped_*``."""
     margin_ns, guard_ns = int(margin_s * 1e9), int(NEXT_EVENT_GUARD_S * 1e9)
     out = []
     for i, ev in enumerate(events):
         lo = ev.start.before_ns - margin_ns
         hi = ev.end.after_ns + margin_ns
+        if floor_ns is not None:
+            lo = max(lo, floor_ns)
         if i > 0:
             prev = events[i - 1]
             lo = max(lo, prev.recovered_ns if prev.recovered_ns is not None else prev.end.after_ns)
@@ -401,6 +420,7 @@ def calibrate(
     send_quantum_s: float | None = None,
     gap_threshold_s: float | None = None,
     margin_s: float = MARGIN_S,
+    floor_ns: int | None = None,
 ) -> Calibration:
     """Run every estimator on every event and compare (see the module docstring).
 
@@ -409,10 +429,11 @@ def calibrate(
     1 / the generator's achieved packet rate; ``send_quantum_s``: the span within which it sends
     the packets due together (gen.json ``quantum_us`` when a quantum holds more than one packet);
     ``gap_threshold_s``: the sink's gap threshold (sink.json ``gap_threshold_ns``).  The packets
-    target is 2 edge spacings (:func:`edge_spacing_s`).  An estimator whose data is missing is
+    target is 2 edge spacings (:func:`edge_spacing_s`).  ``floor_ns``: no span starts earlier
+    (the priming cut's recovery, :func:`primed_ns`).  An estimator whose data is missing is
     left out with a note."""
     evs = sorted(events, key=lambda e: e.start.before_ns)
-    spans = event_spans(evs, margin_s)
+    spans = event_spans(evs, margin_s, floor_ns)
     notes: list[str] = []
     have_packets = gaps is not None and packet_interval_s is not None and packet_interval_s > 0
     have_counters = b_t_ns is not None and b_rx_packets is not None and bool(period_ns)
@@ -465,6 +486,17 @@ def _row_key(key: tuple[str, str, float], order: Mapping[str, int]) -> tuple[int
     return order[key[0]], order[key[1]], key[2]
 
 
+def _majority_within(group: Sequence[Estimate], verdict: str) -> bool:
+    """A row's verdict: every event's outage found, and more than half of the events within their
+    own targets.  A single event beyond its target (the router's own gap at an edge: under TCG
+    its vCPU and I/O thread stall now and then for milliseconds, see
+    docs/measurements/2026-12-06-calibration-targets.md) is a miss in the event table and in
+    the verdict line's event count; a systematic error fails the row."""
+    if not all(e.detected for e in group):
+        return False
+    return 2 * sum(bool(getattr(e, verdict)) for e in group) > len(group)
+
+
 def summarise(estimates: Sequence[Estimate]) -> list[Row]:
     """One :class:`Row` per (kind, estimator, nominal duration), in that order."""
     groups: dict[tuple[str, str, float], list[Estimate]] = {}
@@ -491,10 +523,10 @@ def summarise(estimates: Sequence[Estimate]) -> list[Row]:
                 max_abs_error_s=float(np.max(np.abs(err))) if seen else None,
                 resolution_s=resolution, uncertainty_s=uncertainty,
                 target_s=resolution + uncertainty if kind == "cut" else None,
-                passed=all(bool(e.passed) for e in group) if kind == "cut" else None,
+                passed=_majority_within(group, "passed") if kind == "cut" else None,
                 stream_gap_s=max((e.stream_gap_s for e in group if e.stream_gap_s is not None), default=None),
                 stream_target_s=max(e.stream_target_s or 0.0 for e in group) if kind == "cut" else None,
-                passed_stream=all(bool(e.passed_stream) for e in group) if kind == "cut" else None,
+                passed_stream=_majority_within(group, "passed_stream") if kind == "cut" else None,
                 note=_row_note(kind, group),
             )
         )  # fmt: skip
@@ -602,7 +634,7 @@ def load_and_calibrate(run_dir: Path) -> tuple[Calibration, str]:
         gaps = sink_gaps(sink)
     if (run_dir / GEN_JSON).exists():
         pkt, quantum = send_timing(read_json(run_dir / GEN_JSON))
-    cal = calibrate(events, t, rx, period, gaps, pkt, quantum, threshold)
+    cal = calibrate(events, t, rx, period, gaps, pkt, quantum, threshold, floor_ns=primed_ns(actions))
     control = load_control(run_dir, meta, events)
     if control is None and (spec.get("peering") or ""):
         notes.append("PEERING was asked but meta.json has no peering record (the peers never came up)")
@@ -678,7 +710,11 @@ def format_table(cal: Calibration, hv: str) -> str:
         )
     cut_rows = [r for r in cal.rows if r.kind == "cut"]
     if cut_rows:
-        lines.append(f"  cut targets met: {sum(bool(r.passed) for r in cut_rows)} of {len(cut_rows)}")
+        cut_events = [e for e in cal.estimates if e.event.kind == "cut" and e.passed is not None]
+        lines.append(
+            f"  cut targets met: {sum(bool(r.passed) for r in cut_rows)} of {len(cut_rows)} rows "
+            f"(events within their own targets: {sum(bool(e.passed) for e in cut_events)} of {len(cut_events)})"
+        )
     lines.append(
         "  stream = the longest other inter-arrival gap at B within 1 s of the events ('-': none recorded); "
         "the second target adds twice it (informational)"

@@ -21,6 +21,8 @@ from analysis.metrics.calibration import (
     edge_spacing_s,
     event_spans,
     events_from_actions,
+    format_table,
+    primed_ns,
     send_timing,
     stream_gap_s,
     write_outputs,
@@ -393,3 +395,50 @@ def test_the_stream_gap_is_looked_for_within_1_s_of_the_events_edges_not_of_its_
     gaps = np.array([[ev.start.before_ns - 1_500 * MS, ev.start.before_ns - 1_497 * MS, 0, 1]])
     assert stream_gap_s(gaps, span, None) == pytest.approx(0.003)  # the span's default
     assert stream_gap_s(gaps, span, None, around=(ev.start.before_ns, ev.end.after_ns)) is None
+
+
+def _run_with_extra(extras_ms: dict[int, float]):
+    """SYNTHETIC: 3 reps of a 50 ms cut, the outage at B of event i longer by extras_ms[i]."""
+    events, outages = [], []
+    start = T0 + 2 * 10**9 + 137_000
+    for i in range(3):
+        ev = synthetic_event(i, "cut", 50.0, start)
+        events.append(ev)
+        outages.append((ev.start.mid_ns, ev.end.mid_ns + int(extras_ms.get(i, 0.0) * MS)))
+        start += 1_500 * MS + i * 7_777
+    duration_s = (start - T0) / 1e9 + 2
+    t, seq = synthetic_arrivals(duration_s, outages)
+    ts, rx = synthetic_counters(t, duration_s)
+    return calibrate(events, ts, rx, PERIOD_NS, synthetic_gaps(t, seq), 1 / PPS)
+
+
+def test_a_row_passes_with_one_event_beyond_its_target_and_fails_with_two():
+    """SYNTHETIC: one event of three 3 ms long at B (the router's own gap at an edge) is a miss in
+    the event table and the verdict line's event count, but the row passes; two fail it."""
+    one = _run_with_extra({1: 3.0})
+    (row,) = [r for r in one.rows if r.estimator == "packets"]
+    assert row.passed is True and [e.passed for e in one.estimates if e.estimator == "packets"] == [True, False, True]
+    assert "cut targets met: 2 of 2 rows (events within their own targets: 5 of 6)" in format_table(one, "kvm")
+    two = _run_with_extra({0: 3.0, 2: 3.0})
+    (row,) = [r for r in two.rows if r.estimator == "packets"]
+    assert row.passed is False and two.passed is False
+
+
+def test_the_first_events_search_starts_after_the_priming_cut():
+    """SYNTHETIC: the priming cut's outage (1.1 s before the first event, inside its 2 s margin) is
+    never taken for the first event's outage once its recovery bounds the span."""
+    ev = synthetic_event(0, "cut", 20.0, T0 + 5_000 * MS)
+    prime = (ev.start.before_ns - 1_100 * MS, ev.start.before_ns - 1_050 * MS)  # 50 ms: longer than the cut
+    t, seq = synthetic_arrivals(8.0, [prime, (ev.start.mid_ns, ev.end.mid_ns)])
+    gaps = synthetic_gaps(t, seq)
+    actions = [{"action": "forwarding-observed", "index": -1, "kind": "prime", "t_ns": prime[1] + 2 * MS}]
+    floor = primed_ns(actions)
+    assert floor == prime[1] + 2 * MS
+    (unbounded,) = event_spans([ev])
+    (bounded,) = event_spans([ev], floor_ns=floor)
+    assert unbounded.search_lo_ns < prime[0] and bounded.search_lo_ns == floor
+    ok = calibrate([ev], None, None, None, gaps, 1 / PPS, floor_ns=floor)
+    (est,) = ok.estimates
+    assert est.passed is True and est.measured_s == pytest.approx(0.020, abs=2 / PPS + 1e-4)
+    bad = calibrate([ev], None, None, None, gaps, 1 / PPS)
+    assert bad.estimates[0].passed is False  # the priming cut's 50 ms gap taken instead

@@ -91,7 +91,7 @@ def test_make_calibrate_writes_the_report_and_prints_the_directory_last(tmp_path
     args = build_parser().parse_args(["calibrate", "--results", str(tmp_path)])
     assert cli.run_command(args) == 0
     out = capsys.readouterr().out.splitlines()
-    assert "  cut targets met: 4 of 4" in out and out[-1] == str(run_dir)
+    assert any(ln.startswith("  cut targets met: 4 of 4 rows") for ln in out) and out[-1] == str(run_dir)
     assert "cut targets met: 4 of 4" in (run_dir / "report.html").read_text()
 
 
