@@ -342,14 +342,28 @@ def render_cdf(
     return _save(cdf_figure(records, metric, xlabel, scale), formats)
 
 
-def cdf_figure(records: Sequence[Mapping[str, Any]], metric: str, xlabel: str, scale: float = 1.0) -> Figure:
-    """The figure of :func:`render_cdf`."""
+def _distribution_figure(
+    records: Sequence[Mapping[str, Any]],
+    metric: str,
+    axis_label: str,
+    scale: float,
+    draw: Any,
+    what: str,
+) -> Figure:
+    """One per-run distribution figure of ``metric``: ``draw(ax, run values, axis_label, scale)``
+    and the title ``<metric label>: <what>``."""
     fig = Figure(figsize=(7.5, 4.5), dpi=DPI, layout="constrained")
     ax = fig.subplots()
-    _draw_cdf(ax, run_values(records, metric), xlabel, scale)
+    draw(ax, run_values(records, metric), axis_label, scale)
     label = METRIC_BY_NAME[metric].label if metric in METRIC_BY_NAME else metric
-    fig.suptitle(f"{label}: empirical CDF of the runs per grid point\n{CDF_CAPTION}", fontsize="medium")
+    fig.suptitle(f"{label}: {what}", fontsize="medium")
     return fig
+
+
+def cdf_figure(records: Sequence[Mapping[str, Any]], metric: str, xlabel: str, scale: float = 1.0) -> Figure:
+    """The figure of :func:`render_cdf`."""
+    what = f"empirical CDF of the runs per grid point\n{CDF_CAPTION}"
+    return _distribution_figure(records, metric, xlabel, scale, _draw_cdf, what)
 
 
 def _draw_cdf(ax: Any, points: Mapping[PointKey, RunValues], xlabel: str, scale: float) -> None:
@@ -401,12 +415,8 @@ def render_box(
 
 def box_figure(records: Sequence[Mapping[str, Any]], metric: str, ylabel: str, scale: float = 1.0) -> Figure:
     """The figure of :func:`render_box`."""
-    fig = Figure(figsize=(7.5, 4.5), dpi=DPI, layout="constrained")
-    ax = fig.subplots()
-    _draw_box(ax, run_values(records, metric), ylabel, scale)
-    label = METRIC_BY_NAME[metric].label if metric in METRIC_BY_NAME else metric
-    fig.suptitle(f"{label}: per-run distribution per grid point\n{BOX_CAPTION}", fontsize="medium")
-    return fig
+    what = f"per-run distribution per grid point\n{BOX_CAPTION}"
+    return _distribution_figure(records, metric, ylabel, scale, _draw_box, what)
 
 
 def _draw_box(ax: Any, points: Mapping[PointKey, RunValues], ylabel: str, scale: float) -> None:

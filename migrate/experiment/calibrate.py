@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from analysis.metrics.calibration import PRIME_KIND
 from migrate.core import meta as metamod
 from migrate.core.errors import ConfigError, DependencyError, VrmigError
 from migrate.core.progress import Progress
@@ -78,9 +79,9 @@ PEERING_RECOVERY_S = 10.0
 #: PEERING: how many times the wait for sessions and forwarding is repeated when a session went
 #: down during the spacing after it (a down the peers logged only after the end edge)
 SETTLE_ROUNDS = 3
-#: the priming cut before the planned events (:meth:`Calibrator._prime`), and its records' kind
+#: the priming cut before the planned events (:meth:`Calibrator._prime`); its records' kind is
+#: the analysis' PRIME_KIND
 PRIME_MS = 50.0
-PRIME_KIND = "prime"
 CUT_PORT = "tapR"  # R1's bridge port of the router's right-hand interface (toward B)
 
 
