@@ -16,6 +16,7 @@ import logging
 import shutil
 import signal
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -177,8 +178,8 @@ def check_generator(spec: BaselineSpec) -> dict[str, Any] | None:
     }
 
 
-def _new_run_dir(results_root: Path, spec: BaselineSpec) -> Path:
-    return new_run_dir(results_root, f"baseline-{'+'.join(spec.hvs)}", "baseline")
+def _new_run_dir(results_root: Path, spec: BaselineSpec, fill: Callable[[Path], None] | None = None) -> Path:
+    return new_run_dir(results_root, f"baseline-{'+'.join(spec.hvs)}", "baseline", fill)
 
 
 def load_resume(run_dir: Path) -> tuple[BaselineSpec, dict[str, Any]]:
@@ -297,9 +298,12 @@ def run_baseline(
 
     # a failed configuration is recorded in its own entry and fails the baseline as "setup"; an
     # error outside the configurations ends the command with its own exit status
-    with open_run(KIND_BASELINE, lambda: resume_dir or _new_run_dir(results_root, spec), describe, logger=log,
-                  failure_class="setup", records_errors=False, resumable=True, reopen=resume_dir is not None,
-                  on_close=on_close, analyse=_analyse) as opened:  # fmt: skip
+    def make_dir(fill: Callable[[Path], None]) -> Path:
+        return resume_dir or _new_run_dir(results_root, spec, fill)
+
+    with open_run(KIND_BASELINE, make_dir, describe, logger=log, failure_class="setup", records_errors=False,
+                  resumable=True, reopen=resume_dir is not None, on_close=on_close,
+                  analyse=_analyse) as opened:  # fmt: skip
         meta = opened.meta
         configs = spec.configs()
         with Progress("baseline", sum(spec.sweep_points(c) for c in configs), "points") as progress:

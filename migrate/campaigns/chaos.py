@@ -45,7 +45,7 @@ from migrate.core.registry import (
 )
 from migrate.core.rundir import ACTIONS_JSONL, META_JSON, SUMMARY_JSON, read_meta, read_summary
 from migrate.model.scenario import FAULTS
-from migrate.testbed.results import check_results_root, mark_results_root
+from migrate.testbed.results import check_results_root, is_opening, mark_results_root, remove_dead_openings
 
 log = logging.getLogger("vrmig.chaos")
 
@@ -396,7 +396,7 @@ class LabLeaks:
 
 # -- results ----------------------------------------------------------------------------------
 def _new_run_dirs(results: Path, before: set[str]) -> list[Path]:
-    return sorted(p for p in results.iterdir() if p.is_dir() and p.name not in before)
+    return sorted(p for p in results.iterdir() if p.is_dir() and p.name not in before and not is_opening(p))
 
 
 def fault_injected(results: Path, before: set[str], kind: str) -> bool:
@@ -436,7 +436,7 @@ def snapshot(results: Path) -> dict[str, str]:
 def check_runs(results: Path) -> list[str]:
     """Every run directory: meta.json valid and in a final state."""
     bad = []
-    for d in sorted(p for p in results.iterdir() if p.is_dir()):
+    for d in sorted(p for p in results.iterdir() if p.is_dir() and not is_opening(p)):
         try:
             meta = read_meta(d)
         except (OSError, ValueError) as err:
@@ -608,6 +608,8 @@ def run_hv(
         if leaks and prefix:
             cleaned = clean_stale(only={prefix})  # then remove them, as the next run would
             log.warning("trial %d left %d leftovers; clean_stale(%s) -> %s", i + 1, len(leaks), prefix, cleaned)
+        for half in remove_dead_openings(results):  # as the next run would: never a run, nothing lost
+            log.info("trial %d: removed %s (killed while its run directory was being opened)", i + 1, half.name)
         after_files = snapshot(results)
         changed = [f for f, h in before_files.items() if after_files.get(f) != h]
         bad = check_runs(results)

@@ -48,6 +48,7 @@ from migrate.core.atomic import write_bytes, write_text
 from migrate.core.errors import ConfigError
 from migrate.core.meta import REPO
 from migrate.core.rundir import META_JSON, REPORT_HTML, RESULTS_ROOT_MARKER, RUN_MARKER
+from migrate.testbed.results import is_opening
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ def load_source(path: Path, label: str = "", what: str = "RUNS") -> Source:
         return Source(path, meta["kind"], label, meta, state, _sweep_runs(path, meta, state))
     if _is_run_dir(path):
         return Source(path, "run", label, runs=[RunRef(path, path.name)])
-    children = sorted(p for p in path.iterdir() if p.is_dir())
+    children = sorted(p for p in path.iterdir() if p.is_dir() and not is_opening(p))
     runs = [RunRef(c, c.name) for c in children if _is_run_dir(c)]
     if runs:
         return Source(path, "results", label, runs=runs)

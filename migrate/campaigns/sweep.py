@@ -36,6 +36,7 @@ from migrate.core.rundir import META_JSON, RESULTS_ROOT_MARKER
 from migrate.core.sighold import interruptible
 from migrate.core.units import format_rate, parse_rate_bps
 from migrate.model.scenario import Scenario, parse_bfd
+from migrate.testbed.results import is_opening
 
 if TYPE_CHECKING:
     from migrate.campaigns.campaign import Campaign
@@ -356,7 +357,7 @@ def reconcile(
     referenced = {r["run_dir"] for r in state["runs"].values()} | {a.get("run_dir") for a in state["attempts"]}
     current = state.get("current") or {}
     scenarios = {p["label"]: p["scenario"] for p in meta["points"]}
-    for d in sorted(p for p in runs_root.iterdir() if p.is_dir()) if runs_root.is_dir() else []:
+    for d in sorted(p for p in runs_root.iterdir() if p.is_dir() and not is_opening(p)) if runs_root.is_dir() else []:
         rel = f"{sd.RUNS_SUBDIR}/{d.name}"
         if rel in referenced:
             continue

@@ -7,9 +7,10 @@ its body, in one place.
 2. installs the run's abort flag as the SIGINT/SIGTERM handler, disarmed: a signal from here until
    meta.json exists is recorded, not raised, so it leaves an interrupted run rather than a results
    directory without meta.json;
-3. creates the results directory (``make_dir``; ``reopen``: an existing one, whose meta.json is
-   read back and set running again), opens meta.json (:func:`migrate.core.meta.opening` of ``kind``
-   and the kind's own fields, ``describe``) and writes it (:func:`migrate.core.rundir.write_meta`);
+3. creates the results directory with meta.json in it, in one step that a SIGKILL cannot split
+   (``make_dir``; ``reopen``: an existing one, whose meta.json is read back and set running
+   again): meta.json opens with :func:`migrate.core.meta.opening` of ``kind`` and the kind's own
+   fields (``describe``) and is written (:func:`migrate.core.rundir.write_meta`);
 4. arms the abort flag (a signal that came meanwhile raises now) and runs the body, which reads
    ``run.dir``, ``run.meta`` and ``run.abort`` and gives its verdict (:meth:`OpenRun.complete`,
    :meth:`OpenRun.fail`, or the meta.json fields directly);
@@ -121,7 +122,7 @@ class OpenRun:
 @contextlib.contextmanager
 def open_run(
     kind: str,
-    make_dir: Callable[[], Path],
+    make_dir: Callable[[Callable[[Path], None]], Path],
     describe: Callable[[dict[str, Any], Path], None],
     *,
     logger: logging.Logger,
@@ -132,10 +133,11 @@ def open_run(
     on_close: Callable[[dict[str, Any]], None] | None = None,
     analyse: Callable[[Path], None] | None = None,
 ) -> Iterator[OpenRun]:
-    """The window of one run of ``kind`` (see the module): ``make_dir`` creates its results
-    directory (``reopen``: returns an existing one, whose meta.json is continued);
-    ``describe(meta, run_dir)`` adds the kind's own fields to meta.json's opening (and may write
-    files the directory opens with); ``failure_class`` is the class of a failure (a callable: at
+    """The window of one run of ``kind`` (see the module): ``make_dir(fill)`` creates its results
+    directory, ``fill(dir)`` writing its first files before it appears under its name (see
+    :func:`~migrate.testbed.results.new_run_dir`; ``reopen``: returns an existing one, whose
+    meta.json is continued); ``describe(meta, run_dir)`` adds the kind's own fields to meta.json's
+    opening (and may write files the directory opens with); ``failure_class`` is the class of a failure (a callable: at
     the moment it happens; None: the kind records none); ``records_errors``: errors of the body
     are the run's failure, not the command's; ``resumable``: an interruption says how to resume;
     ``on_close(meta)`` adds the kind's closing fields; ``analyse(run_dir)`` runs once meta.json
@@ -143,14 +145,20 @@ def open_run(
     clean_stale_before_a_run(logger)
     abort = Abort(armed=False)  # armed once meta.json exists (Abort.arm)
     with signal_handlers(abort.handler):
-        run_dir = make_dir()
         if reopen:
+            run_dir = make_dir(lambda _dir: None)
             meta = read_meta(run_dir)
             meta["status"], meta["failure"], meta["failure_class"] = "running", None, None
+            describe(meta, run_dir)
+            write_meta(run_dir, meta)
         else:
             meta = metamod.opening(kind)
-        describe(meta, run_dir)
-        write_meta(run_dir, meta)
+
+            def fill(opening_dir: Path) -> None:
+                describe(meta, opening_dir)
+                write_meta(opening_dir, meta)
+
+            run_dir = make_dir(fill)
         run = OpenRun(run_dir, meta, abort, failure_class, resumable)
         try:
             try:

@@ -442,8 +442,8 @@ class Calibrator:
         return td.problems + self.registry.teardown()
 
 
-def _run_dir(results_root: Path, spec: CalibrationSpec) -> Path:
-    return new_run_dir(results_root, spec.name, "calibration")
+def _run_dir(results_root: Path, spec: CalibrationSpec, fill: Callable[[Path], None] | None = None) -> Path:
+    return new_run_dir(results_root, spec.name, "calibration", fill)
 
 
 def dependencies(spec: CalibrationSpec, driver_cls: type[Driver]) -> dict[str, Any]:
@@ -489,7 +489,7 @@ def run_calibration(spec: CalibrationSpec, results_root: Path, testbed: Path | N
         place.describe(meta)
 
     # no failure class: a calibration has no migration phases
-    with open_run(KIND_CALIBRATE, lambda: _run_dir(results_root, spec), describe, logger=log,
+    with open_run(KIND_CALIBRATE, lambda fill: _run_dir(results_root, spec, fill), describe, logger=log,
                   analyse=_analyse) as opened:  # fmt: skip
         meta = opened.meta
         cal = Calibrator(spec, driver_cls, facts, opened.dir, place)

@@ -9,6 +9,7 @@ after it were answered), seen live and in the instruments' records (docs/data-fo
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -51,9 +52,10 @@ from migrate.testbed.results import check_results_root, new_run_dir
 log = logging.getLogger(__name__)
 
 
-def make_run_dir(results_root: Path, scenario: Scenario) -> Path:
-    """Create ``results/<UTC time>-<name>/`` (fails if it exists) and mark it as ours."""
-    return new_run_dir(results_root, scenario.name)
+def make_run_dir(results_root: Path, scenario: Scenario, fill: Callable[[Path], None] | None = None) -> Path:
+    """Create ``results/<UTC time>-<name>/`` (fails if it exists) and mark it as ours; ``fill``
+    writes its first files before it appears (:func:`~migrate.testbed.results.new_run_dir`)."""
+    return new_run_dir(results_root, scenario.name, fill=fill)
 
 
 def preflight(scenario: Scenario, place: Place | None = None) -> tuple[type[Driver], dict[str, Any]]:
@@ -111,7 +113,8 @@ def run(
         meta.update(extra_meta or {})
         place.describe(meta)
 
-    with phase.progress, open_run(KIND_MIGRATE, lambda: make_run_dir(results_root, scenario), describe, logger=log,
+    make_dir = functools.partial(make_run_dir, results_root, scenario)
+    with phase.progress, open_run(KIND_MIGRATE, make_dir, describe, logger=log,
                                   failure_class=lambda: phase.current, analyse=_analyse) as opened:  # fmt: skip
         registry = Registry(new_prefix(), run_dir=str(opened.dir.resolve()))
         _execute(scenario, driver_cls, facts, registry, opened.dir, opened.meta, opened.abort, phase, place)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from migrate.core import meta as metamod
@@ -49,12 +51,54 @@ def mark_results_root(results_root: Path) -> None:
         marker.write_text("vrmig results root\n")
 
 
-def new_run_dir(results_root: Path, name: str, kind: str = "run") -> Path:
+def new_run_dir(results_root: Path, name: str, kind: str = "run", fill: Callable[[Path], None] | None = None) -> Path:
     """Create ``<results_root>/<UTC time>-<name>/`` (fails if it exists), mark the root and the
-    directory as ours (the directory's marker says ``vrmig <kind> directory``)."""
+    directory as ours (the directory's marker says ``vrmig <kind> directory``).
+
+    With ``fill``, the directory appears whole: it is made under a hidden name
+    (``.<name>.opening-<pid>``), ``fill(dir)`` writes its first files there (meta.json), and one
+    rename gives it its name, so that a SIGKILL at any moment leaves either no run directory or
+    one with meta.json.  A hidden directory a killed process left is removed by the next call."""
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")[:-4] + "Z"
     mark_results_root(results_root)
     run_dir = results_root / f"{stamp}-{name}"
-    run_dir.mkdir()
-    (run_dir / RUN_MARKER).write_text(f"vrmig {kind} directory\n")
+    if fill is None:
+        run_dir.mkdir()
+        (run_dir / RUN_MARKER).write_text(f"vrmig {kind} directory\n")
+        return run_dir
+    remove_dead_openings(results_root)
+    stage = results_root / f".{run_dir.name}{OPENING}{os.getpid()}"
+    stage.mkdir()
+    try:
+        (stage / RUN_MARKER).write_text(f"vrmig {kind} directory\n")
+        fill(stage)
+        if run_dir.exists():  # rename() would replace an empty directory of that name
+            raise FileExistsError(f"{run_dir} exists")
+        stage.rename(run_dir)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
     return run_dir
+
+
+#: the hidden name of a run directory being opened: ``.<name><OPENING><pid>``
+OPENING = ".opening-"
+
+
+def is_opening(path: Path) -> bool:
+    """Whether ``path`` is a run directory still being opened (or one a killed process left half
+    opened): not a run, whatever it holds."""
+    return path.name.startswith(".") and OPENING in path.name
+
+
+def remove_dead_openings(results_root: Path) -> list[Path]:
+    """Remove the hidden, half-opened run directories under ``results_root`` whose process is
+    gone (a SIGKILL between their creation and their rename); returns them."""
+    gone = []
+    for d in results_root.glob(f".*{OPENING}*"):
+        pid = d.name.rpartition(OPENING)[2]
+        if not pid.isdigit() or not (d / RUN_MARKER).exists() or Path(f"/proc/{pid}").exists():
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        gone.append(d)
+    return gone

@@ -350,11 +350,12 @@ def _window(tmp_path, body, **kw):
     calls: list[str] = []
     root = tmp_path / "results"
 
-    def make_dir():
+    def make_dir(fill):
         calls.append("make_dir")
         root.mkdir(parents=True, exist_ok=True)
         d = root / "synthetic-run"
         d.mkdir()
+        fill(d)
         return d
 
     def describe(meta, run_dir):
@@ -444,10 +445,11 @@ def test_window_signal_before_meta_json_exists_interrupts_once_it_does(tmp_path)
     meta.json exists: an interrupted run, never a directory without meta.json."""
     calls = []
 
-    def make_dir():
+    def make_dir(fill):
         d = tmp_path / "run"
         d.mkdir()
         signal.raise_signal(signal.SIGTERM)  # the flag is disarmed: recorded, not raised
+        fill(d)
         return d
 
     with pytest.raises(Interrupted):
@@ -501,7 +503,7 @@ def test_window_resumable_says_how_to_resume_and_reopen_continues_meta_json(tmp_
     def describe(meta, d):
         meta["resumed_utc"] = ["now"]
 
-    with runctx.open_run("baseline", lambda: run_dir, describe, logger=LOG, reopen=True, resumable=True) as run:
+    with runctx.open_run("baseline", lambda fill: run_dir, describe, logger=LOG, reopen=True, resumable=True) as run:
         assert (run.meta["status"], run.meta["failure"], run.meta["kept"]) == (
             "running",
             None,
@@ -531,12 +533,50 @@ def test_window_cleans_stale_runs_before_it_creates_anything(tmp_path, monkeypat
     order = []
     monkeypatch.setattr(runctx, "clean_stale_before_a_run", lambda logger: order.append("clean-stale"))
 
-    def make_dir():
+    def make_dir(fill):
         order.append("make_dir")
         d = tmp_path / "run"
         d.mkdir()
+        fill(d)
         return d
 
     with runctx.open_run("calibrate", make_dir, lambda meta, d: None, logger=LOG) as run:
         run.complete()
     assert order == ["clean-stale", "make_dir"]
+
+
+def test_a_run_directory_appears_with_its_meta_json_or_not_at_all(tmp_path):
+    """A process SIGKILLed while its run directory is being opened (after meta.json's first
+    write, before the rename) leaves no run directory, only a hidden one, which the next opening
+    removes; a ``fill`` that raises leaves nothing."""
+    import os
+
+    from migrate.testbed.results import is_opening, new_run_dir
+
+    root = tmp_path / "results"
+    pid = os.fork()
+    if pid == 0:  # the child: killed inside fill, once meta.json is written
+        try:
+
+            def fill(d):
+                (d / "meta.json").write_text("{}")
+                os.kill(os.getpid(), signal.SIGKILL)
+
+            new_run_dir(root, "killed", fill=fill)
+        finally:
+            os._exit(1)  # never reached
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    left = [p for p in root.iterdir() if p.is_dir()]
+    assert len(left) == 1 and is_opening(left[0]) and left[0].name.endswith(f".opening-{pid}"), left
+
+    made = new_run_dir(root, "next", fill=lambda d: (d / "meta.json").write_text("{}"))
+    assert [p.name for p in root.iterdir() if p.is_dir()] == [made.name]  # the half-opened one is gone
+    assert (made / "meta.json").read_text() == "{}" and not is_opening(made)
+
+    def failing(d):
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        new_run_dir(root, "failed", fill=failing)
+    assert [p.name for p in root.iterdir() if p.is_dir()] == [made.name]

@@ -47,7 +47,7 @@ from migrate.core.rundir import (
 from migrate.core.sighold import interruptible
 from migrate.drivers.kvm.accel import detect_accel
 from migrate.model.scenario import Scenario
-from migrate.testbed.results import check_results_root, mark_results_root
+from migrate.testbed.results import check_results_root, is_opening, mark_results_root
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +222,9 @@ def run_in_vm(scenario: Scenario, results_root: Path, analyse: Callable[[Path], 
 
 
 def _new_run_dirs(results_root: Path, before: set[str]) -> list[Path]:
-    return sorted(p for p in results_root.iterdir() if p.name not in before and (p / META_JSON).exists())
+    return sorted(
+        p for p in results_root.iterdir() if p.name not in before and (p / META_JSON).exists() and not is_opening(p)
+    )
 
 
 def _new_run_dir(results_root: Path, before: set[str]) -> Path | None:
@@ -255,7 +257,7 @@ def _mark_new_runs(results_root: Path, before: set[str], why: str, interrupted: 
     """Close the runs the VM left 'running': interrupted (an operator stop) or failed (the VM died
     or overran its time), classed by the phase their records reached."""
     for p in results_root.iterdir():
-        if p.name in before or not (p / META_JSON).exists():
+        if p.name in before or not (p / META_JSON).exists() or is_opening(p):
             continue
         try:
             meta = read_meta(p)
