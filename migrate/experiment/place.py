@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from migrate.core import knobs
 from migrate.core.errors import ConfigError, DependencyError, TestbedError
 from migrate.core.registry import Registry
-from migrate.core.stack import DEFAULT_QEMU, LIBVIRT_VERSION_LINE
+from migrate.core.stack import DEFAULT_LIBVIRT, DEFAULT_QEMU, LIBVIRT_VERSION_LINE
 from migrate.drivers.base import Driver, load_driver
 from migrate.drivers.kvm.driver import QEMU, check_qemu_knobs
 from migrate.model import routing
@@ -250,10 +250,16 @@ def lab_supports(scenario: Scenario, inv: Inventory) -> None:
             "hosts-setup deployed (the default stack) or QEMU=system"
         )
     if getattr(scenario, "libvirt", None) not in (None, "system"):
-        raise ConfigError(
-            f"LIBVIRT={scenario.libvirt} on a lab: DRIVER=libvirt there drives the hosts' own libvirtd (their "
-            "Debian package, make hosts-setup): leave LIBVIRT unset or use LIBVIRT=system"
-        )
+        from migrate.drivers.libvirt.daemon import run_peer_uri
+
+        for r in topo.HYPERVISOR_HOSTS:  # the run's own daemons are reached by their peer over TLS
+            h = inv.host(r)
+            run_peer_uri(h.libvirt_peer_uri or "")
+            if h.libvirt_tls is None:
+                raise ConfigError(
+                    f"{inv.path}: hosts.{r}: LIBVIRT={scenario.libvirt} runs the run's own libvirtd with the host's "
+                    "TLS files: give libvirt_tls and run make hosts-setup (docs/testbed.md)"
+                )
     if scenario.criu_rejoin_mcast:
         raise ConfigError("TESTBED= takes no CRIU_REJOIN_MCAST: only the embedded CRIU driver puts groups back")
     if scenario.hv == "xen" and os.environ.get("XEN_PEER"):
@@ -342,7 +348,9 @@ def lab_facts(check: dict[str, Any], scenario: Scenario, local: dict[str, Any]) 
         "stack": {"qemu": stack},
         "orchestrator_qemu": local.get("qemu"),
     }
-    if scenario.driver == "libvirt":  # the hosts' own libvirtd, as `libvirtd --version` gave it there
+    if scenario.driver == "libvirt" and getattr(scenario, "libvirt", None) not in (None, "system"):
+        out["libvirt"], out["stack"]["libvirt"] = lab_libvirt_release(rows, scenario.libvirt, local)
+    elif scenario.driver == "libvirt":  # the hosts' own libvirtd, as `libvirtd --version` gave it there
         lines = {r: (rows[r].get("versions") or {}).get("libvirtd") for r in hv}
         found = {r: LIBVIRT_VERSION_LINE.search(v) if v else None for r, v in lines.items()}
         daemon = {r: m[0] if m else lines[r] for r, m in found.items()}  # without libvirtd's path
@@ -352,6 +360,34 @@ def lab_facts(check: dict[str, Any], scenario: Scenario, local: dict[str, Any]) 
             **({} if daemon["R1"] else {"reason": "hosts-check found no libvirtd --version on R1"}),
         }  # fmt: skip
     return out
+
+
+def lab_libvirt_release(
+    rows: dict[str, dict[str, Any]], spec: str, local: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(facts ``libvirt``, ``stack.libvirt``) of LIBVIRT=``spec`` as hosts-setup deployed it on R1
+    and R2 (the run starts its own daemons of it there: migrate.drivers.libvirt.daemon.LabRunLibvirtd);
+    ConfigError (one line) where a host lacks it, it does not run, or R1 and R2 hold different builds."""
+    hv = topo.HYPERVISOR_HOSTS
+    deployed = {r: (rows[r].get("libvirt_stacks") or {}).get(spec) or {} for r in hv}
+    missing = [r for r in hv if not deployed[r].get("version")]
+    if missing:
+        why = "; ".join(f"{r}: {deployed[r].get('error') or 'not deployed'}" for r in missing)
+        raise ConfigError(
+            f"LIBVIRT={spec} does not run on {', '.join(missing)} ({why}; hosts-setup deploys the default stack's "
+            f"libvirt, LIBVIRT={DEFAULT_LIBVIRT}, once make setup fetched it here): run make hosts-setup, or leave "
+            "LIBVIRT unset for the hosts' own libvirtd"
+        )
+    found = {r: LIBVIRT_VERSION_LINE.search(deployed[r]["version"]) for r in hv}
+    daemon = {r: m[0] if m else deployed[r]["version"] for r, m in found.items()}  # without libvirtd's path
+    if daemon["R1"] != daemon["R2"]:
+        raise ConfigError(
+            f"LIBVIRT={spec} differs between R1 and R2 ({daemon['R1']}; {daemon['R2']}): run make hosts-setup"
+        )
+    record = deployed["R1"]["record"]
+    facts = {**(local.get("libvirt") or {}), "daemon": daemon["R1"], "daemon_by_host": daemon}
+    stack = {**record, "spec": spec, "version": daemon["R1"], "deployed": True, "version_by_host": daemon}
+    return facts, stack
 
 
 def lab_router_image(rows: dict[str, dict[str, Any]], router: str, testbed: str) -> None:

@@ -132,6 +132,40 @@ def qemu_bundle(deploy_dir: str, out_dir: Path, spec: str | None = None) -> dict
     return {"spec": spec, "tar": str(tar), "json": info, "emulator": emulator_text(argv, mount, "/usr/bin/unshare")}
 
 
+#: where hosts-setup puts the default stack's libvirt, relative to the deploy dir (``libvirt.json``
+#: beside ``root``: the LibvirtBuild record with its paths there; a run with LIBVIRT= that release
+#: starts its own libvirtd of it, migrate.drivers.libvirt.daemon.LabRunLibvirtd)
+LIBVIRT_DIR = "libvirt"
+
+
+def libvirt_bundle(deploy_dir: str, out_dir: Path, spec: str | None = None) -> dict[str, Any] | None:
+    """The libvirt release ``spec`` (default: the default stack's) as ``make setup`` fetched it
+    here, for the hypervisor hosts: ``{"spec", "tar", "json"}`` where libvirt.json is its
+    LibvirtBuild record (migrate.core.stack) with every path of the tree rewritten to
+    ``<deploy_dir>/libvirt/<spec>/root``; None if it was never fetched here."""
+    from migrate.core.stack import DEFAULT_LIBVIRT, LibvirtBuild, read_libvirt_manifest
+
+    spec = spec or DEFAULT_LIBVIRT
+    manifest = read_libvirt_manifest(spec)
+    if manifest is None:
+        return None
+    root = str(Path(manifest["daemon"]).parents[2])  # <root>/usr/sbin/libvirtd
+    there = f"{deploy_dir}/{LIBVIRT_DIR}/{spec}/root"
+
+    def moved(path: str) -> str:
+        return path.replace(root, there)  # argv, library paths (':'-joined), driver directory
+
+    local = LibvirtBuild.from_meta(manifest)
+    info = local.to_meta() | {
+        "argv": [moved(a) for a in local.argv],
+        "daemon": moved(local.daemon),
+        "env": {k: moved(v) for k, v in local.env.items()},
+        "mounts": [[moved(src), target] for src, target in local.mounts],
+    }
+    tar = write_tree_tar(Path(root), out_dir / f"libvirt-{spec}.tar")
+    return {"spec": spec, "tar": str(tar), "json": info}
+
+
 def container_bundles(profiles: list[str], out_dir: Path, cache: Path | None = None) -> list[dict[str, str]]:
     """``{"profile", "tar"}`` for each profile whose image has a rootfs: the container's rootfs
     as ``routers.container_image.stage_rootfs`` stages it (plus its init and pivot_root point)."""

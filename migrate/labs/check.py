@@ -84,6 +84,8 @@ class HostRow:
     clock: dict[str, Any] | None = None
     #: the QEMU releases hosts-setup deployed (spec -> {"record": qemu.json, "version", "error"})
     stacks: dict[str, Any] = field(default_factory=dict)
+    #: the libvirt releases hosts-setup deployed (spec -> {"record": libvirt.json, "version", "error"})
+    libvirt_stacks: dict[str, Any] = field(default_factory=dict)
     #: the router images hosts-setup put there (profile -> {"manifest_sha256", "router_version"})
     images: dict[str, Any] = field(default_factory=dict)
 
@@ -297,6 +299,7 @@ def evaluate(
         sync=sync,
         clock=clock.as_dict() if clock else None,
         stacks=facts.get("stacks") or {} if role in HV_ROLES else {},
+        libvirt_stacks=facts.get("libvirt_stacks") or {} if role in HV_ROLES else {},
         images=facts.get("images") or {} if role in HV_ROLES else {},
     )
     return row, p

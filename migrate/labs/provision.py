@@ -188,6 +188,7 @@ def ansible_inventory(
     xen: list[dict[str, str]] | None = None,
     peer_bird: str | None = None,
     qemu: dict[str, Any] | None = None,
+    libvirt: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The Ansible inventory (YAML inventory plugin's structure) of ``inv``: groups ``end_hosts``
     (A, C, B, D) and ``hypervisors`` (R1, R2); ``images``, the ``criu`` bundle, the
@@ -210,6 +211,7 @@ def ansible_inventory(
                         "vrmig_containers": containers or [],
                         "vrmig_xen": xen or [],
                         "vrmig_qemu": qemu,
+                        "vrmig_libvirt": libvirt,
                     },
                 },
             },
@@ -415,6 +417,7 @@ def run_playbook(
     peer_bird = bundles.peer_bird_bundle(containers, bundle_dir, cache)
     xen = xen_files(profiles, cache)
     qemu = bundles.qemu_bundle(inv.deploy_dir, bundle_dir)
+    libvirt = bundles.libvirt_bundle(inv.deploy_dir, bundle_dir)
     if shutil.which("ansible-playbook") is None:
         raise DependencyError("ansible-playbook not found: install Debian's ansible-core (`make apt`)")
     resultsmod.check_results_root(results_root)
@@ -426,7 +429,8 @@ def run_playbook(
         for d in ("home", "local", "cp"):
             (tmp / d).mkdir(mode=0o700)
         inv_text = (
-            json.dumps(ansible_inventory(inv, images, REPO, criu, containers, xen, peer_bird, qemu), indent=1) + "\n"
+            json.dumps(ansible_inventory(inv, images, REPO, criu, containers, xen, peer_bird, qemu, libvirt), indent=1)
+            + "\n"
         )  # JSON is YAML
         (tmp / "inventory.yml").write_text(inv_text)
         (run_dir / "ansible-inventory.yml").write_text(inv_text)

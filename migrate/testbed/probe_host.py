@@ -95,6 +95,31 @@ def stacks(deploy: str) -> dict:
     return out
 
 
+def libvirt_stacks(deploy: str) -> dict:
+    """The libvirt releases hosts-setup deployed (``<deploy>/libvirt/<spec>/libvirt.json``): per
+    spec, the record and the first line its libvirtd's ``--version`` prints now (None if it does
+    not run, with the error)."""
+    out = {}
+    base = os.path.join(deploy, "libvirt")
+    for spec in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        try:
+            with open(os.path.join(base, spec, "libvirt.json")) as f:
+                rec = json.load(f)
+            argv = [str(a) for a in rec["argv"]]
+            env = {**os.environ, **{str(k): str(v) for k, v in (rec.get("env") or {}).items()}}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        try:
+            res = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=30, env=env)
+            rc, so, se = res.returncode, res.stdout, res.stderr
+        except (OSError, subprocess.TimeoutExpired) as err:
+            rc, so, se = 127, "", str(err)
+        first = so.strip().splitlines()[:1]
+        out[spec] = {"record": rec, "version": first[0] if rc == 0 and first else None,
+                     "error": None if rc == 0 else (se.strip().splitlines()[-1:] or [f"exit {rc}"])[0]}  # fmt: skip
+    return out
+
+
 def images(deploy: str) -> dict:
     """The router guest images hosts-setup put there (``<deploy>/images/<profile>/manifest.json``):
     per profile, the SHA-256 of its manifest (hosts-setup copies it byte for byte, so it equals
@@ -150,6 +175,7 @@ def facts(args: dict) -> dict:
         "kvm": kvm() if args.get("kvm") else None,
         "helpers": helpers,
         "stacks": stacks(deploy) if deploy else {},
+        "libvirt_stacks": libvirt_stacks(deploy) if deploy and args.get("kvm") else {},
         "images": images(deploy) if deploy and args.get("kvm") else {},
         "links": links,
         "links_error": links_error,

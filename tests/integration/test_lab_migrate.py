@@ -196,12 +196,12 @@ def _start_run(lab: Path, results: Path, *args: str) -> subprocess.Popen[bytes]:
     )  # fmt: skip
 
 
-def _run(lab: Path, results: Path, mode: str, driver: str = "qmp") -> tuple[Path, dict, dict]:
+def _run(lab: Path, results: Path, mode: str, driver: str = "qmp", *extra: str) -> tuple[Path, dict, dict]:
     """One lab run of the default stack hosts-setup deployed (DRIVER=libvirt: run by the hosts'
     own libvirtd through the <emulator> script deployed beside it), never retried."""
     res = _cli(
         "run", "--hv", "kvm", "--driver", driver, "--mode", mode, "--rate", "10M", "--duration", "12",
-        "--migrate-at", "4", "--testbed", str(lab), "--results", str(results / "run"),
+        "--migrate-at", "4", "--testbed", str(lab), "--results", str(results / "run"), *extra,
     )  # fmt: skip
     assert res.stdout.strip(), res.stderr[-2000:]
     run_dir = Path(res.stdout.strip().splitlines()[-1])
@@ -285,6 +285,48 @@ def test_lab_migration_runs_every_helper_on_the_hosts(lab, tmp_path, mode, drive
     if driver == "libvirt":  # the lab's own libvirtds: QEMU ran under them, and the domain is gone
         assert (run_dir / "libvirt_jobstats.jsonl").stat().st_size > 0
         assert _domains(inv, "R1") == [] and _domains(inv, "R2") == []
+
+
+def _libvirtd_pids() -> list[int]:
+    """The PIDs of every libvirtd on this machine (the lab's hosts share its PID space)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if d.name.isdigit() and (d / "comm").read_text().strip() == "libvirtd":
+                out.append(int(d.name))
+    return sorted(out)
+
+
+def test_lab_libvirt_release_runs_the_runs_own_daemons_beside_the_hosts_own(lab, tmp_path):
+    """LIBVIRT= the release hosts-setup deployed: the run starts its own libvirtd of it on R1 and
+    R2 (its own TLS port, the hosts' certificates) and stops them; the hosts' own daemons are
+    neither used nor touched."""
+    from migrate.core.stack import DEFAULT_LIBVIRT
+    from migrate.drivers.libvirt.daemon import RUN_TLS_PORT
+
+    inv = load(lab)
+    before = _libvirtd_pids()
+    run_dir, meta, summary = _run(lab, tmp_path, "precopy", "libvirt", "--libvirt", DEFAULT_LIBVIRT)
+    assert meta["status"] == "completed", meta.get("failure")
+    lv = meta["stack"]["libvirt"]
+    assert lv["spec"] == DEFAULT_LIBVIRT and lv["deployed"] and lv["source"] != "system", lv
+    assert lv["argv"][0].startswith(f"{inv.deploy_dir}/libvirt/{DEFAULT_LIBVIRT}/root/"), lv["argv"]
+    want = f"libvirtd (libvirt) {lv['release']}"
+    assert lv["version_by_host"] == {"R1": want, "R2": want}
+    hosts = meta["hypervisor"]["libvirt"]["hosts"]
+    major, minor = (int(x) for x in lv["release"].split(".")[:2])
+    for r in ("R1", "R2"):  # the daemons that answered were the release's, reached by their peer on its port
+        assert hosts[r]["daemon_version"] // 1000 == major * 1000 + minor, hosts[r]
+        assert f":{RUN_TLS_PORT}/system" in hosts[r]["peer_uri"] and hosts[r]["uri"].startswith("qemu+unix://")
+    running = meta["hypervisor"]["libvirt"]["qemu_effective"]["src"]["version"]["qemu"]
+    assert running["major"] == 10, running
+    assert summary["downtime_s"]["packets"] is not None and summary["duration_s"]["hypervisor"] > 0
+    assert "vrmig-guard: exit=0" in (run_dir / "libvirtd-R1.stderr").read_text()
+    # nothing of the run left; the hosts' own daemons are the ones that ran before, with no domain
+    assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
+    assert _processes_with(f"/runs/{meta['testbed']['prefix']}") == []
+    assert _libvirtd_pids() == before
+    assert _domains(inv, "R1") == [] and _domains(inv, "R2") == []
 
 
 def test_lab_sweep_runs_on_the_lab_and_records_it(lab, tmp_path):
@@ -567,12 +609,20 @@ def test_peering_on_the_lab_runs_bird_on_a_and_b_and_a_sigkill_leaves_nothing(la
     assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
 
 
-@pytest.mark.parametrize(("hv", "driver"), [("kvm", "qmp"), ("kvm", "libvirt"), ("criu", "qmp")])
+@pytest.mark.parametrize(
+    ("hv", "driver"), [("kvm", "qmp"), ("kvm", "libvirt"), ("kvm", "libvirt@release"), ("criu", "qmp")]
+)
 def test_sigkilled_orchestrator_leaves_no_process_and_clean_testbed_removes_the_files(lab, tmp_path, hv, driver):
+    """libvirt@release: LIBVIRT= the deployed release, whose daemons (the run's own) take their
+    QEMUs with them when their guards stop them."""
+    from migrate.core.stack import DEFAULT_LIBVIRT
+
     inv = load(lab)
     router = ["--router", "bird", "--mode", "stopcopy"] if hv == "criu" else []
-    proc = _start_run(lab, tmp_path, "--hv", hv, "--driver", driver, *router, "--rate", "10M", "--duration", "30",
-                      "--migrate-at", "20")  # fmt: skip
+    release = ["--libvirt", DEFAULT_LIBVIRT] if driver == "libvirt@release" else []
+    driver = driver.split("@")[0]
+    proc = _start_run(lab, tmp_path, "--hv", hv, "--driver", driver, *router, *release, "--rate", "10M",
+                      "--duration", "30", "--migrate-at", "20")  # fmt: skip
     try:
         deadline = time.monotonic() + 180
         actions = None

@@ -289,7 +289,7 @@ def test_the_playbooks_plays_are_the_progress_items(tmp_path, capsys, monkeypatc
 
     from migrate.core.progress import Progress
 
-    assert provision.count_plays(provision.PLAYBOOK) == 7
+    assert provision.count_plays(provision.PLAYBOOK) == 8
     fake = tmp_path / "ansible-playbook"
     fake.write_text(
         "#!/bin/sh\n"

@@ -3,6 +3,7 @@ anything: releases come from a manifest in a temporary cache, daemons are stand-
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import stat
@@ -170,3 +171,151 @@ def test_libvirt_spec_defaults_to_the_release_and_a_fieldless_scenario_to_the_ho
     assert lvdrv.libvirt_spec(WithField()) == stack.DEFAULT_LIBVIRT == "11.3"
     assert lvdrv.libvirt_spec(WithSystem()) == "system"
     assert lvdrv.libvirt_spec(object()) == "system"
+
+
+# -- LIBVIRT= on a lab: the release hosts-setup deployed, a daemon of the run's own there ------------
+def test_the_lab_bundle_moves_every_path_of_the_release_into_the_deploy_dir(tmp_path, monkeypatch):
+    from migrate.labs.bundles import libvirt_bundle
+
+    monkeypatch.setenv("VRMIG_CACHE", str(tmp_path / "cache"))
+    assert libvirt_bundle("/var/lib/vrmig", tmp_path / "out") is None  # never fetched here
+    local = _fetched(tmp_path / "cache")
+    root = str(Path(local.daemon).parents[2])
+    b = libvirt_bundle("/var/lib/vrmig", tmp_path / "out")
+    there = "/var/lib/vrmig/libvirt/11.3/root"
+    assert b is not None and b["spec"] == "11.3" and Path(b["tar"]).is_file()
+    moved = stack.LibvirtBuild.from_meta(b["json"])
+    assert moved.argv == (f"{there}/usr/sbin/libvirtd",) and moved.daemon == f"{there}/usr/sbin/libvirtd"
+    assert moved.env == {"LD_LIBRARY_PATH": f"{there}/{privapt.LIBDIR}"}
+    assert moved.mounts == ((f"{there}/usr/share/libvirt", "/usr/share/libvirt"),)
+    assert root not in json.dumps(b["json"]) and moved.version == local.version
+
+
+def test_a_run_peer_uri_is_the_hosts_tls_uri_on_the_runs_own_port():
+    from migrate.core.errors import ConfigError
+
+    uri = "qemu+tls://198.19.255.2/system?pkipath=/etc/libvirt/pki"
+    assert lvd.run_peer_uri(uri) == "qemu+tls://198.19.255.2:16515/system?pkipath=/etc/libvirt/pki"
+    assert lvd.run_peer_uri("qemu+tls://[2001:db8::2]:16514/system") == "qemu+tls://[2001:db8::2]:16515/system"
+    with pytest.raises(ConfigError, match=r"reached by its peer over TLS: give a qemu\+tls:// URI"):
+        lvd.run_peer_uri("qemu+ssh://root@r2/system")
+
+
+def _lab_rows(r1: dict, r2: dict) -> dict[str, dict]:
+    return {"R1": {"role": "R1", "libvirt_stacks": r1}, "R2": {"role": "R2", "libvirt_stacks": r2}}
+
+
+def _lab_release(version: str | None = "/var/lib/vrmig/libvirt/11.3/root/usr/sbin/libvirtd (libvirt) 11.3.0",
+                 error: str | None = None) -> dict:  # fmt: skip
+    record = {"spec": "11.3", "argv": ["/var/lib/vrmig/libvirt/11.3/root/usr/sbin/libvirtd"], "version": "x",
+              "release": "11.3.0", "source": "bookworm-backports", "daemon": "/d", "env": {}, "mounts": []}  # fmt: skip
+    return {"11.3": {"record": record, "version": version, "error": error}}
+
+
+def test_a_labs_libvirt_release_is_the_one_hosts_setup_deployed_on_both_hosts():
+    """Synthetic hosts-check rows (what probe_host.libvirt_stacks reports)."""
+    from migrate.core.errors import ConfigError
+    from migrate.experiment.place import lab_libvirt_release
+
+    facts, st = lab_libvirt_release(_lab_rows(_lab_release(), _lab_release()), "11.3", {"libvirt": {"binding": "b"}})
+    v = "libvirtd (libvirt) 11.3.0"
+    assert facts == {"binding": "b", "daemon": v, "daemon_by_host": {"R1": v, "R2": v}}
+    assert st["deployed"] is True and st["spec"] == "11.3" and st["version"] == "libvirtd (libvirt) 11.3.0"
+    assert stack.LibvirtBuild.from_meta(st).argv == ("/var/lib/vrmig/libvirt/11.3/root/usr/sbin/libvirtd",)
+    with pytest.raises(ConfigError, match=r"LIBVIRT=11\.3 does not run on R2 \(R2: not deployed; .*make hosts-setup"):
+        lab_libvirt_release(_lab_rows(_lab_release(), {}), "11.3", {})
+    with pytest.raises(ConfigError, match=r"does not run on R1 \(R1: libvirt\.so\.0: cannot open"):
+        lab_libvirt_release(_lab_rows(_lab_release(None, "libvirt.so.0: cannot open"), _lab_release()), "11.3", {})
+    other = _lab_release("libvirtd (libvirt) 11.3.1")
+    with pytest.raises(ConfigError, match=r"LIBVIRT=11\.3 differs between R1 and R2"):
+        lab_libvirt_release(_lab_rows(_lab_release(), other), "11.3", {})
+
+
+def test_the_probe_reports_a_deployed_libvirt_and_why_one_does_not_run(tmp_path):
+    from migrate.testbed import probe_host
+
+    assert probe_host.libvirt_stacks(str(tmp_path)) == {}
+    good = _script(tmp_path / "good" / "libvirtd", '[ "$X" = 1 ] && echo "$0 (libvirt) 11.3.0"\n')
+    bad = _script(tmp_path / "bad" / "libvirtd", 'echo "libvirt.so.0: cannot open shared object file" >&2; exit 127\n')
+    for spec, daemon in (("11.3", good), ("12.0", bad)):
+        (tmp_path / "libvirt" / spec).mkdir(parents=True)
+        rec = {"argv": [str(daemon)], "env": {"X": "1"}}
+        (tmp_path / "libvirt" / spec / "libvirt.json").write_text(json.dumps(rec))
+    got = probe_host.libvirt_stacks(str(tmp_path))
+    assert got["11.3"]["version"] == f"{good} (libvirt) 11.3.0" and got["11.3"]["error"] is None
+    assert got["12.0"]["version"] is None and got["12.0"]["error"] == "libvirt.so.0: cannot open shared object file"
+
+
+def test_a_lab_takes_a_libvirt_release_only_over_tls(tmp_path):
+    from migrate.core.errors import ConfigError
+    from migrate.experiment.place import lab_supports
+    from migrate.model.scenario import Scenario
+    from migrate.testbed.inventory import load
+    from tests.unit.test_lab import _render  # the emulated lab's inventory, rendered
+
+    path = _render(tmp_path)
+    inv = load(path)
+    lab_supports(Scenario(driver="libvirt", libvirt="11.3"), inv)
+    path.write_text(path.read_text().replace("qemu+tls://", "qemu+tcp://"))
+    with pytest.raises(ConfigError, match=r"give a qemu\+tls:// URI"):
+        lab_supports(Scenario(driver="libvirt", libvirt="11.3"), load(path))
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
+
+
+@pytest.mark.parametrize("whom", ["shell", "group"])
+def test_a_lab_runs_libvirtd_takes_its_qemus_with_it_however_it_is_stopped(tmp_path, whom):
+    """The launch script of a lab run's libvirtd, run here with a stand-in daemon that starts a
+    stand-in QEMU in a session of its own (as libvirt does) and writes its pid file: SIGTERM to the
+    shell (the run's stop) or to its process group (the guard, when the SSH channel closes) ends
+    the daemon, then the QEMU; a process whose command line names no domain is left alone."""
+    import os
+    import signal
+    import time
+
+    base, pki = tmp_path / "b", tmp_path / "pki"
+    for d in (base / "run" / "qemu", base / "etc", pki):
+        d.mkdir(parents=True)
+    (pki / "cacert.pem").write_text("ca")
+    qemu = "import time; time.sleep(300)"
+    daemon = _script(
+        tmp_path / "libvirtd",
+        f'setsid python3 -c "{qemu}" -name guest=vrmig-x,debug-threads=on &\n'
+        f'echo $! > "{base}/run/qemu/vrmig-x.pid"\n'
+        f'setsid python3 -c "{qemu}" other &\n'
+        f'echo $! > "{base}/run/qemu/not-a-domain.pid"\n'
+        "exec sleep 300\n",
+    )
+    sh = subprocess.Popen(
+        ["sh", "-c", lvd._LAB_LAUNCH, "vrmig-libvirtd", str(base), "--", str(daemon)],
+        env={**os.environ, "LAB_PKI": str(pki)}, start_new_session=True,
+    )  # fmt: skip
+    pids: dict[str, int] = {}
+    try:
+        deadline = time.monotonic() + 10
+        while len(pids) < 2 and time.monotonic() < deadline:
+            for name in ("vrmig-x", "not-a-domain"):
+                with contextlib.suppress(OSError, ValueError):
+                    pids[name] = int((base / "run" / "qemu" / f"{name}.pid").read_text())
+            time.sleep(0.05)
+        assert len(pids) == 2 and (base / "etc" / "pki" / "cacert.pem").read_text() == "ca"
+        os.killpg(sh.pid, signal.SIGTERM) if whom == "group" else sh.send_signal(signal.SIGTERM)
+        assert sh.wait(timeout=10) != 0
+        deadline = time.monotonic() + 5
+        while not _gone(pids["vrmig-x"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _gone(pids["vrmig-x"]), "the domain's QEMU outlived its daemon"
+        assert not _gone(pids["not-a-domain"])
+    finally:
+        if sh.poll() is None:
+            os.killpg(sh.pid, signal.SIGKILL)
+            sh.wait()
+        for pid in pids.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

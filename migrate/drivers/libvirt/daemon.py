@@ -28,6 +28,7 @@ from migrate.core.errors import DependencyError
 from migrate.core.procs import Proc
 from migrate.core.registry import Registry
 from migrate.core.stack import LibvirtBuild
+from migrate.testbed.pki import LIBVIRT_PKI_DIR
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +73,14 @@ def tls_settings(tls_dir: str) -> list[tuple[str, str]]:
     ]
 
 
-def libvirtd_conf(sock_dir: Path, listen_addr: str, host_uuid: str, tls_dir: str | None = None) -> str:
+def libvirtd_conf(
+    sock_dir: Path, listen_addr: str, host_uuid: str, tls_dir: str | None = None, tls_port: int = TLS_PORT
+) -> str:
     """libvirtd.conf: private UNIX sockets, a distinct host UUID (libvirt refuses to migrate to
     "the same host"), warnings to stderr, and the listener for the other daemon on the migration
     link: TCP without auth (the embedded testbed's namespaces), or with ``tls_dir`` (the emulated
-    lab, as real hosts do) TLS with the certificates in that directory (migrate.testbed.pki)."""
+    lab, as real hosts do) TLS on ``tls_port`` with the certificates in that directory
+    (migrate.testbed.pki)."""
     if tls_dir is None:
         listen = [
             "listen_tls = 0",
@@ -91,7 +95,7 @@ def libvirtd_conf(sock_dir: Path, listen_addr: str, host_uuid: str, tls_dir: str
             f"listen_tls = {tls.pop('listen_tls')}",
             "listen_tcp = 0",
             f'listen_addr = "{listen_addr}"',
-            f'tls_port = "{TLS_PORT}"',
+            f'tls_port = "{tls_port}"',
             'auth_tls = "none"  # the client certificate, signed by the lab\'s CA, is the authentication',
             *(f"{k} = {v}" for k, v in tls.items()),
         ]
@@ -350,3 +354,180 @@ class LabLibvirtd:
 
     def stop(self) -> None:
         """Nothing runs here to stop."""
+
+
+#: the TLS port of a run's own libvirtd on a lab host (the host's own daemon keeps libvirt's 16514)
+RUN_TLS_PORT = 16515
+#: A lab run's libvirtd under ``unshare -m`` (its mounts private): the host's TLS files copied into
+#: the private /etc/libvirt, the bind mounts, then the daemon as a child of this shell (not exec'd),
+#: so that however the daemon ends (SIGTERM from the run's stop or from the guard whose SSH channel
+#: closed) the shell then kills the QEMUs it started, found by their pid files and checked to be
+#: QEMU running a domain (``-name guest=``).  libvirt starts QEMU in a session of its own, outside
+#: the guard's process group, and a stopped daemon leaves its domains running by design.
+_LAB_LAUNCH = r"""
+B=$1
+shift
+mkdir -p "$B/etc/pki" && cp -a "$LAB_PKI/." "$B/etc/pki/" || { echo "vrmig: cannot copy $LAB_PKI" >&2; exit 96; }
+while [ "$#" -gt 0 ] && [ "$1" != -- ]; do
+    mount --bind "${1%=*}" "${1##*=}" || { echo "vrmig: bind mount $1 failed" >&2; exit 97; }
+    shift
+done
+shift
+"$@" --listen -f "$B/etc/libvirtd.conf" -p "$B/libvirtd.pid" &
+d=$!
+trap 'kill -TERM "$d" 2>/dev/null' TERM HUP INT
+wait "$d"
+st=$?
+while kill -0 "$d" 2>/dev/null; do wait "$d"; st=$?; done
+for f in "$B"/run/qemu/*.pid; do
+    [ -f "$f" ] || continue
+    p=$(cat "$f")
+    case "$p" in ''|*[!0-9]*) continue ;; esac
+    if tr '\0' '\n' < "/proc/$p/cmdline" 2>/dev/null | grep -q '^guest='; then
+        echo "vrmig: killing QEMU $p of $f" >&2
+        kill -KILL "$p"
+    fi
+done
+exit "$st"
+"""
+
+
+def run_peer_uri(host_peer_uri: str, port: int = RUN_TLS_PORT) -> str:
+    """The inventory's ``libvirt_peer_uri`` (``qemu+tls://host/...``, the host's own daemon) with
+    the port of a run's own daemon; ConfigError for a URI of another transport."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    from migrate.core.errors import ConfigError
+
+    parts = urlsplit(host_peer_uri)
+    if parts.scheme != "qemu+tls" or not parts.hostname:
+        raise ConfigError(
+            f"libvirt_peer_uri {host_peer_uri!r}: a run's own libvirtd (LIBVIRT= a release) is reached by "
+            "its peer over TLS: give a qemu+tls:// URI (docs/testbed.md)"
+        )
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return urlunsplit((parts.scheme, f"{host}:{port}", parts.path, parts.query, parts.fragment))
+
+
+class LabRunLibvirtd:
+    """A libvirtd of the release ``build`` that hosts-setup deployed on a lab's hypervisor host
+    (``build``'s paths are those on the host), started for this run over SSH under the guard
+    (migrate.testbed.guard): private etc, run, lib, cache and log directories in the run's
+    directory there, bind-mounted in a mount namespace of its own (``unshare -m``), its own TLS
+    port (:data:`RUN_TLS_PORT`) with the host's certificates, and its UNIX socket forwarded to
+    this machine through the host's SSH connection.  The host's own libvirtd is not touched.
+    Same interface as :class:`NamespacedLibvirtd`."""
+
+    def __init__(
+        self, host: str, testbed: Any, build: LibvirtBuild, listen_addr: str, host_peer_uri: str,
+        registry: Registry, run_dir: Path,
+    ) -> None:  # fmt: skip
+        self.host = host
+        self.tb = testbed
+        self.build = build
+        self.listen_addr = listen_addr
+        self.peer_uri = run_peer_uri(host_peer_uri)
+        self.registry = registry
+        self.run_dir = run_dir
+        self.base = f"{testbed.run_dir()}/libvirt-{host}"
+        self.local_socket = registry.dir / f"libvirt-{host}.sock"
+        self.host_uuid = str(uuid.uuid4())
+        self.proc: Any = None
+
+    @property
+    def uri(self) -> str:
+        """Client URI: the daemon's socket, forwarded to this machine."""
+        return f"qemu+unix:///system?socket={self.local_socket}"
+
+    @property
+    def log_path(self) -> Path:
+        """The daemon's stderr, brought into the results directory by its SSH channel."""
+        return self.run_dir / f"libvirtd-{self.host}.stderr"
+
+    def start(self, connect: Callable[[str], Any], abort: Callable[[], bool] | None = None) -> Any:
+        """Write the private tree on the host, start the daemon there and return ``connect(uri)``
+        once it answers through the forwarded socket; DependencyError quoting its log if it exits
+        or never answers."""
+        from migrate.core.procs import ProcessError
+
+        subs = [f"{self.base}/{sub}" for sub, _ in (*MOUNTS, ("sock", ""))]
+        res = self.tb.run(self.host, ["mkdir", "-m", "0700", "-p", *subs])
+        if res.returncode != 0:
+            raise DependencyError(f"{self.host}: cannot create {self.base}: {res.stderr.decode(errors='replace')}")
+        conf = libvirtd_conf(
+            Path(f"{self.base}/sock"), self.listen_addr, self.host_uuid, tls_dir=LIBVIRT_PKI_DIR, tls_port=RUN_TLS_PORT
+        )
+        self.tb.write_atomic(self.host, f"{self.base}/etc/libvirtd.conf", conf.encode())
+        self.tb.write_atomic(self.host, f"{self.base}/etc/qemu.conf", qemu_conf(self.listen_addr).encode())
+        mounts = [(f"{self.base}/{sub}", target) for sub, target in MOUNTS] + list(self.build.mounts)
+        argv = [
+            "env", f"LAB_PKI={LIBVIRT_PKI_DIR}", "unshare", "-m", "sh", "-c", _LAB_LAUNCH, "vrmig-libvirtd", self.base,
+            *(f"{s}={t}" for s, t in mounts), "--", *daemon_argv(self.build),
+        ]  # fmt: skip
+        self.proc = self.tb.spawn(self.host, f"libvirtd-{self.host}", argv, self.registry, self.run_dir)
+        try:
+            self.tb.forward_socket(
+                self.host, self.local_socket, f"{self.base}/sock/libvirt-sock", START_TIMEOUT_S, self.proc.alive,
+                f"libvirtd {self.build.release}", "socket",
+            )  # fmt: skip
+        except ProcessError as err:
+            raise DependencyError(f"libvirtd on {self.host}: {err}; its log: {self.log_tail()}") from err
+        return self._wait_ready(connect, abort)
+
+    def _wait_ready(self, connect: Callable[[str], Any], abort: Callable[[], bool] | None) -> Any:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if not self.proc.alive():
+                raise DependencyError(
+                    f"libvirtd {self.build.release} on {self.host} exited (status {self.proc.returncode()}) while "
+                    f"starting; its log ({self.log_path}): {self.log_tail()}"
+                )
+            try:
+                return connect(self.uri)
+            except Exception as err:  # libvirt.libvirtError, but libvirt is imported lazily
+                last_err = err
+            if abort and abort():
+                raise DependencyError(f"interrupted while libvirtd on {self.host} was starting")
+            if time.monotonic() > deadline:
+                raise DependencyError(
+                    f"libvirtd {self.build.release} on {self.host} did not answer within {START_TIMEOUT_S:.0f} s "
+                    f"({last_err}); its log: {self.log_tail()}"
+                )
+            time.sleep(POLL_S)
+
+    def log_tail(self, n: int = 6) -> str:
+        """Last ``n`` lines of the daemon's log (its stderr here, the guard's lines left out)."""
+        with contextlib.suppress(OSError):
+            lines = [
+                ln for ln in self.log_path.read_text(errors="replace").splitlines()
+                if ln.strip() and not ln.startswith("vrmig-guard:")
+            ]  # fmt: skip
+            return " | ".join(lines[-n:]) or "(empty)"
+        return "(no log)"
+
+    def register_domain(self, domain: str) -> None:
+        """Nothing to record here: the domain's QEMU ends with the daemon (the launch script kills
+        it by its pid file when the daemon ends, however the run ends)."""
+
+    def qemu_pid(self, domain: str) -> int | None:
+        """QEMU runs on the lab host: no local PID."""
+        return None
+
+    def stop(self) -> None:
+        """Stop the daemon (its launch script then kills any QEMU it left) and the forwarding, and
+        fetch its QEMU log into the results directory."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(Exception):
+            self.tb.fetch(self.host, f"{self.base}/log/qemu/{self._domain_log()}", self.run_dir /
+                          f"libvirt-qemu-{self.host}.log")  # fmt: skip
+        self.proc.stop(timeout_s=STOP_TIMEOUT_S)
+        with contextlib.suppress(Exception):
+            self.tb.hosts[self.host].cancel_forward(self.local_socket)
+
+    def _domain_log(self) -> str:
+        res = self.tb.run(self.host, ["ls", f"{self.base}/log/qemu"])
+        names = [n for n in res.stdout.decode(errors="replace").split() if n.endswith(".log")]
+        if not names:
+            raise FileNotFoundError("no QEMU log")
+        return names[0]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import ipaddress
 import json
 import logging
 import threading
@@ -44,7 +45,7 @@ from migrate.core.stack import (
 )
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.drivers.libvirt import flags as lf
-from migrate.drivers.libvirt.daemon import LabLibvirtd, NamespacedLibvirtd
+from migrate.drivers.libvirt.daemon import LabLibvirtd, LabRunLibvirtd, NamespacedLibvirtd
 from migrate.drivers.libvirt.domain_xml import QEMU_BINARY, GuestNic, domain_facts, domain_xml, with_console
 from migrate.model import dirty, routing
 from migrate.model.scenario import Scenario
@@ -170,7 +171,16 @@ class LibvirtDriver(Driver):
         self.domain = f"vrmig-{ctx.testbed.prefix}"
         tb = ctx.testbed
         self.daemons: dict[str, Any]
-        if tb.remote:
+        deployed = ((facts.get("stack") or {}).get("libvirt") or {}).get("deployed")
+        if tb.remote and deployed:  # LIBVIRT= a release hosts-setup deployed: the run's own daemons there
+            build = LibvirtBuild.from_meta(facts["stack"]["libvirt"])
+            specs = {h: tb.inventory.host(h) for h in topo.HYPERVISOR_HOSTS}
+            mig = {h: str(ipaddress.ip_interface(specs[h].migration_ipv4 or "").ip) for h in specs}
+            self.daemons = {
+                h: LabRunLibvirtd(h, tb, build, mig[h], specs[h].libvirt_peer_uri or "", ctx.registry, ctx.run_dir)
+                for h in topo.HYPERVISOR_HOSTS
+            }
+        elif tb.remote:  # the hosts' own libvirtd
             specs = {h: tb.inventory.host(h) for h in topo.HYPERVISOR_HOSTS}
             self.daemons = {
                 h: LabLibvirtd(h, specs[h].libvirt_uri or "", specs[h].libvirt_peer_uri, ctx.registry)
