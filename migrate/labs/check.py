@@ -516,6 +516,7 @@ def check_inventory(
         lib = _check_libvirt(inv, opened, facts_by_role)
         lib += compare_stacks([rows[r] for r in HV_ROLES if r in rows], testbed_arg)
         lib += compare_images([rows[r] for r in HV_ROLES if r in rows], testbed_arg)
+        lib += compare_libvirt_releases([rows[r] for r in HV_ROLES if r in rows], testbed_arg)
         dom0_rows, dom0_problems = check_xen_dom0s(inv, control_dir)
     finally:
         for h in opened.values():
@@ -550,6 +551,29 @@ def compare_stacks(rows: list[HostRow], testbed_arg: str) -> list[Problem]:
         msg = f"QEMU {DEFAULT_QEMU} differs between the hypervisor hosts ({text}): "
         msg += f"run make hosts-setup TESTBED={testbed_arg}"
         out.append(Problem(next(iter(seen)), ERROR, msg))
+    return out
+
+
+def compare_libvirt_releases(rows: list[HostRow], testbed_arg: str) -> list[Problem]:
+    """The libvirt releases hosts-setup deployed on the hypervisor hosts (used only by runs with
+    LIBVIRT=<release>): a warning where one host lacks a release another has, or it does not run
+    there; an error where R1 and R2 hold different builds of it."""
+    out: list[Problem] = []
+    up = [r for r in rows if r.reachable == "yes"]
+    for spec in sorted({s for r in up for s in r.libvirt_stacks}):
+        seen: dict[str, str] = {}
+        for r in up:
+            st = r.libvirt_stacks.get(spec)
+            if st is None or not st.get("version"):
+                why = "is not deployed" if st is None else f"does not run ({st.get('error')})"
+                out.append(Problem(r.role, WARNING, f"libvirt {spec} {why}: runs with LIBVIRT={spec} need it on R1 "
+                                   f"and R2: run make hosts-setup TESTBED={testbed_arg}"))  # fmt: skip
+                continue
+            seen[r.role] = str(st["version"]).rsplit(" ", 1)[-1]
+        if len(set(seen.values())) > 1:
+            text = "; ".join(f"{role}: {v}" for role, v in seen.items())
+            msg = f"libvirt {spec} differs between the hypervisor hosts ({text}): "
+            out.append(Problem(next(iter(seen)), ERROR, msg + f"run make hosts-setup TESTBED={testbed_arg}"))
     return out
 
 

@@ -319,3 +319,24 @@ def test_a_lab_runs_libvirtd_takes_its_qemus_with_it_however_it_is_stopped(tmp_p
         for pid in pids.values():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_hosts_check_compares_the_deployed_libvirt_releases_of_r1_and_r2():
+    """Synthetic hosts-check rows."""
+    from migrate.labs.check import ERROR, WARNING, HostRow, compare_libvirt_releases
+
+    def row(role: str, stacks: dict) -> HostRow:
+        return HostRow(role, "root@198.19.128.18", "yes", libvirt_stacks=stacks)
+
+    good = _lab_release()
+    assert compare_libvirt_releases([row("R1", good), row("R2", good)], "lab.toml") == []
+    assert compare_libvirt_releases([row("R1", {}), row("R2", {})], "lab.toml") == []  # none deployed: optional
+    missing = compare_libvirt_releases([row("R1", good), row("R2", {})], "lab.toml")
+    assert [(p.role, p.severity) for p in missing] == [("R2", WARNING)]
+    assert "libvirt 11.3 is not deployed: runs with LIBVIRT=11.3 need it on R1 and R2" in missing[0].message
+    broken = compare_libvirt_releases([row("R1", good), row("R2", _lab_release(None, "no libvirt.so"))], "lab.toml")
+    assert [(p.role, p.severity) for p in broken] == [("R2", WARNING)] and "does not run (no libvirt.so)" in (
+        broken[0].message
+    )
+    differ = compare_libvirt_releases([row("R1", good), row("R2", _lab_release("libvirtd (libvirt) 11.3.1"))], "x")
+    assert [p.severity for p in differ] == [ERROR] and "(R1: 11.3.0; R2: 11.3.1)" in differ[0].message
