@@ -38,6 +38,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,17 +117,30 @@ def check_spec(spec: str) -> None:
     )
 
 
+def _first_version_line(
+    argv: list[str] | tuple[str, ...], pattern: re.Pattern[str], not_it: str, env: dict[str, str] | None = None
+) -> str:
+    """The first line ``<argv> --version`` prints (``env`` added to the environment); StackError
+    if it does not run, or with ``not_it`` (``{program}``: its path; ``{why}``: its last words)
+    if it fails or its line does not match ``pattern``."""
+    program = argv[-1] if argv else "?"
+    try:
+        res = subprocess.run(
+            [*argv, "--version"], capture_output=True, text=True, timeout=VERSION_TIMEOUT_S,
+            env=None if env is None else {**os.environ, **env},
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise StackError(f"{program} could not run: {err}") from None
+    line = (res.stdout.strip().splitlines() or [""])[0].strip()
+    if res.returncode != 0 or not pattern.search(line):
+        why = (res.stderr.strip().splitlines() or [line or f"exit {res.returncode}"])[-1]
+        raise StackError(not_it.format(program=program, why=why))
+    return line
+
+
 def version_line(argv: list[str] | tuple[str, ...]) -> str:
     """``<qemu> --version``'s first line; StackError if it is not a QEMU's."""
-    try:
-        res = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=VERSION_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise StackError(f"{argv[-1] if argv else '?'} could not run: {err}") from None
-    line = (res.stdout.strip().splitlines() or [""])[0].strip()
-    if res.returncode != 0 or not VERSION_LINE.search(line):
-        why = (res.stderr.strip().splitlines() or [line or f"exit {res.returncode}"])[-1]
-        raise StackError(f"QEMU={argv[-1] if argv else '?'} is not a working QEMU (--version: {why})")
-    return line
+    return _first_version_line(argv, VERSION_LINE, "QEMU={program} is not a working QEMU (--version: {why})")
 
 
 def _firmware_flags(dirs: list[str]) -> list[str]:
@@ -138,18 +152,28 @@ def _existing(dirs: list[str]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------- system
+def _system_tool(
+    var: str, program: str, package: str, install: str, version: Callable[[list[str]], str], pattern: re.Pattern[str]
+) -> dict[str, Any]:
+    """The host's ``program`` (Debian ``package``) as ``VAR=system`` runs it: the fields a build
+    record shares (spec, argv, version, release, source, packages) and ``path``; StackError
+    naming ``install`` (the packages ``make setup`` installs) if it is not on PATH."""
+    path = shutil.which(program)
+    if path is None:
+        raise StackError(f"{var}=system: {program} is not installed: run `make setup` ({install})")
+    line = version([path])
+    pkg = _dpkg_version(package)
+    m = pattern.search(line)
+    return {
+        "spec": "system", "argv": (path,), "version": line, "release": m[1] if m else "?", "source": "system",
+        "packages": {package: pkg} if pkg else {}, "path": path,
+    }  # fmt: skip
+
+
 def system_qemu() -> QemuBuild:
     """The host's qemu-system-x86_64 (Debian package qemu-system-x86)."""
-    path = shutil.which(BINARY)
-    if path is None:
-        raise StackError(f"QEMU=system: {BINARY} is not installed: run `make setup` (Debian package qemu-system-x86)")
-    line = version_line([path])
-    pkg = _dpkg_version("qemu-system-x86")
-    m = VERSION_LINE.search(line)
-    return QemuBuild(
-        spec="system", argv=(path,), version=line, release=m[1] if m else "?", source="system", binary=path,
-        packages={"qemu-system-x86": pkg} if pkg else {},
-    )  # fmt: skip
+    f = _system_tool("QEMU", BINARY, "qemu-system-x86", "Debian package qemu-system-x86", version_line, VERSION_LINE)
+    return QemuBuild(binary=f.pop("path"), **f)
 
 
 def _dpkg_version(package: str) -> str | None:
@@ -377,36 +401,17 @@ def check_libvirt_spec(spec: str) -> None:
 
 def libvirt_version_line(argv: list[str] | tuple[str, ...], env: dict[str, str] | None = None) -> str:
     """``libvirtd --version`` of ``argv`` (with ``env`` added); StackError if it is not a libvirtd's."""
-    try:
-        res = subprocess.run(
-            [*argv, "--version"], capture_output=True, text=True, timeout=VERSION_TIMEOUT_S,
-            env={**os.environ, **(env or {})},
-        )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise StackError(f"{argv[-1] if argv else '?'} could not run: {err}") from None
-    line = (res.stdout.strip().splitlines() or [""])[0].strip()
-    if res.returncode != 0 or not LIBVIRT_VERSION_LINE.search(line):
-        why = (res.stderr.strip().splitlines() or [line or f"exit {res.returncode}"])[-1]
-        raise StackError(f"{argv[-1] if argv else '?'} is not a working libvirtd (--version: {why})")
+    not_it = "{program} is not a working libvirtd (--version: {why})"
+    line = _first_version_line(argv, LIBVIRT_VERSION_LINE, not_it, env or {})
     m = LIBVIRT_VERSION_LINE.search(line)
     return m[0] if m else line  # without the path libvirtd names itself by
 
 
 def system_libvirt() -> LibvirtBuild:
     """The host's libvirtd (Debian package libvirt-daemon)."""
-    path = shutil.which(LIBVIRTD)
-    if path is None:
-        raise StackError(
-            "LIBVIRT=system: libvirtd is not installed: run `make setup` (Debian packages libvirt-daemon, "
-            "libvirt-daemon-driver-qemu)"
-        )
-    line = libvirt_version_line([path])
-    pkg = _dpkg_version("libvirt-daemon")
-    m = LIBVIRT_VERSION_LINE.search(line)
-    return LibvirtBuild(
-        spec="system", argv=(path,), version=line, release=m[1] if m else "?", source="system", daemon=path,
-        packages={"libvirt-daemon": pkg} if pkg else {},
-    )  # fmt: skip
+    install = "Debian packages libvirt-daemon, libvirt-daemon-driver-qemu"
+    f = _system_tool("LIBVIRT", LIBVIRTD, "libvirt-daemon", install, libvirt_version_line, LIBVIRT_VERSION_LINE)
+    return LibvirtBuild(daemon=f.pop("path"), **f)
 
 
 def _libvirt_dir(spec: str) -> Path:

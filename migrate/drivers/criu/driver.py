@@ -515,21 +515,35 @@ class CriuDriver(Driver):
         self._mkdir("R1", images)
         addr = self._r2_addr() if self._via_page_server() else None
         prev = f"../{index - 1}" if index > 1 else None
-        argv = self._env("src") + self.criu.cmd(
+        criu = self._env("src") + self.criu.cmd(
             *dump_args(
                 self.src.pid, images, addr, PAGE_SERVER_PORT if addr else None, pre=pre, prev=prev,
-                track_mem=self.ctx.scenario.mode == "precopy", action_script=ACTION_SCRIPT,
-                tcp_established=bool(self.ctx.scenario.peering),
+                track_mem=self.ctx.scenario.mode == "precopy", action_script=self._action_script(),
+                tcp_established=self._tcp_established(),
             )
         )  # fmt: skip
-        t0 = self.ctx.recorder.action(f"criu-{kind}", side="src", round=index)
-        proc = self._start(f"criu-{kind}-{index}", argv, "R1")
-        rc = self._wait(proc, f"criu {kind}")
-        t1 = self.ctx.recorder.action(f"criu-{kind}-end", side="src", round=index, exit_status=rc)
-        run = {"index": index, "kind": kind, "proc": proc, "start_ns": t0, "end_ns": t1, "exit_status": rc}
-        if rc != 0:
+        run = self._dump_on_r1(index, kind, images, criu, pre)
+        if run["exit_status"] != 0:
             self._dump_failed(run)
         return run
+
+    def _action_script(self) -> Path:
+        """CRIU's action script, where R1's criu reads it."""
+        return ACTION_SCRIPT
+
+    def _tcp_established(self) -> bool:
+        """Whether the dump and restore take the router's established TCP connections (PEERING's
+        BGP sessions) with them."""
+        return bool(self.ctx.scenario.peering)
+
+    def _dump_on_r1(self, index: int, kind: str, images: Any, criu: list[str], pre: bool) -> dict[str, Any]:
+        """Run the (pre-)dump command ``criu`` on R1 and record its round: the round's record
+        (index, kind, process, start and end times, exit status)."""
+        t0 = self.ctx.recorder.action(f"criu-{kind}", side="src", round=index)
+        proc = self._start(f"criu-{kind}-{index}", criu, "R1")
+        rc = self._wait(proc, f"criu {kind}")
+        t1 = self.ctx.recorder.action(f"criu-{kind}-end", side="src", round=index, exit_status=rc)
+        return {"index": index, "kind": kind, "proc": proc, "start_ns": t0, "end_ns": t1, "exit_status": rc}
 
     def _dump_failed(self, run: dict[str, Any]) -> None:
         """A (pre-)dump exited non-zero: stop the page server, account the round, raise
@@ -600,8 +614,8 @@ class CriuDriver(Driver):
         pidfile = self._dir("restored.pid")
         argv = self._env("dst") + self.criu.cmd(
             *restore_args(
-                images, self._dir("rootfs-R2"), veth_specs(), pidfile, action_script=ACTION_SCRIPT,
-                tcp_established=bool(self.ctx.scenario.peering),
+                images, self._dir("rootfs-R2"), veth_specs(), pidfile, action_script=self._action_script(),
+                tcp_established=self._tcp_established(),
             )
         )  # fmt: skip
         t0 = self.ctx.recorder.action("criu-restore", side="dst")

@@ -50,7 +50,7 @@ from migrate.drivers.criu.driver import (
 )
 from migrate.drivers.criu.hoststeps import parse_steps
 from migrate.drivers.criu.stats import error_excerpt
-from migrate.drivers.criu.tool import MODE_FEATURES, CriuBinary, dump_args, restore_args
+from migrate.drivers.criu.tool import MODE_FEATURES, CriuBinary, restore_args
 from migrate.model.scenario import Scenario
 from migrate.testbed import topology as topo
 
@@ -388,21 +388,17 @@ class LabCriuDriver(CriuDriver):
     def _step_argv(self, cmd: str, *args: str) -> list[str]:
         return ["python3", f"{self.lib}/hoststeps.py", cmd, *args]
 
-    def _run_dump(self, index: int, pre: bool = False) -> dict[str, Any]:
+    def _action_script(self) -> Path:
+        """CRIU's action script as hosts-setup deployed it on the hosts."""
+        return Path(f"{self.lib}/action.sh")
+
+    def _tcp_established(self) -> bool:
+        """A lab's dump and restore have never taken established TCP connections."""
+        return False
+
+    def _dump_on_r1(self, index: int, kind: str, images: Any, criu: list[str], pre: bool) -> dict[str, Any]:
         """A pre-dump (``hoststeps run``), or the final dump as ``hoststeps dump-send`` on R1 (the
         images go straight to R2's receiver after it); the round's times are R1's."""
-        assert self.src is not None and self.src.pid is not None
-        kind = "pre-dump" if pre else "dump"
-        images = self._images("R1", index)
-        self._mkdir("R1", images)
-        addr = self._r2_addr() if self._via_page_server() else None
-        prev = f"../{index - 1}" if index > 1 else None
-        criu = self._env("src") + self.criu.cmd(
-            *dump_args(
-                self.src.pid, images, addr, PAGE_SERVER_PORT if addr else None, pre=pre, prev=prev,  # type: ignore[arg-type]
-                track_mem=self.ctx.scenario.mode == "precopy", action_script=Path(f"{self.lib}/action.sh"),
-            )
-        )  # fmt: skip
         if pre:
             argv = self._step_argv("run", "--", *criu)
         else:
@@ -425,8 +421,6 @@ class LabCriuDriver(CriuDriver):
         )  # fmt: skip
         run = {"index": index, "kind": kind, "proc": proc, "start_ns": t0, "end_ns": t1, "exit_status": rc}
         self.last_dump = run | {"steps": steps}
-        if rc != 0:
-            self._dump_failed(run)
         return run
 
     def _transfer(self, conn: Any, index: int) -> None:
@@ -450,7 +444,7 @@ class LabCriuDriver(CriuDriver):
         images = self._images("R2", index)
         criu = self._env("dst") + self.criu.cmd(
             *restore_args(images, self._dir("rootfs-R2"), self._veths("R2"), self._dir("restored.pid"),  # type: ignore[arg-type]
-                          action_script=Path(f"{self.lib}/action.sh"))
+                          action_script=self._action_script())
         )  # fmt: skip
         ports = []
         for p in topo.ROUTER_PORTS:

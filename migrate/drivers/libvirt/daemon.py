@@ -176,6 +176,48 @@ def daemon_argv(build: LibvirtBuild | None) -> list[str]:
     return ["env", *env, *build.argv] if env else list(build.argv)
 
 
+def log_tail(path: Path, n: int = 6, skip: str | None = None) -> str:
+    """The last ``n`` non-empty lines of a daemon's log ``path`` joined by `` | `` (lines that
+    start with ``skip`` left out), ``(empty)`` or ``(no log)``."""
+    with contextlib.suppress(OSError):
+        lines = [
+            ln for ln in path.read_text(errors="replace").splitlines()
+            if ln.strip() and not (skip and ln.startswith(skip))
+        ]  # fmt: skip
+        return " | ".join(lines[-n:]) or "(empty)"
+    return "(no log)"
+
+
+def wait_answering(
+    daemon: Any, connect: Callable[[str], Any], abort: Callable[[], bool] | None, ready: Callable[[], bool], where: str
+) -> Any:
+    """``connect(daemon.uri)`` once ``daemon`` (its ``proc`` started, ``host``, ``log_tail``)
+    answers: tried whenever ``ready()``, until :data:`START_TIMEOUT_S`; DependencyError quoting
+    the daemon's log if its process exits, the run is aborted, or it never answers (``where``:
+    how it was reached, for that message)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    last_err: Exception | None = None
+    while True:
+        if not daemon.proc.alive():
+            raise DependencyError(
+                f"libvirtd on {daemon.host} exited (status {daemon.proc.returncode()}) while starting; "
+                f"its log ({daemon.log_path}): {daemon.log_tail()}"
+            )
+        if ready():
+            try:
+                return connect(daemon.uri)
+            except Exception as err:  # libvirt.libvirtError, but libvirt is imported lazily
+                last_err = err
+        if abort and abort():
+            raise DependencyError(f"interrupted while libvirtd on {daemon.host} was starting")
+        if time.monotonic() > deadline:
+            raise DependencyError(
+                f"libvirtd on {daemon.host} did not answer {where} within {START_TIMEOUT_S:.0f} s"
+                f" ({last_err or 'no socket'}); its log: {daemon.log_tail()}"
+            )
+        time.sleep(POLL_S)
+
+
 class NamespacedLibvirtd:
     """One libvirtd in network namespace ``netns``, playing hypervisor host ``host``: the libvirt
     of ``build`` (migrate.core.stack.LibvirtBuild; None: the host's libvirtd)."""
@@ -248,34 +290,11 @@ class NamespacedLibvirtd:
 
     def _wait_ready(self, connect: Callable[[str], Any], abort: Callable[[], bool] | None) -> Any:
         assert self.proc is not None
-        deadline = time.monotonic() + START_TIMEOUT_S
-        last_err: Exception | None = None
-        while True:
-            if not self.proc.alive():
-                raise DependencyError(
-                    f"libvirtd on {self.host} exited (status {self.proc.returncode()}) while starting; "
-                    f"its log ({self.log_path}): {self.log_tail()}"
-                )
-            if self.socket.exists():
-                try:
-                    return connect(self.uri)
-                except Exception as err:  # libvirt.libvirtError, but libvirt is imported lazily
-                    last_err = err
-            if abort and abort():
-                raise DependencyError(f"interrupted while libvirtd on {self.host} was starting")
-            if time.monotonic() > deadline:
-                raise DependencyError(
-                    f"libvirtd on {self.host} did not answer on {self.socket} within {START_TIMEOUT_S:.0f} s"
-                    f" ({last_err or 'no socket'}); its log: {self.log_tail()}"
-                )
-            time.sleep(POLL_S)
+        return wait_answering(self, connect, abort, self.socket.exists, f"on {self.socket}")
 
     def log_tail(self, n: int = 6) -> str:
-        """Last ``n`` lines of the daemon's log, without the known harmless noise."""
-        with contextlib.suppress(OSError):
-            lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
-            return " | ".join(lines[-n:]) or "(empty)"
-        return "(no log)"
+        """Last ``n`` lines of the daemon's log."""
+        return log_tail(self.log_path, n)
 
     def pidfile(self, domain: str) -> Path:
         """Where this daemon writes the PID of ``domain``'s QEMU."""
@@ -475,35 +494,11 @@ class LabRunLibvirtd:
         return self._wait_ready(connect, abort)
 
     def _wait_ready(self, connect: Callable[[str], Any], abort: Callable[[], bool] | None) -> Any:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if not self.proc.alive():
-                raise DependencyError(
-                    f"libvirtd {self.build.release} on {self.host} exited (status {self.proc.returncode()}) while "
-                    f"starting; its log ({self.log_path}): {self.log_tail()}"
-                )
-            try:
-                return connect(self.uri)
-            except Exception as err:  # libvirt.libvirtError, but libvirt is imported lazily
-                last_err = err
-            if abort and abort():
-                raise DependencyError(f"interrupted while libvirtd on {self.host} was starting")
-            if time.monotonic() > deadline:
-                raise DependencyError(
-                    f"libvirtd {self.build.release} on {self.host} did not answer within {START_TIMEOUT_S:.0f} s "
-                    f"({last_err}); its log: {self.log_tail()}"
-                )
-            time.sleep(POLL_S)
+        return wait_answering(self, connect, abort, lambda: True, "through its forwarded socket")
 
     def log_tail(self, n: int = 6) -> str:
         """Last ``n`` lines of the daemon's log (its stderr here, the guard's lines left out)."""
-        with contextlib.suppress(OSError):
-            lines = [
-                ln for ln in self.log_path.read_text(errors="replace").splitlines()
-                if ln.strip() and not ln.startswith("vrmig-guard:")
-            ]  # fmt: skip
-            return " | ".join(lines[-n:]) or "(empty)"
-        return "(no log)"
+        return log_tail(self.log_path, n, skip="vrmig-guard:")
 
     def register_domain(self, domain: str) -> None:
         """Nothing to record here: the domain's QEMU ends with the daemon (the launch script kills
