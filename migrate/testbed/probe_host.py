@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 KVM_GET_API_VERSION = 0xAE00
@@ -35,11 +36,13 @@ def source() -> str:
     return Path(__file__).read_text()
 
 
-def _out(argv: list[str], timeout: float = 5.0) -> tuple[int, str, str]:
+def _out(argv: list[str], timeout: float = 5.0, env: dict | None = None) -> tuple[int, str, str]:
     try:
-        cp = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+        cp = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, env=env)
     except FileNotFoundError:
         return 127, "", f"{argv[0]}: not found"
+    except OSError as err:
+        return 126, "", f"{argv[0]}: {err.strerror}"
     except subprocess.TimeoutExpired:
         return 124, "", f"{argv[0]}: no answer within {timeout:g} s"
     return cp.returncode, cp.stdout.decode(errors="replace"), cp.stderr.decode(errors="replace")
@@ -73,24 +76,36 @@ def kvm() -> dict:
     return {"ok": True, "reason": "vmx/svm present and /dev/kvm creates VMs"}
 
 
+def _deployed(deploy: str, sub: str, record: str, how: Callable[[dict], tuple], timeout: float) -> dict:
+    """The releases hosts-setup deployed under ``<deploy>/<sub>/<spec>/<record>``: per spec, the
+    record, the first line ``--version`` prints now (None if it does not run), and its exit
+    status and stderr; ``how(record)`` gives the (argv, environment) to ask (a record it cannot
+    read is left out)."""
+    out = {}
+    base = os.path.join(deploy, sub)
+    for spec in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        try:
+            with open(os.path.join(base, spec, record)) as f:
+                rec = json.load(f)
+            argv, env = how(rec)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        rc, so, se = _out([*argv, "--version"], timeout, env)
+        first = so.strip().splitlines()[:1]
+        out[spec] = {"record": rec, "version": first[0] if rc == 0 and first else None, "rc": rc, "stderr": se}
+    return out
+
+
 def stacks(deploy: str) -> dict:
     """The QEMU releases hosts-setup deployed (``<deploy>/qemu/<spec>/qemu.json``): per spec, the
     record, the first line its binary's ``--version`` prints now (None if it does not run) and
     whether its libvirt ``<emulator>`` script is there and executable."""
     out = {}
-    base = os.path.join(deploy, "qemu")
-    for spec in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-        try:
-            with open(os.path.join(base, spec, "qemu.json")) as f:
-                rec = json.load(f)
-            argv = rec["argv"][: rec["argv"].index(rec["binary"]) + 1]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        rc, so, se = _out([*argv, "--version"])
-        first = so.strip().splitlines()[:1]
-        emu = rec.get("emulator")
-        out[spec] = {"record": rec, "version": first[0] if rc == 0 and first else None,
-                     "error": None if rc == 0 else (se.strip() or f"exit {rc}"),
+    how = lambda rec: (rec["argv"][: rec["argv"].index(rec["binary"]) + 1], None)  # noqa: E731
+    for spec, d in _deployed(deploy, "qemu", "qemu.json", how, 5.0).items():
+        emu = d["record"].get("emulator")
+        out[spec] = {"record": d["record"], "version": d["version"],
+                     "error": None if d["rc"] == 0 else (d["stderr"].strip() or f"exit {d['rc']}"),
                      "emulator_ok": bool(emu) and os.path.isfile(emu) and os.access(emu, os.X_OK)}  # fmt: skip
     return out
 
@@ -99,24 +114,15 @@ def libvirt_stacks(deploy: str) -> dict:
     """The libvirt releases hosts-setup deployed (``<deploy>/libvirt/<spec>/libvirt.json``): per
     spec, the record and the first line its libvirtd's ``--version`` prints now (None if it does
     not run, with the error)."""
+
+    def how(rec: dict) -> tuple:
+        env = {str(k): str(v) for k, v in (rec.get("env") or {}).items()}
+        return [str(a) for a in rec["argv"]], {**os.environ, **env}
+
     out = {}
-    base = os.path.join(deploy, "libvirt")
-    for spec in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-        try:
-            with open(os.path.join(base, spec, "libvirt.json")) as f:
-                rec = json.load(f)
-            argv = [str(a) for a in rec["argv"]]
-            env = {**os.environ, **{str(k): str(v) for k, v in (rec.get("env") or {}).items()}}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            continue
-        try:
-            res = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=30, env=env)
-            rc, so, se = res.returncode, res.stdout, res.stderr
-        except (OSError, subprocess.TimeoutExpired) as err:
-            rc, so, se = 127, "", str(err)
-        first = so.strip().splitlines()[:1]
-        out[spec] = {"record": rec, "version": first[0] if rc == 0 and first else None,
-                     "error": None if rc == 0 else (se.strip().splitlines()[-1:] or [f"exit {rc}"])[0]}  # fmt: skip
+    for spec, d in _deployed(deploy, "libvirt", "libvirt.json", how, 30.0).items():
+        last = d["stderr"].strip().splitlines()[-1:] or [f"exit {d['rc']}"]
+        out[spec] = {"record": d["record"], "version": d["version"], "error": None if d["rc"] == 0 else last[0]}
     return out
 
 
