@@ -250,25 +250,31 @@ def release_argv(root: Path, own_libs: bool) -> tuple[list[str], list[str]]:
     return [str(lib / privapt.LOADER), "--library-path", libs, str(binary), *_firmware_flags(fw)], fw
 
 
-def served(spec: str) -> tuple[str, str, list[str]]:
-    """(suite, Debian version, apt options) of the first suite serving QEMU ``spec``; StackError
-    naming what each suite serves if none does."""
+def _served(var: str, package: str, spec: str) -> tuple[str, str, list[str]]:
+    """(suite, Debian version, apt options) of the first suite of :data:`SUITES` whose
+    ``package`` is release ``spec``; StackError naming what each suite serves if none is
+    (``var``: the Make variable that asked)."""
     seen: list[str] = []
     for suite in SUITES:
-        base = cache_root() / f"apt-{suite}"
         try:
-            opts = privapt.update(base, suite)
-            version = privapt.candidate_version(opts, "qemu-system-x86")
+            opts = privapt.update(cache_root() / f"apt-{suite}", suite)
+            version = privapt.candidate_version(opts, package)
         except privapt.PrivAptError as err:
             seen.append(f"{suite}: {err}")
             continue
         if version is None:
             seen.append(f"{suite}: none")
-            continue
-        if matches(upstream(version), spec):
+        elif matches(upstream(version), spec):
             return suite, version, opts
-        seen.append(f"{suite}: {upstream(version)}")
-    raise StackError(f"QEMU={spec}: no Debian suite serves it ({'; '.join(seen)}): use one of those, or system")
+        else:
+            seen.append(f"{suite}: {upstream(version)}")
+    raise StackError(f"{var}={spec}: no Debian suite serves it ({'; '.join(seen)}): use one of those, or system")
+
+
+def served(spec: str) -> tuple[str, str, list[str]]:
+    """(suite, Debian version, apt options) of the first suite serving QEMU ``spec``; StackError
+    naming what each suite serves if none does."""
+    return _served("QEMU", "qemu-system-x86", spec)
 
 
 def fetch_release(spec: str, log: Any = None) -> QemuBuild:
@@ -421,21 +427,7 @@ def _libvirt_dir(spec: str) -> Path:
 def libvirt_served(spec: str) -> tuple[str, str, list[str]]:
     """(suite, Debian version, apt options) of the first suite of :data:`SUITES` whose
     libvirt-daemon is libvirt ``spec``; StackError naming what each suite serves if none is."""
-    seen: list[str] = []
-    for suite in SUITES:
-        try:
-            opts = privapt.update(cache_root() / f"apt-{suite}", suite)
-            version = privapt.candidate_version(opts, "libvirt-daemon")
-        except privapt.PrivAptError as err:
-            seen.append(f"{suite}: {err}")
-            continue
-        if version is None:
-            seen.append(f"{suite}: none")
-        elif matches(upstream(version), spec):
-            return suite, version, opts
-        else:
-            seen.append(f"{suite}: {upstream(version)}")
-    raise StackError(f"LIBVIRT={spec}: no Debian suite serves it ({'; '.join(seen)}): use one of those, or system")
+    return _served("LIBVIRT", "libvirt-daemon", spec)
 
 
 def libvirt_release_argv(root: Path, own_libs: bool) -> tuple[list[str], dict[str, str]]:
