@@ -58,7 +58,6 @@ static void *vrw_run(void *arg)
 
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals stay with the interpreter's threads */
-	pthread_setname_np(pthread_self(), "vrmig-qmpwatch"); /* ps -L, /proc/<pid>/task/<tid>/comm */
 	if (w->rt_priority > 0) {
 		/* woken with the loop's thread (and, under TCG, QEMU's busy ones) on few cores, a
 		 * normal thread waits for a core; a real-time one takes it at once (its work per
@@ -117,6 +116,8 @@ struct vrw *vrw_start(int fd, int rt_priority)
 		errno = err;
 		goto fail;
 	}
+	/* named before this returns (ps -L, /proc/<pid>/task/<tid>/comm), not once it first runs */
+	pthread_setname_np(w->thread, "vrmig-qmpwatch");
 	return w;
 fail:;
 	int saved = errno;
