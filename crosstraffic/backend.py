@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 ETH_OVERHEAD = 18  # 14 B Ethernet header + 4 B FCS
 UDP_OVERHEAD = {4: ETH_OVERHEAD + 20 + 8, 6: ETH_OVERHEAD + 40 + 8}  # 46, 66
@@ -173,6 +173,99 @@ class SinkResult:
         return max(self.gaps, key=lambda g: g.duration_ns) if self.gaps else None
 
 
+@dataclass(frozen=True)
+class GenRequest:
+    """The generator parameters of one ``gen_argv`` call, kept for tools whose report lacks them."""
+
+    dst: str
+    port: int
+    rate_bps: int
+    frame_bytes: int
+    duration_s: float
+    family: int
+
+
+R = TypeVar("R", bound=GenRequest)
+
+
+def recorded_request(request: R | None, tool: str) -> R:
+    """``request`` (what ``gen_argv`` recorded); TrafficError when ``gen_argv`` was not called yet."""
+    if request is None:
+        raise TrafficError(f"{tool}: parse_gen needs the request of this instance's gen_argv() call")
+    return request
+
+
+def span_gen_result(
+    *,
+    tool: str,
+    family: int,
+    dst: str,
+    port: int,
+    frame_bytes: int,
+    payload_bytes: int,
+    requested_bps: int,
+    duration_s: float,
+    start_ns: int,
+    packets: int,
+    span_s: float,
+    stopped_by: str | None,
+    raw: Mapping[str, Any],
+) -> GenResult:
+    """GenResult of a tool that reports its packet count and send span but no send errors.
+
+    ``end_ns`` is ``start_ns`` plus the span; the achieved rates are packets over the span (0 for
+    an empty span) in Ethernet-frame bits of ``frame_bytes``.
+    """
+    pps = packets / span_s if span_s > 0 else 0.0
+    return GenResult(
+        tool=tool,
+        family=family,
+        dst=dst,
+        port=port,
+        frame_bytes=frame_bytes,
+        payload_bytes=payload_bytes,
+        requested_bps=requested_bps,
+        duration_s=duration_s,
+        start_ns=start_ns,
+        end_ns=start_ns + round(span_s * 1e9),
+        packets=packets,
+        send_errors=None,
+        achieved_pps=pps,
+        achieved_bps=pps * frame_bytes * 8,
+        stopped_by=stopped_by,
+        raw=frozen_mapping(raw),
+    )
+
+
+def count_sink_result(
+    *,
+    tool: str,
+    timestamps: str,
+    packets: int,
+    bytes: int,
+    frame_bytes: int,
+    lost: int,
+    reordered: int | None,
+    raw: Mapping[str, Any],
+) -> SinkResult:
+    """SinkResult of a tool that reports counts only: no duplicates, sequence range or arrival times."""
+    return SinkResult(
+        tool=tool,
+        timestamps=timestamps,
+        packets=packets,
+        bytes=bytes,
+        frame_bytes=frame_bytes,
+        lost=lost,
+        reordered=reordered,
+        duplicates=None,
+        first_seq=None,
+        last_seq=None,
+        first_ns=None,
+        last_ns=None,
+        raw=frozen_mapping(raw),
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # validation helpers
 
@@ -188,6 +281,18 @@ def family_of(addr: str) -> int:
 def payload_bytes(frame_bytes: int, family: int) -> int:
     """UDP payload carried by an Ethernet frame of ``frame_bytes``."""
     return frame_bytes - UDP_OVERHEAD[family]
+
+
+def short_decimal(x: float, places: int) -> str:
+    """``x`` rounded to ``places`` decimals without trailing zeros or exponent ("0" for zero)."""
+    return f"{x:.{places}f}".rstrip("0").rstrip(".") or "0"
+
+
+def check_cpu(cpu: int) -> int:
+    """``cpu`` if it is a CPU number (an int >= 0, not a bool), else TrafficError."""
+    if isinstance(cpu, bool) or not isinstance(cpu, int) or cpu < 0:
+        raise TrafficError(f"cpu={cpu!r} must be a CPU number >= 0")
+    return cpu
 
 
 def _int(value: object, what: str) -> int:
@@ -270,6 +375,13 @@ class Backend(ABC):
                 f"frame_bytes={frame} is too small for IPv{fam} with {self.name}: the UDP payload would be "
                 f"{payload_bytes(frame, fam)} B but needs {self.capabilities.payload_header_bytes} B (minimum {need})"
             )
+        self.validate_duration(duration_s)
+        return fam
+
+    def validate_sink(self, port: int, bind: str | None, family: int | None, duration_s: float | None) -> int:
+        """Check the sink parameters all backends share (port, address family, duration); returns the family."""
+        self.validate_port(port)
+        fam = self.sink_family(bind, family)
         self.validate_duration(duration_s)
         return fam
 

@@ -133,68 +133,27 @@ class SelfTest:
     # ---- cases ----
 
     def case_bad_args(self) -> None:
+        rate_1m = ["--dst", "127.0.0.1", "--port", "9", "--rate", "1M"]
+        dst_mac = ["--dst-mac", "02:00:00:00:00:01"]
         cases = [
             (self.gen, []),
-            (self.gen, ["--dst", "127.0.0.1", "--port", "9", "--rate", "1M", "--frame", "63"]),
-            (self.gen, ["--dst", "127.0.0.1", "--port", "9", "--rate", "1M", "--frame", "1519"]),
+            (self.gen, [*rate_1m, "--frame", "63"]),
+            (self.gen, [*rate_1m, "--frame", "1519"]),
             (self.gen, ["--dst", "127.0.0.1", "--port", "9", "--rate", "-5"]),
             (self.gen, ["--dst", "127.0.0.1", "--port", "9", "--rate", "10X"]),
             (self.gen, ["--dst", "not-an-address", "--port", "9", "--rate", "1M"]),
             (self.gen, ["--dst", "::1", "--port", "9", "--rate", "1M", "--frame", "64"]),
             (self.gen, ["--dst", "127.0.0.1", "--port", "0", "--rate", "1M"]),
-            (self.gen, ["--dst", "127.0.0.1", "--port", "9", "--rate", "1M", "--bogus"]),
+            (self.gen, [*rate_1m, "--bogus"]),
             (self.gen, ["--dst", "127.0.0.1", "--port", "9", "--rate"]),
             (self.sink, []),
             (self.sink, ["--port", "9", "-6", "--bind", "127.0.0.1"]),
             (self.sink, ["--port", "9", "--gap-us", "x"]),
-            (self.gen, ["--dst", "127.0.0.1", "--port", "9", "--rate", "1M", "--packet", "lo"]),
-            (self.gen, ["--dst", "127.0.0.1", "--port", "9", "--rate", "1M", "--packet", "lo", "--dst-mac", "zz"]),
-            (
-                self.gen,
-                [
-                    "--dst",
-                    "127.0.0.1",
-                    "--port",
-                    "9",
-                    "--rate",
-                    "1M",
-                    "--packet",
-                    "lo",
-                    "--gso",
-                    "--dst-mac",
-                    "02:00:00:00:00:01",
-                ],
-            ),
-            (
-                self.gen,
-                [
-                    "--dst",
-                    "127.0.0.1",
-                    "--port",
-                    "9",
-                    "--rate",
-                    "1M",
-                    "--packet",
-                    "lo",
-                    "--dst-mac",
-                    "02:00:00:00:00:01",
-                ],
-            ),
-            (
-                self.gen,
-                [
-                    "--dst",
-                    "127.0.0.1",
-                    "--port",
-                    "9",
-                    "--rate",
-                    "1M",
-                    "--packet",
-                    "vrt-no-such-if",
-                    "--dst-mac",
-                    "02:00:00:00:00:01",
-                ],
-            ),
+            (self.gen, [*rate_1m, "--packet", "lo"]),
+            (self.gen, [*rate_1m, "--packet", "lo", "--dst-mac", "zz"]),
+            (self.gen, [*rate_1m, "--packet", "lo", "--gso", *dst_mac]),
+            (self.gen, [*rate_1m, "--packet", "lo", *dst_mac]),
+            (self.gen, [*rate_1m, "--packet", "vrt-no-such-if", *dst_mac]),
         ]
         for exe, args in cases:
             f = clean(run([exe, *args], timeout_s=10))

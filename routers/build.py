@@ -580,11 +580,22 @@ def _add_busybox(rootfs: Rootfs, pool: Path) -> None:
     rootfs.symlink("/init", "/bin/busybox")  # busybox init (argv[0] "init") reads /etc/inittab
 
 
-def _add_modules(rootfs: Rootfs, kroot: Path, kver: str) -> dict[str, Any]:
-    moddir = kroot / "lib" / "modules" / kver
-    order, builtin, missing = resolve_modules(moddir, GUEST_MODULES)
-    for m in missing:
-        log.warning("kernel module %s is not in %s (neither a module nor built in): skipped", m, kver)
+def single_kernel(kroot: Path, package: str, *, list_images: bool = False) -> tuple[str, Path]:
+    """The release and the vmlinuz of the one kernel in ``kroot`` (the unpacked ``package``).
+
+    BuildError when it holds no or several module trees or images; ``list_images``: the message
+    names the images too."""
+    kvers = sorted(p.name for p in (kroot / "lib" / "modules").iterdir())
+    vmlinuz = sorted((kroot / "boot").glob("vmlinuz-*"))
+    if len(kvers) != 1 or len(vmlinuz) != 1:
+        found = f"modules {kvers} and {[v.name for v in vmlinuz]}" if list_images else f"{kvers}"
+        raise BuildError(f"{package}: expected one kernel, found {found}")
+    return kvers[0], vmlinuz[0]
+
+
+def install_modules(rootfs: Rootfs, moddir: Path, kver: str, order: list[Path]) -> list[str]:
+    """Copy the modules ``order`` (files under ``moddir``) to ``/lib/modules/<kver>/`` in ``rootfs``
+    and list them, in that order, in ``/etc/vrmig/modules``; returns their paths relative to ``moddir``."""
     lines = []
     for ko in order:
         rel = ko.relative_to(moddir).as_posix()
@@ -593,6 +604,15 @@ def _add_modules(rootfs: Rootfs, kroot: Path, kver: str) -> dict[str, Any]:
         shutil.copy2(ko, dst)
         lines.append(rel)
     rootfs.write("/etc/vrmig/modules", "".join(f"{ln}\n" for ln in lines))
+    return lines
+
+
+def _add_modules(rootfs: Rootfs, kroot: Path, kver: str) -> dict[str, Any]:
+    moddir = kroot / "lib" / "modules" / kver
+    order, builtin, missing = resolve_modules(moddir, GUEST_MODULES)
+    for m in missing:
+        log.warning("kernel module %s is not in %s (neither a module nor built in): skipped", m, kver)
+    lines = install_modules(rootfs, moddir, kver, order)
     return {
         "requested": list(GUEST_MODULES),
         "load_order": [Path(r).name.removesuffix(".ko") for r in lines],
@@ -725,11 +745,7 @@ def _assemble(
     pinned: dict[str, str] = inputs["packages"]
     kpkg = inputs["kernel_package"]
     kroot = pools[kpkg]
-    kvers = sorted(p.name for p in (kroot / "lib" / "modules").iterdir())
-    vmlinuz = sorted((kroot / "boot").glob("vmlinuz-*"))
-    if len(kvers) != 1 or len(vmlinuz) != 1:
-        raise BuildError(f"{kpkg}: expected one kernel, found modules {kvers} and {[v.name for v in vmlinuz]}")
-    kver = kvers[0]
+    kver, vmlinuz = single_kernel(kroot, kpkg, list_images=True)
 
     gdir = paths.guest_dir(prof.name, cdir)
     with staged_dir(gdir) as stage:
@@ -756,7 +772,7 @@ def _assemble(
         rootfs.write("/etc/vrmig/packages.json", json.dumps(pinned, indent=1, sort_keys=True) + "\n")
         initrd, raw_size = _initrd_bytes(rootfs.root)
         (stage / paths.INITRD_NAME).write_bytes(initrd)
-        shutil.copyfile(vmlinuz[0], stage / paths.KERNEL_NAME)
+        shutil.copyfile(vmlinuz, stage / paths.KERNEL_NAME)
         manifest = _manifest(prof, inputs, fingerprint, t0, kver, modules, (router_version, upstream), stage, gdir)
         manifest["files"][paths.INITRD_NAME]["uncompressed_bytes"] = raw_size
         manifest["tools"] = tools

@@ -36,8 +36,10 @@ from routers.build import (
     apt_state,
     cached_build,
     cached_resolution,
+    install_modules,
     kernel_image_package,
     read_manifest,
+    single_kernel,
     staged_dir,
 )
 from routers.build import resolve_modules as _resolve_modules
@@ -113,11 +115,7 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
     packages, with the manifest, staged and swapped in."""
     pinned: dict[str, str] = inputs["packages"]
     kroot = pools[inputs["kernel_package"]]
-    kvers = sorted(p.name for p in (kroot / "lib" / "modules").iterdir())
-    vmlinuz = sorted((kroot / "boot").glob("vmlinuz-*"))
-    if len(kvers) != 1 or len(vmlinuz) != 1:
-        raise BuildError(f"{inputs['kernel_package']}: expected one kernel, found {kvers}")
-    kver = kvers[0]
+    kver, vmlinuz = single_kernel(kroot, inputs["kernel_package"])
     config = (kroot / "boot" / f"config-{kver}").read_text().splitlines()
     if "CONFIG_MEM_SOFT_DIRTY=y" not in config:
         raise BuildError(f"{kver} has no CONFIG_MEM_SOFT_DIRTY: criu pre-dump would not work in the VM either")
@@ -126,7 +124,7 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
     subprocess.run(["depmod", "-b", str(kroot), kver], check=True, capture_output=True)
 
     with staged_dir(criuvm_dir(cdir)) as stage:
-        shutil.copyfile(vmlinuz[0], stage / KERNEL)
+        shutil.copyfile(vmlinuz, stage / KERNEL)
         root = stage / "rootfs"
         root.mkdir()
         rootfs = Rootfs(root)
@@ -134,12 +132,7 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
         order, builtin, missing = _resolve_modules(moddir, BOOT_MODULES)
         if missing:
             raise BuildError(f"{kver} lacks the boot modules {', '.join(missing)}")
-        for ko in order:
-            rel = ko.relative_to(moddir).as_posix()
-            dst = rootfs.host(f"/lib/modules/{kver}/{rel}")
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ko, dst)
-        rootfs.write("/etc/vrmig/modules", "".join(f"{ko.relative_to(moddir).as_posix()}\n" for ko in order))
+        install_modules(rootfs, moddir, kver, order)
         (root / "init").unlink()  # busybox's init symlink: this image has its own /init
         rootfs.write("/init", INIT.read_bytes(), 0o755)
         raw = io.BytesIO()

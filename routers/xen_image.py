@@ -44,9 +44,11 @@ from routers.build import (
     apt_state,
     cached_build,
     cached_resolution,
+    install_modules,
     kernel_image_package,
     read_manifest,
     resolve_modules,
+    single_kernel,
     staged_dir,
 )
 from routers.errors import BuildError, NotBuiltError
@@ -175,11 +177,7 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
     pinned: dict[str, str] = inputs["packages"]
     hyp = pools[HYPERVISOR_PACKAGE] / "boot"
     kroot = pools[inputs["kernel_package"]]
-    kvers = sorted(p.name for p in (kroot / "lib" / "modules").iterdir())
-    vmlinuz = sorted((kroot / "boot").glob("vmlinuz-*"))
-    if len(kvers) != 1 or len(vmlinuz) != 1:
-        raise BuildError(f"{inputs['kernel_package']}: expected one kernel, found {kvers}")
-    kver = kvers[0]
+    kver, vmlinuz = single_kernel(kroot, inputs["kernel_package"])
     gz = sorted(hyp.glob("xen-*-amd64.gz"))
     cfg = sorted(hyp.glob("xen-*-amd64.config"))
     if len(gz) != 1:
@@ -188,7 +186,7 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
 
     with staged_dir(xen_dir(cdir)) as stage:
         (stage / XEN_ELF).write_bytes(gzip.decompress(gz[0].read_bytes()))
-        shutil.copyfile(vmlinuz[0], stage / DOM0_KERNEL)
+        shutil.copyfile(vmlinuz, stage / DOM0_KERNEL)
         root = stage / "rootfs"
         root.mkdir()
         rootfs = Rootfs(root)
@@ -248,14 +246,7 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
 def _add_modules(rootfs: Rootfs, kroot: Path, kver: str) -> dict[str, Any]:
     moddir = kroot / "lib" / "modules" / kver
     order, builtin, missing = resolve_modules(moddir, DOM0_MODULES)
-    lines = []
-    for ko in order:
-        rel = ko.relative_to(moddir).as_posix()
-        dst = rootfs.host(f"/lib/modules/{kver}/{rel}")
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ko, dst)
-        lines.append(rel)
-    rootfs.write("/etc/vrmig/modules", "".join(f"{ln}\n" for ln in lines))
+    lines = install_modules(rootfs, moddir, kver, order)
     return {"load_order": [Path(r).name.removesuffix(".ko") for r in lines], "builtin": builtin, "missing": missing}
 
 

@@ -17,19 +17,16 @@ from crosstraffic.backend import (
     OwdStats,
     SinkResult,
     TrafficError,
+    check_cpu,
     frozen_mapping,
     load_json,
     require,
+    short_decimal,
 )
 
 BIN_DIR = Path(__file__).resolve().parents[1] / "bin"
 VERSION = 1
 PAYLOAD_HEADER_BYTES = 16  # u64 seq + i64 CLOCK_REALTIME send ns
-
-
-def _fmt_s(x: float) -> str:
-    """Seconds as a short decimal string (no exponent)."""
-    return f"{x:.6f}".rstrip("0").rstrip(".") or "0"
 
 
 class BuiltinBackend(Backend):
@@ -96,11 +93,11 @@ class BuiltinBackend(Backend):
             argv.append("-6")
         argv += ["--gap-us", str(gap_us)]
         if duration_s:
-            argv += ["--duration", _fmt_s(duration_s)]
+            argv += ["--duration", short_decimal(duration_s, 6)]
         if log is not None:
             argv += ["--log", str(log)]
         if cpu is not None:
-            argv += ["--cpu", str(_cpu(cpu))]
+            argv += ["--cpu", str(check_cpu(cpu))]
         if state is not None:
             argv += ["--state", str(state)]
             if state_ms is not None:
@@ -122,9 +119,9 @@ class BuiltinBackend(Backend):
         """vrgen --dst ADDR --port N --rate BPS --frame BYTES --duration S [--cpu N] [--packet DEV --dst-mac MAC]."""
         self.validate_gen(dst, port, rate_bps, frame_bytes, duration_s)
         argv = [self.executables()["gen"], "--dst", dst, "--port", str(port), "--rate", str(rate_bps),
-                "--frame", str(frame_bytes), "--duration", _fmt_s(duration_s)]  # fmt: skip
+                "--frame", str(frame_bytes), "--duration", short_decimal(duration_s, 6)]  # fmt: skip
         if cpu is not None:
-            argv += ["--cpu", str(_cpu(cpu))]
+            argv += ["--cpu", str(check_cpu(cpu))]
         if self.packet_dev is not None and self.dst_mac is not None:
             argv += ["--packet", self.packet_dev, "--dst-mac", self.dst_mac]
         return argv
@@ -197,12 +194,6 @@ def check_mac(mac: str) -> str:
     if len(parts) != 6 or not all(len(x) == 2 and all(c in "0123456789abcdefABCDEF" for c in x) for x in parts):
         raise TrafficError(f"{mac!r} is not a MAC address like 02:00:00:00:00:01")
     return mac
-
-
-def _cpu(cpu: int) -> int:
-    if isinstance(cpu, bool) or not isinstance(cpu, int) or cpu < 0:
-        raise TrafficError(f"cpu={cpu!r} must be a CPU number >= 0")
-    return cpu
 
 
 def _checked(stdout: str, tool: str) -> dict[str, Any]:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import re
 import signal
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +33,17 @@ from crosstraffic.backend import (
     UDP_OVERHEAD,
     Backend,
     Capabilities,
+    GenRequest,
     GenResult,
     SinkResult,
     TrafficError,
+    check_cpu,
+    count_sink_result,
     family_of,
-    frozen_mapping,
     payload_bytes,
+    recorded_request,
+    short_decimal,
+    span_gen_result,
 )
 
 TOOL = "ditg"
@@ -63,20 +67,6 @@ _FIELDS = {
     "dropped": r"Packets dropped\s*=\s*(-?\d+)",
     "error_lines": r"Error lines\s*=\s*(\d+)",
 }
-
-
-@dataclass(frozen=True)
-class _Request:
-    dst: str
-    port: int
-    rate_bps: int
-    frame_bytes: int
-    duration_s: float
-    family: int
-
-
-def _fmt_num(x: float) -> str:
-    return f"{x:.6f}".rstrip("0").rstrip(".") or "0"
 
 
 class DitgBackend(Backend):
@@ -111,7 +101,7 @@ class DitgBackend(Backend):
         self.exe_dir = exe_dir
         self.send_log = self.workdir / "ditg-send.log"
         self.recv_log = self.workdir / "ditg-recv.log"
-        self._request: _Request | None = None
+        self._request: GenRequest | None = None
 
     def _exe(self, name: str) -> str:
         return f"{self.exe_dir.rstrip('/')}/{name}" if self.exe_dir else name
@@ -136,9 +126,7 @@ class DitgBackend(Backend):
         cpu: int | None = None,
     ) -> list[str]:
         """[taskset -c CPU] ITGRecv -Sp SIGNAL_PORT [-a BIND (IPv4 only)] -l RECV_LOG (data port: from ITGSend)."""
-        self.validate_port(port)
-        self.sink_family(bind, family)
-        self.validate_duration(duration_s)
+        self.validate_sink(port, bind, family, duration_s)
         if duration_s:
             raise TrafficError("ditg: ITGRecv has no duration; it is stopped with SIGINT")
         if log is not None:
@@ -166,7 +154,7 @@ class DitgBackend(Backend):
         payload = payload_bytes(frame_bytes, fam)
         pps = rate_bps / (frame_bytes * 8) if rate_bps > 0 else UNPACED_PPS
         duration_ms = max(1, round(duration_s * 1000))
-        self._request = _Request(dst, port, rate_bps, frame_bytes, duration_ms / 1000, fam)
+        self._request = GenRequest(dst, port, rate_bps, frame_bytes, duration_ms / 1000, fam)
         argv = [
             self.executables()["gen"],
             "-a",
@@ -178,7 +166,7 @@ class DitgBackend(Backend):
             "-T",
             "UDP",
             "-C",
-            _fmt_num(pps),
+            short_decimal(pps, 6),
             "-c",
             str(payload),
         ]
@@ -197,16 +185,12 @@ class DitgBackend(Backend):
 
     def parse_gen(self, stdout: str) -> GenResult:
         """ITGDec summary of the sender log -> GenResult (needs this instance's gen_argv call)."""
-        if self._request is None:
-            raise TrafficError("ditg: parse_gen needs the request of this instance's gen_argv() call")
-        r = self._request
+        r = recorded_request(self._request, TOOL)
         d = parse_itgdec(stdout)
-        packets, span_s = d["packets"], d["total_time_s"]
         payload = _payload(d)
         frame = payload + UDP_OVERHEAD[r.family] if payload else r.frame_bytes
-        pps = packets / span_s if span_s > 0 else 0.0
         dst, port = d.get("to", (r.dst, r.port))
-        return GenResult(
+        return span_gen_result(
             tool="ITGSend",
             family=r.family,
             dst=dst,
@@ -216,13 +200,10 @@ class DitgBackend(Backend):
             requested_bps=r.rate_bps,
             duration_s=r.duration_s,
             start_ns=0,
-            end_ns=round(span_s * 1e9),
-            packets=packets,
-            send_errors=None,
-            achieved_pps=pps,
-            achieved_bps=pps * frame * 8,
+            packets=d["packets"],
+            span_s=d["total_time_s"],
             stopped_by="duration",
-            raw=frozen_mapping({**d, "times_relative": True}),
+            raw={**d, "times_relative": True},
         )
 
     def parse_sink(self, stdout: str) -> SinkResult:
@@ -231,7 +212,7 @@ class DitgBackend(Backend):
         payload = _payload(d)
         to = d.get("to")
         fam = family_of(to[0]) if to else (self._request.family if self._request else 4)
-        return SinkResult(
+        return count_sink_result(
             tool="ITGRecv",
             timestamps="user",
             packets=d["packets"],
@@ -239,21 +220,14 @@ class DitgBackend(Backend):
             frame_bytes=payload + UDP_OVERHEAD[fam] if payload else 0,
             lost=max(0, d["dropped"]),
             reordered=None,
-            duplicates=None,
-            first_seq=None,
-            last_seq=None,
-            first_ns=None,
-            last_ns=None,
-            raw=frozen_mapping({**d, "times_relative": True}),
+            raw={**d, "times_relative": True},
         )
 
 
 def _pinned(argv: list[str], cpu: int | None) -> list[str]:
     if cpu is None:
         return argv
-    if isinstance(cpu, bool) or not isinstance(cpu, int) or cpu < 0:
-        raise TrafficError(f"cpu={cpu!r} must be a CPU number >= 0")
-    return ["taskset", "-c", str(cpu), *argv]
+    return ["taskset", "-c", str(check_cpu(cpu)), *argv]
 
 
 def _payload(d: dict[str, Any]) -> int:

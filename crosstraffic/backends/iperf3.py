@@ -28,19 +28,17 @@ from crosstraffic.backend import (
     GenResult,
     SinkResult,
     TrafficError,
+    count_sink_result,
     family_of,
-    frozen_mapping,
     load_json,
     payload_bytes,
     require,
+    short_decimal,
+    span_gen_result,
 )
 
 PAYLOAD_HEADER_BYTES = 16  # iperf3 rejects UDP blocks below 16 B (sec, usec, 64-bit counter)
 TOOL = "iperf3"
-
-
-def _fmt_s(x: float) -> str:
-    return f"{x:.3f}".rstrip("0").rstrip(".") or "0"
 
 
 class Iperf3Backend(Backend):
@@ -87,9 +85,7 @@ class Iperf3Backend(Backend):
         cpu: int | None = None,
     ) -> list[str]:
         """iperf3 -s -1 -J -p PORT [-B ADDR | -6] [-A CPU]; ``gap_us`` and ``duration_s`` do not apply."""
-        self.validate_port(port)
-        fam = self.sink_family(bind, family)
-        self.validate_duration(duration_s)
+        fam = self.validate_sink(port, bind, family, duration_s)
         if log is not None:
             raise TrafficError("iperf3 backend cannot write a per-packet log (use the builtin backend)")
         argv = [self.exe, "-s", "-1", "-J", "-p", str(port)]
@@ -120,7 +116,7 @@ class Iperf3Backend(Backend):
         if rate_bps > 0 and payload_bps < 1:
             raise TrafficError(f"rate_bps={rate_bps} is below 1 payload bit/s at frame_bytes={frame_bytes}")
         argv = [self.exe, "-c", dst, "-p", str(port), "-u", "-b", str(payload_bps), "-l", str(payload),
-                "-t", _fmt_s(duration_s), "-J", "--udp-counters-64bit"]  # fmt: skip
+                "-t", short_decimal(duration_s, 3), "-J", "--udp-counters-64bit"]  # fmt: skip
         if self.pacing_timer_us is not None:
             argv += ["--pacing-timer", str(self.pacing_timer_us)]
         if cpu is not None:
@@ -138,10 +134,9 @@ class Iperf3Backend(Backend):
         s = _sum(d, "sum_sent")
         seconds = float(require(s, "seconds", (int, float), TOOL))
         packets = require(s, "packets", int, TOOL)
-        pps = packets / seconds if seconds > 0 else 0.0
         target = require(ts, "target_bitrate", int, TOOL)
         start_ns = _start_ns(start)
-        return GenResult(
+        return span_gen_result(
             tool=TOOL,
             family=fam,
             dst=remote[0],
@@ -151,13 +146,10 @@ class Iperf3Backend(Backend):
             requested_bps=round(target * frame / payload),
             duration_s=float(require(ts, "duration", (int, float), TOOL)),
             start_ns=start_ns,
-            end_ns=start_ns + round(seconds * 1e9),
             packets=packets,
-            send_errors=None,
-            achieved_pps=pps,
-            achieved_bps=pps * frame * 8,
+            span_s=seconds,
             stopped_by=stopped_by,
-            raw=frozen_mapping(d),
+            raw=d,
         )
 
     def parse_sink(self, stdout: str) -> SinkResult:
@@ -173,7 +165,7 @@ class Iperf3Backend(Backend):
         streams = require(require(d, "end", dict, TOOL), "streams", list, TOOL)
         ooo = sum(int(st.get("udp", {}).get("out_of_order", 0)) for st in streams if isinstance(st, dict))
         received = max(0, expected - lost)
-        return SinkResult(
+        return count_sink_result(
             tool=TOOL,
             timestamps="none",
             packets=received,
@@ -181,12 +173,7 @@ class Iperf3Backend(Backend):
             frame_bytes=payload + UDP_OVERHEAD[fam],
             lost=lost,
             reordered=ooo,
-            duplicates=None,
-            first_seq=None,
-            last_seq=None,
-            first_ns=None,
-            last_ns=None,
-            raw=frozen_mapping(d),
+            raw=d,
         )
 
 

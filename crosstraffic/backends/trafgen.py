@@ -45,12 +45,14 @@ from crosstraffic.backend import (
     UDP_OVERHEAD,
     Backend,
     Capabilities,
+    GenRequest,
     GenResult,
     SinkResult,
     TrafficError,
     family_of,
-    frozen_mapping,
     payload_bytes,
+    recorded_request,
+    span_gen_result,
 )
 from crosstraffic.backends.builtin import BuiltinBackend, check_mac
 
@@ -69,13 +71,7 @@ _CPU = re.compile(r"^\s*(\d+) sec, (\d+) usec on CPU(\d+) \((\d+) packets\)", re
 
 
 @dataclass(frozen=True)
-class _Request:
-    dst: str
-    port: int
-    rate_bps: int
-    frame_bytes: int
-    duration_s: float
-    family: int
+class _Request(GenRequest):
     pps: int
 
 
@@ -277,14 +273,11 @@ class TrafgenBackend(Backend):
 
     def parse_gen(self, stdout: str) -> GenResult:
         """trafgen's exit report -> GenResult (needs this instance's gen_argv call)."""
-        if self._request is None:
-            raise TrafficError("trafgen: parse_gen needs the request of this instance's gen_argv() call")
-        r = self._request
+        r = recorded_request(self._request, TOOL)
         d = parse_trafgen(stdout)
-        packets, span_s = d["packets"], d["send_s"]
+        packets = d["packets"]
         frame = round(d["bytes"] / packets) + 4 if packets else r.frame_bytes
-        pps = packets / span_s if span_s > 0 else 0.0
-        return GenResult(
+        return span_gen_result(
             tool=TOOL,
             family=r.family,
             dst=r.dst,
@@ -294,13 +287,10 @@ class TrafgenBackend(Backend):
             requested_bps=r.rate_bps,
             duration_s=r.duration_s,
             start_ns=0,
-            end_ns=round(span_s * 1e9),
             packets=packets,
-            send_errors=None,
-            achieved_pps=pps,
-            achieved_bps=pps * frame * 8,
+            span_s=d["send_s"],
             stopped_by=None,
-            raw=frozen_mapping({**d, "requested_pps": r.pps, "times_relative": True}),
+            raw={**d, "requested_pps": r.pps, "times_relative": True},
         )
 
     def parse_sink(self, stdout: str) -> SinkResult:

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from crosstraffic import get_backend
+from crosstraffic import GenResult, SinkResult, get_backend
 from crosstraffic.runner import BIN_DIR, Child, RunError, VethPair, veth_pair, wait_tcp_listen
 
 PORT = 9000
@@ -38,6 +38,22 @@ def _load() -> dict[str, Any]:
     with open("/proc/loadavg") as f:
         la = f.read().split()[:3]
     return {"loadavg": [float(x) for x in la], "cpus": os.cpu_count()}
+
+
+def _delivery(g: GenResult, s: SinkResult, rate: int, frame: int) -> dict[str, Any]:
+    """The numbers every run reports: requested and achieved rates, packets sent, received and lost."""
+    return {
+        "rate_bps": rate,
+        "frame_bytes": frame,
+        "gen_pps": g.achieved_pps,
+        "gen_bps": g.achieved_bps,
+        "rate_error": g.rate_error,
+        "sent": g.packets,
+        "received": s.packets,
+        "delivered_pps": s.packets / ((g.end_ns - g.start_ns) / 1e9),
+        "lost": s.lost,
+        "not_received": g.packets - s.packets,
+    }
 
 
 def run_builtin(p: VethPair, rate: int, frame: int, duration: float, gen_extra: Sequence[str] = ()) -> dict[str, Any]:
@@ -60,16 +76,7 @@ def run_builtin(p: VethPair, rate: int, frame: int, duration: float, gen_extra: 
     g, s = b.parse_gen(gf.stdout), b.parse_sink(sf.stdout)
     return {
         "tool": "vrgen" + ("".join(f" {x}" for x in gen_extra)),
-        "rate_bps": rate,
-        "frame_bytes": frame,
-        "gen_pps": g.achieved_pps,
-        "gen_bps": g.achieved_bps,
-        "rate_error": g.rate_error,
-        "sent": g.packets,
-        "received": s.packets,
-        "delivered_pps": s.packets / ((g.end_ns - g.start_ns) / 1e9),
-        "lost": s.lost,
-        "not_received": g.packets - s.packets,
+        **_delivery(g, s, rate, frame),
         "socket_drops": s.socket_drops,
         "max_late_ms": g.raw.get("max_late_ns", 0) / 1e6,
         "late_events": len(g.raw.get("late_events", [])),
@@ -102,16 +109,7 @@ def run_iperf3(p: VethPair, rate: int, frame: int, duration: float) -> dict[str,
         "tool": "iperf3",
         "gen_cpu_s": cpu,
         "pps_per_cpu_s": g.packets / cpu if cpu else None,
-        "rate_bps": rate,
-        "frame_bytes": frame,
-        "gen_pps": g.achieved_pps,
-        "gen_bps": g.achieved_bps,
-        "rate_error": g.rate_error,
-        "sent": g.packets,
-        "received": s.packets,
-        "delivered_pps": s.packets / ((g.end_ns - g.start_ns) / 1e9),
-        "lost": s.lost,
-        "not_received": g.packets - s.packets,
+        **_delivery(g, s, rate, frame),
     }
 
 

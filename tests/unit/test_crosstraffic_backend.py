@@ -360,3 +360,86 @@ def test_parse_iperf3_rejects_other_output(iperf3):
         iperf3.parse_sink("")
     with pytest.raises(TrafficError, match="no results"):
         iperf3.parse_sink('{"start": {}, "intervals": [], "end": {}}')
+
+
+# -- helpers the backends share (crosstraffic.backend) --
+
+
+def test_short_decimal_drops_trailing_zeros():
+    from crosstraffic.backend import short_decimal
+
+    assert short_decimal(2.5, 6) == "2.5"
+    assert short_decimal(10.0, 6) == "10"
+    assert short_decimal(0.0, 3) == "0"
+    assert short_decimal(1.23456789, 3) == "1.235"
+    assert short_decimal(1e-7, 6) == "0"
+    assert short_decimal(1e-6, 6) == "0.000001"
+
+
+@pytest.mark.parametrize("cpu", [-1, True, 1.0, "1"])
+def test_check_cpu_refuses_non_cpu_numbers(cpu):
+    from crosstraffic.backend import check_cpu
+
+    with pytest.raises(TrafficError, match=r"must be a CPU number >= 0"):
+        check_cpu(cpu)
+
+
+def test_check_cpu_returns_the_cpu():
+    from crosstraffic.backend import check_cpu
+
+    assert check_cpu(0) == 0
+    assert check_cpu(3) == 3
+
+
+def test_recorded_request_needs_gen_argv():
+    from crosstraffic.backend import GenRequest, recorded_request
+
+    with pytest.raises(TrafficError, match=r"^tool: parse_gen needs the request of this instance's gen_argv\(\) call$"):
+        recorded_request(None, "tool")
+    r = GenRequest("198.18.2.10", 9000, 1_000_000, 1000, 2.0, 4)
+    assert recorded_request(r, "tool") is r
+
+
+def test_span_gen_result_rates_over_the_span():
+    from crosstraffic.backend import span_gen_result
+
+    raw = {"x": 1}
+    g = span_gen_result(
+        tool="t", family=4, dst="198.18.2.10", port=9000, frame_bytes=100, payload_bytes=54,
+        requested_bps=80_000, duration_s=2.0, start_ns=5_000_000_000, packets=200, span_s=2.0,
+        stopped_by="duration", raw=raw,
+    )  # fmt: skip
+    assert g.end_ns == 7_000_000_000
+    assert g.achieved_pps == 100.0
+    assert g.achieved_bps == 80_000.0
+    assert g.send_errors is None
+    assert g.stopped_by == "duration"
+    assert dict(g.raw) == raw
+    raw["x"] = 2
+    assert g.raw["x"] == 1  # a frozen copy
+    empty = span_gen_result(
+        tool="t", family=4, dst="198.18.2.10", port=9000, frame_bytes=100, payload_bytes=54,
+        requested_bps=0, duration_s=0.0, start_ns=0, packets=0, span_s=0.0, stopped_by=None, raw={},
+    )  # fmt: skip
+    assert (empty.end_ns, empty.achieved_pps, empty.achieved_bps) == (0, 0.0, 0.0)
+
+
+def test_count_sink_result_has_no_sequence_or_times():
+    from crosstraffic.backend import count_sink_result
+
+    s = count_sink_result(
+        tool="t", timestamps="none", packets=9, bytes=900, frame_bytes=146, lost=1, reordered=2, raw={"a": 1}
+    )
+    assert (s.packets, s.bytes, s.frame_bytes, s.lost, s.reordered) == (9, 900, 146, 1, 2)
+    assert (s.duplicates, s.first_seq, s.last_seq, s.first_ns, s.last_ns) == (None,) * 5
+    assert s.gaps is None and s.hist_ms is None and s.owd_ns is None
+    assert dict(s.raw) == {"a": 1}
+
+
+def test_validate_sink_returns_the_family(builtin):
+    assert builtin.validate_sink(9000, None, None, None) == 4
+    assert builtin.validate_sink(9000, "2001:db8::1", None, 0) == 6
+    with pytest.raises(TrafficError, match=r"port=0 is outside"):
+        builtin.validate_sink(0, None, None, None)
+    with pytest.raises(TrafficError, match=r"duration_s=-1 must be >= 0"):
+        builtin.validate_sink(9000, None, 6, -1)

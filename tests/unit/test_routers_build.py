@@ -128,6 +128,37 @@ def test_resolve_modules_detects_cycles(tmp_path):
         build.resolve_modules(moddir, ("a",))
 
 
+def test_install_modules_copies_and_lists_in_order(tmp_path):
+    moddir = tmp_path / "pool" / "lib" / "modules" / "6.1.0-test"
+    _fake_module(moddir / "kernel/drivers/virtio/virtio.ko", depends="")
+    _fake_module(moddir / "kernel/drivers/net/virtio_net.ko", depends="virtio")
+    order = [moddir / "kernel/drivers/virtio/virtio.ko", moddir / "kernel/drivers/net/virtio_net.ko"]
+    rootfs = build.Rootfs(tmp_path / "root")
+    lines = build.install_modules(rootfs, moddir, "6.1.0-test", order)
+    assert lines == ["kernel/drivers/virtio/virtio.ko", "kernel/drivers/net/virtio_net.ko"]
+    for rel, ko in zip(lines, order, strict=True):
+        assert rootfs.host(f"/lib/modules/6.1.0-test/{rel}").read_bytes() == ko.read_bytes()
+    assert rootfs.host("/etc/vrmig/modules").read_text() == "".join(f"{rel}\n" for rel in lines)
+    build.install_modules(rootfs, moddir, "6.1.0-test", [])
+    assert rootfs.host("/etc/vrmig/modules").read_text() == ""
+
+
+def test_single_kernel_finds_the_one_kernel(tmp_path):
+    (tmp_path / "lib/modules/6.1.0-test").mkdir(parents=True)
+    (tmp_path / "boot").mkdir()
+    (tmp_path / "boot/vmlinuz-6.1.0-test").write_bytes(b"k")
+    assert build.single_kernel(tmp_path, "linux-image-x") == ("6.1.0-test", tmp_path / "boot/vmlinuz-6.1.0-test")
+    (tmp_path / "lib/modules/6.1.0-other").mkdir()
+    with pytest.raises(BuildError) as e:
+        build.single_kernel(tmp_path, "linux-image-x")
+    assert str(e.value) == "linux-image-x: expected one kernel, found ['6.1.0-other', '6.1.0-test']"
+    with pytest.raises(BuildError) as e:
+        build.single_kernel(tmp_path, "linux-image-x", list_images=True)
+    assert str(e.value) == (
+        "linux-image-x: expected one kernel, found modules ['6.1.0-other', '6.1.0-test'] and ['vmlinuz-6.1.0-test']"
+    )
+
+
 # ------------------------------------------------------------------------------------ apt
 DEPENDS_OUT = """frr
   PreDepends: adduser
