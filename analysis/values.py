@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -12,3 +13,13 @@ def finite(x: Any) -> float | None:
     if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
         return None
     return float(x)
+
+
+def dig(obj: Any, *keys: str) -> Any:
+    """The value at ``keys`` in nested mappings (``dig(s, "downtime_s", "packets")`` is
+    ``s["downtime_s"]["packets"]``); None where a key is missing or a level is not a mapping."""
+    for k in keys:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(k)
+    return obj

@@ -249,6 +249,15 @@ def _sessions(logs: dict[str, list[LogEvent]], step: Callable[[str, LogEvent], S
     return Sessions(est, tuple(sorted(flaps, key=lambda f: f.down_ns)), end)
 
 
+def _transition(old: str, new: str, up_state: str, cause: str) -> Step:
+    """A session's state change from ``old`` to ``new``: ("up", None) when it enters
+    ``up_state``, ("down", ``cause``) when it leaves it, None for a change between two other
+    states (BFD: RFC 5880 6.2; OSPF: Full, RFC 2328 10.1)."""
+    if new == up_state:
+        return ("up", None)
+    return ("down", cause) if old == up_state else None
+
+
 def bgp_sessions(logs: dict[str, list[LogEvent]]) -> Sessions:
     """BGP: BIRD's session is up at "State changed to up", down at the first other state after
     it; the cause is the first of BIRD's lines that say why a session ended (``_CAUSES``).
@@ -306,9 +315,7 @@ def bfd_sessions(logs: dict[str, list[LogEvent]], router_addr: dict[str, str]) -
             expired = "expired" in e.message and router_addr[peer] in e.message
             return ("cause", "detection time expired") if expired else None
         old, new = m[2], m[3]
-        if new == "Up":
-            return ("up", None)
-        return ("down", f"remote state {new}") if old == "Up" else None
+        return _transition(old, new, "Up", f"remote state {new}")
 
     return _sessions(logs, step)
 
@@ -338,11 +345,7 @@ def _frr_bfd_step(e: LogEvent, router_addr: str) -> Step:
     if not m or m[1] != router_addr:
         return None
     old, new, reason = m[2], m[3], m[4]
-    if new == "up":
-        return ("up", None)
-    if old != "up":
-        return None
-    return ("down", _FRR_BFD_CAUSES.get(reason or "", reason or f"state {new}"))
+    return _transition(old, new, "up", _FRR_BFD_CAUSES.get(reason or "", reason or f"state {new}"))
 
 
 def ospf_sessions(logs: dict[str, list[LogEvent]]) -> Sessions:
@@ -364,9 +367,7 @@ def ospf_sessions(logs: dict[str, list[LogEvent]]) -> Sessions:
         if not m:
             return None
         old, new = m[3], m[4]
-        if new == "Full":
-            return ("up", None)
-        return ("down", f"neighbor state {new}") if old == "Full" else None
+        return _transition(old, new, "Full", f"neighbor state {new}")
 
     return _sessions(logs, step)
 
@@ -387,9 +388,7 @@ def _frr_ospf_step(e: LogEvent) -> Step:
     if not m:
         return None
     old, new, event = m[1], m[2], m[3]
-    if new == "Full":
-        return ("up", None)
-    return ("down", _FRR_OSPF_CAUSES.get(event, f"neighbor state {new}")) if old == "Full" else None
+    return _transition(old, new, "Full", _FRR_OSPF_CAUSES.get(event, f"neighbor state {new}"))
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import Any
 
 from analysis.metrics.anatomy import timeline_text
 from analysis.present import html as rh
+from analysis.values import dig
 from migrate.core.atomic import write_text
 from migrate.core.meta import REPO
 from migrate.core.rundir import META_JSON, MIGRATION_PNG, REPORT_HTML, SUMMARY_JSON, read_meta, read_summary
@@ -126,14 +127,6 @@ def guarded(out_dir: Path, write: Any, *args: Any) -> str | None:
 # -- one migration run -------------------------------------------------------------------------
 
 
-def _get(d: Any, *keys: str) -> Any:
-    for k in keys:
-        if not isinstance(d, Mapping):
-            return None
-        d = d.get(k)
-    return d
-
-
 def _num(value: float, scale: float, fmt: str) -> str:
     return format(value if scale == 1 else value * scale, fmt)
 
@@ -142,8 +135,8 @@ def figure_cells(s: Mapping[str, Any], path: str, scale: float, fmt: str, unit: 
     """(value, qualifier) of a headline figure of summary.json: ``"69.96 ms"``, a bound ``"≥ 12.30
     ms"``/``"≤ 1 MB/s"``, or ``"absent"``; the qualifier's sentence (why absent, what the bound
     means, what is incomplete), '' for a plain value."""
-    value = _get(s, *path.split("."))
-    qual = _get(s, "qualifiers", path)
+    value = dig(s, *path.split("."))
+    qual = dig(s, "qualifiers", path)
     qual = qual if isinstance(qual, Mapping) else {}
     why = str(qual.get("text") or ", ".join(qual.get("reasons") or []))
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -160,7 +153,7 @@ def figure_cells(s: Mapping[str, Any], path: str, scale: float, fmt: str, unit: 
 
 def _hv_names(s: Mapping[str, Any]) -> tuple[str, str]:
     """Who reported the hypervisor's figures, and the name of its volume figure."""
-    source = str(_get(s, "details", "hypervisor", "reply_source") or "")
+    source = str(dig(s, "details", "hypervisor", "reply_source") or "")
     if source.startswith("libvirt"):
         return "libvirt", "libvirt memory processed"
     if source == "criu":
@@ -275,7 +268,7 @@ def traffic_table(s: Mapping[str, Any]) -> rh.Table:
     for phase in ("before", "during", "after"):
         med, why = figure_cells(s, f"rtt_ms.{phase}.median", 1.0, ".2f", "ms")
         p99, _ = figure_cells(s, f"rtt_ms.{phase}.p99", 1.0, ".2f", "ms")
-        probes = _get(s, "rtt_ms", phase) or {}
+        probes = dig(s, "rtt_ms", phase) or {}
         sent = probes.get("sent")
         lost = f"{probes.get('lost', NA)} of {sent} probes lost" if sent is not None else ""
         rows.append(
@@ -324,7 +317,7 @@ def control_plane_table(s: Mapping[str, Any]) -> rh.Table | None:
 
 def notes_table(s: Mapping[str, Any]) -> rh.Table:
     """The analysis' notes (and the anatomy's); one row saying 'none' without any."""
-    notes = [*(_get(s, "details", "notes") or []), *(_get(s, "anatomy", "notes") or [])]
+    notes = [*(dig(s, "details", "notes") or []), *(dig(s, "anatomy", "notes") or [])]
     rows = [[str(n)] for n in notes] or [["none"]]
     return rh.Table("Notes of the analysis", ["note"], rows, None, id="notes")
 
@@ -373,7 +366,7 @@ def build_run_report(
         "failure": s.get("failure") or meta.get("failure"), "created (UTC)": meta.get("created_utc"),
         "finished (UTC)": meta.get("finished_utc"), "git commit": meta.get("git_commit"),
         "accelerator": meta.get("accel"), "recovery": meta.get("recovery"), "verify": meta.get("verify"),
-        "summary format": _get(s, "details", "summary_format_version"),
+        "summary format": dig(s, "details", "summary_format_version"),
     }  # fmt: skip
     return rh.Report(
         title=title,

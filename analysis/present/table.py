@@ -7,6 +7,7 @@ from typing import Any
 
 from analysis.metrics.anatomy import timeline_text
 from analysis.summary import Summary
+from analysis.values import dig
 
 NA = "–"
 
@@ -17,19 +18,11 @@ def _f(value: Any, fmt: str = ".3f", scale: float = 1.0) -> str:
     return format(value * scale if scale != 1.0 else value, fmt)
 
 
-def _d(d: Mapping[str, Any] | None, *keys: str) -> Any:
-    for k in keys:
-        if not isinstance(d, Mapping):
-            return None
-        d = d.get(k)
-    return d
-
-
 def _fig(s: Mapping[str, Any], path: str, fmt: str = ".3f", scale: float = 1.0) -> str:
     """A headline figure: its value, '>= bound (why)' or '<= bound (why)' when censored, '–, why' when absent; an
     incomplete value gets '(incomplete: why)'."""
-    value = _d(s, *path.split("."))
-    qual = _d(s, "qualifiers", path)
+    value = dig(s, *path.split("."))
+    qual = dig(s, "qualifiers", path)
     if value is not None:
         out = _f(value, fmt, scale)
         if isinstance(qual, Mapping) and qual.get("state") == "incomplete":
@@ -45,21 +38,21 @@ def _fig(s: Mapping[str, Any], path: str, fmt: str = ".3f", scale: float = 1.0) 
 
 
 def _rtt(s: Mapping[str, Any], phase: str) -> str:
-    p = _d(s, "rtt_ms", phase)
-    lost = f"lost {_f(_d(p, 'lost'), 'd')}"
-    if _d(p, "median") is None and isinstance(_d(s, "qualifiers", f"rtt_ms.{phase}.median"), Mapping):
-        return f"{phase} –/– ({_d(s, 'qualifiers', f'rtt_ms.{phase}.median', 'text')}; {lost})"
-    return f"{phase} {_f(_d(p, 'median'), '.2f')}/{_f(_d(p, 'p99'), '.2f')} ({lost})"
+    p = dig(s, "rtt_ms", phase)
+    lost = f"lost {_f(dig(p, 'lost'), 'd')}"
+    if dig(p, "median") is None and isinstance(dig(s, "qualifiers", f"rtt_ms.{phase}.median"), Mapping):
+        return f"{phase} –/– ({dig(s, 'qualifiers', f'rtt_ms.{phase}.median', 'text')}; {lost})"
+    return f"{phase} {_f(dig(p, 'median'), '.2f')}/{_f(dig(p, 'p99'), '.2f')} ({lost})"
 
 
 def _sent_lost(d: Mapping[str, Any] | None, ratio: bool = False) -> str:
-    out = f"{_f(_d(d, 'lost'), 'd')} of {_f(_d(d, 'sent'), 'd')}"
-    return f"{out} ({_f(_d(d, 'loss_ratio'), '.3f', 100)} %)" if ratio else out
+    out = f"{_f(dig(d, 'lost'), 'd')} of {_f(dig(d, 'sent'), 'd')}"
+    return f"{out} ({_f(dig(d, 'loss_ratio'), '.3f', 100)} %)" if ratio else out
 
 
 def _who(hv: Mapping[str, Any] | None) -> tuple[str, str]:
     """Name of the hypervisor's own figures and of its volume figure in the table."""
-    source = str(_d(hv, "reply_source") or "")
+    source = str(dig(hv, "reply_source") or "")
     if source.startswith("libvirt"):  # DRIVER=libvirt
         return "libvirt", "libvirt memory processed"
     if source == "criu":  # HV=criu: CRIU's own statistics (analysis.hypervisors.criu)
@@ -73,13 +66,13 @@ def _downtime_line(s: Mapping[str, Any], who: str) -> str:
     det = s.get("details") or {}
     dc, dp, stl = det.get("downtime_counters"), det.get("downtime_packets"), det.get("send_time_loss")
     counters = _fig(s, "downtime_s.counters")
-    if _d(s, "downtime_s", "counters") is not None:
-        counters += f" (±{_f(_d(dc, 'resolution_s'))})"
+    if dig(s, "downtime_s", "counters") is not None:
+        counters += f" (±{_f(dig(dc, 'resolution_s'))})"
     packets = _fig(s, "downtime_s.packets")
-    if _d(dp, "lower_s") is not None:
+    if dig(dp, "lower_s") is not None:
         # packets sent during the gap that never arrived (send stamps); else the sequence numbers around it
-        gap_loss = f"{_sent_lost(_d(stl, 'outage'))} sent in gap lost" if _d(stl, "outage") else None
-        packets += f" ({gap_loss or _f(_d(dp, 'lost_in_gap'), 'd') + ' lost in gap'})"
+        gap_loss = f"{_sent_lost(dig(stl, 'outage'))} sent in gap lost" if dig(stl, "outage") else None
+        packets += f" ({gap_loss or _f(dig(dp, 'lost_in_gap'), 'd') + ' lost in gap'})"
     return f"  downtime [s]     counters {counters}   packets {packets}   {who} {_fig(s, 'downtime_s.hypervisor')}"
 
 
@@ -104,7 +97,7 @@ def _instruments_line(s: Mapping[str, Any]) -> str:
     ins = s.get("instruments") or {}
     share = ins.get("core_share")
     if share is None:
-        why = _d(s, "qualifiers", "instruments.core_share", "text") or "not available"
+        why = dig(s, "qualifiers", "instruments.core_share", "text") or "not available"
         return f"  instruments      CPU –, {why}"
     cpu = ins.get("cpu_s") or {}
     parts = ", ".join(f"{k} {_f(v, '.2f')}" for k, v in cpu.items())
@@ -261,7 +254,7 @@ def format_table(summary: Summary | Mapping[str, Any]) -> str:
         head,
         _downtime_line(s, who),
         f"  duration [s]     link {_fig(s, 'duration_s.link')}   {who} {_fig(s, 'duration_s.hypervisor')}"
-        f"   migrate→end {_f(_d(hv, 'command_to_end_s'))}",
+        f"   migrate→end {_f(dig(hv, 'command_to_end_s'))}",
         f"  volume [MB]      link {_fig(s, 'volume_bytes.link', '.1f', 1e-6)}"
         f"   {who_volume} {_fig(s, 'volume_bytes.hypervisor', '.1f', 1e-6)}",
         "  RTT median/p99   " + "   ".join(_rtt(s, p) for p in ("before", "during", "after")) + " [ms]",
@@ -272,9 +265,9 @@ def format_table(summary: Summary | Mapping[str, Any]) -> str:
             f"  send-time loss   migration {_sent_lost(stl.get('migration'), True)}"
             f"   outside {_sent_lost(stl.get('outside'), True)}   excess {_f(stl.get('excess_lost'), '.0f')}"
         )
-    elif s.get("rate_bps") != 0 and isinstance(_d(s, "qualifiers", "cross_traffic.migration_lost_packets"), Mapping):
+    elif s.get("rate_bps") != 0 and isinstance(dig(s, "qualifiers", "cross_traffic.migration_lost_packets"), Mapping):
         lines.append(f"  send-time loss   {_fig(s, 'cross_traffic.migration_lost_packets', 'd')}")
-    if _d(hv, "stop_to_cont_s") is not None:
+    if dig(hv, "stop_to_cont_s") is not None:
         lines.insert(2, f"  guest paused [s] stop→cont {_f(hv['stop_to_cont_s'])} (orchestrator)")
     smp = det.get("sampler")
     if smp:
@@ -291,7 +284,7 @@ def format_table(summary: Summary | Mapping[str, Any]) -> str:
     lines += _anatomy_lines(s.get("anatomy"))
     lines += _postcopy_lines(det.get("postcopy"))
     lines += _control_plane_lines(s.get("control_plane"))
-    flags = sorted({*(_d(dc, "flags") or []), *(_d(dp, "flags") or [])})
+    flags = sorted({*(dig(dc, "flags") or []), *(dig(dp, "flags") or [])})
     if flags:
         lines.append(f"  flags            {', '.join(flags)}")
     lines += [f"  note: {n}" for n in det.get("notes") or []]

@@ -22,7 +22,7 @@ import numpy as np
 from analysis import qualify as q
 from analysis.metrics.anatomy import timeline_text
 from analysis.stats.inference import bootstrap_mean_interval, t_half_width, wilson_interval
-from analysis.values import finite
+from analysis.values import dig, finite
 from migrate.core.knobs import EFFECTIVE_COLUMNS, EFFECTIVE_KEYS, requested_text
 
 CONFIDENCE = 0.95
@@ -31,14 +31,6 @@ DONE_STATUSES = ("completed", "failed")  # outcomes that are data; 'interrupted'
 FAILURE_CLASSES = ("setup", "migration", "post-migration", "interrupted")
 #: failed runs of these classes are failed migration attempts; 'setup' and 'interrupted' are not attempts
 ATTEMPT_CLASSES = ("migration", "post-migration")
-
-
-def _d(obj: Any, *keys: str) -> Any:
-    for k in keys:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(k)
-    return obj
 
 
 def _diff(a: Any, b: Any) -> float | None:
@@ -68,7 +60,7 @@ class Metric:
 
 def _mark_s(summary: Mapping[str, Any], key: str) -> float | None:
     """The time of anatomy mark ``key`` from the migration start (None when absent or a bound)."""
-    marks = _d(summary, "anatomy", "marks")
+    marks = dig(summary, "anatomy", "marks")
     for m in marks if isinstance(marks, list) else ():
         if isinstance(m, Mapping) and m.get("key") == key and m.get("bound") is None:
             return finite(m.get("t_s"))
@@ -76,7 +68,7 @@ def _mark_s(summary: Mapping[str, Any], key: str) -> float | None:
 
 
 def _path(path: str) -> Callable[[Mapping[str, Any]], float | None]:
-    return lambda s: finite(_d(s, *path.split(".")))
+    return lambda s: finite(dig(s, *path.split(".")))
 
 
 def _m(name: str, unit: str, label: str, path: str, definition: str, censorable: bool = False) -> Metric:
@@ -103,18 +95,18 @@ METRICS: tuple[Metric, ...] = (
     _m("rtt_during_median_ms", "ms", "RTT during", "rtt_ms.during.median",
        "median RTT of the probes sent during the migration window"),
     Metric("rtt_increase_median_ms", "ms", "RTT increase (median)",
-           lambda s: _diff(_d(s, "rtt_ms", "during", "median"), _d(s, "rtt_ms", "before", "median")),
+           lambda s: _diff(dig(s, "rtt_ms", "during", "median"), dig(s, "rtt_ms", "before", "median")),
            "RTT increase = median RTT during the window − median RTT before it, per run",
            ("rtt_ms.during.median", "rtt_ms.before.median")),
     Metric("rtt_increase_p99_ms", "ms", "RTT increase (p99)",
-           lambda s: _diff(_d(s, "rtt_ms", "during", "p99"), _d(s, "rtt_ms", "before", "p99")),
+           lambda s: _diff(dig(s, "rtt_ms", "during", "p99"), dig(s, "rtt_ms", "before", "p99")),
            "p99 RTT during the window − p99 RTT before it, per run", ("rtt_ms.during.p99", "rtt_ms.before.p99")),
     _m("offered_bps", "bit/s", "offered", "cross_traffic.offered_bps",
        "cross_traffic.offered_bps (generator's achieved rate, Ethernet frame bits)"),
     _m("forwarded_bps", "bit/s", "forwarded", "cross_traffic.forwarded_bps",
        "cross_traffic.forwarded_bps (received at B, Ethernet frame bits over the receive span)"),
     Metric("forwarded_ratio", "1", "forwarded / offered",
-           lambda s: _ratio(_d(s, "cross_traffic", "forwarded_bps"), _d(s, "cross_traffic", "offered_bps")),
+           lambda s: _ratio(dig(s, "cross_traffic", "forwarded_bps"), dig(s, "cross_traffic", "offered_bps")),
            "forwarded_bps / offered_bps of each run", ("cross_traffic.forwarded_bps", "cross_traffic.offered_bps")),
     _m("loss_ratio", "1", "loss ratio", "cross_traffic.loss_ratio",
        "cross_traffic.loss_ratio = lost / sent: packets the generator sent (send errors excluded) that "
@@ -228,7 +220,7 @@ def run_record(summary: Mapping[str, Any], meta: Mapping[str, Any], **extra: Any
         "status": status,
         "failure": meta.get("failure") or summary.get("failure"),
         "failure_class": fclass if isinstance(fclass, str) else None,
-        "migration_attempted": _d(summary, "details", "window") is not None,
+        "migration_attempted": dig(summary, "details", "window") is not None,
         "hv": scenario.get("hv", summary.get("hv")),
         "mode": scenario.get("mode", summary.get("mode")),
         "accel": meta.get("accel") or summary.get("accel"),
@@ -314,8 +306,8 @@ def describe_metric(records: Sequence[Mapping[str, Any]], name: str, confidence:
     """``describe`` of metric ``name`` over ``records``, with the censored, absent and incomplete counts
     (a censored value is None in its record, so it never enters the mean)."""
     st = describe((r.get(name) for r in records), confidence)
-    quals = [_d(r, "quals", name) for r in records]
-    lowers = [finite(_d(qu, "lower")) for qu in quals if _d(qu, "state") == q.CENSORED]
+    quals = [dig(r, "quals", name) for r in records]
+    lowers = [finite(dig(qu, "lower")) for qu in quals if dig(qu, "state") == q.CENSORED]
     n_censored = len(lowers)
     values = [finite(r.get(name)) for r in records]
     bounds = [b for b in lowers if b is not None]
@@ -325,7 +317,7 @@ def describe_metric(records: Sequence[Mapping[str, Any]], name: str, confidence:
         lower_max=max(bounds) if bounds else None,
         n_absent=sum(1 for v in values if v is None) - n_censored,
         n_incomplete=sum(
-            1 for v, qu in zip(values, quals, strict=True) if v is not None and _d(qu, "state") == q.INCOMPLETE
+            1 for v, qu in zip(values, quals, strict=True) if v is not None and dig(qu, "state") == q.INCOMPLETE
         ),
     )
 

@@ -14,13 +14,12 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
+
+from tests.bench.sides import run_migrate
 
 #: the matrix both sides run, after --hv (GEN_CHECK=0 on both: the lab's generator is A's, which the
 #: check does not measure)
@@ -30,15 +29,8 @@ FIGURES = ("forwarded_bps", "loss_ratio", "rtt_median_ms", "owd_median_ms", "owd
 
 
 def one_baseline(where: str, testbed: str, out: Path, i: int, matrix: list[str]) -> dict[str, Any]:
-    argv = [sys.executable, "-m", "migrate", "baseline", *matrix, "--results", str(out / where / str(i))]
-    if where == "lab":
-        argv += ["--testbed", testbed]
-    t0 = time.monotonic()
-    res = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "VRMIG_PROGRESS": "0"}, check=False)
-    lines = res.stdout.strip().splitlines()
-    run: dict[str, Any] = {"where": where, "round": i, "wall_s": round(time.monotonic() - t0, 1), "rc": res.returncode}
-    run_dir = Path(lines[-1]) if lines else None
-    run["run_dir"] = str(run_dir)
+    res, wall_s, run_dir = run_migrate(where, testbed, ["baseline", *matrix, "--results", str(out / where / str(i))])
+    run: dict[str, Any] = {"where": where, "round": i, "wall_s": wall_s, "rc": res.returncode, "run_dir": str(run_dir)}
     try:
         assert run_dir is not None
         run["status"] = json.loads((run_dir / "meta.json").read_text())["status"]

@@ -12,25 +12,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
+from tests.bench.sides import run_migrate
+
 
 def one_run(where: str, testbed: str, out: Path, i: int) -> dict[str, Any]:
-    argv = [sys.executable, "-m", "migrate", "run", "--hv", "kvm", "--peering", "bgp,bfd", "--rate", "1M",
-            "--duration", "12", "--migrate-at", "5", "--results", str(out / where)]  # fmt: skip
-    if where == "lab":
-        argv += ["--testbed", testbed]
-    t0 = time.monotonic()
-    res = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "VRMIG_PROGRESS": "0"}, check=False)
-    lines = res.stdout.strip().splitlines()
-    row: dict[str, Any] = {"where": where, "i": i, "wall_s": round(time.monotonic() - t0, 1), "rc": res.returncode}
-    run_dir = Path(lines[-1]) if lines else None
-    row["run_dir"] = str(run_dir)
+    args = ["run", "--hv", "kvm", "--peering", "bgp,bfd", "--rate", "1M", "--duration", "12", "--migrate-at", "5",
+            "--results", str(out / where)]  # fmt: skip
+    res, wall_s, run_dir = run_migrate(where, testbed, args)
+    row: dict[str, Any] = {"where": where, "i": i, "wall_s": wall_s, "rc": res.returncode, "run_dir": str(run_dir)}
     try:
         assert run_dir is not None
         meta = json.loads((run_dir / "meta.json").read_text())

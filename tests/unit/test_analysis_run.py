@@ -1,13 +1,17 @@
 """analyse_run / analyse_and_write / python -m analysis on complete SYNTHETIC run directories."""
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from analysis.__main__ import main
 from analysis.present.table import format_table
 from analysis.run import analyse_and_write, analyse_run
-from tests.fixtures.analysis.synthetic import MS, write_run
+from tests.fixtures.analysis.synthetic import MS, SyntheticRun, write_run
 
 SCHEMA = {
     "status",
@@ -29,6 +33,22 @@ SCHEMA = {
     "dirty_rate",
     "details",
 }
+
+
+@contextmanager
+def _rewritten(path: Path) -> Iterator[dict[str, Any]]:
+    """The JSON record in ``path`` to edit in the ``with`` block; written back when it ends."""
+    record = json.loads(path.read_text())
+    yield record
+    path.write_text(json.dumps(record))
+
+
+def _rate_zero_run(tmp_path: Path) -> SyntheticRun:
+    """The SYNTHETIC pre-copy run with its scenario's cross-traffic rate set to 0."""
+    run = write_run(tmp_path, "precopy")
+    with _rewritten(run.run_dir / "meta.json") as meta:
+        meta["scenario"]["rate_bps"] = 0
+    return run
 
 
 def test_precopy_run_metrics(tmp_path):
@@ -147,9 +167,8 @@ def test_empty_directory_never_crashes(tmp_path):
 
 def test_failed_run_keeps_the_orchestrator_failure(tmp_path):
     run = write_run(tmp_path, "precopy")
-    meta = json.loads((run.run_dir / "meta.json").read_text())
-    meta.update(status="failed", failure="migration did not complete within 120 s")
-    (run.run_dir / "meta.json").write_text(json.dumps(meta))
+    with _rewritten(run.run_dir / "meta.json") as meta:
+        meta.update(status="failed", failure="migration did not complete within 120 s")
     s = analyse_run(run.run_dir).to_dict()
     assert (s["status"], s["failure"]) == ("failed", "migration did not complete within 120 s")
     assert s["details"]["run_status"] == "failed"
@@ -168,10 +187,7 @@ def test_report_table_and_module_entry_point(tmp_path, capsys):
 
 
 def test_rate_zero_and_no_migrate_action(tmp_path):
-    run = write_run(tmp_path, "precopy")
-    meta = json.loads((run.run_dir / "meta.json").read_text())
-    meta["scenario"]["rate_bps"] = 0
-    (run.run_dir / "meta.json").write_text(json.dumps(meta))
+    run = _rate_zero_run(tmp_path)
     s = analyse_run(run.run_dir).to_dict()
     assert s["downtime_s"]["counters"] is None and s["downtime_s"]["packets"] is None
     assert s["duration_s"]["link"] == pytest.approx(4.0)
@@ -222,9 +238,8 @@ def test_traffic_that_never_came_back_is_a_lower_bound(tmp_path):
 
 def test_send_time_loss_reason_when_a_histogram_overflowed(tmp_path):
     run = write_run(tmp_path, "precopy")
-    gen = json.loads((run.run_dir / "gen.json").read_text())
-    gen["sent_hist_dropped"] = 12
-    (run.run_dir / "gen.json").write_text(json.dumps(gen))
+    with _rewritten(run.run_dir / "gen.json") as gen:
+        gen["sent_hist_dropped"] = 12
     s = analyse_run(run.run_dir).to_dict()
     assert s["cross_traffic"]["migration_lost_packets"] is None
     q = s["qualifiers"]["cross_traffic.migration_lost_packets"]
@@ -236,9 +251,8 @@ def test_send_time_loss_reason_when_a_histogram_overflowed(tmp_path):
 
 def test_sink_gaps_dropped_make_the_packet_downtime_a_bound(tmp_path):
     run = write_run(tmp_path, "precopy")
-    sink = json.loads((run.run_dir / "sink.json").read_text())
-    sink["gaps"], sink["gaps_dropped"] = sink["gaps"][:1], 1  # the list was full after the +1.5 s gap
-    (run.run_dir / "sink.json").write_text(json.dumps(sink))
+    with _rewritten(run.run_dir / "sink.json") as sink:
+        sink["gaps"], sink["gaps_dropped"] = sink["gaps"][:1], 1  # the list was full after the +1.5 s gap
     s = analyse_run(run.run_dir).to_dict()
     assert s["downtime_s"]["packets"] is None
     assert s["qualifiers"]["downtime_s.packets"]["reasons"] == ["gaps_dropped"]
@@ -248,9 +262,8 @@ def test_sink_gaps_dropped_make_the_packet_downtime_a_bound(tmp_path):
 
 def test_sink_socket_drops_mark_the_sink_figures_incomplete(tmp_path):
     run = write_run(tmp_path, "stopcopy")
-    sink = json.loads((run.run_dir / "sink.json").read_text())
-    sink["socket_drops"] = 9
-    (run.run_dir / "sink.json").write_text(json.dumps(sink))
+    with _rewritten(run.run_dir / "sink.json") as sink:
+        sink["socket_drops"] = 9
     s = analyse_run(run.run_dir).to_dict()
     ct = s["cross_traffic"]
     assert ct["sink_socket_drops"] == 9 and ct["lost_packets"] == run.expect["total_lost"] - 9
@@ -264,9 +277,8 @@ def test_sink_socket_drops_mark_the_sink_figures_incomplete(tmp_path):
 def test_send_errors_are_shown_apart_and_not_counted_as_lost(tmp_path):
     """SYNTHETIC: vrgen skipped 40 sequence numbers on send errors, which the sink saw as lost."""
     run = write_run(tmp_path, "precopy")
-    gen = json.loads((run.run_dir / "gen.json").read_text())
-    gen["send_errors"], gen["packets"] = 40, gen["packets"] - 40  # 40 of the sink's missing numbers were never sent
-    (run.run_dir / "gen.json").write_text(json.dumps(gen))
+    with _rewritten(run.run_dir / "gen.json") as gen:
+        gen["send_errors"], gen["packets"] = 40, gen["packets"] - 40  # 40 of the sink's missing numbers were never sent
     s = analyse_run(run.run_dir).to_dict()
     ct = s["cross_traffic"]
     assert ct["gen_send_errors"] == 40
@@ -277,10 +289,9 @@ def test_send_errors_are_shown_apart_and_not_counted_as_lost(tmp_path):
 
 def test_failure_class_and_instruments_from_meta(tmp_path):
     run = write_run(tmp_path, "precopy")
-    meta = json.loads((run.run_dir / "meta.json").read_text())
-    meta.update(status="failed", failure="SYNTHETIC: guest panicked on R2", failure_class="post-migration")
-    meta["instruments_cpu_s"] = {"gen": 1.5, "sink": 0.6, "sampler": 0.2, "prober": None}
-    (run.run_dir / "meta.json").write_text(json.dumps(meta))
+    with _rewritten(run.run_dir / "meta.json") as meta:
+        meta.update(status="failed", failure="SYNTHETIC: guest panicked on R2", failure_class="post-migration")
+        meta["instruments_cpu_s"] = {"gen": 1.5, "sink": 0.6, "sampler": 0.2, "prober": None}
     s = analyse_run(run.run_dir).to_dict()
     assert s["failure_class"] == "post-migration"
     ins = s["instruments"]
@@ -292,8 +303,8 @@ def test_failure_class_and_instruments_from_meta(tmp_path):
     table = format_table(s)
     assert table.splitlines()[0].endswith("failed [post-migration] (SYNTHETIC: guest panicked on R2)")
     assert "instruments      CPU 2.30 s = 20.9 % of a core over 11.0 s (gen.json span;" in table
-    meta["instruments_wall_s"] = 23.0
-    (run.run_dir / "meta.json").write_text(json.dumps(meta))
+    with _rewritten(run.run_dir / "meta.json") as meta:
+        meta["instruments_wall_s"] = 23.0
     ins = analyse_run(run.run_dir).to_dict()["instruments"]
     assert (ins["wall_source"], ins["core_share"]) == ("meta", pytest.approx(2.3 / 23.0))
 
@@ -307,10 +318,7 @@ def test_instruments_cpu_absent_is_null_with_a_reason(tmp_path):
 
 
 def test_rate_zero_reasons(tmp_path):
-    run = write_run(tmp_path, "precopy")
-    meta = json.loads((run.run_dir / "meta.json").read_text())
-    meta["scenario"]["rate_bps"] = 0
-    (run.run_dir / "meta.json").write_text(json.dumps(meta))
+    run = _rate_zero_run(tmp_path)
     s = analyse_run(run.run_dir).to_dict()
     for path in ("downtime_s.counters", "downtime_s.packets", "cross_traffic.loss_ratio"):
         assert s["qualifiers"][path]["reasons"] == ["no_cross_traffic"], path
@@ -344,9 +352,8 @@ def test_postcopy_asked_but_never_entered_says_so(tmp_path):
     """SYNTHETIC pre-copy run marked POSTCOPY=1: without a postcopy-active status the summary
     says the run was not a post-copy run; with one (a src MIGRATION event) it says nothing."""
     run = write_run(tmp_path, "precopy")
-    meta = json.loads((run.run_dir / "meta.json").read_text())
-    meta["scenario"]["postcopy"] = True
-    (run.run_dir / "meta.json").write_text(json.dumps(meta))
+    with _rewritten(run.run_dir / "meta.json") as meta:
+        meta["scenario"]["postcopy"] = True
     s = analyse_run(run.run_dir).to_dict()
     post = s["details"]["postcopy"]
     assert {k: post[k] for k in ("requested", "entered", "postcopy_bytes")} == {

@@ -192,16 +192,15 @@ def _config_bytes(config: str) -> list[str]:
     return [x.strip() for x in config.strip("{} ").split(",")]
 
 
+def _a_to_b_config(frame_bytes: int, ipv6: bool = False, counter: bool = True) -> str:
+    """packet_config of a frame from A (port 9001) to B (port 9000) on segment 120, IPv4 or IPv6."""
+    src_ip, dst_ip = ("2001:2:0:120::1", "2001:2:0:120::2") if ipv6 else ("198.18.120.1", "198.18.120.2")
+    return packet_config(src_mac=A_MAC, dst_mac=B_MAC, src_ip=src_ip, dst_ip=dst_ip, src_port=9001, dst_port=9000,
+                         frame_bytes=frame_bytes, counter=counter)  # fmt: skip
+
+
 def test_trafgen_ipv4_config_is_a_64_byte_frame():
-    c = packet_config(
-        src_mac=A_MAC,
-        dst_mac=B_MAC,
-        src_ip="198.18.120.1",
-        dst_ip="198.18.120.2",
-        src_port=9001,
-        dst_port=9000,
-        frame_bytes=64,
-    )
+    c = _a_to_b_config(64)
     parts = _config_bytes(c)
     assert parts[:12] == [
         "0x02",
@@ -224,41 +223,16 @@ def test_trafgen_ipv4_config_is_a_64_byte_frame():
 
 def test_trafgen_frame_length_adds_up():
     for frame in (64, 128, 1500, 1518):
-        c = packet_config(
-            src_mac=A_MAC,
-            dst_mac=B_MAC,
-            src_ip="198.18.120.1",
-            dst_ip="198.18.120.2",
-            src_port=9001,
-            dst_port=9000,
-            frame_bytes=frame,
-        )
+        c = _a_to_b_config(frame)
         fill = int(re.search(r"fill\(0, (\d+)\)", c).group(1)) if "fill" in c else 0
         # 6+6 MACs, 2 ethertype, 20 IPv4, 8 UDP, 8 counter bytes, fill = frame without FCS
         assert 14 + 20 + 8 + 8 + fill == frame - 4
-    c6 = packet_config(
-        src_mac=A_MAC,
-        dst_mac=B_MAC,
-        src_ip="2001:2:0:120::1",
-        dst_ip="2001:2:0:120::2",
-        src_port=9001,
-        dst_port=9000,
-        frame_bytes=128,
-    )
+    c6 = _a_to_b_config(128, ipv6=True)
     assert "c16(0x86dd)" in c6 and "csumudp6(14, 54)" in c6 and "fill(0, 54)" in c6  # 128-66-8
 
 
 def test_trafgen_static_config_has_no_counter():
-    c = packet_config(
-        src_mac=A_MAC,
-        dst_mac=B_MAC,
-        src_ip="198.18.120.1",
-        dst_ip="198.18.120.2",
-        src_port=9001,
-        dst_port=9000,
-        frame_bytes=64,
-        counter=False,
-    )
+    c = _a_to_b_config(64, counter=False)
     assert "dinc" not in c and c.endswith("fill(0, 18) }")
 
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,13 @@ from migrate.drivers.xen.dom0 import AgentDom0, Dom0Error, StreamLog
 AGENT = Path(__file__).resolve().parents[2] / "routers" / "xenfs" / "vrmig-agent"
 
 
-def _fake_agent(ctl_path, log_path, replies):
-    """Serve one connection per socket: answer each request with the scripted reply."""
+def _serve_agent(
+    ctl_path: Path, log_path: Path, answer: Callable[[str, list[str], socket.socket], tuple[int, str]], noise: str = ""
+) -> None:
+    """Listen on the agent's command and log sockets and serve one connection on each in a thread,
+    as routers/xenfs/vrmig-agent does: each request line ``<id> <kind> <args...>`` gets
+    ``answer(kind, args, log socket)`` -> (status, output), which may stream to the log socket
+    first, framed as ``VRMIG-RC <id> <status> <base64 output>`` after ``noise``."""
     ctl = socket.socket(socket.AF_UNIX)
     ctl.bind(str(ctl_path))
     ctl.listen(1)
@@ -26,19 +32,29 @@ def _fake_agent(ctl_path, log_path, replies):
     logs.bind(str(log_path))
     logs.listen(1)
 
-    def serve():
+    def serve() -> None:
         c, _ = ctl.accept()
         lg, _ = logs.accept()
         f = c.makefile("rwb")
         for line in f:
             rid, kind, *rest = line.decode().split()
-            rc, out, streamed = replies(kind, rest)
-            for s in streamed:
-                lg.sendall(s.encode())
-            f.write(f"noise before the reply\nVRMIG-RC {rid} {rc} {base64.b64encode(out.encode()).decode()}\n".encode())
+            rc, out = answer(kind, rest, lg)
+            f.write(f"{noise}VRMIG-RC {rid} {rc} {base64.b64encode(out.encode()).decode()}\n".encode())
             f.flush()
 
     threading.Thread(target=serve, daemon=True).start()
+
+
+def _fake_agent(ctl_path, log_path, replies):
+    """Serve one connection per socket: answer each request with the scripted reply."""
+
+    def answer(kind, rest, lg):
+        rc, out, streamed = replies(kind, rest)
+        for s in streamed:
+            lg.sendall(s.encode())
+        return rc, out
+
+    _serve_agent(ctl_path, log_path, answer, noise="noise before the reply\n")
 
 
 def test_run_and_stream(tmp_path):
@@ -114,36 +130,21 @@ def _script_agent(sock_dir, host_env, cwd):
     """A stand-in dom0 agent on two UNIX sockets that, like routers/xenfs/vrmig-agent, runs every
     request's script with sh (here with stand-in xl/socat/ss/tail first in PATH)."""
     ctl_path, log_path = sock_dir / "ctl", sock_dir / "log"
-    ctl = socket.socket(socket.AF_UNIX)
-    ctl.bind(str(ctl_path))
-    ctl.listen(1)
-    logs = socket.socket(socket.AF_UNIX)
-    logs.bind(str(log_path))
-    logs.listen(1)
 
     def sh(script):
         return subprocess.run(["sh", "-c", script], env=host_env, cwd=cwd, capture_output=True, timeout=20)
 
-    def serve():
-        c, _ = ctl.accept()
-        lg, _ = logs.accept()
-        f = c.makefile("rwb")
-        for line in f:
-            rid, kind, *rest = line.decode().split()
-            script = base64.b64decode(rest[-1]).decode()
-            if kind == "run":
-                res = sh(script)
-                rc, out = res.returncode, (res.stdout + res.stderr).decode()
-            else:
-                tag = rest[0]
-                res = sh(script)
-                text = "".join(f"{tag} {ln}\n" for ln in (res.stdout + res.stderr).decode().splitlines())
-                lg.sendall(f"{text}{tag} VRMIG-EXIT {res.returncode}\n".encode())
-                rc, out = 0, "started\n"
-            f.write(f"VRMIG-RC {rid} {rc} {base64.b64encode(out.encode()).decode()}\n".encode())
-            f.flush()
+    def answer(kind, rest, lg):
+        script = base64.b64decode(rest[-1]).decode()
+        res = sh(script)
+        if kind == "run":
+            return res.returncode, (res.stdout + res.stderr).decode()
+        tag = rest[0]
+        text = "".join(f"{tag} {ln}\n" for ln in (res.stdout + res.stderr).decode().splitlines())
+        lg.sendall(f"{text}{tag} VRMIG-EXIT {res.returncode}\n".encode())
+        return 0, "started\n"
 
-    threading.Thread(target=serve, daemon=True).start()
+    _serve_agent(ctl_path, log_path, answer)
     return ctl_path, log_path
 
 
