@@ -158,6 +158,20 @@ class _Jsonl:
             self._fh.close()
 
 
+def lab_daemons(tb: Any, facts: dict[str, Any], registry: Any, run_dir: Path) -> dict[str, Any]:
+    """The libvirtds of R1 and R2 on a lab: the run's own, of the release hosts-setup deployed
+    (``LIBVIRT=<release>``: facts ``stack.libvirt.deployed``), else the hosts' own."""
+    specs = {h: tb.inventory.host(h) for h in topo.HYPERVISOR_HOSTS}
+    record = (facts.get("stack") or {}).get("libvirt") or {}
+    if not record.get("deployed"):
+        return {h: LabLibvirtd(h, s.libvirt_uri or "", s.libvirt_peer_uri, registry) for h, s in specs.items()}
+    build = LibvirtBuild.from_meta(record)
+    mig = {h: str(ipaddress.ip_interface(s.migration_ipv4 or "").ip) for h, s in specs.items()}
+    return {
+        h: LabRunLibvirtd(h, tb, build, mig[h], s.libvirt_peer_uri or "", registry, run_dir) for h, s in specs.items()
+    }
+
+
 class LibvirtDriver(Driver):
     """Live migration through libvirt, peer-to-peer between two libvirtds."""
 
@@ -171,21 +185,8 @@ class LibvirtDriver(Driver):
         self.domain = f"vrmig-{ctx.testbed.prefix}"
         tb = ctx.testbed
         self.daemons: dict[str, Any]
-        deployed = ((facts.get("stack") or {}).get("libvirt") or {}).get("deployed")
-        if tb.remote and deployed:  # LIBVIRT= a release hosts-setup deployed: the run's own daemons there
-            build = LibvirtBuild.from_meta(facts["stack"]["libvirt"])
-            specs = {h: tb.inventory.host(h) for h in topo.HYPERVISOR_HOSTS}
-            mig = {h: str(ipaddress.ip_interface(specs[h].migration_ipv4 or "").ip) for h in specs}
-            self.daemons = {
-                h: LabRunLibvirtd(h, tb, build, mig[h], specs[h].libvirt_peer_uri or "", ctx.registry, ctx.run_dir)
-                for h in topo.HYPERVISOR_HOSTS
-            }
-        elif tb.remote:  # the hosts' own libvirtd
-            specs = {h: tb.inventory.host(h) for h in topo.HYPERVISOR_HOSTS}
-            self.daemons = {
-                h: LabLibvirtd(h, specs[h].libvirt_uri or "", specs[h].libvirt_peer_uri, ctx.registry)
-                for h in topo.HYPERVISOR_HOSTS
-            }
+        if tb.remote:
+            self.daemons = lab_daemons(tb, facts, ctx.registry, ctx.run_dir)
         else:
             build = libvirt_build(libvirt_spec(ctx.scenario))
             self.daemons = {
