@@ -546,12 +546,17 @@ def compare_stacks(rows: list[HostRow], testbed_arg: str) -> list[Problem]:
                                f"TESTBED={testbed_arg}; until then runs there need QEMU=system"))  # fmt: skip
             continue
         seen[r.role] = st["version"]
-    if len(set(seen.values())) > 1:
-        text = "; ".join(f"{role}: {v}" for role, v in seen.items())
-        msg = f"QEMU {DEFAULT_QEMU} differs between the hypervisor hosts ({text}): "
-        msg += f"run make hosts-setup TESTBED={testbed_arg}"
-        out.append(Problem(next(iter(seen)), ERROR, msg))
-    return out
+    return out + _differs(f"QEMU {DEFAULT_QEMU}", seen, testbed_arg)
+
+
+def _differs(what: str, seen: dict[str, str], testbed_arg: str) -> list[Problem]:
+    """An error when the hypervisor hosts of ``seen`` (role -> version) hold different builds
+    of ``what``, named on the first of them; none when they agree."""
+    if len(set(seen.values())) <= 1:
+        return []
+    text = "; ".join(f"{role}: {v}" for role, v in seen.items())
+    msg = f"{what} differs between the hypervisor hosts ({text}): run make hosts-setup TESTBED={testbed_arg}"
+    return [Problem(next(iter(seen)), ERROR, msg)]
 
 
 def compare_libvirt_releases(rows: list[HostRow], testbed_arg: str) -> list[Problem]:
@@ -570,10 +575,7 @@ def compare_libvirt_releases(rows: list[HostRow], testbed_arg: str) -> list[Prob
                                    f"and R2: run make hosts-setup TESTBED={testbed_arg}"))  # fmt: skip
                 continue
             seen[r.role] = str(st["version"]).rsplit(" ", 1)[-1]
-        if len(set(seen.values())) > 1:
-            text = "; ".join(f"{role}: {v}" for role, v in seen.items())
-            msg = f"libvirt {spec} differs between the hypervisor hosts ({text}): "
-            out.append(Problem(next(iter(seen)), ERROR, msg + f"run make hosts-setup TESTBED={testbed_arg}"))
+        out += _differs(f"libvirt {spec}", seen, testbed_arg)
     return out
 
 

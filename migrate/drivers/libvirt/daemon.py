@@ -28,7 +28,6 @@ from migrate.core.errors import DependencyError
 from migrate.core.procs import Proc
 from migrate.core.registry import Registry
 from migrate.core.stack import LibvirtBuild
-from migrate.testbed.pki import LIBVIRT_PKI_DIR
 
 log = logging.getLogger(__name__)
 
@@ -468,6 +467,7 @@ class LabRunLibvirtd:
         once it answers through the forwarded socket; DependencyError quoting its log if it exits
         or never answers."""
         from migrate.core.procs import ProcessError
+        from migrate.testbed.pki import LIBVIRT_PKI_DIR  # (pki needs cryptography: only a lab run loads it)
 
         subs = [f"{self.base}/{sub}" for sub, _ in (*MOUNTS, ("sock", ""))]
         res = self.tb.run(self.host, ["mkdir", "-m", "0700", "-p", *subs])
