@@ -8,7 +8,6 @@ after it were answered), seen live and in the instruments' records (docs/data-fo
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
@@ -430,13 +429,7 @@ def sender_offsets(tb: Any) -> dict[str, int]:
     hosts that stamp what the forwarding proof counts: A (vrgen's send stamps) and C (irtt's send
     times); {} on the embedded testbed (one clock).  The completion time is on the orchestrator's
     clock; the proof compares it with those stamps on their hosts' clocks."""
-    if not tb.remote:
-        return {}
-    out = {}
-    for role in (GEN_ROLE, IRTT_ROLE):
-        with contextlib.suppress(ValueError):  # not measured: compared as if on one clock
-            out[role] = int(tb.offset_ns(role)[0])
-    return out
+    return tb.clock_offsets((GEN_ROLE, IRTT_ROLE))
 
 
 def observe_forwarding(

@@ -7,7 +7,7 @@ import logging
 import secrets
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -202,6 +202,11 @@ class Testbed:
         """(offset, uncertainty) in ns of ``role``'s clock against this machine's: every role
         reads this machine's CLOCK_REALTIME, so (0, 0)."""
         return 0, 0
+
+    def clock_offsets(self, roles: Sequence[str]) -> dict[str, int]:
+        """The offsets to apply where stamps of ``roles`` meet this machine's: none, as every
+        role reads one clock."""
+        return {}
 
     def rx_packets(self, role: str, ifname: str) -> int:
         """Kernel rx packet counter of one interface of ``role``."""

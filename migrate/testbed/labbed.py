@@ -11,6 +11,7 @@ per-host counter files are merged onto the orchestrator's clock with them
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -19,7 +20,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
@@ -523,6 +524,15 @@ class LabBed(Testbed):
         offs = [int(m["offset_ns"]) for m in ms]
         unc = max(int(m["uncertainty_ns"]) for m in ms) + (max(offs) - min(offs)) // 2
         return sum(offs) // len(offs), unc
+
+    def clock_offsets(self, roles: Sequence[str]) -> dict[str, int]:
+        """The measured offsets (ns, host minus orchestrator) of ``roles``; a role whose clock
+        was not measured is left out, and its stamps are compared as if on one clock."""
+        out = {}
+        for role in roles:
+            with contextlib.suppress(ValueError):
+                out[role] = int(self.offset_ns(role)[0])
+        return out
 
     def collect(self, run_dir: Path) -> dict[str, Any]:
         """Fetch what the helpers wrote on the hosts into ``run_dir`` and merge the per-host

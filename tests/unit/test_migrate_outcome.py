@@ -454,8 +454,13 @@ def test_after_record_on_a_lab_compares_on_the_senders_clocks(tmp_path):
 
 
 def test_sender_offsets_are_the_lab_hosts_start_offsets():
+    from migrate.testbed.builder import Testbed
+    from migrate.testbed.labbed import LabBed
+
     class Lab:
-        remote = True
+        """A lab testbed's clock measurements: A measured 1.234 us behind, C not measured."""
+
+        clock_offsets = LabBed.clock_offsets
 
         def offset_ns(self, role):
             if role == "C":
@@ -463,7 +468,10 @@ def test_sender_offsets_are_the_lab_hosts_start_offsets():
             return {"A": (-1234, 40_000)}[role]
 
     class Embedded:
-        remote = False
+        clock_offsets = Testbed.clock_offsets
+
+        def offset_ns(self, role):
+            return 0, 0
 
     assert runmod.sender_offsets(Lab()) == {"A": -1234}
     assert runmod.sender_offsets(Embedded()) == {}

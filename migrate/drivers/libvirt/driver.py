@@ -158,18 +158,57 @@ class _Jsonl:
             self._fh.close()
 
 
-def lab_daemons(tb: Any, facts: dict[str, Any], registry: Any, run_dir: Path) -> dict[str, Any]:
-    """The libvirtds of R1 and R2 on a lab: the run's own, of the release hosts-setup deployed
-    (``LIBVIRT=<release>``: facts ``stack.libvirt.deployed``), else the hosts' own."""
-    specs = {h: tb.inventory.host(h) for h in topo.HYPERVISOR_HOSTS}
-    record = (facts.get("stack") or {}).get("libvirt") or {}
-    if not record.get("deployed"):
-        return {h: LabLibvirtd(h, s.libvirt_uri or "", s.libvirt_peer_uri, registry) for h, s in specs.items()}
-    build = LibvirtBuild.from_meta(record)
-    mig = {h: str(ipaddress.ip_interface(s.migration_ipv4 or "").ip) for h, s in specs.items()}
-    return {
-        h: LabRunLibvirtd(h, tb, build, mig[h], s.libvirt_peer_uri or "", registry, run_dir) for h, s in specs.items()
-    }
+class _LocalLibvirt:
+    """Where the run's libvirtds and QEMU are on the embedded testbed: a libvirtd of the stack's
+    release in each of R1's and R2's namespaces, and the preflight's QEMU as ``<emulator>``."""
+
+    def __init__(self, drv: LibvirtDriver) -> None:
+        self.drv = drv
+
+    def daemons(self) -> dict[str, Any]:
+        ctx = self.drv.ctx
+        build = libvirt_build(libvirt_spec(ctx.scenario))
+        return {
+            h: NamespacedLibvirtd(
+                h, ctx.testbed.ns(h), topo.addr(topo.MIGRATION_ADDR[h]), ctx.registry, ctx.run_dir, build
+            )
+            for h in topo.HYPERVISOR_HOSTS
+        }
+
+    def emulator(self) -> str | None:
+        """The preflight's QEMU (a script that execs its argv, with its firmware directories,
+        where it needs more than the binary), or the host's when the stack has no record."""
+        build = self.drv._qemu()
+        if build is None:
+            return QEMU_BINARY
+        return emulator_script(build, self.drv.ctx.registry.dir / "qemu-emulator")
+
+
+class _LabLibvirt(_LocalLibvirt):
+    """Where they are on a lab: the libvirtds of R1 and R2 over their URIs and the QEMU that
+    hosts-setup deployed there."""
+
+    def daemons(self) -> dict[str, Any]:
+        """The run's own libvirtds of the release hosts-setup deployed (``LIBVIRT=<release>``:
+        facts ``stack.libvirt.deployed``), else the hosts' own."""
+        ctx = self.drv.ctx
+        tb, registry = ctx.testbed, ctx.registry
+        specs = {h: tb.inventory.host(h) for h in topo.HYPERVISOR_HOSTS}
+        record = (self.drv.facts.get("stack") or {}).get("libvirt") or {}
+        if not record.get("deployed"):
+            return {h: LabLibvirtd(h, s.libvirt_uri or "", s.libvirt_peer_uri, registry) for h, s in specs.items()}
+        build = LibvirtBuild.from_meta(record)
+        mig = {h: str(ipaddress.ip_interface(s.migration_ipv4 or "").ip) for h, s in specs.items()}
+        return {
+            h: LabRunLibvirtd(h, tb, build, mig[h], s.libvirt_peer_uri or "", registry, ctx.run_dir)
+            for h, s in specs.items()
+        }
+
+    def emulator(self) -> str | None:
+        """The script hosts-setup wrote beside the QEMU release it deployed, or None for the
+        hosts' own QEMU (their libvirtd's default)."""
+        meta = (self.drv.facts.get("stack") or {}).get("qemu") or {}
+        return meta.get("emulator") if meta.get("deployed") else None
 
 
 class LibvirtDriver(Driver):
@@ -183,16 +222,9 @@ class LibvirtDriver(Driver):
         self.accel = facts["accel"]
         self.accel_reason = facts["accel_reason"]
         self.domain = f"vrmig-{ctx.testbed.prefix}"
-        tb = ctx.testbed
-        self.daemons: dict[str, Any]
-        if tb.remote:
-            self.daemons = lab_daemons(tb, facts, ctx.registry, ctx.run_dir)
-        else:
-            build = libvirt_build(libvirt_spec(ctx.scenario))
-            self.daemons = {
-                h: NamespacedLibvirtd(h, tb.ns(h), topo.addr(topo.MIGRATION_ADDR[h]), ctx.registry, ctx.run_dir, build)
-                for h in topo.HYPERVISOR_HOSTS
-            }
+        #: the daemons' and QEMU's place: this machine's namespaces, or a lab's hosts
+        self.site = (_LabLibvirt if ctx.testbed.remote else _LocalLibvirt)(self)
+        self.daemons: dict[str, Any] = self.site.daemons()
         self._tails: list[Any] = []
         self.conns: dict[str, Any] = {}
         self._callbacks: list[tuple[Any, int]] = []
@@ -324,17 +356,8 @@ class LibvirtDriver(Driver):
         )  # fmt: skip
 
     def _emulator(self) -> str | None:
-        """The ``<emulator>`` of the router domain: the QEMU of the preflight's stack (a script that
-        execs its argv, with its firmware directories, where it needs more than the binary); on a
-        lab the script hosts-setup wrote beside the release it deployed, or None for the hosts'
-        own QEMU (their libvirtd's default)."""
-        if self.ctx.testbed.remote:
-            meta = (self.facts.get("stack") or {}).get("qemu") or {}
-            return meta.get("emulator") if meta.get("deployed") else None
-        build = self._qemu()
-        if build is None:
-            return QEMU_BINARY
-        return emulator_script(build, self.ctx.registry.dir / "qemu-emulator")
+        """The ``<emulator>`` of the router domain (None: the daemon's default QEMU)."""
+        return self.site.emulator()
 
     def start_source(self) -> None:
         """Start R1's libvirtd, create the router domain there and wait for the guest's READY
