@@ -141,6 +141,17 @@ class Anatomy:
         }
 
 
+def _threshold_s(gap_threshold_ns: int | None) -> float | None:
+    """The sink's gap threshold in seconds, None when the sink did not record it."""
+    return None if gap_threshold_ns is None else gap_threshold_ns / 1e9
+
+
+def _threshold_text(thr_s: float | None) -> str:
+    if thr_s is None:
+        return "the sink's gap threshold (not recorded: no bound)"
+    return f"the threshold ({thr_s * 1e3:g} ms)"
+
+
 def _phase(key: str, a: Mark, b: Mark) -> Phase:
     if a.t_ns is None or b.t_ns is None:
         missing = a if a.t_ns is None else b
@@ -320,10 +331,11 @@ def outage_anatomy(
             end = max(traffic_end_ns or last_packet_ns, last_packet_ns)
             never = Mark("full_rate", end, "the generator stopped (traffic never came back)", pkt, bound="lower")
         else:  # no gap above the threshold: packets kept arriving through the blackout
-            thr = (gap_threshold_ns or 0) / 1e9
-            why = f"no sink gap above the threshold ({thr * 1e3:g} ms) overlaps the blackout"
+            thr = _threshold_s(gap_threshold_ns)
+            why = f"no sink gap above {_threshold_text(thr)} overlaps the blackout"
             first = Mark("first_packet", None, why_absent=why)
-            reattach = Phase("reattachment", "vcpu_resume", "first_packet", None, 0.0, thr, None, why)
+            low = None if thr is None else 0.0  # an unknown threshold bounds nothing
+            reattach = Phase("reattachment", "vcpu_resume", "first_packet", None, low, thr, None, why)
             chain_from = r
         if chain_from is None:
             full = never
@@ -379,8 +391,8 @@ def outage_anatomy(
         phases.append(_phase("outage", last_before, full))
     else:
         why = first.why_absent or "no sink gap overlaps the blackout"
-        thr = (gap_threshold_ns or 0) / 1e9
-        bounded = full.t_ns is not None and full.t_ns == chain_from and full.bound is None
+        thr = _threshold_s(gap_threshold_ns)
+        bounded = thr is not None and full.t_ns is not None and full.t_ns == chain_from and full.bound is None
         phases.append(Phase("outage", "last_packet", "full_rate", None, 0.0 if bounded else None,
                             thr if bounded else None, None, why))  # fmt: skip
     ordered = sorted((m for m in marks if m.t_ns is not None), key=lambda m: m.t_ns or 0)

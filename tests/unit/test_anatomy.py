@@ -180,3 +180,18 @@ def test_qemu_stamps_of_lab_hosts_go_on_the_orchestrators_clock_before_the_resol
     assert resume.t_ns == 1_900 * MS  # the mark itself is the orchestrator's receipt
     stop, _ = am.blackout_marks("kvm", "qmp", 0, events)  # one clock: the stamps as they are
     assert stop.resolution_s is None  # 5 s late: not a resolution (the lateness is kept below 1 s)
+
+
+def test_synthetic_no_gap_over_the_blackout_is_bounded_by_the_threshold_only_when_it_is_known():
+    """Synthetic: packets kept arriving through the blackout.  With the sink's threshold the
+    reattachment and the outage are bounds [0, threshold]; without it (a sink.json that lacks it)
+    they are absent with the reason, never a bound of 0."""
+    known = _synthetic([], thr=4 * MS)
+    for key in ("reattachment", "outage"):
+        p = known.phase(key)
+        assert (p.seconds, p.lower_s, p.upper_s) == (None, 0.0, pytest.approx(0.004))
+    unknown = _synthetic([], thr=None)
+    for key in ("reattachment", "outage"):
+        p = unknown.phase(key)
+        assert (p.seconds, p.lower_s, p.upper_s) == (None, None, None)
+        assert "not recorded" in p.why_absent
