@@ -4,11 +4,13 @@ they fail, naming it)."""
 import json
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -210,13 +212,132 @@ def _synthetic(d: Path, roots: list[Path]) -> bool:
     return False
 
 
+# -- one emulated lab for every lab test of the session --------------------------------------------
+#: the fixture through which a test uses the session's emulated lab
+SHARED_LAB = "shared_lab"
+
+
+@dataclass
+class PreparedLab:
+    """The emulated lab of ``lab-up`` (its R1 and R2 Xen hosts too when the Xen image is built),
+    prepared by one ``hosts-setup``: ``setup`` is that first run and ``setup_s`` its wall time,
+    which test_hosts_setup judges; ``nswatch_entries``: the namespaces it entered (none allowed)."""
+
+    inventory: Path
+    setup: subprocess.CompletedProcess[str]
+    setup_s: float
+    nswatch_entries: list[str]
+
+
+def _have_xen_image() -> bool:
+    from routers.errors import RouterError
+    from routers.xen_image import xen_image
+
+    try:
+        xen_image(verify=False)
+    except RouterError:
+        return False
+    return True
+
+
+class SharedLab:
+    """Opens the emulated lab when a test first asks for it (:meth:`get`) and removes it when the
+    last test that uses it is over (:func:`pytest_runtest_teardown`; the tests that use it run
+    one after the other, :func:`pytest_collection_modifyitems`).  A lab that failed to come up
+    fails every test that asks for it with the same message, without trying again."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.lab: PreparedLab | None = None
+        self.failure: str | None = None
+
+    def _cli(self, *args: str, timeout: float, watch: Path | None = None) -> subprocess.CompletedProcess[str]:
+        from tests import nswatch
+
+        env = {**os.environ, "PYTHONPATH": str(REPO), "VRMIG_PROGRESS": "0"}
+        env = env if watch is None else nswatch.child_env(watch, env)
+        argv = [sys.executable, "-m", "migrate", *args]
+        return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+
+    def get(self) -> PreparedLab:
+        from tests import nswatch
+
+        if self.failure is not None:
+            pytest.fail(self.failure, pytrace=False)
+        if self.lab is not None:
+            return self.lab
+        name = "t" + secrets.token_hex(3)
+        up = self._cli("lab-up", "--name", name, *(["--xen"] if _have_xen_image() else []), timeout=420)
+        if up.returncode != 0:
+            self.failure = f"lab-up failed ({up.returncode}): {up.stderr.strip()[-2000:]}"
+            pytest.fail(self.failure, pytrace=False)
+        inventory = Path(up.stdout.strip().splitlines()[-1])
+        log = self.work / f"nswatch-hosts-setup-{name}.log"
+        t0 = time.monotonic()
+        try:
+            setup = self._cli("hosts-setup", "--testbed", str(inventory), "--results", str(self.work / "results"),
+                              timeout=900, watch=log)  # fmt: skip
+        except BaseException:
+            self._down(inventory)
+            raise
+        self.lab = PreparedLab(inventory, setup, time.monotonic() - t0, nswatch.read_log(log))
+        return self.lab
+
+    def _down(self, inventory: Path) -> None:
+        down = self._cli("lab-down", str(inventory), timeout=120)
+        assert down.returncode == 0, down.stdout + down.stderr
+
+    def close(self) -> None:
+        """lab-down of the lab, if it is up; a later :meth:`get` brings up a new one."""
+        lab, self.lab = self.lab, None
+        if lab is not None:
+            self._down(lab.inventory)
+
+
+_SHARED_LABS: list[SharedLab] = []
+
+
+@pytest.fixture(scope="session")
+def shared_lab(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The session's :class:`SharedLab` (``.get()`` gives the prepared lab)."""
+    labs = SharedLab(tmp_path_factory.mktemp("shared-lab"))
+    _SHARED_LABS.append(labs)
+    try:
+        yield labs
+    finally:
+        _SHARED_LABS.remove(labs)
+        labs.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that use the shared lab run one after the other, where the first of them stands,
+    so that one lab serves them all and is down while the other tests run."""
+    users = [i for i in items if SHARED_LAB in getattr(i, "fixturenames", ())]
+    if not users:
+        return
+    first = items.index(users[0])
+    rest = [i for i in items if SHARED_LAB not in getattr(i, "fixturenames", ())]
+    items[:] = rest[:first] + users + rest[first:]
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
     """Once a test and its fixtures are torn down, every meta.json and summary.json written since
     the previous test must validate against the results contract's schemas (docs/schemas/,
     migrate/core/rundir.py); one that does not fails this test at teardown, a line per problem.
-    A walk of the base temporary directory and one validation per new file: milliseconds."""
+    A walk of the base temporary directory and one validation per new file: milliseconds.
+    After the last test that uses the shared lab, the lab goes down."""
     result = yield
+    try:
+        _check_results_contract()
+    finally:
+        if SHARED_LAB in item.fixturenames and (nextitem is None or SHARED_LAB not in nextitem.fixturenames):
+            for labs in _SHARED_LABS:
+                labs.close()
+    return result
+
+
+def _check_results_contract() -> None:
     try:
         problems = results_contract_problems(CONTRACT_ROOTS)
     except ImportError as err:  # jsonschema: the dev extras of make venv
@@ -224,4 +345,3 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if problems:
         head = "a meta.json or summary.json written by this test breaks the results contract "
         pytest.fail("\n".join([head + "(migrate/core/rundir.py, docs/data-formats.md):", *problems]), pytrace=False)
-    return result

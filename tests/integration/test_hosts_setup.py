@@ -1,7 +1,8 @@
 """``make hosts-setup`` on a lab reached over SSH: every role is a network namespace with its own
 sshd and a private tmpfs at the lab's deploy_dir (a host of its own as far as files go).  The lab
-is the emulated lab of ``python -m migrate lab-up`` (docs/testbed.md, "The emulated lab") when
-the tree has it, or the tree named by ``VRMIG_LAB_TREE``; otherwise a minimal lab of sshd
+is the session's emulated lab (``python -m migrate lab-up``, docs/testbed.md "The emulated lab"),
+shared with the lab migration tests (tests/integration/conftest.py), whose first hosts-setup is
+judged here; the emulated lab of the tree named by ``VRMIG_LAB_TREE``; otherwise a minimal lab of sshd
 namespaces this module builds itself (:class:`SshLab`).
 
 The first run changes the hosts; on the emulated lab a run after R2's libvirt settings were
@@ -22,6 +23,7 @@ import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,6 +56,10 @@ class Lab:
     deploy_dir: Path
     work: Path
 
+    def first_setup(self, results: Path) -> tuple[subprocess.CompletedProcess, float]:
+        """The first hosts-setup of this lab: run now (the shared lab's has run already)."""
+        return _hosts_setup(self.inventory, results)
+
     def ssh(self, role: str, *argv: str) -> subprocess.CompletedProcess:
         """Run ``argv`` on ``role`` over SSH with the inventory's key and known hosts."""
         from migrate.testbed.inventory import load
@@ -80,6 +86,22 @@ class Lab:
         path = self.work / "wrong-key.toml"
         path.write_text(text.replace(line, f'ssh = {{ host = "{t.host}", key = "{key}" }}'))
         return path
+
+
+class SharedEmulatedLab(Lab):
+    """The session's emulated lab (tests/integration/conftest.py :class:`SharedLab`): hosts-setup
+    has run on it once already, under the namespace watch."""
+
+    def __init__(self, work: Path, prepared: Any) -> None:
+        from migrate.testbed.inventory import load
+
+        self.work, self.prepared = work, prepared
+        self.inventory = prepared.inventory
+        self.deploy_dir = Path(load(self.inventory).deploy_dir)
+
+    def first_setup(self, results: Path) -> tuple[subprocess.CompletedProcess, float]:
+        assert self.prepared.nswatch_entries == [], f"hosts-setup entered a namespace: {self.prepared.nswatch_entries}"
+        return self.prepared.setup, self.prepared.setup_s
 
 
 class EmulatedLab(Lab):
@@ -268,7 +290,10 @@ def _sha256(data: bytes) -> str:
 
 
 @pytest.fixture(scope="module")
-def lab():
+def lab(shared_lab):
+    """This checkout's emulated lab is the session's shared one (its first hosts-setup already
+    run: :meth:`Lab.first_setup`); another tree's (``VRMIG_LAB_TREE``) is a lab of its own, and a
+    tree without the emulated lab gets :class:`SshLab`."""
     require_root_and("sshd", "ssh", "ssh-keygen", "ansible-playbook", "unshare")
     from routers.errors import NotBuiltError
     from routers.guest import guest_image
@@ -279,7 +304,9 @@ def lab():
         missing_from_setup(err)
     tree = Path(os.environ.get("VRMIG_LAB_TREE", REPO))
     with tempfile.TemporaryDirectory(prefix="vrmig-hs-") as work:
-        if (tree / "migrate" / "labs" / "emulated.py").is_file():
+        if tree == REPO:
+            yield SharedEmulatedLab(Path(work), shared_lab.get())
+        elif (tree / "migrate" / "labs" / "emulated.py").is_file():
             with EmulatedLab(Path(work), tree) as lab:
                 yield lab
         else:
@@ -297,14 +324,15 @@ def test_hosts_setup_twice_then_check_over_ssh(lab: Lab, tmp_path: Path) -> None
     own, and fails R2 with the line saying to restart libvirtd (:func:`_r2_set_right_again`); the
     next run changes nothing on any host.  Then, over SSH, the helpers answer and R1's and R2's
     image files are the local ones."""
-    first, t1 = _hosts_setup(lab.inventory, tmp_path / "results")
+    first, t1 = lab.first_setup(tmp_path / "results")
     assert first.returncode == 0, first.stdout + first.stderr
     lines = _recap_lines(first.stdout)
     assert set(lines) == set(ROLES), first.stdout
     assert "hosts-setup: nothing changed" not in first.stdout
     assert all(" changed=0 " not in lines[r] for r in ROLES), first.stdout  # helpers built everywhere
 
-    clone = isinstance(lab, EmulatedLab)  # only the emulated lab's hosts have a private /etc/libvirt
+    # only the emulated lab's hosts have a private /etc/libvirt
+    clone = isinstance(lab, EmulatedLab | SharedEmulatedLab)
     if clone:
         r1_uuid = _clone_r2s_libvirt(lab)
         fixed, _ = _hosts_setup(lab.inventory, tmp_path / "results")

@@ -77,34 +77,14 @@ def _watched(tmp_path_factory) -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory) -> Iterator[Path]:
-    """An emulated lab, prepared by hosts-setup; removed at the end."""
+def lab(shared_lab) -> Path:
+    """The session's emulated lab, prepared by hosts-setup (tests/integration/conftest.py
+    :class:`SharedLab`; test_hosts_setup judges that run, here it must only have succeeded)."""
     _require()
-    name = "t" + secrets.token_hex(3)
-    # R1 and R2 are Xen hosts too (their dom0s reached over SSH), for the HV=xen test on them
-    up = _cli("lab-up", "--name", name, *(["--xen"] if _have_xen_image() else []), timeout=420)
-    assert up.returncode == 0, up.stderr
-    toml = Path(up.stdout.strip().splitlines()[-1])
-    try:
-        log = tmp_path_factory.mktemp("nswatch") / "hosts-setup.log"
-        setup = _cli("hosts-setup", "--testbed", str(toml), watch=log)
-        assert setup.returncode == 0, setup.stdout + setup.stderr
-        assert nswatch.read_log(log) == [], "hosts-setup entered a namespace"
-        yield toml
-    finally:
-        down = _cli("lab-down", str(toml), timeout=120)
-        assert down.returncode == 0, down.stderr
-
-
-def _have_xen_image() -> bool:
-    from routers.errors import RouterError
-    from routers.xen_image import xen_image
-
-    try:
-        xen_image(verify=False)
-    except RouterError:
-        return False
-    return True
+    prepared = shared_lab.get()
+    assert prepared.setup.returncode == 0, prepared.setup.stdout + prepared.setup.stderr
+    assert prepared.nswatch_entries == [], f"hosts-setup entered a namespace: {prepared.nswatch_entries}"
+    return prepared.inventory
 
 
 def _without_xen_hosts(lab: Path, tmp_path: Path) -> Path:
