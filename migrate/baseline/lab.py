@@ -30,6 +30,8 @@ from migrate.baseline.spec import BaselineSpec, Config
 from migrate.core import cpustat
 from migrate.core.errors import ConfigError, GuestError, VrmigError
 from migrate.core.procs import ProcessError
+from migrate.core.progress import Progress
+from migrate.core.sighold import Abort
 from migrate.experiment.instruments import IRTT_PORT, READY_TIMEOUT_S
 from migrate.model.scenario import Scenario
 from migrate.testbed import topology as topo
@@ -75,6 +77,32 @@ class LabPlan:
                 for hv, (cls, facts) in self.drivers.items()
             },
         }
+
+    def preflight(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The baseline's facts and generator capability: the lab's accelerator only (this
+        machine's router image and generator are not what the lab's hosts run, see
+        ``NOTES["lab_generator"]``); everything else was checked by :func:`plan`."""
+        return {"router_image": None, "accel": lab_accel(self)}, None
+
+    def add_meta(self, meta: dict[str, Any]) -> None:
+        """A new lab baseline's meta.json: ``lab``, ``lab_check`` and the lab's notes."""
+        meta["lab"] = self.describe()
+        meta["lab_check"] = self.check
+        meta["notes"].update(NOTES)
+
+    def config_run(
+        self,
+        spec: BaselineSpec,
+        config: Config,
+        facts: dict[str, Any],
+        run_dir: Path,
+        abort: Abort,
+        info: dict[str, Any],
+        progress: Progress,
+    ) -> ConfigRun:
+        """``config`` on the lab's hosts, with the facts of its hypervisor's lab preflight (the
+        baseline's ``facts`` are the lab's accelerator only)."""
+        return LabConfigRun(spec, config, self.drivers[config.hv][1], run_dir, abort, info, progress, plan=self)
 
 
 def scenario_for(spec: BaselineSpec, config: Config) -> Scenario:

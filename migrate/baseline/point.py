@@ -135,8 +135,8 @@ def run_point(ctx: PointContext, key: PointKey, point_dir: Path) -> dict[str, An
             sink.wait_for("READY", READY_TIMEOUT_S, abort=ctx.abort)
         from probes.irtt import client_argv
 
-        # a lab host keeps one file per point in the run's directory there; it is fetched below
-        irtt_out = tb.out_path("C", point_dir, f"irtt-{key.name}.json.gz" if tb.remote else IRTT_NAME)
+        # a lab host keeps every point's file in the run's one directory there; it is fetched below
+        irtt_out = tb.out_path("C", point_dir, IRTT_NAME, unique=f"irtt-{key.name}.json.gz")
         irtt = _spawn(
             ctx, "C", "irtt-client",
             client_argv(
@@ -176,11 +176,10 @@ def run_point(ctx: PointContext, key: PointKey, point_dir: Path) -> dict[str, An
             proc.stop(sig)
         if ctx.clocks is not None:
             record["clock"] = ctx.clocks(sorted({"C", *(r for s in ctx.slots for r in (s.source_role, s.sink_role))}))
-        if tb.remote:
-            try:
-                tb.fetch("C", irtt_out, point_dir / IRTT_NAME)
-            except Exception as err:  # the RTT figures are then absent, with this reason
-                record["irtt_failure"] = f"fetching {irtt_out} from C: {err}"
+        try:  # nothing to copy when C writes into the point's directory (the embedded testbed)
+            tb.fetch("C", irtt_out, point_dir / IRTT_NAME)
+        except Exception as err:  # the RTT figures are then absent, with this reason
+            record["irtt_failure"] = f"fetching {irtt_out} from C: {err}"
         for p, _ in procs:
             if p not in gens and p.returncode() not in (0, None):
                 msg = f"{p.what} exited with status {p.returncode()}: {p.stderr_tail()}"

@@ -18,7 +18,7 @@ import signal
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from migrate.baseline import gencap
 from migrate.baseline.config import ConfigRun
@@ -178,6 +178,68 @@ def check_generator(spec: BaselineSpec) -> dict[str, Any] | None:
     }
 
 
+class Plan(Protocol):
+    """Where a baseline runs, checked before anything starts: this machine's embedded testbed
+    (:class:`LocalPlan`) or a lab's hosts (:class:`migrate.baseline.lab.LabPlan`)."""
+
+    def preflight(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The facts for meta.json and the generator's measured capability (None: not measured)."""
+        ...
+
+    def add_meta(self, meta: dict[str, Any]) -> None:
+        """What a new baseline on this testbed adds to its meta.json after the common fields."""
+        ...
+
+    def config_run(
+        self,
+        spec: BaselineSpec,
+        config: Config,
+        facts: dict[str, Any],
+        run_dir: Path,
+        abort: Abort,
+        info: dict[str, Any],
+        progress: Progress,
+    ) -> ConfigRun:
+        """The run of one configuration (not started yet)."""
+        ...
+
+
+class LocalPlan:
+    """A baseline on the embedded testbed: namespaces, routers and helpers of this machine."""
+
+    def __init__(self, spec: BaselineSpec) -> None:
+        self.spec = spec
+
+    def preflight(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """This machine's checks (:func:`preflight`), then the generator's capability (GEN_CHECK=1)."""
+        facts = preflight(self.spec)
+        return facts, check_generator(self.spec)
+
+    def add_meta(self, meta: dict[str, Any]) -> None:
+        """Nothing beyond the common fields."""
+
+    def config_run(
+        self,
+        spec: BaselineSpec,
+        config: Config,
+        facts: dict[str, Any],
+        run_dir: Path,
+        abort: Abort,
+        info: dict[str, Any],
+        progress: Progress,
+    ) -> ConfigRun:
+        """``config`` in fresh namespaces of this machine."""
+        return ConfigRun(spec, config, facts, run_dir, abort, info, progress)
+
+
+def choose_plan(spec: BaselineSpec, testbed: Path | None) -> Plan:
+    """The plan of a baseline on the lab inventory ``testbed`` (checked now: bad input, an
+    unreachable host or a missing tool is one line, nothing started), or on the embedded testbed."""
+    from migrate.baseline import lab as labmod
+
+    return labmod.plan(spec, testbed) if testbed is not None else LocalPlan(spec)
+
+
 def _new_run_dir(results_root: Path, spec: BaselineSpec, fill: Callable[[Path], None] | None = None) -> Path:
     return new_run_dir(results_root, f"baseline-{'+'.join(spec.hvs)}", "baseline", fill)
 
@@ -267,17 +329,10 @@ def run_baseline(
     """Run (or resume) the baseline matrix; return its results directory.  ``campaign``: the
     (meta.json record, file text) of the campaign file this baseline runs, kept in the directory;
     ``testbed``: a lab inventory whose hosts run it (:mod:`migrate.baseline.lab`)."""
-    from migrate.baseline import lab as labmod
-
-    lab_plan = labmod.plan(spec, testbed) if testbed is not None else None  # bad input: nothing started
+    plan = choose_plan(spec, testbed)  # bad input: nothing started
     if resume_dir is None:
         check_results_root(results_root)
-    if lab_plan is None:
-        facts = preflight(spec)
-        gen = check_generator(spec)
-    else:
-        facts = {"router_image": None, "accel": labmod.lab_accel(lab_plan)}
-        gen = None
+    facts, gen = plan.preflight()
 
     def describe(meta: dict[str, Any], run_dir: Path) -> None:
         if resume_dir is not None:
@@ -285,10 +340,7 @@ def run_baseline(
             meta.setdefault("generator_capability_resumed", []).append(gen)
             return
         meta.update(_initial_meta(spec, facts, gen))
-        if lab_plan is not None:
-            meta["lab"] = lab_plan.describe()
-            meta["lab_check"] = lab_plan.check
-            meta["notes"].update(labmod.NOTES)
+        plan.add_meta(meta)
         if campaign is not None:
             meta["campaign"] = campaign[0]
             (run_dir / "campaign.toml").write_text(campaign[1])
@@ -308,7 +360,7 @@ def run_baseline(
         configs = spec.configs()
         with Progress("baseline", sum(spec.sweep_points(c) for c in configs), "points") as progress:
             for config in configs:
-                _run_config(spec, config, facts, opened.dir, meta, opened.abort, progress, lab_plan)
+                _run_config(spec, config, facts, opened.dir, meta, opened.abort, progress, plan)
         failed = [n for n, c in meta["configs"].items() if c.get("status") != "completed"]
         if failed:
             opened.fail(f"configuration(s) failed: {', '.join(failed)}")
@@ -325,17 +377,11 @@ def _run_config(
     meta: dict[str, Any],
     abort: Abort,
     progress: Progress,
-    lab_plan: Any = None,
+    plan: Plan,
 ) -> None:
     info: dict[str, Any] = {"status": "running", "started_utc": dt.datetime.now(dt.UTC).isoformat()}
     meta["configs"][config.name] = info
-    if lab_plan is None:
-        run = ConfigRun(spec, config, facts, run_dir, abort, info, progress)
-    else:
-        from migrate.baseline.lab import LabConfigRun
-
-        hv_facts = lab_plan.drivers[config.hv][1]
-        run = LabConfigRun(spec, config, hv_facts, run_dir, abort, info, progress, plan=lab_plan)
+    run = plan.config_run(spec, config, facts, run_dir, abort, info, progress)
     info["prefix"] = run.registry.prefix  # in meta.json before anything is created under it
     write_meta(run_dir, meta)
     try:

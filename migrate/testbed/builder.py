@@ -190,8 +190,10 @@ class Testbed:
         hosts, where starting takes a round trip)."""
         return Proc(what, argv, registry, out_dir, netns=self.ns(role), stdout_name=stdout_name).start()
 
-    def out_path(self, role: str, run_dir: Path, name: str) -> str:
-        """Where a helper running on ``role`` writes the file ``name``: the results directory."""
+    def out_path(self, role: str, run_dir: Path, name: str, unique: str | None = None) -> str:
+        """Where a helper running on ``role`` writes the file ``name``: the results directory
+        ``run_dir``.  ``unique``: the name to use instead where every file of the run shares one
+        directory, as on a lab's host (``name`` recurs in several ``run_dir``); unused here."""
         return str(run_dir / name)
 
     def helper(self, role: str, argv0: str) -> str:

@@ -330,9 +330,10 @@ class LabBed(Testbed):
         p.start()
         return p.started() if wait else p
 
-    def out_path(self, role: str, run_dir: Path, name: str) -> str:
-        """The file ``name`` in the run's directory on ``role``'s host."""
-        return f"{self.run_dir()}/{name}"
+    def out_path(self, role: str, run_dir: Path, name: str, unique: str | None = None) -> str:
+        """The file ``unique`` (if given, else ``name``) in the run's one directory on ``role``'s
+        host; :meth:`fetch` brings it into ``run_dir``."""
+        return f"{self.run_dir()}/{unique or name}"
 
     def helper(self, role: str, argv0: str) -> str:
         """The suite's own helpers are installed in ``<deploy_dir>/bin`` by hosts-setup; other

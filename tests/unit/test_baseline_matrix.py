@@ -254,7 +254,7 @@ def test_progress_counts_a_resumed_configuration_as_done_without_building_it(tmp
     shutil.copytree(FIXTURE, tmp_path / "points" / config.name / key.name)  # measured by an earlier session
     monkeypatch.setattr(ConfigRun, "setup", lambda self: pytest.fail("a finished configuration is not rebuilt"))
     progress = Progress("baseline", spec.sweep_points(config), "points", enabled=False)
-    brun._run_config(spec, config, {}, tmp_path, {"configs": {}}, Abort(), progress)
+    brun._run_config(spec, config, {}, tmp_path, {"configs": {}}, Abort(), progress, brun.LocalPlan(spec))
     assert (progress.done, progress.total, progress.n_failed) == (1, 1, 0)
 
 
@@ -274,6 +274,6 @@ def test_progress_counts_the_points_of_a_failed_configuration_as_failed(tmp_path
     monkeypatch.setattr(ConfigRun, "teardown", lambda self: None)
     progress = Progress("baseline", spec.sweep_points(config), "points", enabled=False)
     meta = {"configs": {}}
-    brun._run_config(spec, config, {}, tmp_path, meta, Abort(), progress)
+    brun._run_config(spec, config, {}, tmp_path, meta, Abort(), progress, brun.LocalPlan(spec))
     assert meta["configs"][config.name]["status"] == "failed"
     assert (progress.done, progress.failed) == (1, {"configuration failed": 1})
