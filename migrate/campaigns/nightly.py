@@ -35,6 +35,7 @@ from migrate.core.atomic import write_text
 from migrate.core.errors import ConfigError, VrmigError
 from migrate.core.rundir import META_JSON
 from migrate.core.units import format_rate
+from migrate.labs.where import EMBEDDED_ID, where_for
 from migrate.model.scenario import Scenario
 
 log = logging.getLogger(__name__)
@@ -264,7 +265,7 @@ def load_matrix(path: Path) -> Matrix:
                   point_rules, ab)  # fmt: skip
 
 
-EMBEDDED = "embedded"
+EMBEDDED = EMBEDDED_ID
 
 
 def row_testbed(row: dict[str, Any]) -> str:
@@ -276,9 +277,7 @@ def testbed_id(testbed: Path | None) -> str:
     """Where a night's runs ran, as the history records it: ``embedded``, or ``lab:`` and the first
     16 hex digits of the lab inventory's SHA-256 (another inventory, or an edited one, is another
     testbed: its runs are never compared with these)."""
-    if testbed is None:
-        return EMBEDDED
-    return f"lab:{sw.testbed_record(testbed)['sha256'][:16]}"
+    return where_for(testbed).history_id()
 
 
 #: the Scenario's fields when the history's fingerprints were first written: a field added later
@@ -597,7 +596,7 @@ def _night_ab(
         return None
     if asked == "none":
         return ab_mod.skipped(spec, "AB=none: no A/B tonight")
-    if testbed is not None:
+    if not where_for(testbed).runs_here:
         return ab_mod.skipped(spec, "the A/B runs on the embedded testbed only (the accepted commit is not deployed to "
                                     "a lab's hosts)")  # fmt: skip
     if commit is None:
