@@ -35,7 +35,7 @@ from migrate.core.atomic import write_text
 from migrate.core.errors import ConfigError, VrmigError
 from migrate.core.rundir import META_JSON
 from migrate.core.units import format_rate
-from migrate.labs.where import EMBEDDED_ID, where_for
+from migrate.labs.where import EMBEDDED_ID, Where, where_for
 from migrate.model.scenario import Scenario
 
 log = logging.getLogger(__name__)
@@ -513,7 +513,8 @@ def run_nightly(
     nightly_root = results_root / NIGHTLY_SUBDIR
     history_path = history_path or nightly_root / HISTORY_NAME
     sw.check_lab(matrix.points, testbed)
-    tb = testbed_id(testbed)
+    where = where_for(testbed)
+    tb = where.history_id()
     vers = sw.versions(matrix.points[0].scenario, testbed)
     accel = vers["hypervisor"].get("accel")
     sw.prepare_results_root(results_root)
@@ -555,7 +556,7 @@ def run_nightly(
                 state = sw.execute(
                     night_dir, meta, state, deadline_mono=t0 + matrix.budget_s, on_run=on_run, testbed=testbed
                 )
-            ab_res = _night_ab(matrix, ab, ab_commit, hist, accepted, night_dir, plan.seed, testbed, vers)
+            ab_res = _night_ab(matrix, ab, ab_commit, hist, accepted, night_dir, plan.seed, where, vers)
         except BaseException:
             hist.upsert("nights", {**night_row, "status": "interrupted", "finished_utc": sd.now_utc()})
             raise
@@ -586,17 +587,18 @@ def _night_ab(
     accepted: Sequence[str],
     night_dir: Path,
     seed: int,
-    testbed: Path | None,
+    where: Where,
     vers: dict[str, Any],
 ) -> ab_mod.AbResult | None:
     """The matrix's in-night A/B (None: the matrix has none): skipped with the reason when it
-    cannot run, an error verdict when it failed before judging."""
+    cannot run (it runs another checkout of this machine: only where the runs are this
+    machine's), an error verdict when it failed before judging."""
     spec = matrix.ab
     if spec is None:
         return None
     if asked == "none":
         return ab_mod.skipped(spec, "AB=none: no A/B tonight")
-    if not where_for(testbed).runs_here:
+    if not where.runs_here:
         return ab_mod.skipped(spec, "the A/B runs on the embedded testbed only (the accepted commit is not deployed to "
                                     "a lab's hosts)")  # fmt: skip
     if commit is None:
