@@ -35,7 +35,7 @@ from migrate.core.progress import Progress
 from migrate.core.rundir import META_JSON, RESULTS_ROOT_MARKER
 from migrate.core.sighold import interruptible
 from migrate.core.units import format_rate, parse_rate_bps
-from migrate.labs.where import testbed_record, where_for
+from migrate.labs.where import recorded_where, where_for
 from migrate.model.scenario import Scenario, parse_bfd
 from migrate.testbed.results import is_opening
 
@@ -527,24 +527,9 @@ def sweep_testbed(sweep_dir: Path, meta: dict[str, Any], given: Path | None) -> 
     """The lab inventory a sweep runs on: the one it was started with (None: the embedded
     testbed).  A RESUME with another TESTBED, or whose inventory is gone or changed, is refused
     (ConfigError, one line): its points would mix testbeds."""
-    rec = meta.get("testbed")
-    if rec is None:
-        if given is not None:
-            raise ConfigError(
-                f"RESUME={sweep_dir} ran on the embedded testbed: drop TESTBED={given} or start a new sweep"
-            )
-        return None
-    path = Path(rec["inventory"])
-    if given is not None and given.resolve() != path:
-        raise ConfigError(f"RESUME={sweep_dir} ran on TESTBED={path}: drop TESTBED={given} or start a new sweep")
-    if not path.is_file():
-        raise ConfigError(f"RESUME={sweep_dir} ran on TESTBED={path}, which is gone: restore it or start a new sweep")
-    if testbed_record(path)["sha256"] != rec.get("sha256"):
-        raise ConfigError(
-            f"RESUME={sweep_dir}: its inventory {path} changed since the sweep started: its points would mix "
-            "testbeds; restore the file or start a new sweep"
-        )
-    return path
+    where = recorded_where(meta)
+    where.check_resume(sweep_dir, meta, given)
+    return where.inventory
 
 
 def recorded_accels(sweep_dir: Path, state: dict[str, Any]) -> dict[str, int]:

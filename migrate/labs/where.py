@@ -1,12 +1,14 @@
 """Where a campaign's runs go, as one object: the embedded testbed (network namespaces of this
 machine) or the lab whose inventory ``--testbed``/``TESTBED=`` names.
 
-:func:`where_for` is the one place that tells the two apart; :class:`Embedded` and :class:`Lab`
-answer the same questions (:class:`Where`) for the campaigns and the command line: the argv that
-hands the testbed on to a child command, the line a report names it by, the meta.json and history
-records, whether this machine's QEMU and libvirt are the runs', what a chaos trial may inject and
-what it may leave on hosts beyond this machine, and what ``clean-testbed`` does there.  A single
-run's own differences live in migrate.experiment.place and the testbed layer."""
+:func:`where_for` is the one place that tells the two apart (:func:`recorded_where` reads a
+sweep's meta.json back into one); :class:`Embedded` and :class:`Lab` answer the same questions
+(:class:`Where`) for the campaigns and the command line: the argv that hands the testbed on to a
+child command, the line a report names it by, the meta.json and history records, whether this
+machine's QEMU and libvirt are the runs', what a chaos trial may inject and what it may leave on
+hosts beyond this machine, what ``clean-testbed`` does there, and whether a sweep may be resumed
+with the TESTBED= given.  A single run's own differences live in migrate.experiment.place and
+the testbed layer."""
 
 from __future__ import annotations
 
@@ -81,6 +83,11 @@ class Where(Protocol):
         testbed's hosts, removed; the lines to print."""
         ...
 
+    def check_resume(self, sweep_dir: Path, meta: dict[str, Any], given: Path | None) -> None:
+        """Refuse (ConfigError, one line) to resume the sweep that ran here (``meta``: its
+        meta.json) on ``given`` (a TESTBED= of the resuming command), or when its testbed
+        changed since: its points would mix testbeds."""
+
 
 @dataclass(frozen=True)
 class Embedded:
@@ -129,6 +136,13 @@ class Embedded:
     def clean_hosts(self) -> list[str]:
         """No hosts beyond this machine: nothing to do, nothing to print."""
         return []
+
+    def check_resume(self, sweep_dir: Path, meta: dict[str, Any], given: Path | None) -> None:
+        """A sweep of the embedded testbed resumes there only: refuses any TESTBED=."""
+        if given is not None:
+            raise ConfigError(
+                f"RESUME={sweep_dir} ran on the embedded testbed: drop TESTBED={given} or start a new sweep"
+            )
 
 
 @dataclass(frozen=True)
@@ -197,6 +211,22 @@ class Lab:
                     h.close()
         return [*done, f"{inv.name}: {'nothing left by dead runs' if not done else f'{len(done)} action(s)'}"]
 
+    def check_resume(self, sweep_dir: Path, meta: dict[str, Any], given: Path | None) -> None:
+        """A lab sweep resumes on its inventory only (``given`` None, or that file), and only
+        while the file is there with the SHA-256 meta.json recorded."""
+        path = self.inventory
+        if given is not None and given.resolve() != path:
+            raise ConfigError(f"RESUME={sweep_dir} ran on TESTBED={path}: drop TESTBED={given} or start a new sweep")
+        if not path.is_file():
+            raise ConfigError(
+                f"RESUME={sweep_dir} ran on TESTBED={path}, which is gone: restore it or start a new sweep"
+            )
+        if testbed_record(path)["sha256"] != meta["testbed"].get("sha256"):
+            raise ConfigError(
+                f"RESUME={sweep_dir}: its inventory {path} changed since the sweep started: its points would mix "
+                "testbeds; restore the file or start a new sweep"
+            )
+
 
 #: the embedded testbed: what a command without ``--testbed`` runs on (:func:`where_for` of None)
 NO_TESTBED = Embedded()
@@ -208,3 +238,9 @@ def where_for(testbed: Path | None) -> Embedded | Lab:
     if testbed is None:
         return NO_TESTBED
     return Lab(testbed)
+
+
+def recorded_where(meta: dict[str, Any]) -> Embedded | Lab:
+    """Where a sweep ran, from its meta.json (what :meth:`Where.record` wrote): no ``testbed``,
+    the embedded testbed; else the lab of the inventory recorded (its absolute path)."""
+    return where_for(Path(meta["testbed"]["inventory"]) if meta.get("testbed") is not None else None)

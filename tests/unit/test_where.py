@@ -132,3 +132,16 @@ def test_clean_testbed_on_a_lab_cleans_its_hosts_and_closes_them(tmp_path, monke
     monkeypatch.setattr("migrate.labs.cleanup.clean_xen_dom0s", lambda i, d: list(xen))
     assert where_for(tmp_path / "lab.toml").clean_hosts() == [*done, *xen, last]
     assert closed == [1, 1]
+
+
+def test_a_sweeps_meta_json_reads_back_into_where_it_ran(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert wh.recorded_where({}) is where_for(None)
+    meta: dict = {}
+    where_for(Path(_inv(tmp_path).name)).record(meta)  # a relative TESTBED=: recorded absolute
+    back = wh.recorded_where(meta)
+    assert isinstance(back, Lab) and back.inventory == (tmp_path / "lab.toml").resolve()
+    back.check_resume(tmp_path, meta, None)
+    back.check_resume(tmp_path, meta, Path("lab.toml"))
+    with pytest.raises(ConfigError, match=r"ran on the embedded testbed: drop TESTBED=lab\.toml"):
+        wh.recorded_where({}).check_resume(tmp_path, {}, Path("lab.toml"))
