@@ -44,6 +44,8 @@ from migrate.core.registry import (
     processes_of,
 )
 from migrate.core.rundir import ACTIONS_JSONL, META_JSON, SUMMARY_JSON, read_meta, read_summary
+from migrate.labs.leaks import LeakWatch
+from migrate.labs.where import NO_TESTBED, Where, where_for
 from migrate.model.scenario import FAULTS
 from migrate.testbed.results import check_results_root, is_opening, mark_results_root, remove_dead_openings
 
@@ -73,6 +75,10 @@ class HvProfile:
     timeout_s: float = TRIAL_TIMEOUT_S
     #: on a lab (TESTBED=), where a run can take another time than here (None: the same window)
     lab_signal_window_s: tuple[float, float] | None = None
+
+    def window_s(self, where: Where) -> tuple[float, float]:
+        """When a signal may hit a run on ``where``."""
+        return where.either(self.signal_window_s, self.lab_signal_window_s or self.signal_window_s)
 
 
 #: faults of the testbed and instruments apply to every HV (CRIU: right before the final dump);
@@ -250,150 +256,6 @@ def trial_leaks(before: Artefacts, own_prefix: str | None, grace_s: float) -> li
         time.sleep(0.2)
 
 
-# -- a lab's hosts (TESTBED=) ------------------------------------------------------------------
-#: prints JSON [[pid, command line]] of the processes whose root directory is not the host's
-#: (containers: a router container's processes name nothing of the run, but their root is
-#: the run's rootfs copy, so they are found by that)
-ROOTED_ELSEWHERE_SOURCE = r"""
-import json, os
-r = os.stat("/")
-out = []
-for n in os.listdir("/proc"):
-    if not n.isdigit():
-        continue
-    try:
-        st = os.stat("/proc/%s/root" % n)
-        if (st.st_dev, st.st_ino) == (r.st_dev, r.st_ino):
-            continue
-        with open("/proc/%s/cmdline" % n, "rb") as f:
-            cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        continue
-    out.append([int(n), cmd[:160]])
-print(json.dumps(out))
-"""
-
-
-class LabLeaks:
-    """What a trial's run can leave on a lab's hosts, looked for over SSH as the inventory reaches
-    them (nothing assumes the hosts share this machine): processes whose command line names the
-    run's directory on the host or its QEMUs (``vrmig-<prefix>``), processes rooted elsewhere than
-    the host's root that were not there before the trial (the router containers of HV=criu),
-    libvirt domains named after the run on R1's and R2's libvirtds, and run directories under the
-    deploy directory.  A context manager: the SSH connections close at its end."""
-
-    def __init__(self, testbed: Path) -> None:
-        import tempfile
-
-        from migrate.testbed.hosts import connect
-        from migrate.testbed.inventory import load
-
-        self.inv = load(testbed)
-        self._tmp = tempfile.TemporaryDirectory(prefix="vrmig-chaos-")
-        self.hosts = connect(self.inv, Path(self._tmp.name))
-        self.rooted_before: dict[str, set[int]] = {}
-        #: a lab whose R1 and R2 are Xen hosts: their dom0s, searched for domains and guards
-        self.dom0s: dict[str, Any] = {}
-        from migrate.testbed.hosts import SshHost
-
-        for role in ("R1", "R2"):
-            x = self.inv.host(role).xen
-            if x is not None:
-                self.dom0s[role] = SshHost(x.host_spec(role), Path(self._tmp.name))
-                self.dom0s[role].open()
-
-    def __enter__(self) -> LabLeaks:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for h in [*self.hosts.values(), *self.dom0s.values()]:
-            h.close()
-        self._tmp.cleanup()
-
-    def rooted_elsewhere(self) -> dict[str, dict[int, str]]:
-        """Per host: PID -> command line of the processes not rooted at the host's root."""
-        out: dict[str, dict[int, str]] = {}
-        for role, h in self.hosts.items():
-            res = h.run(["python3", "-c", ROOTED_ELSEWHERE_SOURCE], check=False)
-            try:
-                out[role] = {int(p): str(c) for p, c in json.loads(res.stdout or b"[]")}
-            except (ValueError, TypeError):
-                out[role] = {}
-        return out
-
-    def before_trial(self) -> set[tuple[str, str]]:
-        """Note what is there before a trial: the processes rooted elsewhere (``live`` reports
-        only new ones) and the run directories (returned, for ``leaks``)."""
-        self.rooted_before = {r: set(p) for r, p in self.rooted_elsewhere().items()}
-        return self.run_dirs()
-
-    def run_dirs(self) -> set[tuple[str, str]]:
-        """(role, name) of every run directory on the hosts."""
-        out = set()
-        for role, h in self.hosts.items():
-            res = h.run(["ls", "-A", f"{self.inv.deploy_dir}/runs"], check=False)
-            out |= {(role, name) for name in res.stdout.decode().split()}
-        return out
-
-    def live(self, prefix: str) -> list[str]:
-        """The run's processes on every host and its libvirt domains."""
-        from migrate.labs.emulated import virsh
-
-        found = []
-        marks = (f"/runs/{prefix}", f"vrmig-{prefix}")
-        for role, h in self.hosts.items():
-            res = h.run(["ps", "-eo", "pid=,args="], check=False)
-            for line in res.stdout.decode(errors="replace").splitlines():
-                if any(m in line for m in marks):
-                    found.append(f"{role}: process {line.strip()[:160]}")
-        for role, procs in self.rooted_elsewhere().items():
-            for pid, cmd in sorted(procs.items()):
-                if pid not in self.rooted_before.get(role, set()):
-                    found.append(f"{role}: container process {pid} {cmd}")
-        for role in ("R1", "R2"):
-            uri = self.inv.host(role).libvirt_uri
-            if uri:
-                names = virsh(uri, "list", "--all", "--name").stdout.split()
-                found += [f"{role}: libvirt domain {n}" for n in names if prefix in n]
-        found += self.dom0_leftovers(prefix)
-        return found
-
-    def dom0_leftovers(self, prefix: str) -> list[str]:
-        """In each Xen host's dom0: the router's domains and the run's guards still there."""
-        from migrate.drivers.xen.dom0 import GUARD_DIR
-        from migrate.drivers.xen.xl import router_domains
-
-        found = []
-        for role, h in self.dom0s.items():
-            domains = router_domains(h.run(["xl", "list"], check=False).stdout.decode(errors="replace"))
-            found += [f"{role} dom0: domain {d}" for d in domains]
-            guards = h.run(["ls", GUARD_DIR], check=False).stdout.decode().split()
-            found += [f"{role} dom0: guard {g}" for g in guards if g.startswith(f"{prefix}-")]
-        return found
-
-    def leaks(self, before: set[tuple[str, str]], prefix: str | None, grace_s: float, killed: bool) -> list[str]:
-        """After a trial: the run's processes and domains must be gone within ``grace_s``; its
-        run directories too, unless the orchestrator was SIGKILLed (``killed``): then
-        ``clean-testbed`` must remove them, and it is run here to check that."""
-        from migrate.testbed.labbed import clean_lab
-
-        deadline = time.monotonic() + grace_s
-        while True:
-            left = self.live(prefix) if prefix else []
-            if not killed:
-                new = sorted(self.run_dirs() - before)
-                left += [f"{role}: run directory {self.inv.deploy_dir}/runs/{name}" for role, name in new]
-            if not left or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        if killed:
-            done = clean_lab(self.hosts, self.inv.deploy_dir)
-            log.info("clean-testbed after the SIGKILL: %s", "; ".join(done) or "nothing to do")
-            left += [f"{role}: {self.inv.deploy_dir}/runs/{name} survived clean-testbed"
-                     for role, name in sorted(self.run_dirs() - before)]  # fmt: skip
-        return left
-
-
 # -- results ----------------------------------------------------------------------------------
 def _new_run_dirs(results: Path, before: set[str]) -> list[Path]:
     return sorted(p for p in results.iterdir() if p.is_dir() and p.name not in before and not is_opening(p))
@@ -453,10 +315,10 @@ def check_runs(results: Path) -> list[str]:
 
 
 # -- trials -----------------------------------------------------------------------------------
-def trial_argv(hv: str, kind: str, results: Path, testbed: Path | None = None) -> list[str]:
-    """The run a trial starts (on the lab of ``testbed``, if given)."""
+def trial_argv(hv: str, kind: str, results: Path, where: Where = NO_TESTBED) -> list[str]:
+    """The run a trial starts (on ``where``)."""
     argv = [sys.executable, "-m", "migrate", "run", *HV_PROFILES[hv].flags, "--results", str(results)]
-    argv += ["--testbed", str(testbed)] if testbed is not None else []
+    argv += where.argv()
     return argv + (["--fault", kind] if kind in FAULTS else [])
 
 
@@ -475,14 +337,14 @@ STACK_DUMP_WAIT_S = 5.0
 
 
 def _trial(
-    hv: str, kind: str, delay_s: float, results: Path, testbed: Path | None = None, log_path: Path | None = None
+    hv: str, kind: str, delay_s: float, results: Path, where: Where = NO_TESTBED, log_path: Path | None = None
 ) -> TrialOutcome:
     """Run one trial, its stderr to ``log_path`` (default: discarded).  A run that outlives the
     HV's time limit is asked for its Python stacks (SIGUSR1: the CLI registers faulthandler on
     it) and killed; the outcome carries the stacks, so that a hang has a cause."""
     err = log_path.open("w+b") if log_path is not None else None
     proc = subprocess.Popen(
-        trial_argv(hv, kind, results, testbed),
+        trial_argv(hv, kind, results, where),
         stdout=subprocess.DEVNULL,
         stderr=err if err is not None else subprocess.DEVNULL,
         start_new_session=True,
@@ -549,11 +411,11 @@ def _stacks_of(proc: subprocess.Popen[bytes], err: Any) -> str:
     return f"; its threads (faulthandler, most recent call first):\n{text}" if text else "; it printed no stack"
 
 
-def trial_kinds(hv: str, lab: bool = False) -> list[str]:
+def trial_kinds(hv: str, where: Where = NO_TESTBED) -> list[str]:
     """The order of a HV's first trials: signals and faults interleaved (SIGKILL first), so that a
-    few trials already cover both; later trials draw from the same list at random.  On a lab
-    (``lab``) signals only: a lab run refuses FAULT."""
-    faults = [] if lab else [f for f in HV_PROFILES[hv].faults if f in FAULTS]
+    few trials already cover both; later trials draw from the same list at random.  The faults
+    are those a run on ``where`` takes (a lab run refuses FAULT: signals only there)."""
+    faults = where.faults(f for f in HV_PROFILES[hv].faults if f in FAULTS)
     out: list[str] = []
     for i in range(max(len(SIGNALS), len(faults))):
         out += [SIGNALS[i]] if i < len(SIGNALS) else []
@@ -567,31 +429,35 @@ def run_hv(
     rng: random.Random,
     results: Path,
     progress: Progress | None = None,
-    lab: LabLeaks | None = None,
-    testbed: Path | None = None,
+    where: Where = NO_TESTBED,
+    watch: LeakWatch | None = None,
 ) -> Totals:
-    """Run ``trials`` trials of one HV; return its totals.  ``progress`` counts a trial that
-    leaked or lost a result as failed.  With ``testbed`` (and its ``lab`` watcher) every run is a
-    lab run and the lab's hosts are searched for leftovers too."""
+    """Run ``trials`` trials of one HV on ``where``; return its totals.  ``progress`` counts a
+    trial that leaked or lost a result as failed.  ``watch`` (entered; default: ``where``'s
+    :meth:`~migrate.labs.where.Where.leak_watch`, entered for these trials) searches the hosts
+    beyond this machine for leftovers too."""
+    if watch is None:
+        with where.leak_watch() as own:
+            return run_hv(hv, trials, rng, results, progress, where, own)
     progress = progress or Progress("chaos", trials, "trials", enabled=False)
     check_results_root(results)
     mark_results_root(results)  # the trials' logs sit beside their runs: the root must say it is ours
-    kinds = trial_kinds(hv, lab is not None)
+    kinds = trial_kinds(hv, where)
     totals = Totals()
     t_hv = time.monotonic()
     for i in range(trials):
         kind = kinds[i] if i < len(kinds) else rng.choice(kinds)
         prof = HV_PROFILES[hv]
-        delay = rng.uniform(*((lab is not None and prof.lab_signal_window_s) or prof.signal_window_s))
+        delay = rng.uniform(*prof.window_s(where))
         before_dirs = {p.name for p in results.iterdir()}
         before_files = snapshot(results)
         before = Artefacts.now()
-        lab_before = lab.before_trial() if lab is not None else set()
+        hosts_before = watch.before_trial()
         t0 = time.monotonic()
         progress.start(f"{hv} trial {i + 1} {kind}")
         # a name no earlier chaos run into the same RESULTS= used (that file would count as modified)
         log_path = results / f"chaos-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{hv}-trial{i + 1}-{kind}.log"
-        outcome = _trial(hv, kind, delay, results, testbed, log_path)
+        outcome = _trial(hv, kind, delay, results, where, log_path)
         sent = outcome.sent
         totals.trials += 1
         totals.faults += kind in FAULTS
@@ -603,8 +469,7 @@ def run_hv(
         # measured before anything else cleans: a SIGKILLed run must clean itself (reaper)
         killed = (kind == "SIGKILL" and sent) or outcome.hung is not None  # a hung run was SIGKILLed
         leaks = trial_leaks(before, prefix, REAPER_GRACE_S if killed else LEAK_GRACE_S)
-        if lab is not None:
-            leaks += lab.leaks(lab_before, prefix, REAPER_GRACE_S if killed else LEAK_GRACE_S, killed)
+        leaks += watch.leaks(hosts_before, prefix, REAPER_GRACE_S if killed else LEAK_GRACE_S, killed)
         if leaks and prefix:
             cleaned = clean_stale(only={prefix})  # then remove them, as the next run would
             log.warning("trial %d left %d leftovers; clean_stale(%s) -> %s", i + 1, len(leaks), prefix, cleaned)
@@ -636,9 +501,10 @@ def run_hv(
     return totals
 
 
-def check_lab_hvs(hvs: Sequence[str]) -> None:
-    """ValueError (one line) if a hypervisor of ``hvs`` cannot run on a lab yet."""
-    if other := [hv for hv in hvs if hv not in LAB_HVS]:
+def check_hvs(hvs: Sequence[str], where: Where) -> None:
+    """ValueError (one line) if a hypervisor of ``hvs`` cannot run on ``where`` (on a lab: one not
+    in :data:`LAB_HVS`)."""
+    if other := [hv for hv in hvs if hv not in where.either(tuple(HV_PROFILES), LAB_HVS)]:
         raise ValueError(f"HVS={','.join(other)} cannot run on a lab (TESTBED=) yet: use HVS={','.join(LAB_HVS)}")
 
 
@@ -668,20 +534,20 @@ def run_chaos_per_hv(
 ) -> dict[str, Totals]:
     """Run the trials HV by HV (each HV's seeded sequence is independent of the others); with
     ``testbed`` on that lab's hosts (what a lab run takes: :data:`LAB_HVS`)."""
+    where = where_for(testbed)
     unknown = [hv for hv in hvs if hv not in HV_PROFILES]
     if unknown:
         raise ValueError(f"HVS: {', '.join(unknown)} unknown: choose from {', '.join(HV_PROFILES)}")
-    if testbed is not None:
-        check_lab_hvs(hvs)
+    check_hvs(hvs, where)
     check_results_root(results)
     counts = {hv: xen_trials if hv == "xen" and xen_trials is not None else trials for hv in hvs}
     out: dict[str, Totals] = {}
     with contextlib.ExitStack() as stack:
-        lab = stack.enter_context(LabLeaks(testbed)) if testbed is not None else None
+        watch = stack.enter_context(where.leak_watch())
         progress = stack.enter_context(Progress("chaos", sum(counts.values()), "trials"))
         for hv, n in counts.items():
             rng = random.Random(f"{seed}-{hv}")
-            out[hv] = run_hv(hv, n, rng, results, progress, lab, testbed)
+            out[hv] = run_hv(hv, n, rng, results, progress, where, watch)
     return out
 
 
@@ -719,16 +585,14 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("chaos: must run as root", file=sys.stderr)
         return 2
-    hvs = a.hvs or (LAB_HVS if a.testbed is not None else DEFAULT_HVS)
-    if a.testbed is not None:
-        if not a.testbed.is_file():
-            print(f"chaos: TESTBED={a.testbed}: no such inventory (docs/testbed.md)", file=sys.stderr)
-            return 2
-        try:
-            check_lab_hvs(hvs)
-        except ValueError as err:
-            print(f"chaos: {err}", file=sys.stderr)
-            return 2
+    where = where_for(a.testbed)
+    hvs = a.hvs or where.either(DEFAULT_HVS, LAB_HVS)
+    try:
+        where.check_exists()
+        check_hvs(hvs, where)
+    except (ConfigError, ValueError) as err:
+        print(f"chaos: {err}", file=sys.stderr)
+        return 2
     try:
         per_hv = run_chaos_per_hv(a.trials, a.seed, a.results, hvs, a.xen_trials, a.testbed)
     except ConfigError as err:

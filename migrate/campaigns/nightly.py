@@ -35,6 +35,7 @@ from migrate.core.atomic import write_text
 from migrate.core.errors import ConfigError, VrmigError
 from migrate.core.rundir import META_JSON
 from migrate.core.units import format_rate
+from migrate.labs.where import EMBEDDED_ID, Where, where_for
 from migrate.model.scenario import Scenario
 
 log = logging.getLogger(__name__)
@@ -264,7 +265,7 @@ def load_matrix(path: Path) -> Matrix:
                   point_rules, ab)  # fmt: skip
 
 
-EMBEDDED = "embedded"
+EMBEDDED = EMBEDDED_ID
 
 
 def row_testbed(row: dict[str, Any]) -> str:
@@ -276,9 +277,7 @@ def testbed_id(testbed: Path | None) -> str:
     """Where a night's runs ran, as the history records it: ``embedded``, or ``lab:`` and the first
     16 hex digits of the lab inventory's SHA-256 (another inventory, or an edited one, is another
     testbed: its runs are never compared with these)."""
-    if testbed is None:
-        return EMBEDDED
-    return f"lab:{sw.testbed_record(testbed)['sha256'][:16]}"
+    return where_for(testbed).history_id()
 
 
 #: the Scenario's fields when the history's fingerprints were first written: a field added later
@@ -514,7 +513,8 @@ def run_nightly(
     nightly_root = results_root / NIGHTLY_SUBDIR
     history_path = history_path or nightly_root / HISTORY_NAME
     sw.check_lab(matrix.points, testbed)
-    tb = testbed_id(testbed)
+    where = where_for(testbed)
+    tb = where.history_id()
     vers = sw.versions(matrix.points[0].scenario, testbed)
     accel = vers["hypervisor"].get("accel")
     sw.prepare_results_root(results_root)
@@ -556,7 +556,7 @@ def run_nightly(
                 state = sw.execute(
                     night_dir, meta, state, deadline_mono=t0 + matrix.budget_s, on_run=on_run, testbed=testbed
                 )
-            ab_res = _night_ab(matrix, ab, ab_commit, hist, accepted, night_dir, plan.seed, testbed, vers)
+            ab_res = _night_ab(matrix, ab, ab_commit, hist, accepted, night_dir, plan.seed, where, vers)
         except BaseException:
             hist.upsert("nights", {**night_row, "status": "interrupted", "finished_utc": sd.now_utc()})
             raise
@@ -587,17 +587,18 @@ def _night_ab(
     accepted: Sequence[str],
     night_dir: Path,
     seed: int,
-    testbed: Path | None,
+    where: Where,
     vers: dict[str, Any],
 ) -> ab_mod.AbResult | None:
     """The matrix's in-night A/B (None: the matrix has none): skipped with the reason when it
-    cannot run, an error verdict when it failed before judging."""
+    cannot run (it runs another checkout of this machine: only where the runs are this
+    machine's), an error verdict when it failed before judging."""
     spec = matrix.ab
     if spec is None:
         return None
     if asked == "none":
         return ab_mod.skipped(spec, "AB=none: no A/B tonight")
-    if testbed is not None:
+    if not where.runs_here:
         return ab_mod.skipped(spec, "the A/B runs on the embedded testbed only (the accepted commit is not deployed to "
                                     "a lab's hosts)")  # fmt: skip
     if commit is None:

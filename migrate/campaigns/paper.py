@@ -25,6 +25,7 @@ from migrate.campaigns import sweepdir as sd
 from migrate.core.atomic import write_json, write_text
 from migrate.core.errors import ConfigError
 from migrate.core.rundir import BASELINE_CSV, META_JSON, REPORT_HTML, SUMMARY_JSON, read_meta, read_summary
+from migrate.labs.where import where_for
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +253,7 @@ def run_paper(results: Path, reps: int | None, fig2: Path | None, fig3: Path | N
     d3 = _fig3(reps, results, fig3, testbed) if "fig3" in parts or fig3 is not None else None
     inp = load(d2, d3)
     claims, sources = claims_of(inp)
-    sources["testbed"] = f"the lab of {testbed}" if testbed is not None else "the embedded one-machine testbed"
+    sources["testbed"] = where_for(testbed).description()
     out = results / f"{sd.stamp_utc()}-paper004"
     write(out, claims, sources, command, panels(inp))
     return out, claims

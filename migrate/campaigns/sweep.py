@@ -35,6 +35,7 @@ from migrate.core.progress import Progress
 from migrate.core.rundir import META_JSON, RESULTS_ROOT_MARKER
 from migrate.core.sighold import interruptible
 from migrate.core.units import format_rate, parse_rate_bps
+from migrate.labs.where import recorded_where, where_for
 from migrate.model.scenario import Scenario, parse_bfd
 from migrate.testbed.results import is_opening
 
@@ -231,9 +232,10 @@ def new_campaign(c: Campaign, results_root: Path, testbed: Path | None = None) -
                 raise c.refusal(p.label, err) from None
     from migrate.experiment.place import check_knobs as check_point
 
+    where = where_for(testbed)
     for p in plan.points:  # every point's knobs against the QEMU and libvirt that will run it
         try:
-            check_point(p.scenario, by_stack[runs_on(p.scenario)].get("hypervisor") or {}, probe=testbed is None)
+            check_point(p.scenario, by_stack[runs_on(p.scenario)].get("hypervisor") or {}, probe=where.runs_here)
         except ConfigError as err:
             raise c.refusal(p.label, err) from None
     prepare_results_root(results_root)
@@ -251,7 +253,7 @@ def new_seed() -> int:
 
 def plan_meta(plan: Plan, versions: dict[str, Any], argv: list[str], testbed: Path | None = None) -> dict[str, Any]:
     """meta.json of a new sweep directory (``testbed``: its lab inventory, recorded as
-    :func:`testbed_record`)."""
+    :func:`migrate.labs.where.testbed_record`)."""
     meta = {
         "format_version": sd.FORMAT_VERSION,
         "kind": plan.kind,
@@ -264,8 +266,7 @@ def plan_meta(plan: Plan, versions: dict[str, Any], argv: list[str], testbed: Pa
         "versions": versions,
         "command": argv,
     }
-    if testbed is not None:
-        meta["testbed"] = testbed_record(testbed)
+    where_for(testbed).record(meta)
     return meta
 
 
@@ -317,9 +318,10 @@ def check_knobs(points: Sequence[PlanPoint], vers: dict[str, Any], testbed: Path
     from migrate.experiment.place import check_knobs as check_point
 
     hv = vers.get("hypervisor") or {}
+    where = where_for(testbed)
     for p in points:
         try:
-            check_point(p.scenario, hv, probe=testbed is None)
+            check_point(p.scenario, hv, probe=where.runs_here)
         except ConfigError as err:
             raise ConfigError(f"point {p.label}: {err}") from None
 
@@ -521,37 +523,13 @@ def new_sweep(plan: Plan, results_root: Path, testbed: Path | None = None) -> Pa
     return create_sweep_dir(results_root, name, plan_meta(plan, vers, sys.argv, testbed))
 
 
-def testbed_record(testbed: Path) -> dict[str, Any]:
-    """meta.json ``testbed`` of a lab sweep: the inventory's absolute path and its SHA-256 (a
-    RESUME uses that file again and refuses one that changed)."""
-    import hashlib
-
-    path = testbed.resolve()
-    return {"kind": "lab", "inventory": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
-
-
 def sweep_testbed(sweep_dir: Path, meta: dict[str, Any], given: Path | None) -> Path | None:
     """The lab inventory a sweep runs on: the one it was started with (None: the embedded
     testbed).  A RESUME with another TESTBED, or whose inventory is gone or changed, is refused
     (ConfigError, one line): its points would mix testbeds."""
-    rec = meta.get("testbed")
-    if rec is None:
-        if given is not None:
-            raise ConfigError(
-                f"RESUME={sweep_dir} ran on the embedded testbed: drop TESTBED={given} or start a new sweep"
-            )
-        return None
-    path = Path(rec["inventory"])
-    if given is not None and given.resolve() != path:
-        raise ConfigError(f"RESUME={sweep_dir} ran on TESTBED={path}: drop TESTBED={given} or start a new sweep")
-    if not path.is_file():
-        raise ConfigError(f"RESUME={sweep_dir} ran on TESTBED={path}, which is gone: restore it or start a new sweep")
-    if testbed_record(path)["sha256"] != rec.get("sha256"):
-        raise ConfigError(
-            f"RESUME={sweep_dir}: its inventory {path} changed since the sweep started: its points would mix "
-            "testbeds; restore the file or start a new sweep"
-        )
-    return path
+    where = recorded_where(meta)
+    where.check_resume(sweep_dir, meta, given)
+    return where.inventory
 
 
 def recorded_accels(sweep_dir: Path, state: dict[str, Any]) -> dict[str, int]:

@@ -169,32 +169,10 @@ def _clean_testbed(args: argparse.Namespace) -> int:
 
     for tree in clean_stale_trees():
         print(f"removed a dead night's A/B worktree {tree}")
-    if args.testbed is not None:
-        return _clean_lab(args.testbed)
-    return 0
+    from migrate.labs.where import where_for
 
-
-def _clean_lab(path: Path) -> int:
-    """clean-testbed TESTBED=: what dead runs of this machine left on the lab's hosts."""
-    import tempfile
-
-    from migrate.labs.cleanup import clean_xen_dom0s
-    from migrate.testbed.hosts import connect
-    from migrate.testbed.inventory import load
-    from migrate.testbed.labbed import clean_lab
-
-    inv = load(path)
-    with tempfile.TemporaryDirectory(prefix="vrmig-clean-") as d:
-        hosts = connect(inv, Path(d))
-        try:
-            done = clean_lab(hosts, inv.deploy_dir)
-            done += clean_xen_dom0s(inv, Path(d))
-        finally:
-            for h in hosts.values():
-                h.close()
-    for line in done:
+    for line in where_for(args.testbed).clean_hosts():
         print(line)
-    print(f"{inv.name}: {'nothing left by dead runs' if not done else f'{len(done)} action(s)'}")
     return 0
 
 

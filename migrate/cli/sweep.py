@@ -248,8 +248,9 @@ def _baseline_campaign(c, a: argparse.Namespace) -> int:
     """A baseline campaign: one ``vrmig baseline`` over the campaign's variables and reps."""
     from migrate.campaigns import campaign as cp
     from migrate.cli import baseline as bl
+    from migrate.labs.where import where_for
 
-    extra = ["--testbed", str(a.testbed)] if a.testbed is not None else []
+    extra = where_for(a.testbed).argv()
     ns = cp.namespace("baseline", c.points[0].variables, "--reps", str(c.reps), "--results", str(a.results), *extra)
     return bl.run_command(ns, campaign=c)
 

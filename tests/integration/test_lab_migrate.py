@@ -748,11 +748,11 @@ def test_chaos_on_the_lab_kills_runs_and_finds_nothing_left(lab, tmp_path):
     import random
 
     from migrate.campaigns import chaos
+    from migrate.labs.where import where_for
 
     inv = load(lab)
     before = _runs_on_hosts(inv)
-    with chaos.LabLeaks(lab) as watch:
-        totals = chaos.run_hv("kvm", 2, random.Random("lab-chaos"), tmp_path, lab=watch, testbed=lab)
+    totals = chaos.run_hv("kvm", 2, random.Random("lab-chaos"), tmp_path, where=where_for(lab))
     assert totals.trials == 2 and totals.signals == 2, totals
     assert totals.signals_sent >= 1, "no signal reached a running orchestrator"
     assert (totals.leaks, totals.lost_results, totals.problems) == (0, 0, [])
@@ -765,11 +765,13 @@ def test_chaos_on_the_lab_finds_a_leaked_container_and_criu_trials_leave_none(la
     import random
 
     from migrate.campaigns import chaos
+    from migrate.labs.leaks import LabLeaks
+    from migrate.labs.where import where_for
 
     inv = load(lab)
     jail = f"{inv.deploy_dir}/jail-{secrets.token_hex(3)}"
     assert _ssh(inv, "R1", "mkdir", "-p", jail).returncode == 0
-    with chaos.LabLeaks(lab) as watch:
+    with LabLeaks(lab) as watch:
         watch.before_trial()
         t = inv.host("R1").ssh
         jailed = subprocess.Popen(
@@ -788,7 +790,7 @@ def test_chaos_on_the_lab_finds_a_leaked_container_and_criu_trials_leave_none(la
         while watch.live("no-such-run") and time.monotonic() < deadline:
             time.sleep(0.2)
         assert watch.live("no-such-run") == []
-        totals = chaos.run_hv("criu", 1, random.Random("lab-chaos-criu"), tmp_path, lab=watch, testbed=lab)
+        totals = chaos.run_hv("criu", 1, random.Random("lab-chaos-criu"), tmp_path, where=where_for(lab), watch=watch)
     _ssh(inv, "R1", "rmdir", jail)
     assert totals.trials == 1 and (totals.leaks, totals.lost_results, totals.problems) == (0, 0, []), totals
     assert _processes_with("vrmig-ct-init") == []

@@ -39,7 +39,7 @@ def test_a_hung_run_is_killed_and_named_with_its_stack(tmp_path, monkeypatch):
     )
     monkeypatch.setattr(chaos, "trial_argv", lambda *a: [sys.executable, "-c", hang])
     monkeypatch.setitem(chaos.HV_PROFILES, "kvm", dataclasses.replace(chaos.HV_PROFILES["kvm"], timeout_s=3.0))
-    out = chaos._trial("kvm", "dst-qemu-dies", 0.0, tmp_path, None, tmp_path / "trial.log")
+    out = chaos._trial("kvm", "dst-qemu-dies", 0.0, tmp_path, log_path=tmp_path / "trial.log")
     assert out.hung is not None and out.hung.startswith("the run did not end within 3 s")
     assert "blocked_in_setup" in out.hung and "most recent call first" in out.hung
 

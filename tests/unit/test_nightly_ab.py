@@ -157,3 +157,19 @@ def test_ab_without_an_ab_section_is_one_line_of_bad_input(tmp_path):
     with pytest.raises(ConfigError, match="AB='nope' is not a commit"):
         nt.run_nightly(nt.DEFAULT_MATRIX, tmp_path / "results", None, None, "nope")
     assert not (tmp_path / "results").exists()
+
+
+def test_the_in_night_ab_is_skipped_on_a_lab_before_anything_runs(tmp_path, monkeypatch):
+    """The A/B runs another checkout of this machine: on a lab it is skipped with the reason,
+    on the embedded testbed it goes on (here to the accepted commit's lookup)."""
+    from types import SimpleNamespace
+
+    from migrate.labs.where import where_for
+
+    monkeypatch.setattr(ab, "run_ab", lambda *a, **k: pytest.fail("no A/B run"))
+    matrix = SimpleNamespace(ab=_spec())
+    res = nt._night_ab(matrix, None, None, None, [], tmp_path, 1, where_for(tmp_path / "lab.toml"), {})
+    assert res is not None and {v.status for v in res.checks} == {"skipped"}
+    assert all(v.reason.startswith("the A/B runs on the embedded testbed only") for v in res.checks)
+    res = nt._night_ab(matrix, None, None, None, [], tmp_path, 1, where_for(None), {})
+    assert res is not None and all(v.reason.startswith("no accepted night yet") for v in res.checks)

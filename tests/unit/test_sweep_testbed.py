@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from migrate.campaigns.sweep import sweep_testbed
-from migrate.campaigns.sweep import testbed_record as record
 from migrate.core.errors import ConfigError
+from migrate.labs.where import testbed_record as record
 
 
 def _inv(tmp_path: Path, text: str = "name = 'lab'\n") -> Path:
