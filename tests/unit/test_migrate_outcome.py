@@ -53,7 +53,8 @@ class FakeInstruments:
         self, rate_bps: int, states: list[dict[str, Any] | None], dead: str | None = None, a_clock=lambda r: (0, 0)
     ) -> None:
         self.s = SimpleNamespace(rate_bps=rate_bps)
-        self.tb = SimpleNamespace(remote=False, offset_ns=a_clock)  # default: the embedded testbed, one clock
+        # default: the embedded testbed, one clock
+        self.tb = SimpleNamespace(offset_ns=a_clock, clock_offsets=lambda roles: {})
         self.states, self.dead_what = list(states), dead
         self.after_ns: int | None = None
         self.actions: list[tuple[str, dict[str, Any]]] = []
