@@ -307,6 +307,10 @@ def test_lab_libvirt_release_runs_the_runs_own_daemons_beside_the_hosts_own(lab,
     assert _processes_with(f"/runs/{meta['testbed']['prefix']}") == []
     assert _libvirtd_pids() == before
     assert _domains(inv, "R1") == [] and _domains(inv, "R2") == []
+    # what the daemons probed stays on each host for the release's next daemons (not the run's)
+    for r in ("R1", "R2"):
+        cached = _ssh(inv, r, "ls", f"{inv.deploy_dir}/cache/libvirt-{lv['release']}/qemu-capabilities")
+        assert cached.returncode == 0 and any(n.endswith(".xml") for n in cached.stdout.split()), (r, cached)
 
 
 def test_lab_sweep_runs_on_the_lab_and_records_it(lab, tmp_path):

@@ -340,3 +340,63 @@ def test_hosts_check_compares_the_deployed_libvirt_releases_of_r1_and_r2():
     )
     differ = compare_libvirt_releases([row("R1", good), row("R2", _lab_release("libvirtd (libvirt) 11.3.1"))], "x")
     assert [p.severity for p in differ] == [ERROR] and "(R1: 11.3.0; R2: 11.3.1)" in differ[0].message
+
+
+class _HostFiles:
+    """A lab testbed's file operations on one host, over a directory of this machine."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.inventory = type("Inv", (), {"deploy_dir": "/srv/vrmig"})()
+        self.writes: list[str] = []
+
+    def run_dir(self) -> str:
+        return "/srv/vrmig/runs/vm000000"
+
+    def _p(self, path: str) -> Path:
+        return self.root / path.lstrip("/")
+
+    def run(self, host, argv, timeout_s=30.0):
+        if argv[0] == "ls":
+            d = self._p(argv[1])
+            out = "\n".join(sorted(p.name for p in d.iterdir())) if d.is_dir() else ""
+            return subprocess.CompletedProcess(argv, 0 if d.is_dir() else 2, out.encode(), b"")
+        assert argv[:2] == ["mkdir", "-p"], argv
+        self._p(argv[2]).mkdir(parents=True, exist_ok=True)
+        return subprocess.CompletedProcess(argv, 0, b"", b"")
+
+    def read_bytes(self, host, path):
+        p = self._p(path)
+        return p.read_bytes() if p.is_file() else None
+
+    def write_atomic(self, host, path, data):
+        self.writes.append(path)
+        self._p(path).write_bytes(data)
+
+
+def test_a_runs_own_libvirtd_starts_with_the_capabilities_its_release_probed_before_on_that_host(tmp_path):
+    """The run's daemon's capabilities cache is seeded from the host's cache of its release and
+    what it probed goes back there; files that are the same are not written again, and a host
+    without the cache (the first run) is no error."""
+    tb = _HostFiles(tmp_path)
+    build = stack.LibvirtBuild(spec="11.3", argv=("/d/libvirtd",), version="libvirtd (libvirt) 11.3.0",
+                               release="11.3.0", source="trixie", daemon="/d/libvirtd")  # fmt: skip
+    registry = type("Reg", (), {"dir": tmp_path})()
+    d = lvd.LabRunLibvirtd("R1", tb, build, "198.18.3.1", "qemu+tls://r1:16514/system", registry, tmp_path)
+    shared = d.caps_cache()
+    assert shared == "/srv/vrmig/cache/libvirt-11.3.0/qemu-capabilities"
+    run_caps = f"{d.base}/{lvd.CAPS_SUBDIR}"
+    d._copy_caps(shared, run_caps)  # the first run: nothing cached yet
+    assert tb.writes == []
+    tb._p(run_caps).mkdir(parents=True)
+    (tb._p(run_caps) / "abc.xml").write_text("<qemuCaps>probed</qemuCaps>")
+    (tb._p(run_caps) / "abc.xml.tmp-other").write_text("not a cache file")
+    d._copy_caps(run_caps, shared)  # the daemon stopped: its probe is kept
+    assert tb.writes == [f"{shared}/abc.xml"]
+    assert (tb._p(shared) / "abc.xml").read_text() == "<qemuCaps>probed</qemuCaps>"
+    seeded = "/run/next/cache/qemu/capabilities"
+    d._copy_caps(shared, seeded)  # the next run's daemon starts with it
+    assert (tb._p(seeded) / "abc.xml").read_text() == "<qemuCaps>probed</qemuCaps>"
+    tb.writes.clear()
+    d._copy_caps(seeded, shared)  # unchanged: not written again
+    assert tb.writes == []

@@ -37,6 +37,8 @@ TLS_PORT = 16514
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
 POLL_S = 0.05
+#: libvirtd's QEMU capabilities cache inside its private tree (one XML file per QEMU binary)
+CAPS_SUBDIR = "cache/qemu/capabilities"
 #: private subdirectory -> the system path it is bind-mounted over inside the daemon's namespace
 MOUNTS = (
     ("etc", "/etc/libvirt"),
@@ -434,7 +436,9 @@ class LabRunLibvirtd:
     directory there, bind-mounted in a mount namespace of its own (``unshare -m``), its own TLS
     port (:data:`RUN_TLS_PORT`) with the host's certificates, and its UNIX socket forwarded to
     this machine through the host's SSH connection.  The host's own libvirtd is not touched.
-    Same interface as :class:`NamespacedLibvirtd`."""
+    Its QEMU capabilities cache starts with what the release's previous daemon on that host
+    probed (:meth:`caps_cache`), which libvirt checks and probes again when stale: without it
+    every run pays the probe (about 20 s under TCG).  Same interface as :class:`NamespacedLibvirtd`."""
 
     def __init__(
         self, host: str, testbed: Any, build: LibvirtBuild, listen_addr: str, host_peer_uri: str,
@@ -470,9 +474,10 @@ class LabRunLibvirtd:
         from migrate.testbed.pki import LIBVIRT_PKI_DIR  # (pki needs cryptography: only a lab run loads it)
 
         subs = [f"{self.base}/{sub}" for sub, _ in (*MOUNTS, ("sock", ""))]
-        res = self.tb.run(self.host, ["mkdir", "-m", "0700", "-p", *subs])
+        res = self.tb.run(self.host, ["mkdir", "-m", "0700", "-p", *subs, f"{self.base}/{CAPS_SUBDIR}"])
         if res.returncode != 0:
             raise DependencyError(f"{self.host}: cannot create {self.base}: {res.stderr.decode(errors='replace')}")
+        self._copy_caps(self.caps_cache(), f"{self.base}/{CAPS_SUBDIR}")
         conf = libvirtd_conf(
             Path(f"{self.base}/sock"), self.listen_addr, self.host_uuid, tls_dir=LIBVIRT_PKI_DIR, tls_port=RUN_TLS_PORT
         )
@@ -519,6 +524,29 @@ class LabRunLibvirtd:
         self.proc.stop(timeout_s=STOP_TIMEOUT_S)
         with contextlib.suppress(Exception):
             self.tb.hosts[self.host].cancel_forward(self.local_socket)
+        self._copy_caps(f"{self.base}/{CAPS_SUBDIR}", self.caps_cache())
+
+    def caps_cache(self) -> str:
+        """The host's cache of the QEMU capabilities this release's daemons probed there (one XML
+        file per QEMU binary, as libvirt keeps them): outside any run's directory, owned by no
+        run, like the emulated lab's (migrate.labs.emulated.CAPS_CACHE_NAME)."""
+        return f"{self.tb.inventory.deploy_dir}/cache/libvirt-{self.build.release}/qemu-capabilities"
+
+    def _copy_caps(self, src: str, dst: str) -> None:
+        """Copy the capability files of ``src`` that ``dst`` lacks or holds otherwise into it, each
+        written whole (a cache: a failure only costs the next daemon its probe, so it is logged)."""
+        try:
+            listed = self.tb.run(self.host, ["ls", src])
+            names = [n for n in listed.stdout.decode(errors="replace").split() if n.endswith(".xml")]
+            if not names:
+                return
+            self.tb.run(self.host, ["mkdir", "-p", dst])
+            for name in names:
+                data = self.tb.read_bytes(self.host, f"{src}/{name}")
+                if data and data != self.tb.read_bytes(self.host, f"{dst}/{name}"):
+                    self.tb.write_atomic(self.host, f"{dst}/{name}", data)
+        except Exception as err:  # a cache only
+            log.info("%s: QEMU capabilities cache %s -> %s not copied: %s", self.host, src, dst, err)
 
     def _domain_log(self) -> str:
         res = self.tb.run(self.host, ["ls", f"{self.base}/log/qemu"])
