@@ -14,10 +14,11 @@ value has commas itself (``ANNOUNCE=50,550,5,100/0,0,0,1``)."""
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from migrate.core.errors import ConfigError
 from migrate.core.units import format_rate, parse_rate_bps
@@ -72,8 +73,32 @@ def format_size(n: int) -> str:
 
 
 @dataclass(frozen=True)
+class KnobField:
+    """One Scenario field a knob sets: its name, its annotation (the text a class body would
+    have), its default (the knob unset: QEMU's own default applies) and what it holds."""
+
+    name: str
+    type: str
+    default: Any
+    doc: str = ""
+
+
+def _opt_int(name: str, doc: str = "") -> KnobField:
+    return KnobField(name, "int | None", None, doc)
+
+
+def _opt_str(name: str, doc: str = "") -> KnobField:
+    return KnobField(name, "str | None", None, doc)
+
+
+def _off(name: str, doc: str = "") -> KnobField:
+    return KnobField(name, "bool", False, doc)
+
+
+@dataclass(frozen=True)
 class Knob:
-    """One knob: Make variable (``var``; its flag is ``flag``), the Scenario fields it sets, the
+    """One knob: Make variable (``var``; its flag is ``flag``), the Scenario fields it sets
+    (``fields``: name, type, default; :func:`scenario_fields` declares them in Scenario), the
     QMP capabilities and parameters it sets, the first QEMU release that has them, how libvirt
     takes it (empty: libvirt has no flag or parameter for it) and from which release, ``parse``
     (one value's text -> field values) and ``text`` (field values -> the value's text, None
@@ -81,7 +106,7 @@ class Knob:
 
     var: str
     flag: str
-    fields: tuple[str, ...]
+    fields: tuple[KnobField, ...]
     caps: tuple[str, ...]
     params: tuple[str, ...]
     qemu_since: Version
@@ -94,12 +119,14 @@ class Knob:
     #: the option's help text (``make help``, ``--help``)
     help: str = ""
 
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        """The names of its Scenario fields."""
+        return tuple(f.name for f in self.fields)
+
     def unset(self) -> dict[str, Any]:
         """Field values of the knob left unset (QEMU's own default applies)."""
-        return {f: (False if f in _BOOL_FIELDS else None) for f in self.fields}
-
-
-_BOOL_FIELDS = ("auto_converge", "xbzrle", "postcopy", "postcopy_preempt")
+        return {f.name: f.default for f in self.fields}
 
 
 def _flag_text(field: str) -> Callable[[Mapping[str, Any]], str | None]:
@@ -139,65 +166,104 @@ ANNOUNCE_FIELDS = ("announce_initial_ms", "announce_max_ms", "announce_rounds", 
 CPU_THROTTLE_FIELDS = ("cpu_throttle_initial", "cpu_throttle_increment")
 
 KNOBS: tuple[Knob, ...] = (
-    Knob("DOWNTIME_LIMIT", "downtime-limit", ("downtime_limit_ms",), (), ("downtime-limit",), (2, 8),
+    Knob("DOWNTIME_LIMIT", "downtime-limit", (_opt_int("downtime_limit_ms"),), (), ("downtime-limit",), (2, 8),
          "migrateSetMaxDowntime", (0, 8, 0),
          lambda t: {"downtime_limit_ms": _whole("DOWNTIME_LIMIT", t)}, _int_text("downtime_limit_ms"),
          help="QEMU downtime-limit ms"),
-    Knob("MIGBW", "max-bandwidth", ("max_bandwidth_bps",), (), ("max-bandwidth",), (2, 8),
+    Knob("MIGBW", "max-bandwidth", (_opt_int("max_bandwidth_bps"),), (), ("max-bandwidth",), (2, 8),
          "VIR_MIGRATE_PARAM_BANDWIDTH (whole MiB/s)", (1, 1, 0),
          lambda t: {"max_bandwidth_bps": parse_rate_bps(t, "MIGBW")},
          lambda s: None if s.get("max_bandwidth_bps") is None else format_rate(s["max_bandwidth_bps"]),
          help="QEMU max-bandwidth bit/s"),
-    Knob("AUTO_CONVERGE", "auto-converge", ("auto_converge",), ("auto-converge",), (), (1, 6),
+    Knob("AUTO_CONVERGE", "auto-converge", (_off("auto_converge"),), ("auto-converge",), (), (1, 6),
          "VIR_MIGRATE_AUTO_CONVERGE", (1, 2, 3),
          lambda t: {"auto_converge": _boolean("AUTO_CONVERGE", t)}, _flag_text("auto_converge"),
          help="QEMU auto-converge capability: 1|0"),
-    Knob("XBZRLE", "xbzrle", ("xbzrle",), ("xbzrle",), (), (1, 2),
+    Knob("XBZRLE", "xbzrle", (_off("xbzrle"),), ("xbzrle",), (), (1, 2),
          "VIR_MIGRATE_COMPRESSED with VIR_MIGRATE_PARAM_COMPRESSION=xbzrle", (1, 3, 4),
          lambda t: {"xbzrle": _boolean("XBZRLE", t)}, _flag_text("xbzrle"),
          help="QEMU xbzrle capability: 1|0"),
-    Knob("POSTCOPY", "postcopy", ("postcopy",), ("postcopy-ram",), (), (2, 6),
+    Knob("POSTCOPY", "postcopy", (_off("postcopy"),), ("postcopy-ram",), (), (2, 6),
          "VIR_MIGRATE_POSTCOPY and virDomainMigrateStartPostCopy", (1, 3, 3),
          lambda t: {"postcopy": _boolean("POSTCOPY", t)}, _flag_text("postcopy"),
          help="QEMU postcopy-ram: 1|0 (switch after the first RAM pass)"),
-    Knob("MULTIFD", "multifd", ("multifd_channels",), ("multifd",), ("multifd-channels",), (4, 0),
+    Knob("MULTIFD", "multifd", (_opt_int("multifd_channels", "MULTIFD=N: the multifd capability with N channels"),),
+         ("multifd",), ("multifd-channels",), (4, 0),
          "VIR_MIGRATE_PARALLEL with VIR_MIGRATE_PARAM_PARALLEL_CONNECTIONS", (5, 2, 0),
          _multifd, _int_text("multifd_channels"),
          help="QEMU multifd with N channels (1-255; 0: none)"),
-    Knob("MULTIFD_COMPRESSION", "multifd-compression", ("multifd_compression",), (), ("multifd-compression",),
+    Knob("MULTIFD_COMPRESSION", "multifd-compression",
+         (_opt_str("multifd_compression", "MULTIFD_COMPRESSION: none|zlib|zstd"),), (), ("multifd-compression",),
          (5, 0), "VIR_MIGRATE_PARAM_COMPRESSION=zlib|zstd with VIR_MIGRATE_PARALLEL", (9, 4, 0),
          _compression, lambda s: s.get("multifd_compression"),
          help="QEMU multifd-compression: none|zlib|zstd (with MULTIFD)"),
-    Knob("POSTCOPY_PREEMPT", "postcopy-preempt", ("postcopy_preempt",), ("postcopy-preempt",), (), (7, 1),
+    Knob("POSTCOPY_PREEMPT", "postcopy-preempt", (_off("postcopy_preempt", "POSTCOPY_PREEMPT=1"),),
+         ("postcopy-preempt",), (), (7, 1),
          "", None, lambda t: {"postcopy_preempt": _boolean("POSTCOPY_PREEMPT", t)}, _flag_text("postcopy_preempt"),
          help="QEMU postcopy-preempt capability: 1|0 (with POSTCOPY=1)"),
-    Knob("ANNOUNCE", "announce", ANNOUNCE_FIELDS, (),
+    Knob("ANNOUNCE", "announce", (_opt_int(ANNOUNCE_FIELDS[0], "ANNOUNCE=initial,max,rounds,step"),
+                                  *map(_opt_int, ANNOUNCE_FIELDS[1:])), (),
          ("announce-initial", "announce-max", "announce-rounds", "announce-step"), (4, 0), "", None,
          lambda t: dict(zip(ANNOUNCE_FIELDS, _wholes("ANNOUNCE", t, ("initial", "max", "rounds", "step"),
                                                      "50,550,5,100"), strict=True)),
          _ints_text(*ANNOUNCE_FIELDS), tuple_valued=True,
          help="QEMU announce-initial,max,rounds,step (ms, ms, count, ms)"),
-    Knob("XBZRLE_CACHE", "xbzrle-cache", ("xbzrle_cache_bytes",), (), ("xbzrle-cache-size",), (2, 11),
+    Knob("XBZRLE_CACHE", "xbzrle-cache", (_opt_int("xbzrle_cache_bytes", "XBZRLE_CACHE=64M"),), (),
+         ("xbzrle-cache-size",), (2, 11),
          "VIR_MIGRATE_PARAM_COMPRESSION_XBZRLE_CACHE", (1, 3, 4),
          lambda t: {"xbzrle_cache_bytes": parse_size("XBZRLE_CACHE", t)},
          lambda s: None if s.get("xbzrle_cache_bytes") is None else format_size(s["xbzrle_cache_bytes"]),
          help="QEMU xbzrle-cache-size, e.g. 64M (with XBZRLE=1)"),
-    Knob("CPU_THROTTLE", "cpu-throttle", CPU_THROTTLE_FIELDS, (), ("cpu-throttle-initial", "cpu-throttle-increment"),
+    Knob("CPU_THROTTLE", "cpu-throttle",
+         (_opt_int(CPU_THROTTLE_FIELDS[0], "CPU_THROTTLE=initial,increment (%)"), _opt_int(CPU_THROTTLE_FIELDS[1])),
+         (), ("cpu-throttle-initial", "cpu-throttle-increment"),
          (2, 7), "VIR_MIGRATE_PARAM_AUTO_CONVERGE_INITIAL/_INCREMENT", (2, 0, 0),
          lambda t: dict(zip(CPU_THROTTLE_FIELDS, _wholes("CPU_THROTTLE", t, ("initial", "increment"), "20,10"),
                             strict=True)),
          _ints_text(*CPU_THROTTLE_FIELDS), tuple_valued=True,
          help="QEMU cpu-throttle-initial,increment %% (with AUTO_CONVERGE=1)"),
-    Knob("ZERO_PAGE", "zero-page", ("zero_page_detection",), (), ("zero-page-detection",), (9, 0), "", None,
+    Knob("ZERO_PAGE", "zero-page", (_opt_str("zero_page_detection", "ZERO_PAGE: none|legacy|multifd (QEMU 9.0)"),), (),
+         ("zero-page-detection",), (9, 0), "", None,
          _zero_page, lambda s: s.get("zero_page_detection"),
          help="QEMU zero-page-detection: none|legacy|multifd (QEMU 9.0; multifd with MULTIFD)"),
-    Knob("DIRTY_LIMIT", "dirty-limit", ("vcpu_dirty_limit_mbps",), ("dirty-limit",), ("vcpu-dirty-limit",), (8, 1),
+    Knob("DIRTY_LIMIT", "dirty-limit",
+         (_opt_int("vcpu_dirty_limit_mbps", "DIRTY_LIMIT: QEMU's dirty-limit capability with vcpu-dirty-limit MB/s "
+                   "(QEMU 8.1; KVM's dirty ring)"),),
+         ("dirty-limit",), ("vcpu-dirty-limit",), (8, 1),
          "", None, lambda t: {"vcpu_dirty_limit_mbps": _whole("DIRTY_LIMIT", t) or None},
          _int_text("vcpu_dirty_limit_mbps"),
          help="QEMU dirty-limit with vcpu-dirty-limit MB/s per vCPU (QEMU 8.1; needs KVM's dirty ring)"),
 )  # fmt: skip
 KNOB_BY_VAR = {k.var: k for k in KNOBS}
 KNOB_FIELDS = tuple(f for k in KNOBS for f in k.fields)
+
+_T = TypeVar("_T")
+
+
+def scenario_fields(after: str) -> Callable[[type[_T]], type[_T]]:
+    """A class decorator, applied before ``@dataclass``: the knobs' fields (KNOB_FIELDS, in KNOBS
+    order, with their annotations and defaults) go into the class right after its field
+    ``after``, as if written there.  So a knob's fields are declared once, in its Knob, and the
+    dataclass keeps its order of fields (its ``asdict`` keys) and stays one plain class."""
+
+    def add(cls: type[_T]) -> type[_T]:
+        own: dict[str, Any] = dict(inspect.get_annotations(cls))
+        if after not in own:
+            raise TypeError(f"{cls.__name__} has no field {after!r} to put the knobs' fields after")
+        twice = [f.name for f in KNOB_FIELDS if f.name in own]
+        if twice:
+            raise TypeError(f"{cls.__name__} declares knob fields itself: {', '.join(twice)}")
+        annotations: dict[str, Any] = {}
+        for name, annotation in own.items():
+            annotations[name] = annotation
+            if name == after:
+                annotations.update((f.name, f.type) for f in KNOB_FIELDS)
+        for f in KNOB_FIELDS:
+            setattr(cls, f.name, f.default)
+        cls.__annotations__ = annotations
+        return cls
+
+    return add
 
 
 def split_values(knob: Knob, text: str) -> list[str]:

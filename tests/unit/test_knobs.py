@@ -79,6 +79,32 @@ def test_bad_knob_values_are_one_line_naming_the_variable(argv, msg):
     assert "\n" not in str(err.value)
 
 
+def test_scenarios_knob_fields_are_the_tables_in_its_order_after_miglink():
+    """Scenario's knob fields come from KNOBS (name, type, default), right after miglink_bps; a
+    captured meta.json's scenario loads and gives back the same keys, in the same order."""
+    import dataclasses
+    import json
+
+    names = [f.name for f in dataclasses.fields(Scenario)]
+    start = names.index("miglink_bps") + 1
+    fields = dataclasses.fields(Scenario)[start : start + len(knobs.KNOB_FIELDS)]
+    assert [(f.name, f.type, f.default) for f in fields] == [(f.name, f.type, f.default) for f in knobs.KNOB_FIELDS]
+    assert names[start + len(knobs.KNOB_FIELDS)] == "migrate_timeout_s"
+    assert Scenario.__dataclass_params__.frozen
+    assert [f.name for f in knobs.KNOB_BY_VAR["ANNOUNCE"].fields] == list(knobs.ANNOUNCE_FIELDS)
+    assert knobs.KNOB_BY_VAR["POSTCOPY"].unset() == {"postcopy": False}
+    root = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "rundir"
+    for meta in sorted(root.glob("*/meta.json")):
+        scenario = json.loads(meta.read_text())["scenario"]
+        again = Scenario(**scenario).to_dict()
+        assert {k: again[k] for k in scenario} == scenario
+        assert [k for k in again if k in scenario] == list(scenario)  # same order
+    with pytest.raises(TypeError, match="no field 'nothing'"):
+        knobs.scenario_fields(after="nothing")(type("C", (), {"__annotations__": {"a": "int"}}))
+    with pytest.raises(TypeError, match="declares knob fields itself: postcopy"):
+        knobs.scenario_fields(after="a")(type("C", (), {"__annotations__": {"a": "int", "postcopy": "bool"}}))
+
+
 def test_stopcopy_takes_multifd():
     assert Scenario(mode="stopcopy", multifd_channels=4).multifd_channels == 4
 
