@@ -118,6 +118,9 @@ class Knob:
     tuple_valued: bool = False
     #: the option's help text (``make help``, ``--help``)
     help: str = ""
+    #: its rules (QEMU's ranges, the knobs it needs or excludes): ConfigError, one line, for the
+    #: first a scenario (a Scenario's fields by name) breaks; called only when the knob is set
+    check: Callable[[Mapping[str, Any]], None] | None = None
 
     @property
     def field_names(self) -> tuple[str, ...]:
@@ -127,6 +130,10 @@ class Knob:
     def unset(self) -> dict[str, Any]:
         """Field values of the knob left unset (QEMU's own default applies)."""
         return {f.name: f.default for f in self.fields}
+
+    def is_set(self, scenario: Mapping[str, Any]) -> bool:
+        """True when any of its fields is not at its default."""
+        return any(scenario.get(f.name, f.default) != f.default for f in self.fields)
 
 
 def _flag_text(field: str) -> Callable[[Mapping[str, Any]], str | None]:
@@ -165,16 +172,118 @@ def _compression(text: str) -> dict[str, Any]:
 ANNOUNCE_FIELDS = ("announce_initial_ms", "announce_max_ms", "announce_rounds", "announce_step_ms")
 CPU_THROTTLE_FIELDS = ("cpu_throttle_initial", "cpu_throttle_increment")
 
+
+# -- each knob's rules (Knob.check): QEMU's ranges (migrate_params_check of QEMU 7.2), the
+# capability each needs, and the combinations QEMU refuses or breaks on
+
+
+def _require(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+def _check_downtime_limit(s: Mapping[str, Any]) -> None:
+    _require(s["downtime_limit_ms"] > 0, f"DOWNTIME_LIMIT={s['downtime_limit_ms']} must be > 0 ms")
+
+
+def _check_migbw(s: Mapping[str, Any]) -> None:
+    _require(s["max_bandwidth_bps"] > 0, f"MIGBW={s['max_bandwidth_bps']} must be > 0 bit/s")
+
+
+def _check_postcopy(s: Mapping[str, Any]) -> None:
+    _require(s["mode"] != "stopcopy", "POSTCOPY=1 needs MODE=precopy")
+
+
+def _check_multifd(s: Mapping[str, Any]) -> None:
+    n = s["multifd_channels"]
+    _require(1 <= n <= 255, f"MULTIFD={n} must be 1-255 channels (0: no multifd)")
+    _require(
+        not s["postcopy"],
+        "MULTIFD with POSTCOPY=1 is refused: QEMU 7.2 accepts both capabilities, but its destination can abort "
+        "when a multifd migration switches to post-copy (a yank assertion reported on qemu-devel against "
+        "7.2.0-rc0), and QEMU 8.1 refuses the pair ('Postcopy is not yet compatible with multifd'); "
+        "use one of them",
+    )
+    _require(
+        not s["xbzrle"],
+        "MULTIFD with XBZRLE=1 is refused: multifd sends pages without XBZRLE (QEMU 7.2 skips it silently, "
+        "QEMU 8.2 and later refuse the pair: 'Multifd is not compatible with xbzrle'); use one of them",
+    )
+
+
+def _check_multifd_compression(s: Mapping[str, Any]) -> None:
+    method = s["multifd_compression"]
+    _require(
+        method in MULTIFD_COMPRESSIONS,
+        f"MULTIFD_COMPRESSION={method!r} is unknown: choose one of {', '.join(MULTIFD_COMPRESSIONS)}",
+    )
+    _require(s["multifd_channels"] is not None, "MULTIFD_COMPRESSION compresses multifd's channels: set MULTIFD=N too")
+
+
+def _check_postcopy_preempt(s: Mapping[str, Any]) -> None:
+    _require(s["postcopy"], "POSTCOPY_PREEMPT=1 needs POSTCOPY=1 (QEMU: 'Postcopy preempt requires postcopy-ram')")
+
+
+def _check_announce(s: Mapping[str, Any]) -> None:
+    announce = [s[f] for f in ANNOUNCE_FIELDS]
+    text = ",".join(str(v) for v in announce)
+    _require(all(v is not None for v in announce), f"ANNOUNCE={text} must set all four: initial,max,rounds,step")
+    i, m, r, st = (int(v) for v in announce)
+    _require(0 <= i <= 100_000, f"ANNOUNCE={text}: initial must be 0-100000 ms")
+    _require(0 <= m <= 100_000, f"ANNOUNCE={text}: max must be 0-100000 ms")
+    _require(0 <= r <= 1000, f"ANNOUNCE={text}: rounds must be 0-1000")
+    _require(1 <= st <= 10_000, f"ANNOUNCE={text}: step must be 1-10000 ms")
+
+
+def _check_xbzrle_cache(s: Mapping[str, Any]) -> None:
+    n, mem_mib = s["xbzrle_cache_bytes"], s["mem_mib"]
+    _require(s["xbzrle"], "XBZRLE_CACHE sizes XBZRLE's page cache: set XBZRLE=1 too")
+    _require(
+        n >= 4096 and n & (n - 1) == 0,
+        f"XBZRLE_CACHE={n} must be a power of two of at least 4K (QEMU needs a power-of-two number of pages)",
+    )
+    _require(n <= mem_mib * 2**20, f"XBZRLE_CACHE={n // 2**20}M is larger than the guest's memory (MEM={mem_mib} MiB)")
+
+
+def _check_cpu_throttle(s: Mapping[str, Any]) -> None:
+    throttle = [s[f] for f in CPU_THROTTLE_FIELDS]
+    text = ",".join(str(v) for v in throttle)
+    _require(all(v is not None for v in throttle), f"CPU_THROTTLE={text} must set both: initial,increment")
+    _require(all(1 <= int(v) <= 99 for v in throttle), f"CPU_THROTTLE={text}: both must be 1-99 %")
+    _require(s["auto_converge"], "CPU_THROTTLE sets auto-converge's throttling: set AUTO_CONVERGE=1 too")
+
+
+def _check_zero_page(s: Mapping[str, Any]) -> None:
+    method = s["zero_page_detection"]
+    _require(
+        method in ZERO_PAGE_METHODS,
+        f"ZERO_PAGE={method!r} is unknown: choose one of {', '.join(ZERO_PAGE_METHODS)}",
+    )
+    _require(
+        method != "multifd" or s["multifd_channels"] is not None,
+        "ZERO_PAGE=multifd scans for zero pages in multifd's threads: set MULTIFD=N too",
+    )
+
+
+def _check_dirty_limit(s: Mapping[str, Any]) -> None:
+    limit = s["vcpu_dirty_limit_mbps"]
+    _require(limit > 0, f"DIRTY_LIMIT={limit} must be above 0 MB/s")
+    _require(
+        s["mode"] == "precopy" and not s["postcopy"],
+        "DIRTY_LIMIT throttles the vCPUs while pre-copy converges: use MODE=precopy without POSTCOPY",
+    )
+
+
 KNOBS: tuple[Knob, ...] = (
     Knob("DOWNTIME_LIMIT", "downtime-limit", (_opt_int("downtime_limit_ms"),), (), ("downtime-limit",), (2, 8),
          "migrateSetMaxDowntime", (0, 8, 0),
          lambda t: {"downtime_limit_ms": _whole("DOWNTIME_LIMIT", t)}, _int_text("downtime_limit_ms"),
-         help="QEMU downtime-limit ms"),
+         help="QEMU downtime-limit ms", check=_check_downtime_limit),
     Knob("MIGBW", "max-bandwidth", (_opt_int("max_bandwidth_bps"),), (), ("max-bandwidth",), (2, 8),
          "VIR_MIGRATE_PARAM_BANDWIDTH (whole MiB/s)", (1, 1, 0),
          lambda t: {"max_bandwidth_bps": parse_rate_bps(t, "MIGBW")},
          lambda s: None if s.get("max_bandwidth_bps") is None else format_rate(s["max_bandwidth_bps"]),
-         help="QEMU max-bandwidth bit/s"),
+         help="QEMU max-bandwidth bit/s", check=_check_migbw),
     Knob("AUTO_CONVERGE", "auto-converge", (_off("auto_converge"),), ("auto-converge",), (), (1, 6),
          "VIR_MIGRATE_AUTO_CONVERGE", (1, 2, 3),
          lambda t: {"auto_converge": _boolean("AUTO_CONVERGE", t)}, _flag_text("auto_converge"),
@@ -186,34 +295,34 @@ KNOBS: tuple[Knob, ...] = (
     Knob("POSTCOPY", "postcopy", (_off("postcopy"),), ("postcopy-ram",), (), (2, 6),
          "VIR_MIGRATE_POSTCOPY and virDomainMigrateStartPostCopy", (1, 3, 3),
          lambda t: {"postcopy": _boolean("POSTCOPY", t)}, _flag_text("postcopy"),
-         help="QEMU postcopy-ram: 1|0 (switch after the first RAM pass)"),
+         help="QEMU postcopy-ram: 1|0 (switch after the first RAM pass)", check=_check_postcopy),
     Knob("MULTIFD", "multifd", (_opt_int("multifd_channels", "MULTIFD=N: the multifd capability with N channels"),),
          ("multifd",), ("multifd-channels",), (4, 0),
          "VIR_MIGRATE_PARALLEL with VIR_MIGRATE_PARAM_PARALLEL_CONNECTIONS", (5, 2, 0),
          _multifd, _int_text("multifd_channels"),
-         help="QEMU multifd with N channels (1-255; 0: none)"),
+         help="QEMU multifd with N channels (1-255; 0: none)", check=_check_multifd),
     Knob("MULTIFD_COMPRESSION", "multifd-compression",
          (_opt_str("multifd_compression", "MULTIFD_COMPRESSION: none|zlib|zstd"),), (), ("multifd-compression",),
          (5, 0), "VIR_MIGRATE_PARAM_COMPRESSION=zlib|zstd with VIR_MIGRATE_PARALLEL", (9, 4, 0),
          _compression, lambda s: s.get("multifd_compression"),
-         help="QEMU multifd-compression: none|zlib|zstd (with MULTIFD)"),
+         help="QEMU multifd-compression: none|zlib|zstd (with MULTIFD)", check=_check_multifd_compression),
     Knob("POSTCOPY_PREEMPT", "postcopy-preempt", (_off("postcopy_preempt", "POSTCOPY_PREEMPT=1"),),
          ("postcopy-preempt",), (), (7, 1),
          "", None, lambda t: {"postcopy_preempt": _boolean("POSTCOPY_PREEMPT", t)}, _flag_text("postcopy_preempt"),
-         help="QEMU postcopy-preempt capability: 1|0 (with POSTCOPY=1)"),
+         help="QEMU postcopy-preempt capability: 1|0 (with POSTCOPY=1)", check=_check_postcopy_preempt),
     Knob("ANNOUNCE", "announce", (_opt_int(ANNOUNCE_FIELDS[0], "ANNOUNCE=initial,max,rounds,step"),
                                   *map(_opt_int, ANNOUNCE_FIELDS[1:])), (),
          ("announce-initial", "announce-max", "announce-rounds", "announce-step"), (4, 0), "", None,
          lambda t: dict(zip(ANNOUNCE_FIELDS, _wholes("ANNOUNCE", t, ("initial", "max", "rounds", "step"),
                                                      "50,550,5,100"), strict=True)),
          _ints_text(*ANNOUNCE_FIELDS), tuple_valued=True,
-         help="QEMU announce-initial,max,rounds,step (ms, ms, count, ms)"),
+         help="QEMU announce-initial,max,rounds,step (ms, ms, count, ms)", check=_check_announce),
     Knob("XBZRLE_CACHE", "xbzrle-cache", (_opt_int("xbzrle_cache_bytes", "XBZRLE_CACHE=64M"),), (),
          ("xbzrle-cache-size",), (2, 11),
          "VIR_MIGRATE_PARAM_COMPRESSION_XBZRLE_CACHE", (1, 3, 4),
          lambda t: {"xbzrle_cache_bytes": parse_size("XBZRLE_CACHE", t)},
          lambda s: None if s.get("xbzrle_cache_bytes") is None else format_size(s["xbzrle_cache_bytes"]),
-         help="QEMU xbzrle-cache-size, e.g. 64M (with XBZRLE=1)"),
+         help="QEMU xbzrle-cache-size, e.g. 64M (with XBZRLE=1)", check=_check_xbzrle_cache),
     Knob("CPU_THROTTLE", "cpu-throttle",
          (_opt_int(CPU_THROTTLE_FIELDS[0], "CPU_THROTTLE=initial,increment (%)"), _opt_int(CPU_THROTTLE_FIELDS[1])),
          (), ("cpu-throttle-initial", "cpu-throttle-increment"),
@@ -221,18 +330,20 @@ KNOBS: tuple[Knob, ...] = (
          lambda t: dict(zip(CPU_THROTTLE_FIELDS, _wholes("CPU_THROTTLE", t, ("initial", "increment"), "20,10"),
                             strict=True)),
          _ints_text(*CPU_THROTTLE_FIELDS), tuple_valued=True,
-         help="QEMU cpu-throttle-initial,increment %% (with AUTO_CONVERGE=1)"),
+         help="QEMU cpu-throttle-initial,increment %% (with AUTO_CONVERGE=1)", check=_check_cpu_throttle),
     Knob("ZERO_PAGE", "zero-page", (_opt_str("zero_page_detection", "ZERO_PAGE: none|legacy|multifd (QEMU 9.0)"),), (),
          ("zero-page-detection",), (9, 0), "", None,
          _zero_page, lambda s: s.get("zero_page_detection"),
-         help="QEMU zero-page-detection: none|legacy|multifd (QEMU 9.0; multifd with MULTIFD)"),
+         help="QEMU zero-page-detection: none|legacy|multifd (QEMU 9.0; multifd with MULTIFD)",
+         check=_check_zero_page),
     Knob("DIRTY_LIMIT", "dirty-limit",
          (_opt_int("vcpu_dirty_limit_mbps", "DIRTY_LIMIT: QEMU's dirty-limit capability with vcpu-dirty-limit MB/s "
                    "(QEMU 8.1; KVM's dirty ring)"),),
          ("dirty-limit",), ("vcpu-dirty-limit",), (8, 1),
          "", None, lambda t: {"vcpu_dirty_limit_mbps": _whole("DIRTY_LIMIT", t) or None},
          _int_text("vcpu_dirty_limit_mbps"),
-         help="QEMU dirty-limit with vcpu-dirty-limit MB/s per vCPU (QEMU 8.1; needs KVM's dirty ring)"),
+         help="QEMU dirty-limit with vcpu-dirty-limit MB/s per vCPU (QEMU 8.1; needs KVM's dirty ring)",
+         check=_check_dirty_limit),
 )  # fmt: skip
 KNOB_BY_VAR = {k.var: k for k in KNOBS}
 KNOB_FIELDS = tuple(f for k in KNOBS for f in k.fields)
@@ -291,6 +402,22 @@ def knob_settings(scenario: Mapping[str, Any]) -> list[tuple[Knob, str]]:
 def requested_text(scenario: Mapping[str, Any]) -> str:
     """``DOWNTIME_LIMIT=50 MULTIFD=2``: the knobs a scenario sets ('' none)."""
     return " ".join(f"{k.var}={t}" for k, t in knob_settings(scenario))
+
+
+def validate(scenario: Mapping[str, Any]) -> None:
+    """ConfigError (one line) for the first rule of QEMU's migration knobs that ``scenario`` (a
+    Scenario's fields by name) breaks: the knobs are HV=kvm's only, then each knob that is set
+    is checked by its own rules (Knob.check), in KNOBS order."""
+    knob_vars = [k.var for k, _ in knob_settings(scenario)]
+    one = len(knob_vars) == 1
+    _require(
+        scenario["hv"] == "kvm" or not knob_vars,
+        f"{', '.join(knob_vars)} {'is a QEMU migration knob' if one else 'are QEMU migration knobs'}:"
+        f" {'it needs' if one else 'they need'} HV=kvm (HV={scenario['hv']} does not migrate with QEMU)",
+    )
+    for k in KNOBS:
+        if k.check is not None and k.is_set(scenario):
+            k.check(scenario)
 
 
 def label_part(knob: Knob, text: str) -> str:

@@ -105,6 +105,24 @@ def test_scenarios_knob_fields_are_the_tables_in_its_order_after_miglink():
         knobs.scenario_fields(after="a")(type("C", (), {"__annotations__": {"a": "int", "postcopy": "bool"}}))
 
 
+def test_the_knobs_rules_are_the_tables_and_judge_a_plain_mapping():
+    """Each knob's rules are its Knob.check; knobs.validate runs HV's rule first, then those of
+    the knobs set, in KNOBS order (Scenario's validation calls it)."""
+    base = Scenario().to_dict()
+    knobs.validate(base)
+    with pytest.raises(ConfigError, match=r"^DOWNTIME_LIMIT=0 must be > 0 ms$"):
+        knobs.validate({**base, "downtime_limit_ms": 0})
+    with pytest.raises(ConfigError, match=r"^POSTCOPY=1 needs MODE=precopy$"):
+        knobs.validate({**base, "postcopy": True, "mode": "stopcopy"})
+    with pytest.raises(ConfigError, match=r"^DOWNTIME_LIMIT is a QEMU migration knob: it needs HV=kvm"):
+        knobs.validate({**base, "hv": "criu", "downtime_limit_ms": 0})
+    with pytest.raises(ConfigError, match=r"^MULTIFD_COMPRESSION compresses multifd's channels"):
+        knobs.validate({**base, "multifd_compression": "zstd", "zero_page_detection": "multifd"})
+    with pytest.raises(ConfigError, match=r"^ANNOUNCE=None,1,1,1 must set all four"):  # set: any field not unset
+        knobs.validate({**base, "announce_max_ms": 1, "announce_rounds": 1, "announce_step_ms": 1})
+    assert [k.var for k in knobs.KNOBS if k.check is None] == ["AUTO_CONVERGE", "XBZRLE"]
+
+
 def test_stopcopy_takes_multifd():
     assert Scenario(mode="stopcopy", multifd_channels=4).multifd_channels == 4
 
