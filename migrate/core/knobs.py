@@ -10,16 +10,26 @@ the installed QEMU or libvirt lacks is refused before anything starts (:func:`ch
 
 In ``make migrate`` every variable takes one value; in ``make sweep`` a list makes it an axis of
 the grid (:func:`split_values`): values separated by commas, or by ``/`` for the knobs whose
-value has commas itself (``ANNOUNCE=50,550,5,100/0,0,0,1``)."""
+value has commas itself (``ANNOUNCE=50,550,5,100/0,0,0,1``).
+
+A knob is declared once, in KNOBS: its Scenario fields with their types and defaults (Scenario
+takes them with :func:`scenario_fields`), its rules (:func:`validate`), its text in docs/migrate.md
+(:func:`doc_tables`; ``python -m migrate.core.knobs docs`` rewrites the page's tables).  The
+drivers apply it: migrate.drivers.kvm.driver over QMP, migrate.drivers.libvirt.flags through
+libvirt."""
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
+from migrate.core.atomic import write_text
 from migrate.core.errors import ConfigError
 from migrate.core.units import format_rate, parse_rate_bps
 
@@ -121,6 +131,13 @@ class Knob:
     #: its rules (QEMU's ranges, the knobs it needs or excludes): ConfigError, one line, for the
     #: first a scenario (a Scenario's fields by name) breaks; called only when the knob is set
     check: Callable[[Mapping[str, Any]], None] | None = None
+    #: docs/migrate.md (:func:`doc_tables`): what it sets and its default in the table of
+    #: variables (knobs after one another with the same two share a row), how QMP and libvirt
+    #: apply it in the table of knobs (``doc_libvirt`` empty: libvirt cannot, so it is refused)
+    doc: str = ""
+    doc_default: str = ""
+    doc_qmp: str = ""
+    doc_libvirt: str = ""
 
     @property
     def field_names(self) -> tuple[str, ...]:
@@ -168,6 +185,9 @@ def _compression(text: str) -> dict[str, Any]:
         raise ConfigError(f"MULTIFD_COMPRESSION={text!r} is unknown: choose one of {', '.join(MULTIFD_COMPRESSIONS)}")
     return {"multifd_compression": t}
 
+
+#: the variables table's text of the capabilities that are simply on or off
+_CAPABILITY_DOC = "QEMU migration capabilities (`1` to enable; postcopy switches after the first RAM pass)"
 
 ANNOUNCE_FIELDS = ("announce_initial_ms", "announce_max_ms", "announce_rounds", "announce_step_ms")
 CPU_THROTTLE_FIELDS = ("cpu_throttle_initial", "cpu_throttle_increment")
@@ -278,51 +298,87 @@ KNOBS: tuple[Knob, ...] = (
     Knob("DOWNTIME_LIMIT", "downtime-limit", (_opt_int("downtime_limit_ms"),), (), ("downtime-limit",), (2, 8),
          "migrateSetMaxDowntime", (0, 8, 0),
          lambda t: {"downtime_limit_ms": _whole("DOWNTIME_LIMIT", t)}, _int_text("downtime_limit_ms"),
-         help="QEMU downtime-limit ms", check=_check_downtime_limit),
+         help="QEMU downtime-limit ms", check=_check_downtime_limit,
+         doc="QEMU `downtime-limit` ms",
+         doc_default="QEMU's (300)",
+         doc_qmp="parameter `downtime-limit` (source)",
+         doc_libvirt="`migrateSetMaxDowntime`"),
     Knob("MIGBW", "max-bandwidth", (_opt_int("max_bandwidth_bps"),), (), ("max-bandwidth",), (2, 8),
          "VIR_MIGRATE_PARAM_BANDWIDTH (whole MiB/s)", (1, 1, 0),
          lambda t: {"max_bandwidth_bps": parse_rate_bps(t, "MIGBW")},
          lambda s: None if s.get("max_bandwidth_bps") is None else format_rate(s["max_bandwidth_bps"]),
-         help="QEMU max-bandwidth bit/s", check=_check_migbw),
+         help="QEMU max-bandwidth bit/s", check=_check_migbw,
+         doc="QEMU `max-bandwidth` bit/s",
+         doc_default="QEMU's",
+         doc_qmp="parameter `max-bandwidth` (source; bytes/s)",
+         doc_libvirt="parameter `bandwidth` (whole MiB/s)"),
     Knob("AUTO_CONVERGE", "auto-converge", (_off("auto_converge"),), ("auto-converge",), (), (1, 6),
          "VIR_MIGRATE_AUTO_CONVERGE", (1, 2, 3),
          lambda t: {"auto_converge": _boolean("AUTO_CONVERGE", t)}, _flag_text("auto_converge"),
-         help="QEMU auto-converge capability: 1|0"),
+         help="QEMU auto-converge capability: 1|0",
+         doc=_CAPABILITY_DOC, doc_default="off",
+         doc_qmp="capability `auto-converge`",
+         doc_libvirt="flag `VIR_MIGRATE_AUTO_CONVERGE`"),
     Knob("XBZRLE", "xbzrle", (_off("xbzrle"),), ("xbzrle",), (), (1, 2),
          "VIR_MIGRATE_COMPRESSED with VIR_MIGRATE_PARAM_COMPRESSION=xbzrle", (1, 3, 4),
          lambda t: {"xbzrle": _boolean("XBZRLE", t)}, _flag_text("xbzrle"),
-         help="QEMU xbzrle capability: 1|0"),
+         help="QEMU xbzrle capability: 1|0",
+         doc=_CAPABILITY_DOC, doc_default="off",
+         doc_qmp="capability `xbzrle`",
+         doc_libvirt="flag `VIR_MIGRATE_COMPRESSED`, `compression=xbzrle`"),
     Knob("POSTCOPY", "postcopy", (_off("postcopy"),), ("postcopy-ram",), (), (2, 6),
          "VIR_MIGRATE_POSTCOPY and virDomainMigrateStartPostCopy", (1, 3, 3),
          lambda t: {"postcopy": _boolean("POSTCOPY", t)}, _flag_text("postcopy"),
-         help="QEMU postcopy-ram: 1|0 (switch after the first RAM pass)", check=_check_postcopy),
+         help="QEMU postcopy-ram: 1|0 (switch after the first RAM pass)", check=_check_postcopy,
+         doc=_CAPABILITY_DOC, doc_default="off",
+         doc_qmp="capability `postcopy-ram`, `migrate-start-postcopy`",
+         doc_libvirt="flag `VIR_MIGRATE_POSTCOPY`, `virDomainMigrateStartPostCopy`"),
     Knob("MULTIFD", "multifd", (_opt_int("multifd_channels", "MULTIFD=N: the multifd capability with N channels"),),
          ("multifd",), ("multifd-channels",), (4, 0),
          "VIR_MIGRATE_PARALLEL with VIR_MIGRATE_PARAM_PARALLEL_CONNECTIONS", (5, 2, 0),
          _multifd, _int_text("multifd_channels"),
-         help="QEMU multifd with N channels (1-255; 0: none)", check=_check_multifd),
+         help="QEMU multifd with N channels (1-255; 0: none)", check=_check_multifd,
+         doc="QEMU's `multifd` capability with N `multifd-channels` (1–255; `0`: none)",
+         doc_default="none (one stream)",
+         doc_qmp="capability `multifd`, parameter `multifd-channels` (both sides, before `migrate-incoming`)",
+         doc_libvirt="flag `VIR_MIGRATE_PARALLEL`, `parallel.connections`"),
     Knob("MULTIFD_COMPRESSION", "multifd-compression",
          (_opt_str("multifd_compression", "MULTIFD_COMPRESSION: none|zlib|zstd"),), (), ("multifd-compression",),
          (5, 0), "VIR_MIGRATE_PARAM_COMPRESSION=zlib|zstd with VIR_MIGRATE_PARALLEL", (9, 4, 0),
          _compression, lambda s: s.get("multifd_compression"),
-         help="QEMU multifd-compression: none|zlib|zstd (with MULTIFD)", check=_check_multifd_compression),
+         help="QEMU multifd-compression: none|zlib|zstd (with MULTIFD)", check=_check_multifd_compression,
+         doc="multifd's `multifd-compression`: `none`, `zlib`, `zstd` (with `MULTIFD`)",
+         doc_default="QEMU's (`none`)",
+         doc_qmp="parameter `multifd-compression` (both sides; `zstd` only in QEMU builds with libzstd)",
+         doc_libvirt="`compression=zlib` or `zstd` with `VIR_MIGRATE_PARALLEL` (`none`: nothing)"),
     Knob("POSTCOPY_PREEMPT", "postcopy-preempt", (_off("postcopy_preempt", "POSTCOPY_PREEMPT=1"),),
          ("postcopy-preempt",), (), (7, 1),
          "", None, lambda t: {"postcopy_preempt": _boolean("POSTCOPY_PREEMPT", t)}, _flag_text("postcopy_preempt"),
-         help="QEMU postcopy-preempt capability: 1|0 (with POSTCOPY=1)", check=_check_postcopy_preempt),
+         help="QEMU postcopy-preempt capability: 1|0 (with POSTCOPY=1)", check=_check_postcopy_preempt,
+         doc="QEMU's `postcopy-preempt` capability (`1`, with `POSTCOPY=1`)",
+         doc_default="off",
+         doc_qmp="capability `postcopy-preempt` (both sides, before `migrate-incoming`)"),
     Knob("ANNOUNCE", "announce", (_opt_int(ANNOUNCE_FIELDS[0], "ANNOUNCE=initial,max,rounds,step"),
                                   *map(_opt_int, ANNOUNCE_FIELDS[1:])), (),
          ("announce-initial", "announce-max", "announce-rounds", "announce-step"), (4, 0), "", None,
          lambda t: dict(zip(ANNOUNCE_FIELDS, _wholes("ANNOUNCE", t, ("initial", "max", "rounds", "step"),
                                                      "50,550,5,100"), strict=True)),
          _ints_text(*ANNOUNCE_FIELDS), tuple_valued=True,
-         help="QEMU announce-initial,max,rounds,step (ms, ms, count, ms)", check=_check_announce),
+         help="QEMU announce-initial,max,rounds,step (ms, ms, count, ms)", check=_check_announce,
+         doc="the destination's self-announcement after the migration: `initial,max,rounds,step` (ms, ms, count, ms)",
+         doc_default="QEMU's (`50,550,5,100`)",
+         doc_qmp="parameters `announce-initial`, `-max`, `-rounds`, `-step` (both sides; the destination "
+                 "announces); `MODE=stopcopy`'s `announce-self` takes them too"),
     Knob("XBZRLE_CACHE", "xbzrle-cache", (_opt_int("xbzrle_cache_bytes", "XBZRLE_CACHE=64M"),), (),
          ("xbzrle-cache-size",), (2, 11),
          "VIR_MIGRATE_PARAM_COMPRESSION_XBZRLE_CACHE", (1, 3, 4),
          lambda t: {"xbzrle_cache_bytes": parse_size("XBZRLE_CACHE", t)},
          lambda s: None if s.get("xbzrle_cache_bytes") is None else format_size(s["xbzrle_cache_bytes"]),
-         help="QEMU xbzrle-cache-size, e.g. 64M (with XBZRLE=1)", check=_check_xbzrle_cache),
+         help="QEMU xbzrle-cache-size, e.g. 64M (with XBZRLE=1)", check=_check_xbzrle_cache,
+         doc="XBZRLE's page cache, e.g. `64M` (1024-based; with `XBZRLE=1`)",
+         doc_default="QEMU's (`64M`)",
+         doc_qmp="parameter `xbzrle-cache-size` (source)",
+         doc_libvirt="`compression.xbzrle.cache`"),
     Knob("CPU_THROTTLE", "cpu-throttle",
          (_opt_int(CPU_THROTTLE_FIELDS[0], "CPU_THROTTLE=initial,increment (%)"), _opt_int(CPU_THROTTLE_FIELDS[1])),
          (), ("cpu-throttle-initial", "cpu-throttle-increment"),
@@ -330,12 +386,20 @@ KNOBS: tuple[Knob, ...] = (
          lambda t: dict(zip(CPU_THROTTLE_FIELDS, _wholes("CPU_THROTTLE", t, ("initial", "increment"), "20,10"),
                             strict=True)),
          _ints_text(*CPU_THROTTLE_FIELDS), tuple_valued=True,
-         help="QEMU cpu-throttle-initial,increment %% (with AUTO_CONVERGE=1)", check=_check_cpu_throttle),
+         help="QEMU cpu-throttle-initial,increment %% (with AUTO_CONVERGE=1)", check=_check_cpu_throttle,
+         doc="auto-converge's throttling `initial,increment` in % (with `AUTO_CONVERGE=1`)",
+         doc_default="QEMU's (`20,10`)",
+         doc_qmp="parameters `cpu-throttle-initial`, `cpu-throttle-increment` (source)",
+         doc_libvirt="`auto_converge.initial`, `auto_converge.increment`"),
     Knob("ZERO_PAGE", "zero-page", (_opt_str("zero_page_detection", "ZERO_PAGE: none|legacy|multifd (QEMU 9.0)"),), (),
          ("zero-page-detection",), (9, 0), "", None,
          _zero_page, lambda s: s.get("zero_page_detection"),
          help="QEMU zero-page-detection: none|legacy|multifd (QEMU 9.0; multifd with MULTIFD)",
-         check=_check_zero_page),
+         check=_check_zero_page,
+         doc="how the source finds zero pages: `none` (send them), `legacy` (the migration thread's scan), "
+             "`multifd` (in multifd's threads, with `MULTIFD`); QEMU 9.0",
+         doc_default="QEMU's (`multifd`, which without multifd scans as `legacy`)",
+         doc_qmp="parameter `zero-page-detection` (both)"),
     Knob("DIRTY_LIMIT", "dirty-limit",
          (_opt_int("vcpu_dirty_limit_mbps", "DIRTY_LIMIT: QEMU's dirty-limit capability with vcpu-dirty-limit MB/s "
                    "(QEMU 8.1; KVM's dirty ring)"),),
@@ -343,7 +407,12 @@ KNOBS: tuple[Knob, ...] = (
          "", None, lambda t: {"vcpu_dirty_limit_mbps": _whole("DIRTY_LIMIT", t) or None},
          _int_text("vcpu_dirty_limit_mbps"),
          help="QEMU dirty-limit with vcpu-dirty-limit MB/s per vCPU (QEMU 8.1; needs KVM's dirty ring)",
-         check=_check_dirty_limit),
+         check=_check_dirty_limit,
+         doc="QEMU's `dirty-limit`: each vCPU throttled to this many MB/s of dirtied memory while pre-copy runs "
+             "(`MODE=precopy`); QEMU 8.1, and KVM with its dirty ring (the VM then starts with `-accel "
+             "kvm,dirty-ring-size=4096`): refused under TCG",
+         doc_default="off",
+         doc_qmp="capability `dirty-limit`, parameter `vcpu-dirty-limit` (source)"),
 )  # fmt: skip
 KNOB_BY_VAR = {k.var: k for k in KNOBS}
 KNOB_FIELDS = tuple(f for k in KNOBS for f in k.fields)
@@ -418,6 +487,83 @@ def validate(scenario: Mapping[str, Any]) -> None:
     for k in KNOBS:
         if k.check is not None and k.is_set(scenario):
             k.check(scenario)
+
+
+# -- docs/migrate.md's tables ----------------------------------------------------------------
+
+#: the page whose knob tables :func:`doc_tables` makes
+DOC = Path(__file__).resolve().parents[2] / "docs" / "migrate.md"
+_NO_LIBVIRT = "none: refused, use `DRIVER=qmp`"
+
+
+def _row(cells: Sequence[str]) -> str:
+    return f"| {' | '.join(cells)} |"
+
+
+def variables_table() -> str:
+    """The knobs' rows of the Make variables (meaning, default); knobs after one another whose
+    meaning and default are the same share a row."""
+    groups: list[tuple[list[str], str, str]] = []
+    for k in KNOBS:
+        if groups and groups[-1][1:] == (k.doc, k.doc_default):
+            groups[-1][0].append(k.var)
+        else:
+            groups.append(([k.var], k.doc, k.doc_default))
+    rows = [_row(("variable", "meaning", "default")), "|---|---|---|"]
+    rows += [_row((", ".join(f"`{v}`" for v in vs), doc, default)) for vs, doc, default in groups]
+    return "\n".join(rows)
+
+
+def qemu_table() -> str:
+    """How each knob reaches QEMU over QMP and through libvirt, and the first releases that have it."""
+    rows = [_row(("variable", "QEMU (QMP)", "first QEMU", "libvirt (`migrateToURI3`)", "first libvirt")),
+            "|---|---|---|---|---|"]  # fmt: skip
+    for k in KNOBS:
+        libvirt = (k.doc_libvirt, _v(k.libvirt_since)) if k.libvirt_since is not None else (_NO_LIBVIRT, "–")
+        rows.append(_row((f"`{k.var}`", k.doc_qmp, _v(k.qemu_since), *libvirt)))
+    return "\n".join(rows)
+
+
+#: the generated sections of docs/migrate.md, each between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->``
+DOC_TABLES: dict[str, Callable[[], str]] = {"knobs-variables": variables_table, "knobs-qemu": qemu_table}
+
+
+def doc_tables(text: str) -> str:
+    """``text`` (docs/migrate.md) with the sections between the markers of DOC_TABLES made anew
+    from KNOBS; ValueError when a pair of markers is not there exactly once."""
+    for name, table in DOC_TABLES.items():
+        begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+        section = re.compile(f"{re.escape(begin)}\n.*?{re.escape(end)}", re.S)
+        if len(section.findall(text)) != 1:
+            raise ValueError(f"the page needs one {begin} ... {end} section")
+        text = section.sub(lambda _m, b=begin, e=end, f=table: f"{b}\n\n{f()}\n\n{e}", text)
+    return text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``docs``: write docs/migrate.md's knob tables from KNOBS (with ``--check``: write nothing,
+    exit 1 if they are not what KNOBS gives)."""
+    p = argparse.ArgumentParser(prog="python -m migrate.core.knobs", description=main.__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("docs", help="write the knob tables of docs/migrate.md")
+    d.add_argument("--doc", type=Path, default=DOC, help=f"the page (default {DOC})")
+    d.add_argument("--check", action="store_true", help="write nothing; exit 1 if the tables are stale")
+    a = p.parse_args(argv)
+    text = a.doc.read_text()
+    try:
+        made = doc_tables(text)
+    except ValueError as err:
+        print(f"{a.doc}: {err}", file=sys.stderr)
+        return 1
+    if a.check:
+        if made != text:
+            print(f"{a.doc}: its knob tables are not what KNOBS gives; run python -m migrate.core.knobs docs")
+            return 1
+        return 0
+    if made != text:
+        write_text(a.doc, made)
+        print(a.doc)
+    return 0
 
 
 def label_part(knob: Knob, text: str) -> str:
@@ -535,3 +681,7 @@ def effective(
             postcopy_preempt_dst=dc.get("postcopy-preempt"),
         )
     return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

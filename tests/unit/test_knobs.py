@@ -123,6 +123,23 @@ def test_the_knobs_rules_are_the_tables_and_judge_a_plain_mapping():
     assert [k.var for k in knobs.KNOBS if k.check is None] == ["AUTO_CONVERGE", "XBZRLE"]
 
 
+def test_docs_migrate_md_has_the_knob_tables_that_knobs_gives(tmp_path, capsys):
+    """docs/migrate.md's two knob tables are made from KNOBS (``python -m migrate.core.knobs docs``);
+    a stale page fails the check."""
+    text = knobs.DOC.read_text()
+    assert knobs.doc_tables(text) == text, "docs/migrate.md is stale: run python -m migrate.core.knobs docs"
+    assert knobs.main(["docs", "--check"]) == 0
+    assert "| `AUTO_CONVERGE`, `XBZRLE`, `POSTCOPY` | QEMU migration capabilities" in knobs.variables_table()
+    assert "| `POSTCOPY_PREEMPT` | capability `postcopy-preempt`" in knobs.qemu_table()
+    stale = tmp_path / "migrate.md"
+    stale.write_text(text.replace("| `MULTIFD` | capability `multifd`", "| `MULTIFD` | capability `multi-fd`"))
+    assert knobs.main(["docs", "--check", "--doc", str(stale)]) == 1
+    assert "not what KNOBS gives" in capsys.readouterr().out
+    assert knobs.main(["docs", "--doc", str(stale)]) == 0 and stale.read_text() == text
+    with pytest.raises(ValueError, match="one <!-- knobs-qemu:begin -->"):
+        knobs.doc_tables(text.replace("<!-- knobs-qemu:end -->", ""))
+
+
 def test_stopcopy_takes_multifd():
     assert Scenario(mode="stopcopy", multifd_channels=4).multifd_channels == 4
 
