@@ -105,6 +105,45 @@ def _off(name: str, doc: str = "") -> KnobField:
     return KnobField(name, "bool", False, doc)
 
 
+#: QEMU's replies a Readback reads: the source's query-migrate-parameters, its
+#: query-migrate-capabilities (capability -> state) and the destination's query-migrate-parameters
+Replies = tuple[Mapping[str, Any], Mapping[str, bool], Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class Readback:
+    """One key of meta.json's ``hypervisor.knobs_effective`` (a ``qemu_<key>`` column of runs.csv):
+    the value QEMU reports back for a knob, read from its replies (None: not reported)."""
+
+    key: str
+    read: Callable[[Replies], Any]
+
+
+def _param(key: str, name: str, scale: int = 1) -> Readback:
+    """The source's parameter ``name`` (times ``scale``)."""
+
+    def read(r: Replies) -> Any:
+        v = r[0].get(name)
+        return v if v is None or scale == 1 else int(v) * scale
+
+    return Readback(key, read)
+
+
+def _cap(key: str, name: str) -> Readback:
+    """The source's capability ``name`` (True/False)."""
+    return Readback(key, lambda r: r[1].get(name))
+
+
+def _params_joined(key: str, names: Sequence[str], side: str = "src") -> Readback:
+    """Parameters ``names`` of the source (or ``side`` "dst": the destination) as ``a,b,...``."""
+    return Readback(key, lambda r: _joined(r[2] if side == "dst" else r[0], names))
+
+
+def _joined(params: Mapping[str, Any], names: Sequence[str]) -> str | None:
+    vals = [params.get(n) for n in names]
+    return None if any(v is None for v in vals) else ",".join(str(v) for v in vals)
+
+
 @dataclass(frozen=True)
 class Knob:
     """One knob: Make variable (``var``; its flag is ``flag``), the Scenario fields it sets
@@ -138,6 +177,8 @@ class Knob:
     doc_default: str = ""
     doc_qmp: str = ""
     doc_libvirt: str = ""
+    #: its keys of ``hypervisor.knobs_effective``: QEMU's values read back after migrate-set-*
+    readback: tuple[Readback, ...] = ()
 
     @property
     def field_names(self) -> tuple[str, ...]:
@@ -302,7 +343,8 @@ KNOBS: tuple[Knob, ...] = (
          doc="QEMU `downtime-limit` ms",
          doc_default="QEMU's (300)",
          doc_qmp="parameter `downtime-limit` (source)",
-         doc_libvirt="`migrateSetMaxDowntime`"),
+         doc_libvirt="`migrateSetMaxDowntime`",
+         readback=(_param("downtime_limit_ms", "downtime-limit"),)),
     Knob("MIGBW", "max-bandwidth", (_opt_int("max_bandwidth_bps"),), (), ("max-bandwidth",), (2, 8),
          "VIR_MIGRATE_PARAM_BANDWIDTH (whole MiB/s)", (1, 1, 0),
          lambda t: {"max_bandwidth_bps": parse_rate_bps(t, "MIGBW")},
@@ -311,28 +353,32 @@ KNOBS: tuple[Knob, ...] = (
          doc="QEMU `max-bandwidth` bit/s",
          doc_default="QEMU's",
          doc_qmp="parameter `max-bandwidth` (source; bytes/s)",
-         doc_libvirt="parameter `bandwidth` (whole MiB/s)"),
+         doc_libvirt="parameter `bandwidth` (whole MiB/s)",
+         readback=(_param("max_bandwidth_bps", "max-bandwidth", 8),)),
     Knob("AUTO_CONVERGE", "auto-converge", (_off("auto_converge"),), ("auto-converge",), (), (1, 6),
          "VIR_MIGRATE_AUTO_CONVERGE", (1, 2, 3),
          lambda t: {"auto_converge": _boolean("AUTO_CONVERGE", t)}, _flag_text("auto_converge"),
          help="QEMU auto-converge capability: 1|0",
          doc=_CAPABILITY_DOC, doc_default="off",
          doc_qmp="capability `auto-converge`",
-         doc_libvirt="flag `VIR_MIGRATE_AUTO_CONVERGE`"),
+         doc_libvirt="flag `VIR_MIGRATE_AUTO_CONVERGE`",
+         readback=(_cap("auto_converge", "auto-converge"),)),
     Knob("XBZRLE", "xbzrle", (_off("xbzrle"),), ("xbzrle",), (), (1, 2),
          "VIR_MIGRATE_COMPRESSED with VIR_MIGRATE_PARAM_COMPRESSION=xbzrle", (1, 3, 4),
          lambda t: {"xbzrle": _boolean("XBZRLE", t)}, _flag_text("xbzrle"),
          help="QEMU xbzrle capability: 1|0",
          doc=_CAPABILITY_DOC, doc_default="off",
          doc_qmp="capability `xbzrle`",
-         doc_libvirt="flag `VIR_MIGRATE_COMPRESSED`, `compression=xbzrle`"),
+         doc_libvirt="flag `VIR_MIGRATE_COMPRESSED`, `compression=xbzrle`",
+         readback=(_cap("xbzrle", "xbzrle"),)),
     Knob("POSTCOPY", "postcopy", (_off("postcopy"),), ("postcopy-ram",), (), (2, 6),
          "VIR_MIGRATE_POSTCOPY and virDomainMigrateStartPostCopy", (1, 3, 3),
          lambda t: {"postcopy": _boolean("POSTCOPY", t)}, _flag_text("postcopy"),
          help="QEMU postcopy-ram: 1|0 (switch after the first RAM pass)", check=_check_postcopy,
          doc=_CAPABILITY_DOC, doc_default="off",
          doc_qmp="capability `postcopy-ram`, `migrate-start-postcopy`",
-         doc_libvirt="flag `VIR_MIGRATE_POSTCOPY`, `virDomainMigrateStartPostCopy`"),
+         doc_libvirt="flag `VIR_MIGRATE_POSTCOPY`, `virDomainMigrateStartPostCopy`",
+         readback=(_cap("postcopy", "postcopy-ram"),)),
     Knob("MULTIFD", "multifd", (_opt_int("multifd_channels", "MULTIFD=N: the multifd capability with N channels"),),
          ("multifd",), ("multifd-channels",), (4, 0),
          "VIR_MIGRATE_PARALLEL with VIR_MIGRATE_PARAM_PARALLEL_CONNECTIONS", (5, 2, 0),
@@ -341,7 +387,8 @@ KNOBS: tuple[Knob, ...] = (
          doc="QEMU's `multifd` capability with N `multifd-channels` (1–255; `0`: none)",
          doc_default="none (one stream)",
          doc_qmp="capability `multifd`, parameter `multifd-channels` (both sides, before `migrate-incoming`)",
-         doc_libvirt="flag `VIR_MIGRATE_PARALLEL`, `parallel.connections`"),
+         doc_libvirt="flag `VIR_MIGRATE_PARALLEL`, `parallel.connections`",
+         readback=(_cap("multifd", "multifd"), _param("multifd_channels", "multifd-channels"),)),
     Knob("MULTIFD_COMPRESSION", "multifd-compression",
          (_opt_str("multifd_compression", "MULTIFD_COMPRESSION: none|zlib|zstd"),), (), ("multifd-compression",),
          (5, 0), "VIR_MIGRATE_PARAM_COMPRESSION=zlib|zstd with VIR_MIGRATE_PARALLEL", (9, 4, 0),
@@ -350,14 +397,16 @@ KNOBS: tuple[Knob, ...] = (
          doc="multifd's `multifd-compression`: `none`, `zlib`, `zstd` (with `MULTIFD`)",
          doc_default="QEMU's (`none`)",
          doc_qmp="parameter `multifd-compression` (both sides; `zstd` only in QEMU builds with libzstd)",
-         doc_libvirt="`compression=zlib` or `zstd` with `VIR_MIGRATE_PARALLEL` (`none`: nothing)"),
+         doc_libvirt="`compression=zlib` or `zstd` with `VIR_MIGRATE_PARALLEL` (`none`: nothing)",
+         readback=(_param("multifd_compression", "multifd-compression"),)),
     Knob("POSTCOPY_PREEMPT", "postcopy-preempt", (_off("postcopy_preempt", "POSTCOPY_PREEMPT=1"),),
          ("postcopy-preempt",), (), (7, 1),
          "", None, lambda t: {"postcopy_preempt": _boolean("POSTCOPY_PREEMPT", t)}, _flag_text("postcopy_preempt"),
          help="QEMU postcopy-preempt capability: 1|0 (with POSTCOPY=1)", check=_check_postcopy_preempt,
          doc="QEMU's `postcopy-preempt` capability (`1`, with `POSTCOPY=1`)",
          doc_default="off",
-         doc_qmp="capability `postcopy-preempt` (both sides, before `migrate-incoming`)"),
+         doc_qmp="capability `postcopy-preempt` (both sides, before `migrate-incoming`)",
+         readback=(_cap("postcopy_preempt", "postcopy-preempt"),)),
     Knob("ANNOUNCE", "announce", (_opt_int(ANNOUNCE_FIELDS[0], "ANNOUNCE=initial,max,rounds,step"),
                                   *map(_opt_int, ANNOUNCE_FIELDS[1:])), (),
          ("announce-initial", "announce-max", "announce-rounds", "announce-step"), (4, 0), "", None,
@@ -368,7 +417,9 @@ KNOBS: tuple[Knob, ...] = (
          doc="the destination's self-announcement after the migration: `initial,max,rounds,step` (ms, ms, count, ms)",
          doc_default="QEMU's (`50,550,5,100`)",
          doc_qmp="parameters `announce-initial`, `-max`, `-rounds`, `-step` (both sides; the destination "
-                 "announces); `MODE=stopcopy`'s `announce-self` takes them too"),
+                 "announces); `MODE=stopcopy`'s `announce-self` takes them too",
+         readback=(_params_joined("announce", ("announce-initial", "announce-max", "announce-rounds", "announce-step"),
+                                  "dst"),)),
     Knob("XBZRLE_CACHE", "xbzrle-cache", (_opt_int("xbzrle_cache_bytes", "XBZRLE_CACHE=64M"),), (),
          ("xbzrle-cache-size",), (2, 11),
          "VIR_MIGRATE_PARAM_COMPRESSION_XBZRLE_CACHE", (1, 3, 4),
@@ -378,7 +429,8 @@ KNOBS: tuple[Knob, ...] = (
          doc="XBZRLE's page cache, e.g. `64M` (1024-based; with `XBZRLE=1`)",
          doc_default="QEMU's (`64M`)",
          doc_qmp="parameter `xbzrle-cache-size` (source)",
-         doc_libvirt="`compression.xbzrle.cache`"),
+         doc_libvirt="`compression.xbzrle.cache`",
+         readback=(_param("xbzrle_cache_bytes", "xbzrle-cache-size"),)),
     Knob("CPU_THROTTLE", "cpu-throttle",
          (_opt_int(CPU_THROTTLE_FIELDS[0], "CPU_THROTTLE=initial,increment (%)"), _opt_int(CPU_THROTTLE_FIELDS[1])),
          (), ("cpu-throttle-initial", "cpu-throttle-increment"),
@@ -390,7 +442,8 @@ KNOBS: tuple[Knob, ...] = (
          doc="auto-converge's throttling `initial,increment` in % (with `AUTO_CONVERGE=1`)",
          doc_default="QEMU's (`20,10`)",
          doc_qmp="parameters `cpu-throttle-initial`, `cpu-throttle-increment` (source)",
-         doc_libvirt="`auto_converge.initial`, `auto_converge.increment`"),
+         doc_libvirt="`auto_converge.initial`, `auto_converge.increment`",
+         readback=(_params_joined("cpu_throttle", ("cpu-throttle-initial", "cpu-throttle-increment")),)),
     Knob("ZERO_PAGE", "zero-page", (_opt_str("zero_page_detection", "ZERO_PAGE: none|legacy|multifd (QEMU 9.0)"),), (),
          ("zero-page-detection",), (9, 0), "", None,
          _zero_page, lambda s: s.get("zero_page_detection"),
@@ -399,7 +452,8 @@ KNOBS: tuple[Knob, ...] = (
          doc="how the source finds zero pages: `none` (send them), `legacy` (the migration thread's scan), "
              "`multifd` (in multifd's threads, with `MULTIFD`); QEMU 9.0",
          doc_default="QEMU's (`multifd`, which without multifd scans as `legacy`)",
-         doc_qmp="parameter `zero-page-detection` (both)"),
+         doc_qmp="parameter `zero-page-detection` (both)",
+         readback=(_param("zero_page_detection", "zero-page-detection"),)),
     Knob("DIRTY_LIMIT", "dirty-limit",
          (_opt_int("vcpu_dirty_limit_mbps", "DIRTY_LIMIT: QEMU's dirty-limit capability with vcpu-dirty-limit MB/s "
                    "(QEMU 8.1; KVM's dirty ring)"),),
@@ -412,7 +466,8 @@ KNOBS: tuple[Knob, ...] = (
              "(`MODE=precopy`); QEMU 8.1, and KVM with its dirty ring (the VM then starts with `-accel "
              "kvm,dirty-ring-size=4096`): refused under TCG",
          doc_default="off",
-         doc_qmp="capability `dirty-limit`, parameter `vcpu-dirty-limit` (source)"),
+         doc_qmp="capability `dirty-limit`, parameter `vcpu-dirty-limit` (source)",
+         readback=(_cap("dirty_limit", "dirty-limit"), _param("vcpu_dirty_limit_mbps", "vcpu-dirty-limit"),)),
 )  # fmt: skip
 KNOB_BY_VAR = {k.var: k for k in KNOBS}
 KNOB_FIELDS = tuple(f for k in KNOBS for f in k.fields)
@@ -624,11 +679,8 @@ def check_libvirt(scenario: Mapping[str, Any], libvirt: str | None) -> None:
 #: knobs_effective keys (runs.csv has them as ``qemu_<key>``): QEMU's values read back with
 #: query-migrate-parameters and query-migrate-capabilities; ``announce`` is the destination's (the
 #: destination QEMU announces the guest's MACs after the migration), the others the source's
-EFFECTIVE_KEYS = (
-    "downtime_limit_ms", "max_bandwidth_bps", "auto_converge", "xbzrle", "postcopy", "multifd",
-    "multifd_channels", "multifd_compression", "postcopy_preempt", "announce", "xbzrle_cache_bytes",
-    "cpu_throttle", "zero_page_detection", "dirty_limit", "vcpu_dirty_limit_mbps",
-)  # fmt: skip
+#: (each Knob's ``readback``, in KNOBS order)
+EFFECTIVE_KEYS = tuple(r.key for k in KNOBS for r in k.readback)
 EFFECTIVE_COLUMNS = tuple(f"qemu_{k}" for k in EFFECTIVE_KEYS)
 
 
@@ -636,11 +688,6 @@ def _caps(reply: Any) -> dict[str, bool]:
     if not isinstance(reply, list):
         return {}
     return {c["capability"]: bool(c["state"]) for c in reply if isinstance(c, dict) and "capability" in c}
-
-
-def _joined(params: Mapping[str, Any], names: Sequence[str]) -> str | None:
-    vals = [params.get(n) for n in names]
-    return None if any(v is None for v in vals) else ",".join(str(v) for v in vals)
 
 
 def effective(
@@ -655,24 +702,8 @@ def effective(
     ``multifd_channels_dst`` say what the destination had (they must match the source)."""
     sp, dp = dict(src_params or {}), dict(dst_params or {})
     sc, dc = _caps(src_caps), _caps(dst_caps)
-    bw = sp.get("max-bandwidth")
-    out: dict[str, Any] = {
-        "downtime_limit_ms": sp.get("downtime-limit"),
-        "max_bandwidth_bps": None if bw is None else int(bw) * 8,
-        "auto_converge": sc.get("auto-converge"),
-        "xbzrle": sc.get("xbzrle"),
-        "postcopy": sc.get("postcopy-ram"),
-        "multifd": sc.get("multifd"),
-        "multifd_channels": sp.get("multifd-channels"),
-        "multifd_compression": sp.get("multifd-compression"),
-        "postcopy_preempt": sc.get("postcopy-preempt"),
-        "announce": _joined(dp, ("announce-initial", "announce-max", "announce-rounds", "announce-step")),
-        "xbzrle_cache_bytes": sp.get("xbzrle-cache-size"),
-        "cpu_throttle": _joined(sp, ("cpu-throttle-initial", "cpu-throttle-increment")),
-        "zero_page_detection": sp.get("zero-page-detection"),
-        "dirty_limit": sc.get("dirty-limit"),
-        "vcpu_dirty_limit_mbps": sp.get("vcpu-dirty-limit"),
-    }
+    replies = (sp, sc, dp)
+    out: dict[str, Any] = {r.key: r.read(replies) for k in KNOBS for r in k.readback}
     if dst_params is not None or dst_caps is not None:
         out.update(
             multifd_dst=dc.get("multifd"),
