@@ -335,6 +335,15 @@ def _check_dirty_limit(s: Mapping[str, Any]) -> None:
     )
 
 
+def _check_switchover_bw(s: Mapping[str, Any]) -> None:
+    n = s["switchover_bandwidth_bps"]
+    _require(
+        n >= 8,
+        f"SWITCHOVER_BW={n} must be at least 8 bit/s (QEMU takes whole bytes/s; its own estimate is "
+        "SWITCHOVER_BW unset)",
+    )
+
+
 KNOBS: tuple[Knob, ...] = (
     Knob("DOWNTIME_LIMIT", "downtime-limit", (_opt_int("downtime_limit_ms"),), (), ("downtime-limit",), (2, 8),
          "migrateSetMaxDowntime", (0, 8, 0),
@@ -468,6 +477,19 @@ KNOBS: tuple[Knob, ...] = (
          doc_default="off",
          doc_qmp="capability `dirty-limit`, parameter `vcpu-dirty-limit` (source)",
          readback=(_cap("dirty_limit", "dirty-limit"), _param("vcpu_dirty_limit_mbps", "vcpu-dirty-limit"),)),
+    Knob("SWITCHOVER_BW", "switchover-bandwidth",
+         (_opt_int("switchover_bandwidth_bps", "SWITCHOVER_BW: avail-switchover-bandwidth in bit/s (QEMU 8.2)"),),
+         (), ("avail-switchover-bandwidth",), (8, 2), "", None,
+         lambda t: {"switchover_bandwidth_bps": parse_rate_bps(t, "SWITCHOVER_BW")},
+         lambda s: None if s.get("switchover_bandwidth_bps") is None else format_rate(s["switchover_bandwidth_bps"]),
+         help="QEMU avail-switchover-bandwidth bit/s: the rate its switch-over decision assumes (QEMU 8.2)",
+         check=_check_switchover_bw,
+         doc="the bandwidth QEMU assumes for its switch-over decision, in bit/s (e.g. `500M`): the source stops the "
+             "guest once the remaining dirty memory takes at most `DOWNTIME_LIMIT` at this rate, instead of at the "
+             "rate it measured; it does not cap the migration; QEMU 8.2",
+         doc_default="QEMU's (its measured rate)",
+         doc_qmp="parameter `avail-switchover-bandwidth` (source; bytes/s)",
+         readback=(_param("switchover_bandwidth_bps", "avail-switchover-bandwidth", 8),)),
 )  # fmt: skip
 KNOB_BY_VAR = {k.var: k for k in KNOBS}
 KNOB_FIELDS = tuple(f for k in KNOBS for f in k.fields)

@@ -450,3 +450,65 @@ def test_dirty_limit_reaches_the_source_with_kvms_dirty_ring_and_is_refused_befo
         Scenario(vcpu_dirty_limit_mbps=50, mode="stopcopy")
     with pytest.raises(ConfigError, match="DIRTY_LIMIT=0 must be above 0"):
         Scenario(vcpu_dirty_limit_mbps=0)
+
+
+def test_switchover_bw_reaches_the_source_as_bytes_per_second_and_is_refused_before_qemu_8_2():
+    """SWITCHOVER_BW (QEMU 8.2's avail-switchover-bandwidth): a rate like MIGBW, set on the source
+    in bytes/s, read back, refused on an older QEMU and with DRIVER=libvirt."""
+    s = _run("--switchover-bandwidth", "500M")
+    assert s.switchover_bandwidth_bps == 500_000_000
+    assert knobs.requested_text(s.to_dict()) == "SWITCHOVER_BW=500M"
+    assert kvm.migration_parameters(s, "src") == {"avail-switchover-bandwidth": 62_500_000}
+    assert kvm.migration_parameters(s, "dst") == {}
+    both = Scenario(max_bandwidth_bps=800_000_000, switchover_bandwidth_bps=2 * 10**9, downtime_limit_ms=50)
+    assert kvm.migration_parameters(both, "src") == {
+        "downtime-limit": 50, "max-bandwidth": 100_000_000, "avail-switchover-bandwidth": 250_000_000
+    }  # fmt: skip
+    assert {c["capability"] for c in kvm.migration_capabilities(s)} == {
+        "events", "auto-converge", "xbzrle", "postcopy-ram"
+    }  # fmt: skip
+    eff = knobs.effective({"avail-switchover-bandwidth": 62_500_000}, [])
+    assert eff["switchover_bandwidth_bps"] == 500_000_000
+    assert knobs.effective(None, None)["switchover_bandwidth_bps"] is None
+    assert "switchover_bandwidth_bps" in knobs.EFFECTIVE_KEYS
+    assert "qemu_switchover_bandwidth_bps" in knobs.EFFECTIVE_COLUMNS
+    # the field follows DIRTY_LIMIT's in Scenario (and meta.json's scenario); unset it is None
+    names = Scenario.field_names()
+    assert names[names.index("vcpu_dirty_limit_mbps") + 1] == "switchover_bandwidth_bps"
+    assert Scenario().switchover_bandwidth_bps is None and knobs.requested_text(Scenario().to_dict()) == ""
+    knobs.check_qemu(s.to_dict(), "QEMU emulator version 10.0.2 (Debian 1:10.0.2+ds-2+deb13u1~bpo12+1)")
+    knobs.check_qemu(s.to_dict(), "QEMU emulator version 8.2.0")
+    with pytest.raises(ConfigError, match=r"^SWITCHOVER_BW=500M needs QEMU 8\.2 or later \(parameter "
+                       r"avail-switchover-bandwidth\); the QEMU here is 7\.2\.22$"):  # fmt: skip
+        knobs.check_qemu(s.to_dict(), "QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18)", " here")
+    lv = Scenario(driver="libvirt", switchover_bandwidth_bps=500_000_000).to_dict()
+    refused = r"^SWITCHOVER_BW=500M cannot be applied with DRIVER=libvirt: .* QEMU's avail-switchover-bandwidth"
+    with pytest.raises(ConfigError, match=refused + r" \(libvirt 9\.0\.0 here\); use DRIVER=qmp$"):
+        knobs.check_libvirt(lv, "libvirtd (libvirt) 9.0.0")
+
+
+@pytest.mark.parametrize(
+    ("argv", "msg"),
+    [
+        (["--switchover-bandwidth", "fast"], r"^SWITCHOVER_BW='fast' is not a rate: use bit/s"),
+        (["--switchover-bandwidth", "0"], r"^SWITCHOVER_BW=0 must be at least 8 bit/s \(QEMU takes whole bytes/s"),
+        (["--switchover-bandwidth", "500M,1G"], r"^SWITCHOVER_BW=500M,1G lists 2 values: a list is an axis"),
+        (["--hv", "criu", "--switchover-bandwidth", "5M"], r"^SWITCHOVER_BW is a QEMU migration knob: it needs HV"),
+    ],
+)
+def test_bad_switchover_bw_is_one_line_naming_it(argv, msg):
+    with pytest.raises(ConfigError, match=msg) as err:
+        _run(*argv)
+    assert "\n" not in str(err.value)
+
+
+def test_switchover_bw_is_an_axis_of_the_sweep():
+    a = build_parser().parse_args(["sweep", "--rates", "10M", "--reps", "1", "--switchover-bandwidth", "100M,1G"])
+    from migrate.experiment.args import knob_values
+
+    axes = [(k.var, v) for k, v in knob_values(a) if len(v) > 1]
+    assert axes == [("SWITCHOVER_BW", ["100M", "1G"])]
+    plan = sw.grid_plan(scenario_from_args(a, axes=True), (10_000_000,), (1500,), 1, 1, (), (), axes)
+    assert {p.label: p.scenario.switchover_bandwidth_bps for p in plan.points} == {
+        "switchover_bw100M-10M-1500": 100_000_000, "switchover_bw1G-10M-1500": 10**9
+    }  # fmt: skip
