@@ -172,18 +172,14 @@ class Knob:
     check: Callable[[Mapping[str, Any]], None] | None = None
     #: docs/migrate.md (:func:`doc_tables`): what it sets and its default in the table of
     #: variables (knobs after one another with the same two share a row), how QMP and libvirt
-    #: apply it in the table of knobs (``doc_libvirt`` empty: libvirt cannot, so it is refused)
+    #: apply it in the table of knobs (a knob without ``libvirt_since`` has no libvirt cell of its
+    #: own: DRIVER=libvirt refuses it)
     doc: str = ""
     doc_default: str = ""
     doc_qmp: str = ""
     doc_libvirt: str = ""
     #: its keys of ``hypervisor.knobs_effective``: QEMU's values read back after migrate-set-*
     readback: tuple[Readback, ...] = ()
-
-    @property
-    def field_names(self) -> tuple[str, ...]:
-        """The names of its Scenario fields."""
-        return tuple(f.name for f in self.fields)
 
     def unset(self) -> dict[str, Any]:
         """Field values of the knob left unset (QEMU's own default applies)."""

@@ -62,14 +62,15 @@ MAX_CHURN_ROUTES_S = 5000.0
 class Scenario:
     """One migration experiment; every field is recorded in meta.json.
 
-    The fields of QEMU's migration knobs (downtime_limit_ms, ..., multifd_channels, ...,
-    vcpu_dirty_limit_mbps: migrate.core.knobs.KNOBS, in its order) are not written here: the
+    The fields of QEMU's migration knobs (downtime_limit_ms, max_bandwidth_bps, ...,
+    multifd_channels, ...: migrate.core.knobs.KNOBS, in its order) are not written here: the
     decorator :func:`migrate.core.knobs.scenario_fields` puts them into the class body after
     ``miglink_bps`` before ``@dataclass`` makes the class, with the type and default each Knob
     declares.  A knob is thus declared in one place, and Scenario stays one frozen dataclass
     whose fields, their order and so ``to_dict()``'s keys are what a class body listing them
-    would give (a generated base class would put them first instead).  Static type checkers do
-    not see these fields."""
+    would give (a generated base class would put them first instead, and
+    ``dataclasses.make_dataclass`` would need every other field and method handed to it).  Static
+    type checkers do not see these fields."""
 
     hv: str = "kvm"
     mode: str = "precopy"
