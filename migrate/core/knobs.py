@@ -24,6 +24,7 @@ import argparse
 import inspect
 import re
 import sys
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -597,8 +598,17 @@ def qemu_table() -> str:
     return "\n".join(rows)
 
 
+def flags_text() -> str:
+    """The knobs' flags of ``python -m migrate run``, in KNOBS order."""
+    return textwrap.fill(f"`{' '.join(f'--{k.flag}' for k in KNOBS)}`", width=100, break_on_hyphens=False)
+
+
 #: the generated sections of docs/migrate.md, each between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->``
-DOC_TABLES: dict[str, Callable[[], str]] = {"knobs-variables": variables_table, "knobs-qemu": qemu_table}
+DOC_TABLES: dict[str, Callable[[], str]] = {
+    "knobs-variables": variables_table,
+    "knobs-flags": flags_text,
+    "knobs-qemu": qemu_table,
+}
 
 
 def doc_tables(text: str) -> str:

@@ -131,6 +131,8 @@ def test_docs_migrate_md_has_the_knob_tables_that_knobs_gives(tmp_path, capsys):
     assert knobs.main(["docs", "--check"]) == 0
     assert "| `AUTO_CONVERGE`, `XBZRLE`, `POSTCOPY` | QEMU migration capabilities" in knobs.variables_table()
     assert "| `POSTCOPY_PREEMPT` | capability `postcopy-preempt`" in knobs.qemu_table()
+    flags = knobs.flags_text().replace("\n", " ").strip("`").split(" ")
+    assert flags == [f"--{k.flag}" for k in knobs.KNOBS] and "--dirty-limit" in flags
     stale = tmp_path / "migrate.md"
     stale.write_text(text.replace("| `MULTIFD` | capability `multifd`", "| `MULTIFD` | capability `multi-fd`"))
     assert knobs.main(["docs", "--check", "--doc", str(stale)]) == 1
