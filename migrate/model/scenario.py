@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from migrate.core import knobs
 from migrate.core.errors import ConfigError
-from migrate.core.knobs import MULTIFD_COMPRESSIONS, ZERO_PAGE_METHODS, knob_settings
 from migrate.core.stack import DEFAULT_QEMU, StackError, check_libvirt_spec, check_spec
 from migrate.core.units import format_rate
 
@@ -58,8 +58,19 @@ MAX_CHURN_ROUTES_S = 5000.0
 
 
 @dataclass(frozen=True)
+@knobs.scenario_fields(after="miglink_bps")
 class Scenario:
-    """One migration experiment; every field is recorded in meta.json."""
+    """One migration experiment; every field is recorded in meta.json.
+
+    The fields of QEMU's migration knobs (downtime_limit_ms, max_bandwidth_bps, ...,
+    multifd_channels, ...: migrate.core.knobs.KNOBS, in its order) are not written here: the
+    decorator :func:`migrate.core.knobs.scenario_fields` puts them into the class body after
+    ``miglink_bps`` before ``@dataclass`` makes the class, with the type and default each Knob
+    declares.  A knob is thus declared in one place, and Scenario stays one frozen dataclass
+    whose fields, their order and so ``to_dict()``'s keys are what a class body listing them
+    would give (a generated base class would put them first instead, and
+    ``dataclasses.make_dataclass`` would need every other field and method handed to it).  Static
+    type checkers do not see these fields."""
 
     hv: str = "kvm"
     mode: str = "precopy"
@@ -78,25 +89,7 @@ class Scenario:
     accel: str = "auto"
     gen: str = "builtin"
     miglink_bps: int | None = None
-    downtime_limit_ms: int | None = None
-    max_bandwidth_bps: int | None = None
-    auto_converge: bool = False
-    xbzrle: bool = False
-    postcopy: bool = False
-    #: QEMU's multifd and later knobs (migrate.core.knobs; docs/migrate.md "QEMU migration knobs")
-    multifd_channels: int | None = None  # MULTIFD=N: the multifd capability with N channels
-    multifd_compression: str | None = None  # MULTIFD_COMPRESSION: none|zlib|zstd
-    postcopy_preempt: bool = False  # POSTCOPY_PREEMPT=1
-    announce_initial_ms: int | None = None  # ANNOUNCE=initial,max,rounds,step
-    announce_max_ms: int | None = None
-    announce_rounds: int | None = None
-    announce_step_ms: int | None = None
-    xbzrle_cache_bytes: int | None = None  # XBZRLE_CACHE=64M
-    cpu_throttle_initial: int | None = None  # CPU_THROTTLE=initial,increment (%)
-    cpu_throttle_increment: int | None = None
-    zero_page_detection: str | None = None  # ZERO_PAGE: none|legacy|multifd (QEMU 9.0)
-    #: DIRTY_LIMIT: QEMU's dirty-limit capability with vcpu-dirty-limit MB/s (QEMU 8.1; KVM's dirty ring)
-    vcpu_dirty_limit_mbps: int | None = None
+    # QEMU's migration knobs' fields follow miglink_bps (knobs.scenario_fields: KNOBS declares them)
     migrate_timeout_s: float = 120.0
     boot_timeout_s: float = 120.0
     fault: str | None = None
@@ -227,11 +220,6 @@ def validate(s: Scenario) -> None:
     _require(s.gen in GENS, f"GEN={s.gen!r} is unknown: choose one of {', '.join(GENS)}")
     if s.miglink_bps is not None:
         _require(s.miglink_bps >= 100_000, f"MIGLINK={s.miglink_bps} must be at least 100K bit/s")
-    if s.downtime_limit_ms is not None:
-        _require(s.downtime_limit_ms > 0, f"DOWNTIME_LIMIT={s.downtime_limit_ms} must be > 0 ms")
-    if s.max_bandwidth_bps is not None:
-        _require(s.max_bandwidth_bps > 0, f"MIGBW={s.max_bandwidth_bps} must be > 0 bit/s")
-    _require(not (s.postcopy and s.mode == "stopcopy"), "POSTCOPY=1 needs MODE=precopy")
     validate_knobs(s)
     _require(s.migrate_timeout_s > 0, "MIGRATE_TIMEOUT must be > 0 seconds")
     _require(s.boot_timeout_s > 0, "BOOT_TIMEOUT must be > 0 seconds")
@@ -334,80 +322,9 @@ def validate_dirty(s: Scenario) -> None:
 
 
 def validate_knobs(s: Scenario) -> None:
-    """QEMU's migration knobs: HV=kvm only, QEMU's ranges (migrate_params_check of QEMU 7.2), the
-    capability each needs, and the combinations QEMU refuses or breaks on."""
-    knob_vars = [k.var for k, _ in knob_settings(s.to_dict())]
-    _require(
-        s.hv == "kvm" or not knob_vars,
-        f"{', '.join(knob_vars)} {'is a QEMU migration knob' if len(knob_vars) == 1 else 'are QEMU migration knobs'}:"
-        f" {'it needs' if len(knob_vars) == 1 else 'they need'} HV=kvm (HV={s.hv} does not migrate with QEMU)",
-    )
-    if s.multifd_channels is not None:
-        _require(1 <= s.multifd_channels <= 255, f"MULTIFD={s.multifd_channels} must be 1-255 channels (0: no multifd)")
-        _require(
-            not s.postcopy,
-            "MULTIFD with POSTCOPY=1 is refused: QEMU 7.2 accepts both capabilities, but its destination can abort "
-            "when a multifd migration switches to post-copy (a yank assertion reported on qemu-devel against "
-            "7.2.0-rc0), and QEMU 8.1 refuses the pair ('Postcopy is not yet compatible with multifd'); "
-            "use one of them",
-        )
-        _require(
-            not s.xbzrle,
-            "MULTIFD with XBZRLE=1 is refused: multifd sends pages without XBZRLE (QEMU 7.2 skips it silently, "
-            "QEMU 8.2 and later refuse the pair: 'Multifd is not compatible with xbzrle'); use one of them",
-        )
-    if s.vcpu_dirty_limit_mbps is not None:
-        _require(s.vcpu_dirty_limit_mbps > 0, f"DIRTY_LIMIT={s.vcpu_dirty_limit_mbps} must be above 0 MB/s")
-        _require(
-            s.mode == "precopy" and not s.postcopy,
-            "DIRTY_LIMIT throttles the vCPUs while pre-copy converges: use MODE=precopy without POSTCOPY",
-        )
-    if s.zero_page_detection is not None:
-        _require(
-            s.zero_page_detection in ZERO_PAGE_METHODS,
-            f"ZERO_PAGE={s.zero_page_detection!r} is unknown: choose one of {', '.join(ZERO_PAGE_METHODS)}",
-        )
-        _require(
-            s.zero_page_detection != "multifd" or s.multifd_channels is not None,
-            "ZERO_PAGE=multifd scans for zero pages in multifd's threads: set MULTIFD=N too",
-        )
-    if s.multifd_compression is not None:
-        _require(
-            s.multifd_compression in MULTIFD_COMPRESSIONS,
-            f"MULTIFD_COMPRESSION={s.multifd_compression!r} is unknown: "
-            f"choose one of {', '.join(MULTIFD_COMPRESSIONS)}",
-        )
-        _require(s.multifd_channels is not None, "MULTIFD_COMPRESSION compresses multifd's channels: set MULTIFD=N too")
-    _require(
-        not s.postcopy_preempt or s.postcopy,
-        "POSTCOPY_PREEMPT=1 needs POSTCOPY=1 (QEMU: 'Postcopy preempt requires postcopy-ram')",
-    )
-    announce = [s.announce_initial_ms, s.announce_max_ms, s.announce_rounds, s.announce_step_ms]
-    if any(v is not None for v in announce):
-        text = ",".join(str(v) for v in announce)
-        _require(all(v is not None for v in announce), f"ANNOUNCE={text} must set all four: initial,max,rounds,step")
-        i, m, r, st = (int(v) for v in announce)  # type: ignore[arg-type]
-        _require(0 <= i <= 100_000, f"ANNOUNCE={text}: initial must be 0-100000 ms")
-        _require(0 <= m <= 100_000, f"ANNOUNCE={text}: max must be 0-100000 ms")
-        _require(0 <= r <= 1000, f"ANNOUNCE={text}: rounds must be 0-1000")
-        _require(1 <= st <= 10_000, f"ANNOUNCE={text}: step must be 1-10000 ms")
-    if s.xbzrle_cache_bytes is not None:
-        n = s.xbzrle_cache_bytes
-        _require(s.xbzrle, "XBZRLE_CACHE sizes XBZRLE's page cache: set XBZRLE=1 too")
-        _require(
-            n >= 4096 and n & (n - 1) == 0,
-            f"XBZRLE_CACHE={n} must be a power of two of at least 4K (QEMU needs a power-of-two number of pages)",
-        )
-        _require(
-            n <= s.mem_mib * 2**20,
-            f"XBZRLE_CACHE={n // 2**20}M is larger than the guest's memory (MEM={s.mem_mib} MiB)",
-        )
-    throttle = [s.cpu_throttle_initial, s.cpu_throttle_increment]
-    if any(v is not None for v in throttle):
-        text = ",".join(str(v) for v in throttle)
-        _require(all(v is not None for v in throttle), f"CPU_THROTTLE={text} must set both: initial,increment")
-        _require(all(1 <= int(v) <= 99 for v in throttle), f"CPU_THROTTLE={text}: both must be 1-99 %")  # type: ignore[arg-type]
-        _require(s.auto_converge, "CPU_THROTTLE sets auto-converge's throttling: set AUTO_CONVERGE=1 too")
+    """QEMU's migration knobs: HV=kvm only, and each knob's rules (its Knob.check in
+    migrate.core.knobs: QEMU's ranges, the capability it needs, the combinations QEMU refuses)."""
+    knobs.validate(s.to_dict())
 
 
 def parse_bfd(text: str) -> tuple[int, int]:

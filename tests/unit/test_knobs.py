@@ -79,6 +79,69 @@ def test_bad_knob_values_are_one_line_naming_the_variable(argv, msg):
     assert "\n" not in str(err.value)
 
 
+def test_scenarios_knob_fields_are_the_tables_in_its_order_after_miglink():
+    """Scenario's knob fields come from KNOBS (name, type, default), right after miglink_bps; a
+    captured meta.json's scenario loads and gives back the same keys, in the same order."""
+    import dataclasses
+    import json
+
+    names = [f.name for f in dataclasses.fields(Scenario)]
+    start = names.index("miglink_bps") + 1
+    fields = dataclasses.fields(Scenario)[start : start + len(knobs.KNOB_FIELDS)]
+    assert [(f.name, f.type, f.default) for f in fields] == [(f.name, f.type, f.default) for f in knobs.KNOB_FIELDS]
+    assert names[start + len(knobs.KNOB_FIELDS)] == "migrate_timeout_s"
+    assert Scenario.__dataclass_params__.frozen
+    assert [f.name for f in knobs.KNOB_BY_VAR["ANNOUNCE"].fields] == list(knobs.ANNOUNCE_FIELDS)
+    assert knobs.KNOB_BY_VAR["POSTCOPY"].unset() == {"postcopy": False}
+    root = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "rundir"
+    for meta in sorted(root.glob("*/meta.json")):
+        scenario = json.loads(meta.read_text())["scenario"]
+        again = Scenario(**scenario).to_dict()
+        assert {k: again[k] for k in scenario} == scenario
+        assert [k for k in again if k in scenario] == list(scenario)  # same order
+    with pytest.raises(TypeError, match="no field 'nothing'"):
+        knobs.scenario_fields(after="nothing")(type("C", (), {"__annotations__": {"a": "int"}}))
+    with pytest.raises(TypeError, match="declares knob fields itself: postcopy"):
+        knobs.scenario_fields(after="a")(type("C", (), {"__annotations__": {"a": "int", "postcopy": "bool"}}))
+
+
+def test_the_knobs_rules_are_the_tables_and_judge_a_plain_mapping():
+    """Each knob's rules are its Knob.check; knobs.validate runs HV's rule first, then those of
+    the knobs set, in KNOBS order (Scenario's validation calls it)."""
+    base = Scenario().to_dict()
+    knobs.validate(base)
+    with pytest.raises(ConfigError, match=r"^DOWNTIME_LIMIT=0 must be > 0 ms$"):
+        knobs.validate({**base, "downtime_limit_ms": 0})
+    with pytest.raises(ConfigError, match=r"^POSTCOPY=1 needs MODE=precopy$"):
+        knobs.validate({**base, "postcopy": True, "mode": "stopcopy"})
+    with pytest.raises(ConfigError, match=r"^DOWNTIME_LIMIT is a QEMU migration knob: it needs HV=kvm"):
+        knobs.validate({**base, "hv": "criu", "downtime_limit_ms": 0})
+    with pytest.raises(ConfigError, match=r"^MULTIFD_COMPRESSION compresses multifd's channels"):
+        knobs.validate({**base, "multifd_compression": "zstd", "zero_page_detection": "multifd"})
+    with pytest.raises(ConfigError, match=r"^ANNOUNCE=None,1,1,1 must set all four"):  # set: any field not unset
+        knobs.validate({**base, "announce_max_ms": 1, "announce_rounds": 1, "announce_step_ms": 1})
+    assert [k.var for k in knobs.KNOBS if k.check is None] == ["AUTO_CONVERGE", "XBZRLE"]
+
+
+def test_docs_migrate_md_has_the_knob_tables_that_knobs_gives(tmp_path, capsys):
+    """docs/migrate.md's two knob tables are made from KNOBS (``python -m migrate.core.knobs docs``);
+    a stale page fails the check."""
+    text = knobs.DOC.read_text()
+    assert knobs.doc_tables(text) == text, "docs/migrate.md is stale: run python -m migrate.core.knobs docs"
+    assert knobs.main(["docs", "--check"]) == 0
+    assert "| `AUTO_CONVERGE`, `XBZRLE`, `POSTCOPY` | QEMU migration capabilities" in knobs.variables_table()
+    assert "| `POSTCOPY_PREEMPT` | capability `postcopy-preempt`" in knobs.qemu_table()
+    flags = knobs.flags_text().replace("\n", " ").strip("`").split(" ")
+    assert flags == [f"--{k.flag}" for k in knobs.KNOBS] and "--dirty-limit" in flags
+    stale = tmp_path / "migrate.md"
+    stale.write_text(text.replace("| `MULTIFD` | capability `multifd`", "| `MULTIFD` | capability `multi-fd`"))
+    assert knobs.main(["docs", "--check", "--doc", str(stale)]) == 1
+    assert "not what KNOBS gives" in capsys.readouterr().out
+    assert knobs.main(["docs", "--doc", str(stale)]) == 0 and stale.read_text() == text
+    with pytest.raises(ValueError, match="one <!-- knobs-qemu:begin -->"):
+        knobs.doc_tables(text.replace("<!-- knobs-qemu:end -->", ""))
+
+
 def test_stopcopy_takes_multifd():
     assert Scenario(mode="stopcopy", multifd_channels=4).multifd_channels == 4
 
@@ -389,3 +452,65 @@ def test_dirty_limit_reaches_the_source_with_kvms_dirty_ring_and_is_refused_befo
         Scenario(vcpu_dirty_limit_mbps=50, mode="stopcopy")
     with pytest.raises(ConfigError, match="DIRTY_LIMIT=0 must be above 0"):
         Scenario(vcpu_dirty_limit_mbps=0)
+
+
+def test_switchover_bw_reaches_the_source_as_bytes_per_second_and_is_refused_before_qemu_8_2():
+    """SWITCHOVER_BW (QEMU 8.2's avail-switchover-bandwidth): a rate like MIGBW, set on the source
+    in bytes/s, read back, refused on an older QEMU and with DRIVER=libvirt."""
+    s = _run("--switchover-bandwidth", "500M")
+    assert s.switchover_bandwidth_bps == 500_000_000
+    assert knobs.requested_text(s.to_dict()) == "SWITCHOVER_BW=500M"
+    assert kvm.migration_parameters(s, "src") == {"avail-switchover-bandwidth": 62_500_000}
+    assert kvm.migration_parameters(s, "dst") == {}
+    both = Scenario(max_bandwidth_bps=800_000_000, switchover_bandwidth_bps=2 * 10**9, downtime_limit_ms=50)
+    assert kvm.migration_parameters(both, "src") == {
+        "downtime-limit": 50, "max-bandwidth": 100_000_000, "avail-switchover-bandwidth": 250_000_000
+    }  # fmt: skip
+    assert {c["capability"] for c in kvm.migration_capabilities(s)} == {
+        "events", "auto-converge", "xbzrle", "postcopy-ram"
+    }  # fmt: skip
+    eff = knobs.effective({"avail-switchover-bandwidth": 62_500_000}, [])
+    assert eff["switchover_bandwidth_bps"] == 500_000_000
+    assert knobs.effective(None, None)["switchover_bandwidth_bps"] is None
+    assert "switchover_bandwidth_bps" in knobs.EFFECTIVE_KEYS
+    assert "qemu_switchover_bandwidth_bps" in knobs.EFFECTIVE_COLUMNS
+    # the field follows DIRTY_LIMIT's in Scenario (and meta.json's scenario); unset it is None
+    names = Scenario.field_names()
+    assert names[names.index("vcpu_dirty_limit_mbps") + 1] == "switchover_bandwidth_bps"
+    assert Scenario().switchover_bandwidth_bps is None and knobs.requested_text(Scenario().to_dict()) == ""
+    knobs.check_qemu(s.to_dict(), "QEMU emulator version 10.0.2 (Debian 1:10.0.2+ds-2+deb13u1~bpo12+1)")
+    knobs.check_qemu(s.to_dict(), "QEMU emulator version 8.2.0")
+    with pytest.raises(ConfigError, match=r"^SWITCHOVER_BW=500M needs QEMU 8\.2 or later \(parameter "
+                       r"avail-switchover-bandwidth\); the QEMU here is 7\.2\.22$"):  # fmt: skip
+        knobs.check_qemu(s.to_dict(), "QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18)", " here")
+    lv = Scenario(driver="libvirt", switchover_bandwidth_bps=500_000_000).to_dict()
+    refused = r"^SWITCHOVER_BW=500M cannot be applied with DRIVER=libvirt: .* QEMU's avail-switchover-bandwidth"
+    with pytest.raises(ConfigError, match=refused + r" \(libvirt 9\.0\.0 here\); use DRIVER=qmp$"):
+        knobs.check_libvirt(lv, "libvirtd (libvirt) 9.0.0")
+
+
+@pytest.mark.parametrize(
+    ("argv", "msg"),
+    [
+        (["--switchover-bandwidth", "fast"], r"^SWITCHOVER_BW='fast' is not a rate: use bit/s"),
+        (["--switchover-bandwidth", "0"], r"^SWITCHOVER_BW=0 must be at least 8 bit/s \(QEMU takes whole bytes/s"),
+        (["--switchover-bandwidth", "500M,1G"], r"^SWITCHOVER_BW=500M,1G lists 2 values: a list is an axis"),
+        (["--hv", "criu", "--switchover-bandwidth", "5M"], r"^SWITCHOVER_BW is a QEMU migration knob: it needs HV"),
+    ],
+)
+def test_bad_switchover_bw_is_one_line_naming_it(argv, msg):
+    with pytest.raises(ConfigError, match=msg) as err:
+        _run(*argv)
+    assert "\n" not in str(err.value)
+
+
+def test_switchover_bw_is_an_axis_of_the_sweep():
+    a = build_parser().parse_args(["sweep", "--rates", "10M", "--reps", "1", "--switchover-bandwidth", "100M,1G"])
+    from migrate.experiment.args import knob_values
+
+    axes = [(k.var, v) for k, v in knob_values(a) if len(v) > 1]
+    assert axes == [("SWITCHOVER_BW", ["100M", "1G"])]
+    plan = sw.grid_plan(scenario_from_args(a, axes=True), (10_000_000,), (1500,), 1, 1, (), (), axes)
+    assert {p.label: p.scenario.switchover_bandwidth_bps for p in plan.points} == {
+        "switchover_bw100M-10M-1500": 100_000_000, "switchover_bw1G-10M-1500": 10**9
+    }  # fmt: skip

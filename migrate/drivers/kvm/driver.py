@@ -199,6 +199,8 @@ def migration_parameters(s: Scenario, side: str) -> dict[str, Any]:
             p["downtime-limit"] = s.downtime_limit_ms
         if s.max_bandwidth_bps is not None:
             p["max-bandwidth"] = s.max_bandwidth_bps // 8  # QMP takes bytes/s
+        if s.switchover_bandwidth_bps is not None:  # QEMU 8.2: the rate the switch-over decision assumes
+            p["avail-switchover-bandwidth"] = s.switchover_bandwidth_bps // 8  # bytes/s too
         if s.xbzrle_cache_bytes is not None:
             p["xbzrle-cache-size"] = s.xbzrle_cache_bytes
         if s.cpu_throttle_initial is not None:
