@@ -1,7 +1,7 @@
 """Cross-traffic for vrmig: the vrgen/vrsink C tools (``crosstraffic/src``) and the Python
 backends that build their command lines and parse their output.
 
-    from crosstraffic import get_backend, TrafficError
+    from crosstraffic import GenRequest, SinkRequest, TrafficError, get_backend
 """
 
 from crosstraffic.backend import (
@@ -10,9 +10,11 @@ from crosstraffic.backend import (
     Backend,
     Capabilities,
     Gap,
+    GenRequest,
     GenResult,
     NotImplementedBackendError,
     OwdStats,
+    SinkRequest,
     SinkResult,
     TrafficError,
     backend_class,
@@ -26,9 +28,11 @@ __all__ = [
     "Backend",
     "Capabilities",
     "Gap",
+    "GenRequest",
     "GenResult",
     "NotImplementedBackendError",
     "OwdStats",
+    "SinkRequest",
     "SinkResult",
     "TrafficError",
     "backend_class",

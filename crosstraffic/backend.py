@@ -5,9 +5,9 @@ itself (wrapped in ``ip netns exec NS ...``), so no backend ever starts a proces
 frozen dataclasses in the README's conventions: CLOCK_REALTIME integer ns, rates in Ethernet-frame
 bits (``frame_bytes * 8`` per packet, frame = 14 B header + L3 packet + 4 B FCS).
 
-    from crosstraffic import get_backend
+    from crosstraffic import SinkRequest, get_backend
     b = get_backend("builtin")
-    argv = b.sink_argv(port=9000, bind="198.18.2.10", gap_us=1000)
+    argv = b.sink_argv(SinkRequest(port=9000, bind="198.18.2.10", gap_us=1000))
     ...
     result = b.parse_sink(stdout_text)
 """
@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any
 
 ETH_OVERHEAD = 18  # 14 B Ethernet header + 4 B FCS
 UDP_OVERHEAD = {4: ETH_OVERHEAD + 20 + 8, 6: ETH_OVERHEAD + 40 + 8}  # 46, 66
@@ -173,22 +173,49 @@ class SinkResult:
         return max(self.gaps, key=lambda g: g.duration_ns) if self.gaps else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GenRequest:
-    """The generator parameters of one ``gen_argv`` call, kept for tools whose report lacks them."""
+    """What one generator is to send: the argument of :meth:`Backend.gen_argv`.
+
+    A constant ``rate_bps`` (Ethernet-frame bits/s, 0 = unpaced) of ``frame_bytes`` frames to
+    ``dst``:``port`` for ``duration_s`` (0 = until stopped), optionally pinned to ``cpu``.
+    :meth:`Backend.validate_gen` checks it against a backend; backends whose tool does not report
+    these parameters keep the request of their ``gen_argv`` call for ``parse_gen``.
+    """
 
     dst: str
     port: int
     rate_bps: int
     frame_bytes: int
     duration_s: float
-    family: int
+    cpu: int | None = None
+
+    @property
+    def family(self) -> int:
+        """4 or 6: the address family of ``dst``."""
+        return family_of(self.dst)
 
 
-R = TypeVar("R", bound=GenRequest)
+@dataclass(frozen=True, kw_only=True)
+class SinkRequest:
+    """What one sink is to receive: the argument of :meth:`Backend.sink_argv`.
+
+    UDP on ``bind`` (or the wildcard address of ``family``, default 4) : ``port``; ``gap_us``:
+    the inter-arrival gap the sink records; ``duration_s``: stop after that long (None or 0 =
+    until stopped); ``log``: per-packet log file; ``cpu``: CPU to pin the sink to.  Each backend
+    rejects (TrafficError) what its tool cannot do and ignores what does not apply to it.
+    """
+
+    port: int
+    bind: str | None = None
+    family: int | None = None
+    gap_us: int = 1000
+    duration_s: float | None = None
+    log: str | Path | None = None
+    cpu: int | None = None
 
 
-def recorded_request(request: R | None, tool: str) -> R:
+def recorded_request(request: GenRequest | None, tool: str) -> GenRequest:
     """``request`` (what ``gen_argv`` recorded); TrafficError when ``gen_argv`` was not called yet."""
     if request is None:
         raise TrafficError(f"{tool}: parse_gen needs the request of this instance's gen_argv() call")
@@ -355,16 +382,16 @@ class Backend(ABC):
 
     # -- parameter checks shared by all backends --
 
-    def validate_gen(self, dst: str, port: int, rate_bps: int, frame_bytes: int, duration_s: float) -> int:
-        """Check generator parameters; returns the address family."""
-        fam = family_of(dst)
-        self.validate_port(port)
-        rate = _int(rate_bps, "rate_bps")
+    def validate_gen(self, req: GenRequest) -> int:
+        """Check a generator request against this backend; returns the address family."""
+        fam = family_of(req.dst)
+        self.validate_port(req.port)
+        rate = _int(req.rate_bps, "rate_bps")
         if rate < 0:
             raise TrafficError(f"rate_bps={rate} must be > 0, or 0 for unpaced maximum")
         if rate == 0 and not self.capabilities.unpaced:
             raise TrafficError(f"{self.name}: rate_bps=0 (unpaced) is not supported by this backend")
-        frame = _int(frame_bytes, "frame_bytes")
+        frame = _int(req.frame_bytes, "frame_bytes")
         if not FRAME_MIN <= frame <= FRAME_MAX:
             raise TrafficError(f"frame_bytes={frame} is outside {FRAME_MIN}..{FRAME_MAX} (Ethernet frame incl. FCS)")
         if fam == 6 and not self.capabilities.ipv6:
@@ -375,14 +402,19 @@ class Backend(ABC):
                 f"frame_bytes={frame} is too small for IPv{fam} with {self.name}: the UDP payload would be "
                 f"{payload_bytes(frame, fam)} B but needs {self.capabilities.payload_header_bytes} B (minimum {need})"
             )
-        self.validate_duration(duration_s)
+        self.validate_duration(req.duration_s)
         return fam
 
-    def validate_sink(self, port: int, bind: str | None, family: int | None, duration_s: float | None) -> int:
-        """Check the sink parameters all backends share (port, address family, duration); returns the family."""
-        self.validate_port(port)
-        fam = self.sink_family(bind, family)
-        self.validate_duration(duration_s)
+    def validate_sink(self, req: SinkRequest, *, gap_us: bool = False) -> int:
+        """Check the sink parameters all backends share (port, address family, duration); returns the family.
+
+        ``gap_us``: also check the gap threshold (for sinks that record gaps), after the family.
+        """
+        self.validate_port(req.port)
+        fam = self.sink_family(req.bind, req.family)
+        if gap_us and (isinstance(req.gap_us, bool) or not isinstance(req.gap_us, int) or req.gap_us < 1):
+            raise TrafficError(f"gap_us={req.gap_us!r} must be an integer >= 1")
+        self.validate_duration(req.duration_s)
         return fam
 
     @staticmethod
@@ -416,31 +448,12 @@ class Backend(ABC):
     # -- the interface --
 
     @abstractmethod
-    def sink_argv(
-        self,
-        *,
-        port: int,
-        bind: str | None = None,
-        family: int | None = None,
-        gap_us: int = 1000,
-        duration_s: float | None = None,
-        log: str | Path | None = None,
-        cpu: int | None = None,
-    ) -> list[str]:
-        """argv of the sink (receiver) on ``bind`` (or the wildcard address of ``family``, default 4) : ``port``."""
+    def sink_argv(self, req: SinkRequest) -> list[str]:
+        """argv of the sink (receiver) that ``req`` describes."""
 
     @abstractmethod
-    def gen_argv(
-        self,
-        *,
-        dst: str,
-        port: int,
-        rate_bps: int,
-        frame_bytes: int,
-        duration_s: float,
-        cpu: int | None = None,
-    ) -> list[str]:
-        """argv of the generator: constant ``rate_bps`` (Ethernet-frame bits, 0 = unpaced) to ``dst``."""
+    def gen_argv(self, req: GenRequest) -> list[str]:
+        """argv of the generator that ``req`` describes."""
 
     @abstractmethod
     def parse_sink(self, stdout: str) -> SinkResult:

@@ -13,8 +13,10 @@ from crosstraffic.backend import (
     Backend,
     Capabilities,
     Gap,
+    GenRequest,
     GenResult,
     OwdStats,
+    SinkRequest,
     SinkResult,
     TrafficError,
     check_cpu,
@@ -66,14 +68,8 @@ class BuiltinBackend(Backend):
 
     def sink_argv(
         self,
+        req: SinkRequest,
         *,
-        port: int,
-        bind: str | None = None,
-        family: int | None = None,
-        gap_us: int = 1000,
-        duration_s: float | None = None,
-        log: str | Path | None = None,
-        cpu: int | None = None,
         state: str | Path | None = None,
         state_ms: int | None = None,
         after_file: str | Path | None = None,
@@ -81,23 +77,19 @@ class BuiltinBackend(Backend):
         """vrsink --port N [--bind ADDR | -6] --gap-us N [--duration S] [--log FILE] [--cpu N]
         [--state FILE [--state-ms N]] [--after-file FILE] (the live state and the after-threshold
         file of docs/data-formats.md)."""
-        self.validate_port(port)
-        fam = self.sink_family(bind, family)
-        if isinstance(gap_us, bool) or not isinstance(gap_us, int) or gap_us < 1:
-            raise TrafficError(f"gap_us={gap_us!r} must be an integer >= 1")
-        self.validate_duration(duration_s)
-        argv = [self.executables()["sink"], "--port", str(port)]
-        if bind is not None:
-            argv += ["--bind", bind]
+        fam = self.validate_sink(req, gap_us=True)
+        argv = [self.executables()["sink"], "--port", str(req.port)]
+        if req.bind is not None:
+            argv += ["--bind", req.bind]
         elif fam == 6:
             argv.append("-6")
-        argv += ["--gap-us", str(gap_us)]
-        if duration_s:
-            argv += ["--duration", short_decimal(duration_s, 6)]
-        if log is not None:
-            argv += ["--log", str(log)]
-        if cpu is not None:
-            argv += ["--cpu", str(check_cpu(cpu))]
+        argv += ["--gap-us", str(req.gap_us)]
+        if req.duration_s:
+            argv += ["--duration", short_decimal(req.duration_s, 6)]
+        if req.log is not None:
+            argv += ["--log", str(req.log)]
+        if req.cpu is not None:
+            argv += ["--cpu", str(check_cpu(req.cpu))]
         if state is not None:
             argv += ["--state", str(state)]
             if state_ms is not None:
@@ -106,22 +98,13 @@ class BuiltinBackend(Backend):
             argv += ["--after-file", str(after_file)]
         return argv
 
-    def gen_argv(
-        self,
-        *,
-        dst: str,
-        port: int,
-        rate_bps: int,
-        frame_bytes: int,
-        duration_s: float,
-        cpu: int | None = None,
-    ) -> list[str]:
+    def gen_argv(self, req: GenRequest) -> list[str]:
         """vrgen --dst ADDR --port N --rate BPS --frame BYTES --duration S [--cpu N] [--packet DEV --dst-mac MAC]."""
-        self.validate_gen(dst, port, rate_bps, frame_bytes, duration_s)
-        argv = [self.executables()["gen"], "--dst", dst, "--port", str(port), "--rate", str(rate_bps),
-                "--frame", str(frame_bytes), "--duration", short_decimal(duration_s, 6)]  # fmt: skip
-        if cpu is not None:
-            argv += ["--cpu", str(check_cpu(cpu))]
+        self.validate_gen(req)
+        argv = [self.executables()["gen"], "--dst", req.dst, "--port", str(req.port), "--rate", str(req.rate_bps),
+                "--frame", str(req.frame_bytes), "--duration", short_decimal(req.duration_s, 6)]  # fmt: skip
+        if req.cpu is not None:
+            argv += ["--cpu", str(check_cpu(req.cpu))]
         if self.packet_dev is not None and self.dst_mac is not None:
             argv += ["--packet", self.packet_dev, "--dst-mac", self.dst_mac]
         return argv

@@ -24,6 +24,7 @@ Conversions and limits (measured with D-ITG 2.8.1 on Debian 12):
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import signal
 from pathlib import Path
@@ -35,6 +36,7 @@ from crosstraffic.backend import (
     Capabilities,
     GenRequest,
     GenResult,
+    SinkRequest,
     SinkResult,
     TrafficError,
     check_cpu,
@@ -114,55 +116,36 @@ class DitgBackend(Backend):
         """ITGRecv is ready when its signalling channel listens."""
         return ("tcp-listen", self.signal_port)
 
-    def sink_argv(
-        self,
-        *,
-        port: int,
-        bind: str | None = None,
-        family: int | None = None,
-        gap_us: int = 1000,
-        duration_s: float | None = None,
-        log: str | Path | None = None,
-        cpu: int | None = None,
-    ) -> list[str]:
+    def sink_argv(self, req: SinkRequest) -> list[str]:
         """[taskset -c CPU] ITGRecv -Sp SIGNAL_PORT [-a BIND (IPv4 only)] -l RECV_LOG (data port: from ITGSend)."""
-        self.validate_sink(port, bind, family, duration_s)
-        if duration_s:
+        self.validate_sink(req)
+        if req.duration_s:
             raise TrafficError("ditg: ITGRecv has no duration; it is stopped with SIGINT")
-        if log is not None:
+        if req.log is not None:
             raise TrafficError("ditg: the per-packet log is D-ITG's own binary log (ITGDec -l decodes it)")
         argv = [self.executables()["sink"], "-Sp", str(self.signal_port)]
-        if bind is not None and family_of(bind) == 4:  # ITGRecv -a with an IPv6 address never answers ITGSend
-            argv += ["-a", bind]
+        if req.bind is not None and family_of(req.bind) == 4:  # ITGRecv -a with an IPv6 address never answers ITGSend
+            argv += ["-a", req.bind]
         argv += ["-l", str(self.recv_log)]
-        return _pinned(argv, cpu)
+        return _pinned(argv, req.cpu)
 
-    def gen_argv(
-        self,
-        *,
-        dst: str,
-        port: int,
-        rate_bps: int,
-        frame_bytes: int,
-        duration_s: float,
-        cpu: int | None = None,
-    ) -> list[str]:
+    def gen_argv(self, req: GenRequest) -> list[str]:
         """[taskset -c CPU] ITGSend -a DST -Sdp SIGPORT -rp PORT -T UDP -C PPS -c PAYLOAD [-p 1] -poll -t MS -l LOG."""
-        fam = self.validate_gen(dst, port, rate_bps, frame_bytes, duration_s)
-        if duration_s <= 0:
+        fam = self.validate_gen(req)
+        if req.duration_s <= 0:
             raise TrafficError("ditg: duration_s must be > 0 (ITGSend ignores SIGINT/SIGTERM until its -t ends)")
-        payload = payload_bytes(frame_bytes, fam)
-        pps = rate_bps / (frame_bytes * 8) if rate_bps > 0 else UNPACED_PPS
-        duration_ms = max(1, round(duration_s * 1000))
-        self._request = GenRequest(dst, port, rate_bps, frame_bytes, duration_ms / 1000, fam)
+        payload = payload_bytes(req.frame_bytes, fam)
+        pps = req.rate_bps / (req.frame_bytes * 8) if req.rate_bps > 0 else UNPACED_PPS
+        duration_ms = max(1, round(req.duration_s * 1000))
+        self._request = dataclasses.replace(req, duration_s=duration_ms / 1000)
         argv = [
             self.executables()["gen"],
             "-a",
-            dst.split("%", 1)[0],
+            req.dst.split("%", 1)[0],
             "-Sdp",
             str(self.signal_port),
             "-rp",
-            str(port),
+            str(req.port),
             "-T",
             "UDP",
             "-C",
@@ -173,7 +156,7 @@ class DitgBackend(Backend):
         if payload < FULL_META_BYTES:
             argv += ["-p", "1"]
         argv += ["-poll", "-t", str(duration_ms), "-l", str(self.send_log)]
-        return _pinned(argv, cpu)
+        return _pinned(argv, req.cpu)
 
     def gen_decode_argv(self) -> list[str] | None:
         """ITGDec SEND_LOG."""

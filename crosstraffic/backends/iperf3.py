@@ -18,14 +18,15 @@ before the test ends).
 from __future__ import annotations
 
 import ipaddress
-from pathlib import Path
 from typing import Any
 
 from crosstraffic.backend import (
     UDP_OVERHEAD,
     Backend,
     Capabilities,
+    GenRequest,
     GenResult,
+    SinkRequest,
     SinkResult,
     TrafficError,
     count_sink_result,
@@ -73,54 +74,36 @@ class Iperf3Backend(Backend):
         """iperf3 -J is silent until the end: wait for its TCP control listener."""
         return ("tcp-listen", port)
 
-    def sink_argv(
-        self,
-        *,
-        port: int,
-        bind: str | None = None,
-        family: int | None = None,
-        gap_us: int = 1000,
-        duration_s: float | None = None,
-        log: str | Path | None = None,
-        cpu: int | None = None,
-    ) -> list[str]:
+    def sink_argv(self, req: SinkRequest) -> list[str]:
         """iperf3 -s -1 -J -p PORT [-B ADDR | -6] [-A CPU]; ``gap_us`` and ``duration_s`` do not apply."""
-        fam = self.validate_sink(port, bind, family, duration_s)
-        if log is not None:
+        fam = self.validate_sink(req)
+        if req.log is not None:
             raise TrafficError("iperf3 backend cannot write a per-packet log (use the builtin backend)")
-        argv = [self.exe, "-s", "-1", "-J", "-p", str(port)]
-        if bind is not None:
-            argv += ["-B", bind]
+        argv = [self.exe, "-s", "-1", "-J", "-p", str(req.port)]
+        if req.bind is not None:
+            argv += ["-B", req.bind]
         elif fam == 6:
             argv.append("-6")
-        if cpu is not None:
-            argv += ["-A", str(cpu)]
+        if req.cpu is not None:
+            argv += ["-A", str(req.cpu)]
         return argv
 
-    def gen_argv(
-        self,
-        *,
-        dst: str,
-        port: int,
-        rate_bps: int,
-        frame_bytes: int,
-        duration_s: float,
-        cpu: int | None = None,
-    ) -> list[str]:
+    def gen_argv(self, req: GenRequest) -> list[str]:
         """iperf3 -c DST -p PORT -u -b PAYLOAD_BPS -l PAYLOAD -t S -J --udp-counters-64bit [-A CPU]."""
-        fam = self.validate_gen(dst, port, rate_bps, frame_bytes, duration_s)
+        fam = self.validate_gen(req)
+        rate_bps, frame_bytes, duration_s = req.rate_bps, req.frame_bytes, req.duration_s
         if duration_s != int(duration_s):  # iperf3 3.12 reads -t as an integer: -t 0.5 became 0 = forever
             raise TrafficError(f"iperf3: duration_s={duration_s} must be whole seconds (-t; 0 = until stopped)")
         payload = payload_bytes(frame_bytes, fam)
         payload_bps = round(rate_bps * payload / frame_bytes)
         if rate_bps > 0 and payload_bps < 1:
             raise TrafficError(f"rate_bps={rate_bps} is below 1 payload bit/s at frame_bytes={frame_bytes}")
-        argv = [self.exe, "-c", dst, "-p", str(port), "-u", "-b", str(payload_bps), "-l", str(payload),
+        argv = [self.exe, "-c", req.dst, "-p", str(req.port), "-u", "-b", str(payload_bps), "-l", str(payload),
                 "-t", short_decimal(duration_s, 3), "-J", "--udp-counters-64bit"]  # fmt: skip
         if self.pacing_timer_us is not None:
             argv += ["--pacing-timer", str(self.pacing_timer_us)]
-        if cpu is not None:
-            argv += ["-A", str(cpu)]
+        if req.cpu is not None:
+            argv += ["-A", str(req.cpu)]
         return argv
 
     def parse_gen(self, stdout: str) -> GenResult:

@@ -37,7 +37,6 @@ import dataclasses
 import ipaddress
 import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +46,7 @@ from crosstraffic.backend import (
     Capabilities,
     GenRequest,
     GenResult,
+    SinkRequest,
     SinkResult,
     TrafficError,
     family_of,
@@ -70,9 +70,9 @@ _OUT = {
 _CPU = re.compile(r"^\s*(\d+) sec, (\d+) usec on CPU(\d+) \((\d+) packets\)", re.MULTILINE)
 
 
-@dataclass(frozen=True)
-class _Request(GenRequest):
-    pps: int
+def _pps(req: GenRequest) -> int:
+    """The integer packets/s of trafgen --rate for ``req`` (0 = unpaced)."""
+    return round(req.rate_bps / (req.frame_bytes * 8)) if req.rate_bps > 0 else 0
 
 
 def crt_residues(seq: int) -> bytes:
@@ -188,7 +188,7 @@ class TrafgenBackend(Backend):
         self.dev, self.src_mac, self.dst_mac, self.src_ip = dev, src_mac, dst_mac, src_ip
         self.src_port, self.counter, self.exe = src_port, counter, exe
         self.sink = BuiltinBackend(bin_dir=bin_dir)
-        self._request: _Request | None = None
+        self._request: GenRequest | None = None
         if not counter:  # a static frame: the sink can only count datagrams
             self.capabilities = dataclasses.replace(
                 type(self).capabilities,
@@ -208,55 +208,35 @@ class TrafgenBackend(Backend):
         """0, or 124 when ``timeout`` ended an unpaced run (trafgen then still prints its counts)."""
         return returncode in (0, 124)
 
-    def sink_argv(
-        self,
-        *,
-        port: int,
-        bind: str | None = None,
-        family: int | None = None,
-        gap_us: int = 1000,
-        duration_s: float | None = None,
-        log: str | Path | None = None,
-        cpu: int | None = None,
-    ) -> list[str]:
+    def sink_argv(self, req: SinkRequest) -> list[str]:
         """vrsink ... [--seq-crt] (see BuiltinBackend.sink_argv)."""
-        argv = self.sink.sink_argv(
-            port=port, bind=bind, family=family, gap_us=gap_us, duration_s=duration_s, log=log, cpu=cpu
-        )
+        argv = self.sink.sink_argv(req)
         return [*argv, "--seq-crt"] if self.counter else argv
 
-    def gen_argv(
-        self,
-        *,
-        dst: str,
-        port: int,
-        rate_bps: int,
-        frame_bytes: int,
-        duration_s: float,
-        cpu: int | None = None,
-    ) -> list[str]:
+    def gen_argv(self, req: GenRequest) -> list[str]:
         """[timeout -s INT S] trafgen -o DEV -P 1 --no-sock-mem -Q [--rate PPSpps | -t NSns] [-n N] 'CONFIG'."""
-        fam = self.validate_gen(dst, port, rate_bps, frame_bytes, duration_s)
+        self.validate_gen(req)
         missing = [k for k in ("dev", "src_mac", "dst_mac", "src_ip") if not getattr(self, k)]
         if missing:
             raise TrafficError(f"trafgen builds whole frames: set {', '.join(missing)} (TrafgenBackend(...))")
-        if cpu not in (None, 0):
-            raise TrafficError(f"trafgen -P 1 always pins itself to CPU 0 (cpu={cpu!r})")
+        if req.cpu not in (None, 0):
+            raise TrafficError(f"trafgen -P 1 always pins itself to CPU 0 (cpu={req.cpu!r})")
+        rate_bps, frame_bytes, duration_s = req.rate_bps, req.frame_bytes, req.duration_s
         config = packet_config(
             src_mac=self.src_mac,
             dst_mac=self.dst_mac,
             src_ip=self.src_ip,
-            dst_ip=dst,
+            dst_ip=req.dst,
             src_port=self.src_port,
-            dst_port=port,
+            dst_port=req.port,
             frame_bytes=frame_bytes,
             counter=self.counter,
         )
         exact_pps = rate_bps / (frame_bytes * 8)
-        pps = round(exact_pps) if rate_bps > 0 else 0
+        pps = _pps(req)
         if rate_bps > 0 and pps < 1:
             raise TrafficError(f"rate_bps={rate_bps} is below 1 packet/s at frame_bytes={frame_bytes} (trafgen --rate)")
-        self._request = _Request(dst, port, rate_bps, frame_bytes, float(duration_s), fam, pps)
+        self._request = dataclasses.replace(req, duration_s=float(duration_s))
         argv = [self.exe, "-o", self.dev, "-P", "1", "--no-sock-mem", "-Q"]
         if pps:
             if self.pacing == "rate":
@@ -290,7 +270,7 @@ class TrafgenBackend(Backend):
             packets=packets,
             span_s=d["send_s"],
             stopped_by=None,
-            raw={**d, "requested_pps": r.pps, "times_relative": True},
+            raw={**d, "requested_pps": _pps(r), "times_relative": True},
         )
 
     def parse_sink(self, stdout: str) -> SinkResult:

@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from crosstraffic import get_backend
-from crosstraffic.backend import Backend, TrafficError
+from crosstraffic.backend import Backend, GenRequest, SinkRequest, TrafficError
 from crosstraffic.backends.builtin import BIN_DIR
 from crosstraffic.bench.bed import BedError, BridgeBed, bridge_bed
 from crosstraffic.runner import REPO, Child, RunError, run, wait_tcp_listen, wait_udp_drained
@@ -331,9 +331,11 @@ def run_one(
     ``gen_extra``: more generator arguments)."""
     started, la = time.time(), loadavg()[0]
     sink_log = workdir / SINK_LOG if rate and b.capabilities.packet_log else None
-    sink = kids.start(b.sink_argv(port=PORT, bind=bed.b4, cpu=SINK_CPU, log=sink_log), bed.b)
+    sink = kids.start(b.sink_argv(SinkRequest(port=PORT, bind=bed.b4, cpu=SINK_CPU, log=sink_log)), bed.b)
     _wait_ready(b, sink, bed.b)
-    gen_argv = b.gen_argv(dst=bed.b4, port=PORT, rate_bps=rate, frame_bytes=frame, duration_s=duration_s, cpu=GEN_CPU)
+    gen_argv = b.gen_argv(
+        GenRequest(dst=bed.b4, port=PORT, rate_bps=rate, frame_bytes=frame, duration_s=duration_s, cpu=GEN_CPU)
+    )
     gen = kids.start([*gen_argv, *gen_extra], bed.a, gen=True)
     rc, gen_out, gen_err, gen_cpu = finish_with_rusage(gen, duration_s + GEN_GRACE_S)
     if not b.gen_exit_ok(rc):

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from crosstraffic import GenResult, SinkResult, get_backend
+from crosstraffic import GenRequest, GenResult, SinkRequest, SinkResult, get_backend
 from crosstraffic.runner import BIN_DIR, Child, RunError, VethPair, veth_pair, wait_tcp_listen
 
 PORT = 9000
@@ -59,11 +59,12 @@ def _delivery(g: GenResult, s: SinkResult, rate: int, frame: int) -> dict[str, A
 def run_builtin(p: VethPair, rate: int, frame: int, duration: float, gen_extra: Sequence[str] = ()) -> dict[str, Any]:
     """One vrgen -> vrsink run; returns the parsed results and derived numbers."""
     b = get_backend("builtin")
-    sink = Child(b.sink_argv(port=PORT, bind=p.b4, gap_us=1000, cpu=SINK_CPU), netns=p.b)
+    sink = Child(b.sink_argv(SinkRequest(port=PORT, bind=p.b4, gap_us=1000, cpu=SINK_CPU)), netns=p.b)
     try:
         sink.wait_line("READY", 10)
         gen = Child(
-            [*b.gen_argv(dst=p.b4, port=PORT, rate_bps=rate, frame_bytes=frame, duration_s=duration, cpu=GEN_CPU),
+            [*b.gen_argv(GenRequest(dst=p.b4, port=PORT, rate_bps=rate, frame_bytes=frame, duration_s=duration,
+                                    cpu=GEN_CPU)),
              *gen_extra],
             netns=p.a,
         )  # fmt: skip
@@ -91,11 +92,15 @@ def run_builtin(p: VethPair, rate: int, frame: int, duration: float, gen_extra: 
 def run_iperf3(p: VethPair, rate: int, frame: int, duration: float) -> dict[str, Any]:
     """One iperf3 client -> server run."""
     b = get_backend("iperf3")
-    srv = Child(b.sink_argv(port=IPERF_PORT, bind=p.b4, cpu=SINK_CPU), netns=p.b)
+    srv = Child(b.sink_argv(SinkRequest(port=IPERF_PORT, bind=p.b4, cpu=SINK_CPU)), netns=p.b)
     try:
         wait_tcp_listen(p.b, IPERF_PORT, 10, srv)
         cli = Child(
-            b.gen_argv(dst=p.b4, port=IPERF_PORT, rate_bps=rate, frame_bytes=frame, duration_s=duration, cpu=GEN_CPU),
+            b.gen_argv(
+                GenRequest(
+                    dst=p.b4, port=IPERF_PORT, rate_bps=rate, frame_bytes=frame, duration_s=duration, cpu=GEN_CPU
+                )
+            ),
             netns=p.a,
         )
         cf = cli.finish(duration + 60)

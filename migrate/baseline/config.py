@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from crosstraffic.backend import GenRequest, SinkRequest
 from migrate.baseline.bed import BaselineBed, netns_runner, ping_until
 from migrate.baseline.plan import Slot, check_slot0_matches_testbed, slot
 from migrate.baseline.point import PointContext, run_point
@@ -151,11 +152,12 @@ class ConfigRun:
 
     def _start_load_flow(self, s: Slot) -> None:
         """LOAD=smallpkts: the neighbour forwards 64 B frames at LOAD_RATE for the whole configuration."""
-        sink = self._proc("load-sink", BUILTIN.sink_argv(port=TRAFFIC_PORT, bind=s.sink_addr(4)),
+        sink = self._proc("load-sink", BUILTIN.sink_argv(SinkRequest(port=TRAFFIC_PORT, bind=s.sink_addr(4))),
                           s.sink_role, stdout_name="load-sink.json")  # fmt: skip
         sink.wait_for("READY", READY_TIMEOUT_S)
-        self._proc("load-gen", BUILTIN.gen_argv(dst=s.sink_addr(4), port=TRAFFIC_PORT, rate_bps=self.spec.load_rate_bps,
-                                                frame_bytes=LOAD_FRAME_BYTES, duration_s=0),
+        load = GenRequest(dst=s.sink_addr(4), port=TRAFFIC_PORT, rate_bps=self.spec.load_rate_bps,
+                          frame_bytes=LOAD_FRAME_BYTES, duration_s=0)  # fmt: skip
+        self._proc("load-gen", BUILTIN.gen_argv(load),
                    s.source_role, stdout_name="load-gen.json")  # fmt: skip
 
     def _busy_loop(self) -> BusyLoop:

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from crosstraffic.backend import GenRequest, SinkRequest
 from migrate.core.errors import ConfigError, DependencyError
 from migrate.core.netlink import iproute
 from migrate.core.procs import Proc, ProcessError
@@ -45,7 +46,7 @@ class Capability:
 def _trial(reg: Registry, ns: str, out: Path, ip: int, frame: int, n: int) -> tuple[float, float]:
     gen = Proc(
         f"gencap-gen-ip{ip}-{frame}-{n}",
-        BUILTIN.gen_argv(dst=LOOPBACK[ip], port=PORT, rate_bps=0, frame_bytes=frame, duration_s=TRIAL_S),
+        BUILTIN.gen_argv(GenRequest(dst=LOOPBACK[ip], port=PORT, rate_bps=0, frame_bytes=frame, duration_s=TRIAL_S)),
         reg, out, netns=ns, stdout_name=f"gencap-gen-ip{ip}-{frame}-{n}.json",
     ).start()  # fmt: skip
     rc = gen.wait(TRIAL_S + 30)
@@ -74,7 +75,7 @@ def measure(needs: Iterable[tuple[int, int, int]], scratch: Path) -> dict[tuple[
         for (ip, frame), bps in sorted(wanted.items()):
             sink = Proc(
                 f"gencap-sink-ip{ip}-{frame}",
-                BUILTIN.sink_argv(port=PORT, bind=LOOPBACK[ip]),
+                BUILTIN.sink_argv(SinkRequest(port=PORT, bind=LOOPBACK[ip])),
                 reg, scratch, netns=ns, stdout_name=f"gencap-sink-ip{ip}-{frame}.json",
             ).start()  # fmt: skip
             try:

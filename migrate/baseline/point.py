@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crosstraffic.backend import GenRequest, SinkRequest
 from migrate.baseline.bed import link_packets
 from migrate.baseline.plan import Slot
 from migrate.baseline.spec import UNPACED, PointKey
@@ -126,7 +127,9 @@ def run_point(ctx: PointContext, key: PointKey, point_dir: Path) -> dict[str, An
         sinks = []
         for s in ctx.slots:
             argv = BUILTIN.sink_argv(
-                port=TRAFFIC_PORT, bind=s.sink_addr(key.ip), gap_us=gap_threshold_us(key.rate_bps, key.frame_bytes)
+                SinkRequest(
+                    port=TRAFFIC_PORT, bind=s.sink_addr(key.ip), gap_us=gap_threshold_us(key.rate_bps, key.frame_bytes)
+                )
             )
             sink = _spawn(ctx, s.sink_role, f"sink-{s.k}", argv, point_dir, stdout_name=f"sink-{s.k}.json")
             procs.append((sink, signal.SIGTERM))
@@ -151,11 +154,13 @@ def run_point(ctx: PointContext, key: PointKey, point_dir: Path) -> dict[str, An
         gens = []
         for s in ctx.slots:
             argv = BUILTIN.gen_argv(
-                dst=s.sink_addr(key.ip),
-                port=TRAFFIC_PORT,
-                rate_bps=key.rate_bps if key.rate_bps != UNPACED else 0,
-                frame_bytes=key.frame_bytes,
-                duration_s=ctx.duration_s,
+                GenRequest(
+                    dst=s.sink_addr(key.ip),
+                    port=TRAFFIC_PORT,
+                    rate_bps=key.rate_bps if key.rate_bps != UNPACED else 0,
+                    frame_bytes=key.frame_bytes,
+                    duration_s=ctx.duration_s,
+                ),
             )
             gen = _spawn(ctx, s.source_role, f"gen-{s.k}", argv, point_dir, stdout_name=f"gen-{s.k}.json")
             procs.append((gen, signal.SIGTERM))

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from crosstraffic.backend import GenRequest, SinkRequest
 from crosstraffic.backends.builtin import BuiltinBackend
 from migrate.core.errors import DependencyError, VrmigError
 from migrate.core.procs import Proc
@@ -165,7 +166,9 @@ class Instruments:
         sink = self._start(
             "sink",
             BUILTIN.sink_argv(
-                port=TRAFFIC_PORT, bind=self._sink_addr(), gap_us=gap_threshold_us(s.rate_bps, s.frame_bytes),
+                SinkRequest(
+                    port=TRAFFIC_PORT, bind=self._sink_addr(), gap_us=gap_threshold_us(s.rate_bps, s.frame_bytes)
+                ),
                 state=self._out("B", SINK_STATE_NAME), state_ms=SINK_STATE_MS,
                 after_file=self._out("B", SINK_AFTER_NAME),
             ),
@@ -203,10 +206,10 @@ class Instruments:
         if s.rate_bps > 0:
             self._start(
                 "gen",
-                BUILTIN.gen_argv(
+                BUILTIN.gen_argv(GenRequest(
                     dst=self._sink_addr(), port=TRAFFIC_PORT, rate_bps=s.rate_bps, frame_bytes=s.frame_bytes,
                     duration_s=0,
-                ),
+                )),
                 "A", stdout_name=GEN_JSON,
             )  # fmt: skip
 

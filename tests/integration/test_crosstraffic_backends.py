@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from crosstraffic import get_backend
+from crosstraffic import GenRequest, SinkRequest, get_backend
 from crosstraffic.backend import Backend, GenResult, SinkResult
 from crosstraffic.backends.trafgen import CRT_MODULI, packet_config
 from crosstraffic.bench.bed import NS_PREFIX, BridgeBed, bridge_bed
@@ -47,14 +47,16 @@ def bed():
 
 def round_trip(b: Backend, bed: BridgeBed, dst: str, rate: int, frame: int, dur: float) -> tuple[GenResult, SinkResult]:
     """Sink in B (ready by observation), generator in A to completion, sink stopped; both parsed."""
-    sink = Child(b.sink_argv(port=PORT, bind=dst), netns=bed.b)
+    sink = Child(b.sink_argv(SinkRequest(port=PORT, bind=dst)), netns=bed.b)
     try:
         kind, what = b.sink_readiness(PORT)
         if kind == "stderr-line":
             sink.wait_line(str(what), READY_TIMEOUT_S)
         else:
             wait_tcp_listen(bed.b, int(what), READY_TIMEOUT_S, sink)
-        gen = Child(b.gen_argv(dst=dst, port=PORT, rate_bps=rate, frame_bytes=frame, duration_s=dur), netns=bed.a)
+        gen = Child(
+            b.gen_argv(GenRequest(dst=dst, port=PORT, rate_bps=rate, frame_bytes=frame, duration_s=dur)), netns=bed.a
+        )
         g = gen.finish(dur + 30)
         assert b.gen_exit_ok(g.returncode), g.stderr
         assert wait_udp_drained(bed.b, PORT, 10.0), "the sink did not read what reached it within 10 s"
@@ -169,7 +171,10 @@ def test_vrgen_packet_mode_frames_are_valid_udp(bed):
     cap = Child([sys.executable, "-c", _CAPTURE, "50"], netns=bed.b)
     try:
         cap.wait_line("READY", READY_TIMEOUT_S)
-        gen = Child(b.gen_argv(dst=bed.b4, port=PORT, rate_bps=1_000_000, frame_bytes=100, duration_s=0.2), netns=bed.a)
+        gen = Child(
+            b.gen_argv(GenRequest(dst=bed.b4, port=PORT, rate_bps=1_000_000, frame_bytes=100, duration_s=0.2)),
+            netns=bed.a,
+        )
         g = gen.finish(30)
         assert g.returncode == 0, g.stderr
         c = cap.finish(30)

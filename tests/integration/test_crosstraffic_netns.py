@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from crosstraffic import get_backend
+from crosstraffic import GenRequest, SinkRequest, get_backend
 from crosstraffic.backend import GenResult, SinkResult
 from crosstraffic.runner import Child, VethPair, veth_pair, wait_tcp_listen
 from tests.integration.conftest import require_root_and
@@ -37,7 +37,7 @@ def pair():
 def start_sink(p: VethPair, dst: str, gap_us: int) -> Child:
     """vrsink in namespace b, ready (READY on stderr)."""
     b = get_backend("builtin")
-    sink = Child(b.sink_argv(port=PORT, bind=dst, gap_us=gap_us), netns=p.b)
+    sink = Child(b.sink_argv(SinkRequest(port=PORT, bind=dst, gap_us=gap_us)), netns=p.b)
     sink.wait_line(b.sink_readiness(PORT)[1], READY_TIMEOUT_S)
     return sink
 
@@ -53,7 +53,10 @@ def stop_sink(sink: Child) -> SinkResult:
 def run_gen(p: VethPair, dst: str, rate_bps: int, frame: int, duration_s: float) -> GenResult:
     """vrgen in namespace a, to completion."""
     b = get_backend("builtin")
-    gen = Child(b.gen_argv(dst=dst, port=PORT, rate_bps=rate_bps, frame_bytes=frame, duration_s=duration_s), netns=p.a)
+    gen = Child(
+        b.gen_argv(GenRequest(dst=dst, port=PORT, rate_bps=rate_bps, frame_bytes=frame, duration_s=duration_s)),
+        netns=p.a,
+    )
     f = gen.finish(duration_s + 30)
     assert f.returncode == 0, f.stderr
     return b.parse_gen(f.stdout)
@@ -105,7 +108,11 @@ def test_largest_gap_matches_a_200ms_link_outage(pair):
     sink = start_sink(pair, pair.b4, gap_us=2000)
     # SCHED_FIFO for the generator and for this thread around the link calls: the test measures the
     # sink's gap accuracy, not how much CPU the rest of the machine leaves to the two of them.
-    argv = [*b.gen_argv(dst=pair.b4, port=PORT, rate_bps=rate, frame_bytes=frame, duration_s=0), "--fifo", "10"]
+    argv = [
+        *b.gen_argv(GenRequest(dst=pair.b4, port=PORT, rate_bps=rate, frame_bytes=frame, duration_s=0)),
+        "--fifo",
+        "10",
+    ]
     gen = Child(argv, netns=pair.a)
     try:
         with iproute(pair.b) as ipr, realtime_priority(20):
@@ -159,12 +166,14 @@ def test_default_pacing_10M_64B_sends_short_bursts_on_schedule(pair):
 def test_iperf3_backend_round_trip(pair):
     require_root_and("iperf3")
     b = get_backend("iperf3")
-    srv = Child(b.sink_argv(port=5201, bind=pair.b4), netns=pair.b)
+    srv = Child(b.sink_argv(SinkRequest(port=5201, bind=pair.b4)), netns=pair.b)
     try:
         kind, port = b.sink_readiness(5201)
         assert kind == "tcp-listen"
         wait_tcp_listen(pair.b, int(port), READY_TIMEOUT_S, srv)
-        cli = Child(b.gen_argv(dst=pair.b4, port=5201, rate_bps=10_000_000, frame_bytes=1500, duration_s=1), pair.a)
+        cli = Child(
+            b.gen_argv(GenRequest(dst=pair.b4, port=5201, rate_bps=10_000_000, frame_bytes=1500, duration_s=1)), pair.a
+        )
         c = cli.finish(30)
         s = srv.finish(30)
     finally:

@@ -13,8 +13,10 @@ import pytest
 import crosstraffic
 from crosstraffic import (
     Gap,
+    GenRequest,
     GenResult,
     NotImplementedBackendError,
+    SinkRequest,
     SinkResult,
     TrafficError,
     backend_class,
@@ -103,44 +105,50 @@ def test_backend_modules_are_imported_lazily():
 
 
 def test_builtin_gen_argv(builtin):
-    argv = builtin.gen_argv(dst="198.18.2.10", port=9000, rate_bps=100_000_000, frame_bytes=1500, duration_s=10.5)
+    argv = builtin.gen_argv(
+        GenRequest(dst="198.18.2.10", port=9000, rate_bps=100_000_000, frame_bytes=1500, duration_s=10.5)
+    )
     assert argv == ["/opt/vr/bin/vrgen", "--dst", "198.18.2.10", "--port", "9000", "--rate", "100000000",
                     "--frame", "1500", "--duration", "10.5"]  # fmt: skip
-    assert builtin.gen_argv(dst="2001:2:0:2::10", port=1, rate_bps=0, frame_bytes=82, duration_s=0, cpu=1)[-2:] == [
+    assert builtin.gen_argv(GenRequest(dst="2001:2:0:2::10", port=1, rate_bps=0, frame_bytes=82, duration_s=0, cpu=1))[
+        -2:
+    ] == [
         "--cpu",
         "1",
     ]
 
 
 def test_builtin_sink_argv(builtin):
-    assert builtin.sink_argv(port=9000, bind="198.18.2.10", gap_us=3000) == [
+    assert builtin.sink_argv(SinkRequest(port=9000, bind="198.18.2.10", gap_us=3000)) == [
         "/opt/vr/bin/vrsink", "--port", "9000", "--bind", "198.18.2.10", "--gap-us", "3000"]  # fmt: skip
-    assert builtin.sink_argv(port=9000, family=6, duration_s=5, log="/tmp/p.bin") == [
+    assert builtin.sink_argv(SinkRequest(port=9000, family=6, duration_s=5, log="/tmp/p.bin")) == [
         "/opt/vr/bin/vrsink", "--port", "9000", "-6", "--gap-us", "1000",
         "--duration", "5", "--log", "/tmp/p.bin"]  # fmt: skip
     assert builtin.sink_readiness(9000) == ("stderr-line", "READY")
 
 
 def test_iperf3_argv_converts_frame_bits_to_payload_bits(iperf3):
-    argv = iperf3.gen_argv(dst="198.18.2.10", port=5201, rate_bps=100_000_000, frame_bytes=1500, duration_s=10)
+    argv = iperf3.gen_argv(
+        GenRequest(dst="198.18.2.10", port=5201, rate_bps=100_000_000, frame_bytes=1500, duration_s=10)
+    )
     assert argv == ["iperf3", "-c", "198.18.2.10", "-p", "5201", "-u", "-b", "96933333", "-l", "1454", "-t", "10",
                     "-J", "--udp-counters-64bit"]  # fmt: skip
-    v6 = iperf3.gen_argv(dst="2001:2:0:2::10", port=5201, rate_bps=0, frame_bytes=128, duration_s=1, cpu=0)
+    v6 = iperf3.gen_argv(GenRequest(dst="2001:2:0:2::10", port=5201, rate_bps=0, frame_bytes=128, duration_s=1, cpu=0))
     assert v6[v6.index("-b") + 1] == "0" and v6[v6.index("-l") + 1] == "62" and v6[-2:] == ["-A", "0"]
-    assert iperf3.sink_argv(port=5201, bind="198.18.2.10") == ["iperf3", "-s", "-1", "-J", "-p", "5201", "-B",
-                                                               "198.18.2.10"]  # fmt: skip
-    assert iperf3.sink_argv(port=5201, family=6)[-1] == "-6"
+    assert iperf3.sink_argv(SinkRequest(port=5201, bind="198.18.2.10")) == [
+        "iperf3", "-s", "-1", "-J", "-p", "5201", "-B", "198.18.2.10"]  # fmt: skip
+    assert iperf3.sink_argv(SinkRequest(port=5201, family=6))[-1] == "-6"
     assert iperf3.sink_readiness(5201) == ("tcp-listen", 5201)
 
 
 def test_iperf3_needs_whole_seconds(iperf3):
     with pytest.raises(TrafficError, match="must be whole seconds"):
-        iperf3.gen_argv(dst="198.18.2.10", port=5201, rate_bps=1_000_000, frame_bytes=1500, duration_s=0.5)
+        iperf3.gen_argv(GenRequest(dst="198.18.2.10", port=5201, rate_bps=1_000_000, frame_bytes=1500, duration_s=0.5))
 
 
 def test_iperf3_has_no_packet_log(iperf3):
     with pytest.raises(TrafficError, match="per-packet log"):
-        iperf3.sink_argv(port=5201, log="x.bin")
+        iperf3.sink_argv(SinkRequest(port=5201, log="x.bin"))
 
 
 def test_missing_executables_are_reported(builtin):
@@ -172,13 +180,13 @@ GEN_OK = {"dst": "198.18.2.10", "port": 9000, "rate_bps": 10_000_000, "frame_byt
 @pytest.mark.parametrize("name", ["builtin", "iperf3"])
 def test_gen_parameters_are_validated(name, change, message):
     with pytest.raises(TrafficError, match=message) as e:
-        get_backend(name).gen_argv(**{**GEN_OK, **change})
+        get_backend(name).gen_argv(GenRequest(**{**GEN_OK, **change}))
     assert "\n" not in str(e.value)
 
 
 def test_smallest_frames_are_accepted(builtin):
-    assert builtin.gen_argv(**{**GEN_OK, "frame_bytes": 64})
-    assert builtin.gen_argv(**{**GEN_OK, "dst": "2001:2:0:2::10", "frame_bytes": 82})
+    assert builtin.gen_argv(GenRequest(**{**GEN_OK, "frame_bytes": 64}))
+    assert builtin.gen_argv(GenRequest(**{**GEN_OK, "dst": "2001:2:0:2::10", "frame_bytes": 82}))
     assert builtin.capabilities.min_frame(4) == 64 and builtin.capabilities.min_frame(6) == 82
 
 
@@ -194,7 +202,7 @@ def test_smallest_frames_are_accepted(builtin):
 )
 def test_sink_parameters_are_validated(builtin, kwargs, message):
     with pytest.raises(TrafficError, match=message):
-        builtin.sink_argv(**kwargs)
+        builtin.sink_argv(SinkRequest(**kwargs))
 
 
 # ---------------------------------------------------------------------------------------------- builtin parsers
@@ -392,11 +400,11 @@ def test_check_cpu_returns_the_cpu():
 
 
 def test_recorded_request_needs_gen_argv():
-    from crosstraffic.backend import GenRequest, recorded_request
+    from crosstraffic.backend import recorded_request
 
     with pytest.raises(TrafficError, match=r"^tool: parse_gen needs the request of this instance's gen_argv\(\) call$"):
         recorded_request(None, "tool")
-    r = GenRequest("198.18.2.10", 9000, 1_000_000, 1000, 2.0, 4)
+    r = GenRequest(dst="198.18.2.10", port=9000, rate_bps=1_000_000, frame_bytes=1000, duration_s=2.0)
     assert recorded_request(r, "tool") is r
 
 
@@ -437,9 +445,9 @@ def test_count_sink_result_has_no_sequence_or_times():
 
 
 def test_validate_sink_returns_the_family(builtin):
-    assert builtin.validate_sink(9000, None, None, None) == 4
-    assert builtin.validate_sink(9000, "2001:db8::1", None, 0) == 6
+    assert builtin.validate_sink(SinkRequest(port=9000)) == 4
+    assert builtin.validate_sink(SinkRequest(port=9000, bind="2001:db8::1", duration_s=0)) == 6
     with pytest.raises(TrafficError, match=r"port=0 is outside"):
-        builtin.validate_sink(0, None, None, None)
+        builtin.validate_sink(SinkRequest(port=0))
     with pytest.raises(TrafficError, match=r"duration_s=-1 must be >= 0"):
-        builtin.validate_sink(9000, None, 6, -1)
+        builtin.validate_sink(SinkRequest(port=9000, family=6, duration_s=-1))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from crosstraffic import TrafficError, get_backend
+from crosstraffic import GenRequest, SinkRequest, TrafficError, get_backend
 from crosstraffic.backends.ditg import UNPACED_PPS, parse_itgdec
 from crosstraffic.backends.trafgen import CRT_MODULI, crt_residues, packet_config, parse_trafgen
 
@@ -38,7 +38,7 @@ def trafgen(**kw):
 
 
 def test_ditg_argv(ditg, tmp_path):
-    sink = ditg.sink_argv(port=9000, bind="198.18.120.2", cpu=1)
+    sink = ditg.sink_argv(SinkRequest(port=9000, bind="198.18.120.2", cpu=1))
     assert sink == [
         "taskset",
         "-c",
@@ -51,8 +51,8 @@ def test_ditg_argv(ditg, tmp_path):
         "-l",
         str(tmp_path / "ditg-recv.log"),
     ]
-    assert "-a" not in ditg.sink_argv(port=9000, bind="2001:2:0:120::2")  # ITGRecv -a v6 never answers
-    gen = ditg.gen_argv(dst="198.18.120.2", port=9000, rate_bps=10_000_000, frame_bytes=1500, duration_s=2)
+    assert "-a" not in ditg.sink_argv(SinkRequest(port=9000, bind="2001:2:0:120::2"))  # ITGRecv -a v6 never answers
+    gen = ditg.gen_argv(GenRequest(dst="198.18.120.2", port=9000, rate_bps=10_000_000, frame_bytes=1500, duration_s=2))
     assert gen == [
         "ITGSend",
         "-a",
@@ -80,11 +80,11 @@ def test_ditg_argv(ditg, tmp_path):
 
 
 def test_ditg_small_payloads_drop_the_timestamp_metadata(ditg):
-    g64 = ditg.gen_argv(dst="198.18.120.2", port=9000, rate_bps=0, frame_bytes=64, duration_s=1, cpu=0)
+    g64 = ditg.gen_argv(GenRequest(dst="198.18.120.2", port=9000, rate_bps=0, frame_bytes=64, duration_s=1, cpu=0))
     assert g64[:3] == ["taskset", "-c", "0"]
     assert g64[g64.index("-c", 4) + 1] == "18" and g64[g64.index("-p") + 1] == "1"
     assert g64[g64.index("-C") + 1] == str(UNPACED_PPS)
-    g66 = ditg.gen_argv(dst="198.18.120.2", port=9000, rate_bps=1_000_000, frame_bytes=66, duration_s=1)
+    g66 = ditg.gen_argv(GenRequest(dst="198.18.120.2", port=9000, rate_bps=1_000_000, frame_bytes=66, duration_s=1))
     assert "-p" not in g66
 
 
@@ -99,22 +99,24 @@ def test_ditg_small_payloads_drop_the_timestamp_metadata(ditg):
 def test_ditg_bad_parameters(ditg, kwargs, message):
     with pytest.raises(TrafficError, match=message):
         ditg.gen_argv(
-            **{"dst": "198.18.120.2", "port": 9000, "rate_bps": 1, "frame_bytes": 64, "duration_s": 1, **kwargs}
+            GenRequest(
+                **{"dst": "198.18.120.2", "port": 9000, "rate_bps": 1, "frame_bytes": 64, "duration_s": 1, **kwargs}
+            )
         )
 
 
 def test_ditg_sink_refuses_duration_and_foreign_log(ditg):
     with pytest.raises(TrafficError, match="stopped with SIGINT"):
-        ditg.sink_argv(port=9000, duration_s=3)
+        ditg.sink_argv(SinkRequest(port=9000, duration_s=3))
     with pytest.raises(TrafficError, match="binary log"):
-        ditg.sink_argv(port=9000, log="/tmp/x")
+        ditg.sink_argv(SinkRequest(port=9000, log="/tmp/x"))
 
 
 # ---------------------------------------------------------------------------------------------- D-ITG parsers
 
 
 def test_parse_ditg_paced_run(ditg):
-    ditg.gen_argv(dst="198.18.120.2", port=9000, rate_bps=10_000_000, frame_bytes=1500, duration_s=1)
+    ditg.gen_argv(GenRequest(dst="198.18.120.2", port=9000, rate_bps=10_000_000, frame_bytes=1500, duration_s=1))
     g = ditg.parse_gen(fixture("ditg_gen_v4_10M_1500.txt"))
     s = ditg.parse_sink(fixture("ditg_sink_v4_10M_1500.txt"))
     assert (g.tool, g.family, g.dst, g.port, g.frame_bytes, g.payload_bytes) == (
@@ -134,7 +136,7 @@ def test_parse_ditg_paced_run(ditg):
 
 
 def test_parse_ditg_loss_from_an_outage(ditg):
-    ditg.gen_argv(dst="198.18.120.2", port=9000, rate_bps=5_000_000, frame_bytes=64, duration_s=1.5)
+    ditg.gen_argv(GenRequest(dst="198.18.120.2", port=9000, rate_bps=5_000_000, frame_bytes=64, duration_s=1.5))
     g = ditg.parse_gen(fixture("ditg_gen_v4_5M_64_outage100ms.txt"))
     s = ditg.parse_sink(fixture("ditg_sink_v4_5M_64_outage100ms.txt"))
     assert g.frame_bytes == s.frame_bytes == 64 and g.payload_bytes == 18
@@ -143,7 +145,7 @@ def test_parse_ditg_loss_from_an_outage(ditg):
 
 
 def test_parse_ditg_unpaced_receiver_loss(ditg):
-    ditg.gen_argv(dst="198.18.120.2", port=9000, rate_bps=0, frame_bytes=64, duration_s=0.3)
+    ditg.gen_argv(GenRequest(dst="198.18.120.2", port=9000, rate_bps=0, frame_bytes=64, duration_s=0.3))
     g = ditg.parse_gen(fixture("ditg_gen_v4_unpaced_64.txt"))
     s = ditg.parse_sink(fixture("ditg_sink_v4_unpaced_64.txt"))
     assert g.requested_bps == 0 and g.rate_error is None and g.packets == 49959
@@ -151,7 +153,7 @@ def test_parse_ditg_unpaced_receiver_loss(ditg):
 
 
 def test_parse_ditg_ipv6(ditg):
-    ditg.gen_argv(dst="2001:2:0:120::2", port=9000, rate_bps=2_000_000, frame_bytes=128, duration_s=1)
+    ditg.gen_argv(GenRequest(dst="2001:2:0:120::2", port=9000, rate_bps=2_000_000, frame_bytes=128, duration_s=1))
     g = ditg.parse_gen(fixture("ditg_gen_v6_2M_128.txt"))
     s = ditg.parse_sink(fixture("ditg_sink_v6_2M_128.txt"))
     assert g.family == 6 and g.dst == "2001:2:0:120::2" and g.frame_bytes == 128
@@ -238,20 +240,20 @@ def test_trafgen_static_config_has_no_counter():
 
 def test_trafgen_argv():
     t = trafgen()
-    paced = t.gen_argv(dst="198.18.120.2", port=9000, rate_bps=10_000_000, frame_bytes=1500, duration_s=2)
+    paced = t.gen_argv(GenRequest(dst="198.18.120.2", port=9000, rate_bps=10_000_000, frame_bytes=1500, duration_s=2))
     assert paced[:4] == ["timeout", "-s", "INT", "7"]
     assert paced[4:13] == ["trafgen", "-o", "eth0", "-P", "1", "--no-sock-mem", "-Q", "--rate", "833pps"]
     assert paced[13:15] == ["-n", "1666"] and paced[-1].startswith("{ ")
     gap = trafgen(pacing="gap").gen_argv(
-        dst="198.18.120.2", port=9000, rate_bps=10_000_000, frame_bytes=1500, duration_s=2
+        GenRequest(dst="198.18.120.2", port=9000, rate_bps=10_000_000, frame_bytes=1500, duration_s=2)
     )
     assert gap[gap.index("-t") + 1] == "1200000ns" and gap[gap.index("-n") + 1] == "1667"
-    unpaced = t.gen_argv(dst="198.18.120.2", port=9000, rate_bps=0, frame_bytes=64, duration_s=3, cpu=0)
+    unpaced = t.gen_argv(GenRequest(dst="198.18.120.2", port=9000, rate_bps=0, frame_bytes=64, duration_s=3, cpu=0))
     assert unpaced[:4] == ["timeout", "-s", "INT", "3"] and "--rate" not in unpaced and "-n" not in unpaced
-    forever = t.gen_argv(dst="198.18.120.2", port=9000, rate_bps=0, frame_bytes=64, duration_s=0)
+    forever = t.gen_argv(GenRequest(dst="198.18.120.2", port=9000, rate_bps=0, frame_bytes=64, duration_s=0))
     assert forever[0] == "trafgen"
-    assert t.sink_argv(port=9000, bind="198.18.120.2")[-1] == "--seq-crt"
-    assert "--seq-crt" not in trafgen(counter=False).sink_argv(port=9000)
+    assert t.sink_argv(SinkRequest(port=9000, bind="198.18.120.2"))[-1] == "--seq-crt"
+    assert "--seq-crt" not in trafgen(counter=False).sink_argv(SinkRequest(port=9000))
     assert t.gen_exit_ok(124) and t.gen_exit_ok(0) and not t.gen_exit_ok(1)
     assert not trafgen(counter=False).capabilities.loss and t.capabilities.loss
 
@@ -269,7 +271,16 @@ def test_trafgen_argv():
 def test_trafgen_bad_parameters(kwargs, call, message):
     with pytest.raises(TrafficError, match=message):
         trafgen(**kwargs).gen_argv(
-            **{"dst": "198.18.120.2", "port": 9000, "rate_bps": 1_000_000, "frame_bytes": 64, "duration_s": 1, **call}
+            GenRequest(
+                **{
+                    "dst": "198.18.120.2",
+                    "port": 9000,
+                    "rate_bps": 1_000_000,
+                    "frame_bytes": 64,
+                    "duration_s": 1,
+                    **call,
+                }
+            )
         )
 
 
@@ -285,7 +296,7 @@ def test_trafgen_bad_construction():
 
 def test_parse_trafgen_paced_run_and_its_bursts():
     t = trafgen()
-    t.gen_argv(dst="198.18.120.2", port=9000, rate_bps=20_000_000, frame_bytes=1500, duration_s=1)
+    t.gen_argv(GenRequest(dst="198.18.120.2", port=9000, rate_bps=20_000_000, frame_bytes=1500, duration_s=1))
     g = t.parse_gen(fixture("trafgen_gen_v4_20M_1500.txt"))
     s = t.parse_sink(fixture("trafgen_sink_v4_20M_1500.json"))
     assert (g.packets, g.frame_bytes, g.payload_bytes, g.requested_bps) == (1667, 1500, 1454, 20_000_000)
@@ -297,7 +308,7 @@ def test_parse_trafgen_paced_run_and_its_bursts():
 
 def test_parse_trafgen_unpaced():
     t = trafgen()
-    t.gen_argv(dst="198.18.120.2", port=9000, rate_bps=0, frame_bytes=64, duration_s=0.5)
+    t.gen_argv(GenRequest(dst="198.18.120.2", port=9000, rate_bps=0, frame_bytes=64, duration_s=0.5))
     g = t.parse_gen(fixture("trafgen_gen_v4_unpaced_64.txt"))
     s = t.parse_sink(fixture("trafgen_sink_v4_unpaced_64.json"))
     assert g.requested_bps == 0 and g.rate_error is None and g.frame_bytes == 64
@@ -307,12 +318,12 @@ def test_parse_trafgen_unpaced():
 
 def test_parse_trafgen_burst_gap_and_ipv6_loss():
     t = trafgen()
-    t.gen_argv(dst="198.18.120.2", port=9000, rate_bps=5_000_000, frame_bytes=64, duration_s=1.5)
+    t.gen_argv(GenRequest(dst="198.18.120.2", port=9000, rate_bps=5_000_000, frame_bytes=64, duration_s=1.5))
     s = t.parse_sink(fixture("trafgen_sink_v4_5M_64_outage100ms.json"))
     # the burst of second 1 (9766 packets) ends, ~950 ms pass, the rest arrives
     assert s.max_gap.seq_before == 9766 and 0.9e9 < s.max_gap.duration_ns < 1e9
     t6 = trafgen(src_ip="2001:2:0:120::1")
-    t6.gen_argv(dst="2001:2:0:120::2", port=9000, rate_bps=2_000_000, frame_bytes=128, duration_s=1)
+    t6.gen_argv(GenRequest(dst="2001:2:0:120::2", port=9000, rate_bps=2_000_000, frame_bytes=128, duration_s=1))
     g6 = t6.parse_gen(fixture("trafgen_gen_v6_2M_128.txt"))
     s6 = t6.parse_sink(fixture("trafgen_sink_v6_2M_128.json"))
     assert g6.family == 6 and g6.frame_bytes == 128 and s6.frame_bytes == 128

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from crosstraffic.backend import GenRequest
 from crosstraffic.backends.builtin import BIN_DIR
 from crosstraffic.bench.bed import BridgeBed
 from crosstraffic.bench.traffic import (
@@ -204,10 +205,14 @@ def test_alt_variants_pass_their_quantum_and_binary(tmp_path):
     assert all(v.runs == "paced" and v.backend == "builtin" for v in vs)
     assert vs[0].gen_extra == ("--quantum-us", "1000") and vs[2].gen_extra == ()
     bed = BridgeBed(a="", sw="", b="", a_mac="02:00:00:00:00:01", b_mac="02:00:00:00:00:02", rx_cpu=None)
-    gen = vs[3].make(bed, tmp_path).gen_argv(dst="198.18.0.2", port=9000, rate_bps=10**7, frame_bytes=64, duration_s=1)
+    gen = (
+        vs[3]
+        .make(bed, tmp_path)
+        .gen_argv(GenRequest(dst="198.18.0.2", port=9000, rate_bps=10**7, frame_bytes=64, duration_s=1))
+    )
     assert gen[0] == str(base / "vrgen") and gen[-4:] == ["--packet", "eth0", "--dst-mac", "02:00:00:00:00:02"]
     assert vs[1].make(bed, tmp_path).gen_argv(
-        dst="198.18.0.2", port=9000, rate_bps=10**7, frame_bytes=64, duration_s=1
+        GenRequest(dst="198.18.0.2", port=9000, rate_bps=10**7, frame_bytes=64, duration_s=1)
     )[0] == str(BIN_DIR / "vrgen")
 
 
