@@ -211,6 +211,18 @@ def test_the_installed_qemu_lists_its_multifd_compression_methods():
     assert have is not None and {"none", "zlib"} <= set(have)
 
 
+@pytest.mark.skipif(shutil.which(kvm.QEMU) is None, reason="QEMU not installed")
+def test_a_late_reader_still_gets_the_whole_schema():
+    """QEMU's schema reply is larger than a pipe's buffers; a reader that starts reading 2 s
+    after the request (a loaded machine) must still get all of it, so QEMU may not be told to
+    quit before the reply is read."""
+    import time
+
+    schema = kvm.query_schema((kvm.QEMU,), 60.0, before_reading=lambda: time.sleep(2.0))
+    assert schema is not None and len(schema) > 500
+    assert any(e.get("name") == "migrate-set-parameters" for e in schema)
+
+
 # -- libvirt ------------------------------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ import functools
 import json
 import logging
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -116,29 +117,63 @@ def qemu_build(spec: str, firmware: str | None = None) -> QemuBuild:
         raise DependencyError(f"QEMU={spec}: fetching it failed: {err}") from None
 
 
-@functools.cache
-def qemu_enum_values(command: str, member: str, qemu: tuple[str, ...] = (QEMU,)) -> list[str] | None:
-    """The values this QEMU's QAPI schema allows for argument ``member`` of ``command`` (from
-    query-qmp-schema of a QEMU started with ``-machine none`` on QMP over stdio, which quits
-    again: no file, socket or process stays behind); None if the schema does not say."""
-    lines = [{"execute": "qmp_capabilities"}, {"execute": "query-qmp-schema", "id": "schema"}, {"execute": "quit"}]
+def query_schema(qemu: Sequence[str], timeout_s: float, before_reading: Any = None) -> list[dict[str, Any]] | None:
+    """query-qmp-schema of a QEMU started with ``-machine none`` on QMP over stdio (no file,
+    socket or process stays behind); None, logged with the reason, when it gives none.
+
+    ``quit`` is sent only once the schema's reply has been read: QEMU exits at once on it and
+    drops what it could not yet write into a full stdout pipe, so a reader that came late (a
+    loaded machine) got the reply cut after the pipe's 64 KiB buffers.  ``before_reading`` is
+    called between the request and the first read (a test makes the reader late with it)."""
     argv = [*qemu, "-machine", "none", "-nodefaults", "-display", "none", "-S", "-qmp", "stdio"]
+    request = [{"execute": "qmp_capabilities"}, {"execute": "query-qmp-schema", "id": "schema"}]
     try:
-        res = subprocess.run(argv, input="".join(json.dumps(x) + "\n" for x in lines), capture_output=True,
-                             text=True, timeout=QMP_CONNECT_TIMEOUT_S, check=False)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired) as err:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)  # fmt: skip
+    except OSError as err:
         log.warning("query-qmp-schema: %s", err)
         return None
-    schema: list[dict[str, Any]] = []
-    for line in res.stdout.splitlines():
-        with contextlib.suppress(ValueError):
-            obj = json.loads(line)
-            if isinstance(obj, dict) and obj.get("id") == "schema":
-                schema = obj.get("return") or []
+    watchdog = threading.Timer(timeout_s, proc.kill)  # a QEMU that never answers ends the reads
+    watchdog.start()
+    schema: list[dict[str, Any]] | None = None
+    out_bytes, stderr = 0, ""
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        with contextlib.suppress(OSError):
+            proc.stdin.write("".join(json.dumps(x) + "\n" for x in request))
+            proc.stdin.flush()
+        if before_reading is not None:
+            before_reading()
+        for line in proc.stdout:
+            out_bytes += len(line)
+            with contextlib.suppress(ValueError):
+                obj = json.loads(line)
+                if isinstance(obj, dict) and obj.get("id") == "schema":
+                    schema = obj.get("return") or None
+                    break
+        with contextlib.suppress(OSError):
+            proc.stdin.write(json.dumps({"execute": "quit"}) + "\n")
+            proc.stdin.flush()
+        stderr = proc.communicate(timeout=timeout_s)[1] or ""
+    except subprocess.TimeoutExpired as err:
+        log.warning("query-qmp-schema: %s", err)
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
     if not schema:  # the reason goes into the log: a caller's None must be explainable
-        tail = " | ".join(res.stderr.strip().splitlines()[-3:])
-        log.warning("query-qmp-schema: %s exited %s without a schema (%d bytes out): %s", argv[0], res.returncode,
-                    len(res.stdout), tail or "no stderr")  # fmt: skip
+        tail = " | ".join(stderr.strip().splitlines()[-3:])
+        log.warning("query-qmp-schema: %s exited %s without a schema (%d bytes out): %s", argv[0], proc.returncode,
+                    out_bytes, tail or "no stderr")  # fmt: skip
+    return schema
+
+
+@functools.cache
+def qemu_enum_values(command: str, member: str, qemu: tuple[str, ...] = (QEMU,)) -> list[str] | None:
+    """The values this QEMU's QAPI schema allows for argument ``member`` of ``command``
+    (:func:`query_schema`); None if the schema does not say."""
+    schema = query_schema(qemu, QMP_CONNECT_TIMEOUT_S) or []
     by_name = {e.get("name"): e for e in schema if isinstance(e, dict)}
     args = by_name.get(by_name.get(command, {}).get("arg-type"), {})
     typ = next((m.get("type") for m in args.get("members", []) if m.get("name") == member), None)
