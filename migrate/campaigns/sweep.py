@@ -296,8 +296,7 @@ def versions(scenario: Scenario, testbed: Path | None = None) -> dict[str, Any]:
     """Preflight (root, tools, driver) and the versions worth recording; raises before anything is
     created.  With ``testbed`` (a lab inventory) the lab's hosts are checked as a lab run checks
     them and the accelerator and QEMU are R1's and R2's, not this machine's."""
-    from migrate.experiment.place import place_for
-    from migrate.experiment.run import preflight
+    from migrate.experiment.place import place_for, preflight
 
     place = place_for(testbed)
     place.admit(scenario)

@@ -129,3 +129,20 @@ def close_run(meta: dict[str, Any], run_dir: Path, on_close: Callable[[dict[str,
     if on_close is not None:
         on_close(meta)
     write_meta(run_dir, meta)
+
+
+def with_router(stack: Any, router: str, image: Any) -> dict[str, Any] | None:
+    """``stack`` (the QEMU record, or None) with ``router``: what ROUTER= asked for and the
+    software, package version, release and package source of the image that ran (from its
+    manifest; None without one, e.g. a run that failed before its driver read it)."""
+    out = dict(stack) if isinstance(stack, dict) else {}
+    r = image.get("router") if isinstance(image, dict) and isinstance(image.get("router"), dict) else None
+    out["router"] = {
+        "requested": router,
+        **(
+            {k: r.get(k) for k in ("software", "package", "version", "upstream_version", "release", "source")}
+            if r
+            else {"version": None, "reason": "the driver recorded no router image"}
+        ),
+    }
+    return out

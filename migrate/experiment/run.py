@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 
 from analysis.metrics.clock import GEN_ROLE, IRTT_ROLE
 from migrate.core import meta as metamod
-from migrate.core.errors import DependencyError, Interrupted, MigrationError, VrmigError
+from migrate.core.errors import Interrupted, MigrationError, VrmigError
 from migrate.core.registry import Registry
 from migrate.core.runctx import open_run, record_failure
 from migrate.core.rundir import (
@@ -34,13 +33,12 @@ from migrate.core.rundir import (
 )
 from migrate.core.sighold import Abort, Teardown
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
-from migrate.experiment import peering
 from migrate.experiment.churn import Churn
 from migrate.experiment.console import crash_in
 from migrate.experiment.instruments import Instruments
 from migrate.experiment.peering import Peers
-from migrate.experiment.place import Embedded, Place, place_for
-from migrate.experiment.run_progress import RunProgress
+from migrate.experiment.place import Embedded, Place, place_for, preflight
+from migrate.experiment.run_progress import MIGRATION, POST_MIGRATION, Phase
 from migrate.model.dirty import measure_before_migration
 from migrate.model.faults import FaultInjector, kill_pid, link_cap, link_down, unplug
 from migrate.model.recorder import Recorder
@@ -55,35 +53,6 @@ def make_run_dir(results_root: Path, scenario: Scenario, fill: Callable[[Path], 
     """Create ``results/<UTC time>-<name>/`` (fails if it exists) and mark it as ours; ``fill``
     writes its first files before it appears (:func:`~migrate.testbed.results.new_run_dir`)."""
     return new_run_dir(results_root, scenario.name, fill=fill)
-
-
-def preflight(scenario: Scenario, place: Place | None = None) -> tuple[type[Driver], dict[str, Any]]:
-    """Checks that need no side effects: root, tools, driver dependencies; returns the driver
-    class (in its form for ``place``; default: the embedded testbed) and its facts (versions,
-    accelerator) as they hold there (``place`` preflighted)."""
-    place = place if place is not None else Embedded()
-    if os.geteuid() != 0:
-        raise DependencyError("vrmig must run as root (it creates network namespaces): run it as root")
-    Instruments.check(scenario)
-    peering.check(scenario)
-    driver_cls = place.driver(scenario.hv, scenario.driver)
-    return driver_cls, place.facts(scenario, driver_cls.preflight(scenario))
-
-
-#: meta.json ``failure_class`` of a run that did not complete (docs/data-formats.md)
-SETUP, MIGRATION, POST_MIGRATION, INTERRUPTED = "setup", "migration", "post-migration", "interrupted"
-FAILURE_CLASSES = (SETUP, MIGRATION, POST_MIGRATION, INTERRUPTED)
-
-
-class Phase:
-    """The phase a run is in, which is the class of a failure that ends it there: ``setup``
-    (testbed, boot, instruments, forwarding before the migration), ``migration`` (from the
-    migrate call until the hypervisor reports the migration completed), ``post-migration``."""
-
-    def __init__(self, progress: RunProgress | None = None) -> None:
-        self.current = SETUP
-        #: the run's phases as the user sees them (progress and ETA); a silent one by default
-        self.progress = progress if progress is not None else RunProgress(Scenario(), enabled=False)
 
 
 def run(
@@ -104,8 +73,7 @@ def run(
         return criuvm.run_in_vm(scenario, results_root, _analyse)
     check_results_root(results_root)
     driver_cls, facts = preflight(scenario, place)
-    place.check_knobs(scenario, facts)
-    phase = Phase(RunProgress(scenario))
+    phase = Phase(scenario)
 
     def describe(meta: dict[str, Any], _run_dir: Path) -> None:
         meta.update(scenario=scenario.to_dict(), name=scenario.name, clock=metamod.clock_fields())
@@ -148,7 +116,7 @@ def _execute(
                 meta["hypervisor"] = dict(facts)
                 meta["accel"] = facts.get("accel")
                 # the QEMU and the router that ran, their versions and sources (docs/stack.md)
-                meta["stack"] = with_router(facts.get("stack"), scenario.router, facts.get("guest_image"))
+                meta["stack"] = metamod.with_router(facts.get("stack"), scenario.router, facts.get("guest_image"))
                 write_meta(run_dir, meta)
 
                 tb.build(registry)
@@ -184,23 +152,6 @@ def _execute(
         if problems:
             meta["teardown_problems"] = problems
             log.error("teardown problems: %s", "; ".join(problems))
-
-
-def with_router(stack: Any, router: str, image: Any) -> dict[str, Any] | None:
-    """``stack`` (the QEMU record, or None) with ``router``: what ROUTER= asked for and the
-    software, package version, release and package source of the image that ran (from its
-    manifest; None without one, e.g. a run that failed before its driver read it)."""
-    out = dict(stack) if isinstance(stack, dict) else {}
-    r = image.get("router") if isinstance(image, dict) and isinstance(image.get("router"), dict) else None
-    out["router"] = {
-        "requested": router,
-        **(
-            {k: r.get(k) for k in ("software", "package", "version", "upstream_version", "release", "source")}
-            if r
-            else {"version": None, "reason": "the driver recorded no router image"}
-        ),
-    }
-    return out
 
 
 def _measure(

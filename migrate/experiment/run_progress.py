@@ -17,6 +17,10 @@ from types import TracebackType
 from migrate.core.progress import Progress
 from migrate.model.scenario import Scenario
 
+#: meta.json ``failure_class`` of a run that did not complete (docs/data-formats.md)
+SETUP, MIGRATION, POST_MIGRATION, INTERRUPTED = "setup", "migration", "post-migration", "interrupted"
+FAILURE_CLASSES = (SETUP, MIGRATION, POST_MIGRATION, INTERRUPTED)
+
 PHASES = (
     "testbed and router boot",
     "forwarding before the migration",
@@ -87,3 +91,14 @@ class RunProgress:
             self.progress.finish()
         # ended by an error before the boot was over: the error's own line says it all
         self.progress.close(quiet=exc_type is not None and self.index == 0)
+
+
+class Phase:
+    """The phase a run is in, which is the class of a failure that ends it there: ``setup``
+    (testbed, boot, instruments, forwarding before the migration), ``migration`` (from the
+    migrate call until the hypervisor reports the migration completed), ``post-migration``;
+    ``progress``: the run's phases as the user sees them (silent without a scenario)."""
+
+    def __init__(self, scenario: Scenario | None = None) -> None:
+        self.current = SETUP
+        self.progress = RunProgress(scenario or Scenario(), enabled=None if scenario is not None else False)

@@ -287,10 +287,10 @@ def test_libvirt_9_0_lacks_multifd_compression_and_any_libvirt_lacks_announce_an
 
 def test_make_migrate_with_a_knob_the_qemu_lacks_is_one_line_exit_2_nothing_created(monkeypatch, tmp_path, capsys):
     """The preflight of the run, with the installed QEMU made to say it is 5.0.0."""
-    from migrate.experiment import run as runmod
+    from migrate.experiment import place as placemod
     from migrate.experiment.instruments import Instruments
 
-    monkeypatch.setattr(runmod.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(placemod.os, "geteuid", lambda: 0)
     monkeypatch.setattr(Instruments, "check", staticmethod(lambda _s: None))
     from migrate.core.stack import QemuBuild
 
@@ -384,7 +384,7 @@ def test_the_installed_libvirt_refuses_multifd_zstd_before_anything_starts(monke
     import subprocess
 
     from migrate.drivers.libvirt.daemon import LIBVIRTD
-    from migrate.experiment import run as runmod
+    from migrate.experiment import place as placemod
     from migrate.experiment.instruments import Instruments
 
     pytest.importorskip("libvirt", reason="libvirt-python not installed")
@@ -393,7 +393,7 @@ def test_the_installed_libvirt_refuses_multifd_zstd_before_anything_starts(monke
     version = knobs.parse_version(subprocess.run([LIBVIRTD, "--version"], capture_output=True, text=True).stdout)
     if version is None or version >= (9, 4, 0):
         pytest.skip(f"libvirtd {version} has multifd compression")
-    monkeypatch.setattr(runmod.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(placemod.os, "geteuid", lambda: 0)
     monkeypatch.setattr(Instruments, "check", staticmethod(lambda _s: None))
     argv = ["run", "--driver", "libvirt", "--libvirt", "system", "--multifd", "2", "--multifd-compression", "zstd"]
     assert main([*argv, "--results", str(tmp_path / "results")]) == 2

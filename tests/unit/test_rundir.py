@@ -283,7 +283,7 @@ def test_the_declaration_names_the_codes_constants():
     from analysis.stats.aggregate import FAILURE_CLASSES as AGG_CLASSES
     from migrate.campaigns import sweepdir
     from migrate.experiment.instruments import CPU_GROUPS
-    from migrate.experiment.run import FAILURE_CLASSES
+    from migrate.experiment.run_progress import FAILURE_CLASSES
 
     assert rd.FAILURE_CLASSES == FAILURE_CLASSES == AGG_CLASSES
     assert rd.QUALIFIER_STATES == qualify.STATES
