@@ -153,16 +153,15 @@ class Lab:
             yield bed
 
 
-def preflight(scenario: Scenario, place: Place | None = None) -> tuple[type[Driver], dict[str, Any]]:
+def preflight(scenario: Scenario, place: Place) -> tuple[type[Driver], dict[str, Any]]:
     """Every check of a run that needs no side effects, after the place's own (``place`` admitted
-    and preflighted; default: the embedded testbed): root, the instruments' and routing peers'
+    and preflighted): root, the instruments' and routing peers'
     tools, the driver's dependencies, and the QEMU and libvirt knobs where the router runs.
     Returns the driver class in its form for ``place`` and its facts (versions, accelerator) as
     they hold there."""
     from migrate.experiment import peering
     from migrate.experiment.instruments import Instruments
 
-    place = place if place is not None else Embedded()
     if os.geteuid() != 0:
         raise DependencyError("vrmig must run as root (it creates network namespaces): run it as root")
     Instruments.check(scenario)

@@ -73,7 +73,7 @@ def run(
         return criuvm.run_in_vm(scenario, results_root, _analyse)
     check_results_root(results_root)
     driver_cls, facts = preflight(scenario, place)
-    phase = Phase(scenario)
+    phase = Phase(shown=True)
 
     def describe(meta: dict[str, Any], _run_dir: Path) -> None:
         meta.update(scenario=scenario.to_dict(), name=scenario.name, clock=metamod.clock_fields())
@@ -103,20 +103,22 @@ def _execute(
     however the block ends (instruments, hypervisor, recorder, then the registry removes what
     remains by PID and name); a teardown step that fails is recorded, never raised."""
     td = Teardown(abort)
+    # the QEMU and the router that ran, their versions and sources (docs/stack.md)
+    stack = metamod.with_router(facts.get("stack"), scenario.router, facts.get("guest_image"))
+    recorder = Recorder(run_dir)
+    injector = FaultInjector(scenario.fault, recorder.action)
     try:
         with (
             td.step("tear down", registry),
-            td.step("close recorder", Recorder(run_dir)) as recorder,
+            td.step("close recorder", recorder),
             td.step("leave the testbed", (place or Embedded()).open(registry, scenario.miglink_bps)) as tb,
         ):
             meta["testbed"] = tb.describe()
-            injector = FaultInjector(scenario.fault, recorder.action)
             ctx = RunContext(scenario, tb, registry, run_dir, recorder, abort, injector)
             with td.step("stop hypervisor", driver_cls(ctx, facts)) as driver:
                 meta["hypervisor"] = dict(facts)
                 meta["accel"] = facts.get("accel")
-                # the QEMU and the router that ran, their versions and sources (docs/stack.md)
-                meta["stack"] = metamod.with_router(facts.get("stack"), scenario.router, facts.get("guest_image"))
+                meta["stack"] = stack
                 write_meta(run_dir, meta)
 
                 tb.build(registry)
@@ -169,7 +171,7 @@ def _measure(
     """Instruments on, forwarding seen, the migration at MIGRATE_AT (later if a routing session
     that flapped must come up again first), traffic until the end, the verdict."""
     instruments.start()
-    phase.progress.instruments_started()
+    phase.progress.instruments_started(scenario.duration_s, scenario.after_s)
     injector.targets = {**driver.fault_targets(), **fault_actions(tb, instruments)}
     meta["instruments"] = instruments.describe()
     write_meta(run_dir, meta)

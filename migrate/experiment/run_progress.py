@@ -15,7 +15,6 @@ from collections.abc import Callable
 from types import TracebackType
 
 from migrate.core.progress import Progress
-from migrate.model.scenario import Scenario
 
 #: meta.json ``failure_class`` of a run that did not complete (docs/data-formats.md)
 SETUP, MIGRATION, POST_MIGRATION, INTERRUPTED = "setup", "migration", "post-migration", "interrupted"
@@ -34,8 +33,10 @@ class RunProgress:
     """The phases of one run, advanced by the run as it goes (each call ends the phase in hand
     and starts the next)."""
 
-    def __init__(self, scenario: Scenario, clock: Callable[[], float] = time.monotonic, **kw: object) -> None:
-        self.s, self.clock = scenario, clock
+    def __init__(self, clock: Callable[[], float] = time.monotonic, **kw: object) -> None:
+        self.clock = clock
+        #: the schedule (DURATION, AFTER), given when the instruments start
+        self.duration_s = self.after_s = 0.0
         self.t_instruments: float | None = None
         self.t_migrated: float | None = None
         self.progress = Progress("migrate", len(PHASES), "phases", eta=self.eta_s, clock=clock, **kw)  # type: ignore[arg-type]
@@ -45,9 +46,9 @@ class RunProgress:
         """Seconds until the traffic ends by the schedule (None before the instruments run)."""
         if self.t_instruments is None:
             return None
-        end = self.t_instruments + self.s.duration_s
+        end = self.t_instruments + self.duration_s
         if self.t_migrated is not None:
-            end = max(end, self.t_migrated + self.s.after_s)
+            end = max(end, self.t_migrated + self.after_s)
         return max(0.0, end - self.clock())
 
     def _next(self) -> None:
@@ -61,8 +62,10 @@ class RunProgress:
         """The run starts: the testbed and the router's boot."""
         self._next()
 
-    def instruments_started(self) -> None:
-        """The instruments run: the schedule's clock starts."""
+    def instruments_started(self, duration_s: float, after_s: float) -> None:
+        """The instruments run: the schedule's clock starts (the traffic lasts ``duration_s``, and
+        at least ``after_s`` past the migration's end)."""
+        self.duration_s, self.after_s = duration_s, after_s
         self.t_instruments = self.clock()
         self._next()
 
@@ -97,8 +100,8 @@ class Phase:
     """The phase a run is in, which is the class of a failure that ends it there: ``setup``
     (testbed, boot, instruments, forwarding before the migration), ``migration`` (from the
     migrate call until the hypervisor reports the migration completed), ``post-migration``;
-    ``progress``: the run's phases as the user sees them (silent without a scenario)."""
+    ``progress``: the run's phases as the user sees them (``shown``: as VRMIG_PROGRESS says; else silent)."""
 
-    def __init__(self, scenario: Scenario | None = None) -> None:
+    def __init__(self, shown: bool = False) -> None:
         self.current = SETUP
-        self.progress = RunProgress(scenario or Scenario(), enabled=None if scenario is not None else False)
+        self.progress = RunProgress(enabled=None if shown else False)

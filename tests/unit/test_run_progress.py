@@ -1,12 +1,11 @@
 """A single migration's progress: its phases in order and the ETA from the scenario's schedule
-(a fake clock; plain lines as on CI)."""
+(DURATION and AFTER given as the instruments start; a fake clock; plain lines as on CI)."""
 
 import io
 
 import pytest
 
 from migrate.experiment.run_progress import PHASES, RunProgress
-from migrate.model.scenario import Scenario
 
 
 class Clock:
@@ -19,11 +18,10 @@ class Clock:
 
 def test_phases_in_order_with_an_eta_from_the_schedule():
     clock, out = Clock(), io.StringIO()
-    s = Scenario(duration_s=20, migrate_at_s=5, after_s=3)
-    with RunProgress(s, clock=clock, stream=out, live=False, enabled=True, min_interval_s=0) as rp:
+    with RunProgress(clock=clock, stream=out, live=False, enabled=True, min_interval_s=0) as rp:
         assert rp.progress.label == PHASES[0] and rp.eta_s() is None  # the boot's length is unknown
         clock.t += 12.0
-        rp.instruments_started()
+        rp.instruments_started(duration_s=20, after_s=3)
         assert rp.eta_s() == pytest.approx(20.0)
         clock.t += 5.0
         rp.migrating()
@@ -42,24 +40,24 @@ def test_phases_in_order_with_an_eta_from_the_schedule():
 
 def test_an_interrupted_run_shows_the_phase_it_stopped_in():
     clock, out = Clock(), io.StringIO()
-    rp = RunProgress(Scenario(), clock=clock, stream=out, live=False, enabled=True)
+    rp = RunProgress(clock=clock, stream=out, live=False, enabled=True)
     with pytest.raises(KeyboardInterrupt), rp:
-        rp.instruments_started()
+        rp.instruments_started(10.0, 0.0)
         raise KeyboardInterrupt
     assert out.getvalue().splitlines()[-1].endswith("| now forwarding before the migration")
 
 
 def test_an_error_before_the_boot_ended_adds_no_line_to_its_own():
     out = io.StringIO()
-    with pytest.raises(RuntimeError), RunProgress(Scenario(), stream=out, live=False, enabled=True):
+    with pytest.raises(RuntimeError), RunProgress(stream=out, live=False, enabled=True):
         raise RuntimeError("a testbed error, reported on its own line")
     assert out.getvalue() == ""
 
 
 def test_switched_off_it_prints_nothing():
     out = io.StringIO()
-    with RunProgress(Scenario(), stream=out, enabled=False) as rp:
-        rp.instruments_started()
+    with RunProgress(stream=out, enabled=False) as rp:
+        rp.instruments_started(10.0, 0.0)
         rp.migrating()
     assert out.getvalue() == ""
 
@@ -71,10 +69,10 @@ def test_a_run_inside_a_sweeps_progress_stays_silent():
     outer, inner = io.StringIO(), io.StringIO()
     with Progress("sweep", 1, "runs", stream=outer, live=False, enabled=True, min_interval_s=0) as sweep:
         sweep.start("r01")
-        with RunProgress(Scenario(), stream=inner, live=False, enabled=True, min_interval_s=0) as rp:
-            rp.instruments_started()
+        with RunProgress(stream=inner, live=False, enabled=True, min_interval_s=0) as rp:
+            rp.instruments_started(10.0, 0.0)
         sweep.finish()
     assert inner.getvalue() == "" and "sweep 1/1 runs" in outer.getvalue()
-    with RunProgress(Scenario(), stream=inner, live=False, enabled=True, min_interval_s=0) as rp:
-        rp.instruments_started()  # alone again: it speaks
+    with RunProgress(stream=inner, live=False, enabled=True, min_interval_s=0) as rp:
+        rp.instruments_started(10.0, 0.0)  # alone again: it speaks
     assert "progress: migrate" in inner.getvalue()
