@@ -240,6 +240,12 @@ def _have_xen_image() -> bool:
     return True
 
 
+def _lab_namespaces() -> set[str]:
+    """The namespaces of emulated labs on this machine (``vl<6 hex>-<role>``)."""
+    names = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
+    return {n for n in names if re.match(r"vl[0-9a-f]{6}-", n)}
+
+
 class SharedLab:
     """Opens the emulated lab when a test first asks for it (:meth:`get`) and removes it when the
     last test that uses it is over (:func:`pytest_runtest_teardown`; the tests that use it run
@@ -250,6 +256,8 @@ class SharedLab:
         self.work = work
         self.lab: PreparedLab | None = None
         self.failure: str | None = None
+        #: the namespaces that lab-up created (the emulated lab's ``vl<6 hex>-<role>``)
+        self.namespaces: set[str] = set()
 
     def _cli(self, *args: str, timeout: float, watch: Path | None = None) -> subprocess.CompletedProcess[str]:
         from tests import nswatch
@@ -267,11 +275,13 @@ class SharedLab:
         if self.lab is not None:
             return self.lab
         name = "t" + secrets.token_hex(3)
+        before = _lab_namespaces()
         up = self._cli("lab-up", "--name", name, *(["--xen"] if _have_xen_image() else []), timeout=420)
         if up.returncode != 0:
             self.failure = f"lab-up failed ({up.returncode}): {up.stderr.strip()[-2000:]}"
             pytest.fail(self.failure, pytrace=False)
         inventory = Path(up.stdout.strip().splitlines()[-1])
+        self.namespaces = _lab_namespaces() - before
         log = self.work / f"nswatch-hosts-setup-{name}.log"
         t0 = time.monotonic()
         try:
@@ -284,8 +294,11 @@ class SharedLab:
         return self.lab
 
     def _down(self, inventory: Path) -> None:
+        """lab-down, which must exit 0 and leave none of the lab's namespaces."""
         down = self._cli("lab-down", str(inventory), timeout=120)
         assert down.returncode == 0, down.stdout + down.stderr
+        left, self.namespaces = sorted(self.namespaces & _lab_namespaces()), set()
+        assert not left, f"lab-down of the shared lab left its namespaces: {left}"
 
     def close(self) -> None:
         """lab-down of the lab, if it is up; a later :meth:`get` brings up a new one."""
