@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from migrate.core.stack import DEFAULT_QEMU
-from migrate.testbed.inventory import ROLES, load
+from migrate.testbed.inventory import ROLES, SshTarget, load
 from migrate.testbed.topology import ANNOUNCED
 from tests import nswatch
 from tests.integration.conftest import (
@@ -97,13 +97,17 @@ def _without_xen_hosts(lab: Path, tmp_path: Path) -> Path:
     return out
 
 
-def _dom0(inv, role: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    t = inv.host(role).xen.ssh
+def _ssh_to(t: SshTarget, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``argv`` run over SSH at the inventory's SSH target ``t`` (30 s at most), its output captured."""
     return subprocess.run(
         ["ssh", "-i", str(t.key), "-o", f"UserKnownHostsFile={t.known_hosts}", "-o", "BatchMode=yes",
          "-o", "StrictHostKeyChecking=yes", "-p", str(t.port), f"{t.user}@{t.host}", "--", *argv],
         capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
+
+
+def _dom0(inv, role: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    return _ssh_to(inv.host(role).xen.ssh, *argv)
 
 
 def _dom0_leftovers(inv) -> dict[str, list[str]]:
@@ -124,12 +128,7 @@ def _dom0_leftovers(inv) -> dict[str, list[str]]:
 
 
 def _ssh(inv, role: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    t = inv.host(role).ssh
-    return subprocess.run(
-        ["ssh", "-i", str(t.key), "-o", f"UserKnownHostsFile={t.known_hosts}", "-o", "BatchMode=yes",
-         "-o", "StrictHostKeyChecking=yes", "-p", str(t.port), f"{t.user}@{t.host}", "--", *argv],
-        capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
+    return _ssh_to(inv.host(role).ssh, *argv)
 
 
 def _runs_on_hosts(inv) -> dict[str, list[str]]:
