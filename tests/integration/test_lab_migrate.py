@@ -155,6 +155,14 @@ def _processes_with(text: str) -> list[str]:
     return found
 
 
+def _processes_after_grace(text: str) -> list[str]:
+    """:func:`_processes_with` ``text`` once they have had ``GRACE_S`` to end (polled every 0.1 s)."""
+    deadline = time.monotonic() + GRACE_S
+    while _processes_with(text) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return _processes_with(text)
+
+
 def _rooted_in(text: str) -> list[str]:
     """Processes on this machine whose root directory's path contains ``text`` (chrooted there)."""
     found = []
@@ -583,10 +591,7 @@ def test_peering_on_the_lab_runs_bird_on_a_and_b_and_a_sigkill_leaves_nothing(la
     assert _announced_left(inv) == {"A": [], "B": []}
     # BIRD, tcpdump, the loopback holders and the instruments: their guards stop them (SIGTERM,
     # SIGKILL 3 s later) once their host's SSH channel closes, each host's on its own time
-    deadline = time.monotonic() + GRACE_S
-    while _processes_with(f"/runs/{killed}") and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _processes_with(f"/runs/{killed}") == []
+    assert _processes_after_grace(f"/runs/{killed}") == []
     res = _cli("clean-testbed", "--testbed", str(lab), timeout=120)
     assert res.returncode == 0, res.stderr
     assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
@@ -622,16 +627,10 @@ def test_sigkilled_orchestrator_leaves_no_process_and_clean_testbed_removes_the_
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    deadline = time.monotonic() + GRACE_S
-    while _processes_with(f"/runs/{prefix}") and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _processes_with(f"/runs/{prefix}") == []
+    assert _processes_after_grace(f"/runs/{prefix}") == []
     assert _processes_with(f"vrmig-{prefix}-R") == []  # the QEMUs, by their -name
     if hv == "criu":  # the keepers killed the container (its init is a session of its own) and put the taps back
-        deadline = time.monotonic() + GRACE_S
-        while _processes_with("vrmig-ct-init") and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert _processes_with("vrmig-ct-init") == []
+        assert _processes_after_grace("vrmig-ct-init") == []
         assert _taps_as_set_up(inv) == {"R1": [], "R2": []}
     if driver == "libvirt":  # the reaper destroyed the domain through the lab's qemu+ssh URI
         deadline = time.monotonic() + GRACE_S
@@ -727,10 +726,7 @@ def test_sigkilled_lab_baseline_leaves_no_process_and_clean_testbed_removes_the_
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    deadline = time.monotonic() + GRACE_S
-    while _processes_with(f"/runs/{prefix}") and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _processes_with(f"/runs/{prefix}") == []
+    assert _processes_after_grace(f"/runs/{prefix}") == []
     assert _processes_with(f"vrmig-{prefix}-R") == []  # the router's QEMU, by its -name
     if hv == "none":  # the keeper killed the chrooted daemons and put R1's taps back
         deadline = time.monotonic() + GRACE_S
