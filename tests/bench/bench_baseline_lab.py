@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.bench.lab_rounds import embedded_then_lab, lab_bench_parser
 from tests.bench.sides import run_migrate
 
 #: the matrix both sides run, after --hv (GEN_CHECK=0 on both: the lab's generator is A's, which the
@@ -64,25 +65,23 @@ def medians(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The options (the Make variables of ``make bench-lab-baseline``, and ``--out``)."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--testbed", required=True, help="the lab's inventory (make lab-up prints one)")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds, each a baseline embedded and one on the lab")
-    ap.add_argument("--hv", default="none,kvm,criu", help="the baselines' HV list")
-    ap.add_argument("--out", type=Path, required=True, help="directory to write")
-    return ap
+    return lab_bench_parser(
+        __doc__.splitlines()[0],
+        ("--rounds", {"type": int, "default": 3, "help": "rounds, each a baseline embedded and one on the lab"}),
+        ("--hv", {"default": "none,kvm,criu", "help": "the baselines' HV list"}),
+    )
+
+
+def _shown(run: dict[str, Any]) -> dict[str, Any]:
+    """A baseline's record as printed: its rows counted, not listed."""
+    return {k: v for k, v in run.items() if k != "rows"} | {"rows": len(run.get("rows", []))}
 
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
-    runs = []
     matrix = ["--hv", a.hv, *MATRIX]
-    for i in range(a.rounds):
-        for where in ("embedded", "lab"):
-            run = one_baseline(where, a.testbed, a.out, i, matrix)
-            print(json.dumps({k: v for k, v in run.items() if k != "rows"} | {"rows": len(run.get("rows", []))}),
-                  flush=True)  # fmt: skip
-            runs.append(run)
+    runs = embedded_then_lab(a.rounds, lambda where, i: one_baseline(where, a.testbed, a.out, i, matrix), _shown)
     table = medians(runs)
     for row in table:
         print(json.dumps(row), flush=True)

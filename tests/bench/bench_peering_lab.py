@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.bench.lab_rounds import embedded_then_lab, lab_bench_parser
 from tests.bench.sides import run_migrate
 
 
@@ -43,22 +44,16 @@ def one_run(where: str, testbed: str, out: Path, i: int) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The options (the Make variables of ``make bench-lab-peering``, and ``--out``)."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--testbed", required=True, help="the lab's inventory (make lab-up prints one)")
-    ap.add_argument("--reps", type=int, default=3, help="repetitions, each a run embedded and one on the lab")
-    ap.add_argument("--out", type=Path, required=True, help="directory to write")
-    return ap
+    return lab_bench_parser(
+        __doc__.splitlines()[0],
+        ("--reps", {"type": int, "default": 3, "help": "repetitions, each a run embedded and one on the lab"}),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for i in range(a.reps):
-        for where in ("embedded", "lab"):
-            row = one_run(where, a.testbed, a.out, i)
-            print(json.dumps(row), flush=True)
-            rows.append(row)
+    rows = embedded_then_lab(a.reps, lambda where, i: one_run(where, a.testbed, a.out, i))
     (a.out / "peer-bench.json").write_text(json.dumps(rows, indent=1) + "\n")
     return 0
 

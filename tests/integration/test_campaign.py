@@ -9,6 +9,7 @@ import signal
 
 import pytest
 
+from tests.integration._runs import stop_still_running
 from tests.integration.conftest import require_root_and, start_vrmig, sweep_state, wait_until
 
 pytestmark = pytest.mark.integration
@@ -57,10 +58,7 @@ def test_two_axis_campaign_resumes_and_records_effective_parameters(tmp_path):
         out, _ = p.communicate(timeout=TIMEOUT_S)
         assert p.returncode == 0, log.read_text()[-3000:]
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(timeout=120)
+        stop_still_running(procs)
     assert out.decode().strip().splitlines()[-1] == str(d)
     assert (d / "campaign.toml").read_text() == CAMPAIGN
     meta = json.loads((d / "meta.json").read_text())

@@ -12,7 +12,8 @@ import json
 
 import pytest
 
-from tests.integration.conftest import missing_from_setup, require_root_and
+from tests.integration._runs import frr_guest_image, run_short
+from tests.integration.conftest import require_root_and
 
 pytestmark = pytest.mark.integration
 
@@ -21,28 +22,15 @@ DIRTY_MB_S = 30.0  # the 256 MiB TCG guest sustains it with a working set of 2.8
 
 
 def _image_with_dirty_tool() -> None:
-    from routers.errors import RouterError
-    from routers.guest import DIRTY_TOOL, guest_image, has_tool
+    from routers.guest import DIRTY_TOOL, has_tool
 
-    try:
-        image = guest_image("frr")
-    except RouterError as err:
-        missing_from_setup(err)
+    image = frr_guest_image()
     if not has_tool(image, DIRTY_TOOL):
         pytest.fail(f"the frr guest image has no {DIRTY_TOOL}: run `make guest`", pytrace=False)
 
 
 def _run(tmp_path, mode, **kw):
-    require_root_and("qemu-system-x86_64", "irtt", "crosstraffic/bin/vrgen", "probes/bin/vrsampler")
-    _image_with_dirty_tool()
-    from migrate.experiment.run import run
-    from migrate.model.scenario import Scenario
-
-    s = Scenario(mode=mode, rate_bps=RATE, frame_bytes=1500, duration_s=8, migrate_at_s=3, after_s=3, **kw)
-    run_dir = run(s, tmp_path)
-    meta = json.loads((run_dir / "meta.json").read_text())
-    summary = json.loads((run_dir / "summary.json").read_text())
-    return run_dir, meta, summary
+    return run_short(tmp_path, mode, RATE, _image_with_dirty_tool, **kw)
 
 
 def _actions(run_dir):

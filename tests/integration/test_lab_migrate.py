@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from migrate.core.stack import DEFAULT_QEMU
-from migrate.testbed.inventory import ROLES, load
+from migrate.testbed.inventory import ROLES, SshTarget, load
 from migrate.testbed.topology import ANNOUNCED
 from tests import nswatch
 from tests.integration.conftest import (
@@ -97,13 +97,17 @@ def _without_xen_hosts(lab: Path, tmp_path: Path) -> Path:
     return out
 
 
-def _dom0(inv, role: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    t = inv.host(role).xen.ssh
+def _ssh_to(t: SshTarget, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``argv`` run over SSH at the inventory's SSH target ``t`` (30 s at most), its output captured."""
     return subprocess.run(
         ["ssh", "-i", str(t.key), "-o", f"UserKnownHostsFile={t.known_hosts}", "-o", "BatchMode=yes",
          "-o", "StrictHostKeyChecking=yes", "-p", str(t.port), f"{t.user}@{t.host}", "--", *argv],
         capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
+
+
+def _dom0(inv, role: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    return _ssh_to(inv.host(role).xen.ssh, *argv)
 
 
 def _dom0_leftovers(inv) -> dict[str, list[str]]:
@@ -124,12 +128,7 @@ def _dom0_leftovers(inv) -> dict[str, list[str]]:
 
 
 def _ssh(inv, role: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    t = inv.host(role).ssh
-    return subprocess.run(
-        ["ssh", "-i", str(t.key), "-o", f"UserKnownHostsFile={t.known_hosts}", "-o", "BatchMode=yes",
-         "-o", "StrictHostKeyChecking=yes", "-p", str(t.port), f"{t.user}@{t.host}", "--", *argv],
-        capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
+    return _ssh_to(inv.host(role).ssh, *argv)
 
 
 def _runs_on_hosts(inv) -> dict[str, list[str]]:
@@ -154,6 +153,14 @@ def _processes_with(text: str) -> list[str]:
         if text in cmd:
             found.append(f"{d.name} {cmd[:120]}")
     return found
+
+
+def _processes_after_grace(text: str) -> list[str]:
+    """:func:`_processes_with` ``text`` once they have had ``GRACE_S`` to end (polled every 0.1 s)."""
+    deadline = time.monotonic() + GRACE_S
+    while _processes_with(text) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return _processes_with(text)
 
 
 def _rooted_in(text: str) -> list[str]:
@@ -584,10 +591,7 @@ def test_peering_on_the_lab_runs_bird_on_a_and_b_and_a_sigkill_leaves_nothing(la
     assert _announced_left(inv) == {"A": [], "B": []}
     # BIRD, tcpdump, the loopback holders and the instruments: their guards stop them (SIGTERM,
     # SIGKILL 3 s later) once their host's SSH channel closes, each host's on its own time
-    deadline = time.monotonic() + GRACE_S
-    while _processes_with(f"/runs/{killed}") and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _processes_with(f"/runs/{killed}") == []
+    assert _processes_after_grace(f"/runs/{killed}") == []
     res = _cli("clean-testbed", "--testbed", str(lab), timeout=120)
     assert res.returncode == 0, res.stderr
     assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
@@ -623,16 +627,10 @@ def test_sigkilled_orchestrator_leaves_no_process_and_clean_testbed_removes_the_
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    deadline = time.monotonic() + GRACE_S
-    while _processes_with(f"/runs/{prefix}") and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _processes_with(f"/runs/{prefix}") == []
+    assert _processes_after_grace(f"/runs/{prefix}") == []
     assert _processes_with(f"vrmig-{prefix}-R") == []  # the QEMUs, by their -name
     if hv == "criu":  # the keepers killed the container (its init is a session of its own) and put the taps back
-        deadline = time.monotonic() + GRACE_S
-        while _processes_with("vrmig-ct-init") and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert _processes_with("vrmig-ct-init") == []
+        assert _processes_after_grace("vrmig-ct-init") == []
         assert _taps_as_set_up(inv) == {"R1": [], "R2": []}
     if driver == "libvirt":  # the reaper destroyed the domain through the lab's qemu+ssh URI
         deadline = time.monotonic() + GRACE_S
@@ -728,10 +726,7 @@ def test_sigkilled_lab_baseline_leaves_no_process_and_clean_testbed_removes_the_
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    deadline = time.monotonic() + GRACE_S
-    while _processes_with(f"/runs/{prefix}") and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _processes_with(f"/runs/{prefix}") == []
+    assert _processes_after_grace(f"/runs/{prefix}") == []
     assert _processes_with(f"vrmig-{prefix}-R") == []  # the router's QEMU, by its -name
     if hv == "none":  # the keeper killed the chrooted daemons and put R1's taps back
         deadline = time.monotonic() + GRACE_S

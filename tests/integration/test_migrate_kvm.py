@@ -10,34 +10,15 @@ import json
 
 import pytest
 
-from tests.integration.conftest import missing_from_setup, require_root_and
+from tests.integration._runs import frr_guest_image, run_short
 
 pytestmark = pytest.mark.integration
 
 RATE = 10_000_000
 
 
-def _guest_built() -> None:
-    from routers.errors import RouterError
-    from routers.guest import guest_image
-
-    try:
-        guest_image("frr")
-    except RouterError as err:
-        missing_from_setup(err)
-
-
 def _run(tmp_path, mode, **kw):
-    require_root_and("qemu-system-x86_64", "irtt", "crosstraffic/bin/vrgen", "probes/bin/vrsampler")
-    _guest_built()
-    from migrate.experiment.run import run
-    from migrate.model.scenario import Scenario
-
-    s = Scenario(mode=mode, rate_bps=RATE, frame_bytes=1500, duration_s=8, migrate_at_s=3, after_s=3, **kw)
-    run_dir = run(s, tmp_path)
-    meta = json.loads((run_dir / "meta.json").read_text())
-    summary = json.loads((run_dir / "summary.json").read_text())
-    return run_dir, meta, summary
+    return run_short(tmp_path, mode, RATE, frr_guest_image, **kw)
 
 
 def _r2_tap_frames(run_dir, t0_ns, t1_ns):

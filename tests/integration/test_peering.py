@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -183,7 +184,10 @@ def test_ospf_through_a_criu_migration_once_its_groups_are_put_back(tmp_path):
     assert ospf["flaps"] <= 1, ospf
 
 
-def _run_args(tmp_path: Path, *args: str) -> tuple[dict, dict, str]:
+def _completed_run(tmp_path: Path, check_images: Callable[[], None], *args: str) -> tuple[dict, dict, str]:
+    """``migrate run <args>`` after the root, tool and image checks; it must complete: its meta, summary and output."""
+    require_root_and(*TOOLS)
+    check_images()
     cp = subprocess.run(
         [sys.executable, "-m", "migrate", "run", *args, "--results", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, timeout=600, check=False, env={**os.environ},
@@ -191,6 +195,7 @@ def _run_args(tmp_path: Path, *args: str) -> tuple[dict, dict, str]:
     assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
     run_dir = Path(cp.stdout.strip().splitlines()[-1])
     meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["status"] == "completed", meta.get("failure")
     return meta, json.loads((run_dir / "summary.json").read_text()), cp.stdout
 
 
@@ -199,13 +204,10 @@ def test_ospf_outlasts_the_stop_and_copy_that_ends_bfd(tmp_path):
     TCG): BFD's 150 ms detection time ends its sessions and BGP's with them, while OSPF's 4 s
     dead interval outlasts the pause: the adjacencies stay Full and the router's longest OSPF
     silence, which holds the pause, stays below the dead interval."""
-    require_root_and(*TOOLS)
-    _guest_and_peers()
-    meta, summary, out = _run_args(
-        tmp_path, "--peering", "bgp,ospf,bfd", "--bfd", f"{BFD_MS}x{BFD_MULT}", "--ospf-dead", "4",
+    meta, summary, out = _completed_run(
+        tmp_path, _guest_and_peers, "--peering", "bgp,ospf,bfd", "--bfd", f"{BFD_MS}x{BFD_MULT}", "--ospf-dead", "4",
         "--mode", "stopcopy", "--rate", "10M", "--duration", "14", "--migrate-at", "4", "--after", "8",
     )  # fmt: skip
-    assert meta["status"] == "completed", meta.get("failure")
     timers = meta["peering"]["timers"]
     assert (timers["ospf_dead_s"], timers["ospf_hello_s"], timers["ospf_network"]) == (4, 1, "point-to-point")
     assert "over BGP" in meta["peering"]["cross_traffic_route"]
@@ -227,13 +229,10 @@ def test_ospf_carries_the_cross_traffic_and_its_loss_ends_it(tmp_path):
     (> 2 s) outlasts the dead interval, so both peers declare the adjacency down ("dead interval
     expired"); the sink's route (B's OSPF external route: the only one) is the router's, and the
     cross-traffic is back at full rate only once the adjacencies are Full again."""
-    require_root_and(*TOOLS)
-    _guest_and_peers()
-    meta, summary, out = _run_args(
-        tmp_path, "--peering", "ospf", "--ospf-dead", "2", "--miglink", "300M",
+    meta, summary, out = _completed_run(
+        tmp_path, _guest_and_peers, "--peering", "ospf", "--ospf-dead", "2", "--miglink", "300M",
         "--mode", "stopcopy", "--rate", "10M", "--duration", "16", "--migrate-at", "4", "--after", "10",
     )  # fmt: skip
-    assert meta["status"] == "completed", meta.get("failure")
     assert "over OSPF" in meta["peering"]["cross_traffic_route"]
     ospf = summary["control_plane"]["ospf"]
     assert set(summary["control_plane"]) >= {"ospf"} and "bgp" not in summary["control_plane"], summary["control_plane"]
@@ -284,13 +283,10 @@ def test_frr_peers_bfd_and_bgp_through_a_stop_and_copy(tmp_path):
     TCG): the peers are FRR (zebra, bfdd, bgpd of the frr image); their bfdd declares BFD down
     (detection time expired), their bgpd ends BGP because of it (the pause is far below the
     9 s hold time), and the cross-traffic's outage lasts until B's session and route are back."""
-    require_root_and(*TOOLS)
-    _frr_peers()
-    meta, summary, out = _run_args(
-        tmp_path, "--peer-daemon", "frr", "--peering", "bgp,bfd", "--bfd", f"{BFD_MS}x{BFD_MULT}",
+    meta, summary, out = _completed_run(
+        tmp_path, _frr_peers, "--peer-daemon", "frr", "--peering", "bgp,bfd", "--bfd", f"{BFD_MS}x{BFD_MULT}",
         "--mode", "stopcopy", "--rate", "10M", "--duration", "14", "--migrate-at", "4", "--after", "8",
     )  # fmt: skip
-    assert meta["status"] == "completed", meta.get("failure")
     run_dir = Path(out.strip().splitlines()[-1])
     peering = meta["peering"]
     assert peering["implementation"]["daemon"] == "frr" and meta["scenario"]["peer_daemon"] == "frr"
@@ -346,13 +342,10 @@ def test_frr_peers_record_the_ospf_adjacencies(tmp_path):
     each adjacency with the router reaching Full (log-adjacency-changes detail); the ~0.8 s pause
     is below the 4 s dead interval and the 9 s hold time, so both survive, and the router's
     longest OSPF silence at each peer holds the pause."""
-    require_root_and(*TOOLS)
-    _frr_peers()
-    meta, summary, out = _run_args(
-        tmp_path, "--peer-daemon", "frr", "--peering", "bgp,ospf", "--ospf-dead", "4",
+    _, summary, out = _completed_run(
+        tmp_path, _frr_peers, "--peer-daemon", "frr", "--peering", "bgp,ospf", "--ospf-dead", "4",
         "--mode", "stopcopy", "--rate", "10M", "--duration", "10", "--migrate-at", "4", "--after", "5",
     )  # fmt: skip
-    assert meta["status"] == "completed", meta.get("failure")
     run_dir = Path(out.strip().splitlines()[-1])
     for role in ("A", "B"):
         # "Loading -> Full (LoadingDone)", or "Exchange -> Full (ExchangeDone)" with nothing to load

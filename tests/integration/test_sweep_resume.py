@@ -17,22 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import missing_from_setup, require_root_and, start_vrmig, sweep_state, wait_until
+from tests.integration._runs import frr_guest_image, stop_still_running
+from tests.integration.conftest import require_root_and, start_vrmig, sweep_state, wait_until
 
 pytestmark = pytest.mark.integration
 
 PHASE_TIMEOUT_S = 300.0
 POLL_S = 0.2
-
-
-def _guest_built() -> None:
-    from routers.errors import RouterError
-    from routers.guest import guest_image
-
-    try:
-        guest_image("frr")
-    except RouterError as err:
-        missing_from_setup(err)
 
 
 def _wait(what: str, cond, proc: subprocess.Popen, log: Path):
@@ -87,7 +78,7 @@ def _leftovers(sweep: Path) -> list[str]:
 
 def test_sweep_killed_twice_and_resumed(tmp_path):
     require_root_and("qemu-system-x86_64", "irtt", "crosstraffic/bin/vrgen", "probes/bin/vrsampler")
-    _guest_built()
+    frr_guest_image()
     results, log = tmp_path / "results", tmp_path / "sweep.log"
     grid = ["--rates", "5M,10M", "--sizes", "1500", "--reps", "2", "--duration", "6", "--migrate-at", "2"]
     procs: list[subprocess.Popen] = []
@@ -126,10 +117,7 @@ def test_sweep_killed_twice_and_resumed(tmp_path):
         out, _ = p.communicate(timeout=PHASE_TIMEOUT_S * 2)
         assert p.returncode == 0, log.read_text()[-3000:]
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(timeout=120)
+        stop_still_running(procs)
         from migrate.core.registry import clean_stale
 
         clean_stale()  # only if a failed assertion left a SIGKILLed run behind
