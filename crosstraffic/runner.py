@@ -123,16 +123,18 @@ def free_udp_port(family: int = socket.AF_INET) -> int:
         return int(s.getsockname()[1])
 
 
-def _ip(*args: str) -> None:
+def ip(*args: str, error: type[Exception] = RunError) -> None:
+    """Run ``ip ARGS``; raise ``error`` with the command and its stderr if it fails."""
     r = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
     if r.returncode != 0:
-        raise RunError(f"ip {' '.join(args)}: {r.stderr.strip()}")
+        raise error(f"ip {' '.join(args)}: {r.stderr.strip()}")
 
 
-def _mac(netns: str, ifname: str) -> str:
+def link_mac(netns: str, ifname: str, error: type[Exception] = RunError) -> str:
+    """The MAC address of ``ifname`` in ``netns``; ``error`` if ``ip`` cannot show the link."""
     r = subprocess.run(["ip", "-n", netns, "-j", "link", "show", ifname], capture_output=True, text=True, check=False)
     if r.returncode != 0:
-        raise RunError(f"ip -n {netns} link show {ifname}: {r.stderr.strip()}")
+        raise error(f"ip -n {netns} link show {ifname}: {r.stderr.strip()}")
     return str(json.loads(r.stdout)[0]["address"])
 
 
@@ -158,21 +160,21 @@ def veth_pair(tag: str = "") -> Iterator[VethPair]:
     created: list[str] = []
     try:
         for ns in (p.a, p.b):
-            _ip("netns", "add", ns)
+            ip("netns", "add", ns)
             created.append(ns)
-        _ip("-n", p.a, "link", "add", p.a_if, "type", "veth", "peer", "name", p.b_if, "netns", p.b)
+        ip("-n", p.a, "link", "add", p.a_if, "type", "veth", "peer", "name", p.b_if, "netns", p.b)
         for ns, ifname, a4, a6 in ((p.a, p.a_if, p.a4, p.a6), (p.b, p.b_if, p.b4, p.b6)):
-            _ip("-n", ns, "link", "set", "lo", "up")
+            ip("-n", ns, "link", "set", "lo", "up")
             # keep the static IPv6 address across link down/up (outage tests)
             run(["sysctl", "-qw", f"net.ipv6.conf.{ifname}.keep_addr_on_down=1"], netns=ns)
-            _ip("-n", ns, "addr", "add", f"{a4}/24", "dev", ifname)
-            _ip("-n", ns, "addr", "add", f"{a6}/64", "dev", ifname, "nodad")
-            _ip("-n", ns, "link", "set", ifname, "up")
+            ip("-n", ns, "addr", "add", f"{a4}/24", "dev", ifname)
+            ip("-n", ns, "addr", "add", f"{a6}/64", "dev", ifname, "nodad")
+            ip("-n", ns, "link", "set", ifname, "up")
         # Permanent neighbours: no ARP/ND queueing at the start or after a link outage.
-        mac = {ns: _mac(ns, ifname) for ns, ifname in ((p.a, p.a_if), (p.b, p.b_if))}
+        mac = {ns: link_mac(ns, ifname) for ns, ifname in ((p.a, p.a_if), (p.b, p.b_if))}
         for ns, ifname, peer, addrs in ((p.a, p.a_if, p.b, (p.b4, p.b6)), (p.b, p.b_if, p.a, (p.a4, p.a6))):
             for addr in addrs:
-                _ip("-n", ns, "neigh", "replace", addr, "lladdr", mac[peer], "dev", ifname, "nud", "permanent")
+                ip("-n", ns, "neigh", "replace", addr, "lladdr", mac[peer], "dev", ifname, "nud", "permanent")
         # (IPv6 needs the link to be "ready" first, so retry until a reply or the deadline.)
         for dst in (p.b4, p.b6):
             deadline = time.monotonic() + NEIGH_TIMEOUT_S

@@ -137,7 +137,7 @@ def _ip(*args: str) -> None:
         raise RuntimeError(f"ip {' '.join(args)}: {res.stderr.strip()}")
 
 
-def _tx_packets(ns: str, ifname: str) -> int:
+def tx_packets(ns: str, ifname: str) -> int:
     """tx_packets of an interface, from sysfs inside the namespace."""
     out = subprocess.run(
         ["ip", "netns", "exec", ns, "cat", f"/sys/class/net/{ifname}/statistics/tx_packets"],
@@ -207,9 +207,9 @@ class Loads:
 
     def udp_blast(self, src_ns: str, dst: str, src_if: str) -> None:
         """A UDP sender in ``src_ns`` toward ``dst``; returns once ``src_if`` transmits."""
-        before = _tx_packets(src_ns, src_if)
+        before = tx_packets(src_ns, src_if)
         self.start(["ip", "netns", "exec", src_ns, sys.executable, "-c", UDP_BLAST, dst])
-        _wait(lambda: _tx_packets(src_ns, src_if) > before + 1000, "UDP blast flowing")
+        _wait(lambda: tx_packets(src_ns, src_if) > before + 1000, "UDP blast flowing")
 
     def stop(self) -> None:
         """Kill every load process started here (by PID) and reap it."""

@@ -315,6 +315,27 @@ static void store(struct iface *f, const struct rtnl_link_stats64 *st)
 	f->seen = 1;
 }
 
+/* One netlink datagram into g_rbuf, retried on EINTR: its length, or -errno (-EMSGSIZE if it was
+ * larger than g_rbuf). */
+static ssize_t nl_recv(int sock)
+{
+	for (;;) {
+		ssize_t n = recv(sock, g_rbuf, sizeof g_rbuf, MSG_TRUNC);
+		if (n >= 0)
+			return (size_t)n > sizeof g_rbuf ? -EMSGSIZE : n;
+		if (errno != EINTR)
+			return -errno;
+	}
+}
+
+/* The error code an NLMSG_ERROR message carries (0: an acknowledgement). */
+static int nl_error(const struct nlmsghdr *h)
+{
+	struct nlmsgerr e;
+	memcpy(&e, NLMSG_DATA(h), sizeof e);
+	return e.error;
+}
+
 /*
  * Receive replies for requests with sequence numbers [seq0, seq0+nreq).  For dumps, nreq == 1
  * and the loop ends at NLMSG_DONE; for gets, each request ends with one reply or one error.
@@ -326,24 +347,18 @@ static int nl_collect(struct nsh *ns, uint32_t seq0, int nreq, int dump, int *er
 	for (int i = 0; i < nreq; i++)
 		errs[i] = 1; /* no answer yet */
 	while (pending > 0) {
-		ssize_t n = recv(ns->sock, g_rbuf, sizeof g_rbuf, MSG_TRUNC);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if ((size_t)n > sizeof g_rbuf)
-			return -EMSGSIZE;
+		ssize_t n = nl_recv(ns->sock);
+		if (n < 0)
+			return (int)n;
 		size_t rem = (size_t)n;
 		for (struct nlmsghdr *h = (struct nlmsghdr *)g_rbuf; NLMSG_OK(h, rem); h = NLMSG_NEXT(h, rem)) {
 			uint32_t k = h->nlmsg_seq - seq0;
 			if (k >= (uint32_t)nreq)
 				continue; /* stale reply from an earlier, abandoned round */
 			if (h->nlmsg_type == NLMSG_ERROR) {
-				struct nlmsgerr e;
-				memcpy(&e, NLMSG_DATA(h), sizeof e);
-				if (errs[k] == 1 || e.error != 0) {
-					errs[k] = e.error;
+				int err = nl_error(h);
+				if (errs[k] == 1 || err != 0) {
+					errs[k] = err;
 					pending--;
 				}
 				continue;
@@ -390,22 +405,16 @@ static int resolve_ifindex(struct nsh *ns, const char *name)
 	if (nl_send(ns->sock, &r) < 0)
 		return -errno;
 	for (;;) {
-		ssize_t n = recv(ns->sock, g_rbuf, sizeof g_rbuf, MSG_TRUNC);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if ((size_t)n > sizeof g_rbuf)
-			return -EMSGSIZE;
+		ssize_t n = nl_recv(ns->sock);
+		if (n < 0)
+			return (int)n;
 		size_t rem = (size_t)n;
 		for (struct nlmsghdr *h = (struct nlmsghdr *)g_rbuf; NLMSG_OK(h, rem); h = NLMSG_NEXT(h, rem)) {
 			if (h->nlmsg_seq != seq)
 				continue;
 			if (h->nlmsg_type == NLMSG_ERROR) {
-				struct nlmsgerr e;
-				memcpy(&e, NLMSG_DATA(h), sizeof e);
-				return (e.error == -ENODEV || e.error == 0) ? 0 : e.error;
+				int err = nl_error(h);
+				return (err == -ENODEV || err == 0) ? 0 : err;
 			}
 			if (h->nlmsg_type == RTM_NEWLINK) {
 				struct ifinfomsg m;

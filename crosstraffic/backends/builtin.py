@@ -7,7 +7,7 @@ extra fields are kept in ``raw``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from crosstraffic.backend import (
     Backend,
@@ -29,6 +29,45 @@ from crosstraffic.backend import (
 BIN_DIR = Path(__file__).resolve().parents[1] / "bin"
 VERSION = 1
 PAYLOAD_HEADER_BYTES = 16  # u64 seq + i64 CLOCK_REALTIME send ns
+
+#: a member that may be an integer or a decimal number; read as float
+NUMBER = (int, float)
+#: (member, the type(s) it must have) pairs
+Fields: TypeAlias = tuple[tuple[str, type | tuple[type, ...]], ...]
+#: the members of gen.json that GenResult takes as they are (or as float), in the order they are checked
+GEN_FIELDS: Fields = (
+    ("family", int),
+    ("dst", str),
+    ("port", int),
+    ("frame_bytes", int),
+    ("payload_bytes", int),
+    ("requested_bps", int),
+    ("duration_s", NUMBER),
+    ("start_ns", int),
+    ("end_ns", int),
+    ("packets", int),
+    ("send_errors", int),
+    ("achieved_pps", NUMBER),
+    ("achieved_bps", NUMBER),
+)
+#: likewise for sink.json and SinkResult (gaps, hist_ms and owd_ns are read on their own)
+SINK_FIELDS: Fields = (
+    ("timestamps", str),
+    ("packets", int),
+    ("bytes", int),
+    ("frame_bytes", int),
+    ("lost", int),
+    ("reordered", int),
+    ("duplicates", int),
+    ("first_seq", int),
+    ("last_seq", int),
+    ("first_ns", int),
+    ("last_ns", int),
+    ("gap_threshold_ns", int),
+    ("hist_start_ms", int),
+)
+#: the members of sink.json's owd_ns object that OwdStats requires
+OWD_FIELDS: Fields = (("min", int), ("median", int), ("max", int))
 
 
 class BuiltinBackend(Backend):
@@ -113,22 +152,7 @@ class BuiltinBackend(Backend):
         """gen.json -> GenResult."""
         d = _checked(stdout, "vrgen")
         return GenResult(
-            tool="vrgen",
-            family=require(d, "family", int, "vrgen"),
-            dst=require(d, "dst", str, "vrgen"),
-            port=require(d, "port", int, "vrgen"),
-            frame_bytes=require(d, "frame_bytes", int, "vrgen"),
-            payload_bytes=require(d, "payload_bytes", int, "vrgen"),
-            requested_bps=require(d, "requested_bps", int, "vrgen"),
-            duration_s=float(require(d, "duration_s", (int, float), "vrgen")),
-            start_ns=require(d, "start_ns", int, "vrgen"),
-            end_ns=require(d, "end_ns", int, "vrgen"),
-            packets=require(d, "packets", int, "vrgen"),
-            send_errors=require(d, "send_errors", int, "vrgen"),
-            achieved_pps=float(require(d, "achieved_pps", (int, float), "vrgen")),
-            achieved_bps=float(require(d, "achieved_bps", (int, float), "vrgen")),
-            stopped_by=d.get("stopped_by"),
-            raw=frozen_mapping(d),
+            tool="vrgen", **_members(d, GEN_FIELDS, "vrgen"), stopped_by=d.get("stopped_by"), raw=frozen_mapping(d)
         )
 
     def parse_sink(self, stdout: str) -> SinkResult:
@@ -145,27 +169,10 @@ class BuiltinBackend(Backend):
         owd = require(d, "owd_ns", dict, "vrsink")
         return SinkResult(
             tool="vrsink",
-            timestamps=require(d, "timestamps", str, "vrsink"),
-            packets=require(d, "packets", int, "vrsink"),
-            bytes=require(d, "bytes", int, "vrsink"),
-            frame_bytes=require(d, "frame_bytes", int, "vrsink"),
-            lost=require(d, "lost", int, "vrsink"),
-            reordered=require(d, "reordered", int, "vrsink"),
-            duplicates=require(d, "duplicates", int, "vrsink"),
-            first_seq=require(d, "first_seq", int, "vrsink"),
-            last_seq=require(d, "last_seq", int, "vrsink"),
-            first_ns=require(d, "first_ns", int, "vrsink"),
-            last_ns=require(d, "last_ns", int, "vrsink"),
-            gap_threshold_ns=require(d, "gap_threshold_ns", int, "vrsink"),
+            **_members(d, SINK_FIELDS, "vrsink"),
             gaps=gaps,
-            hist_start_ms=require(d, "hist_start_ms", int, "vrsink"),
             hist_ms=tuple(hist),
-            owd_ns=OwdStats(
-                min=require(owd, "min", int, "vrsink owd_ns"),
-                median=require(owd, "median", int, "vrsink owd_ns"),
-                max=require(owd, "max", int, "vrsink owd_ns"),
-                p99=owd.get("p99"),
-            ),
+            owd_ns=OwdStats(**_members(owd, OWD_FIELDS, "vrsink owd_ns"), p99=owd.get("p99")),
             socket_drops=d.get("socket_drops"),
             raw=frozen_mapping(d),
         )
@@ -177,6 +184,15 @@ def check_mac(mac: str) -> str:
     if len(parts) != 6 or not all(len(x) == 2 and all(c in "0123456789abcdefABCDEF" for c in x) for x in parts):
         raise TrafficError(f"{mac!r} is not a MAC address like 02:00:00:00:00:01")
     return mac
+
+
+def _members(d: dict[str, Any], fields: Fields, tool: str) -> dict[str, Any]:
+    """The members ``fields`` names, each checked with :func:`require` in turn; NUMBER ones as float."""
+    out = {}
+    for key, kind in fields:
+        value = require(d, key, kind, tool)
+        out[key] = float(value) if kind is NUMBER else value
+    return out
 
 
 def _checked(stdout: str, tool: str) -> dict[str, Any]:

@@ -33,7 +33,6 @@ from typing import Any
 from crosstraffic.backend import (
     UDP_OVERHEAD,
     Backend,
-    Capabilities,
     GenRequest,
     GenResult,
     SinkRequest,
@@ -47,6 +46,7 @@ from crosstraffic.backend import (
     short_decimal,
     span_gen_result,
 )
+from crosstraffic.backends.counts import count_capabilities
 
 TOOL = "ditg"
 SIGNAL_PORT = 9100  # ITGRecv's TCP signalling port (D-ITG's default 9000 is vrmig's traffic port)
@@ -76,15 +76,8 @@ class DitgBackend(Backend):
 
     name = "ditg"
     sink_stop_signal = signal.SIGINT
-    capabilities = Capabilities(
-        loss=True,
+    capabilities = count_capabilities(
         reordering=False,
-        duplicates=False,
-        gaps=False,
-        hist_ms=False,
-        owd=False,
-        packet_log=False,
-        kernel_timestamps=False,
         ipv6=True,
         unpaced=True,
         payload_header_bytes=MIN_META_BYTES,

@@ -23,7 +23,6 @@ from typing import Any
 from crosstraffic.backend import (
     UDP_OVERHEAD,
     Backend,
-    Capabilities,
     GenRequest,
     GenResult,
     SinkRequest,
@@ -37,6 +36,7 @@ from crosstraffic.backend import (
     short_decimal,
     span_gen_result,
 )
+from crosstraffic.backends.counts import count_capabilities
 
 PAYLOAD_HEADER_BYTES = 16  # iperf3 rejects UDP blocks below 16 B (sec, usec, 64-bit counter)
 TOOL = "iperf3"
@@ -47,15 +47,8 @@ class Iperf3Backend(Backend):
 
     name = "iperf3"
     sink_stops_itself = True  # -s -1: the server reports and exits after one test
-    capabilities = Capabilities(
-        loss=True,
+    capabilities = count_capabilities(
         reordering=True,
-        duplicates=False,
-        gaps=False,
-        hist_ms=False,
-        owd=False,
-        packet_log=False,
-        kernel_timestamps=False,
         ipv6=True,
         unpaced=True,
         payload_header_bytes=PAYLOAD_HEADER_BYTES,

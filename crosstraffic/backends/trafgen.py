@@ -43,7 +43,6 @@ from typing import Any
 from crosstraffic.backend import (
     UDP_OVERHEAD,
     Backend,
-    Capabilities,
     GenRequest,
     GenResult,
     SinkRequest,
@@ -143,17 +142,10 @@ class TrafgenBackend(Backend):
     """trafgen (generator) and vrsink (sink, ``--seq-crt``)."""
 
     name = "trafgen"
-    capabilities = Capabilities(
-        loss=True,
-        reordering=True,
-        duplicates=True,
-        gaps=True,
-        hist_ms=True,
+    # the sink is vrsink: what it measures, except the one-way delay (no send time in the payload)
+    capabilities = dataclasses.replace(
+        BuiltinBackend.capabilities,
         owd=False,
-        packet_log=True,
-        kernel_timestamps=True,
-        ipv6=True,
-        unpaced=True,
         payload_header_bytes=COUNTER_BYTES,
         notes=(
             "trafgen sends (AF_PACKET, PACKET_QDISC_BYPASS), vrsink --seq-crt receives: loss, reordering, "

@@ -19,13 +19,14 @@ reaper; readiness is a ping A -> B.
 from __future__ import annotations
 
 import contextlib
-import json
+import functools
 import secrets
 import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from crosstraffic.runner import ip, link_mac
 from migrate.core.registry import Registry
 
 NS_PREFIX = "vrt-bt-"
@@ -65,21 +66,13 @@ class BridgeBed:
         }
 
 
-def _ip(*args: str) -> None:
-    r = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
-    if r.returncode != 0:
-        raise BedError(f"ip {' '.join(args)}: {r.stderr.strip()}")
+# ``ip`` commands and MAC look-ups of the bed: their failures are BedError
+_ip = functools.partial(ip, error=BedError)
+_mac = functools.partial(link_mac, error=BedError)
 
 
 def _in_ns(ns: str, *argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", "netns", "exec", ns, *argv], capture_output=True, text=True, check=False)
-
-
-def _mac(ns: str, ifname: str) -> str:
-    r = subprocess.run(["ip", "-n", ns, "-j", "link", "show", ifname], capture_output=True, text=True, check=False)
-    if r.returncode != 0:
-        raise BedError(f"ip -n {ns} link show {ifname}: {r.stderr.strip()}")
-    return str(json.loads(r.stdout)[0]["address"])
 
 
 def _set_rps(ns: str, ifname: str, cpu: int) -> None:

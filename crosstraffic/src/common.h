@@ -1,12 +1,16 @@
-/* Shared helpers for vrgen and vrsink: argument parsing, clocks, payload layout. */
+/* Shared helpers for vrgen and vrsink: argument parsing, errors, CPU pinning, stop signals, clocks,
+ * payload layout.  Include it first, after defining _GNU_SOURCE (CPU_SET, sched_setaffinity). */
 #ifndef VRMIG_CT_COMMON_H
 #define VRMIG_CT_COMMON_H
 
 #include <errno.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <netdb.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -35,28 +39,78 @@
 
 static const char *ct_prog __attribute__((unused)) = "vr";
 
+/* "<prog>: <message><tail>" on stderr, then exit with status. */
+__attribute__((format(printf, 3, 0), noreturn)) static void ct_vexit(int status, const char *tail, const char *fmt,
+                                                                     va_list ap)
+{
+    fprintf(stderr, "%s: ", ct_prog);
+    vfprintf(stderr, fmt, ap);
+    fputs(tail, stderr);
+    exit(status);
+}
+
 /* One clear line on stderr, then exit 2 (bad arguments). */
 __attribute__((format(printf, 1, 2), noreturn)) static void ct_usage_error(const char *fmt, ...)
 {
     va_list ap;
-    fprintf(stderr, "%s: ", ct_prog);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, " (try --help)\n");
-    exit(CT_EXIT_USAGE);
+    ct_vexit(CT_EXIT_USAGE, " (try --help)\n", fmt, ap);
 }
 
 /* One clear line on stderr, then exit 1 (runtime failure). */
 __attribute__((format(printf, 1, 2), noreturn)) static void ct_die(const char *fmt, ...)
 {
     va_list ap;
-    fprintf(stderr, "%s: ", ct_prog);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\n");
-    exit(CT_EXIT_RUNTIME);
+    ct_vexit(CT_EXIT_RUNTIME, "\n", fmt, ap);
+}
+
+/* The getopt_long results both tools handle alike: 'h' (usage on stdout, exit 0), ':' (an option
+ * without its value) and anything else (an unknown option). */
+__attribute__((noreturn)) static void ct_other_opt(int c, char **argv, void (*usage)(FILE *))
+{
+    if (c == 'h') {
+        usage(stdout);
+        exit(0);
+    }
+    if (c == ':')
+        ct_usage_error("option %s needs a value", argv[optind - 1]);
+    ct_usage_error("unknown option '%s'", argv[optind - 1]);
+}
+
+/* Neither tool takes operands: a usage error if getopt_long left any. */
+static inline void ct_no_operands(int argc, char **argv)
+{
+    if (optind < argc)
+        ct_usage_error("unexpected argument '%s'", argv[optind]);
+}
+
+/* Pin this process to CPU cpu (--cpu); a refusal is a usage error. */
+static inline void ct_pin_cpu(int cpu)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0)
+        ct_usage_error("--cpu %d: %s", cpu, strerror(errno));
+}
+
+/* Set by SIGINT and SIGTERM once ct_catch_stop_signals() ran. */
+static volatile sig_atomic_t ct_stop;
+
+static void ct_on_signal(int sig)
+{
+    (void)sig;
+    ct_stop = 1;
+}
+
+/* SIGINT and SIGTERM set ct_stop; no SA_RESTART, so a blocking call they interrupt returns EINTR. */
+static inline void ct_catch_stop_signals(void)
+{
+    struct sigaction sa = {.sa_handler = ct_on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 static inline int64_t ct_now_ns(clockid_t clk)

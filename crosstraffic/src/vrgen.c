@@ -44,14 +44,6 @@
 #define UDP_SEGMENT 103
 #endif
 
-static volatile sig_atomic_t g_stop;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    g_stop = 1;
-}
-
 struct opts {
     const char *dst;
     int port;
@@ -144,13 +136,10 @@ static void parse_args(int argc, char **argv, struct opts *o)
         case 'F': o->fifo = (int)ct_parse_int("--fifo", optarg, 1, 99); break;
         case 'P': o->pkt_dev = optarg; break;
         case 'M': o->dst_mac = optarg; break;
-        case 'h': usage(stdout); exit(0);
-        case ':': ct_usage_error("option %s needs a value", argv[optind - 1]);
-        default: ct_usage_error("unknown option '%s'", argv[optind - 1]);
+        default: ct_other_opt(c, argv, usage);
         }
     }
-    if (optind < argc)
-        ct_usage_error("unexpected argument '%s'", argv[optind]);
+    ct_no_operands(argc, argv);
     if (!o->dst)
         ct_usage_error("--dst ADDR is required");
     if (o->port < 0)
@@ -259,10 +248,10 @@ static void wait_until(int64_t t, int64_t spin_ns)
 {
     for (;;) {
         int64_t now = ct_now_ns(CLOCK_MONOTONIC);
-        if (now >= t || g_stop)
+        if (now >= t || ct_stop)
             return;
         if (t - now <= spin_ns) {
-            while (!g_stop && ct_now_ns(CLOCK_MONOTONIC) < t)
+            while (!ct_stop && ct_now_ns(CLOCK_MONOTONIC) < t)
                 __builtin_ia32_pause();
             return;
         }
@@ -290,13 +279,8 @@ int main(int argc, char **argv)
                        "(minimum frame %d)",
                        o.frame, fam == AF_INET6 ? 6 : 4, payload, CT_HDR_BYTES, overhead + CT_HDR_BYTES);
 
-    if (o.cpu >= 0) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(o.cpu, &set);
-        if (sched_setaffinity(0, sizeof set, &set) != 0)
-            ct_usage_error("--cpu %d: %s", o.cpu, strerror(errno));
-    }
+    if (o.cpu >= 0)
+        ct_pin_cpu(o.cpu);
     if (o.fifo > 0) {
         struct sched_param sp = {.sched_priority = o.fifo};
         if (sched_setscheduler(0, SCHED_FIFO, &sp) != 0)
@@ -304,10 +288,7 @@ int main(int argc, char **argv)
     }
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); /* precise hrtimer wakeups */
 
-    struct sigaction sa = {.sa_handler = on_signal}; /* no SA_RESTART: syscalls return EINTR */
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    ct_catch_stop_signals(); /* no SA_RESTART: syscalls return EINTR */
 
     static struct pktframe pf;
     int fd;
@@ -387,7 +368,7 @@ int main(int argc, char **argv)
     struct ct_hist sent_hist = {.max_len = (size_t)SENT_HIST_MAX_S * 1000}; /* by send stamp */
 
     while (k < end_k) {
-        if (g_stop) {
+        if (ct_stop) {
             stopped_by = "signal";
             break;
         }
@@ -476,12 +457,12 @@ int main(int argc, char **argv)
     }
 
     int64_t end_rt = ct_now_ns(CLOCK_REALTIME);
-    if (paced && k >= end_k && dur_ns > 0 && !g_stop) {
+    if (paced && k >= end_k && dur_ns > 0 && !ct_stop) {
         /* stopped by the schedule: the interval is exactly the requested duration unless we ran late */
         if (end_rt < start_rt + dur_ns)
             end_rt = start_rt + dur_ns;
     }
-    if (g_stop)
+    if (ct_stop)
         stopped_by = "signal";
     close(fd);
     if (o.pkt_dev)

@@ -38,14 +38,6 @@
 #define GAPS_MAX 1000000
 #define AFTER_RING_LOG2 17 /* recent unique packets kept until the --after-file threshold is read */
 
-static volatile sig_atomic_t g_stop;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    g_stop = 1;
-}
-
 struct opts {
     int port;
     const char *bind;
@@ -134,13 +126,10 @@ static void parse_args(int argc, char **argv, struct opts *o)
         case 'S': o->state = optarg; break;
         case 'm': o->state_ms = (int)ct_parse_int("--state-ms", optarg, 1, 1000); break;
         case 'A': o->after_file = optarg; break;
-        case 'h': usage(stdout); exit(0);
-        case ':': ct_usage_error("option %s needs a value", argv[optind - 1]);
-        default: ct_usage_error("unknown option '%s'", argv[optind - 1]);
+        default: ct_other_opt(c, argv, usage);
         }
     }
-    if (optind < argc)
-        ct_usage_error("unexpected argument '%s'", argv[optind]);
+    ct_no_operands(argc, argv);
     if (o->port < 0)
         ct_usage_error("--port N is required");
     if (o->seq_crt && o->after_file)
@@ -653,18 +642,10 @@ int main(int argc, char **argv)
     if (o.v6 && fam != AF_INET6)
         ct_usage_error("-6 given but --bind %s is an IPv4 address", bind_str);
 
-    if (o.cpu >= 0) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(o.cpu, &set);
-        if (sched_setaffinity(0, sizeof set, &set) != 0)
-            ct_usage_error("--cpu %d: %s", o.cpu, strerror(errno));
-    }
+    if (o.cpu >= 0)
+        ct_pin_cpu(o.cpu);
 
-    struct sigaction sa = {.sa_handler = on_signal}; /* no SA_RESTART: blocking receive returns EINTR */
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    ct_catch_stop_signals(); /* no SA_RESTART: blocking receive returns EINTR */
 
     struct state st = {.gap_ns = o.gap_ns, .seq_crt = o.seq_crt};
     crt_init();
@@ -737,8 +718,8 @@ int main(int argc, char **argv)
             }
         }
         if (!draining) {
-            if (g_stop || ct_now_ns(CLOCK_MONOTONIC) >= deadline) {
-                if (!g_stop)
+            if (ct_stop || ct_now_ns(CLOCK_MONOTONIC) >= deadline) {
+                if (!ct_stop)
                     stopped_by = "duration";
                 draining = 1;
                 drain_until = ct_now_ns(CLOCK_MONOTONIC) + DRAIN_LIMIT_NS;

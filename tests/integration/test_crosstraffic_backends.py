@@ -22,6 +22,7 @@ from crosstraffic.backend import Backend, GenResult, SinkResult
 from crosstraffic.backends.trafgen import CRT_MODULI, packet_config
 from crosstraffic.bench.bed import NS_PREFIX, BridgeBed, bridge_bed
 from crosstraffic.runner import REPO, Child, run, wait_tcp_listen, wait_udp_drained
+from migrate.drivers.criu.announce import inet_checksum
 from tests.integration.conftest import require_root_and
 
 pytestmark = pytest.mark.integration
@@ -82,21 +83,12 @@ def rx_non_ipv6(ns: str, ifname: str) -> int:
 # ---------------------------------------------------------------------------------------------- checksums
 
 
-def _csum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return s
-
-
 def check_frame(frame: bytes) -> tuple[int, bytes]:
     """Assert valid IPv4/IPv6 and UDP checksums; return (family, UDP payload)."""
     etype = struct.unpack("!H", frame[12:14])[0]
     if etype == 0x0800:
         ip = frame[14:34]
-        assert _csum(ip) == 0xFFFF, "IPv4 header checksum"
+        assert inet_checksum(ip) == 0, "IPv4 header checksum"
         udp = frame[34 : 14 + struct.unpack("!H", ip[2:4])[0]]
         pseudo = ip[12:20] + struct.pack("!BBH", 0, 17, len(udp))
         fam = 4
@@ -108,7 +100,7 @@ def check_frame(frame: bytes) -> tuple[int, bytes]:
         fam = 6
     assert struct.unpack("!H", udp[4:6])[0] == len(udp)
     assert udp[6:8] != b"\0\0", "UDP checksum missing"
-    assert _csum(pseudo + udp) == 0xFFFF, "UDP checksum"
+    assert inet_checksum(pseudo + udp) == 0, "UDP checksum"
     return fam, udp[8:]
 
 
@@ -238,35 +230,38 @@ def test_trafgen_unpaced_stops_by_timeout(bed):
     assert s.packets + s.lost == g.packets
 
 
+def bench_traffic(*args: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """``python -m crosstraffic.bench.traffic ARGS`` in the repository, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "crosstraffic.bench.traffic", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
 def test_bench_traffic_smoke(tmp_path):
     """A tiny benchmark: CSV with the issue's columns, meta with load and versions, nothing left."""
     require_root_and("ip", "bridge", "crosstraffic/bin/vrgen", "crosstraffic/bin/vrsink", "trafgen", "iperf3")
     before = _bed_namespaces()
     work_before = set(Path(tempfile.gettempdir()).glob("vrt-bt-work-*"))
     out = tmp_path / "traffic.csv"
-    f = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "crosstraffic.bench.traffic",
-            "--out",
-            str(out),
-            "--duration",
-            "1",
-            "--reps",
-            "1",
-            "--rates",
-            "10000000",
-            "--frames",
-            "1500",
-            "--only",
-            "builtin/packet,iperf3,trafgen/counter",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
+    f = bench_traffic(
+        "--out",
+        str(out),
+        "--duration",
+        "1",
+        "--reps",
+        "1",
+        "--rates",
+        "10000000",
+        "--frames",
+        "1500",
+        "--only",
+        "builtin/packet,iperf3,trafgen/counter",
+        timeout_s=180,
     )
     assert f.returncode == 0, f.stderr[-2000:]
     rows = list(csv.DictReader(out.open()))
@@ -289,31 +284,9 @@ def test_bench_traffic_smoke(tmp_path):
 
 def test_bench_traffic_bad_input_creates_nothing(tmp_path):
     before = _bed_namespaces()
-    f = subprocess.run(
-        [sys.executable, "-m", "crosstraffic.bench.traffic", "--out", str(tmp_path / "x.csv"), "--only", "pktgen"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    f = bench_traffic("--out", str(tmp_path / "x.csv"), "--only", "pktgen", timeout_s=60)
     assert f.returncode == 2 and len(f.stderr.strip().splitlines()) == 1 and "unknown --only" in f.stderr
     assert not (tmp_path / "x.csv").exists() and _bed_namespaces() == before
-    f = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "crosstraffic.bench.traffic",
-            "--out",
-            str(tmp_path / "x.csv"),
-            "--vrgen-quantum-us",
-            "-1",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    f = bench_traffic("--out", str(tmp_path / "x.csv"), "--vrgen-quantum-us", "-1", timeout_s=60)
     assert f.returncode == 2 and len(f.stderr.strip().splitlines()) == 1 and "--vrgen-quantum-us" in f.stderr
     assert not (tmp_path / "x.csv").exists() and _bed_namespaces() == before

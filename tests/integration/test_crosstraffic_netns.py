@@ -62,12 +62,18 @@ def run_gen(p: VethPair, dst: str, rate_bps: int, frame: int, duration_s: float)
     return b.parse_gen(f.stdout)
 
 
-def test_50M_1500_for_2s_is_on_rate_without_loss(pair):
-    sink = start_sink(pair, pair.b4, gap_us=1000)
+def round_trip(p: VethPair, dst: str, rate_bps: int, frame: int, duration_s: float) -> tuple[GenResult, SinkResult]:
+    """vrsink (1 ms gap threshold) in namespace b, vrgen from a to completion, the sink stopped; both parsed."""
+    sink = start_sink(p, dst, gap_us=1000)
     try:
-        g = run_gen(pair, pair.b4, 50_000_000, 1500, 2.0)
+        g = run_gen(p, dst, rate_bps, frame, duration_s)
     finally:
         s = stop_sink(sink)
+    return g, s
+
+
+def test_50M_1500_for_2s_is_on_rate_without_loss(pair):
+    g, s = round_trip(pair, pair.b4, 50_000_000, 1500, 2.0)
     assert abs(g.rate_error) <= 0.02, f"achieved {g.achieved_bps:.0f} bit/s"
     assert g.send_errors == 0
     assert s.lost == 0 and s.socket_drops == 0 and s.duplicates == 0
@@ -78,11 +84,7 @@ def test_50M_1500_for_2s_is_on_rate_without_loss(pair):
 
 
 def test_ipv6_small_frames(pair):
-    sink = start_sink(pair, pair.b6, gap_us=1000)
-    try:
-        g = run_gen(pair, pair.b6, 10_000_000, 82, 1.0)
-    finally:
-        s = stop_sink(sink)
+    g, s = round_trip(pair, pair.b6, 10_000_000, 82, 1.0)
     assert g.family == 6 and g.payload_bytes == 16
     assert abs(g.rate_error) <= 0.02 and s.lost == 0 and s.packets == g.packets and s.frame_bytes == 82
 
@@ -147,11 +149,7 @@ def test_largest_gap_matches_a_200ms_link_outage(pair):
 def test_default_pacing_10M_64B_sends_short_bursts_on_schedule(pair):
     """10 Mbit/s of 64 B frames (51.2 µs apart) with vrgen's default 500 µs quantum: bursts of 9
     packets, none before it is due, the rate within 0.1 %, every packet at the sink."""
-    sink = start_sink(pair, pair.b4, gap_us=1000)
-    try:
-        g = run_gen(pair, pair.b4, 10_000_000, 64, 2)
-    finally:
-        s = stop_sink(sink)
+    g, s = round_trip(pair, pair.b4, 10_000_000, 64, 2)
     d, q = g.raw["sched_dev_ns"], g.raw["quantum_packets"]
     assert q == 9 and g.raw["quantum_us"] == 500
     assert abs(g.rate_error) <= 0.001, f"rate error {g.rate_error}"

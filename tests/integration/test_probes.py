@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from probes.bench import tx_packets
 from tests.integration.conftest import require_root_and
 
 pytestmark = pytest.mark.integration
@@ -86,22 +87,12 @@ def _wait(
         time.sleep(POLL_S)
 
 
-def _tx_packets(ns: str, dev: str) -> int:
-    out = subprocess.run(
-        ["ip", "netns", "exec", ns, "cat", f"/sys/class/net/{dev}/statistics/tx_packets"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return int(out.stdout)
-
-
 @contextlib.contextmanager
 def traffic(x: str) -> Iterator[None]:
     """~2000 UDP packets/s from x to y; returns once they flow."""
-    before = _tx_packets(x, "vx")
+    before = tx_packets(x, "vx")
     with started(["ip", "netns", "exec", x, sys.executable, "-c", SENDER, Y_ADDR]) as p:
-        _wait(lambda: _tx_packets(x, "vx") > before + 20, "traffic", proc=p)
+        _wait(lambda: tx_packets(x, "vx") > before + 20, "traffic", proc=p)
         yield
 
 
@@ -217,9 +208,9 @@ def test_irtt_client_sigint_writes_output_ipv6(veth_pair, tmp_path):
     with started(srv) as sp:
         wait_irtt_server(y, Y6_ADDR, 2112, 10, pid=sp.pid, abort=lambda: sp.poll() is not None)
         out = tmp_path / "irtt.json.gz"
-        before = _tx_packets(x, "vx")
+        before = tx_packets(x, "vx")
         with started(["ip", "netns", "exec", x, *client_argv(f"{Y6_ADDR}:2112", 10, 600, out)]) as cp:
-            _wait(lambda: _tx_packets(x, "vx") > before + 30, "probes flowing", proc=cp)
+            _wait(lambda: tx_packets(x, "vx") > before + 30, "probes flowing", proc=cp)
             os.kill(cp.pid, signal.SIGINT)
             assert cp.wait(timeout=10) == 0
         t = load_irtt(out)

@@ -40,7 +40,8 @@ def gratuitous_arp(mac: str, ipv4: str) -> bytes:
     return eth + arp
 
 
-def _checksum(data: bytes) -> int:
+def inet_checksum(data: bytes) -> int:
+    """The Internet checksum of ``data`` (RFC 1071; 0 over data that carries a correct one)."""
     if len(data) % 2:
         data += b"\x00"
     s = sum(struct.unpack(f"!{len(data) // 2}H", data))
@@ -57,7 +58,7 @@ def unsolicited_na(mac: str, ipv6: str) -> bytes:
     body = struct.pack("!I", NA_FLAGS_ROUTER_OVERRIDE) + src + struct.pack("!BB", 2, 1) + m
     icmp = struct.pack("!BBH", 136, 0, 0) + body
     pseudo = src + dst + struct.pack("!I", len(icmp)) + b"\x00\x00\x00" + bytes([58])
-    icmp = icmp[:2] + struct.pack("!H", _checksum(pseudo + icmp)) + icmp[4:]
+    icmp = icmp[:2] + struct.pack("!H", inet_checksum(pseudo + icmp)) + icmp[4:]
     ip6 = struct.pack("!IHBB", 6 << 28, len(icmp), 58, 255) + src + dst
     eth = b"\x33\x33\x00\x00\x00\x01" + m + struct.pack("!H", ETH_P_IPV6)
     return eth + ip6 + icmp
