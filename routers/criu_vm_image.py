@@ -15,24 +15,18 @@ Idempotent: nothing is done when the manifest records the same inputs."""
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
 import json
 import logging
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from routers import cpio, debs, paths
+from routers import debs, paths
 from routers.build import (
     BUSYBOX_PACKAGE,
-    Rootfs,
-    _add_busybox,
     apt_state,
     cached_build,
     cached_resolution,
@@ -44,7 +38,8 @@ from routers.build import (
 )
 from routers.build import resolve_modules as _resolve_modules
 from routers.errors import BuildError, NotBuiltError
-from routers.guest import sha256_file
+from routers.host_image_parts import SOURCE as PARTS_SOURCE
+from routers.host_image_parts import busybox_rootfs, file_facts, manifest_head, pack_initrd
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +90,9 @@ def resolve_inputs(cdir: Path) -> dict[str, Any]:
 
     key = {"apt_state": apt_state(), "format": CRIUVM_FORMAT}
     value = cached_resolution(cdir / "resolved-criuvm.json", key, compute)
-    recipe = hashlib.sha256(Path(__file__).read_bytes() + INIT.read_bytes() + repr(BOOT_MODULES).encode())
+    recipe = hashlib.sha256(
+        Path(__file__).read_bytes() + PARTS_SOURCE.read_bytes() + INIT.read_bytes() + repr(BOOT_MODULES).encode()
+    )
     return {**value, "format": CRIUVM_FORMAT, "recipe_sha256": recipe.hexdigest()}
 
 
@@ -125,25 +122,17 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
 
     with staged_dir(criuvm_dir(cdir)) as stage:
         shutil.copyfile(vmlinuz, stage / KERNEL)
-        root = stage / "rootfs"
-        root.mkdir()
-        rootfs = Rootfs(root)
-        _add_busybox(rootfs, pools[BUSYBOX_PACKAGE])
+        rootfs = busybox_rootfs(stage, pools[BUSYBOX_PACKAGE])
+        root = rootfs.root
         order, builtin, missing = _resolve_modules(moddir, BOOT_MODULES)
         if missing:
             raise BuildError(f"{kver} lacks the boot modules {', '.join(missing)}")
         install_modules(rootfs, moddir, kver, order)
         (root / "init").unlink()  # busybox's init symlink: this image has its own /init
         rootfs.write("/init", INIT.read_bytes(), 0o755)
-        raw = io.BytesIO()
-        cpio.write(raw, [*cpio.tree_entries(root), cpio.char_device("dev/console", 5, 1, 0o600)])
-        (stage / INITRD).write_bytes(gzip.compress(raw.getvalue(), compresslevel=6, mtime=0))
-        shutil.rmtree(root)
+        pack_initrd(root, stage / INITRD, compresslevel=6)
         manifest = {
-            "format": CRIUVM_FORMAT,
-            "built_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-            "build_seconds": round(time.monotonic() - t0, 1),
-            "inputs_sha256": fingerprint,
+            **manifest_head(CRIUVM_FORMAT, t0, fingerprint),
             "kernel": {
                 "package": inputs["kernel_package"],
                 "version": pinned[inputs["kernel_package"]],
@@ -153,8 +142,6 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
             "boot_modules": {"load_order": [ko.name.removesuffix(".ko") for ko in order], "builtin": builtin},
             "modules_dir": str(moddir),
             "packages": pinned,
-            "files": {
-                n: {"sha256": sha256_file(stage / n), "bytes": (stage / n).stat().st_size} for n in (KERNEL, INITRD)
-            },
+            "files": file_facts(stage, (KERNEL, INITRD)),
         }
         (stage / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")

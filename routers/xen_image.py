@@ -28,9 +28,7 @@ import io
 import json
 import logging
 import shutil
-import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +38,6 @@ from routers.build import (
     BUSYBOX_PACKAGE,
     LibraryResolver,
     Rootfs,
-    _add_busybox,
     apt_state,
     cached_build,
     cached_resolution,
@@ -53,6 +50,8 @@ from routers.build import (
 )
 from routers.errors import BuildError, NotBuiltError
 from routers.guest import guest_image, sha256_file
+from routers.host_image_parts import SOURCE as PARTS_SOURCE
+from routers.host_image_parts import busybox_rootfs, file_facts, manifest_head, pack_initrd
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +120,7 @@ def xen_image(cache: Path | str | None = None, verify: bool = True) -> XenImage:
 
 # ------------------------------------------------------------------------------------ inputs
 def _recipe_sha256() -> str:
-    h = hashlib.sha256(Path(__file__).read_bytes())
+    h = hashlib.sha256(Path(__file__).read_bytes() + PARTS_SOURCE.read_bytes())
     for p in sorted(XENFS.iterdir()):
         h.update(p.name.encode() + b"\0" + p.read_bytes())
     h.update(json.dumps([XEN_FORMAT, XEN_TOOLS, XENSTORE_TOOLS, DOM0_MODULES, XL_CONF]).encode())
@@ -187,10 +186,8 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
     with staged_dir(xen_dir(cdir)) as stage:
         (stage / XEN_ELF).write_bytes(gzip.decompress(gz[0].read_bytes()))
         shutil.copyfile(vmlinuz, stage / DOM0_KERNEL)
-        root = stage / "rootfs"
-        root.mkdir()
-        rootfs = Rootfs(root)
-        _add_busybox(rootfs, pools[BUSYBOX_PACKAGE])
+        rootfs = busybox_rootfs(stage, pools[BUSYBOX_PACKAGE])
+        root = rootfs.root
         modules = _add_modules(rootfs, kroot, kver)
         resolver = LibraryResolver([pools[p] for p in sorted(pools)], rootfs)
         for tool in XEN_TOOLS:
@@ -217,18 +214,11 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
         rootfs.write("/etc/vrmig/packages.json", json.dumps(pinned, indent=1, sort_keys=True) + "\n")
         for d in ("var/lib/xen", "var/log/xen", "var/lock", "xen/domu", "etc/xen/scripts"):
             (root / d).mkdir(parents=True, exist_ok=True)
-        raw = io.BytesIO()
-        size = cpio.write(raw, [*cpio.tree_entries(root), cpio.char_device("dev/console", 5, 1, 0o600)])
-        (stage / DOM0_INITRD).write_bytes(gzip.compress(raw.getvalue(), compresslevel=GZIP_LEVEL, mtime=0))
-        shutil.rmtree(root)
-        files = {n: {"sha256": sha256_file(stage / n), "bytes": (stage / n).stat().st_size}
-                 for n in (XEN_ELF, DOM0_KERNEL, DOM0_INITRD)}  # fmt: skip
+        size = pack_initrd(root, stage / DOM0_INITRD, compresslevel=GZIP_LEVEL)
+        files = file_facts(stage, (XEN_ELF, DOM0_KERNEL, DOM0_INITRD))
         files[DOM0_INITRD]["uncompressed_bytes"] = size
         manifest = {
-            "format": XEN_FORMAT,
-            "built_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-            "build_seconds": round(time.monotonic() - t0, 1),
-            "inputs_sha256": fingerprint,
+            **manifest_head(XEN_FORMAT, t0, fingerprint),
             "hypervisor": {"package": HYPERVISOR_PACKAGE, "version": pinned[HYPERVISOR_PACKAGE], **hyp_facts},
             "tools": {"package": UTILS_PACKAGE, "version": pinned[UTILS_PACKAGE]},
             "dom0_kernel": {

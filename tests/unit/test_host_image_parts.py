@@ -1,0 +1,32 @@
+"""routers.host_image_parts: the initrd packing and manifest fields of the host images."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import time
+from pathlib import Path
+
+from routers.host_image_parts import file_facts, manifest_head, pack_initrd
+
+
+def test_pack_initrd_writes_gzip_newc_with_console_and_removes_root(tmp_path: Path) -> None:
+    root = tmp_path / "rootfs"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "hosts").write_text("127.0.0.1 localhost\n")
+    size = pack_initrd(root, tmp_path / "initrd.img", compresslevel=6)
+    raw = gzip.decompress((tmp_path / "initrd.img").read_bytes())
+    assert len(raw) == size
+    assert raw.startswith(b"070701")
+    for name in (b"etc/hosts", b"dev/console", b"TRAILER!!!"):
+        assert name in raw
+    assert not root.exists()
+
+
+def test_manifest_head_and_file_facts(tmp_path: Path) -> None:
+    head = manifest_head(3, time.monotonic() - 2.0, "abc")
+    assert list(head) == ["format", "built_at", "build_seconds", "inputs_sha256"]
+    assert head["format"] == 3 and head["inputs_sha256"] == "abc" and head["built_at"].endswith("Z")
+    assert head["build_seconds"] >= 2.0
+    (tmp_path / "a").write_bytes(b"xyz")
+    assert file_facts(tmp_path, ["a"]) == {"a": {"sha256": hashlib.sha256(b"xyz").hexdigest(), "bytes": 3}}
