@@ -39,7 +39,7 @@ from routers.build import (
 from routers.build import resolve_modules as _resolve_modules
 from routers.errors import BuildError, NotBuiltError
 from routers.host_image_parts import SOURCE as PARTS_SOURCE
-from routers.host_image_parts import busybox_rootfs, file_facts, manifest_head, pack_initrd
+from routers.host_image_parts import build_from_packages, busybox_rootfs, file_facts, manifest_head, pack_initrd
 
 log = logging.getLogger(__name__)
 
@@ -101,12 +101,6 @@ def build(cache: Path | str | None = None, *, force: bool = False) -> tuple[Criu
     return cached_build(paths.cache_dir(cache), "criuvm", resolve_inputs, criuvm_image, _build, force=force)
 
 
-def _build(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float) -> None:
-    debs.fetch_and_assemble(
-        "criu-vm image", inputs["packages"], cdir, lambda pools: _assemble(cdir, inputs, fingerprint, t0, pools)
-    )
-
-
 def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, pools: dict[str, Path]) -> None:
     """The VM's rootfs (busybox, boot modules), its initrd and the kernel from the extracted
     packages, with the manifest, staged and swapped in."""
@@ -145,3 +139,6 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
             "files": file_facts(stage, (KERNEL, INITRD)),
         }
         (stage / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+_build = build_from_packages("criu-vm image", _assemble)

@@ -10,17 +10,31 @@ import gzip
 import io
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from routers import cpio
+from routers import cpio, debs
 from routers.build import Rootfs, _add_busybox
 from routers.guest import sha256_file
 
 #: this module's source, part of each image's recipe hash (it shapes the images it packs)
 SOURCE = Path(__file__).resolve()
+
+#: ``assemble(cdir, inputs, fingerprint, t0, pools)``: an image built from the extracted packages
+Assemble = Callable[[Path, dict[str, Any], str, float, dict[str, Path]], None]
+
+
+def build_from_packages(label: str, assemble: Assemble) -> Callable[[Path, dict[str, Any], str, float], None]:
+    """A build step for routers.build.cached_build: fetch the pinned ``packages``, then ``assemble`` from them."""
+
+    def build(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float) -> None:
+        debs.fetch_and_assemble(
+            label, inputs["packages"], cdir, lambda pools: assemble(cdir, inputs, fingerprint, t0, pools)
+        )
+
+    return build
 
 
 def busybox_rootfs(stage: Path, busybox: Path) -> Rootfs:

@@ -51,7 +51,7 @@ from routers.build import (
 from routers.errors import BuildError, NotBuiltError
 from routers.guest import guest_image, sha256_file
 from routers.host_image_parts import SOURCE as PARTS_SOURCE
-from routers.host_image_parts import busybox_rootfs, file_facts, manifest_head, pack_initrd
+from routers.host_image_parts import build_from_packages, busybox_rootfs, file_facts, manifest_head, pack_initrd
 
 log = logging.getLogger(__name__)
 
@@ -164,12 +164,6 @@ def _hypervisor_config(text: str) -> dict[str, Any]:
     }
 
 
-def _build(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float) -> None:
-    debs.fetch_and_assemble(
-        "xen image", inputs["packages"], cdir, lambda pools: _assemble(cdir, inputs, fingerprint, t0, pools)
-    )
-
-
 def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, pools: dict[str, Path]) -> None:
     """dom0's rootfs (Xen tools, busybox, modules), its initrd, the hypervisor and the dom0 kernel
     from the extracted packages, with the manifest, staged and swapped in."""
@@ -231,6 +225,9 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
             "files": files,
         }
         (stage / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+_build = build_from_packages("xen image", _assemble)
 
 
 def _add_modules(rootfs: Rootfs, kroot: Path, kver: str) -> dict[str, Any]:

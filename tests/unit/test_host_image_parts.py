@@ -6,8 +6,10 @@ import gzip
 import hashlib
 import time
 from pathlib import Path
+from typing import Any
 
-from routers.host_image_parts import file_facts, manifest_head, pack_initrd
+from routers import host_image_parts
+from routers.host_image_parts import build_from_packages, file_facts, manifest_head, pack_initrd
 
 
 def test_pack_initrd_writes_gzip_newc_with_console_and_removes_root(tmp_path: Path) -> None:
@@ -30,3 +32,18 @@ def test_manifest_head_and_file_facts(tmp_path: Path) -> None:
     assert head["build_seconds"] >= 2.0
     (tmp_path / "a").write_bytes(b"xyz")
     assert file_facts(tmp_path, ["a"]) == {"a": {"sha256": hashlib.sha256(b"xyz").hexdigest(), "bytes": 3}}
+
+
+def test_build_from_packages_assembles_from_the_fetched_pools(tmp_path: Path, monkeypatch: Any) -> None:
+    fetched: list[tuple[str, dict[str, str], Path]] = []
+
+    def fetch_and_assemble(label: str, packages: dict[str, str], cdir: Path, assemble: Any) -> None:
+        fetched.append((label, packages, cdir))
+        assemble({"pkg": tmp_path / "pool"})
+
+    monkeypatch.setattr(host_image_parts.debs, "fetch_and_assemble", fetch_and_assemble)
+    calls: list[tuple[Any, ...]] = []
+    inputs = {"packages": {"pkg": "1.0"}}
+    build_from_packages("x image", lambda *args: calls.append(args))(tmp_path, inputs, "fp", 1.5)
+    assert fetched == [("x image", {"pkg": "1.0"}, tmp_path)]
+    assert calls == [(tmp_path, inputs, "fp", 1.5, {"pkg": tmp_path / "pool"})]
