@@ -25,11 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from routers import debs, paths
+from routers import host_image_parts as parts
 from routers.build import (
     BUSYBOX_PACKAGE,
-    apt_state,
     cached_build,
-    cached_resolution,
     install_modules,
     kernel_image_package,
     read_manifest,
@@ -38,8 +37,6 @@ from routers.build import (
 )
 from routers.build import resolve_modules as _resolve_modules
 from routers.errors import BuildError, NotBuiltError
-from routers.host_image_parts import SOURCE as PARTS_SOURCE
-from routers.host_image_parts import build_from_packages, busybox_rootfs, file_facts, manifest_head, pack_initrd
 
 log = logging.getLogger(__name__)
 
@@ -88,12 +85,10 @@ def resolve_inputs(cdir: Path) -> dict[str, Any]:
         kpkg = kernel_image_package(KERNEL_META)
         return {"kernel_package": kpkg, "packages": debs.candidates({kpkg, BUSYBOX_PACKAGE})}
 
-    key = {"apt_state": apt_state(), "format": CRIUVM_FORMAT}
-    value = cached_resolution(cdir / "resolved-criuvm.json", key, compute)
     recipe = hashlib.sha256(
-        Path(__file__).read_bytes() + PARTS_SOURCE.read_bytes() + INIT.read_bytes() + repr(BOOT_MODULES).encode()
+        Path(__file__).read_bytes() + parts.SOURCE.read_bytes() + INIT.read_bytes() + repr(BOOT_MODULES).encode()
     )
-    return {**value, "format": CRIUVM_FORMAT, "recipe_sha256": recipe.hexdigest()}
+    return parts.pinned_inputs(cdir, "criuvm", CRIUVM_FORMAT, compute, recipe.hexdigest())
 
 
 def build(cache: Path | str | None = None, *, force: bool = False) -> tuple[CriuVmImage, bool, float]:
@@ -116,7 +111,7 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
 
     with staged_dir(criuvm_dir(cdir)) as stage:
         shutil.copyfile(vmlinuz, stage / KERNEL)
-        rootfs = busybox_rootfs(stage, pools[BUSYBOX_PACKAGE])
+        rootfs = parts.busybox_rootfs(stage, pools[BUSYBOX_PACKAGE])
         root = rootfs.root
         order, builtin, missing = _resolve_modules(moddir, BOOT_MODULES)
         if missing:
@@ -124,9 +119,9 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
         install_modules(rootfs, moddir, kver, order)
         (root / "init").unlink()  # busybox's init symlink: this image has its own /init
         rootfs.write("/init", INIT.read_bytes(), 0o755)
-        pack_initrd(root, stage / INITRD, compresslevel=6)
+        parts.pack_initrd(root, stage / INITRD, compresslevel=6)
         manifest = {
-            **manifest_head(CRIUVM_FORMAT, t0, fingerprint),
+            **parts.manifest_head(CRIUVM_FORMAT, t0, fingerprint),
             "kernel": {
                 "package": inputs["kernel_package"],
                 "version": pinned[inputs["kernel_package"]],
@@ -136,9 +131,9 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
             "boot_modules": {"load_order": [ko.name.removesuffix(".ko") for ko in order], "builtin": builtin},
             "modules_dir": str(moddir),
             "packages": pinned,
-            "files": file_facts(stage, (KERNEL, INITRD)),
+            "files": parts.file_facts(stage, (KERNEL, INITRD)),
         }
         (stage / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
 
 
-_build = build_from_packages("criu-vm image", _assemble)
+_build = parts.build_from_packages("criu-vm image", _assemble)

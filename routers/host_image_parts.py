@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from routers import cpio, debs
-from routers.build import Rootfs, _add_busybox
+from routers.build import Rootfs, _add_busybox, apt_state, cached_resolution
 from routers.guest import sha256_file
 
 #: this module's source, part of each image's recipe hash (it shapes the images it packs)
@@ -24,6 +24,15 @@ SOURCE = Path(__file__).resolve()
 
 #: ``assemble(cdir, inputs, fingerprint, t0, pools)``: an image built from the extracted packages
 Assemble = Callable[[Path, dict[str, Any], str, float, dict[str, Path]], None]
+
+
+def pinned_inputs(
+    cdir: Path, name: str, image_format: int, compute: Callable[[], dict[str, Any]], recipe_sha256: str
+) -> dict[str, Any]:
+    """An image's inputs: ``compute()``'s pinned packages (cached per apt state), its format and recipe hash."""
+    key = {"apt_state": apt_state(), "format": image_format}
+    value = cached_resolution(cdir / f"resolved-{name}.json", key, compute)
+    return {**value, "format": image_format, "recipe_sha256": recipe_sha256}
 
 
 def build_from_packages(label: str, assemble: Assemble) -> Callable[[Path, dict[str, Any], str, float], None]:

@@ -34,13 +34,12 @@ from typing import Any
 
 from migrate.core.atomic import write_bytes
 from routers import cpio, debs, paths
+from routers import host_image_parts as parts
 from routers.build import (
     BUSYBOX_PACKAGE,
     LibraryResolver,
     Rootfs,
-    apt_state,
     cached_build,
-    cached_resolution,
     install_modules,
     kernel_image_package,
     read_manifest,
@@ -50,8 +49,6 @@ from routers.build import (
 )
 from routers.errors import BuildError, NotBuiltError
 from routers.guest import guest_image, sha256_file
-from routers.host_image_parts import SOURCE as PARTS_SOURCE
-from routers.host_image_parts import build_from_packages, busybox_rootfs, file_facts, manifest_head, pack_initrd
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +117,7 @@ def xen_image(cache: Path | str | None = None, verify: bool = True) -> XenImage:
 
 # ------------------------------------------------------------------------------------ inputs
 def _recipe_sha256() -> str:
-    h = hashlib.sha256(Path(__file__).read_bytes() + PARTS_SOURCE.read_bytes())
+    h = hashlib.sha256(Path(__file__).read_bytes() + parts.SOURCE.read_bytes())
     for p in sorted(XENFS.iterdir()):
         h.update(p.name.encode() + b"\0" + p.read_bytes())
     h.update(json.dumps([XEN_FORMAT, XEN_TOOLS, XENSTORE_TOOLS, DOM0_MODULES, XL_CONF]).encode())
@@ -141,9 +138,7 @@ def resolve_inputs(cdir: Path) -> dict[str, Any]:
                              f"{pinned[UTILS_PACKAGE]} differ: the tools must match the hypervisor")  # fmt: skip
         return {"kernel_package": kpkg, "packages": pinned}
 
-    key = {"apt_state": apt_state(), "format": XEN_FORMAT}
-    value = cached_resolution(cdir / "resolved-xen.json", key, compute)
-    return {**value, "format": XEN_FORMAT, "recipe_sha256": _recipe_sha256()}
+    return parts.pinned_inputs(cdir, "xen", XEN_FORMAT, compute, _recipe_sha256())
 
 
 # ------------------------------------------------------------------------------------ build
@@ -180,7 +175,7 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
     with staged_dir(xen_dir(cdir)) as stage:
         (stage / XEN_ELF).write_bytes(gzip.decompress(gz[0].read_bytes()))
         shutil.copyfile(vmlinuz, stage / DOM0_KERNEL)
-        rootfs = busybox_rootfs(stage, pools[BUSYBOX_PACKAGE])
+        rootfs = parts.busybox_rootfs(stage, pools[BUSYBOX_PACKAGE])
         root = rootfs.root
         modules = _add_modules(rootfs, kroot, kver)
         resolver = LibraryResolver([pools[p] for p in sorted(pools)], rootfs)
@@ -208,11 +203,11 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
         rootfs.write("/etc/vrmig/packages.json", json.dumps(pinned, indent=1, sort_keys=True) + "\n")
         for d in ("var/lib/xen", "var/log/xen", "var/lock", "xen/domu", "etc/xen/scripts"):
             (root / d).mkdir(parents=True, exist_ok=True)
-        size = pack_initrd(root, stage / DOM0_INITRD, compresslevel=GZIP_LEVEL)
-        files = file_facts(stage, (XEN_ELF, DOM0_KERNEL, DOM0_INITRD))
+        size = parts.pack_initrd(root, stage / DOM0_INITRD, compresslevel=GZIP_LEVEL)
+        files = parts.file_facts(stage, (XEN_ELF, DOM0_KERNEL, DOM0_INITRD))
         files[DOM0_INITRD]["uncompressed_bytes"] = size
         manifest = {
-            **manifest_head(XEN_FORMAT, t0, fingerprint),
+            **parts.manifest_head(XEN_FORMAT, t0, fingerprint),
             "hypervisor": {"package": HYPERVISOR_PACKAGE, "version": pinned[HYPERVISOR_PACKAGE], **hyp_facts},
             "tools": {"package": UTILS_PACKAGE, "version": pinned[UTILS_PACKAGE]},
             "dom0_kernel": {
@@ -227,7 +222,7 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
         (stage / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
 
 
-_build = build_from_packages("xen image", _assemble)
+_build = parts.build_from_packages("xen image", _assemble)
 
 
 def _add_modules(rootfs: Rootfs, kroot: Path, kver: str) -> dict[str, Any]:

@@ -47,3 +47,17 @@ def test_build_from_packages_assembles_from_the_fetched_pools(tmp_path: Path, mo
     build_from_packages("x image", lambda *args: calls.append(args))(tmp_path, inputs, "fp", 1.5)
     assert fetched == [("x image", {"pkg": "1.0"}, tmp_path)]
     assert calls == [(tmp_path, inputs, "fp", 1.5, {"pkg": tmp_path / "pool"})]
+
+
+def test_pinned_inputs_caches_per_apt_state_and_adds_format_and_recipe(tmp_path: Path, monkeypatch: Any) -> None:
+    seen: list[tuple[Path, dict[str, Any]]] = []
+
+    def cached_resolution(path: Path, key: dict[str, Any], compute: Any) -> dict[str, Any]:
+        seen.append((path, key))
+        return dict(compute())
+
+    monkeypatch.setattr(host_image_parts, "apt_state", lambda: "apt1")
+    monkeypatch.setattr(host_image_parts, "cached_resolution", cached_resolution)
+    got = host_image_parts.pinned_inputs(tmp_path, "img", 4, lambda: {"packages": {"p": "1"}}, "r")
+    assert got == {"packages": {"p": "1"}, "format": 4, "recipe_sha256": "r"}
+    assert seen == [(tmp_path / "resolved-img.json", {"apt_state": "apt1", "format": 4})]
