@@ -15,27 +15,20 @@ Idempotent: nothing is done when the manifest records the same inputs."""
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
 import json
 import logging
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from routers import cpio, debs, paths
+from routers import debs, paths
+from routers import host_image_parts as parts
 from routers.build import (
     BUSYBOX_PACKAGE,
-    Rootfs,
-    _add_busybox,
-    apt_state,
     cached_build,
-    cached_resolution,
     install_modules,
     kernel_image_package,
     read_manifest,
@@ -44,7 +37,6 @@ from routers.build import (
 )
 from routers.build import resolve_modules as _resolve_modules
 from routers.errors import BuildError, NotBuiltError
-from routers.guest import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -93,21 +85,15 @@ def resolve_inputs(cdir: Path) -> dict[str, Any]:
         kpkg = kernel_image_package(KERNEL_META)
         return {"kernel_package": kpkg, "packages": debs.candidates({kpkg, BUSYBOX_PACKAGE})}
 
-    key = {"apt_state": apt_state(), "format": CRIUVM_FORMAT}
-    value = cached_resolution(cdir / "resolved-criuvm.json", key, compute)
-    recipe = hashlib.sha256(Path(__file__).read_bytes() + INIT.read_bytes() + repr(BOOT_MODULES).encode())
-    return {**value, "format": CRIUVM_FORMAT, "recipe_sha256": recipe.hexdigest()}
+    recipe = hashlib.sha256(
+        Path(__file__).read_bytes() + parts.SOURCE.read_bytes() + INIT.read_bytes() + repr(BOOT_MODULES).encode()
+    )
+    return parts.pinned_inputs(cdir, "criuvm", CRIUVM_FORMAT, compute, recipe.hexdigest())
 
 
 def build(cache: Path | str | None = None, *, force: bool = False) -> tuple[CriuVmImage, bool, float]:
     """Build (or confirm up to date) the image; returns (image, built, seconds)."""
     return cached_build(paths.cache_dir(cache), "criuvm", resolve_inputs, criuvm_image, _build, force=force)
-
-
-def _build(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float) -> None:
-    debs.fetch_and_assemble(
-        "criu-vm image", inputs["packages"], cdir, lambda pools: _assemble(cdir, inputs, fingerprint, t0, pools)
-    )
 
 
 def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, pools: dict[str, Path]) -> None:
@@ -125,25 +111,17 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
 
     with staged_dir(criuvm_dir(cdir)) as stage:
         shutil.copyfile(vmlinuz, stage / KERNEL)
-        root = stage / "rootfs"
-        root.mkdir()
-        rootfs = Rootfs(root)
-        _add_busybox(rootfs, pools[BUSYBOX_PACKAGE])
+        rootfs = parts.busybox_rootfs(stage, pools[BUSYBOX_PACKAGE])
+        root = rootfs.root
         order, builtin, missing = _resolve_modules(moddir, BOOT_MODULES)
         if missing:
             raise BuildError(f"{kver} lacks the boot modules {', '.join(missing)}")
         install_modules(rootfs, moddir, kver, order)
         (root / "init").unlink()  # busybox's init symlink: this image has its own /init
         rootfs.write("/init", INIT.read_bytes(), 0o755)
-        raw = io.BytesIO()
-        cpio.write(raw, [*cpio.tree_entries(root), cpio.char_device("dev/console", 5, 1, 0o600)])
-        (stage / INITRD).write_bytes(gzip.compress(raw.getvalue(), compresslevel=6, mtime=0))
-        shutil.rmtree(root)
+        parts.pack_initrd(root, stage / INITRD, compresslevel=6)
         manifest = {
-            "format": CRIUVM_FORMAT,
-            "built_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-            "build_seconds": round(time.monotonic() - t0, 1),
-            "inputs_sha256": fingerprint,
+            **parts.manifest_head(CRIUVM_FORMAT, t0, fingerprint),
             "kernel": {
                 "package": inputs["kernel_package"],
                 "version": pinned[inputs["kernel_package"]],
@@ -153,8 +131,9 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
             "boot_modules": {"load_order": [ko.name.removesuffix(".ko") for ko in order], "builtin": builtin},
             "modules_dir": str(moddir),
             "packages": pinned,
-            "files": {
-                n: {"sha256": sha256_file(stage / n), "bytes": (stage / n).stat().st_size} for n in (KERNEL, INITRD)
-            },
+            "files": parts.file_facts(stage, (KERNEL, INITRD)),
         }
         (stage / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+_build = parts.build_from_packages("criu-vm image", _assemble)

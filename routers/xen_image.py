@@ -28,22 +28,18 @@ import io
 import json
 import logging
 import shutil
-import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from migrate.core.atomic import write_bytes
 from routers import cpio, debs, paths
+from routers import host_image_parts as parts
 from routers.build import (
     BUSYBOX_PACKAGE,
     LibraryResolver,
     Rootfs,
-    _add_busybox,
-    apt_state,
     cached_build,
-    cached_resolution,
     install_modules,
     kernel_image_package,
     read_manifest,
@@ -121,7 +117,7 @@ def xen_image(cache: Path | str | None = None, verify: bool = True) -> XenImage:
 
 # ------------------------------------------------------------------------------------ inputs
 def _recipe_sha256() -> str:
-    h = hashlib.sha256(Path(__file__).read_bytes())
+    h = hashlib.sha256(Path(__file__).read_bytes() + parts.SOURCE.read_bytes())
     for p in sorted(XENFS.iterdir()):
         h.update(p.name.encode() + b"\0" + p.read_bytes())
     h.update(json.dumps([XEN_FORMAT, XEN_TOOLS, XENSTORE_TOOLS, DOM0_MODULES, XL_CONF]).encode())
@@ -142,9 +138,7 @@ def resolve_inputs(cdir: Path) -> dict[str, Any]:
                              f"{pinned[UTILS_PACKAGE]} differ: the tools must match the hypervisor")  # fmt: skip
         return {"kernel_package": kpkg, "packages": pinned}
 
-    key = {"apt_state": apt_state(), "format": XEN_FORMAT}
-    value = cached_resolution(cdir / "resolved-xen.json", key, compute)
-    return {**value, "format": XEN_FORMAT, "recipe_sha256": _recipe_sha256()}
+    return parts.pinned_inputs(cdir, "xen", XEN_FORMAT, compute, _recipe_sha256())
 
 
 # ------------------------------------------------------------------------------------ build
@@ -165,12 +159,6 @@ def _hypervisor_config(text: str) -> dict[str, Any]:
     }
 
 
-def _build(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float) -> None:
-    debs.fetch_and_assemble(
-        "xen image", inputs["packages"], cdir, lambda pools: _assemble(cdir, inputs, fingerprint, t0, pools)
-    )
-
-
 def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, pools: dict[str, Path]) -> None:
     """dom0's rootfs (Xen tools, busybox, modules), its initrd, the hypervisor and the dom0 kernel
     from the extracted packages, with the manifest, staged and swapped in."""
@@ -187,10 +175,8 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
     with staged_dir(xen_dir(cdir)) as stage:
         (stage / XEN_ELF).write_bytes(gzip.decompress(gz[0].read_bytes()))
         shutil.copyfile(vmlinuz, stage / DOM0_KERNEL)
-        root = stage / "rootfs"
-        root.mkdir()
-        rootfs = Rootfs(root)
-        _add_busybox(rootfs, pools[BUSYBOX_PACKAGE])
+        rootfs = parts.busybox_rootfs(stage, pools[BUSYBOX_PACKAGE])
+        root = rootfs.root
         modules = _add_modules(rootfs, kroot, kver)
         resolver = LibraryResolver([pools[p] for p in sorted(pools)], rootfs)
         for tool in XEN_TOOLS:
@@ -217,18 +203,11 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
         rootfs.write("/etc/vrmig/packages.json", json.dumps(pinned, indent=1, sort_keys=True) + "\n")
         for d in ("var/lib/xen", "var/log/xen", "var/lock", "xen/domu", "etc/xen/scripts"):
             (root / d).mkdir(parents=True, exist_ok=True)
-        raw = io.BytesIO()
-        size = cpio.write(raw, [*cpio.tree_entries(root), cpio.char_device("dev/console", 5, 1, 0o600)])
-        (stage / DOM0_INITRD).write_bytes(gzip.compress(raw.getvalue(), compresslevel=GZIP_LEVEL, mtime=0))
-        shutil.rmtree(root)
-        files = {n: {"sha256": sha256_file(stage / n), "bytes": (stage / n).stat().st_size}
-                 for n in (XEN_ELF, DOM0_KERNEL, DOM0_INITRD)}  # fmt: skip
+        size = parts.pack_initrd(root, stage / DOM0_INITRD, compresslevel=GZIP_LEVEL)
+        files = parts.file_facts(stage, (XEN_ELF, DOM0_KERNEL, DOM0_INITRD))
         files[DOM0_INITRD]["uncompressed_bytes"] = size
         manifest = {
-            "format": XEN_FORMAT,
-            "built_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-            "build_seconds": round(time.monotonic() - t0, 1),
-            "inputs_sha256": fingerprint,
+            **parts.manifest_head(XEN_FORMAT, t0, fingerprint),
             "hypervisor": {"package": HYPERVISOR_PACKAGE, "version": pinned[HYPERVISOR_PACKAGE], **hyp_facts},
             "tools": {"package": UTILS_PACKAGE, "version": pinned[UTILS_PACKAGE]},
             "dom0_kernel": {
@@ -241,6 +220,9 @@ def _assemble(cdir: Path, inputs: dict[str, Any], fingerprint: str, t0: float, p
             "files": files,
         }
         (stage / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+_build = parts.build_from_packages("xen image", _assemble)
 
 
 def _add_modules(rootfs: Rootfs, kroot: Path, kver: str) -> dict[str, Any]:

@@ -13,6 +13,12 @@ from migrate.core.units import format_rate
 from migrate.experiment.args import knob_values, scenario_from_args, whole
 
 
+def _add_campaign_place(p: argparse.ArgumentParser, testbed_help: str) -> None:
+    """Where a campaign runs and writes: ``--testbed`` (a lab inventory; default this machine) and ``--results``."""
+    p.add_argument("--testbed", type=Path, default=None, help=testbed_help)
+    p.add_argument("--results", type=Path, default=Path("results"), help="results root directory")
+
+
 def add_parsers(sub: argparse._SubParsersAction, run_parser: argparse.ArgumentParser) -> None:
     """Add the sub-commands; ``sweep`` takes every scenario flag of ``run`` (the grid template)."""
     s = sub.add_parser(
@@ -37,8 +43,7 @@ def add_parsers(sub: argparse._SubParsersAction, run_parser: argparse.ArgumentPa
     k.add_argument("--seed", type=whole("SEED"), default=None, help="override the file's seed")
     k.add_argument("--resume", type=Path, default=None, help="a campaign directory to continue")
     k.add_argument("--check", action="store_true", help="1: validate the file(s), run nothing")
-    k.add_argument("--testbed", type=Path, default=None, help="run on the hosts of this lab inventory")
-    k.add_argument("--results", type=Path, default=Path("results"), help="results root directory")
+    _add_campaign_place(k, "run on the hosts of this lab inventory")
     k.set_defaults(handler=cmd_campaign)
 
     pp = sub.add_parser("paper", help="paper 004's campaigns and the side-by-side report (make paper)")
@@ -46,8 +51,7 @@ def add_parsers(sub: argparse._SubParsersAction, run_parser: argparse.ArgumentPa
     pp.add_argument("--fig2", type=Path, default=None, help="reuse (or resume) this baseline directory")
     pp.add_argument("--fig3", type=Path, default=None, help="reuse (or resume) this campaign directory")
     pp.add_argument("--parts", default="fig2,fig3", help="which campaigns to run (fig2, fig3)")
-    pp.add_argument("--testbed", type=Path, default=None, help="run both campaigns on this lab's hosts")
-    pp.add_argument("--results", type=Path, default=Path("results"), help="results root directory")
+    _add_campaign_place(pp, "run both campaigns on this lab's hosts")
     pp.set_defaults(handler=cmd_paper)
 
     r = sub.add_parser("report", help="rebuild the report of sweeps/runs from their raw data (make report)")

@@ -31,6 +31,13 @@ def _vrmig(command: str, summary: str) -> Target:
     return Target(summary, VRMIG, (command,))
 
 
+def _bench(
+    summary: str, module: str, out: str, command: tuple[str, ...] = (), defaults: Mapping[str, str] | None = None
+) -> Target:
+    """A benchmark target: ``module`` (with ``command``) writing its results to ``{RESULTS}/bench/<out>``."""
+    return Target(summary, module, command, fixed=("--out", f"{{RESULTS}}/bench/{out}"), defaults=dict(defaults or {}))
+
+
 #: every target of the Makefile, in the order ``make help`` lists them
 TARGETS: dict[str, Target] = {
     "setup": Target("everything marked (setup): apt, venv, helpers, qemu, libvirt, guest, criu, xen"),
@@ -51,48 +58,36 @@ TARGETS: dict[str, Target] = {
         "migrate.campaigns.chaos",
         fixed=("--results", "{RESULTS}/chaos"),
     ),
-    "bench-traffic": Target(
-        "every cross-traffic backend on an A -> bridge -> B bed",
-        "crosstraffic.bench.traffic",
-        fixed=("--out", "{RESULTS}/bench/traffic.csv"),
+    "bench-traffic": _bench(
+        "every cross-traffic backend on an A -> bridge -> B bed", "crosstraffic.bench.traffic", "traffic.csv"
     ),
-    "bench-sampler": Target(
+    "bench-sampler": _bench(
         "lateness and CPU of the 10 ms counter sampler, idle and under load",
         "probes.bench",
-        ("sampler",),
-        fixed=("--out", "{RESULTS}/bench/sampler.csv"),
+        "sampler.csv",
+        command=("sampler",),
     ),
-    "bench-qmp": Target(
+    "bench-qmp": _bench(
         "how late QMP events are stamped, in existing HV=kvm runs",
         "analysis.hypervisors.qmp_arrival",
-        fixed=("--out", "{RESULTS}/bench/qmp.csv"),
+        "qmp.csv",
         defaults={"RUNS": "{RESULTS}"},
     ),
-    "bench-qmp-client": Target(
-        "the QMP client's arrival stamp against a fake QEMU",
-        "tests.bench.bench_qmp_client",
-        fixed=("--out", "{RESULTS}/bench/qmp-client.json"),
+    "bench-qmp-client": _bench(
+        "the QMP client's arrival stamp against a fake QEMU", "tests.bench.bench_qmp_client", "qmp-client.json"
     ),
-    "bench-ssh": Target(
-        "per-command latency of the SSH transports",
-        "tests.bench.bench_ssh",
-        fixed=("--out", "{RESULTS}/bench/ssh-latency.json"),
-    ),
+    "bench-ssh": _bench("per-command latency of the SSH transports", "tests.bench.bench_ssh", "ssh-latency.json"),
     "clean-testbed": _vrmig("clean-testbed", "removes what crashed runs left behind (TESTBED=: also on a lab)"),
     "hosts-setup": _vrmig("hosts-setup", "prepares a lab's hosts with Ansible"),
     "hosts-check": _vrmig("hosts-check", "one row per lab host: ready for a run? exit 2 on a problem"),
     "lab-up": _vrmig("lab-up", "an emulated lab on this machine; prints its inventory"),
     "lab-down": _vrmig("lab-down", "removes an emulated lab"),
     "bench-lab": Target("the same migrations on the embedded testbed and on a lab", "migrate.cli.bench_lab"),
-    "bench-lab-baseline": Target(
-        "make baseline embedded and on a lab, alternating",
-        "tests.bench.bench_baseline_lab",
-        fixed=("--out", "{RESULTS}/bench/lab-baseline"),
+    "bench-lab-baseline": _bench(
+        "make baseline embedded and on a lab, alternating", "tests.bench.bench_baseline_lab", "lab-baseline"
     ),
-    "bench-lab-peering": Target(
-        "PEERING=bgp,bfd runs embedded and on a lab, alternating",
-        "tests.bench.bench_peering_lab",
-        fixed=("--out", "{RESULTS}/bench/lab-peering"),
+    "bench-lab-peering": _bench(
+        "PEERING=bgp,bfd runs embedded and on a lab, alternating", "tests.bench.bench_peering_lab", "lab-peering"
     ),
     "test": Target("lint, test-unit, check-helpers, test-integration"),
     "test-unit": Target("pytest tests/unit (no root)"),

@@ -14,6 +14,7 @@ import ipaddress
 import json
 import shutil
 import subprocess
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -534,19 +535,32 @@ def compare_stacks(rows: list[HostRow], testbed_arg: str) -> list[Problem]:
     builds of it (a migration between them would measure two stacks)."""
     from migrate.core.stack import DEFAULT_QEMU
 
-    out: list[Problem] = []
-    seen: dict[str, str] = {}
-    for r in rows:
-        if r.reachable != "yes":
-            continue
-        st = r.stacks.get(DEFAULT_QEMU)
-        if st is None or not st.get("version"):
-            why = "not deployed" if st is None else f"does not run ({st.get('error')})"
-            out.append(Problem(r.role, WARNING, f"QEMU {DEFAULT_QEMU} (the default stack) {why}: run make hosts-setup "
-                               f"TESTBED={testbed_arg}; until then runs there need QEMU=system"))  # fmt: skip
-            continue
-        seen[r.role] = st["version"]
+    up = [r for r in rows if r.reachable == "yes"]
+    seen, out = _deployed_versions(
+        [(r.role, r.stacks.get(DEFAULT_QEMU)) for r in up],
+        lambda fault: (
+            f"QEMU {DEFAULT_QEMU} (the default stack) {fault or 'not deployed'}: run make hosts-setup "
+            f"TESTBED={testbed_arg}; until then runs there need QEMU=system"
+        ),
+        lambda version: version,
+    )
     return out + _differs(f"QEMU {DEFAULT_QEMU}", seen, testbed_arg)
+
+
+def _deployed_versions(
+    stacks: list[tuple[str, dict[str, Any] | None]], warning: Callable[[str | None], str], version: Callable[[Any], str]
+) -> tuple[dict[str, str], list[Problem]]:
+    """Per (host role, deployed stack entry or None), the ``version(...)`` of the entry, and a
+    warning ``warning(None)`` where it is not deployed or ``warning("does not run (<error>)")``
+    where it has no version."""
+    seen: dict[str, str] = {}
+    out: list[Problem] = []
+    for role, st in stacks:
+        if st is None or not st.get("version"):
+            out.append(Problem(role, WARNING, warning(None if st is None else f"does not run ({st.get('error')})")))
+            continue
+        seen[role] = version(st["version"])
+    return seen, out
 
 
 def _differs(what: str, seen: dict[str, str], testbed_arg: str) -> list[Problem]:
@@ -566,16 +580,15 @@ def compare_libvirt_releases(rows: list[HostRow], testbed_arg: str) -> list[Prob
     out: list[Problem] = []
     up = [r for r in rows if r.reachable == "yes"]
     for spec in sorted({s for r in up for s in r.libvirt_stacks}):
-        seen: dict[str, str] = {}
-        for r in up:
-            st = r.libvirt_stacks.get(spec)
-            if st is None or not st.get("version"):
-                why = "is not deployed" if st is None else f"does not run ({st.get('error')})"
-                out.append(Problem(r.role, WARNING, f"libvirt {spec} {why}: runs with LIBVIRT={spec} need it on R1 "
-                                   f"and R2: run make hosts-setup TESTBED={testbed_arg}"))  # fmt: skip
-                continue
-            seen[r.role] = str(st["version"]).rsplit(" ", 1)[-1]
-        out += _differs(f"libvirt {spec}", seen, testbed_arg)
+        seen, warnings = _deployed_versions(
+            [(r.role, r.libvirt_stacks.get(spec)) for r in up],
+            lambda fault, spec=spec: (
+                f"libvirt {spec} {fault or 'is not deployed'}: runs with LIBVIRT={spec} need it "
+                f"on R1 and R2: run make hosts-setup TESTBED={testbed_arg}"
+            ),
+            lambda version: str(version).rsplit(" ", 1)[-1],
+        )
+        out += warnings + _differs(f"libvirt {spec}", seen, testbed_arg)
     return out
 
 

@@ -17,13 +17,13 @@ from typing import Any
 from analysis.metrics.dirty import tcg_precopy_loses_pages
 from migrate.core import knobs
 from migrate.core.errors import ConfigError, DependencyError, GuestError, MigrationError
-from migrate.core.privapt import PrivAptError
 from migrate.core.procs import Proc, ProcessError
 from migrate.core.rundir import console_log
-from migrate.core.stack import QemuBuild, StackError, resolve_qemu
+from migrate.core.stack import QemuBuild, resolve_qemu
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.drivers.kvm.accel import detect_accel
 from migrate.drivers.kvm.qmp import QMPConnection, QMPError
+from migrate.drivers.stack_resolve import resolve_stack
 from migrate.model import dirty, routing
 from migrate.model.scenario import Scenario, qemu_spec
 from migrate.testbed import topology as topo
@@ -107,14 +107,7 @@ def require_dirty_tool(scenario: Scenario, image: Any) -> None:
 def qemu_build(spec: str, firmware: str | None = None) -> QemuBuild:
     """The QEMU of QEMU=``spec`` (migrate.core.stack), once per process: a bad or unserved one is
     a ConfigError (exit 2), a missing host QEMU a DependencyError."""
-    try:
-        return resolve_qemu(spec, firmware, log=log.info)
-    except StackError as err:
-        if spec == "system":
-            raise DependencyError(str(err)) from None
-        raise ConfigError(str(err)) from None
-    except PrivAptError as err:
-        raise DependencyError(f"QEMU={spec}: fetching it failed: {err}") from None
+    return resolve_stack("QEMU", spec, lambda: resolve_qemu(spec, firmware, log=log.info))
 
 
 def query_schema(qemu: Sequence[str], timeout_s: float, before_reading: Any = None) -> list[dict[str, Any]] | None:

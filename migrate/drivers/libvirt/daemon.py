@@ -219,7 +219,36 @@ def wait_answering(
         time.sleep(POLL_S)
 
 
-class NamespacedLibvirtd:
+class _RunDaemon:
+    """What the libvirtds started for a run share: a client URI on a UNIX socket of this machine
+    (:attr:`client_socket`) and the daemon's stderr kept in the run directory."""
+
+    host: str
+    run_dir: Path
+    #: lines of the daemon's stderr that start with this are not the daemon's (None: every line is)
+    log_skip: str | None = None
+
+    @property
+    def client_socket(self) -> Path:
+        """The daemon's UNIX socket as this machine reaches it."""
+        raise NotImplementedError
+
+    @property
+    def uri(self) -> str:
+        """Client URI (from the orchestrator, on this machine)."""
+        return f"qemu+unix:///system?socket={self.client_socket}"
+
+    @property
+    def log_path(self) -> Path:
+        """The daemon's own log (its stderr) in the run directory."""
+        return self.run_dir / f"libvirtd-{self.host}.stderr"
+
+    def log_tail(self, n: int = 6) -> str:
+        """Last ``n`` lines of the daemon's log (those starting with :attr:`log_skip` left out)."""
+        return log_tail(self.log_path, n, skip=self.log_skip)
+
+
+class NamespacedLibvirtd(_RunDaemon):
     """One libvirtd in network namespace ``netns``, playing hypervisor host ``host``: the libvirt
     of ``build`` (migrate.core.stack.LibvirtBuild; None: the host's libvirtd)."""
 
@@ -245,19 +274,14 @@ class NamespacedLibvirtd:
         return self.base / "sock" / "libvirt-sock"
 
     @property
-    def uri(self) -> str:
-        """Client URI (from the orchestrator, on this machine)."""
-        return f"qemu+unix:///system?socket={self.socket}"
+    def client_socket(self) -> Path:
+        """The daemon's socket itself (the namespace shares this machine's file system)."""
+        return self.socket
 
     @property
     def peer_uri(self) -> str:
         """URI by which the other host's daemon reaches this one (peer-to-peer migration)."""
         return f"qemu+tcp://{self.listen_addr}:{TCP_PORT}/system"
-
-    @property
-    def log_path(self) -> Path:
-        """The daemon's own log (its stderr) in the run directory."""
-        return self.run_dir / f"libvirtd-{self.host}.stderr"
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self, connect: Callable[[str], Any], abort: Callable[[], bool] | None = None) -> Any:
@@ -292,10 +316,6 @@ class NamespacedLibvirtd:
     def _wait_ready(self, connect: Callable[[str], Any], abort: Callable[[], bool] | None) -> Any:
         assert self.proc is not None
         return wait_answering(self, connect, abort, self.socket.exists, f"on {self.socket}")
-
-    def log_tail(self, n: int = 6) -> str:
-        """Last ``n`` lines of the daemon's log."""
-        return log_tail(self.log_path, n)
 
     def pidfile(self, domain: str) -> Path:
         """Where this daemon writes the PID of ``domain``'s QEMU."""
@@ -429,7 +449,7 @@ def run_peer_uri(host_peer_uri: str, port: int = RUN_TLS_PORT) -> str:
     return urlunsplit((parts.scheme, f"{host}:{port}", parts.path, parts.query, parts.fragment))
 
 
-class LabRunLibvirtd:
+class LabRunLibvirtd(_RunDaemon):
     """A libvirtd of the release ``build`` that hosts-setup deployed on a lab's hypervisor host
     (``build``'s paths are those on the host), started for this run over SSH under the guard
     (migrate.testbed.guard): private etc, run, lib, cache and log directories in the run's
@@ -456,15 +476,13 @@ class LabRunLibvirtd:
         self.host_uuid = str(uuid.uuid4())
         self.proc: Any = None
 
-    @property
-    def uri(self) -> str:
-        """Client URI: the daemon's socket, forwarded to this machine."""
-        return f"qemu+unix:///system?socket={self.local_socket}"
+    #: the guard's own lines in the daemon's stderr (brought here by its SSH channel)
+    log_skip = "vrmig-guard:"
 
     @property
-    def log_path(self) -> Path:
-        """The daemon's stderr, brought into the results directory by its SSH channel."""
-        return self.run_dir / f"libvirtd-{self.host}.stderr"
+    def client_socket(self) -> Path:
+        """The daemon's socket, forwarded to this machine."""
+        return self.local_socket
 
     def start(self, connect: Callable[[str], Any], abort: Callable[[], bool] | None = None) -> Any:
         """Write the private tree on the host, start the daemon there and return ``connect(uri)``
@@ -500,10 +518,6 @@ class LabRunLibvirtd:
 
     def _wait_ready(self, connect: Callable[[str], Any], abort: Callable[[], bool] | None) -> Any:
         return wait_answering(self, connect, abort, lambda: True, "through its forwarded socket")
-
-    def log_tail(self, n: int = 6) -> str:
-        """Last ``n`` lines of the daemon's log (its stderr here, the guard's lines left out)."""
-        return log_tail(self.log_path, n, skip="vrmig-guard:")
 
     def register_domain(self, domain: str) -> None:
         """Nothing to record here: the domain's QEMU ends with the daemon (the launch script kills

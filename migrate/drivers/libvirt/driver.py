@@ -30,8 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from migrate.core import knobs
-from migrate.core.errors import ConfigError, DependencyError, GuestError, MigrationError
-from migrate.core.privapt import PrivAptError
+from migrate.core.errors import DependencyError, GuestError, MigrationError
 from migrate.core.procs import MarkerScan
 from migrate.core.registry import pid_alive
 from migrate.core.rundir import LIBVIRT_EVENTS_JSONL, LIBVIRT_JOBINFO_JSON, LIBVIRT_JOBSTATS_JSONL, console_log
@@ -39,7 +38,6 @@ from migrate.core.stack import (
     DEFAULT_LIBVIRT,
     LibvirtBuild,
     QemuBuild,
-    StackError,
     emulator_script,
     resolve_libvirt,
 )
@@ -47,6 +45,7 @@ from migrate.drivers.base import Driver, MigrationOutcome, RunContext
 from migrate.drivers.libvirt import flags as lf
 from migrate.drivers.libvirt.daemon import LabLibvirtd, LabRunLibvirtd, NamespacedLibvirtd
 from migrate.drivers.libvirt.domain_xml import QEMU_BINARY, GuestNic, domain_facts, domain_xml, with_console
+from migrate.drivers.stack_resolve import resolve_stack
 from migrate.model import dirty, routing
 from migrate.model.scenario import Scenario
 from migrate.testbed import topology as topo
@@ -92,14 +91,7 @@ def libvirt_spec(scenario: Scenario) -> str:
 def libvirt_build(spec: str) -> LibvirtBuild:
     """The libvirt of LIBVIRT=``spec`` (migrate.core.stack), once per process: a bad or unserved
     release is a ConfigError (exit 2), a missing host libvirtd or a failed fetch a DependencyError."""
-    try:
-        return resolve_libvirt(spec, log=log.info)
-    except StackError as err:
-        if spec == "system":
-            raise DependencyError(str(err)) from None
-        raise ConfigError(str(err)) from None
-    except PrivAptError as err:
-        raise DependencyError(f"LIBVIRT={spec}: fetching it failed: {err}") from None
+    return resolve_stack("LIBVIRT", spec, lambda: resolve_libvirt(spec, log=log.info))
 
 
 _loop_lock = threading.Lock()
