@@ -10,7 +10,7 @@ the router's control plane.  Per event, protocol (``bgp``, ``bfd``) and peer:
   edge to the first at or after its end edge (:func:`~analysis.metrics.control_plane.longest_silence`
   over that span); a gap still open at the next event (or at the end of the capture) is cut
   there and flagged ``open`` (a lower bound);
-* the event's measured duration from its edges (:class:`~analysis.metrics.calibration.Event`).
+* the event's measured duration from its edges (:class:`~analysis.metrics.calibration_event.Event`).
 
 The verdicts (``limit`` = the detect time: BFD interval x multiplier with BFD, else the BGP
 hold time; the *deciding* silence is BFD's at that peer when BFD runs, BGP follows BFD, else
@@ -38,10 +38,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from analysis.metrics.calibration_event import Event
 from analysis.metrics.control_plane import (
     Flap,
     LogEvent,
@@ -53,38 +54,6 @@ from analysis.metrics.control_plane import (
     peer_daemon,
 )
 from migrate.core.rundir import CALIBRATION_CONTROL_PLANE_CSV
-
-
-class EdgeLike(Protocol):
-    """An event's edge (analysis.metrics.calibration.Edge)."""
-
-    @property
-    def before_ns(self) -> int: ...
-    @property
-    def after_ns(self) -> int: ...
-
-
-class Event(Protocol):
-    """A calibration event as analysis.metrics.calibration.Event has it (that module imports
-    this one)."""
-
-    @property
-    def index(self) -> int: ...
-    @property
-    def kind(self) -> str: ...
-    @property
-    def nominal_ms(self) -> float: ...
-    @property
-    def rep(self) -> int: ...
-    @property
-    def start(self) -> EdgeLike: ...
-    @property
-    def end(self) -> EdgeLike: ...
-    @property
-    def true_s(self) -> float: ...
-    @property
-    def uncertainty_s(self) -> float: ...
-
 
 PROTOCOLS = ("bgp", "bfd")
 #: the peer whose sessions a cut (R1's tapR, the router's side of segment R) interrupts

@@ -7,8 +7,8 @@ is over (n) next to each point; runs where only a lower bound is known (censored
 the mean: their largest bound is drawn as an open triangle ('≥').
 
 Per-run distributions of the headline metrics (:data:`DISTRIBUTION_METRICS`), from the run records
-(``analysis.stats.aggregate.run_record``): an empirical CDF per grid point (:func:`render_cdf`)
-and box plots per rate with every run as a dot (:func:`render_box`).  Censored runs are never in a
+(``analysis.stats.aggregate.run_record``): an empirical CDF per grid point (:func:`cdf_figure`)
+and box plots per rate with every run as a dot (:func:`box_figure`).  Censored runs are never in a
 CDF or a box: their bounds are drawn apart ('>' in the CDF, an open '△' in the box plot) and
 counted in the legend.
 
@@ -328,20 +328,6 @@ def _no_data(ax: Any) -> None:
     ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="0.5")
 
 
-def render_cdf(
-    records: Sequence[Mapping[str, Any]],
-    metric: str,
-    xlabel: str,
-    scale: float = 1.0,
-    formats: Sequence[str] = ("png",),
-) -> dict[str, bytes]:
-    """The empirical CDF of ``metric`` over each grid point's measured runs, one step line per
-    point (colour: rate; line style: series, accelerator and frame size); censored runs are not
-    in a CDF: their bounds are '>' marks above it, one row per point, counted in the legend.
-    Format -> bytes."""
-    return _save(cdf_figure(records, metric, xlabel, scale), formats)
-
-
 def _distribution_figure(
     records: Sequence[Mapping[str, Any]],
     metric: str,
@@ -361,7 +347,9 @@ def _distribution_figure(
 
 
 def cdf_figure(records: Sequence[Mapping[str, Any]], metric: str, xlabel: str, scale: float = 1.0) -> Figure:
-    """The figure of :func:`render_cdf`."""
+    """The empirical CDF of ``metric`` over each grid point's measured runs, one step line per
+    point (colour: rate; line style: series, accelerator and frame size); censored runs are not
+    in a CDF: their bounds are '>' marks above it, one row per point, counted in the legend."""
     what = f"empirical CDF of the runs per grid point\n{CDF_CAPTION}"
     return _distribution_figure(records, metric, xlabel, scale, _draw_cdf, what)
 
@@ -399,22 +387,10 @@ def _draw_cdf(ax: Any, points: Mapping[PointKey, RunValues], xlabel: str, scale:
         _no_data(ax)
 
 
-def render_box(
-    records: Sequence[Mapping[str, Any]],
-    metric: str,
-    ylabel: str,
-    scale: float = 1.0,
-    formats: Sequence[str] = ("png",),
-) -> dict[str, bytes]:
+def box_figure(records: Sequence[Mapping[str, Any]], metric: str, ylabel: str, scale: float = 1.0) -> Figure:
     """Box plots of ``metric`` per rate, one box per grid point over its measured runs (median,
     quartiles, whiskers at 1.5 IQR; a point of one run has only its dot), every run drawn as a
-    dot over it; censored runs' bounds as open triangles beside the box, never in it.  Format ->
-    bytes."""
-    return _save(box_figure(records, metric, ylabel, scale), formats)
-
-
-def box_figure(records: Sequence[Mapping[str, Any]], metric: str, ylabel: str, scale: float = 1.0) -> Figure:
-    """The figure of :func:`render_box`."""
+    dot over it; censored runs' bounds as open triangles beside the box, never in it."""
     what = f"per-run distribution per grid point\n{BOX_CAPTION}"
     return _distribution_figure(records, metric, ylabel, scale, _draw_box, what)
 
@@ -474,7 +450,7 @@ def render_distributions(records: Sequence[Mapping[str, Any]], formats: Sequence
     file name (``sweep-downtime_counters_s-cdf.png``, ``.svg``, ``.pdf``) -> bytes."""
     out: dict[str, bytes] = {}
     for metric, label, scale in DISTRIBUTION_METRICS:
-        for kind, render in (("cdf", render_cdf), ("box", render_box)):
-            for fmt, data in render(records, metric, label, scale, formats).items():
+        for kind, figure in (("cdf", cdf_figure), ("box", box_figure)):
+            for fmt, data in _save(figure(records, metric, label, scale), formats).items():
                 out[distribution_name(metric, kind, fmt)] = data
     return out

@@ -263,21 +263,15 @@ def test_the_peers_wait_reads_the_state_of_the_real_logs(tmp_path):
     run's peers write them: cut just after the 400 ms pause's first BFD down (A's) A is not up (the wait names
     it), the whole logs have every session up again."""
     from analysis.metrics.control_plane import parse_bird_log
-    from migrate.experiment.peering import PeeringError, Peers
+    from migrate.experiment.peering import Peers
     from migrate.model.scenario import Scenario
+    from tests.unit.peer_log_cut import cut_then_whole
 
     texts = {r: (FIX / f"peer-{r}.log").read_text() for r in ROUTER}
     logs = {r: parse_bird_log(t) for r, t in texts.items()}
     cut_at = min(e.t_ns for ev in logs.values() for e in ev if "Up to Down" in e.message) + 1000
     peers = Peers(Scenario(peering="bgp,bfd"), Testbed("t"), None, tmp_path)
-    for r, t in texts.items():
-        kept = [ln for ln in t.splitlines() if not ln[:1].isdigit() or int(float(ln.split()[0]) * 1e9) <= cut_at]
-        (tmp_path / f"peer-{r}.log").write_text("\n".join(kept) + "\n")
-    assert peers.sessions_up() is None
-    with pytest.raises(PeeringError, match=r"sessions with A were not up within 0 s after the pause"):
-        peers.wait_sessions_up(0.0, "the pause")
-    for r, t in texts.items():
-        (tmp_path / f"peer-{r}.log").write_text(t)
-    up = peers.sessions_up()
+    not_up = r"sessions with A were not up within 0 s after the pause"
+    up = cut_then_whole(peers, tmp_path, texts, lambda ln: int(float(ln.split()[0]) * 1e9), cut_at, not_up)
     assert up is not None and up.flaps == 4
     assert peers.wait_established(1.0) == up.up_ns and set(up.up_ns) == set(ROUTER)

@@ -132,8 +132,9 @@ def test_readiness_reads_the_frr_logs(tmp_path):
     """Peers.sessions_up / wait_sessions_up on the real FRR logs, written where a run's peers
     write them: cut just after the pause's first BFD down, A is not up (the wait names it); the
     whole logs have every session of both peers up again."""
-    from migrate.experiment.peering import PeeringError, Peers, sessions_state
+    from migrate.experiment.peering import Peers, sessions_state
     from migrate.model.scenario import Scenario
+    from tests.unit.peer_log_cut import cut_then_whole
 
     _, logs, figs = _load(BOTH)
     up, flaps = sessions_state(logs, ROUTER, ("bgp", "ospf", "bfd"))
@@ -141,15 +142,8 @@ def test_readiness_reads_the_frr_logs(tmp_path):
     texts = _texts(BOTH)
     cut_at = min(f["down_ns"] for f in figs["bfd"].to_dict()["flap_details"]) + 1000
     peers = Peers(Scenario(peering="bgp,ospf,bfd", peer_daemon="frr"), Testbed("t"), None, tmp_path)
-    for r, t in texts.items():
-        kept = [e for e in t.splitlines() if not e[:1].isdigit() or cpm.parse_frr_log(e)[0].t_ns <= cut_at]
-        (tmp_path / f"peer-{r}.log").write_text("\n".join(kept) + "\n")
-    assert peers.sessions_up() is None
-    with pytest.raises(PeeringError, match=r"BGP/OSPF/BFD sessions with A were not up within 0 s after the pause"):
-        peers.wait_sessions_up(0.0, "the pause")
-    for r, t in texts.items():
-        (tmp_path / f"peer-{r}.log").write_text(t)
-    found = peers.sessions_up()
+    not_up = r"BGP/OSPF/BFD sessions with A were not up within 0 s after the pause"
+    found = cut_then_whole(peers, tmp_path, texts, lambda ln: cpm.parse_frr_log(ln)[0].t_ns, cut_at, not_up)
     assert found is not None and found.up_ns == up and found.flaps == 6
 
 
