@@ -44,7 +44,7 @@ from typing import Any
 
 from migrate.core.atomic import write_json, write_text
 from migrate.core.errors import ConfigError, DependencyError, Interrupted, TestbedError
-from migrate.core.registry import PREFIX_RE, RUN_ENV, proc_starttime, teardown_state
+from migrate.core.registry import PREFIX_RE, RUN_ENV, proc_entry_ids, proc_starttime, teardown_state
 from migrate.core.sighold import held_signals
 from migrate.labs.sshd import sshd_config
 from migrate.testbed import inventory, pki
@@ -860,15 +860,9 @@ def processes_in_namespaces(names: list[str]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if not wanted:
         return out
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            s = os.stat(f"/proc/{entry}/ns/net")
-        except OSError:
-            continue
-        if (s.st_dev, s.st_ino) in wanted:
-            out.append({"pid": int(entry), "starttime": proc_starttime(int(entry)), "what": "process in the lab"})
+    for pid, ident in proc_entry_ids("ns/net"):
+        if ident in wanted:
+            out.append({"pid": pid, "starttime": proc_starttime(pid), "what": "process in the lab"})
     return out
 
 
