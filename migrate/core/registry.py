@@ -36,6 +36,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from subprocess import DEVNULL, PIPE, Popen, TimeoutExpired
@@ -145,20 +146,22 @@ def processes_of(prefixes: set[str] | None = None) -> dict[int, set[str]]:
     return out
 
 
-def processes_with_root(dev: int, ino: int) -> list[int]:
-    """PIDs whose root directory is the directory (``dev``, ``ino``): the processes of a
-    container on that rootfs, wherever their parent is."""
-    out = []
+def proc_entry_ids(name: str) -> Iterator[tuple[int, tuple[int, int]]]:
+    """(PID, (device, inode) of ``/proc/PID/<name>``) of each process whose entry can be stat-ed."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            st = os.stat(f"/proc/{entry}/root")
+            st = os.stat(f"/proc/{entry}/{name}")
         except OSError:
             continue
-        if (st.st_dev, st.st_ino) == (dev, ino):
-            out.append(int(entry))
-    return out
+        yield int(entry), (st.st_dev, st.st_ino)
+
+
+def processes_with_root(dev: int, ino: int) -> list[int]:
+    """PIDs whose root directory is the directory (``dev``, ``ino``): the processes of a
+    container on that rootfs, wherever their parent is."""
+    return [pid for pid, ident in proc_entry_ids("root") if ident == (dev, ino)]
 
 
 def qemu_named(pid: int, domain: str) -> bool:
@@ -351,30 +354,28 @@ def _remove_private_dir(path: Path) -> None:
         path.rmdir()
 
 
+def _signal_and_wait(alive: list[dict[str, Any]], sig: signal.Signals) -> list[dict[str, Any]]:
+    """Send ``sig`` to each process of ``alive``; return those still alive after the grace time."""
+    for p in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p["pid"], sig)
+    deadline = time.monotonic() + KILL_GRACE_S
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if pid_alive(p["pid"], p.get("starttime"))]
+        if alive:
+            time.sleep(0.02)
+    return alive
+
+
 def _kill(procs: list[dict[str, Any]]) -> list[str]:
-    problems: list[str] = []
     # a process already gone when it was recorded has no start time: a PID that exists now is
     # someone else's
     alive = [p for p in procs if p.get("starttime") is not None and pid_alive(p["pid"], p["starttime"])]
-    for p in alive:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p["pid"], signal.SIGTERM)
-    deadline = time.monotonic() + KILL_GRACE_S
-    while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if pid_alive(p["pid"], p.get("starttime"))]
-        if alive:
-            time.sleep(0.02)
+    alive = _signal_and_wait(alive, signal.SIGTERM)
     for p in alive:
         log.warning("process %s (%s) ignored SIGTERM; sending SIGKILL", p["pid"], p["what"])
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p["pid"], signal.SIGKILL)
-    deadline = time.monotonic() + KILL_GRACE_S
-    while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if pid_alive(p["pid"], p.get("starttime"))]
-        if alive:
-            time.sleep(0.02)
-    problems += [f"process {p['pid']} ({p['what']}) survived SIGKILL" for p in alive]
-    return problems
+    alive = _signal_and_wait(alive, signal.SIGKILL)
+    return [f"process {p['pid']} ({p['what']}) survived SIGKILL" for p in alive]
 
 
 def _daemon_answers(uri: str) -> bool:

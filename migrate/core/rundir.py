@@ -290,9 +290,18 @@ SCENARIO = obj(
 )  # fmt: skip
 CPU_GROUPS = ("gen", "sink", "sampler", "prober")  # migrate.experiment.instruments.CPU_GROUPS
 
-META_MIGRATE = obj(
+
+def _run_meta(kind: str, required: Mapping[str, Schema], optional: Mapping[str, Schema], classed: bool) -> Schema:
+    """A run-like meta.json: the opening keys, then ``required`` and ``optional`` ones (no others),
+    and the status rules (``classed``: with the failure class)."""
+    schema = obj({**_opening(kind), **required}, optional, closed=True)
+    schema["allOf"] = _status_rules(classed)
+    return schema
+
+
+META_MIGRATE = _run_meta(
+    KIND_MIGRATE,
     {
-        **_opening(KIND_MIGRATE),
         "scenario": SCENARIO,
         "name": STR,
         "clock": CLOCK,
@@ -326,13 +335,12 @@ META_MIGRATE = obj(
         "teardown_problems": arr(STR),
         "finished_utc": UTC,
     },
-    closed=True,
+    classed=True,
 )
-META_MIGRATE["allOf"] = _status_rules(classed=True)
 
-META_CALIBRATE = obj(
+META_CALIBRATE = _run_meta(
+    KIND_CALIBRATE,
     {
-        **_opening(KIND_CALIBRATE),
         "calibration": obj({"hv": STR, "kinds": arr(STR, 1), "durations_ms": arr(NUM, 1), "reps": INT}),
         "scenario": SCENARIO,
         "method": obj({}, values=STR),
@@ -349,17 +357,16 @@ META_CALIBRATE = obj(
         "teardown_problems": arr(STR),
         "finished_utc": UTC,
     },
-    closed=True,
+    classed=False,
 )
-META_CALIBRATE["allOf"] = _status_rules(classed=False)
 
 BASELINE_CONFIG = obj(
     {"status": enum(*RUN_STATUSES), "started_utc": UTC},
     {"finished_utc": UTC, "failure": STR, "prefix": STR},
 )
-META_BASELINE = obj(
+META_BASELINE = _run_meta(
+    KIND_BASELINE,
     {
-        **_opening(KIND_BASELINE),
         "spec": obj({"hvs": arr(STR, 1)}),
         "accel": null(STR),
         "hypervisor": OBJ,
@@ -383,9 +390,8 @@ META_BASELINE = obj(
         "finished_utc": UTC,
         "loadavg_end": arr(NUM),
     },
-    closed=True,
+    classed=True,
 )
-META_BASELINE["allOf"] = _status_rules(classed=True)
 
 
 def _meta_sweep(kind: str) -> Schema:

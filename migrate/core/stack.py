@@ -45,6 +45,7 @@ from typing import Any
 
 from migrate.core import privapt
 from migrate.core.atomic import write_text
+from migrate.core.make_fetch import report_fetch
 
 #: the QEMU a run uses unless QEMU= says otherwise: the newest release that passes the whole test
 #: suite here (Debian 12's 7.2 loses pages in TCG pre-copy; docs/stack.md)
@@ -216,6 +217,18 @@ def _manifest(spec: str) -> Path:
     return cache_root() / spec / "manifest.json"
 
 
+def _write_manifest(path: Path, own_libs: bool, packages: dict[str, str], meta: dict[str, Any]) -> None:
+    """Write the manifest of a fetched release: its format, when, its packages and ``meta``."""
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "own_libs": own_libs,
+        "all_packages": packages,
+        **meta,
+    }
+    write_text(path, json.dumps(manifest, indent=2) + "\n")
+
+
 def read_manifest(spec: str) -> dict[str, Any] | None:
     """The fetched release ``spec`` (None: not fetched, or from an older format)."""
     try:
@@ -309,14 +322,7 @@ def fetch_release(spec: str, log: Any = None) -> QemuBuild:
         binary=str(root / "usr" / "bin" / BINARY), packages={p: packages[p] for p in QEMU_PACKAGES if p in packages},
         firmware=tuple(fw),
     )  # fmt: skip
-    manifest = {
-        "format": MANIFEST_FORMAT,
-        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "own_libs": own_libs,
-        "all_packages": packages,
-        **build.to_meta(),
-    }
-    write_text(_manifest(spec), json.dumps(manifest, indent=2) + "\n")
+    _write_manifest(_manifest(spec), own_libs, packages, build.to_meta())
     return build
 
 
@@ -475,14 +481,7 @@ def fetch_libvirt(spec: str, log: Any = None) -> LibvirtBuild:
         packages={p: packages[p] for p in LIBVIRT_PACKAGES if p in packages}, env=env,
         mounts=tuple((str(root / d), "/" + d) for d in LIBVIRT_DATA_DIRS if (root / d).is_dir()),
     )  # fmt: skip
-    manifest = {
-        "format": MANIFEST_FORMAT,
-        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "own_libs": own_libs,
-        "all_packages": packages,
-        **build.to_meta(),
-    }
-    write_text(base / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+    _write_manifest(base / "manifest.json", own_libs, packages, build.to_meta())
     return build
 
 
@@ -570,28 +569,37 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.what == "libvirt":
         return _main_libvirt(a.spec, a.force)
-    try:
-        if a.force and a.spec and RELEASE.match(a.spec):
-            build = fetch_release(a.spec, log=print)
-        else:
-            build = resolve_qemu(a.spec, a.firmware, log=print)
-    except (StackError, privapt.PrivAptError) as err:
-        print(f"make qemu: {err}", file=sys.stderr)
-        return 2
-    print(f"QEMU={build.spec}: {build.version} ({build.source}): {' '.join(build.argv)}")
-    return 0
+    return _main_qemu(a.spec, a.firmware, a.force)
+
+
+#: what a failed ``make qemu`` or ``make libvirt`` reports in one line
+_FETCH_ERRORS: tuple[type[Exception], ...] = (StackError, privapt.PrivAptError)
+
+
+def _build_line(var: str, build: QemuBuild | LibvirtBuild) -> str:
+    """The line ``make qemu`` or ``make libvirt`` prints for ``build`` (``var``: QEMU or LIBVIRT)."""
+    return f"{var}={build.spec}: {build.version} ({build.source}): {' '.join(build.argv)}"
+
+
+def _main_qemu(spec: str, firmware: str | None, force: bool) -> int:
+    """``make qemu``: fetch (or show) the QEMU of QEMU=."""
+
+    def qemu() -> QemuBuild:
+        if force and spec and RELEASE.match(spec):
+            return fetch_release(spec, log=print)
+        return resolve_qemu(spec, firmware, log=print)
+
+    return report_fetch("qemu", qemu, _FETCH_ERRORS, lambda b: _build_line("QEMU", b), 2)
 
 
 def _main_libvirt(spec: str, force: bool) -> int:
     """``make libvirt``: fetch (or show) the libvirt of LIBVIRT=."""
-    try:
+
+    def libvirt() -> LibvirtBuild:
         check_libvirt_spec(spec)
-        build = fetch_libvirt(spec, log=print) if force and spec != "system" else resolve_libvirt(spec, log=print)
-    except (StackError, privapt.PrivAptError) as err:
-        print(f"make libvirt: {err}", file=sys.stderr)
-        return 2
-    print(f"LIBVIRT={build.spec}: {build.version} ({build.source}): {' '.join(build.argv)}")
-    return 0
+        return fetch_libvirt(spec, log=print) if force and spec != "system" else resolve_libvirt(spec, log=print)
+
+    return report_fetch("libvirt", libvirt, _FETCH_ERRORS, lambda b: _build_line("LIBVIRT", b), 2)
 
 
 if __name__ == "__main__":

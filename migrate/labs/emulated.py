@@ -44,8 +44,9 @@ from typing import Any
 
 from migrate.core.atomic import write_json, write_text
 from migrate.core.errors import ConfigError, DependencyError, Interrupted, TestbedError
-from migrate.core.registry import PREFIX_RE, RUN_ENV, proc_starttime, teardown_state
+from migrate.core.registry import PREFIX_RE, RUN_ENV, proc_entry_ids, proc_starttime, teardown_state
 from migrate.core.sighold import held_signals
+from migrate.labs.ssh_ready import wait_ssh
 from migrate.labs.sshd import sshd_config
 from migrate.testbed import inventory, pki
 from migrate.testbed import topology as topo
@@ -377,29 +378,26 @@ def _wait_ready(st: LabState, role: str, p: subprocess.Popen[bytes], key: Path, 
     """Wait until ``role``'s sshd listens and a real ``ssh ... true`` succeeds; return the
     seconds it took.  Raises TestbedError if sshd exits or the time runs out."""
     host = topo.addr(mgmt_addresses(ipaddress.IPv4Network(st.mgmt_net), role)[1])
-    t0 = time.monotonic()
-    deadline = t0 + READY_TIMEOUT_S
     listening = False
-    last = ""
-    while time.monotonic() < deadline:
-        if p.poll() is not None:
-            tail = (st.host_dir(role) / "sshd.stderr").read_text(errors="replace").strip()[-300:]
-            logf = st.host_dir(role) / "sshd.log"
-            tail += " " + (logf.read_text(errors="replace").strip()[-300:] if logf.exists() else "")
-            raise TestbedError(f"sshd of lab host {role} exited with {p.returncode}: {tail.strip()}")
+
+    def up() -> bool:
+        nonlocal listening
         if not listening:
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 s.settimeout(1.0)
                 listening = s.connect_ex((host, SSH_PORT)) == 0
-        if listening:
-            res = subprocess.run(
-                [*ssh_argv(key, known_hosts, host), "true"], capture_output=True, text=True, check=False
-            )
-            if res.returncode == 0:
-                return time.monotonic() - t0
-            last = res.stderr.strip()
-        time.sleep(POLL_S)
-    raise TestbedError(f"lab host {role} ({host}): no SSH within {READY_TIMEOUT_S:.0f} s: {last or 'port closed'}")
+        return listening
+
+    def exited(code: int) -> str:
+        tail = (st.host_dir(role) / "sshd.stderr").read_text(errors="replace").strip()[-300:]
+        logf = st.host_dir(role) / "sshd.log"
+        tail += " " + (logf.read_text(errors="replace").strip()[-300:] if logf.exists() else "")
+        return f"sshd of lab host {role} exited with {code}: {tail.strip()}"
+
+    def timed_out(last: str) -> str:
+        return f"lab host {role} ({host}): no SSH within {READY_TIMEOUT_S:.0f} s: {last or 'port closed'}"
+
+    return wait_ssh(p, ssh_argv(key, known_hosts, host), READY_TIMEOUT_S, POLL_S, up, exited, timed_out)
 
 
 # -- libvirt on the hypervisor hosts ---------------------------------------------------------
@@ -860,15 +858,9 @@ def processes_in_namespaces(names: list[str]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if not wanted:
         return out
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            s = os.stat(f"/proc/{entry}/ns/net")
-        except OSError:
-            continue
-        if (s.st_dev, s.st_ino) in wanted:
-            out.append({"pid": int(entry), "starttime": proc_starttime(int(entry)), "what": "process in the lab"})
+    for pid, ident in proc_entry_ids("ns/net"):
+        if ident in wanted:
+            out.append({"pid": pid, "starttime": proc_starttime(pid), "what": "process in the lab"})
     return out
 
 

@@ -26,13 +26,13 @@ import io
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from migrate.core.errors import DependencyError, TestbedError
 from migrate.core.registry import RUN_ENV
 from migrate.core.sighold import held_signals
+from migrate.labs.ssh_ready import wait_ssh
 from migrate.labs.sshd import sshd_config
 from migrate.testbed import topology as topo
 
@@ -195,35 +195,29 @@ def wait_ready(role: str, host_dir: Path, p: subprocess.Popen[bytes], ssh: list[
     or the time runs out.  ``ssh``: the lab's ssh argv to dom0 (the command is appended)."""
     hd = host_dir / "xen"
     console = hd / CONSOLE
-    t0 = time.monotonic()
-    deadline = t0 + BOOT_TIMEOUT_S
     ready = False
-    last = ""
-    while time.monotonic() < deadline:
-        if p.poll() is not None:
-            tail = (hd / "qemu.stderr").read_text(errors="replace").strip()[-300:]
-            raise TestbedError(f"Xen host {role}: its QEMU exited with {p.returncode}: {tail}")
+
+    def up() -> bool:
+        nonlocal ready
         text = console.read_text(errors="replace") if console.exists() else ""
         if "VRMIG-DOM0-FAIL" in text:
             line = text[text.index("VRMIG-DOM0-FAIL") :].splitlines()[0]
             raise TestbedError(f"Xen host {role}: dom0 did not come up: {line} (console: {console})")
         if not ready:
             ready = "VRMIG-DOM0-READY" in text and "ssh=yes" in text
-        if ready:
-            res = subprocess.run(
-                [*ssh, "true"],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if res.returncode == 0:
-                return time.monotonic() - t0
-            last = res.stderr.strip()
-        time.sleep(POLL_S)
-    raise TestbedError(
-        f"Xen host {role}: no SSH to its dom0 within {BOOT_TIMEOUT_S:.0f} s: "
-        f"{last or 'no VRMIG-DOM0-READY ssh=yes on ' + str(console)}"
-    )
+        return ready
+
+    def exited(code: int) -> str:
+        tail = (hd / "qemu.stderr").read_text(errors="replace").strip()[-300:]
+        return f"Xen host {role}: its QEMU exited with {code}: {tail}"
+
+    def timed_out(last: str) -> str:
+        return (
+            f"Xen host {role}: no SSH to its dom0 within {BOOT_TIMEOUT_S:.0f} s: "
+            f"{last or 'no VRMIG-DOM0-READY ssh=yes on ' + str(console)}"
+        )
+
+    return wait_ssh(p, ssh, BOOT_TIMEOUT_S, POLL_S, up, exited, timed_out)
 
 
 def inventory_tables(mgmt: dict[str, str]) -> dict[str, dict[str, str]]:

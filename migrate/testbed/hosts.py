@@ -30,11 +30,12 @@ import signal
 import subprocess
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from migrate.core.errors import ConfigError, VrmigError
 from migrate.core.procs import netns_exec, with_pdeathsig
@@ -110,14 +111,8 @@ class ClockSample:
     method: str = "round-trip exchanges over one ssh session"
 
     def as_dict(self) -> dict[str, Any]:
-        """For meta.json and ``hosts-check --json``."""
-        return {
-            "offset_ns": self.offset_ns,
-            "uncertainty_ns": self.uncertainty_ns,
-            "rtt_min_ns": self.rtt_min_ns,
-            "n": self.n,
-            "method": self.method,
-        }
+        """For meta.json and ``hosts-check --json``: the fields, in their order."""
+        return asdict(self)
 
 
 SAME_CLOCK = "the orchestrator's own clock (local host): offset 0 by construction"
@@ -345,7 +340,33 @@ def _sync_from(cp: subprocess.CompletedProcess[bytes]) -> dict[str, Any]:
     return json.loads(cp.stdout)
 
 
-class SshHost:
+class _HostBase(ABC):
+    """What :class:`SshHost` and :class:`LocalHost` share: the role, and ``with`` opening and closing."""
+
+    spec: HostSpec
+
+    @property
+    def role(self) -> str:
+        """The inventory role (A, B, C, D, R1, R2)."""
+        return self.spec.role
+
+    @abstractmethod
+    def open(self) -> None:
+        """Make the host ready for commands."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release what :meth:`open` set up."""
+
+    def __enter__(self) -> Self:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SshHost(_HostBase):
     """A host reached over SSH through one multiplexed master connection (see module doc)."""
 
     def __init__(self, spec: HostSpec, control_dir: Path) -> None:
@@ -366,20 +387,8 @@ class SshHost:
         self._clock: _ClockChannel | None = None
         self._lock = threading.Lock()
 
-    @property
-    def role(self) -> str:
-        """The inventory role (A, B, C, D, R1, R2)."""
-        return self.spec.role
-
     def __repr__(self) -> str:
         return f"SshHost({self.role}, {self.target.user}@{self.target.host}:{self.target.port})"
-
-    def __enter__(self) -> SshHost:
-        self.open()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _check_files(self) -> None:
         t = self.target
@@ -566,7 +575,7 @@ class SshHost:
         return _sync_from(self.run(_sync_argv(), check=False))
 
 
-class LocalHost:
+class LocalHost(_HostBase):
     """A role played by the orchestrator itself, optionally inside network namespace ``netns``:
     the same interface as :class:`SshHost`, argv run directly (never through a shell)."""
 
@@ -575,20 +584,8 @@ class LocalHost:
         self.netns = netns
         self._forwards: set[Path] = set()
 
-    @property
-    def role(self) -> str:
-        """The inventory role."""
-        return self.spec.role
-
     def __repr__(self) -> str:
         return f"LocalHost({self.role}{', netns ' + self.netns if self.netns else ''})"
-
-    def __enter__(self) -> LocalHost:
-        self.open()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def open(self) -> None:
         """Nothing to connect; a missing namespace is reported here."""

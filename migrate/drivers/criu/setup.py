@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from migrate.core.atomic import write_text
+from migrate.core.make_fetch import report_fetch
 from migrate.core.privapt import LIBDIR, LOADER, PrivAptError, apt_options, prepare_apt_dir, run_tool
 from migrate.core.privapt import sources_line as sources_line  # re-exported (tests, bundles)
 
@@ -295,13 +296,13 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("make criu: run as root (criu dump needs it)", file=sys.stderr)
         return 2
-    try:
-        cand = setup(a.cache, a.force)
-    except CriuSetupError as err:
-        print(f"make criu: {err}", file=sys.stderr)
-        return 1
-    print(f"criu {cand.version} ({cand.source}): {' '.join(cand.argv)}")
-    return 0
+    return report_fetch(
+        "criu",
+        lambda: setup(a.cache, a.force),
+        (CriuSetupError,),
+        lambda cand: f"criu {cand.version} ({cand.source}): {' '.join(cand.argv)}",
+        1,
+    )
 
 
 if __name__ == "__main__":
