@@ -108,6 +108,7 @@ class GuestRouter:
     process and its console log."""
 
     console_prefix = "console-rt"
+    pid_prefix = "qemu"  # pids()'s key: <pid_prefix><slot>
 
     def __init__(
         self,
@@ -131,6 +132,20 @@ class GuestRouter:
         self.proc: Proc | None = None
         self.console = out_dir / f"{self.console_prefix}{slot.k}.log"
         self.ready_line = ""
+
+    def pids(self) -> dict[str, int]:
+        """The QEMU process (vCPU and I/O threads, and for HV=xen Xen, dom0 and the domU inside
+        it: its CPU time is the router's whole cost)."""
+        return {f"{self.pid_prefix}{self.slot.k}": self.proc.pid} if self.proc else {}
+
+    def alive(self) -> bool:
+        """QEMU still runs."""
+        return self.proc is not None and self.proc.alive()
+
+    def stop(self) -> None:
+        """SIGTERM QEMU by PID (QEMU exits cleanly on it)."""
+        if self.proc is not None:
+            self.proc.stop(signal.SIGTERM)
 
 
 class VmRouter(GuestRouter):
@@ -172,19 +187,6 @@ class VmRouter(GuestRouter):
             raise GuestError(f"router VM {self.slot.k} not ready: {fail[-1] if fail else err}") from err
         text = self.console.read_text(errors="replace")
         self.ready_line = next((ln.strip() for ln in text.splitlines() if ln.startswith(READY_MARKER)), "")
-
-    def pids(self) -> dict[str, int]:
-        """The QEMU process (vCPU and I/O threads: its CPU time is the router's whole cost)."""
-        return {f"qemu{self.slot.k}": self.proc.pid} if self.proc else {}
-
-    def alive(self) -> bool:
-        """QEMU still runs."""
-        return self.proc is not None and self.proc.alive()
-
-    def stop(self) -> None:
-        """SIGTERM QEMU by PID (QEMU exits cleanly on it)."""
-        if self.proc is not None:
-            self.proc.stop(signal.SIGTERM)
 
     def describe(self) -> dict[str, Any]:
         """How this router runs (meta.json)."""
