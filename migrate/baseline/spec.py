@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from migrate.core.errors import ConfigError
 from migrate.core.units import format_rate, parse_rate_bps
+from migrate.experiment.args import converter
 
 HVS = ("none", "kvm", "criu", "xen")
 NICS = ("virtio", "e1000")
@@ -175,13 +176,7 @@ def _choice(name: str, allowed: tuple[str, ...]) -> Callable[[str], str]:
 
 
 def _whole(name: str) -> Callable[[str], int]:
-    def conv(t: str) -> int:
-        try:
-            return int(t)
-        except ValueError:
-            raise ConfigError(f"{name}: {t!r} is not a whole number") from None
-
-    return conv
+    return converter(int, lambda t: f"{name}: {t!r} is not a whole number")
 
 
 def _rate(t: str) -> int:
