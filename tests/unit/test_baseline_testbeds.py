@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from migrate.baseline import run as brun
-from migrate.baseline.config import ConfigRun
+from migrate.baseline.config import ConfigJob, ConfigRun
 from migrate.baseline.lab import NOTES as LAB_NOTES
 from migrate.baseline.lab import LabConfigRun, LabPlan
 from migrate.baseline.plan import slot
@@ -36,10 +36,10 @@ def _lab_plan(tmp_path: Path) -> LabPlan:
     return out
 
 
-def _config_run_args(spec: BaselineSpec, tmp_path: Path, hv: str) -> tuple[Any, ...]:
+def _config_job(spec: BaselineSpec, tmp_path: Path, hv: str) -> ConfigJob:
     config = next(c for c in spec.configs() if c.hv == hv)
     progress = Progress("baseline", spec.sweep_points(config), "points", enabled=False)
-    return spec, config, {"accel": "tcg"}, tmp_path, Abort(), {}, progress
+    return ConfigJob(spec, config, {"accel": "tcg"}, tmp_path, Abort(), {}, progress)
 
 
 def test_the_embedded_testbeds_plan_runs_this_machines_checks_and_adds_nothing(monkeypatch):
@@ -56,8 +56,8 @@ def test_the_embedded_testbeds_plan_runs_this_machines_checks_and_adds_nothing(m
 
 
 def test_the_embedded_testbeds_plan_runs_a_configuration_in_namespaces(tmp_path):
-    args = _config_run_args(BaselineSpec(hvs=("kvm",)), tmp_path, "kvm")
-    run = brun.LocalPlan(args[0]).config_run(*args)
+    job = _config_job(BaselineSpec(hvs=("kvm",)), tmp_path, "kvm")
+    run = brun.LocalPlan(job.spec).config_run(job)
     assert type(run) is ConfigRun and run.facts == {"accel": "tcg"}
 
 
@@ -84,8 +84,7 @@ def test_a_labs_plan_adds_the_lab_its_check_and_its_notes_to_meta_json(tmp_path)
 @pytest.mark.parametrize("hv", ["kvm", "none"])
 def test_a_labs_plan_runs_a_configuration_with_its_hypervisors_lab_facts(tmp_path, hv):
     plan = _lab_plan(tmp_path)
-    args = _config_run_args(BaselineSpec(hvs=("none", "kvm")), tmp_path, hv)
-    run = plan.config_run(*args)
+    run = plan.config_run(_config_job(BaselineSpec(hvs=("none", "kvm")), tmp_path, hv))
     assert isinstance(run, LabConfigRun) and run.plan is plan and run.facts == plan.drivers[hv][1]
 
 
@@ -94,15 +93,16 @@ def test_a_configuration_is_run_by_the_plans_config_run(tmp_path):
     made: list[ConfigRun] = []
 
     class Plan(brun.LocalPlan):
-        def config_run(self, *args: Any) -> ConfigRun:
-            made.append(super().config_run(*args))
+        def config_run(self, job: ConfigJob) -> ConfigRun:
+            made.append(super().config_run(job))
             made[-1].execute = lambda: None  # type: ignore[method-assign]
             made[-1].unfinished = lambda: 0  # type: ignore[method-assign]
             return made[-1]
 
-    _, config, facts, _, abort, _, progress = _config_run_args(spec, tmp_path, "kvm")
+    job = _config_job(spec, tmp_path, "kvm")
+    config = job.config
     meta: dict[str, Any] = {"configs": {}}
-    brun._run_config(spec, config, facts, tmp_path, meta, abort, progress, Plan(spec))
+    brun._run_config(spec, config, job.facts, tmp_path, meta, job.abort, job.progress, Plan(spec))
     assert len(made) == 1 and meta["configs"][config.name]["status"] == "completed"
     assert meta["configs"][config.name]["prefix"] == made[0].registry.prefix
 
