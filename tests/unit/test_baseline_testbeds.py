@@ -107,6 +107,76 @@ def test_a_configuration_is_run_by_the_plans_config_run(tmp_path):
     assert meta["configs"][config.name]["prefix"] == made[0].registry.prefix
 
 
+# ------------------------------------------------------------------ the HV=none routers' start
+
+
+class _DaemonRegistry:
+    """Records what a router registers for the teardown."""
+
+    def __init__(self) -> None:
+        self.added: list[tuple[Any, ...]] = []
+
+    def add_process(self, pid: int, what: str) -> None:
+        self.added.append((pid, what))
+
+    def add_remote(self, role: str, pid: int, starttime: int | None, what: str) -> None:
+        self.added.append((role, pid, starttime, what))
+
+
+class _R1Lab:
+    """A lab as LabNsRouter's constructor reads it."""
+
+    inventory = None
+
+    def run_dir(self) -> str:
+        return "/run/x"
+
+
+def _hv_none_routers(tmp_path: Path) -> list[Any]:
+    from migrate.baseline.labnone import LabNsRouter
+    from migrate.baseline.routers import NsRouter
+
+    lab = LabNsRouter(_R1Lab(), "frr", _DaemonRegistry(), tmp_path)  # type: ignore[arg-type]
+    lab._start_ticks = lambda pid: 7  # type: ignore[method-assign]
+    return [NsRouter(slot(0), "x-RT0", "frr", _DaemonRegistry(), tmp_path), lab]  # type: ignore[arg-type]
+
+
+def test_both_hv_none_routers_adopt_the_chroot_scripts_daemons_and_ready_line(tmp_path):
+    import os
+
+    pid = os.getpid()
+    text = f"booting\nVRMIG-PID {pid} zebra\nVRMIG-READY router=frr version=10.3\n"
+    ns, lab = _hv_none_routers(tmp_path)
+    for r in (ns, lab):
+        r._adopt(text)
+        r._started(0, text, 30.0, lambda: pytest.fail("a router that exited is not stopped"))
+        assert r.ready_line == "VRMIG-READY router=frr version=10.3" and [p for p, _ in r.daemons] == [pid]
+    assert ns.reg.added == [(pid, "router-0-daemon")] and ns.daemons[0][1] is not None
+    assert lab.reg.added == [("R1", pid, 7, "router-none daemon")] and lab.daemons == [(pid, 7)]
+
+
+@pytest.mark.parametrize(
+    ("rc", "text", "ns_error", "lab_error"),
+    [
+        (None, "", "router 0 (HV=none) not ready within 30 s", "the HV=none router on R1 was not ready within 30 s"),
+        (1, "a\nb\nc\nd\n", "router 0 (HV=none) failed to start (status 1): b | c | d",
+         "the HV=none router on R1 failed to start (status 1): b | c | d"),
+        (0, "VRMIG-READY router=frr version=10.3\n",
+         "router 0 (HV=none) is ready but reported no daemon PIDs (VRMIG-PID lines)",
+         "the HV=none router on R1 is ready but reported no daemon PIDs (VRMIG-PID lines)"),
+    ],
+)  # fmt: skip
+def test_a_hv_none_router_that_did_not_start_is_one_error_naming_it(tmp_path, rc, text, ns_error, lab_error):
+    from migrate.core.errors import GuestError
+
+    for r, error in zip(_hv_none_routers(tmp_path), (ns_error, lab_error), strict=True):
+        stopped: list[bool] = []
+        r._adopt(text)
+        with pytest.raises(GuestError) as err:
+            r._started(rc, text, 30.0, lambda s=stopped: s.append(True))
+        assert str(err.value) == error and stopped == ([True] if rc is None else [])
+
+
 # ------------------------------------------------------------------ a point's irtt file
 
 
