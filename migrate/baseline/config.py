@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from migrate.core.procs import Proc
 from migrate.core.progress import Progress
 from migrate.core.registry import Registry
 from migrate.core.rundir import POINT_JSON
+from migrate.core.sighold import Abort
 from migrate.experiment.instruments import BUILTIN, IRTT_PORT, READY_TIMEOUT_S, TRAFFIC_PORT
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import TestbedBuilder, new_prefix
@@ -37,24 +39,30 @@ class _Pending(Exception):
     """Raised by a dry pass at the first point that still has to be measured."""
 
 
+@dataclass(frozen=True)
+class ConfigJob:
+    """What one configuration's run is made from: the baseline, the configuration, the testbed's
+    facts, the run's directory and abort flag, the configuration's meta.json entry, the progress."""
+
+    spec: BaselineSpec
+    config: Config
+    facts: dict[str, Any]
+    run_dir: Path
+    abort: Abort
+    info: dict[str, Any]
+    progress: Progress | None = None
+
+
 class ConfigRun:
     """Everything one configuration creates, and its measurement loop."""
 
-    def __init__(
-        self,
-        spec: BaselineSpec,
-        config: Config,
-        facts: dict[str, Any],
-        run_dir: Path,
-        abort: Any,
-        info: dict[str, Any],
-        progress: Progress | None = None,
-    ) -> None:
-        self.spec, self.config, self.facts = spec, config, facts
+    def __init__(self, job: ConfigJob) -> None:
+        spec, config, run_dir, progress = job.spec, job.config, job.run_dir, job.progress
+        self.spec, self.config, self.facts = spec, config, job.facts
         self.progress = progress or Progress("baseline", spec.sweep_points(config), "points", enabled=False)
         self.counted = 0  # points (sweep and NDR) this configuration has advanced the progress by
         self.ndr_trials = 0
-        self.run_dir, self.abort, self.info = run_dir, abort, info
+        self.run_dir, self.abort, self.info = run_dir, job.abort, job.info
         self.out = run_dir / "configs" / config.name
         self.points_dir = run_dir / "points" / config.name
         self.registry = Registry(new_prefix(), run_dir=str(run_dir.resolve()))

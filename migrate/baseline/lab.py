@@ -19,19 +19,17 @@ import contextlib
 import json
 import logging
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from migrate.baseline.config import ConfigRun
+from migrate.baseline.config import ConfigJob, ConfigRun
 from migrate.baseline.plan import check_slot0_matches_testbed
 from migrate.baseline.point import PointContext
 from migrate.baseline.spec import BaselineSpec, Config
 from migrate.core import cpustat
 from migrate.core.errors import ConfigError, GuestError, VrmigError
 from migrate.core.procs import ProcessError
-from migrate.core.progress import Progress
-from migrate.core.sighold import Abort
 from migrate.experiment.instruments import IRTT_PORT, READY_TIMEOUT_S
 from migrate.model.scenario import Scenario
 from migrate.testbed import topology as topo
@@ -90,19 +88,10 @@ class LabPlan:
         meta["lab_check"] = self.check
         meta["notes"].update(NOTES)
 
-    def config_run(
-        self,
-        spec: BaselineSpec,
-        config: Config,
-        facts: dict[str, Any],
-        run_dir: Path,
-        abort: Abort,
-        info: dict[str, Any],
-        progress: Progress,
-    ) -> ConfigRun:
-        """``config`` on the lab's hosts, with the facts of its hypervisor's lab preflight (the
-        baseline's ``facts`` are the lab's accelerator only)."""
-        return LabConfigRun(spec, config, self.drivers[config.hv][1], run_dir, abort, info, progress, plan=self)
+    def config_run(self, job: ConfigJob) -> ConfigRun:
+        """``job``'s configuration on the lab's hosts, with the facts of its hypervisor's lab
+        preflight (the baseline's ``facts`` are the lab's accelerator only)."""
+        return LabConfigRun(replace(job, facts=self.drivers[job.config.hv][1]), plan=self)
 
 
 def scenario_for(spec: BaselineSpec, config: Config) -> Scenario:
@@ -182,8 +171,8 @@ class LabConfigRun(ConfigRun):
     """One configuration on a lab: the lab's hosts opened, the router started on R1 by its
     driver, the irtt server on D, forwarding seen; everything left again in ``teardown``."""
 
-    def __init__(self, *args: Any, plan: LabPlan, **kw: Any) -> None:
-        super().__init__(*args, **kw)
+    def __init__(self, job: ConfigJob, *, plan: LabPlan) -> None:
+        super().__init__(job)
         self.plan = plan
         self.stack = contextlib.ExitStack()
         self.driver: Any = None

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from migrate.baseline.routers import ChrootDaemons
 from migrate.core.errors import DependencyError, GuestError
 from migrate.core.procs import Proc, ProcessError
 from migrate.core.registry import Registry
@@ -59,16 +60,18 @@ exec "$@"
 """
 
 
-class LabNsRouter:
+class LabNsRouter(ChrootDaemons):
     """The HV=none router on the lab's R1 (see the module docstring)."""
 
+    who = f"the HV=none router on {HOST}"
+    late = "was not ready"
+
     def __init__(self, lab: Any, profile: str, registry: Registry, out_dir: Path) -> None:
+        super().__init__()
         self.lab, self.profile, self.reg, self.out = lab, profile, registry, out_dir
         self.inv = lab.inventory
         self.root = f"{lab.run_dir()}/rootfs-none"
         self.keeper: Proc | None = None
-        self.daemons: list[tuple[int, int | None]] = []
-        self.ready_line = ""
 
     def _run(self, argv: list[str], timeout_s: float = 30.0) -> Any:
         return self.lab.run(HOST, argv, timeout_s=timeout_s)
@@ -122,27 +125,13 @@ class LabNsRouter:
         rc = launcher.wait(timeout_s + 30.0)
         text = launcher.stdout_path.read_text(errors="replace") if launcher.stdout_path.exists() else ""
         self._adopt(text)
-        if rc is None:
-            launcher.stop()
-            raise GuestError(f"the HV=none router on {HOST} was not ready within {timeout_s:.0f} s")
-        if rc != 0 or not self.ready_line:
-            tail = " | ".join(text.strip().splitlines()[-3:])
-            raise GuestError(f"the HV=none router on {HOST} failed to start (status {rc}): {tail}")
-        if not self.daemons:
-            raise GuestError(f"the HV=none router on {HOST} is ready but reported no daemon PIDs (VRMIG-PID lines)")
+        self._started(rc, text, timeout_s, launcher.stop)
 
-    def _adopt(self, text: str) -> None:
-        """The daemons of the chroot script's VRMIG-PID lines, recorded by (host, PID, start)."""
-        from routers.guest import parse_ready
-
-        for line in text.splitlines():
-            if line.startswith("VRMIG-PID "):
-                pid = int(line.split()[1])
-                start = self._start_ticks(pid)
-                self.reg.add_remote(HOST, pid, start, "router-none daemon")
-                self.daemons.append((pid, start))
-            elif parse_ready(line):
-                self.ready_line = line.strip()
+    def _record(self, pid: int) -> int | None:
+        """Register daemon ``pid`` by (host, PID, start); its start time on R1."""
+        start = self._start_ticks(pid)
+        self.reg.add_remote(HOST, pid, start, "router-none daemon")
+        return start
 
     def pids(self) -> dict[str, int]:
         """The daemons, named as the embedded HV=none's (their CPU: the router's control plane;

@@ -22,6 +22,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -37,17 +38,62 @@ ROUTER_START_TIMEOUT_S = 90.0
 STOP_GRACE_S = 3.0
 
 
-class NsRouter:
-    """HV=none: the router daemons chrooted into the rootfs, in network namespace ``ns``."""
+class ChrootDaemons:
+    """An HV=none router as the image's chroot script leaves it: the daemons whose PIDs it printed
+    (VRMIG-PID lines, recorded by PID and start time) and its READY line."""
 
-    def __init__(self, slot: Slot, ns: str, profile: str, registry: Registry, out_dir: Path) -> None:
-        self.slot, self.ns, self.profile, self.reg, self.out = slot, ns, profile, registry, out_dir
+    #: how errors name the router, and say that it was not ready in time
+    who: str
+    late = "not ready"
+
+    def __init__(self) -> None:
         self.daemons: list[tuple[int, int | None]] = []
         self.ready_line = ""
 
+    def _record(self, pid: int) -> int | None:
+        """Register daemon ``pid`` for the teardown; return its start time."""
+        raise NotImplementedError
+
+    def _adopt(self, text: str) -> None:
+        """The daemons of the chroot script's VRMIG-PID lines, and its READY line."""
+        from routers.guest import parse_ready
+
+        for line in text.splitlines():
+            if line.startswith("VRMIG-PID "):
+                pid = int(line.split()[1])
+                self.daemons.append((pid, self._record(pid)))
+            elif parse_ready(line):
+                self.ready_line = line.strip()
+
+    def _started(self, rc: int | None, text: str, timeout_s: float, stop: Callable[[], object]) -> None:
+        """GuestError unless the chroot script exited 0 after READY and reported its daemons
+        (``rc`` None: it did not exit in time and is ended with ``stop``)."""
+        if rc is None:
+            stop()
+            raise GuestError(f"{self.who} {self.late} within {timeout_s:.0f} s")
+        if rc != 0 or not self.ready_line:
+            tail = " | ".join(text.strip().splitlines()[-3:])
+            raise GuestError(f"{self.who} failed to start (status {rc}): {tail}")
+        if not self.daemons:
+            raise GuestError(f"{self.who} is ready but reported no daemon PIDs (VRMIG-PID lines)")
+
+
+class NsRouter(ChrootDaemons):
+    """HV=none: the router daemons chrooted into the rootfs, in network namespace ``ns``."""
+
+    def __init__(self, slot: Slot, ns: str, profile: str, registry: Registry, out_dir: Path) -> None:
+        super().__init__()
+        self.slot, self.ns, self.profile, self.reg, self.out = slot, ns, profile, registry, out_dir
+        self.who = f"router {slot.k} (HV=none)"
+
+    def _record(self, pid: int) -> int | None:
+        """Register daemon ``pid`` by PID; its start time from /proc."""
+        self.reg.add_process(pid, f"router-{self.slot.k}-daemon")
+        return proc_starttime(pid)
+
     def start(self, timeout_s: float = ROUTER_START_TIMEOUT_S) -> None:
         """Run the chroot script; it exits after READY, leaving the daemons, whose PIDs it prints."""
-        from routers.guest import namespace_argv, parse_ready
+        from routers.guest import namespace_argv
 
         argv = namespace_argv(self.profile, self.slot.router_cidrs("L"), self.slot.router_cidrs("R"))
         # Proc tags children with RUN_ENV=<prefix>; vrmig-router reads the same name as its runtime
@@ -57,21 +103,8 @@ class NsRouter:
         proc = Proc(what, argv, self.reg, self.out, netns=self.ns).start()
         rc = proc.wait(timeout_s)
         text = proc.stdout_path.read_text(errors="replace") if proc.stdout_path.exists() else ""
-        for line in text.splitlines():
-            if line.startswith("VRMIG-PID "):
-                pid = int(line.split()[1])
-                self.reg.add_process(pid, f"{what}-daemon")
-                self.daemons.append((pid, proc_starttime(pid)))
-            elif parse_ready(line):
-                self.ready_line = line.strip()
-        if rc is None:
-            proc.stop()
-            raise GuestError(f"router {self.slot.k} (HV=none) not ready within {timeout_s:.0f} s")
-        if rc != 0 or not self.ready_line:
-            tail = " | ".join(text.strip().splitlines()[-3:])
-            raise GuestError(f"router {self.slot.k} (HV=none) failed to start (status {rc}): {tail}")
-        if not self.daemons:
-            raise GuestError(f"router {self.slot.k} (HV=none) is ready but reported no daemon PIDs (VRMIG-PID lines)")
+        self._adopt(text)
+        self._started(rc, text, timeout_s, proc.stop)
 
     def pids(self) -> dict[str, int]:
         """Router daemons (zebra, staticd): their CPU is the router's control plane only; the
@@ -108,6 +141,7 @@ class GuestRouter:
     process and its console log."""
 
     console_prefix = "console-rt"
+    pid_prefix = "qemu"  # pids()'s key: <pid_prefix><slot>
 
     def __init__(
         self,
@@ -131,6 +165,20 @@ class GuestRouter:
         self.proc: Proc | None = None
         self.console = out_dir / f"{self.console_prefix}{slot.k}.log"
         self.ready_line = ""
+
+    def pids(self) -> dict[str, int]:
+        """The QEMU process (vCPU and I/O threads, and for HV=xen Xen, dom0 and the domU inside
+        it: its CPU time is the router's whole cost)."""
+        return {f"{self.pid_prefix}{self.slot.k}": self.proc.pid} if self.proc else {}
+
+    def alive(self) -> bool:
+        """QEMU still runs."""
+        return self.proc is not None and self.proc.alive()
+
+    def stop(self) -> None:
+        """SIGTERM QEMU by PID (QEMU exits cleanly on it)."""
+        if self.proc is not None:
+            self.proc.stop(signal.SIGTERM)
 
 
 class VmRouter(GuestRouter):
@@ -172,19 +220,6 @@ class VmRouter(GuestRouter):
             raise GuestError(f"router VM {self.slot.k} not ready: {fail[-1] if fail else err}") from err
         text = self.console.read_text(errors="replace")
         self.ready_line = next((ln.strip() for ln in text.splitlines() if ln.startswith(READY_MARKER)), "")
-
-    def pids(self) -> dict[str, int]:
-        """The QEMU process (vCPU and I/O threads: its CPU time is the router's whole cost)."""
-        return {f"qemu{self.slot.k}": self.proc.pid} if self.proc else {}
-
-    def alive(self) -> bool:
-        """QEMU still runs."""
-        return self.proc is not None and self.proc.alive()
-
-    def stop(self) -> None:
-        """SIGTERM QEMU by PID (QEMU exits cleanly on it)."""
-        if self.proc is not None:
-            self.proc.stop(signal.SIGTERM)
 
     def describe(self) -> dict[str, Any]:
         """How this router runs (meta.json)."""

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from migrate.baseline import gencap
-from migrate.baseline.config import ConfigRun
+from migrate.baseline.config import ConfigJob, ConfigRun
 from migrate.baseline.spec import LOAD_FRAME_BYTES, BaselineSpec, Config
 from migrate.core.atomic import write_json
 from migrate.core.errors import DependencyError, Interrupted, VrmigError
@@ -190,16 +190,7 @@ class Plan(Protocol):
         """What a new baseline on this testbed adds to its meta.json after the common fields."""
         ...
 
-    def config_run(
-        self,
-        spec: BaselineSpec,
-        config: Config,
-        facts: dict[str, Any],
-        run_dir: Path,
-        abort: Abort,
-        info: dict[str, Any],
-        progress: Progress,
-    ) -> ConfigRun:
+    def config_run(self, job: ConfigJob) -> ConfigRun:
         """The run of one configuration (not started yet)."""
         ...
 
@@ -218,18 +209,9 @@ class LocalPlan:
     def add_meta(self, meta: dict[str, Any]) -> None:
         """Nothing beyond the common fields."""
 
-    def config_run(
-        self,
-        spec: BaselineSpec,
-        config: Config,
-        facts: dict[str, Any],
-        run_dir: Path,
-        abort: Abort,
-        info: dict[str, Any],
-        progress: Progress,
-    ) -> ConfigRun:
-        """``config`` in fresh namespaces of this machine."""
-        return ConfigRun(spec, config, facts, run_dir, abort, info, progress)
+    def config_run(self, job: ConfigJob) -> ConfigRun:
+        """``job``'s configuration in fresh namespaces of this machine."""
+        return ConfigRun(job)
 
 
 def choose_plan(spec: BaselineSpec, testbed: Path | None) -> Plan:
@@ -381,7 +363,7 @@ def _run_config(
 ) -> None:
     info: dict[str, Any] = {"status": "running", "started_utc": dt.datetime.now(dt.UTC).isoformat()}
     meta["configs"][config.name] = info
-    run = plan.config_run(spec, config, facts, run_dir, abort, info, progress)
+    run = plan.config_run(ConfigJob(spec, config, facts, run_dir, abort, info, progress))
     info["prefix"] = run.registry.prefix  # in meta.json before anything is created under it
     write_meta(run_dir, meta)
     try:

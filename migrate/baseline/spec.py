@@ -9,12 +9,13 @@ from typing import Any, TypeVar
 
 from migrate.core.errors import ConfigError
 from migrate.core.units import format_rate, parse_rate_bps
+from migrate.experiment.args import converter
+from migrate.model.scenario import Scenario, check_accel, check_mem, check_router_release
 
 HVS = ("none", "kvm", "criu", "xen")
 NICS = ("virtio", "e1000")
 LOADS = ("none", "idle", "cpu", "smallpkts")
 SEARCHES = ("none", "ndr")
-ACCELS = ("auto", "kvm", "tcg")
 ROUTER_PROFILES = ("frr", "bird")
 MAX_ROUTERS = 8
 MIN_FRAME_BYTES = 64
@@ -97,9 +98,10 @@ class BaselineSpec:
     search: str = "none"
     duration_s: float = 5.0
     load_rate_bps: int = 10_000_000
-    router: str = "frr"
-    accel: str = "auto"
-    mem_mib: int = 256
+    #: the router guest's settings: Scenario's defaults; ACCEL, MEM and a ROUTER release checked as there
+    router: str = Scenario.router
+    accel: str = Scenario.accel
+    mem_mib: int = Scenario.mem_mib
     probe_ms: int = 10
     gen_check: bool = True
     ndr_precision: float = 0.05
@@ -175,13 +177,7 @@ def _choice(name: str, allowed: tuple[str, ...]) -> Callable[[str], str]:
 
 
 def _whole(name: str) -> Callable[[str], int]:
-    def conv(t: str) -> int:
-        try:
-            return int(t)
-        except ValueError:
-            raise ConfigError(f"{name}: {t!r} is not a whole number") from None
-
-    return conv
+    return converter(int, lambda t: f"{name}: {t!r} is not a whole number")
 
 
 def _rate(t: str) -> int:
@@ -271,16 +267,11 @@ def validate(s: BaselineSpec) -> None:
     _require(0.5 <= s.duration_s <= 3600, f"DURATION={s.duration_s} must be 0.5..3600 seconds per point")
     _require(0 < s.load_rate_bps <= MAX_RATE_BPS, f"LOAD_RATE={s.load_rate_bps} must be > 0 and <= 10G")
     from routers import profiles
-    from routers.errors import UnknownProfileError
 
     known = profiles.family_of(s.router) in ROUTER_PROFILES
     _require(known, f"ROUTER={s.router!r}: choose from {', '.join(ROUTER_PROFILES)}")
-    if "@" in s.router:
-        try:
-            profiles.get(s.router)
-        except UnknownProfileError as err:
-            _require(False, str(err))
-    _require(s.accel in ACCELS, f"ACCEL={s.accel!r} must be one of {', '.join(ACCELS)}")
-    _require(64 <= s.mem_mib <= 16384, f"MEM={s.mem_mib} must be 64-16384 MiB")
+    check_router_release(s.router)
+    check_accel(s.accel)
+    check_mem(s.mem_mib)
     _require(1 <= s.probe_ms <= 1000, f"PROBE_MS={s.probe_ms} must be 1-1000 ms")
     _require(s.boot_timeout_s > 0, "BOOT_TIMEOUT must be > 0 seconds")

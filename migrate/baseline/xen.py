@@ -5,7 +5,6 @@ router's whole cost (Xen, dom0 with netback and the domU all run in it)."""
 
 from __future__ import annotations
 
-import signal
 import time
 from typing import Any
 
@@ -21,6 +20,7 @@ class XenRouter(GuestRouter):
     """HV=xen: one nested Xen host in R1 running the router domU."""
 
     console_prefix = "console-xen"
+    pid_prefix = "qemu-xen"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -73,20 +73,11 @@ class XenRouter(GuestRouter):
         )  # fmt: skip
         self.boot_s = round(time.monotonic() - self._t0, 2)
 
-    def pids(self) -> dict[str, int]:
-        """The nested host's QEMU (Xen, dom0 and the domU all run in it)."""
-        return {f"qemu-xen{self.slot.k}": self.proc.pid} if self.proc else {}
-
-    def alive(self) -> bool:
-        """The nested host's QEMU still runs."""
-        return self.proc is not None and self.proc.alive()
-
     def stop(self) -> None:
         """Close the dom0 channel and SIGTERM the QEMU by PID."""
         if self.dom0 is not None:
             self.dom0.close()
-        if self.proc is not None:
-            self.proc.stop(signal.SIGTERM)
+        super().stop()
         if self.streams is not None:
             self.streams.close()
 

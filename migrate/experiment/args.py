@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from migrate.core.errors import ConfigError
 from migrate.core.knobs import KNOBS, Knob, split_values
@@ -22,6 +22,8 @@ from migrate.model.scenario import FAULTS, Scenario, parse_bfd
 #: HV=xen defaults: the nested router forwards little, and 256 MiB take ~40 s at nested-link speed
 XEN_DEFAULT_RATE_BPS = 1_000_000
 XEN_DEFAULT_MIGRATE_TIMEOUT_S = 600.0
+
+T = TypeVar("T")
 
 
 class Parser(argparse.ArgumentParser):
@@ -42,39 +44,35 @@ def whole(name: str) -> Callable[[str], int]:
     return number(name, int)
 
 
-def number(name: str, kind: type) -> Callable[[str], Any]:
-    """Converter to ``kind`` (int or float); the error names ``name``."""
+def converter(kind: Callable[[str], T], message: Callable[[str], str]) -> Callable[[str], T]:
+    """Converter by ``kind``; a text it rejects with ValueError is a ConfigError saying ``message(text)``."""
 
-    def conv(text: str) -> Any:
+    def conv(text: str) -> T:
         try:
             return kind(text)
         except ValueError:
-            raise ConfigError(f"{name}={text!r} is not a {'whole ' if kind is int else ''}number") from None
+            raise ConfigError(message(text)) from None
 
     return conv
+
+
+def number(name: str, kind: type) -> Callable[[str], Any]:
+    """Converter to ``kind`` (int or float); the error names ``name``."""
+    return converter(kind, lambda text: f"{name}={text!r} is not a {'whole ' if kind is int else ''}number")
 
 
 def seconds(name: str) -> Callable[[str], float]:
     """Converter to float seconds; the error names ``name``."""
-
-    def conv(text: str) -> float:
-        try:
-            return float(text)
-        except ValueError:
-            raise ConfigError(f"{name}={text!r} is not a number of seconds") from None
-
-    return conv
+    return converter(float, lambda text: f"{name}={text!r} is not a number of seconds")
 
 
 def _bounded(name: str, unit: str, ok: Callable[[float], bool], requirement: str) -> Callable[[str], float]:
     """Converter to a float in ``unit`` that ``ok`` accepts; the errors name ``name`` and say
     ``requirement``."""
+    read = converter(float, lambda text: f"{name}={text!r} is not a number of {unit}")
 
     def conv(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise ConfigError(f"{name}={text!r} is not a number of {unit}") from None
+        v = read(text)
         if not ok(v):
             raise ConfigError(f"{name}={text!r} must be {requirement}")
         return v

@@ -96,9 +96,10 @@ class CalibrationSpec:
     reps: int = 5
     rate_bps: int = 100_000_000
     frame_bytes: int = 1500
-    router: str = "frr"
-    accel: str = "auto"
-    mem_mib: int = 256
+    #: the router guest's settings: Scenario's defaults, checked by the Scenario of scenario()
+    router: str = Scenario.router
+    accel: str = Scenario.accel
+    mem_mib: int = Scenario.mem_mib
     sample_ms: int = 10
     boot_timeout_s: float = 120.0
     seed: int = 1

@@ -178,6 +178,32 @@ def _require(cond: bool, msg: str) -> None:
         raise ConfigError(msg)
 
 
+# The router guest's settings (ROUTER, ACCEL, MEM) are Scenario's, and CalibrationSpec and
+# BaselineSpec take their defaults from it; their checks are these, for all three specs.
+
+
+def check_router_release(router: str) -> None:
+    """ROUTER=<image>@<release>: ConfigError unless the router profiles know that release."""
+    if "@" in router:
+        from routers import profiles
+        from routers.errors import UnknownProfileError
+
+        try:
+            profiles.get(router)
+        except UnknownProfileError as err:
+            raise ConfigError(str(err)) from None
+
+
+def check_accel(accel: str) -> None:
+    """ACCEL: ConfigError unless it is one of ACCELS."""
+    _require(accel in ACCELS, f"ACCEL={accel!r} must be one of {', '.join(ACCELS)}")
+
+
+def check_mem(mem_mib: int) -> None:
+    """MEM: ConfigError unless the guest's memory is 64-16384 MiB."""
+    _require(64 <= mem_mib <= 16384, f"MEM={mem_mib} must be 64-16384 MiB")
+
+
 def validate(s: Scenario) -> None:
     """Raise ConfigError with a one-line, actionable message for the first invalid parameter."""
     _require(s.hv in HVS, f"HV={s.hv!r} is not supported: choose one of {', '.join(HVS)}")
@@ -204,19 +230,12 @@ def validate(s: Scenario) -> None:
     )
     _require(1 <= s.sample_ms <= 1000, f"SAMPLE_MS={s.sample_ms} must be 1-1000 ms")
     _require(1 <= s.probe_ms <= 1000, f"PROBE_MS={s.probe_ms} must be 1-1000 ms")
-    _require(64 <= s.mem_mib <= 16384, f"MEM={s.mem_mib} must be 64-16384 MiB")
+    check_mem(s.mem_mib)
     _require(1 <= s.vcpus <= 64, f"VCPUS={s.vcpus} must be 1-64")
     _require(s.router_software in ROUTERS, f"ROUTER={s.router!r} is unknown: choose one of {', '.join(ROUTERS)}")
-    if "@" in s.router:
-        from routers import profiles
-        from routers.errors import UnknownProfileError
-
-        try:
-            profiles.get(s.router)
-        except UnknownProfileError as err:
-            raise ConfigError(str(err)) from None
+    check_router_release(s.router)
     _require(s.nic in ("virtio", "e1000"), f"NIC={s.nic!r} must be virtio or e1000")
-    _require(s.accel in ACCELS, f"ACCEL={s.accel!r} must be one of {', '.join(ACCELS)}")
+    check_accel(s.accel)
     _require(s.gen in GENS, f"GEN={s.gen!r} is unknown: choose one of {', '.join(GENS)}")
     if s.miglink_bps is not None:
         _require(s.miglink_bps >= 100_000, f"MIGLINK={s.miglink_bps} must be at least 100K bit/s")

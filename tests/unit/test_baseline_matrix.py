@@ -3,6 +3,7 @@ captured real point (no root)."""
 
 import ipaddress
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from migrate.baseline.plan import MAX_SLOTS, check_slot0_matches_testbed, slot
 from migrate.baseline.spec import UNPACED, BaselineSpec, Config, spec_from_strings
 from migrate.core.errors import ConfigError
 from migrate.core.sighold import Abort
+from migrate.experiment.calibrate import CalibrationSpec
+from migrate.model.scenario import Scenario
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "baseline" / "kvm_tcg_64B_50M"
 
@@ -71,6 +74,21 @@ def test_criu_is_one_nic_less_configuration_per_router_count_and_load():
 def test_bad_input_is_one_clear_error(values, message):
     with pytest.raises(ConfigError, match=message):
         spec_from_strings(values)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("accel", "hvf", "ACCEL='hvf' must be one of auto, kvm, tcg"),
+        ("mem_mib", 32, "MEM=32 must be 64-16384 MiB"),
+        ("router", "frr@9.1", "frr@9.1"),
+    ],
+)
+@pytest.mark.parametrize("spec", [BaselineSpec, CalibrationSpec, Scenario])
+def test_every_spec_has_the_router_guests_defaults_and_checks(spec, field, value, message):
+    assert getattr(spec(), field) == getattr(Scenario(), field)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        spec(**{field: value})
 
 
 def test_spec_round_trips_through_meta_json():

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from migrate.baseline import run as brun
-from migrate.baseline.config import ConfigRun
+from migrate.baseline.config import ConfigJob, ConfigRun
 from migrate.baseline.lab import NOTES as LAB_NOTES
 from migrate.baseline.lab import LabConfigRun, LabPlan
 from migrate.baseline.plan import slot
@@ -36,10 +36,10 @@ def _lab_plan(tmp_path: Path) -> LabPlan:
     return out
 
 
-def _config_run_args(spec: BaselineSpec, tmp_path: Path, hv: str) -> tuple[Any, ...]:
+def _config_job(spec: BaselineSpec, tmp_path: Path, hv: str) -> ConfigJob:
     config = next(c for c in spec.configs() if c.hv == hv)
     progress = Progress("baseline", spec.sweep_points(config), "points", enabled=False)
-    return spec, config, {"accel": "tcg"}, tmp_path, Abort(), {}, progress
+    return ConfigJob(spec, config, {"accel": "tcg"}, tmp_path, Abort(), {}, progress)
 
 
 def test_the_embedded_testbeds_plan_runs_this_machines_checks_and_adds_nothing(monkeypatch):
@@ -56,8 +56,8 @@ def test_the_embedded_testbeds_plan_runs_this_machines_checks_and_adds_nothing(m
 
 
 def test_the_embedded_testbeds_plan_runs_a_configuration_in_namespaces(tmp_path):
-    args = _config_run_args(BaselineSpec(hvs=("kvm",)), tmp_path, "kvm")
-    run = brun.LocalPlan(args[0]).config_run(*args)
+    job = _config_job(BaselineSpec(hvs=("kvm",)), tmp_path, "kvm")
+    run = brun.LocalPlan(job.spec).config_run(job)
     assert type(run) is ConfigRun and run.facts == {"accel": "tcg"}
 
 
@@ -84,8 +84,7 @@ def test_a_labs_plan_adds_the_lab_its_check_and_its_notes_to_meta_json(tmp_path)
 @pytest.mark.parametrize("hv", ["kvm", "none"])
 def test_a_labs_plan_runs_a_configuration_with_its_hypervisors_lab_facts(tmp_path, hv):
     plan = _lab_plan(tmp_path)
-    args = _config_run_args(BaselineSpec(hvs=("none", "kvm")), tmp_path, hv)
-    run = plan.config_run(*args)
+    run = plan.config_run(_config_job(BaselineSpec(hvs=("none", "kvm")), tmp_path, hv))
     assert isinstance(run, LabConfigRun) and run.plan is plan and run.facts == plan.drivers[hv][1]
 
 
@@ -94,17 +93,88 @@ def test_a_configuration_is_run_by_the_plans_config_run(tmp_path):
     made: list[ConfigRun] = []
 
     class Plan(brun.LocalPlan):
-        def config_run(self, *args: Any) -> ConfigRun:
-            made.append(super().config_run(*args))
+        def config_run(self, job: ConfigJob) -> ConfigRun:
+            made.append(super().config_run(job))
             made[-1].execute = lambda: None  # type: ignore[method-assign]
             made[-1].unfinished = lambda: 0  # type: ignore[method-assign]
             return made[-1]
 
-    _, config, facts, _, abort, _, progress = _config_run_args(spec, tmp_path, "kvm")
+    job = _config_job(spec, tmp_path, "kvm")
+    config = job.config
     meta: dict[str, Any] = {"configs": {}}
-    brun._run_config(spec, config, facts, tmp_path, meta, abort, progress, Plan(spec))
+    brun._run_config(spec, config, job.facts, tmp_path, meta, job.abort, job.progress, Plan(spec))
     assert len(made) == 1 and meta["configs"][config.name]["status"] == "completed"
     assert meta["configs"][config.name]["prefix"] == made[0].registry.prefix
+
+
+# ------------------------------------------------------------------ the HV=none routers' start
+
+
+class _DaemonRegistry:
+    """Records what a router registers for the teardown."""
+
+    def __init__(self) -> None:
+        self.added: list[tuple[Any, ...]] = []
+
+    def add_process(self, pid: int, what: str) -> None:
+        self.added.append((pid, what))
+
+    def add_remote(self, role: str, pid: int, starttime: int | None, what: str) -> None:
+        self.added.append((role, pid, starttime, what))
+
+
+class _R1Lab:
+    """A lab as LabNsRouter's constructor reads it."""
+
+    inventory = None
+
+    def run_dir(self) -> str:
+        return "/run/x"
+
+
+def _hv_none_routers(tmp_path: Path) -> list[Any]:
+    from migrate.baseline.labnone import LabNsRouter
+    from migrate.baseline.routers import NsRouter
+
+    lab = LabNsRouter(_R1Lab(), "frr", _DaemonRegistry(), tmp_path)  # type: ignore[arg-type]
+    lab._start_ticks = lambda pid: 7  # type: ignore[method-assign]
+    return [NsRouter(slot(0), "x-RT0", "frr", _DaemonRegistry(), tmp_path), lab]  # type: ignore[arg-type]
+
+
+def test_both_hv_none_routers_adopt_the_chroot_scripts_daemons_and_ready_line(tmp_path):
+    import os
+
+    pid = os.getpid()
+    text = f"booting\nVRMIG-PID {pid} zebra\nVRMIG-READY router=frr version=10.3\n"
+    ns, lab = _hv_none_routers(tmp_path)
+    for r in (ns, lab):
+        r._adopt(text)
+        r._started(0, text, 30.0, lambda: pytest.fail("a router that exited is not stopped"))
+        assert r.ready_line == "VRMIG-READY router=frr version=10.3" and [p for p, _ in r.daemons] == [pid]
+    assert ns.reg.added == [(pid, "router-0-daemon")] and ns.daemons[0][1] is not None
+    assert lab.reg.added == [("R1", pid, 7, "router-none daemon")] and lab.daemons == [(pid, 7)]
+
+
+@pytest.mark.parametrize(
+    ("rc", "text", "ns_error", "lab_error"),
+    [
+        (None, "", "router 0 (HV=none) not ready within 30 s", "the HV=none router on R1 was not ready within 30 s"),
+        (1, "a\nb\nc\nd\n", "router 0 (HV=none) failed to start (status 1): b | c | d",
+         "the HV=none router on R1 failed to start (status 1): b | c | d"),
+        (0, "VRMIG-READY router=frr version=10.3\n",
+         "router 0 (HV=none) is ready but reported no daemon PIDs (VRMIG-PID lines)",
+         "the HV=none router on R1 is ready but reported no daemon PIDs (VRMIG-PID lines)"),
+    ],
+)  # fmt: skip
+def test_a_hv_none_router_that_did_not_start_is_one_error_naming_it(tmp_path, rc, text, ns_error, lab_error):
+    from migrate.core.errors import GuestError
+
+    for r, error in zip(_hv_none_routers(tmp_path), (ns_error, lab_error), strict=True):
+        stopped: list[bool] = []
+        r._adopt(text)
+        with pytest.raises(GuestError) as err:
+            r._started(rc, text, 30.0, lambda s=stopped: s.append(True))
+        assert str(err.value) == error and stopped == ([True] if rc is None else [])
 
 
 # ------------------------------------------------------------------ a point's irtt file
