@@ -508,18 +508,10 @@ def check_hvs(hvs: Sequence[str], where: Where) -> None:
         raise ValueError(f"HVS={','.join(other)} cannot run on a lab (TESTBED=) yet: use HVS={','.join(LAB_HVS)}")
 
 
-def run_chaos(
-    trials: int,
-    seed: int,
-    results: Path,
-    hvs: tuple[str, ...] = ("kvm",),
-    xen_trials: int | None = None,
-    testbed: Path | None = None,
-) -> Totals:
-    """Run ``trials`` trials per HV (``xen_trials`` for xen, default the same); return the
-    overall totals (``per_hv`` totals via :func:`run_chaos_per_hv`)."""
+def overall(per_hv: dict[str, Totals]) -> Totals:
+    """The totals of every HV's trials together (``per_hv``: :func:`run_chaos_per_hv`'s)."""
     total = Totals()
-    for t in run_chaos_per_hv(trials, seed, results, hvs, xen_trials, testbed).values():
+    for t in per_hv.values():
         total.add(t)
     return total
 
@@ -598,9 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"chaos: {err}", file=sys.stderr)
         return 2
-    total = Totals()
-    for t in per_hv.values():
-        total.add(t)
+    total = overall(per_hv)
     for prob in total.problems:
         print(f"  {prob}")
     for hv, t in per_hv.items():
