@@ -20,7 +20,7 @@ from migrate.cli.plot_formats import add_plot_formats_argument, apply_plot_forma
 from migrate.core.atomic import write_text
 from migrate.core.errors import ConfigError, VrmigError
 from migrate.core.rundir import METRICS_PROM, SUMMARY_JSON, read_meta, read_summary
-from migrate.experiment.args import Parser, add_run_arguments, scenario_from_args
+from migrate.experiment.args import Parser, add_run_arguments, add_run_only_arguments, scenario_from_args
 
 log = logging.getLogger("vrmig")
 
@@ -92,12 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_delegate_parsers(sub)
     # run's alone (added after sweep and ab copied run's flags); Make variable METRICS
-    r.add_argument(
-        "--metrics",
-        type=Path,
-        default=None,
-        help="also write the run's OpenMetrics text (its metrics.prom: docs/data-formats.md) to this file",
-    )
+    add_run_only_arguments(r)
     return p
 
 

@@ -624,10 +624,11 @@ DOC_TABLES: dict[str, Callable[[], str]] = {
 }
 
 
-def doc_tables(text: str) -> str:
-    """``text`` (docs/migrate.md) with the sections between the markers of DOC_TABLES made anew
-    from KNOBS; ValueError when a pair of markers is not there exactly once."""
-    for name, table in DOC_TABLES.items():
+def doc_tables(text: str, tables: Mapping[str, Callable[[], str]] | None = None) -> str:
+    """``text`` (docs/migrate.md) with the sections between the markers of ``tables`` (default
+    DOC_TABLES: made from KNOBS) made anew; ValueError when a pair of markers is not there
+    exactly once."""
+    for name, table in (DOC_TABLES if tables is None else tables).items():
         begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
         section = re.compile(f"{re.escape(begin)}\n.*?{re.escape(end)}", re.S)
         if len(section.findall(text)) != 1:
@@ -636,30 +637,38 @@ def doc_tables(text: str) -> str:
     return text
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``docs``: write docs/migrate.md's knob tables from KNOBS (with ``--check``: write nothing,
-    exit 1 if they are not what KNOBS gives)."""
-    p = argparse.ArgumentParser(prog="python -m migrate.core.knobs", description=main.__doc__)
+def docs_command(
+    argv: Sequence[str] | None, prog: str, tables: Mapping[str, Callable[[], str]], what: str, source: str
+) -> int:
+    """``docs``: write the ``what`` tables of docs/migrate.md from ``source`` (``tables``; with
+    ``--check``: write nothing, exit 1 if they are not what ``source`` gives)."""
+    p = argparse.ArgumentParser(prog=prog, description=f"Write docs/migrate.md's {what} tables from {source}.")
     sub = p.add_subparsers(dest="command", required=True)
-    d = sub.add_parser("docs", help="write the knob tables of docs/migrate.md")
+    d = sub.add_parser("docs", help=f"write the {what} tables of docs/migrate.md")
     d.add_argument("--doc", type=Path, default=DOC, help=f"the page (default {DOC})")
     d.add_argument("--check", action="store_true", help="write nothing; exit 1 if the tables are stale")
     a = p.parse_args(argv)
     text = a.doc.read_text()
     try:
-        made = doc_tables(text)
+        made = doc_tables(text, tables)
     except ValueError as err:
         print(f"{a.doc}: {err}", file=sys.stderr)
         return 1
     if a.check:
         if made != text:
-            print(f"{a.doc}: its knob tables are not what KNOBS gives; run python -m migrate.core.knobs docs")
+            print(f"{a.doc}: its {what} tables are not what {source} gives; run {prog} docs")
             return 1
         return 0
     if made != text:
         write_text(a.doc, made)
         print(a.doc)
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``docs``: write docs/migrate.md's knob tables from KNOBS (with ``--check``: write nothing,
+    exit 1 if they are not what KNOBS gives)."""
+    return docs_command(argv, "python -m migrate.core.knobs", DOC_TABLES, "knob", "KNOBS")
 
 
 def label_part(knob: Knob, text: str) -> str:

@@ -1,0 +1,63 @@
+"""The table of ``make migrate``'s variables that are not knobs (migrate.experiment.args.RUN_VARS):
+the flags it makes, the Scenario it builds, and docs/migrate.md's table and list of flags made
+from it."""
+
+import dataclasses
+
+from migrate.cli.main import build_parser
+from migrate.core.knobs import DOC, KNOB_FIELDS
+from migrate.experiment import args
+from migrate.model.scenario import Scenario
+
+#: Scenario fields that no variable of make migrate sets (the router VM's vCPUs are fixed at 1)
+NOT_VARIABLES = {"vcpus"}
+#: set by scenario_from_args from variables whose default depends on HV, or that set two fields
+DERIVED = {"rate_bps", "migrate_timeout_s", "bfd_interval_ms", "bfd_multiplier"}
+
+
+def _subparser(name):
+    sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    return sub.choices[name]
+
+
+def test_every_variable_is_a_flag_of_run_and_the_shared_ones_of_sweep():
+    run = {s for a in _subparser("run")._actions for s in a.option_strings}
+    sweep = {s for a in _subparser("sweep")._actions for s in a.option_strings}
+    assert {v.flag for v in args.RUN_VARS} <= run
+    assert {v.flag for v in args.RUN_VARS_BEFORE_KNOBS + args.RUN_VARS_AFTER_KNOBS} <= sweep
+    assert not {v.flag for v in args.RUN_ONLY_VARS} & sweep
+
+
+def test_the_table_and_scenario_have_the_same_defaults():
+    fields = {f.name: f.default for f in dataclasses.fields(Scenario)}
+    for v in args.RUN_VARS:
+        if v.field_name is not None:
+            assert v.field_name in fields, f"{v.var}: Scenario has no field {v.field_name}"
+            assert v.default == fields[v.field_name], (
+                f"{v.var}: {v.default!r} here, {fields[v.field_name]!r} in Scenario"
+            )
+
+
+def test_every_scenario_field_comes_from_a_variable():
+    """A new Scenario field needs its row in the table (or a knob), so that --help, make and the
+    docs know it."""
+    names = {f.name for f in dataclasses.fields(Scenario)}
+    from_table = {v.field_name for v in args.RUN_VARS if v.field_name is not None}
+    knob_fields = {f.name for f in KNOB_FIELDS}
+    assert names - from_table - knob_fields - DERIVED == NOT_VARIABLES
+
+
+def test_defaults_make_the_default_scenario():
+    a = build_parser().parse_args(["run"])
+    assert args.scenario_from_args(a) == Scenario()
+
+
+def test_docs_tables_are_made_from_the_table(tmp_path):
+    text = DOC.read_text()
+    assert args.main(["docs", "--check"]) == 0, "docs/migrate.md is stale: run python -m migrate.experiment.args docs"
+    stale = tmp_path / "migrate.md"
+    stale.write_text(text.replace("| `MEM` | guest MiB", "| `MEM` | guest KiB"))
+    assert args.main(["docs", "--check", "--doc", str(stale)]) == 1
+    assert args.main(["docs", "--doc", str(stale)]) == 0 and stale.read_text() == text
+    for v in args.RUN_VARS:
+        assert f"| `{v.var}` | {v.doc} | {v.doc_default} |" in text
