@@ -11,20 +11,30 @@ from migrate.cli.main import main
 
 BAD_INPUTS = [
     ("HV", ["run", "--hv", "vmware"]),
+    ("DRIVER", ["run", "--driver", "vmware"]),
     ("MODE", ["run", "--mode", "teleport"]),
     ("RATE", ["run", "--rate", "fast"]),
     ("RATE", ["run", "--rate", "-5M"]),
     ("SIZE", ["run", "--size", "63"]),
     ("SIZE", ["run", "--size", "jumbo"]),
+    ("IP", ["run", "--ip", "5"]),
     ("DURATION", ["run", "--duration", "0"]),
     ("MIGRATE_AT", ["run", "--migrate-at", "30", "--duration", "20"]),
+    ("AFTER", ["run", "--after", "soon"]),
     ("SAMPLE_MS", ["run", "--sample-ms", "0"]),
     ("PROBE_MS", ["run", "--probe-ms", "5000"]),
     ("MEM", ["run", "--mem", "16"]),
     ("ROUTER", ["run", "--router", "quagga"]),
     ("ROUTER", ["run", "--router", "frr@9.1"]),
+    ("NIC", ["run", "--nic", "rtl8139"]),
+    ("ACCEL", ["run", "--accel", "hvf"]),
+    ("GEN", ["run", "--gen", "pktgen"]),
     ("MIGLINK", ["run", "--miglink", "1k"]),
     ("MIGLINK", ["run", "--miglink", "fast"]),
+    ("MIGRATE_TIMEOUT", ["run", "--migrate-timeout", "0"]),
+    ("BOOT_TIMEOUT", ["run", "--boot-timeout", "0"]),
+    ("XEN_MIG_MTU", ["run", "--hv", "xen", "--xen-mig-mtu", "100"]),
+    ("TESTBED", ["run", "--testbed", "no-such-lab.toml"]),
     ("FAULT", ["run", "--fault", "meteor"]),
     ("CRIU_HOST", ["run", "--hv", "criu", "--criu-host", "cloud"]),
     ("CRIU_HOST", ["run", "--hv", "kvm", "--criu-host", "vm"]),
@@ -71,6 +81,11 @@ BAD_INPUTS = [
     ("XBZRLE_CACHE", ["run", "--xbzrle-cache", "64M"]),
     ("CPU_THROTTLE", ["run", "--auto-converge", "1", "--cpu-throttle", "0,10"]),
     ("CPU_THROTTLE", ["run", "--cpu-throttle", "20,10"]),
+    ("XBZRLE", ["run", "--xbzrle", "2"]),
+    ("POSTCOPY", ["run", "--postcopy", "maybe"]),
+    ("ZERO_PAGE", ["run", "--zero-page", "scan"]),
+    ("DIRTY_LIMIT", ["run", "--mode", "stopcopy", "--dirty-limit", "100"]),
+    ("SWITCHOVER_BW", ["run", "--switchover-bandwidth", "fast"]),
     ("QEMU", ["run", "--qemu", "ten"]),
     ("QEMU", ["run", "--qemu", "10.0", "--hv", "criu"]),
     ("QEMU_FIRMWARE", ["run", "--qemu", "10.0", "--qemu-firmware", "/usr/share/qemu"]),
@@ -131,6 +146,23 @@ def test_bad_input_is_one_clear_line(param, argv, capsys, tmp_path, monkeypatch)
     assert _netns() == before
 
 
+#: variables whose refusals are tested elsewhere (docs/bad-input.md "Further refusals")
+TESTED_ELSEWHERE = {
+    "XEN_GUEST": "tests/unit/test_analysis_xen.py",
+    "RESULTS": "the tests below and tests/integration/test_full_disk.py (the matrix gives each row its RESULTS)",
+}
+
+
+def test_every_variable_of_make_migrate_has_a_row():
+    """A variable added to RUN_VARS or KNOBS needs a bad value here (or a test named above)."""
+    from migrate.core.knobs import KNOBS
+    from migrate.experiment.args import RUN_VARS
+
+    have = {p for p, _ in BAD_INPUTS} | set(TESTED_ELSEWHERE)
+    missing = [v for v in [*(r.var for r in RUN_VARS), *(k.var for k in KNOBS)] if v not in have]
+    assert not missing, f"no bad-input row for {missing}"
+
+
 def test_results_dir_that_is_not_ours_is_refused(tmp_path):
     from migrate.core.errors import ConfigError
     from migrate.testbed.results import check_results_root
@@ -162,7 +194,8 @@ def markdown_table() -> str:
         buf = io.StringIO()
         with tempfile.TemporaryDirectory() as d, contextlib.redirect_stderr(buf):
             rc = main([*argv, "--results", f"{d}/results"])
-        rows.append(f"| {param} | `{' '.join(argv[1:]) or argv[0]}` | {buf.getvalue().strip()} ({rc}) |")
+        msg = buf.getvalue().strip().replace(os.getcwd(), "…")  # the page names no checkout's path
+        rows.append(f"| {param} | `{' '.join(argv[1:]) or argv[0]}` | {msg} ({rc}) |")
     return "\n".join(rows)
 
 
