@@ -171,13 +171,13 @@ def _measure(
     """Instruments on, forwarding seen, the migration at MIGRATE_AT (later if a routing session
     that flapped must come up again first), traffic until the end, the verdict."""
     instruments.start()
-    phase.progress.instruments_started(scenario.duration_s, scenario.after_s)
     injector.targets = {**driver.fault_targets(), **fault_actions(tb, instruments)}
     meta["instruments"] = instruments.describe()
     write_meta(run_dir, meta)
 
-    t0 = time.monotonic()
+    t0 = time.monotonic()  # the schedule's start: MIGRATE_AT and DURATION count from here
     instruments.wait_forwarding(timeout_s=min(scenario.migrate_at_s, 10.0) + 5.0)
+    phase.progress.instruments_started(scenario.duration_s, scenario.after_s, at=t0)
     meta["dirty_rate"] = measure_before_migration(
         driver, scenario.dirty_mbps, t0 + scenario.migrate_at_s, lambda t: _sleep_until(t, abort)
     )

@@ -62,11 +62,11 @@ class RunProgress:
         """The run starts: the testbed and the router's boot."""
         self._next()
 
-    def instruments_started(self, duration_s: float, after_s: float) -> None:
-        """The instruments run: the schedule's clock starts (the traffic lasts ``duration_s``, and
-        at least ``after_s`` past the migration's end)."""
+    def instruments_started(self, duration_s: float, after_s: float, at: float | None = None) -> None:
+        """The instruments run and forward: the schedule's clock started ``at`` (default: now; the
+        traffic lasts ``duration_s`` from then, and at least ``after_s`` past the migration's end)."""
         self.duration_s, self.after_s = duration_s, after_s
-        self.t_instruments = self.clock()
+        self.t_instruments = self.clock() if at is None else at
         self._next()
 
     def migrating(self) -> None:

@@ -21,9 +21,11 @@ def test_phases_in_order_with_an_eta_from_the_schedule():
     with RunProgress(clock=clock, stream=out, live=False, enabled=True, min_interval_s=0) as rp:
         assert rp.progress.label == PHASES[0] and rp.eta_s() is None  # the boot's length is unknown
         clock.t += 12.0
-        rp.instruments_started(duration_s=20, after_s=3)
-        assert rp.eta_s() == pytest.approx(20.0)
-        clock.t += 5.0
+        t0 = clock.t  # the schedule starts; forwarding is seen 1 s later
+        clock.t += 1.0
+        rp.instruments_started(duration_s=20, after_s=3, at=t0)
+        assert rp.eta_s() == pytest.approx(19.0)
+        clock.t += 4.0
         rp.migrating()
         assert rp.eta_s() == pytest.approx(15.0)
         clock.t += 14.0  # a migration that ends 1 s before the schedule: AFTER still holds
