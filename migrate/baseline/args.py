@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from migrate.baseline.spec import DEFAULTS, BaselineSpec, spec_from_strings
+from migrate.core.convert import boolean, number, rate
 from migrate.core.errors import ConfigError
-from migrate.experiment.args import boolean, number, rate
 
 # flag -> (spec field, Make variable, default) for the scalar parameters
 SCALARS: dict[str, tuple[str, str, Any]] = {

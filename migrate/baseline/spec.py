@@ -7,10 +7,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
 from typing import Any, TypeVar
 
+from migrate.core.convert import converter
 from migrate.core.errors import ConfigError
 from migrate.core.units import format_rate, parse_rate_bps
-from migrate.experiment.args import converter
-from migrate.model.scenario import Scenario, check_accel, check_mem, check_router_release
+from migrate.model.scenario import check_accel, check_mem, check_router_release
+from migrate.model.variables import default
 
 HVS = ("none", "kvm", "criu", "xen")
 NICS = ("virtio", "e1000")
@@ -98,10 +99,11 @@ class BaselineSpec:
     search: str = "none"
     duration_s: float = 5.0
     load_rate_bps: int = 10_000_000
-    #: the router guest's settings: Scenario's defaults; ACCEL, MEM and a ROUTER release checked as there
-    router: str = Scenario.router
-    accel: str = Scenario.accel
-    mem_mib: int = Scenario.mem_mib
+    #: the router guest's settings, with make migrate's defaults (migrate.model.variables); ACCEL, MEM
+    #: and a ROUTER release checked as Scenario checks them
+    router: str = default("router")
+    accel: str = default("accel")
+    mem_mib: int = default("mem_mib")
     probe_ms: int = 10
     gen_check: bool = True
     ndr_precision: float = 0.05

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from migrate.core.atomic import write_json
+from migrate.core.convert import rate
 from migrate.core.errors import VrmigError
 from migrate.core.rundir import read_summary
-from migrate.experiment.args import rate
 from migrate.experiment.run import run
 from migrate.model.scenario import Scenario
 

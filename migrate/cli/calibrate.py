@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from migrate.core.convert import rate, whole
 from migrate.core.rundir import read_meta
-from migrate.experiment.args import rate, whole
 from migrate.experiment.calibrate import (
     DEFAULT_DURATIONS_MS,
     KINDS,

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from migrate.experiment.args import positive
+from migrate.core.convert import positive
 from migrate.labs.check import DEFAULT_MAX_OFFSET_MS, check_inventory, format_table
 from migrate.testbed.inventory import load
 

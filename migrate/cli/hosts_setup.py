@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from migrate.experiment.args import names
+from migrate.core.convert import names
 from migrate.testbed.inventory import ROLES
 
 

@@ -8,9 +8,10 @@ import argparse
 from pathlib import Path
 
 from migrate.cli.plot_formats import add_plot_formats_argument
+from migrate.core.convert import whole
 from migrate.core.errors import ConfigError, Interrupted
 from migrate.core.units import format_rate
-from migrate.experiment.args import knob_values, scenario_from_args, whole
+from migrate.experiment.args import knob_values, scenario_from_args
 
 
 def _add_campaign_place(p: argparse.ArgumentParser, testbed_help: str) -> None:

@@ -52,6 +52,7 @@ from migrate.experiment.peering import Peers
 from migrate.experiment.place import Embedded, Place, place_for
 from migrate.model.recorder import Recorder
 from migrate.model.scenario import DRIVERS, HVS, Scenario
+from migrate.model.variables import default
 from migrate.testbed.bridgeport import LabPortCut, LabRxPackets, PortCut, RxPackets
 from migrate.testbed.builder import Testbed, new_prefix
 from migrate.testbed.results import check_results_root, new_run_dir
@@ -96,10 +97,11 @@ class CalibrationSpec:
     reps: int = 5
     rate_bps: int = 100_000_000
     frame_bytes: int = 1500
-    #: the router guest's settings: Scenario's defaults, checked by the Scenario of scenario()
-    router: str = Scenario.router
-    accel: str = Scenario.accel
-    mem_mib: int = Scenario.mem_mib
+    #: the router guest's settings, with make migrate's defaults (migrate.model.variables), checked by
+    #: the Scenario of scenario()
+    router: str = default("router")
+    accel: str = default("accel")
+    mem_mib: int = default("mem_mib")
     sample_ms: int = 10
     boot_timeout_s: float = 120.0
     seed: int = 1

@@ -13,6 +13,7 @@ from migrate.core import knobs
 from migrate.core.errors import ConfigError
 from migrate.core.stack import DEFAULT_QEMU, StackError, check_libvirt_spec, check_spec
 from migrate.core.units import format_rate
+from migrate.model.variables import FAULTS, default
 
 HVS = ("kvm", "criu", "openvz", "xen")
 DRIVERS = ("qmp", "libvirt")  # HV=kvm: QEMU over QMP (default) or through libvirt
@@ -20,7 +21,6 @@ MODES = ("precopy", "stopcopy")
 ROUTERS = ("frr", "bird", "xorp")
 ACCELS = ("auto", "kvm", "tcg")
 GENS = ("builtin",)  # make migrate measures with vrgen/vrsink; other backends serve the benchmarks
-FAULTS = ("dst-qemu-dies", "src-qemu-dies", "link-down", "link-cap", "guest-never-ready", "gen-dies", "dst-unplugged")
 XEN_GUESTS = ("pvh", "pv")
 CRIU_HOSTS = ("local", "vm")  # HV=criu: here, or in a VM booting Debian's kernel (migrate/drivers/criu/hostvm.py)
 XEN_PV_REFUSAL = (
@@ -70,56 +70,61 @@ class Scenario:
     whose fields, their order and so ``to_dict()``'s keys are what a class body listing them
     would give (a generated base class would put them first instead, and
     ``dataclasses.make_dataclass`` would need every other field and method handed to it).  Static
-    type checkers do not see these fields."""
+    type checkers do not see these fields.
 
-    hv: str = "kvm"
-    mode: str = "precopy"
+    The other fields take their defaults from the variables of ``make migrate`` that set them
+    (migrate.model.variables.RUN_VARS, :func:`~migrate.model.variables.default`), but for
+    ``vcpus`` (no variable), ``rate_bps`` and ``migrate_timeout_s`` (RATE's and MIGRATE_TIMEOUT's
+    defaults depend on HV) and the BFD fields (BFD sets both)."""
+
+    hv: str = default("hv")
+    mode: str = default("mode")
     rate_bps: int = 100_000_000
-    frame_bytes: int = 1500
-    ip: int = 4
-    duration_s: float = 20.0
-    migrate_at_s: float = 5.0
-    after_s: float = 3.0
-    sample_ms: int = 10
-    probe_ms: int = 10
-    mem_mib: int = 256
+    frame_bytes: int = default("frame_bytes")
+    ip: int = default("ip")
+    duration_s: float = default("duration_s")
+    migrate_at_s: float = default("migrate_at_s")
+    after_s: float = default("after_s")
+    sample_ms: int = default("sample_ms")
+    probe_ms: int = default("probe_ms")
+    mem_mib: int = default("mem_mib")
     vcpus: int = 1
-    router: str = "frr"
-    nic: str = "virtio"
-    accel: str = "auto"
-    gen: str = "builtin"
-    miglink_bps: int | None = None
+    router: str = default("router")
+    nic: str = default("nic")
+    accel: str = default("accel")
+    gen: str = default("gen")
+    miglink_bps: int | None = default("miglink_bps")
     # QEMU's migration knobs' fields follow miglink_bps (knobs.scenario_fields: KNOBS declares them)
     migrate_timeout_s: float = 120.0
-    boot_timeout_s: float = 120.0
-    fault: str | None = None
-    driver: str = "qmp"
-    xen_guest: str = "pvh"  # HV=xen: the domU type (pv is refused: see XEN_PV_REFUSAL)
-    xen_mig_mtu: int = 1500  # HV=xen nested: MTU of the dom0s' migration link NICs
-    criu_host: str = "local"  # HV=criu: "vm" runs the experiment in a VM with a soft-dirty kernel
-    rib_routes: int = 0  # routes held in the router's RIB (ROUTER=bird): routing state to migrate
+    boot_timeout_s: float = default("boot_timeout_s")
+    fault: str | None = default("fault")
+    driver: str = default("driver")
+    xen_guest: str = default("xen_guest")  # HV=xen: the domU type (pv is refused: see XEN_PV_REFUSAL)
+    xen_mig_mtu: int = default("xen_mig_mtu")  # HV=xen nested: MTU of the dom0s' migration link NICs
+    criu_host: str = default("criu_host")  # HV=criu: "vm" runs the experiment in a VM with a soft-dirty kernel
+    rib_routes: int = default("rib_routes")  # routes held in the router's RIB (ROUTER=bird): routing state to migrate
     #: routing sessions between the router and peers on both segments ("" none; any of bgp, ospf,
     #: bfd, with bfd only beside bgp)
-    peering: str = ""
+    peering: str = default("peering")
     bfd_interval_ms: int = 50  # BFD=<interval>x<multiplier>: transmit and receive interval
     bfd_multiplier: int = 3
-    bgp_hold_s: int = 9  # BGP_HOLD: the hold time both sides offer (keepalive = hold / 3)
-    ospf_dead_s: int = 4  # OSPF_DEAD: the router dead interval both sides use (hello = dead / 4)
-    peer_daemon: str = "bird"  # PEER_DAEMON: the peers' routing daemon, bird (BIRD 2) or frr (FRR)
-    dirty_mbps: float | None = None  # DIRTY: the guest dirties memory at this rate (MB/s, MB = 2^20 B)
+    bgp_hold_s: int = default("bgp_hold_s")  # BGP_HOLD: the hold time both sides offer (keepalive = hold / 3)
+    ospf_dead_s: int = default("ospf_dead_s")  # OSPF_DEAD: the router dead interval both sides use (hello = dead / 4)
+    peer_daemon: str = default("peer_daemon")  # PEER_DAEMON: the peers' routing daemon, bird (BIRD 2) or frr (FRR)
+    dirty_mbps: float | None = default("dirty_mbps")  # DIRTY: the guest dirties memory at this rate (MB/s, MB = 2^20 B)
     #: CHURN: B flaps routes at this many route changes per second (0: peers, no flaps; None: off)
-    churn_rps: float | None = None
+    churn_rps: float | None = default("churn_rps")
     #: CRIU_REJOIN_MCAST=1 (HV=criu): after the restore, the driver joins the multicast groups the
     #: restore lost again, on the restored router's own OSPF socket (an intervention, off by default)
-    criu_rejoin_mcast: bool = False
+    criu_rejoin_mcast: bool = default("criu_rejoin_mcast")
     #: QEMU: the QEMU running HV=kvm's router VM (migrate.core.stack; docs/stack.md): None is the
     #: default stack (stack.DEFAULT_QEMU; with DRIVER=libvirt the host's own), else
     #: "system", a release such as "10.0", or the absolute path of a user's own build (not on a lab)
-    qemu: str | None = None
-    qemu_firmware: str | None = None  # QEMU_FIRMWARE: the data directory of a QEMU=<path> build
+    qemu: str | None = default("qemu")
+    qemu_firmware: str | None = default("qemu_firmware")  # QEMU_FIRMWARE: the data directory of a QEMU=<path> build
     #: LIBVIRT: the libvirtd of DRIVER=libvirt (migrate.core.stack): None is the default
     #: (stack.DEFAULT_LIBVIRT, with the default QEMU), "system" the host's (with the host's QEMU), or a release
-    libvirt: str | None = None
+    libvirt: str | None = default("libvirt")
 
     def __post_init__(self) -> None:
         validate(self)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from migrate.cli.main import main
+from migrate.core.convert import names, positive
 from migrate.core.errors import ConfigError
-from migrate.experiment.args import names, positive
 
 
 def test_positive_takes_numbers_above_zero_only():

@@ -1,4 +1,4 @@
-"""The table of ``make migrate``'s variables that are not knobs (migrate.experiment.args.RUN_VARS):
+"""The table of ``make migrate``'s variables that are not knobs (migrate.model.variables.RUN_VARS):
 the flags it makes, the Scenario it builds, and docs/migrate.md's table and list of flags made
 from it."""
 
