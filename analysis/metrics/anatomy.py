@@ -163,6 +163,22 @@ def _phase(key: str, a: Mark, b: Mark) -> Phase:
     return Phase(key, a.key, b.key, span, span, span, res)
 
 
+def _early_first_packet(resume: Mark, lead_ns: int) -> Phase:
+    """The reattachment when the first packet's stamp is ``lead_ns`` before the recorded resume.
+    The router restarted before it forwarded, so the record is late: by no more than its
+    resolution, the reattachment is the bound [0, resolution - lead] (the resume happened at
+    most that resolution before its record); by more, the record cannot place it (absent)."""
+    lead_s = lead_ns / 1e9
+    res = resume.resolution_s
+    if res is not None and lead_s <= res:
+        why = (f"the first packet came {lead_s * 1e3:.3f} ms before the recorded resume ({resume.source}), "
+               f"within that record's resolution ({res * 1e3:.3f} ms): a bound")  # fmt: skip
+        return Phase("reattachment", "vcpu_resume", "first_packet", None, 0.0, res - lead_s, res, why)
+    why = (f"the first packet came {lead_s * 1e3:.1f} ms before the recorded resume ({resume.source}): "
+           "that record is later than the router's restart")  # fmt: skip
+    return Phase("reattachment", "vcpu_resume", "first_packet", None, None, None, None, why)
+
+
 def control_marks(
     control_plane: Mapping[str, Any] | None, since_ns: int | None = None, daemon: str = "bird"
 ) -> list[Mark]:
@@ -322,9 +338,7 @@ def outage_anatomy(
             first = Mark("first_packet", int(row[1]), sink, pkt)
             chain_from = int(row[1])
             if row[1] < r:
-                reattach = Phase("reattachment", "vcpu_resume", "first_packet", None, None, None, None,
-                                 f"the first packet came {(r - row[1]) / 1e6:.1f} ms before the recorded resume "
-                                 f"({resume.source}): that record is later than the router's restart")  # fmt: skip
+                reattach = _early_first_packet(resume, r - int(row[1]))
         elif last_packet_ns < r:  # never back: the outage lasted at least until the generator stopped
             last_before = Mark("last_packet", last_packet_ns, sink, pkt)
             first = Mark("first_packet", None, why_absent="no packet after the resume before the traffic stopped")

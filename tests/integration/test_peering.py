@@ -96,7 +96,9 @@ def test_bgp_and_bfd_through_a_migration(tmp_path, mode):
         assert all(v["gap_ms"] is not None for v in proto["silence_by_peer"].values()), proto
     anatomy = summary["anatomy"]
     phases = anatomy["phases"]
-    assert phases["vcpu_blackout"]["seconds"] > 0 and phases["reattachment"]["seconds"] is not None, phases
+    reattach = phases["reattachment"]  # a point, or [0, x] when the resume's record is late within its resolution
+    assert phases["vcpu_blackout"]["seconds"] > 0, phases
+    assert reattach["seconds"] is not None or reattach["upper_s"] is not None, phases
     assert "  phases [s]" in out and "  timeline [ms]" in out  # the printed anatomy
     marks = {m["key"]: m["t_ns"] for m in anatomy["marks"]}
     if mode == "stopcopy":

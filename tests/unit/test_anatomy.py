@@ -101,6 +101,21 @@ def test_synthetic_first_packet_before_the_recorded_resume_is_not_a_negative_pha
     assert a.phase("outage").seconds == pytest.approx(0.100)
 
 
+def test_synthetic_first_packet_within_the_resumes_resolution_before_it_is_a_bound():
+    """A QMP RESUME stamped 35 us after the first packet (its resolution 264 us; seen in a real
+    stop-and-copy run): the router restarted at most 264 us before the record, so the
+    reattachment is the bound [0, 229 us], not absent and not negative."""
+    resume = am.Mark("vcpu_resume", 1_100 * MS + 35_000, "synthetic QMP RESUME", 0.000264)
+    a = am.outage_anatomy(
+        0, am.Mark("vcpu_stop", 1_000 * MS, "synthetic", 0.0), resume,
+        np.asarray([[990 * MS, 1_100 * MS, 10, 100]], dtype=np.int64), 10_000 * MS, 10_000 * MS, 0.001, 4 * MS,
+    )  # fmt: skip
+    p = a.phase("reattachment")
+    assert p.seconds is None and p.lower_s == 0 and p.upper_s == pytest.approx(0.000229)
+    assert "a bound" in p.why_absent
+    assert a.phase("outage").seconds == pytest.approx(0.110)
+
+
 def test_missing_resume_is_absent_with_its_reason():
     stop, resume = am.blackout_marks("kvm", "qmp", 0, [{"t_ns": 5, "side": "src", "event": "STOP"}])
     assert stop.t_ns == 5 and resume.t_ns is None and "RESUME" in resume.why_absent
