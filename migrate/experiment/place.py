@@ -22,6 +22,8 @@ from migrate.core.registry import Registry
 from migrate.core.stack import DEFAULT_LIBVIRT, DEFAULT_QEMU, LIBVIRT_VERSION_LINE
 from migrate.drivers.base import Driver, load_driver
 from migrate.drivers.kvm.driver import QEMU, check_qemu_knobs
+from migrate.experiment import peering
+from migrate.experiment.instruments import Instruments
 from migrate.model import routing
 from migrate.model.scenario import Scenario
 from migrate.testbed import topology as topo
@@ -159,9 +161,6 @@ def preflight(scenario: Scenario, place: Place) -> tuple[type[Driver], dict[str,
     tools, the driver's dependencies, and the QEMU and libvirt knobs where the router runs.
     Returns the driver class in its form for ``place`` and its facts (versions, accelerator) as
     they hold there."""
-    from migrate.experiment import peering
-    from migrate.experiment.instruments import Instruments
-
     if os.geteuid() != 0:
         raise DependencyError("vrmig must run as root (it creates network namespaces): run it as root")
     Instruments.check(scenario)
