@@ -264,6 +264,26 @@ def span_gen_result(
     )
 
 
+def count_capabilities(
+    *, reordering: bool, ipv6: bool, unpaced: bool, payload_header_bytes: int, notes: str
+) -> Capabilities:
+    """Capabilities of a tool pair that reports counts only: loss, and ``reordering`` if it counts it."""
+    return Capabilities(
+        loss=True,
+        reordering=reordering,
+        duplicates=False,
+        gaps=False,
+        hist_ms=False,
+        owd=False,
+        packet_log=False,
+        kernel_timestamps=False,
+        ipv6=ipv6,
+        unpaced=unpaced,
+        payload_header_bytes=payload_header_bytes,
+        notes=notes,
+    )
+
+
 def count_sink_result(
     *,
     tool: str,

@@ -39,6 +39,7 @@ from crosstraffic.backend import (
     SinkResult,
     TrafficError,
     check_cpu,
+    count_capabilities,
     count_sink_result,
     family_of,
     payload_bytes,
@@ -46,7 +47,6 @@ from crosstraffic.backend import (
     short_decimal,
     span_gen_result,
 )
-from crosstraffic.backends.counts import count_capabilities
 
 TOOL = "ditg"
 SIGNAL_PORT = 9100  # ITGRecv's TCP signalling port (D-ITG's default 9000 is vrmig's traffic port)

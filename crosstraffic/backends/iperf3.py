@@ -28,6 +28,7 @@ from crosstraffic.backend import (
     SinkRequest,
     SinkResult,
     TrafficError,
+    count_capabilities,
     count_sink_result,
     family_of,
     load_json,
@@ -36,7 +37,6 @@ from crosstraffic.backend import (
     short_decimal,
     span_gen_result,
 )
-from crosstraffic.backends.counts import count_capabilities
 
 PAYLOAD_HEADER_BYTES = 16  # iperf3 rejects UDP blocks below 16 B (sec, usec, 64-bit counter)
 TOOL = "iperf3"
