@@ -136,8 +136,8 @@ def plan(spec: BaselineSpec, testbed: Path) -> LabPlan:
     local: dict[str, tuple[type | None, dict[str, Any]]] = {}
     if "none" in spec.hvs:
         local["none"] = (None, {"accel": None, "router": "the router image's tree chrooted on R1 (netns-chroot)"})
+    Instruments.check()
     for hv, s in scenarios.items():
-        Instruments.check(s)
         cls = load_driver(hv, s.driver, lab=True)
         local[hv] = (cls, cls.preflight_start(s))
     check = lab_preflight(inv, testbed)  # every host over SSH: after the checks of this machine

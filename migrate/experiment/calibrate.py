@@ -456,7 +456,7 @@ def dependencies(spec: CalibrationSpec, driver_cls: type[Driver]) -> dict[str, A
 
     if os.geteuid() != 0:
         raise DependencyError("make calibrate must run as root (it creates network namespaces): run it as root")
-    Instruments.check(spec.scenario())
+    Instruments.check()
     peering.check(spec.scenario())
     return driver_cls.preflight(spec.scenario())
 

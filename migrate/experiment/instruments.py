@@ -130,8 +130,8 @@ class Instruments:
         self.t_stop: float | None = None  # monotonic: the last instrument's exit
 
     @staticmethod
-    def check(scenario: Scenario) -> None:
-        """Required binaries exist."""
+    def check() -> None:
+        """The instruments' binaries exist (the same for every scenario)."""
         missing = [str(p.relative_to(REPO)) for p in (VRGEN, VRSINK, VRSAMPLER) if not p.exists()]
         missing += [t for t in ("irtt", "ip") if shutil.which(t) is None]
         if missing:

@@ -163,7 +163,7 @@ def preflight(scenario: Scenario, place: Place) -> tuple[type[Driver], dict[str,
     they hold there."""
     if os.geteuid() != 0:
         raise DependencyError("vrmig must run as root (it creates network namespaces): run it as root")
-    Instruments.check(scenario)
+    Instruments.check()
     peering.check(scenario)
     driver_cls = place.driver(scenario.hv, scenario.driver)
     facts = place.facts(scenario, driver_cls.preflight(scenario))

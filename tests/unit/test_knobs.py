@@ -295,7 +295,7 @@ def test_make_migrate_with_a_knob_the_qemu_lacks_is_one_line_exit_2_nothing_crea
     from migrate.experiment.instruments import Instruments
 
     monkeypatch.setattr(placemod.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(Instruments, "check", staticmethod(lambda _s: None))
+    monkeypatch.setattr(Instruments, "check", staticmethod(lambda: None))
     from migrate.core.stack import QemuBuild
 
     fake = QemuBuild(spec="10.0", argv=("/usr/bin/qemu-system-x86_64",), version="QEMU emulator version 5.0.0 (faked)",
@@ -398,7 +398,7 @@ def test_the_installed_libvirt_refuses_multifd_zstd_before_anything_starts(monke
     if version is None or version >= (9, 4, 0):
         pytest.skip(f"libvirtd {version} has multifd compression")
     monkeypatch.setattr(placemod.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(Instruments, "check", staticmethod(lambda _s: None))
+    monkeypatch.setattr(Instruments, "check", staticmethod(lambda: None))
     argv = ["run", "--driver", "libvirt", "--libvirt", "system", "--multifd", "2", "--multifd-compression", "zstd"]
     assert main([*argv, "--results", str(tmp_path / "results")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

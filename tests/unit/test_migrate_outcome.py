@@ -23,7 +23,9 @@ from migrate.core import registry as regmod
 from migrate.core.errors import Interrupted, MigrationError, TestbedError
 from migrate.core.runctx import record_failure, record_interrupted
 from migrate.drivers.base import MigrationOutcome
+from migrate.experiment import proof as proofmod
 from migrate.experiment import run as runmod
+from migrate.experiment.run_progress import Phase
 from migrate.model.faults import FaultInjector
 from migrate.model.scenario import Scenario
 
@@ -87,13 +89,13 @@ def _after(packets: int, tx_ns: int = T_COMPLETED + 500_000) -> dict[str, Any]:
 
 def _migrate(tmp_path, monkeypatch, driver, instruments, mode="precopy"):
     """Run the migration phase of migrate.experiment.run with fakes; returns (meta, phase)."""
-    monkeypatch.setattr(runmod, "AFTER_MIGRATION_OBSERVE_S", 0.2)
-    monkeypatch.setattr(runmod, "RECOVERY_OBSERVE_S", 0.2)
-    monkeypatch.setattr(runmod, "completion_ns", lambda run_dir, s, returned: (T_COMPLETED, "window end (event)"))
+    monkeypatch.setattr(proofmod, "AFTER_MIGRATION_OBSERVE_S", 0.2)
+    monkeypatch.setattr(proofmod, "RECOVERY_OBSERVE_S", 0.2)
+    monkeypatch.setattr(proofmod, "completion_ns", lambda run_dir, s, returned: (T_COMPLETED, "window end (event)"))
     meta: dict[str, Any] = {"status": "running", "failure": None, "failure_class": None, "hypervisor": {}}
-    phase = runmod.Phase()
+    phase = Phase()
     s = Scenario(mode=mode, rate_bps=instruments.s.rate_bps)
-    runmod._migrate(s, driver, instruments, tmp_path, meta, phase)
+    proofmod.Proof(s, instruments, tmp_path, meta, phase).migrate(driver)
     return meta, phase
 
 
@@ -205,39 +207,39 @@ def _peers_down_for(seconds: float) -> Any:
 def test_forwarding_waits_for_routing_sessions_that_are_down(monkeypatch):
     """The base window (0.2 s) passes while a session is down; the router forwards 0.4 s in,
     0.1 s after the sessions came back: seen, with when they were last down."""
-    monkeypatch.setattr(runmod, "AFTER_MIGRATION_OBSERVE_S", 0.2)
-    monkeypatch.setattr(runmod, "SESSIONS_POLL_S", 0.01)
+    monkeypatch.setattr(proofmod, "AFTER_MIGRATION_OBSERVE_S", 0.2)
+    monkeypatch.setattr(proofmod, "SESSIONS_POLL_S", 0.01)
     down = _peers_down_for(0.3)
-    live = runmod.observe_forwarding(TimedInstruments(0.4), T_COMPLETED, None, down)
+    live = proofmod.observe_forwarding(TimedInstruments(0.4), T_COMPLETED, None, down)
     assert live["seen"] is True and 0.38 <= live["seen_after_s"] < 0.49, live
     assert 0.25 <= live["sessions_down_s"] <= 0.31, live
     # without the sessions' reading the same router is declared not forwarding after 0.2 s
-    live = runmod.observe_forwarding(TimedInstruments(0.4), T_COMPLETED, None, None)
+    live = proofmod.observe_forwarding(TimedInstruments(0.4), T_COMPLETED, None, None)
     assert live["seen"] is False and "sessions_down_s" not in live
 
 
 def test_forwarding_wait_for_sessions_is_bounded_and_named(monkeypatch):
     """Sessions that never come back extend the wait only to SESSIONS_BACK_MAX_S (+ the window)."""
-    monkeypatch.setattr(runmod, "AFTER_MIGRATION_OBSERVE_S", 0.2)
-    monkeypatch.setattr(runmod, "SESSIONS_POLL_S", 0.01)
-    monkeypatch.setattr(runmod, "SESSIONS_BACK_MAX_S", 0.4)
+    monkeypatch.setattr(proofmod, "AFTER_MIGRATION_OBSERVE_S", 0.2)
+    monkeypatch.setattr(proofmod, "SESSIONS_POLL_S", 0.01)
+    monkeypatch.setattr(proofmod, "SESSIONS_BACK_MAX_S", 0.4)
     down = _peers_down_for(1e9)
     t = time.monotonic()
-    live = runmod.observe_forwarding(TimedInstruments(1e9), T_COMPLETED, None, down)
+    live = proofmod.observe_forwarding(TimedInstruments(1e9), T_COMPLETED, None, down)
     assert live["seen"] is False and 0.35 <= live["sessions_down_s"] <= 0.41, live
     assert 0.55 <= time.monotonic() - t < 1.0
 
 
 def test_post_migration_failure_names_the_sessions(tmp_path, monkeypatch):
-    monkeypatch.setattr(runmod, "SESSIONS_POLL_S", 0.01)
-    monkeypatch.setattr(runmod, "SESSIONS_BACK_MAX_S", 0.1)
+    monkeypatch.setattr(proofmod, "SESSIONS_POLL_S", 0.01)
+    monkeypatch.setattr(proofmod, "SESSIONS_BACK_MAX_S", 0.1)
     peers = SimpleNamespace(sessions_up=lambda: None)  # never all up
     inst = FakeInstruments(10_000_000, [_state(_after(0))])
-    monkeypatch.setattr(runmod, "AFTER_MIGRATION_OBSERVE_S", 0.2)
-    monkeypatch.setattr(runmod, "completion_ns", lambda run_dir, s, returned: (T_COMPLETED, "window end (event)"))
+    monkeypatch.setattr(proofmod, "AFTER_MIGRATION_OBSERVE_S", 0.2)
+    monkeypatch.setattr(proofmod, "completion_ns", lambda run_dir, s, returned: (T_COMPLETED, "window end (event)"))
     meta: dict[str, Any] = {"status": "running", "failure": None, "failure_class": None, "hypervisor": {}}
     s = Scenario(mode="precopy", rate_bps=10_000_000)
-    runmod._migrate(s, FakeDriver(MigrationOutcome(completed=True)), inst, tmp_path, meta, runmod.Phase(), peers)
+    proofmod.Proof(s, inst, tmp_path, meta, Phase(), peers).migrate(FakeDriver(MigrationOutcome(completed=True)))
     assert meta["failure_class"] == "post-migration"
     assert "of its routing sessions last seen down" in meta["failure"], meta["failure"]
 
@@ -256,7 +258,7 @@ def test_rate_0_live_readiness_counts_probes_at_d(tmp_path, monkeypatch):
     meta, _ = _migrate(tmp_path, monkeypatch, FakeDriver(MigrationOutcome(completed=True)), inst)
     live = meta["after_migration"]["live"]
     assert meta["after_migration"]["proof"] == "rtt-probes" and inst.after_ns is None
-    assert live["seen"] is True and live["probes_at_D"] >= runmod.PROBES_MIN
+    assert live["seen"] is True and live["probes_at_D"] >= proofmod.PROBES_MIN
 
 
 def test_record_failure_keeps_the_first_failure_and_its_class():
@@ -326,16 +328,16 @@ def test_after_record_from_sink_json(tmp_path):
     last = {"seq": 9000, "tx_ns": T_COMPLETED + 5 * 10**9, "rx_ns": T_COMPLETED + 5 * 10**9 + 70_000}
     sink = {"tool": "vrsink", "after": _after(57), "max_tx": last}  # SYNTHETIC sink.json (the fields used)
     (tmp_path / "sink.json").write_text(json.dumps(sink))
-    rec = runmod.after_record(tmp_path, 10_000_000, T_COMPLETED)
+    rec = proofmod.after_record(tmp_path, 10_000_000, T_COMPLETED)
     assert rec == {
         "first": {"seq": 4242, "sent_ns": T_COMPLETED + 500_000, "received_ns": T_COMPLETED + 580_000},
         "packets": 57,
         "complete": True,
         "last": {"seq": 9000, "sent_ns": last["tx_ns"], "received_ns": last["rx_ns"]},
     }
-    assert runmod.after_record(tmp_path, 10_000_000, T_COMPLETED + 1)["packets"] is None  # another threshold
+    assert proofmod.after_record(tmp_path, 10_000_000, T_COMPLETED + 1)["packets"] is None  # another threshold
     (tmp_path / "sink.json").write_text('{"tool": "vrsink", "pack')  # a sink killed mid-write
-    assert "unreadable" in runmod.after_record(tmp_path, 10_000_000, T_COMPLETED)["error"]
+    assert "unreadable" in proofmod.after_record(tmp_path, 10_000_000, T_COMPLETED)["error"]
 
 
 def test_after_record_rate_0_counts_answered_probes_sent_after(tmp_path):
@@ -345,13 +347,13 @@ def test_after_record_rate_0_counts_answered_probes_sent_after(tmp_path):
     shutil.copy(FIXTURES / "probes" / "irtt_10ms_loss.json.gz", tmp_path / "irtt.json.gz")
     trace = load_irtt(tmp_path / "irtt.json.gz")
     t54 = int(trace.send_ns[trace.seqno == 54][0])
-    rec = runmod.after_record(tmp_path, 0, t54)
+    rec = proofmod.after_record(tmp_path, 0, t54)
     after = trace.send_ns >= t54
     assert rec["sent"] == int(after.sum()) and rec["packets"] == int((after & trace.received).sum())
     first = rec["first"]
     assert first["seq"] > 54 and first["sent_ns"] > t54 and first["received_ns"] > first["sent_ns"]
     assert not trace.received[(trace.seqno >= 54) & (trace.seqno < first["seq"])].any()  # all lost before it
-    assert runmod.after_record(tmp_path, 0, int(trace.send_ns[-1]) + 1) == {"first": None, "packets": 0, "sent": 0}
+    assert proofmod.after_record(tmp_path, 0, int(trace.send_ns[-1]) + 1) == {"first": None, "packets": 0, "sent": 0}
 
 
 def test_confirm_fails_a_run_whose_record_shows_nothing_sent_after(tmp_path):
@@ -360,7 +362,7 @@ def test_confirm_fails_a_run_whose_record_shows_nothing_sent_after(tmp_path):
         "status": "running",
         "after_migration": {"completed_ns": T_COMPLETED, "live": {"seen": True}},
     }
-    runmod._confirm_forwarding(Scenario(rate_bps=10_000_000), tmp_path, meta)
+    proofmod.confirm_forwarding(Scenario(rate_bps=10_000_000), tmp_path, meta)
     assert (meta["status"], meta["failure_class"]) == ("failed", "post-migration")
     assert meta["after_migration"]["forwarding"] is False and "record shows no cross-traffic packet" in meta["failure"]
 
@@ -442,16 +444,16 @@ def test_after_record_on_a_lab_compares_on_the_senders_clocks(tmp_path):
     a_off = -3_000_000  # A's clock 3 ms behind the orchestrator's
     sink = {"tool": "vrsink", "after": {**_after(57), "threshold_ns": T_COMPLETED + a_off}, "max_tx": None}
     (tmp_path / "sink.json").write_text(json.dumps(sink))
-    assert runmod.after_record(tmp_path, 10_000_000, T_COMPLETED, {"A": a_off})["packets"] == 57
-    assert runmod.after_record(tmp_path, 10_000_000, T_COMPLETED)["packets"] is None  # read as if on one clock
+    assert proofmod.after_record(tmp_path, 10_000_000, T_COMPLETED, {"A": a_off})["packets"] == 57
+    assert proofmod.after_record(tmp_path, 10_000_000, T_COMPLETED)["packets"] is None  # read as if on one clock
 
     shutil.copy(FIXTURES / "probes" / "irtt_10ms_loss.json.gz", tmp_path / "irtt.json.gz")
     trace = load_irtt(tmp_path / "irtt.json.gz")
     t54 = int(trace.send_ns[trace.seqno == 54][0])
     c_off = 25_000_000  # C 25 ms ahead: on C's clock the completion is at t54 + 25 ms
-    on_c = runmod.after_record(tmp_path, 0, t54, {"C": c_off})
+    on_c = proofmod.after_record(tmp_path, 0, t54, {"C": c_off})
     assert on_c["sent"] == int((trace.send_ns >= t54 + c_off).sum())
-    assert on_c["sent"] < runmod.after_record(tmp_path, 0, t54)["sent"]
+    assert on_c["sent"] < proofmod.after_record(tmp_path, 0, t54)["sent"]
 
 
 def test_sender_offsets_are_the_lab_hosts_start_offsets():
@@ -474,8 +476,8 @@ def test_sender_offsets_are_the_lab_hosts_start_offsets():
         def offset_ns(self, role):
             return 0, 0
 
-    assert runmod.sender_offsets(Lab()) == {"A": -1234}
-    assert runmod.sender_offsets(Embedded()) == {}
+    assert proofmod.sender_offsets(Lab()) == {"A": -1234}
+    assert proofmod.sender_offsets(Embedded()) == {}
 
 
 def test_a_router_that_crashed_on_r2_after_forwarding_fails_post_migration(tmp_path):
@@ -486,19 +488,19 @@ def test_a_router_that_crashed_on_r2_after_forwarding_fails_post_migration(tmp_p
     meta: dict[str, Any] = {"status": "running", "failure": None, "failure_class": None, "accel": "tcg",
                             "hypervisor": {"qemu": "QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)"},
                             "after_migration": {"forwarding": True}}  # fmt: skip
-    runmod._crashed_after(Scenario(mode="precopy"), tmp_path, meta)
+    proofmod.crashed_after(Scenario(mode="precopy"), tmp_path, meta)
     assert (meta["status"], meta["failure_class"]) == ("failed", "post-migration")
     assert meta["failure"].startswith("the router crashed on R2 after the migration completed: ")
     assert "Kernel panic" in meta["failure"] and "QEMU before 9.0 under TCG" in meta["failure"]
     # stop-and-copy, or a QEMU with the fix: the crash without the pre-copy note
     for s, qemu in ((Scenario(mode="stopcopy"), "version 7.2.22"), (Scenario(mode="precopy"), "version 9.0.0")):
         m = {**meta, "status": "running", "failure": None, "failure_class": None, "hypervisor": {"qemu": qemu}}
-        runmod._crashed_after(s, tmp_path, m)
+        proofmod.crashed_after(s, tmp_path, m)
         assert m["failure_class"] == "post-migration" and "QEMU before 9.0" not in m["failure"], m
     # a clean console: nothing changes
     (tmp_path / "console-R2.log").write_text("[    1.0] VRMIG-READY\n")
     clean = {**meta, "status": "running", "failure": None, "failure_class": None}
-    runmod._crashed_after(Scenario(mode="precopy"), tmp_path, clean)
+    proofmod.crashed_after(Scenario(mode="precopy"), tmp_path, clean)
     assert clean["status"] == "running" and clean["failure"] is None
 
 
@@ -509,15 +511,15 @@ def test_a_router_not_seen_forwarding_after_a_tcg_precopy_names_qemus_bug(tmp_pa
     meta: dict[str, Any] = {"accel": "tcg", "hypervisor": {"qemu": "QEMU emulator version 7.2.22 (Debian)"}}
     live = {"seen": False, "missing": "no cross-traffic packet sent after the completion reached B"}
     (tmp_path / "console-R2.log").write_text("")
-    msg = runmod.not_forwarding_failure(Scenario(mode="precopy"), tmp_path, meta, live)
+    msg = proofmod.not_forwarding_failure(Scenario(mode="precopy"), tmp_path, meta, live)
     assert msg.startswith("the hypervisor reported the migration complete, but the router did not forward from R2 ")
-    assert "crashed" not in msg and runmod.TCG_PRECOPY_BUG not in msg
+    assert "crashed" not in msg and proofmod.TCG_PRECOPY_BUG not in msg
     shutil.copy(FIXTURES / "console" / "kvm_tcg_panic_after_precopy.log", tmp_path / "console-R2.log")
-    msg = runmod.not_forwarding_failure(Scenario(mode="precopy"), tmp_path, meta, {**live, "sessions_down_s": 29.9})
+    msg = proofmod.not_forwarding_failure(Scenario(mode="precopy"), tmp_path, meta, {**live, "sessions_down_s": 29.9})
     assert "of its routing sessions last seen down (29.9 s after" in msg and "the router crashed on R2: " in msg
-    assert msg.endswith(f"({runmod.TCG_PRECOPY_BUG})")
+    assert msg.endswith(f"({proofmod.TCG_PRECOPY_BUG})")
     for s, qemu in ((Scenario(mode="stopcopy"), "version 7.2.22"), (Scenario(mode="precopy"), "version 9.0.0")):
         m = {**meta, "hypervisor": {"qemu": qemu}}
-        assert runmod.TCG_PRECOPY_BUG not in runmod.not_forwarding_failure(s, tmp_path, m, live)
+        assert proofmod.TCG_PRECOPY_BUG not in proofmod.not_forwarding_failure(s, tmp_path, m, live)
     unplugged = Scenario(mode="precopy", fault="dst-unplugged")
-    assert runmod.TCG_PRECOPY_BUG not in runmod.not_forwarding_failure(unplugged, tmp_path, meta, live)
+    assert proofmod.TCG_PRECOPY_BUG not in proofmod.not_forwarding_failure(unplugged, tmp_path, meta, live)

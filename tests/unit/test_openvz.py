@@ -137,7 +137,7 @@ def test_run_hv_openvz_here_is_one_line_exit_3_and_creates_nothing(tmp_path, mon
     if any(sh.which(t) for t in ("vzmigrate", "vzctl", "prlctl")):
         pytest.skip("this machine has OpenVZ/Virtuozzo tools")
     monkeypatch.setattr(os, "geteuid", lambda: 0)  # the root check comes first; it is not what is tested
-    monkeypatch.setattr(migrate.experiment.run.Instruments, "check", staticmethod(lambda _s: None))
+    monkeypatch.setattr(migrate.experiment.run.Instruments, "check", staticmethod(lambda: None))
     netns_before = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
     rc = main(["run", "--hv", "openvz", "--results", str(tmp_path / "results")])
     err = capsys.readouterr().err.strip().splitlines()

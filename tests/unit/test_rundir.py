@@ -294,6 +294,8 @@ def test_the_declaration_names_the_codes_constants():
 #: the modules that write meta.json, and the kind each writes (meta.py and the registry: every run kind)
 WRITERS = {
     "migrate/experiment/run.py": (rd.KIND_MIGRATE,),
+    "migrate/experiment/measure.py": (rd.KIND_MIGRATE,),
+    "migrate/experiment/proof.py": (rd.KIND_MIGRATE,),
     "migrate/drivers/criu/hostvm.py": (rd.KIND_MIGRATE,),
     "migrate/experiment/vm_job.py": (rd.KIND_MIGRATE,),
     "migrate/experiment/calibrate.py": (rd.KIND_CALIBRATE,),
