@@ -79,7 +79,7 @@ def scenario_from_args(a: argparse.Namespace, axes: bool = False) -> Scenario:
         a.migrate_timeout if a.migrate_timeout is not None else (XEN_DEFAULT_MIGRATE_TIMEOUT_S if xen else 120.0)
     )
     bfd = parse_bfd(getattr(a, "bfd", "50x3"))
-    fields = {v.field_name: getattr(a, v.dest, v.default) for v in RUN_VARS if v.field_name is not None}
+    fields = {v.field: getattr(a, v.dest, v.default) for v in RUN_VARS if v.field is not None}
     return Scenario(
         **fields,
         rate_bps=rate_bps,

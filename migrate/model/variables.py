@@ -23,15 +23,15 @@ class RunVar:
     """One variable of ``make migrate`` (its flag of ``vrmig run``; a campaign file's variable of
     the same name) that is not a QEMU knob (those are migrate.core.knobs'): the flag, how a value
     is read (``type``), its default, its help (``--help``, ``make help``), the Scenario field it
-    sets (``field``: "" = the flag's name; None = none: read by
-    migrate.experiment.args.scenario_from_args itself, or not the scenario's), and its row of
-    docs/migrate.md's table of variables (``doc``, ``doc_default``; ``python -m
-    migrate.experiment.args docs`` writes it).  A variable is declared here once."""
+    sets (``field``; None: none, read by migrate.experiment.args.scenario_from_args itself or not
+    the scenario's), and its row of docs/migrate.md's table of variables (``doc``,
+    ``doc_default``; ``python -m migrate.experiment.args docs`` writes it).  A variable is
+    declared here once."""
 
     flag: str
     default: Any = None
     type: Callable[[str], Any] | None = None
-    field: str | None = ""
+    field: str | None = None
     metavar: str | None = None
     help: str = ""
     doc: str = ""
@@ -47,11 +47,6 @@ class RunVar:
         """Its argparse destination."""
         return self.flag.removeprefix("--").replace("-", "_")
 
-    @property
-    def field_name(self) -> str | None:
-        """The Scenario field it sets, or None."""
-        return self.dest if self.field == "" else self.field
-
     def add_to(self, p: argparse.ArgumentParser) -> None:
         """Add its flag to ``p``."""
         extra: dict[str, Any] = {} if self.metavar is None else {"metavar": self.metavar}
@@ -62,6 +57,7 @@ class RunVar:
 RUN_VARS_BEFORE_KNOBS: tuple[RunVar, ...] = (
     RunVar(
         "--hv",
+        field="hv",
         default="kvm",
         help="the router's hypervisor: kvm|criu|xen|openvz",
         doc=(
@@ -74,6 +70,7 @@ RUN_VARS_BEFORE_KNOBS: tuple[RunVar, ...] = (
     ),
     RunVar(
         "--driver",
+        field="driver",
         default="qmp",
         help="how HV=kvm is driven (DRIVER): qmp|libvirt",
         doc=(
@@ -84,6 +81,7 @@ RUN_VARS_BEFORE_KNOBS: tuple[RunVar, ...] = (
     ),
     RunVar(
         "--mode",
+        field="mode",
         default="precopy",
         help="precopy|stopcopy (MODE)",
         doc="`precopy` (QEMU's iterative pre-copy) or `stopcopy` (QMP `stop`, migrate, `cont` on R2, `announce-self`)",
@@ -109,6 +107,7 @@ RUN_VARS_BEFORE_KNOBS: tuple[RunVar, ...] = (
     ),
     RunVar(
         "--ip",
+        field="ip",
         default=4,
         type=whole("IP"),
         help="4|6 for the cross-traffic and probes",
@@ -144,6 +143,7 @@ RUN_VARS_BEFORE_KNOBS: tuple[RunVar, ...] = (
     ),
     RunVar(
         "--sample-ms",
+        field="sample_ms",
         default=10,
         type=whole("SAMPLE_MS"),
         help="interface counter period ms (1-1000)",
@@ -152,6 +152,7 @@ RUN_VARS_BEFORE_KNOBS: tuple[RunVar, ...] = (
     ),
     RunVar(
         "--probe-ms",
+        field="probe_ms",
         default=10,
         type=whole("PROBE_MS"),
         help="RTT probe period ms (1-1000)",
@@ -169,6 +170,7 @@ RUN_VARS_BEFORE_KNOBS: tuple[RunVar, ...] = (
     ),
     RunVar(
         "--router",
+        field="router",
         default="frr",
         help="frr|bird|xorp, or a release: frr@8.4, bird@2.0 (docs/stack.md)",
         doc="`frr` (zebra+staticd), `bird`, or `xorp` (only where installed)",
@@ -176,6 +178,7 @@ RUN_VARS_BEFORE_KNOBS: tuple[RunVar, ...] = (
     ),
     RunVar(
         "--nic",
+        field="nic",
         default="virtio",
         help="virtio|e1000",
         doc="`virtio` or `e1000`",
@@ -183,6 +186,7 @@ RUN_VARS_BEFORE_KNOBS: tuple[RunVar, ...] = (
     ),
     RunVar(
         "--accel",
+        field="accel",
         default="auto",
         help="auto|kvm|tcg",
         doc="`auto` (KVM where usable, else TCG), `kvm`, `tcg`; the one used is in `meta.json`",
@@ -190,6 +194,7 @@ RUN_VARS_BEFORE_KNOBS: tuple[RunVar, ...] = (
     ),
     RunVar(
         "--gen",
+        field="gen",
         default="builtin",
         help="cross-traffic backend",
         doc=(
@@ -231,6 +236,7 @@ RUN_VARS_AFTER_KNOBS: tuple[RunVar, ...] = (
     ),
     RunVar(
         "--xen-guest",
+        field="xen_guest",
         default="pvh",
         help="HV=xen domU type (XEN_GUEST): pvh (pv is refused)",
         doc="`HV=xen`: the domU type; `pvh` (`pv` is refused: Debian's Xen has no shadow paging)",
@@ -238,6 +244,7 @@ RUN_VARS_AFTER_KNOBS: tuple[RunVar, ...] = (
     ),
     RunVar(
         "--xen-mig-mtu",
+        field="xen_mig_mtu",
         default=1500,
         type=whole("XEN_MIG_MTU"),
         help="HV=xen: migration link MTU",
@@ -246,6 +253,7 @@ RUN_VARS_AFTER_KNOBS: tuple[RunVar, ...] = (
     ),
     RunVar(
         "--rib-routes",
+        field="rib_routes",
         default=0,
         type=whole("RIB_ROUTES"),
         help="routes in the router's RIB (bird)",
@@ -259,6 +267,7 @@ RUN_VARS_AFTER_KNOBS: tuple[RunVar, ...] = (
     ),
     RunVar(
         "--peering",
+        field="peering",
         default="",
         help="routing sessions with peers on both segments: bgp, ospf, bfd, comma-separated (bfd with bgp)",
         doc=(
@@ -296,6 +305,7 @@ RUN_VARS_AFTER_KNOBS: tuple[RunVar, ...] = (
     ),
     RunVar(
         "--peer-daemon",
+        field="peer_daemon",
         default="bird",
         help="the peers' routing daemon (PEERING): bird|frr",
         doc=(
@@ -343,6 +353,7 @@ RUN_VARS_AFTER_KNOBS: tuple[RunVar, ...] = (
     ),
     RunVar(
         "--criu-host",
+        field="criu_host",
         default="local",
         help="HV=criu: local, or vm (a VM whose kernel has soft-dirty)",
         doc=(
@@ -353,6 +364,7 @@ RUN_VARS_AFTER_KNOBS: tuple[RunVar, ...] = (
     ),
     RunVar(
         "--criu-rejoin-mcast",
+        field="criu_rejoin_mcast",
         default=False,
         type=boolean("CRIU_REJOIN_MCAST"),
         help="HV=criu: join the multicast groups the restore lost again, on the router's own OSPF socket (0/1)",
@@ -364,6 +376,7 @@ RUN_VARS_AFTER_KNOBS: tuple[RunVar, ...] = (
     ),
     RunVar(
         "--qemu",
+        field="qemu",
         default=None,
         metavar="QEMU",
         help=(
@@ -378,6 +391,7 @@ RUN_VARS_AFTER_KNOBS: tuple[RunVar, ...] = (
     ),
     RunVar(
         "--qemu-firmware",
+        field="qemu_firmware",
         default=None,
         metavar="QEMU_FIRMWARE",
         help="with QEMU=<path>: its data directory",
@@ -386,6 +400,7 @@ RUN_VARS_AFTER_KNOBS: tuple[RunVar, ...] = (
     ),
     RunVar(
         "--libvirt",
+        field="libvirt",
         default=None,
         help="DRIVER=libvirt's libvirtd: system (the host's) or a Debian release (default 11.3)",
         doc=(
@@ -396,6 +411,7 @@ RUN_VARS_AFTER_KNOBS: tuple[RunVar, ...] = (
     ),
     RunVar(
         "--fault",
+        field="fault",
         default=None,
         help="inject a fault (chaos testing): " + ", ".join(FAULTS),
         doc="inject a fault for chaos testing (see [bad-input.md](bad-input.md#faults-fault-used-by-make-chaos))",
@@ -433,6 +449,6 @@ RUN_VARS = RUN_VARS_BEFORE_KNOBS + RUN_VARS_AFTER_KNOBS + RUN_ONLY_VARS
 def default(field: str) -> Any:
     """The default of Scenario field ``field`` as the table declares it."""
     for v in RUN_VARS:
-        if v.field_name == field:
+        if v.field == field:
             return v.default
     raise KeyError(f"no variable sets Scenario.{field}")

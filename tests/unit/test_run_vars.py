@@ -32,10 +32,10 @@ def test_every_variable_is_a_flag_of_run_and_the_shared_ones_of_sweep():
 def test_the_table_and_scenario_have_the_same_defaults():
     fields = {f.name: f.default for f in dataclasses.fields(Scenario)}
     for v in args.RUN_VARS:
-        if v.field_name is not None:
-            assert v.field_name in fields, f"{v.var}: Scenario has no field {v.field_name}"
-            assert v.default == fields[v.field_name], (
-                f"{v.var}: {v.default!r} here, {fields[v.field_name]!r} in Scenario"
+        if v.field is not None:
+            assert v.field in fields, f"{v.var}: Scenario has no field {v.field}"
+            assert v.default == fields[v.field], (
+                f"{v.var}: {v.default!r} here, {fields[v.field]!r} in Scenario"
             )
 
 
@@ -43,7 +43,7 @@ def test_every_scenario_field_comes_from_a_variable():
     """A new Scenario field needs its row in the table (or a knob), so that --help, make and the
     docs know it."""
     names = {f.name for f in dataclasses.fields(Scenario)}
-    from_table = {v.field_name for v in args.RUN_VARS if v.field_name is not None}
+    from_table = {v.field for v in args.RUN_VARS if v.field is not None}
     knob_fields = {f.name for f in KNOB_FIELDS}
     assert names - from_table - knob_fields - DERIVED == NOT_VARIABLES
 
