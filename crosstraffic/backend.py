@@ -67,7 +67,7 @@ class Capabilities:
 
     def min_frame(self, family: int) -> int:
         """Smallest Ethernet frame that carries the tool's payload header."""
-        return max(FRAME_MIN, UDP_OVERHEAD[family] + self.payload_header_bytes)
+        return max(FRAME_MIN, frame_for_payload(self.payload_header_bytes, family))
 
 
 @dataclass(frozen=True)
@@ -328,6 +328,11 @@ def family_of(addr: str) -> int:
 def payload_bytes(frame_bytes: int, family: int) -> int:
     """UDP payload carried by an Ethernet frame of ``frame_bytes``."""
     return frame_bytes - UDP_OVERHEAD[family]
+
+
+def frame_for_payload(payload: int, family: int) -> int:
+    """Ethernet frame bytes that carry a UDP payload of ``payload`` bytes (inverse of :func:`payload_bytes`)."""
+    return payload + UDP_OVERHEAD[family]
 
 
 def short_decimal(x: float, places: int) -> str:

@@ -322,6 +322,11 @@ def describe_metric(records: Sequence[Mapping[str, Any]], name: str, confidence:
     )
 
 
+#: the fields that identify a grid point, in the order of its key (:func:`point_key`); the first
+#: columns of points.csv
+POINT_ID_COLUMNS = ("series", "hv", "accel", "mode", "rate_bps", "frame_bytes", "knobs")
+
+
 @dataclass(frozen=True)
 class PointStats:
     """One grid point: its identity, run counts, failure rate and per-metric statistics.
@@ -365,8 +370,8 @@ class PointStats:
 
     @property
     def key(self) -> tuple[Any, ...]:
-        """(series, hv, accel, mode, rate_bps, frame_bytes, knobs)."""
-        return (self.series, self.hv, self.accel, self.mode, self.rate_bps, self.frame_bytes, self.knobs)
+        """The point's identity, its fields named by :data:`POINT_ID_COLUMNS` in that order."""
+        return tuple(getattr(self, c) for c in POINT_ID_COLUMNS)
 
 
 def _base_key(rec: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -474,14 +479,8 @@ def aggregate_point(key: tuple[Any, ...], records: Sequence[Mapping[str, Any]]) 
     completed = [r for r in records if r.get("status") == "completed"]
     counts = failure_class_counts(records)
     attempts, failed = counts.pop("n_attempts"), counts.pop("n_failed")
-    series, hv, accel, mode, rate_bps, frame, knobs = key
     return PointStats(
-        series=series,
-        hv=hv,
-        accel=accel,
-        mode=mode,
-        rate_bps=rate_bps,
-        frame_bytes=frame,
+        **dict(zip(POINT_ID_COLUMNS, key, strict=True)),
         n_runs=len(records),
         n_completed=len(completed),
         n_attempts=attempts,
@@ -497,7 +496,6 @@ def aggregate_point(key: tuple[Any, ...], records: Sequence[Mapping[str, Any]]) 
         run_ids=tuple(str(r.get("run_id", "")) for r in records),
         dirty_requested_mb_s=_one(r.get("dirty_requested_mb_s") for r in records),
         churn_requested_routes_s=_one(r.get("churn_requested_routes_s") for r in records),
-        knobs=knobs,
         effective={col: _distinct(r.get(col) for r in records) for col in EFFECTIVE_COLUMNS},
     )
 
@@ -534,7 +532,6 @@ def aggregate(records: Iterable[Mapping[str, Any]]) -> list[PointStats]:
     return [aggregate_point(k, groups[k]) for k in sorted(groups, key=_sort_key)]
 
 
-POINT_ID_COLUMNS = ("series", "hv", "accel", "mode", "rate_bps", "frame_bytes", "knobs")
 POINT_COUNT_COLUMNS = (
     "n_runs",
     "n_completed",

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from crosstraffic.backend import (
-    UDP_OVERHEAD,
     Backend,
     GenRequest,
     GenResult,
@@ -42,6 +41,7 @@ from crosstraffic.backend import (
     count_capabilities,
     count_sink_result,
     family_of,
+    frame_for_payload,
     payload_bytes,
     recorded_request,
     short_decimal,
@@ -164,7 +164,7 @@ class DitgBackend(Backend):
         r = recorded_request(self._request, TOOL)
         d = parse_itgdec(stdout)
         payload = _payload(d)
-        frame = payload + UDP_OVERHEAD[r.family] if payload else r.frame_bytes
+        frame = frame_for_payload(payload, r.family) if payload else r.frame_bytes
         dst, port = d.get("to", (r.dst, r.port))
         return span_gen_result(
             tool="ITGSend",
@@ -193,7 +193,7 @@ class DitgBackend(Backend):
             timestamps="user",
             packets=d["packets"],
             bytes=d["bytes"],
-            frame_bytes=payload + UDP_OVERHEAD[fam] if payload else 0,
+            frame_bytes=frame_for_payload(payload, fam) if payload else 0,
             lost=max(0, d["dropped"]),
             reordered=None,
             raw={**d, "times_relative": True},

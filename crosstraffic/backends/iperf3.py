@@ -21,7 +21,6 @@ import ipaddress
 from typing import Any
 
 from crosstraffic.backend import (
-    UDP_OVERHEAD,
     Backend,
     GenRequest,
     GenResult,
@@ -31,6 +30,7 @@ from crosstraffic.backend import (
     count_capabilities,
     count_sink_result,
     family_of,
+    frame_for_payload,
     load_json,
     payload_bytes,
     require,
@@ -106,7 +106,7 @@ class Iperf3Backend(Backend):
         ts = require(start, "test_start", dict, TOOL)
         fam, _local, remote = _endpoints(start)
         payload = require(ts, "blksize", int, TOOL)
-        frame = payload + UDP_OVERHEAD[fam]
+        frame = frame_for_payload(payload, fam)
         s = _sum(d, "sum_sent")
         seconds = float(require(s, "seconds", (int, float), TOOL))
         packets = require(s, "packets", int, TOOL)
@@ -146,7 +146,7 @@ class Iperf3Backend(Backend):
             timestamps="none",
             packets=received,
             bytes=int(s.get("bytes") or received * payload),
-            frame_bytes=payload + UDP_OVERHEAD[fam],
+            frame_bytes=frame_for_payload(payload, fam),
             lost=lost,
             reordered=ooo,
             raw=d,

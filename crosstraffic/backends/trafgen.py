@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 from crosstraffic.backend import (
-    UDP_OVERHEAD,
     Backend,
     GenRequest,
     GenResult,
@@ -255,7 +254,7 @@ class TrafgenBackend(Backend):
             dst=r.dst,
             port=r.port,
             frame_bytes=frame,
-            payload_bytes=frame - UDP_OVERHEAD[r.family],
+            payload_bytes=payload_bytes(frame, r.family),
             requested_bps=r.rate_bps,
             duration_s=r.duration_s,
             start_ns=0,
