@@ -186,25 +186,24 @@ class VmRouter(GuestRouter):
 
     def start(self) -> None:
         """Start QEMU (returns at once; :meth:`wait_ready` observes the boot)."""
+        from migrate.drivers.guest_vm import GuestNic, GuestVm
         from migrate.drivers.kvm.driver import qemu_argv
         from routers.guest import guest_image, kernel_cmdline
 
         image = guest_image(self.profile)
-        argv = qemu_argv(
+        vm = GuestVm(
             name=f"vrmig-{self.prefix}-rt{self.slot.k}",
             accel=self.accel,
             mem_mib=self.mem,
             vcpus=1,
             kernel=image.kernel,
             initrd=image.initrd,
-            append=kernel_cmdline(self.profile, self.slot.router_cidrs("L"), self.slot.router_cidrs("R")),
+            cmdline=kernel_cmdline(self.profile, self.slot.router_cidrs("L"), self.slot.router_cidrs("R")),
             console=self.console,
-            qmp=self.reg.dir / f"qmp-rt{self.slot.k}.sock",
             nic=self.nic,
-            incoming=False,
-            ports=self.ports,
-            qemu=self.qemu,
+            nics=tuple(GuestNic(tap, mac) for tap, mac in self.ports),
         )
+        argv = qemu_argv(vm, qmp=self.reg.dir / f"qmp-rt{self.slot.k}.sock", incoming=False, qemu=self.qemu)
         self.proc = Proc(f"qemu-rt{self.slot.k}", argv, self.reg, self.out, netns=self.r1).start()
 
     def wait_ready(self, timeout_s: float, abort=None) -> None:

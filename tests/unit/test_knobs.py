@@ -448,6 +448,7 @@ def test_dirty_limit_reaches_the_source_with_kvms_dirty_ring_and_is_refused_befo
     """DIRTY_LIMIT (QEMU 8.1's dirty-limit + vcpu-dirty-limit): the capability on both sides, the
     limit on the source, KVM's dirty ring on the command line, refused on an older QEMU and
     outside pre-copy."""
+    from migrate.drivers.guest_vm import GuestVm
     from migrate.drivers.kvm.driver import DIRTY_RING_SIZE, migration_capabilities, migration_parameters, qemu_argv
 
     s = Scenario(vcpu_dirty_limit_mbps=50)
@@ -458,8 +459,8 @@ def test_dirty_limit_reaches_the_source_with_kvms_dirty_ring_and_is_refused_befo
     assert (eff["dirty_limit"], eff["vcpu_dirty_limit_mbps"]) == (True, 50)
     assert knobs.requested_text(s.to_dict()) == "DIRTY_LIMIT=50"
     p = Path("x")
-    argv = qemu_argv(name="n", accel="kvm", mem_mib=256, vcpus=1, kernel=p, initrd=p, append="", console=p, qmp=p,
-                     nic="virtio", incoming=False, dirty_ring=DIRTY_RING_SIZE)  # fmt: skip
+    vm = GuestVm(name="n", accel="kvm", mem_mib=256, vcpus=1, kernel=p, initrd=p, cmdline="", console=p, nic="virtio")
+    argv = qemu_argv(vm, qmp=p, incoming=False, dirty_ring=DIRTY_RING_SIZE)
     assert argv[argv.index("-accel") + 1] == "kvm,dirty-ring-size=4096"
     with pytest.raises(ConfigError, match=r"DIRTY_LIMIT=50 needs QEMU 8\.1 or later \(capability dirty-limit, "
                        r"parameter vcpu-dirty-limit\)"):  # fmt: skip

@@ -1,20 +1,22 @@
 """QEMU command line and accelerator detection (no root, no QEMU started)."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
+from migrate.drivers.guest_vm import GuestVm
 from migrate.drivers.kvm.accel import cpu_flags, detect_accel
 from migrate.drivers.kvm.driver import qemu_argv
 
+VM = GuestVm(
+    name="t", accel="tcg", mem_mib=256, vcpus=1, kernel=Path("/k"), initrd=Path("/i"), cmdline="console=ttyS0",
+    console=Path("/c.log"), nic="virtio",
+)  # fmt: skip
 
-def _argv(**kw):
-    base = dict(
-        name="t", accel="tcg", mem_mib=256, vcpus=1, kernel=Path("/k"), initrd=Path("/i"),
-        append="console=ttyS0", console=Path("/c.log"), qmp=Path("/q.sock"), nic="virtio", incoming=False,
-    )  # fmt: skip
-    base.update(kw)
-    return qemu_argv(**base)
+
+def _argv(incoming=False, **kw):
+    return qemu_argv(dataclasses.replace(VM, **kw), qmp=Path("/q.sock"), incoming=incoming)
 
 
 def test_argv_has_two_nics_with_fixed_macs_and_no_shell():
@@ -78,3 +80,25 @@ def test_settle_returns_at_once_when_figures_are_there():
     drv.qsrc = SimpleNamespace(cmd=lambda name: pytest.fail("no extra query expected"))
     drv.ctx = SimpleNamespace(recorder=SimpleNamespace(sample=lambda *a: None))
     assert drv._settle({"status": "completed", "total-time": 700})["total-time"] == 700
+
+
+def test_qemu_and_libvirt_boot_the_same_guest_from_one_description():
+    """The QMP driver's command line and the libvirt driver's domain XML made from one GuestVm
+    name the same memory, vCPUs, kernel, initrd, command line, console, taps and MACs."""
+    import xml.etree.ElementTree as ET
+
+    from migrate.drivers.guest_vm import GuestNic
+    from migrate.drivers.libvirt.domain_xml import domain_xml
+
+    vm = dataclasses.replace(VM, mem_mib=512, vcpus=2, nics=(GuestNic("tapX", "52:54:00:00:00:0a"),
+                                                             GuestNic("tapY", "52:54:00:00:00:0b")))  # fmt: skip
+    argv = qemu_argv(vm, qmp=Path("/q.sock"), incoming=False)
+    dom = ET.fromstring(domain_xml(vm))
+    assert (argv[argv.index("-m") + 1], argv[argv.index("-smp") + 1]) == (dom.findtext("memory"), dom.findtext("vcpu"))
+    assert (argv[argv.index("-kernel") + 1], argv[argv.index("-initrd") + 1], argv[argv.index("-append") + 1]) == (
+        dom.findtext("os/kernel"), dom.findtext("os/initrd"), dom.findtext("os/cmdline"))  # fmt: skip
+    assert f"path={dom.find('devices/serial/source').get('path')}" in argv[argv.index("-chardev") + 1]
+    nets = [a for a in argv if a.startswith("tap,")]
+    devs = [argv[i + 1] for i, a in enumerate(argv) if a == "-device"]
+    for n, net, dev in zip(dom.findall("devices/interface"), nets, devs, strict=True):
+        assert f"ifname={n.find('target').get('dev')}," in net and f"mac={n.find('mac').get('address')}," in dev

@@ -12,9 +12,10 @@ import pytest
 from migrate.cli.main import build_parser, scenario_from_args
 from migrate.core.errors import ConfigError, DependencyError
 from migrate.drivers.base import load_driver
+from migrate.drivers.guest_vm import GuestVm, router_nics
 from migrate.drivers.libvirt import daemon as lvd
 from migrate.drivers.libvirt import flags as lf
-from migrate.drivers.libvirt.domain_xml import domain_facts, domain_xml, router_nics, with_console
+from migrate.drivers.libvirt.domain_xml import domain_facts, domain_xml, with_console
 from migrate.model.scenario import Scenario
 from migrate.testbed import topology as topo
 from tests.unit._libvirt_binding import assert_binding_has
@@ -25,10 +26,10 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures" / "libvirt"
 def _xml(**kw):
     base = dict(
         name="vrmig-t", accel="tcg", mem_mib=256, vcpus=1, kernel=Path("/g/vmlinuz"), initrd=Path("/g/initrd.img"),
-        cmdline="console=ttyS0 quiet", console=Path("/run/x/console-R1.log"), nic_model="virtio",
+        cmdline="console=ttyS0 quiet", console=Path("/run/x/console-R1.log"), nic="virtio",
     )  # fmt: skip
     base.update(kw)
-    return ET.fromstring(domain_xml(**base))
+    return ET.fromstring(domain_xml(GuestVm(**base)))
 
 
 def test_domain_xml_tcg_boots_the_router_image_with_fixed_macs_on_the_testbed_taps():
@@ -54,13 +55,13 @@ def test_domain_xml_tcg_boots_the_router_image_with_fixed_macs_on_the_testbed_ta
 
 
 def test_domain_xml_kvm_and_e1000():
-    dom = _xml(accel="kvm", nic_model="e1000", vcpus=2, mem_mib=512)
+    dom = _xml(accel="kvm", nic="e1000", vcpus=2, mem_mib=512)
     assert dom.get("type") == "kvm" and dom.find("cpu").get("mode") == "host-passthrough"
     assert {n.find("model").get("type") for n in dom.findall("devices/interface")} == {"e1000"}
     assert dom.findtext("vcpu") == "2" and dom.findtext("memory") == "512"
 
 
-@pytest.mark.parametrize(("kw", "msg"), [({"accel": "hvf"}, "accel"), ({"nic_model": "rtl8139"}, "nic_model")])
+@pytest.mark.parametrize(("kw", "msg"), [({"accel": "hvf"}, "accel"), ({"nic": "rtl8139"}, "NIC model")])
 def test_domain_xml_rejects_unknown_values(kw, msg):
     with pytest.raises(ValueError, match=msg):
         _xml(**kw)

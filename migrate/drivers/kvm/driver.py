@@ -21,6 +21,7 @@ from migrate.core.procs import Proc, ProcessError
 from migrate.core.rundir import console_log
 from migrate.core.stack import QemuBuild, resolve_qemu
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
+from migrate.drivers.guest_vm import GuestNic, GuestVm
 from migrate.drivers.kvm.accel import detect_accel
 from migrate.drivers.kvm.qmp import QMPConnection, QMPError
 from migrate.drivers.stack_resolve import resolve_stack
@@ -40,46 +41,37 @@ NIC_MODELS = {"virtio": "virtio-net-pci", "e1000": "e1000"}
 
 
 def qemu_argv(
+    vm: GuestVm,
     *,
-    name: str,
-    accel: str,
-    mem_mib: int,
-    vcpus: int,
-    kernel: Path,
-    initrd: Path,
-    append: str,
-    console: Path,
     qmp: Path,
-    nic: str,
     incoming: bool,
-    ports: tuple[tuple[str, str], tuple[str, str]] | None = None,
     qemu: Sequence[str] = (QEMU,),
     dirty_ring: int = 0,
 ) -> list[str]:
-    """The QEMU command line (argv, never a shell string).  ``ports``: (tap, MAC) of the left and
-    right NIC; default the testbed's tapL/tapR with the router's fixed MACs.  ``qemu``: the command
-    prefix of the QEMU to run (migrate.core.stack.QemuBuild.argv; default the host's).
-    ``dirty_ring``: KVM's dirty ring of that many entries per vCPU (QEMU's dirty-limit needs it)."""
+    """The QEMU command line of ``vm`` (argv, never a shell string), its QMP socket at ``qmp``.
+    ``qemu``: the command prefix of the QEMU to run (migrate.core.stack.QemuBuild.argv; default
+    the host's).  ``dirty_ring``: KVM's dirty ring of that many entries per vCPU (QEMU's
+    dirty-limit needs it)."""
+    accel = vm.accel
     argv = [
         *qemu,
-        "-name", name,
+        "-name", vm.name,
         "-machine", "q35",
         "-accel", f"{accel},dirty-ring-size={dirty_ring}" if dirty_ring else accel,
         "-cpu", "host" if accel == "kvm" else "qemu64",
-        "-m", str(mem_mib),
-        "-smp", str(vcpus),
+        "-m", str(vm.mem_mib),
+        "-smp", str(vm.vcpus),
         "-nodefaults", "-no-user-config", "-display", "none", "-vga", "none",
         "-msg", "timestamp=on",
-        "-kernel", str(kernel), "-initrd", str(initrd), "-append", append,
-        "-chardev", f"file,id=con,path={console}", "-serial", "chardev:con",
+        "-kernel", str(vm.kernel), "-initrd", str(vm.initrd), "-append", vm.cmdline,
+        "-chardev", f"file,id=con,path={vm.console}", "-serial", "chardev:con",
         "-qmp", f"unix:{qmp},server=on,wait=off",
     ]  # fmt: skip
-    nics = ports or tuple((f"tap{p.segment}", p.mac) for p in topo.ROUTER_PORTS)
-    for segment, (tap, mac) in zip(topo.SEGMENTS, nics, strict=True):
+    for segment, port in zip(topo.SEGMENTS, vm.nics, strict=True):
         nid = f"n{segment}"
         argv += [
-            "-netdev", f"tap,id={nid},ifname={tap},script=no,downscript=no",
-            "-device", f"{NIC_MODELS[nic]},netdev={nid},mac={mac},romfile=",
+            "-netdev", f"tap,id={nid},ifname={port.tap},script=no,downscript=no",
+            "-device", f"{NIC_MODELS[vm.nic]},netdev={nid},mac={port.mac},romfile=",
         ]  # fmt: skip
     if incoming:
         argv += ["-incoming", "defer"]
@@ -296,23 +288,25 @@ class KvmDriver(Driver):
             initrd = self.ctx.registry.dir / "empty-initrd.img"  # fault: no init, the kernel panics
             initrd.write_bytes(b"")
         spec = inv.host(host)
-        ports = tuple((spec.taps[seg], inv.router[seg].mac) for seg in topo.SEGMENTS)
         remote_qmp = tb.out_path(host, self.ctx.registry.dir, f"qmp-{host}.sock")
-        argv = qemu_argv(
+        vm = GuestVm(
             name=f"vrmig-{tb.prefix}-{host}",
             accel=self.accel,
-            dirty_ring=DIRTY_RING_SIZE if s.vcpu_dirty_limit_mbps is not None else 0,
             mem_mib=s.mem_mib,
             vcpus=s.vcpus,
             kernel=kernel,
             initrd=initrd,
-            append=append,
+            cmdline=append,
             console=Path(console),
-            qmp=Path(remote_qmp),
             nic=s.nic,
+            nics=tuple(GuestNic(spec.taps[seg], inv.router[seg].mac) for seg in topo.SEGMENTS),
+        )
+        argv = qemu_argv(
+            vm,
+            qmp=Path(remote_qmp),
             incoming=incoming,
-            ports=ports,  # type: ignore[arg-type]
             qemu=self.qemu_cmd,
+            dirty_ring=DIRTY_RING_SIZE if s.vcpu_dirty_limit_mbps is not None else 0,
         )
         proc = tb.spawn(host, f"qemu-{host}", argv, self.ctx.registry, self.ctx.run_dir, stdout_name=stdout_name)
         tb.forward_qmp(host, qmp_path, remote_qmp, QMP_CONNECT_TIMEOUT_S, proc.alive)

@@ -9,28 +9,13 @@ source after the migration, deleting) its own, so the counter sampler keeps its 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from migrate.testbed import topology as topo
+from migrate.drivers.guest_vm import GuestVm
 
 QEMU_BINARY = "/usr/bin/qemu-system-x86_64"
 NIC_MODELS = {"virtio": "virtio", "e1000": "e1000"}
 TCG_CPU_MODEL = "qemu64"  # as the QMP driver's -cpu qemu64 under TCG
-
-
-@dataclass(frozen=True)
-class GuestNic:
-    """One router NIC: the host tap it uses and the MAC the guest keeps across migration."""
-
-    tap: str
-    mac: str
-
-
-def router_nics() -> tuple[GuestNic, ...]:
-    """The router's NICs in guest order (eth0 left, eth1 right) on the testbed's taps."""
-    return tuple(GuestNic(tap=f"tap{p.segment}", mac=p.mac) for p in topo.ROUTER_PORTS)
 
 
 def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) -> ET.Element:
@@ -40,38 +25,26 @@ def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) ->
     return el
 
 
-def domain_xml(
-    *,
-    name: str,
-    accel: str,
-    mem_mib: int,
-    vcpus: int,
-    kernel: Path,
-    initrd: Path,
-    cmdline: str,
-    console: Path,
-    nic_model: str,
-    nics: Sequence[GuestNic] | None = None,
-    emulator: str = QEMU_BINARY,
-) -> str:
-    """The libvirt domain XML of the router guest.
+def domain_xml(vm: GuestVm, *, emulator: str = QEMU_BINARY) -> str:
+    """The libvirt domain XML of the router guest ``vm``.
 
-    ``accel`` "kvm" gives ``<domain type='kvm'>`` with ``host-passthrough`` CPU, "tcg" gives
+    Accelerator "kvm" gives ``<domain type='kvm'>`` with ``host-passthrough`` CPU, "tcg" gives
     ``<domain type='qemu'>`` with the ``qemu64`` model (what the QMP driver uses).  The serial
-    console goes to ``console`` (a file), where the guest prints its READY marker."""
+    console goes to ``vm.console`` (a file), where the guest prints its READY marker."""
+    accel, nic_model = vm.accel, vm.nic
     if accel not in ("kvm", "tcg"):
         raise ValueError(f"accel must be kvm or tcg, not {accel!r}")
     if nic_model not in NIC_MODELS:
-        raise ValueError(f"nic_model must be one of {', '.join(NIC_MODELS)}, not {nic_model!r}")
+        raise ValueError(f"NIC model must be one of {', '.join(NIC_MODELS)}, not {nic_model!r}")
     dom = ET.Element("domain", type="kvm" if accel == "kvm" else "qemu")
-    _sub(dom, "name", name)
-    _sub(dom, "memory", str(mem_mib), unit="MiB")
-    _sub(dom, "vcpu", str(vcpus))
+    _sub(dom, "name", vm.name)
+    _sub(dom, "memory", str(vm.mem_mib), unit="MiB")
+    _sub(dom, "vcpu", str(vm.vcpus))
     os_el = _sub(dom, "os")
     _sub(os_el, "type", "hvm", arch="x86_64", machine="q35")
-    _sub(os_el, "kernel", str(kernel))
-    _sub(os_el, "initrd", str(initrd))
-    _sub(os_el, "cmdline", cmdline)
+    _sub(os_el, "kernel", str(vm.kernel))
+    _sub(os_el, "initrd", str(vm.initrd))
+    _sub(os_el, "cmdline", vm.cmdline)
     _sub(_sub(dom, "features"), "acpi")
     if accel == "kvm":
         _sub(dom, "cpu", mode="host-passthrough", check="none", migratable="on")
@@ -83,14 +56,14 @@ def domain_xml(
         _sub(dom, event, "destroy")
     dev = _sub(dom, "devices")
     _sub(dev, "emulator", emulator)
-    for nic in nics if nics is not None else router_nics():
+    for nic in vm.nics:
         iface = _sub(dev, "interface", type="ethernet")
         _sub(iface, "mac", address=nic.mac)
         _sub(iface, "target", dev=nic.tap, managed="no")
         _sub(iface, "model", type=NIC_MODELS[nic_model])
         _sub(iface, "rom", enabled="no")
     serial = _sub(dev, "serial", type="file")
-    _sub(serial, "source", path=str(console))
+    _sub(serial, "source", path=str(vm.console))
     _sub(serial, "target", port="0")
     _sub(dev, "controller", type="usb", model="none")
     _sub(_sub(dev, "video"), "model", type="none")

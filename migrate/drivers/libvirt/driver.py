@@ -42,9 +42,10 @@ from migrate.core.stack import (
     resolve_libvirt,
 )
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
+from migrate.drivers.guest_vm import GuestNic, GuestVm
 from migrate.drivers.libvirt import flags as lf
 from migrate.drivers.libvirt.daemon import LabLibvirtd, LabRunLibvirtd, NamespacedLibvirtd
-from migrate.drivers.libvirt.domain_xml import QEMU_BINARY, GuestNic, domain_facts, domain_xml, with_console
+from migrate.drivers.libvirt.domain_xml import QEMU_BINARY, domain_facts, domain_xml, with_console
 from migrate.drivers.stack_resolve import resolve_stack
 from migrate.model import dirty, routing
 from migrate.model.scenario import Scenario
@@ -316,8 +317,7 @@ class LibvirtDriver(Driver):
         r1 = inv.host(topo.HYPERVISOR_HOSTS[0])
         emulator = self._emulator()
         extra = {} if emulator is None else {"emulator": emulator}
-        return domain_xml(
-            **extra,
+        vm = GuestVm(
             name=self.domain,
             accel=self.accel,
             mem_mib=s.mem_mib,
@@ -333,9 +333,10 @@ class LibvirtDriver(Driver):
                 dirty_mb_s=s.dirty_mbps,
             ),
             console=self._console(topo.HYPERVISOR_HOSTS[0]),
-            nic_model=s.nic,
+            nic=s.nic,
             nics=tuple(GuestNic(tap=r1.taps[seg], mac=inv.router[seg].mac) for seg in topo.SEGMENTS),
         )
+        return domain_xml(vm, **extra)
 
     def _qemu(self) -> QemuBuild | None:
         """The QEMU of the preflight's stack (None: no record, the host's)."""

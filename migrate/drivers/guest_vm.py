@@ -1,0 +1,44 @@
+"""The router VM as both of its renderers see it: QEMU's command line
+(:func:`migrate.drivers.kvm.driver.qemu_argv`, the QMP driver and the baseline) and libvirt's
+domain XML (:func:`migrate.drivers.libvirt.domain_xml.domain_xml`) are made from one
+:class:`GuestVm`, so that both drivers boot the same guest: its image and kernel command line,
+memory, vCPUs, NIC model, and fixed MACs on the hypervisor host's taps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from migrate.testbed import topology as topo
+
+
+@dataclass(frozen=True)
+class GuestNic:
+    """One router NIC: the host tap it uses and the MAC the guest keeps across migration."""
+
+    tap: str
+    mac: str
+
+
+def router_nics() -> tuple[GuestNic, ...]:
+    """The router's NICs in guest order (eth0 left, eth1 right) on the testbed's taps."""
+    return tuple(GuestNic(tap=f"tap{p.segment}", mac=p.mac) for p in topo.ROUTER_PORTS)
+
+
+@dataclass(frozen=True)
+class GuestVm:
+    """One router VM: its name, accelerator (kvm or tcg), memory (MiB) and vCPUs, the kernel and
+    initrd it boots with ``cmdline``, the file its serial console writes (where the guest prints
+    its READY marker), its NIC model (``virtio`` or ``e1000``) and its NICs in guest order
+    (default: the testbed's tapL/tapR with the router's fixed MACs)."""
+
+    name: str
+    accel: str
+    mem_mib: int
+    vcpus: int
+    kernel: Path
+    initrd: Path
+    cmdline: str
+    console: Path
+    nic: str
+    nics: tuple[GuestNic, ...] = field(default_factory=router_nics)
