@@ -74,8 +74,8 @@ class Scenario:
 
     The other fields take their defaults from the variables of ``make migrate`` that set them
     (migrate.model.variables.RUN_VARS, :func:`~migrate.model.variables.default`), but for
-    ``vcpus`` (no variable), ``rate_bps`` and ``migrate_timeout_s`` (RATE's and MIGRATE_TIMEOUT's
-    defaults depend on HV) and the BFD fields (BFD sets both)."""
+    ``rate_bps`` and ``migrate_timeout_s`` (RATE's and MIGRATE_TIMEOUT's defaults depend on HV)
+    and the BFD fields (BFD sets both)."""
 
     hv: str = default("hv")
     mode: str = default("mode")
@@ -88,7 +88,7 @@ class Scenario:
     sample_ms: int = default("sample_ms")
     probe_ms: int = default("probe_ms")
     mem_mib: int = default("mem_mib")
-    vcpus: int = 1
+    vcpus: int = default("vcpus")
     router: str = default("router")
     nic: str = default("nic")
     accel: str = default("accel")
@@ -237,6 +237,10 @@ def validate(s: Scenario) -> None:
     _require(1 <= s.probe_ms <= 1000, f"PROBE_MS={s.probe_ms} must be 1-1000 ms")
     check_mem(s.mem_mib)
     _require(1 <= s.vcpus <= 64, f"VCPUS={s.vcpus} must be 1-64")
+    _require(
+        s.vcpus == 1 or s.hv in ("kvm", "xen"),
+        f"VCPUS={s.vcpus} sets a router VM's vCPUs: HV={s.hv} runs the router as a container (use HV=kvm or xen)",
+    )
     _require(s.router_software in ROUTERS, f"ROUTER={s.router!r} is unknown: choose one of {', '.join(ROUTERS)}")
     check_router_release(s.router)
     _require(s.nic in ("virtio", "e1000"), f"NIC={s.nic!r} must be virtio or e1000")

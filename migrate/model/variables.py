@@ -165,8 +165,17 @@ RUN_VARS_BEFORE_KNOBS: tuple[RunVar, ...] = (
         type=whole("MEM"),
         field="mem_mib",
         help="guest MiB",
-        doc="guest MiB (1 vCPU, as in the paper)",
+        doc="guest MiB",
         doc_default="`256`",
+    ),
+    RunVar(
+        "--vcpus",
+        field="vcpus",
+        default=1,
+        type=whole("VCPUS"),
+        help="the router VM's vCPUs, 1-64 (HV=kvm, xen)",
+        doc="the router VM's vCPUs, 1–64 (`HV=kvm`, `HV=xen`; the paper's guest has 1)",
+        doc_default="`1`",
     ),
     RunVar(
         "--router",

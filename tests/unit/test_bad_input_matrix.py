@@ -24,6 +24,8 @@ BAD_INPUTS = [
     ("SAMPLE_MS", ["run", "--sample-ms", "0"]),
     ("PROBE_MS", ["run", "--probe-ms", "5000"]),
     ("MEM", ["run", "--mem", "16"]),
+    ("VCPUS", ["run", "--vcpus", "0"]),
+    ("VCPUS", ["run", "--vcpus", "2", "--hv", "criu"]),
     ("ROUTER", ["run", "--router", "quagga"]),
     ("ROUTER", ["run", "--router", "frr@9.1"]),
     ("NIC", ["run", "--nic", "rtl8139"]),

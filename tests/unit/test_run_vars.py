@@ -10,8 +10,8 @@ from migrate.core.knobs import DOC, KNOB_FIELDS
 from migrate.experiment import args
 from migrate.model.scenario import Scenario
 
-#: Scenario fields that no variable of make migrate sets (the router VM's vCPUs are fixed at 1)
-NOT_VARIABLES = {"vcpus"}
+#: Scenario fields that no variable of make migrate sets
+NOT_VARIABLES: set[str] = set()
 #: set by scenario_from_args from variables whose default depends on HV, or that set two fields
 DERIVED = {"rate_bps", "migrate_timeout_s", "bfd_interval_ms", "bfd_multiplier"}
 
@@ -34,9 +34,7 @@ def test_the_table_and_scenario_have_the_same_defaults():
     for v in args.RUN_VARS:
         if v.field is not None:
             assert v.field in fields, f"{v.var}: Scenario has no field {v.field}"
-            assert v.default == fields[v.field], (
-                f"{v.var}: {v.default!r} here, {fields[v.field]!r} in Scenario"
-            )
+            assert v.default == fields[v.field], f"{v.var}: {v.default!r} here, {fields[v.field]!r} in Scenario"
 
 
 def test_every_scenario_field_comes_from_a_variable():
@@ -79,6 +77,7 @@ DEFAULTS = {
     "SAMPLE_MS": 10,
     "PROBE_MS": 10,
     "MEM": 256,
+    "VCPUS": 1,
     "ROUTER": "frr",
     "NIC": "virtio",
     "ACCEL": "auto",
