@@ -17,9 +17,10 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from migrate.core.procs import with_pdeathsig
 
@@ -27,6 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 BIN_DIR = REPO / "crosstraffic" / "bin"
 NS_PREFIX = "vrt-ct-"
 NEIGH_TIMEOUT_S = 10.0
+REACH_POLL_S = 0.05
 
 
 class RunError(RuntimeError):
@@ -152,6 +154,52 @@ class VethPair:
     b_if: str = "ct1"
 
 
+def _run_in(netns: str, argv: Sequence[str], error: type[Exception], timeout_s: float) -> Finished:
+    """:func:`run` in ``netns``; its failure to finish in time is ``error``."""
+    try:
+        return run(argv, netns=netns, timeout_s=timeout_s)
+    except RunError as e:
+        raise error(str(e)) from None
+
+
+class End(NamedTuple):
+    """One end of a layer-2 test path: its namespace, interface, static addresses and MAC."""
+
+    netns: str
+    ifname: str
+    ipv4: str
+    ipv6: str
+    mac: str
+
+
+def address_ends(a: End, b: End, error: type[Exception] = RunError) -> None:
+    """Set up both ends of one layer-2 path: each interface gets its static addresses (/24, /64
+    without DAD, kept across a link down/up: outage tests) and comes up, and each end holds the
+    other's addresses as permanent neighbours (no ARP/ND queueing at the start or after a link
+    outage).  A failure is ``error``."""
+    for ns, ifname, ipv4, ipv6, _ in (a, b):
+        f = _run_in(ns, ["sysctl", "-qw", f"net.ipv6.conf.{ifname}.keep_addr_on_down=1"], error, 30)
+        if f.returncode != 0:
+            raise error(f"{ns}: keep_addr_on_down: {f.stderr.strip()}")
+        ip("-n", ns, "addr", "add", f"{ipv4}/24", "dev", ifname, error=error)
+        ip("-n", ns, "addr", "add", f"{ipv6}/64", "dev", ifname, "nodad", error=error)
+        ip("-n", ns, "link", "set", ifname, "up", error=error)
+    for (ns, ifname, *_), peer in ((a, b), (b, a)):
+        for addr in (peer.ipv4, peer.ipv6):
+            ip("-n", ns, "neigh", "replace", addr, "lladdr", peer.mac, "dev", ifname, "nud", "permanent", error=error)
+
+
+def wait_reachable(netns: str, dsts: Iterable[str], via: str, error: type[Exception] = RunError) -> None:
+    """Ping each of ``dsts`` from ``netns`` until it replies (IPv6 needs the link to come up first),
+    or raise ``error`` after NEIGH_TIMEOUT_S (``via``: the path, for its message)."""
+    for dst in dsts:
+        deadline = time.monotonic() + NEIGH_TIMEOUT_S
+        while (f := _run_in(netns, ["ping", "-n", "-c", "1", "-W", "1", dst], error, 10)).returncode != 0:
+            if time.monotonic() > deadline:
+                raise error(f"{netns} cannot reach {dst} {via}: {f.stdout.strip()}")
+            time.sleep(REACH_POLL_S)
+
+
 @contextlib.contextmanager
 def veth_pair(tag: str = "") -> Iterator[VethPair]:
     """Create two fresh ``vrt-ct-*`` namespaces joined by a veth pair; always delete them."""
@@ -162,25 +210,12 @@ def veth_pair(tag: str = "") -> Iterator[VethPair]:
         for ns in (p.a, p.b):
             ip("netns", "add", ns)
             created.append(ns)
-        ip("-n", p.a, "link", "add", p.a_if, "type", "veth", "peer", "name", p.b_if, "netns", p.b)
-        for ns, ifname, a4, a6 in ((p.a, p.a_if, p.a4, p.a6), (p.b, p.b_if, p.b4, p.b6)):
             ip("-n", ns, "link", "set", "lo", "up")
-            # keep the static IPv6 address across link down/up (outage tests)
-            run(["sysctl", "-qw", f"net.ipv6.conf.{ifname}.keep_addr_on_down=1"], netns=ns)
-            ip("-n", ns, "addr", "add", f"{a4}/24", "dev", ifname)
-            ip("-n", ns, "addr", "add", f"{a6}/64", "dev", ifname, "nodad")
-            ip("-n", ns, "link", "set", ifname, "up")
-        # Permanent neighbours: no ARP/ND queueing at the start or after a link outage.
-        mac = {ns: link_mac(ns, ifname) for ns, ifname in ((p.a, p.a_if), (p.b, p.b_if))}
-        for ns, ifname, peer, addrs in ((p.a, p.a_if, p.b, (p.b4, p.b6)), (p.b, p.b_if, p.a, (p.a4, p.a6))):
-            for addr in addrs:
-                ip("-n", ns, "neigh", "replace", addr, "lladdr", mac[peer], "dev", ifname, "nud", "permanent")
-        # (IPv6 needs the link to be "ready" first, so retry until a reply or the deadline.)
-        for dst in (p.b4, p.b6):
-            deadline = time.monotonic() + NEIGH_TIMEOUT_S
-            while (f := run(["ping", "-n", "-c", "1", "-W", "1", dst], netns=p.a, timeout_s=10)).returncode != 0:
-                if time.monotonic() > deadline:
-                    raise RunError(f"{p.a} cannot reach {dst} over the veth pair: {f.stdout.strip()}")
+        ip("-n", p.a, "link", "add", p.a_if, "type", "veth", "peer", "name", p.b_if, "netns", p.b)
+        address_ends(
+            End(p.a, p.a_if, p.a4, p.a6, link_mac(p.a, p.a_if)), End(p.b, p.b_if, p.b4, p.b6, link_mac(p.b, p.b_if))
+        )
+        wait_reachable(p.a, (p.b4, p.b6), "over the veth pair")
         yield p
     finally:
         for ns in reversed(created):

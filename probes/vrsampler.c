@@ -36,6 +36,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -249,33 +250,33 @@ static int nl_send(int sock, const struct req_buf *r)
 	return (n == (ssize_t)r->len) ? 0 : -1;
 }
 
+/* The ifindex of both fixed headers parse_stats reads is a 32-bit integer: one read serves both. */
+_Static_assert(sizeof(((struct if_stats_msg *)0)->ifindex) == sizeof(int32_t), "if_stats_msg.ifindex");
+_Static_assert(sizeof(((struct ifinfomsg *)0)->ifi_index) == sizeof(int32_t), "ifinfomsg.ifi_index");
+
 /* Extract ifindex and the 64-bit counters from an RTM_NEWSTATS or RTM_NEWLINK message. */
 static int parse_stats(const struct nlmsghdr *h, int *ifindex, struct rtnl_link_stats64 *st)
 {
 	const unsigned char *p;
-	size_t hdr, len = h->nlmsg_len;
+	/* the fixed header's length, its ifindex's offset and the attribute that holds the counters */
+	size_t hdr, at, len = h->nlmsg_len;
 	unsigned short want;
 	if (h->nlmsg_type == RTM_NEWSTATS) {
-		struct if_stats_msg m;
-		if (len < NLMSG_LENGTH(sizeof m))
-			return -1;
-		memcpy(&m, NLMSG_DATA(h), sizeof m);
-		*ifindex = (int)m.ifindex;
-		hdr = NLMSG_ALIGN(sizeof m);
+		hdr = NLMSG_ALIGN(sizeof(struct if_stats_msg));
+		at = offsetof(struct if_stats_msg, ifindex);
 		want = IFLA_STATS_LINK_64;
 	} else if (h->nlmsg_type == RTM_NEWLINK) {
-		struct ifinfomsg m;
-		if (len < NLMSG_LENGTH(sizeof m))
-			return -1;
-		memcpy(&m, NLMSG_DATA(h), sizeof m);
-		*ifindex = m.ifi_index;
-		hdr = NLMSG_ALIGN(sizeof m);
+		hdr = NLMSG_ALIGN(sizeof(struct ifinfomsg));
+		at = offsetof(struct ifinfomsg, ifi_index);
 		want = IFLA_STATS64;
 	} else {
 		return -1;
 	}
 	if (len < NLMSG_LENGTH(hdr))
 		return -1;
+	int32_t idx;
+	memcpy(&idx, (const unsigned char *)NLMSG_DATA(h) + at, sizeof idx);
+	*ifindex = idx;
 	p = (const unsigned char *)NLMSG_DATA(h) + hdr;
 	size_t rem = len - NLMSG_LENGTH(hdr);
 	while (rem >= sizeof(struct rtattr)) {

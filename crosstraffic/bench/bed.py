@@ -22,16 +22,13 @@ import contextlib
 import functools
 import secrets
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from crosstraffic.runner import ip, link_mac
+from crosstraffic.runner import End, address_ends, ip, link_mac, wait_reachable
 from migrate.core.registry import Registry
 
 NS_PREFIX = "vrt-bt-"
-REACH_TIMEOUT_S = 10.0
-POLL_S = 0.05
 
 
 class BedError(RuntimeError):
@@ -104,17 +101,9 @@ def bridge_bed(rx_cpu: int | None = 1) -> Iterator[BridgeBed]:
             _ip("-n", ns, "link", "set", "lo", "up")
         _ip("-n", sw, "link", "set", "br0", "up")
         bed = BridgeBed(a=a, sw=sw, b=b, a_mac=_mac(a, "eth0"), b_mac=_mac(b, "eth0"), rx_cpu=rx_cpu)
-        for ns, v4, v6 in ((a, bed.a4, bed.a6), (b, bed.b4, bed.b6)):
-            # keep the static IPv6 address across a link down/up (outage tests)
-            r = _in_ns(ns, "sysctl", "-qw", "net.ipv6.conf.eth0.keep_addr_on_down=1")
-            if r.returncode != 0:
-                raise BedError(f"{ns}: keep_addr_on_down: {r.stderr.strip()}")
-            _ip("-n", ns, "addr", "add", f"{v4}/24", "dev", "eth0")
-            _ip("-n", ns, "addr", "add", f"{v6}/64", "dev", "eth0", "nodad")
-            _ip("-n", ns, "link", "set", "eth0", "up")
-        for ns, peer_mac, addrs in ((a, bed.b_mac, (bed.b4, bed.b6)), (b, bed.a_mac, (bed.a4, bed.a6))):
-            for addr in addrs:
-                _ip("-n", ns, "neigh", "replace", addr, "lladdr", peer_mac, "dev", "eth0", "nud", "permanent")
+        address_ends(
+            End(a, bed.a_if, bed.a4, bed.a6, bed.a_mac), End(b, bed.b_if, bed.b4, bed.b6, bed.b_mac), error=BedError
+        )
         for mac, port in ((bed.b_mac, "pB"), (bed.a_mac, "pA")):
             _ip("-n", sw, "link", "set", port, "type", "bridge_slave", "learning", "off")
             r = subprocess.run(
@@ -127,12 +116,7 @@ def bridge_bed(rx_cpu: int | None = 1) -> Iterator[BridgeBed]:
                 raise BedError(f"bridge fdb {mac} {port}: {r.stderr.strip()}")
         if rx_cpu is not None:
             _set_rps(sw, "pA", rx_cpu)
-        for dst in (bed.b4, bed.b6):
-            deadline = time.monotonic() + REACH_TIMEOUT_S
-            while _in_ns(a, "ping", "-n", "-c", "1", "-W", "1", dst).returncode != 0:
-                if time.monotonic() > deadline:
-                    raise BedError(f"{a} cannot reach {dst} through the bridge")
-                time.sleep(POLL_S)  # IPv6 needs the link to come up first: poll until the reply
+        wait_reachable(a, (bed.b4, bed.b6), "through the bridge", error=BedError)
         yield bed
     if reg.teardown_problems:
         raise BedError("; ".join(reg.teardown_problems))

@@ -352,10 +352,15 @@ def knobs_table(points: Sequence[PointStats]) -> rh.Table | None:
 
 def format_knobs(points: Sequence[PointStats]) -> str:
     """:func:`knobs_rows` as plain text for the terminal ("" without knobs)."""
-    header, rows = knobs_rows(points)
+    return _text_table(*knobs_rows(points))
+
+
+def _text_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """``header`` over ``rows`` as plain text for the terminal: left-aligned columns two spaces
+    apart, no trailing blanks ("" without rows)."""
     if not rows:
         return ""
-    cells = [header, *[[str(c) for c in r] for r in rows]]
+    cells = [[str(c) for c in row] for row in (header, *rows)]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
 
@@ -611,12 +616,7 @@ def _cell(p: PointStats, name: str, scale: float) -> str:
 
 def format_timers(records: Sequence[dict[str, Any]]) -> str:
     """:func:`timers_rows` as plain text for the terminal ("" without runs with BFD peers)."""
-    header, rows = timers_rows(records)
-    if not rows:
-        return ""
-    cells = [header, *[[str(c) for c in r] for r in rows]]
-    widths = [max(len(str(row[i])) for row in cells) for i in range(len(header))]
-    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
+    return _text_table(*timers_rows(records))
 
 
 def format_points(points: Sequence[PointStats]) -> str:

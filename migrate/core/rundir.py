@@ -291,6 +291,20 @@ SCENARIO = obj(
 CPU_GROUPS = ("gen", "sink", "sampler", "prober")  # migrate.experiment.instruments.CPU_GROUPS
 
 
+#: the optional keys a migrate and a calibrate run's meta.json share: the same code writes them in
+#: both (the place's lab check, the testbed, the peers, the instruments, the lab, the teardown and
+#: migrate.core.meta's finish)
+EXPERIMENT_OPTIONAL: dict[str, Schema] = {
+    "lab_check": OBJ,
+    "testbed": TESTBED,
+    "peering": obj({"protocols": arr(STR)}),
+    "instruments": OBJ,
+    "lab": OBJ,
+    "teardown_problems": arr(STR),
+    "finished_utc": UTC,
+}
+
+
 def _run_meta(kind: str, required: Mapping[str, Schema], optional: Mapping[str, Schema], classed: bool) -> Schema:
     """A run-like meta.json: the opening keys, then ``required`` and ``optional`` ones (no others),
     and the status rules (``classed``: with the failure class)."""
@@ -307,14 +321,11 @@ META_MIGRATE = _run_meta(
         "clock": CLOCK,
     },
     {
+        **EXPERIMENT_OPTIONAL,
         "criu_host": OBJ,
-        "lab_check": OBJ,
-        "testbed": TESTBED,
         "hypervisor": OBJ,
         "accel": null(STR),
         "stack": obj({"router": obj({"requested": STR})}, {"qemu": OBJ, "libvirt": OBJ}),
-        "peering": obj({"protocols": arr(STR)}),
-        "instruments": OBJ,
         "dirty_rate": OBJ,
         "after_migration": obj(
             {
@@ -330,10 +341,7 @@ META_MIGRATE = _run_meta(
         "instruments_wall_s": null(NUM),
         "instruments_cpu_by_process_s": obj({}, values=null(NUM)),
         "verify": OBJ,
-        "lab": OBJ,
         "churn": OBJ,
-        "teardown_problems": arr(STR),
-        "finished_utc": UTC,
     },
     classed=True,
 )
@@ -348,15 +356,7 @@ META_CALIBRATE = _run_meta(
         "hypervisor": OBJ,
         "accel": null(STR),
     },
-    {
-        "lab_check": OBJ,
-        "testbed": TESTBED,
-        "peering": obj({"protocols": arr(STR)}),
-        "instruments": OBJ,
-        "lab": OBJ,
-        "teardown_problems": arr(STR),
-        "finished_utc": UTC,
-    },
+    EXPERIMENT_OPTIONAL,
     classed=False,
 )
 
