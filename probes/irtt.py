@@ -195,28 +195,50 @@ def wait_irtt_server(
     abort: Callable[[], bool] | None = None,
     poll_s: float = DEFAULT_POLL_S,
 ) -> float:
-    """Wait until a UDP socket is bound to ``addr:port`` inside ``netns`` (None or ``"."``: the
-    current namespace), i.e. the irtt server can receive probes; return the CLOCK_REALTIME
-    seconds it was seen.  Polls ``ss -Hlun`` every ``poll_s``.
+    """:func:`wait_udp_bound` inside ``netns`` on this machine (None or ``"."``: the current
+    namespace)."""
+    prefix = [] if netns in (None, ".") else ["ip", "netns", "exec", str(netns)]
 
-    ``pid`` additionally requires the socket to belong to that process (so a leftover server
+    def ss(argv: list[str]) -> tuple[int, str, str]:
+        res = subprocess.run([*prefix, *argv], capture_output=True, text=True, check=False)
+        return res.returncode, res.stdout, res.stderr
+
+    return wait_udp_bound(ss, addr, port, timeout_s, where=netns or "this namespace", pid=pid, abort=abort,
+                          poll_s=poll_s)  # fmt: skip
+
+
+def wait_udp_bound(
+    ss: Callable[[list[str]], tuple[int, str, str]],
+    addr: str,
+    port: int = DEFAULT_PORT,
+    timeout_s: float = 10.0,
+    *,
+    where: str,
+    pid: int | None = None,
+    abort: Callable[[], bool] | None = None,
+    poll_s: float = DEFAULT_POLL_S,
+) -> float:
+    """Wait until a UDP socket is bound to ``addr:port`` where the irtt server runs, i.e. it can
+    receive probes; return the CLOCK_REALTIME seconds it was seen.  ``ss(argv)`` runs ``ss`` there
+    (a namespace of this machine, a lab host over SSH: ``where`` names it) and returns its exit
+    status, stdout and stderr; ``ss -Hlun`` is polled every ``poll_s``.
+
+    ``pid`` additionally requires the socket to belong to that process there (so a leftover server
     cannot be mistaken for the new one); ``abort()`` returning True (e.g. the server process
     exited: irtt exits 1 when it cannot bind) stops the wait with RuntimeError.
     Raises TimeoutError when nothing is bound within ``timeout_s``.
     """
     want = (_ip(addr.strip().strip("[]"), addr), _port(port, addr))
     cmd = ["ss", "-Hlun"] + (["-p"] if pid is not None else []) + [f"sport = :{port}"]
-    if netns not in (None, "."):
-        cmd = ["ip", "netns", "exec", str(netns), *cmd]
     deadline = time.monotonic() + timeout_s
     last_err = ""
     while True:
-        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if res.returncode == 0:
-            if _ss_has_socket(res.stdout, want, pid):
+        rc, out, err = ss(cmd)
+        if rc == 0:
+            if _ss_has_socket(out, want, pid):
                 return time.time()
         else:
-            last_err = res.stderr.strip()
+            last_err = err.strip()
         if abort is not None and abort():
             raise RuntimeError(f"irtt server gone before listening on {join_host_port(*want)}")
         if time.monotonic() > deadline:
@@ -224,8 +246,7 @@ def wait_irtt_server(
             if pid is not None:
                 detail = f" by pid {pid}{detail}"
             raise TimeoutError(
-                f"irtt server not listening on {join_host_port(*want)} in {netns or 'this namespace'} "
-                f"within {timeout_s:.1f} s{detail}"
+                f"irtt server not listening on {join_host_port(*want)} in {where} within {timeout_s:.1f} s{detail}"
             )
         time.sleep(poll_s)
 

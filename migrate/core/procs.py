@@ -176,6 +176,16 @@ class Proc:
                 raise ProcessError(f"{self.what} did not print {marker!r} within {timeout_s:.0f} s")
             time.sleep(POLL_S)
 
+    @property
+    def host_pid(self) -> int:
+        """Its PID on the host it runs on (this machine's; a helper on another host: its PID there)."""
+        return self.pid
+
+    def started(self) -> Proc:
+        """Itself: a child of this machine has its PID recorded once :meth:`start` returns (a
+        helper on another host learns its PID there later, and overrides this)."""
+        return self
+
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> int | None:
         """Send ``sig`` and wait for exit (SIGKILL after ``timeout_s``); return the exit status."""
         if self.popen is None:

@@ -179,7 +179,7 @@ class Instruments:
 
         server = self._start("irtt-server", server_argv(f"{self._dst('D')}:{IRTT_PORT}"), "D")
         self.tb.wait_udp_bound(
-            "D", self._dst("D"), IRTT_PORT, READY_TIMEOUT_S, abort=lambda: not server.alive(), pid=server.pid
+            "D", self._dst("D"), IRTT_PORT, READY_TIMEOUT_S, abort=lambda: not server.alive(), pid=server.host_pid
         )
         from probes.sampler import sampler_argv
 
@@ -189,8 +189,7 @@ class Instruments:
             self._start(what, argv, role, wait=False)  # a lab's samplers start together
         for what, p in self.procs.items():
             if what.startswith("sampler"):
-                if hasattr(p, "started"):
-                    p.started()
+                p.started()
                 p.wait_for("READY", READY_TIMEOUT_S)
         from probes.irtt import client_argv
 

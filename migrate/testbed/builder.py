@@ -3,6 +3,7 @@ before it is created, so teardown (and ``clean-testbed`` after a crash) removes 
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 import shutil
@@ -116,11 +117,15 @@ class Testbed:
         abort: Callable[[], bool] | None = None,
         pid: int | None = None,
     ) -> None:
-        """Wait until a UDP socket (of process ``pid``, if given) is bound to ``addr:port`` in
-        ``role``'s namespace (``ss``, probes.irtt.wait_irtt_server)."""
-        from probes.irtt import wait_irtt_server
+        """Wait until a UDP socket (of process ``pid`` on ``role``'s host, if given: ``Proc.host_pid``)
+        is bound to ``addr:port`` on ``role``'s host (``ss`` by :meth:`run`: probes.irtt.wait_udp_bound)."""
+        from probes.irtt import wait_udp_bound
 
-        wait_irtt_server(self.ns(role), addr, port, timeout_s, pid=pid, abort=abort)
+        def ss(argv: list[str]) -> tuple[int, str, str]:
+            res = self.run(role, argv)
+            return res.returncode, res.stdout.decode(errors="replace"), res.stderr.decode(errors="replace")
+
+        wait_udp_bound(ss, addr, port, timeout_s, where=role, pid=pid, abort=abort)
 
     def write_atomic(self, role: str, path: str, data: bytes) -> None:
         """Replace the file ``path`` that a helper on ``role`` reads (it polls it) in one step."""
@@ -186,9 +191,16 @@ class Testbed:
         stdout_name: str | None = None,
         wait: bool = True,
     ) -> Proc:
-        """Start ``argv`` in ``role``'s namespace (output in ``out_dir``; ``wait`` is for lab
-        hosts, where starting takes a round trip)."""
-        return Proc(what, argv, registry, out_dir, netns=self.ns(role), stdout_name=stdout_name).start()
+        """Start ``argv`` on ``role``'s host (output in ``out_dir``) and return once its PID is
+        recorded; ``wait=False``: at once where that takes a round trip (a lab host), and the
+        caller then calls ``started()``, so that several start together."""
+        p = self.proc_kind(role)(what, argv, registry, out_dir, stdout_name=stdout_name).start()
+        return p.started() if wait else p
+
+    def proc_kind(self, role: str) -> Callable[..., Proc]:
+        """How a process on ``role``'s host is made (Proc's arguments after ``netns``): a child of
+        this machine in ``role``'s namespace."""
+        return functools.partial(Proc, netns=self.ns(role))
 
     def out_path(self, role: str, run_dir: Path, name: str, unique: str | None = None) -> str:
         """Where a helper running on ``role`` writes the file ``name``: the results directory

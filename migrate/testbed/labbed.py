@@ -12,9 +12,11 @@ per-host counter files are merged onto the orchestrator's clock with them
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -168,6 +170,13 @@ class RemoteProc(Proc):
         self.remote_start: int | None = None
         self.stdin_pipe = True  # the guard's lifeline: EOF stops the helper
 
+    @property
+    def host_pid(self) -> int:
+        """The helper's PID on its host (known once :meth:`started` returned)."""
+        if self.remote_pid is None:
+            raise ProcessError(f"{self.what}: its PID on {self.host.role} is not known before started()")
+        return self.remote_pid
+
     def started(self, timeout_s: float = STARTED_TIMEOUT_S) -> RemoteProc:
         """Wait for the guard's first line; record the helper's (host, PID, start time)."""
         self.wait_for("vrmig-guard: pid=", timeout_s)
@@ -314,21 +323,9 @@ class LabBed(Testbed):
 
         return [p for p in self.each(rm).values() if p]
 
-    def spawn(
-        self,
-        role: str,
-        what: str,
-        argv: list[str],
-        registry: Registry,
-        out_dir: Path,
-        stdout_name: str | None = None,
-        wait: bool = True,
-    ) -> Proc:
-        """Start ``argv`` on ``role``'s host under the guard; return once its PID is recorded
-        (``wait=False``: at once; the caller then calls ``started()``)."""
-        p = RemoteProc(what, argv, registry, out_dir, self.hosts[role], f"{self.run_dir()}/guard", stdout_name)
-        p.start()
-        return p.started() if wait else p
+    def proc_kind(self, role: str) -> Callable[..., Proc]:
+        """A helper on ``role``'s host under the guard (:class:`RemoteProc`)."""
+        return functools.partial(RemoteProc, host=self.hosts[role], state_dir=f"{self.run_dir()}/guard")
 
     def out_path(self, role: str, run_dir: Path, name: str, unique: str | None = None) -> str:
         """The file ``unique`` (if given, else ``name``) in the run's one directory on ``role``'s
@@ -379,31 +376,11 @@ class LabBed(Testbed):
         return res.stdout if res.returncode == 0 else None
 
     def write_atomic(self, role: str, path: str, data: bytes) -> None:
-        """Write ``path`` on ``role``'s host so that a reader never sees it half-written."""
-        self.hosts[role].put(data, f"{path}.tmp")
-        self.hosts[role].run(["mv", "-f", f"{path}.tmp", path])
-
-    def wait_udp_bound(
-        self,
-        role: str,
-        addr: str,
-        port: int,
-        timeout_s: float,
-        abort: Callable[[], bool] | None = None,
-        pid: int | None = None,
-    ) -> None:
-        """Wait until a UDP socket is bound to ``addr:port`` on ``role``'s host (``ss``)."""
-        want = f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
-        deadline = time.monotonic() + timeout_s
-        while True:
-            out = self.hosts[role].run(["ss", "-Hlun"], check=False).stdout.decode(errors="replace")
-            if any(len(f := ln.split()) >= 4 and f[3] == want for ln in out.splitlines()):
-                return
-            if abort and abort():
-                raise ProcessError(f"the UDP server on {role} exited before binding {want}")
-            if time.monotonic() > deadline:
-                raise ProcessError(f"nothing bound {want} on {role} within {timeout_s:.0f} s")
-            time.sleep(POLL_S)
+        """Write ``path`` on ``role``'s host so that a reader never sees it half-written (a
+        temporary name of its own beside it, then renamed: two writers never share one)."""
+        tmp = f"{path}.{secrets.token_hex(4)}.tmp"
+        self.hosts[role].put(data, tmp)
+        self.hosts[role].run(["mv", "-f", tmp, path])
 
     def udp_in_datagrams(self, role: str, proc: Proc) -> int | None:
         """``Udp: InDatagrams`` of the network namespace of a helper on ``role``'s host."""
