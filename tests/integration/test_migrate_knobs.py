@@ -55,9 +55,11 @@ def _multifd_bytes(run_dir: Path) -> int:
 
 
 def test_multifd_and_downtime_limit_are_effective_on_both_sides(tmp_path, no_leftovers):
+    """Also VCPUS=2: a two-vCPU router, as QEMU reports it, through the same migration."""
     _ready()
-    run_dir, meta = _run(tmp_path, multifd_channels=2, downtime_limit_ms=50)
+    run_dir, meta = _run(tmp_path, multifd_channels=2, downtime_limit_ms=50, vcpus=2)
     _completed_and_forwarding(meta)
+    assert meta["scenario"]["vcpus"] == meta["hypervisor"]["vcpus"] == 2
     assert meta["scenario"]["multifd_channels"] == 2 and meta["scenario"]["downtime_limit_ms"] == 50
     eff = meta["hypervisor"]["knobs_effective"]
     assert (eff["multifd"], eff["multifd_channels"], eff["downtime_limit_ms"]) == (True, 2, 50), eff

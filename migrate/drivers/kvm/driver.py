@@ -420,6 +420,7 @@ class KvmDriver(Driver):
             migrate_parameters=self.qsrc.cmd("query-migrate-parameters"),
             migrate_capabilities=self.qsrc.cmd("query-migrate-capabilities"),
             qmp_version=self.qsrc.version,
+            vcpus=len(self.qsrc.cmd("query-cpus-fast")),  # the guest's vCPUs as QEMU runs them (VCPUS=)
         )
         d["knobs_effective"] = knobs.effective(
             d["migrate_parameters"], d["migrate_capabilities"],
