@@ -32,8 +32,9 @@ RETRIES: list[tuple[str, str, str]] = []
 def report_retry(cause: str, where: Path | str) -> None:
     """Record (and print, into the test's captured output) that the running test retries after
     ``cause``, a narrowly identified fault of another project's code: the only way a test may
-    retry.  No test retries today (the QEMU 7.2 TCG pre-copy page loss was the last cause, and no
-    run of the suite's default stack meets it); the summary says ``retries: 0``."""
+    retry.  The one cause today: nested Xen's libxc save-side fault under TCG
+    (tests/integration/_runs.py ``nested_xen_save_fault``), once per HV=xen run; the summary
+    counts the retries by cause (``retries: 0`` when none)."""
     test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" (", 1)[0]
     RETRIES.append((test, cause, str(where)))
     print(f"RETRY {test}: once more after {cause} ({where})", file=sys.stderr)
