@@ -35,6 +35,14 @@ from migrate.model.scenario import Scenario
 log = logging.getLogger(__name__)
 
 
+RECOVERY_OBSERVE_S = 3.0
+AFTER_MIGRATION_OBSERVE_S = 10.0
+SESSIONS_BACK_MAX_S = 30.0  # after the completion: how long a routing session may stay down
+SESSIONS_POLL_S = 0.25  # reading the peers' logs (parsed whole) is slower than the sink's state
+OBSERVE_POLL_S = 0.01
+PROBES_MIN = 3  # RATE=0: probes that must reach D to call the router ready
+
+
 #: QEMU before 9.0 under TCG loses pages the guest writes during pre-copy (docs/migrate.md)
 TCG_PRECOPY_BUG = (
     "QEMU before 9.0 under TCG loses pages written during pre-copy (fixed by QEMU commit 03bfc2188f; "
@@ -81,14 +89,6 @@ def crashed_after(scenario: Scenario, run_dir: Path, meta: dict[str, Any]) -> No
     msg = f"the router crashed on R2 after the migration completed: {crash}" + _tcg_precopy_note(scenario, meta, crash)
     record_failure(meta, POST_MIGRATION, msg)
     log.error("%s", msg)
-
-
-RECOVERY_OBSERVE_S = 3.0
-AFTER_MIGRATION_OBSERVE_S = 10.0
-SESSIONS_BACK_MAX_S = 30.0  # after the completion: how long a routing session may stay down
-SESSIONS_POLL_S = 0.25  # reading the peers' logs (parsed whole) is slower than the sink's state
-OBSERVE_POLL_S = 0.01
-PROBES_MIN = 3  # RATE=0: probes that must reach D to call the router ready
 
 
 def completion_ns(run_dir: Path, scenario: Scenario, returned_ns: int) -> tuple[int, str]:
