@@ -2,7 +2,11 @@
 (:func:`migrate.drivers.kvm.driver.qemu_argv`, the QMP driver and the baseline) and libvirt's
 domain XML (:func:`migrate.drivers.libvirt.domain_xml.domain_xml`) are made from one
 :class:`GuestVm`, so that both drivers boot the same guest: its image and kernel command line,
-memory, vCPUs, NIC model, and fixed MACs on the hypervisor host's taps."""
+memory, vCPUs, NIC model, and fixed MACs on the hypervisor host's taps.
+
+The boot medium is either the suite's own kernel and initrd (``kernel``/``initrd``/``cmdline``)
+or disks (``disks``: a router image the suite did not build, booted by the firmware; a profile
+file names it, :mod:`routers.profile_file`)."""
 
 from __future__ import annotations
 
@@ -25,20 +29,45 @@ def router_nics() -> tuple[GuestNic, ...]:
     return tuple(GuestNic(tap=f"tap{p.segment}", mac=p.mac) for p in topo.ROUTER_PORTS)
 
 
+DISK_FORMATS = ("qcow2", "raw")
+
+
+@dataclass(frozen=True)
+class GuestDisk:
+    """One virtio disk of the router VM: the image file as the hypervisor host sees it, its
+    format (qcow2 or raw), and whether the guest may write it (a NoCloud seed is read-only)."""
+
+    path: Path
+    format: str
+    readonly: bool = False
+
+    def __post_init__(self) -> None:
+        if self.format not in DISK_FORMATS:
+            raise ValueError(f"disk format must be one of {', '.join(DISK_FORMATS)}, not {self.format!r}")
+
+
 @dataclass(frozen=True)
 class GuestVm:
     """One router VM: its name, accelerator (kvm or tcg), memory (MiB) and vCPUs, the kernel and
-    initrd it boots with ``cmdline``, the file its serial console writes (where the guest prints
-    its READY marker), its NIC model (``virtio`` or ``e1000``) and its NICs in guest order
-    (default: the testbed's tapL/tapR with the router's fixed MACs)."""
+    initrd it boots with ``cmdline`` (None, None, "": it boots from ``disks`` instead, the first
+    one through the BIOS), the file its serial console writes (where the guest prints its READY
+    marker), its NIC model (``virtio`` or ``e1000``) and its NICs in guest order (default: the
+    testbed's tapL/tapR with the router's fixed MACs)."""
 
     name: str
     accel: str
     mem_mib: int
     vcpus: int
-    kernel: Path
-    initrd: Path
+    kernel: Path | None
+    initrd: Path | None
     cmdline: str
     console: Path
     nic: str
     nics: tuple[GuestNic, ...] = field(default_factory=router_nics)
+    disks: tuple[GuestDisk, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.kernel is None) != (self.initrd is None):
+            raise ValueError("a router VM boots a kernel with its initrd: give both or neither")
+        if self.kernel is None and not self.disks:
+            raise ValueError("a router VM needs a boot medium: a kernel and initrd, or a disk")

@@ -102,3 +102,23 @@ def test_qemu_and_libvirt_boot_the_same_guest_from_one_description():
     devs = [argv[i + 1] for i, a in enumerate(argv) if a == "-device"]
     for n, net, dev in zip(dom.findall("devices/interface"), nets, devs, strict=True):
         assert f"ifname={n.find('target').get('dev')}," in net and f"mac={n.find('mac').get('address')}," in dev
+
+
+def test_argv_boots_disks_without_a_kernel_and_keeps_commas_in_paths():
+    from migrate.drivers.guest_vm import GuestDisk
+
+    disks = (GuestDisk(Path("/r/a,b.qcow2"), "qcow2"), GuestDisk(Path("/r/seed.img"), "raw", readonly=True))
+    argv = _argv(kernel=None, initrd=None, cmdline="", disks=disks)
+    assert "-kernel" not in argv and "-append" not in argv
+    drives = [argv[i + 1] for i, a in enumerate(argv) if a == "-drive"]
+    assert drives == [
+        "file=/r/a,,b.qcow2,format=qcow2,if=virtio,index=0",
+        "file=/r/seed.img,format=raw,if=virtio,index=1,readonly=on",
+    ]
+
+
+def test_a_vm_needs_one_boot_medium():
+    with pytest.raises(ValueError, match="boot medium"):
+        _argv(kernel=None, initrd=None, cmdline="")
+    with pytest.raises(ValueError, match="both or neither"):
+        _argv(initrd=None)

@@ -239,3 +239,17 @@ def test_domain_is_registered_with_its_daemon_uri_and_pid_file(tmp_path, monkeyp
     assert dom == [{"name": "vrmig-vm0d0a01", "uri": d.uri, "pidfile": str(d.pidfile("vrmig-vm0d0a01"))}]
     assert dom[0]["pidfile"] == f"{reg.dir}/libvirt-R2/run/qemu/vrmig-vm0d0a01.pid"
     assert reg.teardown() == []
+
+
+def test_domain_xml_boots_disks_through_the_bios_without_a_kernel():
+    from migrate.drivers.guest_vm import GuestDisk
+
+    disks = (GuestDisk(Path("/r/disk.qcow2"), "qcow2"), GuestDisk(Path("/r/seed.img"), "raw", readonly=True))
+    dom = _xml(kernel=None, initrd=None, cmdline="", disks=disks)
+    assert dom.find("os/kernel") is None and dom.find("os/boot").get("dev") == "hd"
+    got = [
+        (d.find("source").get("file"), d.find("driver").get("type"), d.find("target").get("dev"), d.find("readonly"))
+        for d in dom.findall("devices/disk")
+    ]
+    assert [g[:3] for g in got] == [("/r/disk.qcow2", "qcow2", "vda"), ("/r/seed.img", "raw", "vdb")]
+    assert got[0][3] is None and got[1][3] is not None

@@ -63,10 +63,14 @@ def qemu_argv(
         "-smp", str(vm.vcpus),
         "-nodefaults", "-no-user-config", "-display", "none", "-vga", "none",
         "-msg", "timestamp=on",
-        "-kernel", str(vm.kernel), "-initrd", str(vm.initrd), "-append", vm.cmdline,
         "-chardev", f"file,id=con,path={vm.console}", "-serial", "chardev:con",
         "-qmp", f"unix:{qmp},server=on,wait=off",
     ]  # fmt: skip
+    if vm.kernel is not None:
+        argv += ["-kernel", str(vm.kernel), "-initrd", str(vm.initrd), "-append", vm.cmdline]
+    for i, disk in enumerate(vm.disks):
+        readonly = ",readonly=on" if disk.readonly else ""
+        argv += ["-drive", f"file={qemu_opt(str(disk.path))},format={disk.format},if=virtio,index={i}{readonly}"]
     for segment, port in zip(topo.SEGMENTS, vm.nics, strict=True):
         nid = f"n{segment}"
         argv += [
@@ -76,6 +80,12 @@ def qemu_argv(
     if incoming:
         argv += ["-incoming", "defer"]
     return argv
+
+
+def qemu_opt(value: str) -> str:
+    """``value`` as one QEMU option value: QEMU's option parser ends a value at ``,`` unless it
+    is doubled."""
+    return value.replace(",", ",,")
 
 
 def qemu_version() -> str:

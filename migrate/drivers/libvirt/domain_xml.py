@@ -42,9 +42,12 @@ def domain_xml(vm: GuestVm, *, emulator: str = QEMU_BINARY) -> str:
     _sub(dom, "vcpu", str(vm.vcpus))
     os_el = _sub(dom, "os")
     _sub(os_el, "type", "hvm", arch="x86_64", machine="q35")
-    _sub(os_el, "kernel", str(vm.kernel))
-    _sub(os_el, "initrd", str(vm.initrd))
-    _sub(os_el, "cmdline", vm.cmdline)
+    if vm.kernel is not None:
+        _sub(os_el, "kernel", str(vm.kernel))
+        _sub(os_el, "initrd", str(vm.initrd))
+        _sub(os_el, "cmdline", vm.cmdline)
+    else:
+        _sub(os_el, "boot", dev="hd")
     _sub(_sub(dom, "features"), "acpi")
     if accel == "kvm":
         _sub(dom, "cpu", mode="host-passthrough", check="none", migratable="on")
@@ -56,6 +59,13 @@ def domain_xml(vm: GuestVm, *, emulator: str = QEMU_BINARY) -> str:
         _sub(dom, event, "destroy")
     dev = _sub(dom, "devices")
     _sub(dev, "emulator", emulator)
+    for i, disk in enumerate(vm.disks):
+        disk_el = _sub(dev, "disk", type="file", device="disk")
+        _sub(disk_el, "driver", name="qemu", type=disk.format)
+        _sub(disk_el, "source", file=str(disk.path))
+        _sub(disk_el, "target", dev=f"vd{chr(ord('a') + i)}", bus="virtio")
+        if disk.readonly:
+            _sub(disk_el, "readonly")
     for nic in vm.nics:
         iface = _sub(dev, "interface", type="ethernet")
         _sub(iface, "mac", address=nic.mac)
