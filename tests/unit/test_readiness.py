@@ -57,5 +57,5 @@ def test_timeout_names_packets_and_console_tail(monkeypatch, tmp_path: Path):
 
 def test_a_dead_router_ends_the_wait_at_once(monkeypatch):
     monkeypatch.setattr(readiness, "PROBE_INTERVAL_S", 0.0)
-    with pytest.raises(GuestError, match="hypervisor process exited.*console: \\(empty\\)"):
+    with pytest.raises(GuestError, match=r"hypervisor process exited.*console: \(empty\)"):
         readiness.wait_forwarding(FakeBed(None), 4, 60.0, alive=lambda: False, abort=lambda: False)
