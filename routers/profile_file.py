@@ -11,7 +11,8 @@ state (``[state]``).
 :func:`load_profile` reads and checks a file strictly: every mistake is one
 :class:`~routers.errors.ProfileFileError` line naming the file, the table and field, what is wrong
 and what to do (exit 2).  :func:`render_config` renders the profile's template from a
-:class:`ConfigContext` (built from the testbed by :func:`migrate.model.router_config.testbed_context`).
+:class:`~routers.profile_context.ConfigContext` (built from the testbed by
+:func:`migrate.model.router_config.testbed_context`).
 Nothing here starts a process or opens a socket: the loader reads the profile, the template and the
 first bytes of the image, nothing else.
 """
@@ -20,17 +21,13 @@ from __future__ import annotations
 
 import re
 import tomllib
-import traceback
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-import jinja2
-import jinja2.sandbox
-
 from routers import profiles
 from routers.errors import ProfileFileError, RouterError
+from routers.profile_context import ConfigContext, compile_template, render_template
 
 KINDS = ("vm", "container")
 SOFTWARE = ("frr", "bird", "xorp", "openbgpd", "gobgp", "other")
@@ -183,6 +180,11 @@ def _show(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _key(key: str) -> str:
+    """A key the user wrote, for a message: as written if it is a bare TOML key, else quoted."""
+    return key if re.fullmatch(r"[A-Za-z0-9_-]{1,40}", key) else _show(key)
+
+
 def _type_name(value: object) -> str:
     return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array"}.get(
         type(value), "a table" if isinstance(value, dict) else type(value).__name__
@@ -200,7 +202,7 @@ class _Table:
         known = TABLES[name]
         for key in data:
             if key not in known:
-                self.fail(key, f"unknown field: [{name}] takes {', '.join(known)}")
+                self.fail(_key(key), f"unknown field: [{name}] takes {', '.join(known)}")
 
     def fail_table(self, message: str) -> NoReturn:
         """Raise the one-line error about the whole table."""
@@ -318,7 +320,11 @@ def _read_file(path: Path) -> tuple[str, dict[str, Any]]:
     for key, value in data.items():
         if key not in TABLES:
             what = "unknown table" if isinstance(value, dict) else "a field outside any table"
-            raise ProfileFileError(f"{file}: [{key}]: {what}: a profile has the tables {known}")
+            raise ProfileFileError(f"{file}: [{_key(key)}]: {what}: a profile has the tables {known}")
+        if not isinstance(value, dict):
+            raise ProfileFileError(
+                f"{file}: [{key}]: is {_type_name(value)} ({_show(value)}), not a table: write it as a [{key}] section"
+            )
     for name in REQUIRED_TABLES:
         if name not in data:
             raise ProfileFileError(f"{file}: [{name}]: missing table: a profile needs {', '.join(REQUIRED_TABLES)}")
@@ -500,7 +506,7 @@ def _config(file: str, data: object, base: Path, router: RouterInfo, image: Imag
     template = t.path("template", base, what="Jinja2 config template")
     if template is None:
         t.fail("template", 'missing: add the Jinja2 template rendered for this router, e.g. template = "router.j2"')
-    _compile(template, f"{file}: [config] template")
+    compile_template(template, file, loading=True)
     if method == "console":
         login = t.text("login", required=True, example='"root"')
         return ConfigMethod(
@@ -560,169 +566,14 @@ def load_profile(path: str | Path, *, check_image: bool = True) -> RouterProfile
     )
 
 
-# ---------------------------------------------------------------------------- the template
-
-
-@dataclass(frozen=True)
-class HostAddr:
-    """An end host on a segment, as the template sees it."""
-
-    role: str
-    ipv4: str  # with prefix length
-    ipv6: str
-    ipv4_address: str
-    ipv6_address: str
-
-
-@dataclass(frozen=True)
-class Interface:
-    """A data-plane NIC of the router: its guest NIC index, fixed MAC and addresses."""
-
-    role: str  # left | right
-    segment: str  # L | R
-    index: int
-    mac: str
-    ipv4: str  # with prefix length
-    ipv6: str
-    ipv4_address: str
-    ipv4_prefixlen: int
-    ipv6_address: str
-    ipv6_prefixlen: int
-    hosts: tuple[HostAddr, ...]
-
-
-@dataclass(frozen=True)
-class Route:
-    """A static route the router must hold."""
-
-    prefix: str
-    via: str
-    role: str  # the interface it leaves by
-
-
-@dataclass(frozen=True)
-class Neighbour:
-    """A routing peer (PEERING=)."""
-
-    role: str  # the end host: A or B
-    interface: str  # left | right
-    address: str
-    asn: int
-    local_address: str  # the router's address on that segment
-    announced: str  # the /32 the peer announces
-
-
-@dataclass(frozen=True)
-class Peering:
-    """The routing sessions of PEERING= (docs/peering.md)."""
-
-    protocols: tuple[str, ...]
-    bgp: bool
-    ospf: bool
-    bfd: bool
-    asn: int
-    router_id: str
-    neighbours: tuple[Neighbour, ...]
-    bfd_interval_ms: int
-    bfd_multiplier: int
-    bgp_hold_s: int
-    bgp_keepalive_s: int
-    ospf_dead_s: int
-    ospf_hello_s: int
-
-
-@dataclass(frozen=True)
-class ConfigContext:
-    """Everything a config template may use; :meth:`variables` gives it as plain dicts/lists."""
-
-    router: Mapping[str, Any]  # name, hostname, kind, software, version, console_marker
-    interfaces: tuple[Interface, ...]  # left and right, in the guest's NIC order
-    mgmt: int | None  # the mgmt NIC's index (no address yet)
-    static_routes: tuple[Route, ...]
-    peering: Peering | None
-
-    def variables(self) -> dict[str, Any]:
-        """The template's variables: only dicts, lists, strings, numbers, booleans and None."""
-        ifaces = [_plain(i) for i in self.interfaces]
-        return {
-            "router": dict(self.router),
-            "interfaces": ifaces,
-            "left": next(i for i in ifaces if i["role"] == "left"),
-            "right": next(i for i in ifaces if i["role"] == "right"),
-            "mgmt": None if self.mgmt is None else {"index": self.mgmt},
-            "static_routes": [_plain(r) for r in self.static_routes],
-            "peering": None if self.peering is None else _plain(self.peering),
-        }
-
-
-def _plain(obj: object) -> Any:
-    if hasattr(obj, "__dataclass_fields__"):
-        return {k: _plain(getattr(obj, k)) for k in obj.__dataclass_fields__}
-    if isinstance(obj, tuple | list):
-        return [_plain(v) for v in obj]
-    if isinstance(obj, Mapping):
-        return {k: _plain(v) for k, v in obj.items()}
-    return obj
-
-
-def _environment(template: Path) -> jinja2.Environment:
-    return jinja2.sandbox.SandboxedEnvironment(
-        loader=jinja2.FileSystemLoader(str(template.parent)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,  # a block tag's own line break is dropped (as Ansible's templates)
-        lstrip_blocks=True,  # and the spaces before it: block tags can be indented
-        autoescape=False,
-    )
-
-
-def _compile(template: Path, where: str) -> jinja2.Template:
-    env = _environment(template)
-    try:
-        return env.get_template(template.name)
-    except jinja2.TemplateSyntaxError as err:
-        raise ProfileFileError(
-            f"{template}:{err.lineno}: {_one_line(err.message)} ({where}): fix the template"
-        ) from None
-    except (jinja2.TemplateError, OSError, UnicodeDecodeError) as err:
-        raise ProfileFileError(
-            f"{template}: cannot load the template ({_one_line(str(err))}) ({where}): fix it"
-        ) from None
-
-
-def _one_line(text: str | None) -> str:
-    return " ".join((text or "").split())
-
-
 def render_config(profile: RouterProfile, context: ConfigContext) -> str:
-    """The profile's config template rendered from ``context`` (Jinja2, undefined variables are
-    errors); a failure is one ProfileFileError line naming the template, its line and Jinja2's
-    message."""
+    """The profile's config template rendered from ``context`` (Jinja2 sandbox, undefined variables
+    are errors, the template loaded relative to the profile file); a failure is one
+    ProfileFileError line naming the template, its line and Jinja2's message."""
     template = profile.config.template
-    where = f"{profile.path}: [config] template"
     if template is None:
         raise ProfileFileError(
             f"{profile.path}: [config] method: {profile.config.method!r} renders no template: "
             "the image is configured by its kernel command line (routers.guest.kernel_cmdline)"
         )
-    tmpl = _compile(template, where)
-    try:
-        return tmpl.render(context.variables())
-    except jinja2.TemplateError as err:
-        raise ProfileFileError(
-            f"{_template_line(err, template)}: {_one_line(str(err))} ({where}): fix the template"
-        ) from None
-
-
-def _template_line(err: BaseException, template: Path) -> str:
-    """``file:line`` of the innermost template frame of ``err`` (Jinja2 puts the templates' own
-    file names and lines into the traceback), ``template:?`` if none."""
-    folder = template.parent.resolve()
-    for frame in reversed(traceback.extract_tb(err.__traceback__)):
-        try:
-            where = Path(frame.filename).resolve()
-        except (OSError, RuntimeError):
-            continue
-        if where.parent == folder and where.suffix != ".py":
-            return f"{template.parent / where.name}:{frame.lineno}"
-    return f"{template}:?"
+    return render_template(template, str(profile.path), context.variables())

@@ -11,7 +11,8 @@ import ipaddress
 
 from migrate.model import routing
 from migrate.testbed import topology as topo
-from routers.profile_file import ConfigContext, HostAddr, Interface, Neighbour, Peering, RouterProfile
+from routers.profile_context import ConfigContext, HostAddr, Interface, Neighbour, Peering
+from routers.profile_file import RouterProfile
 
 #: profile NIC role -> testbed segment
 ROLE_SEGMENT = {"left": "L", "right": "R"}
