@@ -27,3 +27,8 @@ class BuildError(RouterError):
 
 class TooLittleMemoryError(RouterError, ConfigError):
     """MEM is below what the router image needs to boot (exit 2: the parameter is the fault)."""
+
+
+class ProfileFileError(RouterError, ConfigError):
+    """A router profile file (``ROUTER=path/to/router.toml``) or its config template is invalid
+    (exit 2: the file is the fault; the message names the file, the field and what to do)."""
