@@ -19,6 +19,7 @@ first bytes of the image, nothing else.
 
 from __future__ import annotations
 
+import functools
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -169,6 +170,24 @@ def resolve_router(value: str) -> str | Path:
     if value.endswith(".toml") or "/" in value:
         return Path(value)
     return value
+
+
+def router_profile(router: str) -> RouterProfile | None:
+    """The loaded profile of a ROUTER= value that names a profile file (None for a built-in
+    name); loaded once per file content, since every check of a scenario asks."""
+    if not isinstance(resolve_router(router), Path):
+        return None
+    path = Path(router).expanduser().resolve()
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        stamp = -1  # load_profile names the missing file
+    return _load_cached(str(path), stamp)
+
+
+@functools.lru_cache(maxsize=32)
+def _load_cached(path: str, stamp: int) -> RouterProfile:
+    return load_profile(path)
 
 
 # ---------------------------------------------------------------------------- reading fields

@@ -21,9 +21,11 @@ from migrate.core.procs import Proc, ProcessError
 from migrate.core.rundir import console_log
 from migrate.core.stack import QemuBuild, resolve_qemu
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
+from migrate.drivers.disk_boot import USER_DATA_NAME, BootMedia, describe_image, prepare
 from migrate.drivers.guest_vm import GuestNic, GuestVm
 from migrate.drivers.kvm.accel import detect_accel
 from migrate.drivers.kvm.qmp import QMPConnection, QMPError
+from migrate.drivers.readiness import wait_forwarding
 from migrate.drivers.stack_resolve import resolve_stack
 from migrate.model import dirty, routing
 from migrate.model.scenario import Scenario, qemu_spec
@@ -272,31 +274,24 @@ class KvmDriver(Driver):
         self.dst: Proc | None = None
         self.qsrc: QMPConnection | None = None
         self.qdst: QMPConnection | None = None
+        from migrate.model.scenario import profile_of
         from routers.guest import guest_image
 
-        self.image = guest_image(ctx.scenario.router)
+        self.profile = profile_of(ctx.scenario.router)  # a router image the suite did not build
+        self.image = guest_image(ctx.scenario.router) if self.profile is None else None
+        self.media: BootMedia | None = None
         self._described: dict[str, Any] = {}
 
     # -- helpers ---------------------------------------------------------------------------
     def _qemu(self, host: str, incoming: bool) -> tuple[Proc, QMPConnection]:
         s = self.ctx.scenario
-        from routers.guest import kernel_cmdline
-
         tb = self.ctx.testbed
         inv = tb.inventory
-        left, right = (inv.router[seg] for seg in topo.SEGMENTS)
-        append = kernel_cmdline(
-            s.router, [left.ipv4, left.ipv6], [right.ipv4, right.ipv6], rib_routes=s.rib_routes,
-            routing=routing.router_args(s), dirty_mb_s=s.dirty_mbps,
-        )  # fmt: skip
         qmp_path = self.ctx.registry.dir / f"qmp-{host}.sock"
         # the image as the host sees it, the console as QEMU writes it there, the QMP socket in
         # the run's directory there (forwarded to qmp_path here when that is another host)
-        kernel, initrd = tb.router_image(s.router, self.image.kernel, self.image.initrd)
+        kernel, initrd, append = self._kernel(incoming)
         console, stdout_name = tb.console_output(host, self.ctx.run_dir / console_log(host))
-        if s.fault == "guest-never-ready" and not incoming:
-            initrd = self.ctx.registry.dir / "empty-initrd.img"  # fault: no init, the kernel panics
-            initrd.write_bytes(b"")
         spec = inv.host(host)
         remote_qmp = tb.out_path(host, self.ctx.registry.dir, f"qmp-{host}.sock")
         vm = GuestVm(
@@ -310,6 +305,7 @@ class KvmDriver(Driver):
             console=Path(console),
             nic=s.nic,
             nics=tuple(GuestNic(spec.taps[seg], inv.router[seg].mac) for seg in topo.SEGMENTS),
+            disks=self.media.disks() if self.media is not None else (),
         )
         argv = qemu_argv(
             vm,
@@ -324,6 +320,26 @@ class KvmDriver(Driver):
         client = QMPConnection(qmp_path, side, on_event=self.ctx.recorder.event)
         client.connect(QMP_CONNECT_TIMEOUT_S, proc.alive)
         return proc, client
+
+    def _kernel(self, incoming: bool) -> tuple[Path | None, Path | None, str]:
+        """The suite's own image: its kernel and initrd as the host sees them, and the kernel
+        command line that configures the router; a profile's disk image: none of them."""
+        if self.image is None:
+            return None, None, ""
+        from routers.guest import kernel_cmdline
+
+        s = self.ctx.scenario
+        tb = self.ctx.testbed
+        left, right = (tb.inventory.router[seg] for seg in topo.SEGMENTS)
+        append = kernel_cmdline(
+            s.router, [left.ipv4, left.ipv6], [right.ipv4, right.ipv6], rib_routes=s.rib_routes,
+            routing=routing.router_args(s), dirty_mb_s=s.dirty_mbps,
+        )  # fmt: skip
+        kernel, initrd = tb.router_image(s.router, self.image.kernel, self.image.initrd)
+        if s.fault == "guest-never-ready" and not incoming:
+            initrd = self.ctx.registry.dir / "empty-initrd.img"  # fault: no init, the kernel panics
+            initrd.write_bytes(b"")
+        return kernel, initrd, append
 
     def _migration_uri(self) -> str:
         """R2's end of the migration link."""
@@ -340,6 +356,22 @@ class KvmDriver(Driver):
         build = qemu_build(qemu_spec(scenario), scenario.qemu_firmware)
         version = build.version
         check_qemu_knobs(scenario, version, argv=build.argv)
+        auto, reason = detect_accel()
+        if scenario.accel == "kvm" and auto != "kvm":
+            raise DependencyError(f"ACCEL=kvm requested but KVM is unusable here: {reason}")
+        accel = auto if scenario.accel == "auto" else scenario.accel
+        facts = {
+            "qemu": version,
+            "qemu_argv": list(build.argv),
+            "stack": {"qemu": build.to_meta()},
+            "accel": accel,
+            "accel_reason": reason if scenario.accel == "auto" else f"forced by ACCEL={scenario.accel} ({reason})",
+        }
+        from migrate.model.scenario import profile_of
+
+        profile = profile_of(scenario.router)
+        if profile is not None:
+            return {**facts, "guest_image": describe_image(profile)}
         from routers.build import run_image
         from routers.profiles import get as get_profile
 
@@ -349,10 +381,6 @@ class KvmDriver(Driver):
         image = run_image(scenario.router)
         image.check_mem(scenario.mem_mib, scenario.router)
         require_dirty_tool(scenario, image)
-        auto, reason = detect_accel()
-        if scenario.accel == "kvm" and auto != "kvm":
-            raise DependencyError(f"ACCEL=kvm requested but KVM is unusable here: {reason}")
-        accel = auto if scenario.accel == "auto" else scenario.accel
         if scenario.vcpu_dirty_limit_mbps is not None and accel != "kvm":
             raise DependencyError(
                 f"DIRTY_LIMIT={scenario.vcpu_dirty_limit_mbps}: QEMU's dirty-limit capability needs KVM with its "
@@ -365,37 +393,48 @@ class KvmDriver(Driver):
                 "commit 03bfc2188f): expect the router to crash on R2; MODE=stopcopy is not affected",
                 version,
             )
-        return {
-            "qemu": version,
-            "qemu_argv": list(build.argv),
-            "stack": {"qemu": build.to_meta()},
-            "accel": accel,
-            "accel_reason": reason if scenario.accel == "auto" else f"forced by ACCEL={scenario.accel} ({reason})",
-            "guest_image": {"kernel": str(image.kernel), "initrd": str(image.initrd), **image.manifest},
-        }
+        return {**facts, "guest_image": {"kernel": str(image.kernel), "initrd": str(image.initrd), **image.manifest}}
 
     def start_source(self) -> None:
-        """Boot the router VM in R1 and wait for the guest's READY marker on the serial console."""
+        """Boot the router VM in R1 and wait until it is ready: the suite's own image prints its
+        READY marker on the serial console; a profile's image is ready once it forwards the
+        suite's probes between both segments (after its own console marker, if it names one)."""
         from routers.guest import READY_MARKER
 
         rec = self.ctx.recorder
+        if self.profile is not None:
+            rec.action("boot-media", host="R1", method=self.profile.config.method)
+            self.media = prepare(self.profile, self.ctx.scenario, self.ctx.registry.dir, self.ctx.run_dir.name)
+            if self.media.config_text is not None:
+                (self.ctx.run_dir / USER_DATA_NAME).write_text(self.media.config_text)
         rec.action("boot", host="R1")
         self.src, self.qsrc = self._qemu("R1", incoming=False)
-        try:
-            self.src.wait_for(
-                READY_MARKER,
-                self.ctx.scenario.boot_timeout_s,
-                path=self.ctx.run_dir / console_log("R1"),
-                abort=self.ctx.abort,
-            )
-        except ProcessError as err:
-            raise GuestError(f"router guest not ready: {err}") from err
+        console = self.ctx.run_dir / console_log("R1")
+        timeout_s = self._boot_timeout_s()
+        marker = READY_MARKER if self.profile is None else self.profile.readiness.console_marker
+        started = time.monotonic()
+        if marker:
+            try:
+                self.src.wait_for(marker, timeout_s, path=console, abort=self.ctx.abort)
+            except ProcessError as err:
+                raise GuestError(f"router guest not ready: {err}") from err
+        if self.profile is not None:
+            ready = wait_forwarding(
+                self.ctx.testbed, self.ctx.scenario.ip, max(0.0, timeout_s - (time.monotonic() - started)),
+                self.src.alive, self.ctx.abort, console,
+            )  # fmt: skip
+            rec.action("router-forwarding", host="R1", **ready.to_dict())
         rec.action("router-ready", host="R1")
         if self.ctx.scenario.dirty_mbps is not None:
             self.dirty_load = dirty.wait_load(
                 self.ctx.run_dir / console_log("R1"), dirty.LOAD_START_TIMEOUT_S, self.src.alive, self.ctx.abort
             )
             rec.action("dirty-load-running", host="R1", **self.dirty_load)
+
+    def _boot_timeout_s(self) -> float:
+        """BOOT_TIMEOUT, or a profile's own ``[readiness] timeout_s`` when it gives one."""
+        own = self.profile.readiness.timeout_s if self.profile is not None else None
+        return own if own is not None else self.ctx.scenario.boot_timeout_s
 
     def measure_dirty_rate(self) -> dict[str, Any]:
         """QEMU's dirty-rate measurement on the source (migrate.model.dirty.measure_qmp)."""

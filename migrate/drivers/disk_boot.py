@@ -1,0 +1,127 @@
+"""Booting a router image the suite did not build: its disk, a per-run overlay and its
+configuration medium.
+
+Each run boots from its own qcow2 overlay on the profile's image (``qemu-img create -b``), so the
+image itself is never written and every run starts from the same state.  On the embedded
+testbed R1's and R2's QEMU open the same overlay file: migration moves memory and device state
+only, as paper 004's testbed shares the router's storage between both hosts; QEMU's destination
+holds its images inactive until the migration completes, so the two never write at once.
+
+The configuration reaches the router as the profile's ``[config] method`` says; ``nocloud``
+renders the profile's template into cloud-init's user-data and attaches it as a read-only NoCloud
+seed disk (label ``cidata``) beside the overlay.  The seed's instance-id names the run, so
+cloud-init configures every boot of the image afresh."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from migrate.core.errors import DependencyError
+from migrate.drivers.guest_vm import GuestDisk
+
+QEMU_IMG = "qemu-img"
+QEMU_IMG_TIMEOUT_S = 60.0
+OVERLAY_NAME = "router-disk.qcow2"
+SEED_NAME = "router-seed.img"
+USER_DATA_NAME = "router-user-data"
+
+
+@dataclass(frozen=True)
+class BootMedia:
+    """What one run boots: the overlay (on the profile's image) and the seed (None without one),
+    both as paths on this machine, and the rendered configuration kept in the results."""
+
+    overlay: Path
+    seed: Path | None
+    config_text: str | None
+
+    def disks(self) -> tuple[GuestDisk, ...]:
+        """The router VM's disks in guest order: the overlay first (the BIOS boots it), then the seed."""
+        out = [GuestDisk(self.overlay, "qcow2")]
+        if self.seed is not None:
+            out.append(GuestDisk(self.seed, "raw", readonly=True))
+        return tuple(out)
+
+
+def image_info(path: Path) -> dict[str, Any]:
+    """``qemu-img info`` of ``path`` (format, virtual size, backing file) as QEMU reads it."""
+    try:
+        done = subprocess.run(
+            [QEMU_IMG, "info", "--output=json", "-U", str(path)],
+            capture_output=True, text=True, timeout=QEMU_IMG_TIMEOUT_S, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise DependencyError(f"{QEMU_IMG} info {path} failed: {err}: install qemu-utils (make setup)") from err
+    if done.returncode != 0:
+        raise DependencyError(f"{QEMU_IMG} cannot read {path}: {done.stderr.strip()}")
+    info: dict[str, Any] = json.loads(done.stdout)
+    return info
+
+
+def make_overlay(base: Path, fmt: str, out: Path) -> Path:
+    """A qcow2 file ``out`` whose reads fall through to ``base`` (of format ``fmt``) and which
+    takes every write; ``base`` stays untouched."""
+    argv = [QEMU_IMG, "create", "-q", "-f", "qcow2", "-b", str(base.resolve()), "-F", fmt, str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=QEMU_IMG_TIMEOUT_S, check=False)
+    if done.returncode != 0:
+        raise DependencyError(f"{QEMU_IMG} create (overlay on {base}) failed: {done.stderr.strip()}")
+    return out
+
+
+def meta_data(instance_id: str, hostname: str) -> str:
+    """cloud-init's NoCloud meta-data: a new instance-id makes cloud-init run its modules again."""
+    return f"instance-id: {instance_id}\nlocal-hostname: {hostname}\n"
+
+
+def prepare(profile: Any, settings: Any, out_dir: Path, instance_id: str) -> BootMedia:
+    """The boot media of one run of ``profile`` in ``out_dir``: an overlay on its disk image
+    and, for ``[config] method = "nocloud"``, the seed with its template rendered from the
+    testbed and ``settings``' PEERING (the rendered user-data is kept beside it)."""
+    from routers.disk_image import nocloud_seed
+
+    from migrate.model.router_config import testbed_context
+    from routers.profile_file import render_config
+
+    image = profile.image
+    overlay = make_overlay(Path(image.disk), image.format, out_dir / OVERLAY_NAME)
+    if profile.config.method != "nocloud":
+        return BootMedia(overlay, None, None)
+    text = render_config(profile, testbed_context(profile, settings))
+    (out_dir / USER_DATA_NAME).write_text(text)
+    seed = nocloud_seed(out_dir / SEED_NAME, text, meta_data(instance_id, profile.router.name), None)
+    return BootMedia(overlay, seed, text)
+
+
+def describe_image(profile: Any) -> dict[str, Any]:
+    """meta.json ``guest_image`` of a profile's disk: the profile file, the image as QEMU reads it
+    (format, virtual size) and, when a recipe built it, that build's manifest (package versions,
+    sha256)."""
+    image = profile.image
+    info = image_info(Path(image.disk))
+    manifest_path = Path(image.disk).parent / "manifest.json"
+    manifest: dict[str, Any] | None = None
+    if manifest_path.is_file():
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except ValueError:
+            manifest = None
+    return {
+        "profile": str(profile.path),
+        "name": profile.router.name,
+        "disk": str(image.disk),
+        "format": info.get("format"),
+        "virtual_size_bytes": info.get("virtual-size"),
+        "firmware": image.firmware,
+        "config_method": profile.config.method,
+        "recipe": image.recipe,
+        "manifest": manifest,
+        "router": {
+            "software": profile.router.software,
+            "version": profile.router.version or (manifest or {}).get("versions", {}).get(profile.router.software),
+            "source": f"profile {profile.path}",
+        },
+    }

@@ -1,0 +1,58 @@
+"""ROUTER=<profile>.toml in a scenario: the built-in profile files are the built-in images, and a
+disk-image profile is checked against the settings it can run with (no VM started)."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from migrate.core.errors import ConfigError
+from migrate.model.scenario import Scenario
+
+PROFILES = Path(__file__).resolve().parents[2] / "profiles"
+
+
+@pytest.fixture
+def disk_profile(tmp_path: Path) -> Path:
+    """The example cloud-init profile with its disk replaced by a tmp file with qcow2's magic."""
+    disk = tmp_path / "disk.qcow2"
+    disk.write_bytes(b"QFI\xfb" + bytes(508))
+    shutil.copy(PROFILES / "debian-frr-cloudinit.user-data.j2", tmp_path)
+    text = (PROFILES / "debian-frr-cloudinit.toml").read_text()
+    text = text.replace("~/.cache/vrmig/images/debian-frr-cloudinit/disk.qcow2", "disk.qcow2")
+    out = tmp_path / "router.toml"
+    out.write_text(text)
+    return out
+
+
+@pytest.mark.parametrize("name", ["frr", "bird"])
+def test_builtin_profile_files_are_the_builtin_images(name):
+    assert Scenario(router=str(PROFILES / f"{name}.toml")).router == name
+
+
+def test_a_disk_profile_runs_under_its_absolute_path_with_its_software(disk_profile, monkeypatch):
+    monkeypatch.chdir(disk_profile.parent)
+    s = Scenario(router="./router.toml", mem_mib=512)
+    assert s.router == str(disk_profile) and s.router_software == "frr"
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"mem_mib": 256}, "MEM=256 is below the 512 MiB"),
+        ({"nic": "e1000"}, "[hardware] nic = 'virtio'"),
+        ({"hv": "criu"}, "HV=kvm DRIVER=qmp only"),
+        ({"hv": "kvm", "driver": "libvirt"}, "HV=kvm DRIVER=qmp only"),
+        ({"fault": "guest-never-ready"}, "FAULT=guest-never-ready needs a built-in router image"),
+        ({"dirty_mbps": 10.0}, "DIRTY=10.0 needs a built-in router image"),
+    ],
+)
+def test_a_disk_profile_refuses_what_it_cannot_run(disk_profile, fields, says):
+    with pytest.raises(ConfigError) as err:
+        Scenario(router=str(disk_profile), **{"mem_mib": 512, **fields})
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_missing_profile_file_is_one_line():
+    with pytest.raises(ConfigError, match="cannot read the router profile"):
+        Scenario(router="no/such/router.toml")
