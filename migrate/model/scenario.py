@@ -261,9 +261,7 @@ def check_profile_router(s: Scenario, profile: Any) -> None:
     )
     _require(s.rib_routes == 0, f"RIB_ROUTES={s.rib_routes} needs ROUTER=bird (not {where})")
     _require(s.fault is None, f"FAULT={s.fault} needs a built-in router image (not {where})")
-    _require(
-        s.dirty_mbps is None, f"DIRTY={s.dirty_mbps} needs a built-in router image's dirtying tool (not {where})"
-    )
+    _require(s.dirty_mbps is None, f"DIRTY={s.dirty_mbps} needs a built-in router image's dirtying tool (not {where})")
 
 
 def check_accel(accel: str) -> None:
