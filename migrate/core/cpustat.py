@@ -40,6 +40,17 @@ def parse_pid_stat(text: str) -> tuple[int, int]:
     return int(rest[11]), int(rest[12])
 
 
+def parse_vm_rss_kib(status: str) -> int | None:
+    """``VmRSS`` of a /proc/<pid>/status text, in KiB (None when the line is absent: a kernel
+    thread, or a process that has exited)."""
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            parts = line.split()
+            if len(parts) >= 2 and parts[1].isdigit():
+                return int(parts[1])
+    return None
+
+
 def process_tree(pid: int) -> list[int]:
     """``pid`` and all its descendants (from /proc; processes that exit meanwhile are skipped)."""
     out, todo = [], [pid]

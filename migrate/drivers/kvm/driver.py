@@ -16,6 +16,7 @@ from typing import Any
 
 from analysis.metrics.dirty import tcg_precopy_loses_pages
 from migrate.core import knobs
+from migrate.core.cpustat import parse_vm_rss_kib
 from migrate.core.errors import ConfigError, DependencyError, GuestError, MigrationError
 from migrate.core.procs import Proc, ProcessError
 from migrate.core.rundir import console_log
@@ -425,11 +426,25 @@ class KvmDriver(Driver):
             )  # fmt: skip
             rec.action("router-forwarding", host="R1", **ready.to_dict())
         rec.action("router-ready", host="R1")
+        self._record_rss("ready")
         if self.ctx.scenario.dirty_mbps is not None:
             self.dirty_load = dirty.wait_load(
                 self.ctx.run_dir / console_log("R1"), dirty.LOAD_START_TIMEOUT_S, self.src.alive, self.ctx.abort
             )
             rec.action("dirty-load-running", host="R1", **self.dirty_load)
+
+    def _record_rss(self, when: str) -> None:
+        """The source QEMU's resident memory (the router as R1's host holds it: guest RAM it
+        touched plus QEMU's own) into meta.json ``hypervisor.router_rss``; None with the reason
+        when /proc cannot tell."""
+        assert self.src is not None
+        status = self.ctx.testbed.read_bytes("R1", f"/proc/{self.src.host_pid}/status")
+        kib = parse_vm_rss_kib(status.decode(errors="replace")) if status else None
+        entry: dict[str, Any] = {"qemu_rss_kib": kib, "source": "/proc/<qemu pid>/status VmRSS on R1"}
+        if kib is None:
+            entry["reason"] = "R1's /proc has no VmRSS for the source QEMU"
+        self._described.setdefault("router_rss", {})[when] = entry
+        self.ctx.recorder.action("router-rss", host="R1", when=when, qemu_rss_kib=kib)
 
     def _boot_timeout_s(self) -> float:
         """BOOT_TIMEOUT, or a profile's own ``[readiness] timeout_s`` when it gives one."""
@@ -481,6 +496,7 @@ class KvmDriver(Driver):
         assert self.qsrc is not None and self.qdst is not None
         s, rec = self.ctx.scenario, self.ctx.recorder
         self._set_parameters()
+        self._record_rss("migration_start")
         uri = self._migration_uri()
         if s.mode == "stopcopy":
             rec.action("stop", side="src")
