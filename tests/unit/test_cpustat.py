@@ -1,3 +1,4 @@
+"""migrate.core.cpustat parsers on /proc texts as the kernel writes them."""
 
 
 def test_vm_rss_from_proc_status_and_absent_for_a_kernel_thread():
