@@ -27,3 +27,11 @@ class BuildError(RouterError):
 
 class TooLittleMemoryError(RouterError, ConfigError):
     """MEM is below what the router image needs to boot (exit 2: the parameter is the fault)."""
+
+
+class RecipeError(RouterError, ConfigError):
+    """A disk image recipe (``routers/recipes/<name>/recipe.toml``) is missing or invalid (exit 2)."""
+
+
+class SeedError(RouterError, ConfigError):
+    """The content given for a NoCloud seed would be ignored by cloud-init (exit 2)."""
