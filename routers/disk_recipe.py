@@ -32,7 +32,9 @@ VARIANTS = ("essential", "apt", "required", "minbase")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.+-]*$")
 _LABEL_RE = re.compile(r"^[A-Za-z0-9_-]{1,16}$")
 _FAT_LABEL_RE = re.compile(r"^[A-Z0-9_-]{1,11}$")
-_UNIT_RE = re.compile(r"^[A-Za-z0-9@._:-]+\.(service|timer|socket|target|mount|path)$")
+_KINDS: dict[type, str] = {int: "an integer", str: "a string", list: "a list", dict: "a table"}
+UNIT_HELP = "a systemd unit name with its type (name.service, .timer, .socket, .mount, ...)"
+_UNIT_RE = re.compile(r"^[A-Za-z0-9@._:-]+\.(service|timer|socket|target|mount|automount|path)$")
 
 
 @dataclass(frozen=True)
@@ -90,16 +92,22 @@ def _field(table: dict[str, Any], key: str, kind: type, where: str, default: Any
         return default
     value = table[key]
     if (kind is int and isinstance(value, bool)) or not isinstance(value, kind):
-        raise RecipeError(f"{where}: field {key!r} must be a {kind.__name__}, not {value!r}")
+        raise RecipeError(f"{where}: field {key!r} must be {_KINDS.get(kind, kind.__name__)}, not {value!r}")
     return value
 
 
-def _strings(table: dict[str, Any], key: str, where: str, pattern: re.Pattern[str] | None = None) -> tuple[str, ...]:
-    """A list of strings (empty when absent), each matching ``pattern`` if given."""
+def _strings(
+    table: dict[str, Any],
+    key: str,
+    where: str,
+    pattern: re.Pattern[str] | None = None,
+    what: str = "a non-empty string",
+) -> tuple[str, ...]:
+    """A list of strings (empty when absent), each matching ``pattern`` if given (``what`` says how)."""
     values = _field(table, key, list, where, default=[])
     for v in values:
         if not isinstance(v, str) or not v or (pattern is not None and not pattern.match(v)):
-            raise RecipeError(f"{where}: field {key!r} has a bad entry {v!r}: each must be a non-empty name")
+            raise RecipeError(f"{where}: field {key!r} has a bad entry {v!r}: each must be {what}")
     return tuple(values)
 
 
@@ -121,7 +129,7 @@ def load(spec: str | Path) -> Recipe:
     variant = _field(deb, "variant", str, w_deb)
     if variant not in VARIANTS:
         raise RecipeError(f"{w_deb}: field 'variant' is {variant!r}: use one of {', '.join(VARIANTS)}")
-    packages = _strings(deb, "packages", w_deb, _NAME_RE)
+    packages = _strings(deb, "packages", w_deb, _NAME_RE, "a Debian package name")
     if not packages:
         raise RecipeError(f"{w_deb}: field 'packages' is empty: name at least a kernel and systemd-sysv")
     size_mib = _field(disk, "size_mib", int, w_disk)
@@ -150,8 +158,8 @@ def load(spec: str | Path) -> Recipe:
         path_exclude=_strings(deb, "path_exclude", w_deb),
         path_include=_strings(deb, "path_include", w_deb),
         report_versions=_strings(deb, "report_versions", w_deb),
-        enable_units=_strings(systemd, "enable", w_sd, _UNIT_RE),
-        mask_units=_strings(systemd, "mask", w_sd, _UNIT_RE),
+        enable_units=_strings(systemd, "enable", w_sd, _UNIT_RE, UNIT_HELP),
+        mask_units=_strings(systemd, "mask", w_sd, _UNIT_RE, UNIT_HELP),
         size_mib=size_mib,
         boot_mib=boot_mib,
         root_label=root_label,
