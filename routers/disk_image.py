@@ -286,6 +286,34 @@ def _tool_versions() -> dict[str, str]:
     return out
 
 
+def mounts_under(path: Path, mountinfo: str | None = None) -> list[str]:
+    """Mount points at or below ``path`` (from ``/proc/self/mountinfo`` unless ``mountinfo`` is given)."""
+    if mountinfo is None:
+        try:
+            mountinfo = Path("/proc/self/mountinfo").read_text()
+        except OSError:
+            return []
+    prefix = str(path.resolve()).rstrip("/")
+    found = []
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) > 4:
+            point = fields[4].replace("\\040", " ")
+            if point == prefix or point.startswith(prefix + "/"):
+                found.append(point)
+    return found
+
+
+def _remove_work(work: Path) -> None:
+    """Remove the build directory, unless something is still mounted in it (mmdebstrap's /proc,
+    /sys or device binds after a kill): deleting through those would reach the host's files."""
+    mounted = mounts_under(work)
+    if mounted:
+        log.error("not removing %s: still mounted there: %s (umount them, then remove it)", work, ", ".join(mounted))
+        return
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def read_image(recipe_name: str, cache: Path | str | None = None) -> DiskImage | None:
     """The built image of ``recipe_name`` if its manifest and disk are there, else None."""
     d = image_dir(recipe_name, cache)
@@ -354,7 +382,7 @@ def build(spec: str | Path, cache: Path | str | None = None, force: bool = False
         os.replace(tmp_disk, out / DISK_NAME)
         (out / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        _remove_work(work)
     image = read_image(recipe.name, cache)
     if image is None:
         raise BuildError(f"{out}: the image was built but cannot be read back: rerun with --force")

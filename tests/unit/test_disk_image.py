@@ -210,6 +210,23 @@ def test_changed_recipe_or_damaged_disk_is_not_up_to_date(tmp_path: Path, recipe
     assert disk_image.up_to_date(disk_recipe.load(recipe_copy), tmp_path) is None
 
 
+def test_build_dir_with_a_mount_inside_is_left_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    work = tmp_path / ".build-x"
+    (work / "root" / "proc").mkdir(parents=True)
+    info = (
+        "22 1 0:21 / / rw - ext4 /dev/vda rw\n"
+        f"90 22 0:5 / {work}/root/proc rw - proc proc rw\n"
+        f"91 22 0:6 / {tmp_path}/.build-xy rw - tmpfs tmpfs rw\n"
+    )
+    assert disk_image.mounts_under(work, info) == [f"{work}/root/proc"]
+    monkeypatch.setattr(disk_image, "mounts_under", lambda path: [f"{work}/root/proc"])
+    disk_image._remove_work(work)
+    assert (work / "root" / "proc").is_dir()
+    monkeypatch.setattr(disk_image, "mounts_under", lambda path: [])
+    disk_image._remove_work(work)
+    assert not work.exists()
+
+
 def test_seed_rejects_user_data_cloud_init_ignores(tmp_path: Path) -> None:
     with pytest.raises(SeedError) as exc:
         disk_image.nocloud_seed(tmp_path / "seed.img", "write_files: []\n", "instance-id: x\n", None)
