@@ -23,7 +23,7 @@ from pathlib import Path
 
 from routers import build as build_mod
 from routers import guest, profiles
-from routers.errors import RecipeError, RouterError
+from routers.errors import RouterError, SeedError
 
 
 def _mb(n: int) -> str:
@@ -87,9 +87,12 @@ def _cmd_seed(a: argparse.Namespace) -> int:
         try:
             return p.read_text() if p is not None else None
         except OSError as err:
-            raise RecipeError(f"{p}: cannot read it ({err.strerror}): give an existing file") from None
+            raise SeedError(f"{p}: cannot read it ({err.strerror}): give an existing file") from None
 
-    out = disk_image.nocloud_seed(a.out, text(a.user_data) or "", text(a.meta_data) or "", text(a.network_config))
+    try:
+        out = disk_image.nocloud_seed(a.out, text(a.user_data) or "", text(a.meta_data) or "", text(a.network_config))
+    except SeedError as err:
+        raise SeedError(f"{a.user_data}: {err}") from None
     print(f"seed: {out} (label {disk_image.SEED_LABEL})")
     return 0
 

@@ -111,6 +111,18 @@ def test_cli_bad_recipe_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]
     assert err.startswith("routers: error: no-such-recipe: no recipe.toml") and "\n" not in err
 
 
+def test_cli_seed_bad_user_data_names_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    user, meta = tmp_path / "user-data", tmp_path / "meta-data"
+    user.write_text("runcmd: []\n")
+    meta.write_text("instance-id: x\n")
+    argv = ["seed", str(tmp_path / "seed.img"), "--user-data", str(user), "--meta-data", str(meta)]
+    assert routers_main.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"routers: error: {user}: user-data must start with '#cloud-config'") and "\n" not in err
+    assert routers_main.main([*argv[:3], str(tmp_path / "missing"), *argv[4:]]) == 2
+    assert "missing: cannot read it" in capsys.readouterr().err
+
+
 def test_mmdebstrap_argv_is_a_list_of_words(tmp_path: Path) -> None:
     r = disk_recipe.load(REPO_RECIPE)
     argv = disk_image.mmdebstrap_argv(r, tmp_path / "root", mirror="http://mirror.example/debian")
