@@ -12,6 +12,7 @@ APT_PACKAGES += d-itg netsniff-ng  # crosstraffic backends ditg (ITGSend/ITGRecv
 APT_PACKAGES += openssh-server  # make lab-up: each emulated lab host runs its own sshd (docs/testbed.md)
 APT_PACKAGES += ansible-core  # make hosts-setup: prepares a lab's machines (ansible/hosts-setup.yml)
 APT_PACKAGES += tcpdump  # PEERING=: the peers' capture of BGP and BFD packets
+APT_PACKAGES += mmdebstrap e2fsprogs dosfstools mtools syslinux syslinux-common fdisk  # python -m routers disk/seed: a Debian disk image (mmdebstrap, mkfs.ext4 -d, FAT boot via mtools+syslinux, sfdisk) and its NoCloud seed (FAT CIDATA via mtools); docs/own-router-recipes.md
 # plain make lists the targets; it installs nothing (make setup does)
 .DEFAULT_GOAL := help
 

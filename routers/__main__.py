@@ -6,6 +6,8 @@
     python -m routers profiles                               # the registry and what is available
     python -m routers xen [--cache DIR] [--force] [--profiles frr bird]  # nested Xen host (make xen)
     python -m routers criuvm [--cache DIR] [--force]  # CRIU host VM for CRIU_HOST=vm (make criu)
+    python -m routers disk RECIPE [--cache DIR] [--force]   # a bootable disk image (routers/recipes)
+    python -m routers seed OUT --user-data F --meta-data F [--network-config F]  # NoCloud seed
     python -m routers host-packages                          # Debian packages the build needs
 
 Errors print one line and exit non-zero (3: something missing, e.g. XORP or the image).
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from routers import build as build_mod
 from routers import guest, profiles
-from routers.errors import RouterError
+from routers.errors import RouterError, SeedError
 
 
 def _mb(n: int) -> str:
@@ -64,6 +66,34 @@ def _cmd_criuvm(a: argparse.Namespace) -> int:
     image, built, seconds = criuvm.build(a.cache, force=a.force)
     state = f"built in {seconds:.1f} s" if built else "up to date"
     print(f"criu-vm: {state}: {image.kernel.parent} (kernel {image.release}, modules {image.modules_dir})")
+    return 0
+
+
+def _cmd_disk(a: argparse.Namespace) -> int:
+    from routers import disk_image
+
+    res = disk_image.build(a.recipe, a.cache, force=a.force)
+    disk = res.image.manifest["disk"]
+    state = f"built in {res.seconds:.1f} s" if res.built else "up to date"
+    versions = " ".join(f"{k}={v}" for k, v in res.image.manifest["versions"].items())
+    print(f"{res.image.manifest['recipe']}: {state}: {res.image.disk} ({_mb(disk['bytes'])}) {versions}")
+    return 0
+
+
+def _cmd_seed(a: argparse.Namespace) -> int:
+    from routers import disk_image
+
+    def text(p: Path | None) -> str | None:
+        try:
+            return p.read_text() if p is not None else None
+        except OSError as err:
+            raise SeedError(f"{p}: cannot read it ({err.strerror}): give an existing file") from None
+
+    try:
+        out = disk_image.nocloud_seed(a.out, text(a.user_data) or "", text(a.meta_data) or "", text(a.network_config))
+    except SeedError as err:
+        raise SeedError(f"{a.user_data}: {err}") from None
+    print(f"seed: {out} (label {disk_image.SEED_LABEL})")
     return 0
 
 
@@ -153,6 +183,17 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--cache", type=Path, default=None)
     v.add_argument("--force", action="store_true", help="rebuild even if up to date")
     v.set_defaults(func=_cmd_criuvm)
+    d = sub.add_parser("disk", help="build a bootable disk image from a recipe (mmdebstrap; idempotent)")
+    d.add_argument("recipe", help="a recipe name in routers/recipes/ or a directory holding recipe.toml")
+    d.add_argument("--cache", type=Path, default=None)
+    d.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    d.set_defaults(func=_cmd_disk)
+    sd = sub.add_parser("seed", help="write a NoCloud seed disk (FAT, label CIDATA) for a disk image")
+    sd.add_argument("out", type=Path, help="the seed image to write (raw)")
+    sd.add_argument("--user-data", type=Path, required=True)
+    sd.add_argument("--meta-data", type=Path, required=True)
+    sd.add_argument("--network-config", type=Path, default=None)
+    sd.set_defaults(func=_cmd_seed)
     sub.add_parser("profiles", help="list the router profiles").set_defaults(func=_cmd_profiles)
     sub.add_parser("host-packages", help="Debian packages the build needs").set_defaults(func=_cmd_host_packages)
     a = p.parse_args(argv)

@@ -32,3 +32,11 @@ class TooLittleMemoryError(RouterError, ConfigError):
 class ProfileFileError(RouterError, ConfigError):
     """A router profile file (``ROUTER=path/to/router.toml``) or its config template is invalid
     (exit 2: the file is the fault; the message names the file, the field and what to do)."""
+
+
+class RecipeError(RouterError, ConfigError):
+    """A disk image recipe (``routers/recipes/<name>/recipe.toml``) is missing or invalid (exit 2)."""
+
+
+class SeedError(RouterError, ConfigError):
+    """The content given for a NoCloud seed would be ignored by cloud-init (exit 2)."""
