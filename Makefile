@@ -18,10 +18,10 @@ APT_PACKAGES += mmdebstrap e2fsprogs dosfstools mtools syslinux syslinux-common 
 
 # Make variable -> CLI flag (only variables that are set are passed), for make qemu
 flag = $(if $(strip $($(1))),--$(2) $($(1)))
-.PHONY: chaos setup apt venv helpers guest migrate test test-unit test-integration lint clean-testbed clean \
+.PHONY: chaos setup apt venv helpers guest images migrate test test-unit test-integration lint clean-testbed clean \
         bench-traffic bench-sampler bench-qmp bench-qmp-client bench-ssh check-helpers
 
-setup: apt venv helpers qemu libvirt guest criu xen
+setup: apt venv helpers qemu libvirt guest images criu xen
 
 apt:
 	@if [ "$$(id -u)" != 0 ]; then echo "make setup: run as root (installs Debian packages)"; exit 2; fi
@@ -68,6 +68,11 @@ guest: venv
 	$(PY) -m routers build --profile frr
 	$(PY) -m routers build --profile bird
 	if [ -n "$$ROUTER" ]; then $(PY) -m routers build --profile "$$ROUTER"; fi
+
+# ROUTER=profiles/debian-frr-cloudinit.toml: a disk image built from its recipe by Debian's own
+# tools (mmdebstrap, mkfs.ext4 -d, syslinux), ~/.cache/vrmig/images (docs/own-router-recipes.md)
+images: venv
+	$(PY) -m routers disk debian-frr-cloudinit
 
 # HV=xen: the nested Xen host image (Xen 4.17 + dom0 from Debian packages, ~/.cache/vrmig/xen)
 .PHONY: xen

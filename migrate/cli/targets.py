@@ -40,7 +40,7 @@ def _bench(
 
 #: every target of the Makefile, in the order ``make help`` lists them
 TARGETS: dict[str, Target] = {
-    "setup": Target("everything marked (setup): apt, venv, helpers, qemu, libvirt, guest, criu, xen"),
+    "setup": Target("everything marked (setup): apt, venv, helpers, qemu, libvirt, guest, images, criu, xen"),
     "migrate": _vrmig("run", "one live migration, measured; prints a table and the results directory"),
     "baseline": _vrmig("baseline", "forwarding performance without migration"),
     "calibrate": _vrmig("calibrate", "every downtime estimator against cuts and pauses of known length"),
@@ -102,6 +102,7 @@ TARGETS: dict[str, Target] = {
     "guest": Target("(setup) the router guest images (FRR and BIRD; another release with ROUTER=)"),
     "criu": Target("(setup) a criu that works on this kernel, and the CRIU host VM image"),
     "xen": Target("(setup) the nested Xen host image"),
+    "images": Target("(setup) the router disk images of profiles/ that the tests migrate (routers/recipes/)"),
     "clean": Target("removes the built C helpers"),
     "help": Target("this list; make help T=<target> lists a target's variables"),
 }
