@@ -396,6 +396,7 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData | None]:
         accel=_str(meta.get("accel")) or _str(hv_meta.get("accel")),
         rate_bps=rate,
         frame_bytes=_count(scenario.get("frame_bytes")),
+        router=_router_name(meta),
         run_status=run_status,
         failure_class=meta.get("failure_class") if isinstance(meta.get("failure_class"), str) else None,
         window=window,
@@ -426,6 +427,15 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData | None]:
         log.exception("plot data failed")
         return dataclasses.replace(summary, notes=(*notes, f"plot data failed: {type(err).__name__}: {err}")), None
     return summary, plot
+
+
+def _router_name(meta: dict[str, Any]) -> str | None:
+    """The router that ran: a profile image's own name (meta.json ``hypervisor.guest_image.name``),
+    else ROUTER= as the scenario kept it (a built-in image's name)."""
+    image = (meta.get("hypervisor") or {}).get("guest_image")
+    if isinstance(image, dict) and isinstance(image.get("name"), str) and image.get("profile"):
+        return str(image["name"])
+    return _str((meta.get("scenario") or {}).get("router"))
 
 
 def _console(run_dir: Path, host: str = "R1") -> str | None:

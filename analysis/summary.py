@@ -97,6 +97,8 @@ class Summary:
     dirty_rate: DirtyRate | None = None
     #: route churn through the router (CHURN=, analysis.metrics.churn); None without
     churn: ChurnFigures | None = None
+    #: the router that ran: a built-in image's name, or a profile file's ``[router] name``
+    router: str | None = None
     why_absent: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
@@ -252,6 +254,7 @@ class Summary:
             "accel": self.accel,
             "rate_bps": self.rate_bps,
             "frame_bytes": self.frame_bytes,
+            "router": self.router,
             "downtime_s": {
                 "counters": _get(self.downtime_counters, "downtime_s"),
                 "packets": _get(self.downtime_packets, "downtime_s"),

@@ -108,7 +108,7 @@ def image_dir(recipe_name: str, cache: Path | str | None = None) -> Path:
 
 def _run(argv: list[str], timeout: float = TOOL_TIMEOUT_S, stdin: str | None = None) -> str:
     """Run ``argv`` (a list, never a shell string); its stdout, or BuildError with its last lines."""
-    log.info("running %s", " ".join(argv[:4]) + (" ..." if len(argv) > 4 else ""))
+    log.debug("running %s", " ".join(argv[:4]) + (" ..." if len(argv) > 4 else ""))
     try:
         res = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
     except FileNotFoundError:

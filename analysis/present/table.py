@@ -243,7 +243,9 @@ def format_table(summary: Summary | Mapping[str, Any]) -> str:
     det = s.get("details") or {}
     dc, dp, hv = det.get("downtime_counters"), det.get("downtime_packets"), det.get("hypervisor")
     rate = f"{s['rate_bps'] / 1e6:g} Mbit/s" if s.get("rate_bps") is not None else NA
-    head = f"{s.get('hv')} {s.get('mode')} {rate} {s.get('frame_bytes')} B accel={s.get('accel')}: {s.get('status')}"
+    router = f" router={s['router']}" if s.get("router") not in (None, "frr") else ""
+    head = f"{s.get('hv')} {s.get('mode')} {rate} {s.get('frame_bytes')} B accel={s.get('accel')}{router}"
+    head += f": {s.get('status')}"
     if s.get("failure_class"):
         head += f" [{s['failure_class']}]"
     if s.get("failure"):

@@ -529,6 +529,7 @@ SUMMARY_MIGRATE = obj(
         ),
     },
     {
+        "router": doc("the router that ran: a built-in image's name or a profile file's [router] name", null(STR)),
         "anatomy": obj({"settle_s": NUM, "marks": arr(OBJ), "phases": OBJ, "notes": arr(STR)}),
         "control_plane": OBJ,
         "churn": OBJ,

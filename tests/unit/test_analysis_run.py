@@ -14,6 +14,7 @@ from analysis.run import analyse_and_write, analyse_run
 from tests.fixtures.analysis.synthetic import MS, SyntheticRun, write_run
 
 SCHEMA = {
+    "router",
     "status",
     "failure",
     "hv",
