@@ -81,9 +81,8 @@ def prepare(profile: Any, settings: Any, out_dir: Path, instance_id: str) -> Boo
     """The boot media of one run of ``profile`` in ``out_dir``: an overlay on its disk image
     and, for ``[config] method = "nocloud"``, the seed with its template rendered from the
     testbed and ``settings``' PEERING (the rendered user-data is kept beside it)."""
-    from routers.disk_image import nocloud_seed
-
     from migrate.model.router_config import testbed_context
+    from routers.disk_image import nocloud_seed
     from routers.profile_file import render_config
 
     image = profile.image
@@ -94,6 +93,16 @@ def prepare(profile: Any, settings: Any, out_dir: Path, instance_id: str) -> Boo
     (out_dir / USER_DATA_NAME).write_text(text)
     seed = nocloud_seed(out_dir / SEED_NAME, text, meta_data(instance_id, profile.router.name), None)
     return BootMedia(overlay, seed, text)
+
+
+def check_config(profile: Any, settings: Any) -> None:
+    """Render the profile's template for ``settings`` once, before the run builds anything: a
+    template that fails is one ProfileFileError line (exit 2) naming the template and its line."""
+    from migrate.model.router_config import testbed_context
+    from routers.profile_file import render_config
+
+    if profile.config.template is not None:
+        render_config(profile, testbed_context(profile, settings))
 
 
 def describe_image(profile: Any) -> dict[str, Any]:

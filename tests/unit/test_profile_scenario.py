@@ -56,3 +56,17 @@ def test_a_disk_profile_refuses_what_it_cannot_run(disk_profile, fields, says):
 def test_a_missing_profile_file_is_one_line():
     with pytest.raises(ConfigError, match="cannot read the router profile"):
         Scenario(router="no/such/router.toml")
+
+
+def test_a_template_that_fails_to_render_is_one_line_before_the_run(disk_profile):
+    from migrate.drivers.disk_boot import check_config
+    from routers.profile_file import load_profile
+
+    s = Scenario(router=str(disk_profile), mem_mib=512, peering="bgp,bfd")
+    check_config(load_profile(s.router), s)  # the shipped template renders
+    template = disk_profile.parent / "debian-frr-cloudinit.user-data.j2"
+    template.write_text(template.read_text().replace("{{ router.hostname }}", "{{ router.hostnam }}"))
+    with pytest.raises(ConfigError) as err:
+        check_config(load_profile(s.router), s)
+    msg = str(err.value)
+    assert "debian-frr-cloudinit.user-data.j2:4:" in msg and "hostnam" in msg and "\n" not in msg

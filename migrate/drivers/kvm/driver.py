@@ -22,7 +22,7 @@ from migrate.core.procs import Proc, ProcessError
 from migrate.core.rundir import console_log
 from migrate.core.stack import QemuBuild, resolve_qemu
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
-from migrate.drivers.disk_boot import USER_DATA_NAME, BootMedia, describe_image, prepare
+from migrate.drivers.disk_boot import USER_DATA_NAME, BootMedia, check_config, describe_image, prepare
 from migrate.drivers.guest_vm import GuestNic, GuestVm
 from migrate.drivers.kvm.accel import detect_accel
 from migrate.drivers.kvm.qmp import QMPConnection, QMPError
@@ -372,6 +372,7 @@ class KvmDriver(Driver):
 
         profile = profile_of(scenario.router)
         if profile is not None:
+            check_config(profile, scenario)  # a template that fails to render: one line, before anything starts
             return {**facts, "guest_image": describe_image(profile)}
         from routers.build import run_image
         from routers.profiles import get as get_profile
