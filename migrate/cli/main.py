@@ -110,11 +110,21 @@ def _run_command(args: argparse.Namespace) -> int:
         check_metrics_file(args.metrics)
     scenario = scenario_from_args(args)
     from migrate.experiment.run import run
+    from migrate.model.scenario import profile_of
 
     run_dir = run(scenario, args.results, testbed=args.testbed)
     _print_summary(run_dir)
-    status = read_meta(run_dir).get("status")
+    meta = read_meta(run_dir)
+    status = meta.get("status")
     rc = 0 if status == "completed" else 4
+    if status != "completed" and meta.get("failure_class") == "setup" and profile_of(scenario.router) is not None:
+        # a router of a profile file that never became ready: the profile is the bad input
+        print(
+            f"vrmig: error: ROUTER={scenario.router}: {meta.get('failure')}: check the profile's [config] template "
+            f"and [readiness] (the rendered configuration and the console are in {run_dir})",
+            file=sys.stderr,
+        )
+        rc = 2
     if args.metrics is not None and not _write_metrics_file(run_dir, args.metrics):
         rc = rc or 1
     print(run_dir)

@@ -12,6 +12,7 @@ the right segment, or back to the left) and the tail of the router's serial cons
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from migrate.testbed import topology as topo
 PROBE_INTERVAL_S = 0.25  # between two echo requests that found no reply
 PROBE_WAIT_S = 1  # ping -W: how long one echo request waits for its reply
 CONSOLE_TAIL_CHARS = 400
+#: a guest's terminal queries and colours (ESC [ ... letter, ESC ] ... BEL) and other control characters
+TERMINAL_CONTROL = re.compile(r"\x1b\[[0-9;?!]*[A-Za-z]|\x1b\][^\x07]*\x07|\x1b.|[\x00-\x08\x0b-\x1f\x7f]")
 
 
 class ProbeBed(Protocol):
@@ -67,7 +70,8 @@ def console_tail(path: Path | None, chars: int = CONSOLE_TAIL_CHARS) -> str:
         data = path.read_bytes()[-chars:]
     except OSError:
         return ""
-    return " | ".join(ln.strip() for ln in data.decode("utf-8", "replace").splitlines() if ln.strip())
+    text = TERMINAL_CONTROL.sub("", data.decode("utf-8", "replace"))
+    return " | ".join(ln.strip() for ln in text.splitlines() if ln.strip())
 
 
 def wait_forwarding(
