@@ -63,5 +63,6 @@ def test_a_dead_router_ends_the_wait_at_once(monkeypatch):
 
 def test_console_tail_drops_the_guests_terminal_control(tmp_path: Path):
     console = tmp_path / "console.log"
-    console.write_bytes(b"\x1b[6n\x1b[32766;32766H\x1b[!p\x1b]104\x07\x1b[?7h\r\nDebian GNU/Linux 13 r ttyS0\r\n\r\nr login: ")
+    queries = b"\x1b[6n\x1b[32766;32766H\x1b[!p\x1b]104\x07\x1b[?7h"
+    console.write_bytes(queries + b"\r\nDebian GNU/Linux 13 r ttyS0\r\n\r\nr login: ")
     assert readiness.console_tail(console) == "Debian GNU/Linux 13 r ttyS0 | r login:"
