@@ -67,11 +67,11 @@ def console_tail(path: Path | None, chars: int = CONSOLE_TAIL_CHARS) -> str:
     if path is None:
         return ""
     try:
-        data = path.read_bytes()[-chars:]
+        data = path.read_bytes()[-16 * chars :]  # cleaned before it is cut: no half escape sequence
     except OSError:
         return ""
     text = TERMINAL_CONTROL.sub("", data.decode("utf-8", "replace"))
-    return " | ".join(ln.strip() for ln in text.splitlines() if ln.strip())
+    return " | ".join(ln.strip() for ln in text[-chars:].splitlines() if ln.strip())
 
 
 def wait_forwarding(
