@@ -80,7 +80,7 @@ def meta_data(instance_id: str, hostname: str) -> str:
 def prepare(profile: Any, settings: Any, out_dir: Path, instance_id: str) -> BootMedia:
     """The boot media of one run of ``profile`` in ``out_dir``: an overlay on its disk image
     and, for ``[config] method = "nocloud"``, the seed with its template rendered from the
-    testbed and ``settings``' PEERING (the rendered user-data is kept beside it)."""
+    testbed and ``settings``' PEERING (``config_text``: the rendered user-data, for the results)."""
     from migrate.model.router_config import testbed_context
     from routers.disk_image import nocloud_seed
     from routers.profile_file import render_config
@@ -90,7 +90,6 @@ def prepare(profile: Any, settings: Any, out_dir: Path, instance_id: str) -> Boo
     if profile.config.method != "nocloud":
         return BootMedia(overlay, None, None)
     text = render_config(profile, testbed_context(profile, settings))
-    (out_dir / USER_DATA_NAME).write_text(text)
     seed = nocloud_seed(out_dir / SEED_NAME, text, meta_data(instance_id, profile.router.name), None)
     return BootMedia(overlay, seed, text)
 

@@ -29,7 +29,7 @@ from migrate.drivers.kvm.qmp import QMPConnection, QMPError
 from migrate.drivers.readiness import wait_forwarding
 from migrate.drivers.stack_resolve import resolve_stack
 from migrate.model import dirty, routing
-from migrate.model.scenario import Scenario, qemu_spec
+from migrate.model.scenario import Scenario, profile_of, qemu_spec
 from migrate.testbed import topology as topo
 
 log = logging.getLogger(__name__)
@@ -275,7 +275,6 @@ class KvmDriver(Driver):
         self.dst: Proc | None = None
         self.qsrc: QMPConnection | None = None
         self.qdst: QMPConnection | None = None
-        from migrate.model.scenario import profile_of
         from routers.guest import guest_image
 
         self.profile = profile_of(ctx.scenario.router)  # a router image the suite did not build
@@ -368,8 +367,6 @@ class KvmDriver(Driver):
             "accel": accel,
             "accel_reason": reason if scenario.accel == "auto" else f"forced by ACCEL={scenario.accel} ({reason})",
         }
-        from migrate.model.scenario import profile_of
-
         profile = profile_of(scenario.router)
         if profile is not None:
             check_config(profile, scenario)  # a template that fails to render: one line, before anything starts
