@@ -128,7 +128,9 @@ def guarded(out_dir: Path, write: Any, *args: Any) -> str | None:
 
 
 def _num(value: float, scale: float, fmt: str) -> str:
-    return format(value if scale == 1 else value * scale, fmt)
+    v = value if scale == 1 else value * scale
+    # a count's bound is a float in summary.json's qualifiers (1351.0): an integer format shows it whole
+    return format(round(v) if fmt.endswith("d") else v, fmt)
 
 
 def figure_cells(s: Mapping[str, Any], path: str, scale: float, fmt: str, unit: str) -> tuple[str, str]:

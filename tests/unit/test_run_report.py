@@ -91,6 +91,15 @@ def test_a_lower_bound_is_shown_as_one_synthetic():
     assert (value, why) == ("≥ 12.3 ms", "a lower bound: the outage lasted past the analysed span")
 
 
+def test_a_packet_count_bound_is_shown_whole_synthetic():
+    """SYNTHETIC: a count's lower bound as summary.json writes it (a float) under an integer format."""
+    s = {"cross_traffic": {"outage_lost_packets": None},
+         "qualifiers": {"cross_traffic.outage_lost_packets": {"state": "censored", "reasons": ["clipped_end"],
+                                                              "text": "past the span", "lower": 1351.0}}}  # fmt: skip
+    value, _ = rr.figure_cells(s, "cross_traffic.outage_lost_packets", 1.0, "d", "packets")
+    assert value == "≥ 1351 packets"
+
+
 def test_the_failed_run_gets_a_bad_banner_and_its_absent_figures_their_reasons(tmp_path):
     page = rr.write_run_report(_copy(tmp_path, FAILED)).read_text()
     kind, text = _banner(page)
