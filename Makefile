@@ -69,10 +69,11 @@ guest: venv
 	$(PY) -m routers build --profile bird
 	if [ -n "$$ROUTER" ]; then $(PY) -m routers build --profile "$$ROUTER"; fi
 
-# ROUTER=profiles/debian-frr-cloudinit.toml: a disk image built from its recipe by Debian's own
+# ROUTER=profiles/debian-frr-cloudinit.toml, profiles/debian-bird-console.toml: disk images built from its recipe by Debian's own
 # tools (mmdebstrap, mkfs.ext4 -d, syslinux), ~/.cache/vrmig/images (docs/own-router-recipes.md)
 images: venv
 	$(PY) -m routers disk debian-frr-cloudinit
+	$(PY) -m routers disk debian-bird-console
 
 # HV=xen: the nested Xen host image (Xen 4.17 + dom0 from Debian packages, ~/.cache/vrmig/xen)
 .PHONY: xen

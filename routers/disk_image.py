@@ -241,6 +241,8 @@ def _configure_tree(recipe: Recipe, root: Path) -> str:
     if recipe.mask_units:
         _run(["chroot", str(root), "systemctl", "mask", *recipe.mask_units])
     (root / "etc" / "machine-id").write_text("")  # a new one at each first boot
+    if recipe.root_password is not None:
+        _run(["chroot", str(root), "chpasswd"], stdin=f"root:{recipe.root_password}\n")
     kernel = _single(root / "boot", "vmlinuz-*")
     return kernel.name.removeprefix("vmlinuz-")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,7 @@ class Recipe:
     root_label: str
     boot_label: str
     kernel_cmdline: str
+    root_password: str | None = field(default=None, repr=False)  # [users]: set by chpasswd in the tree
 
     @property
     def overlay(self) -> Path | None:
@@ -125,6 +126,12 @@ def load(spec: str | Path) -> Recipe:
     deb = _field(data, "debian", dict, str(path))
     systemd = _field(data, "systemd", dict, str(path), default={})
     disk = _field(data, "disk", dict, str(path))
+    users = _field(data, "users", dict, str(path), default={})
+    root_password = _field(users, "root_password", str, f"{path} [users]", default="") or None
+    if root_password is not None and (":" in root_password or "\n" in root_password):
+        raise RecipeError(
+            f"{path} [users]: field 'root_password' must not contain ':' or a newline (chpasswd's format)"
+        )
     w_deb, w_sd, w_disk = f"{path} [debian]", f"{path} [systemd]", f"{path} [disk]"
     variant = _field(deb, "variant", str, w_deb)
     if variant not in VARIANTS:
@@ -165,6 +172,7 @@ def load(spec: str | Path) -> Recipe:
         root_label=root_label,
         boot_label=boot_label,
         kernel_cmdline=cmdline,
+        root_password=root_password,
     )
 
 

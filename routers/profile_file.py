@@ -56,13 +56,20 @@ TABLES: dict[str, tuple[str, ...]] = {
     "router": ("name", "kind", "software", "version"),
     "image": ("builtin", "disk", "format", "firmware", "oci", "archive", "recipe"),
     "hardware": ("mem_mib", "vcpus", "nic", "nics", "nic_count"),
-    "config": ("method", "template", "login", "password", "prompt", "user", "key"),
+    "config": ("method", "template", "login", "password", "prompt", "errors", "user", "key"),
     "readiness": ("console_marker", "timeout_s"),
     "state": ("routes", "sessions"),
 }
 REQUIRED_TABLES = ("router", "image", "config")
 #: fields that only one config method reads
-METHOD_FIELDS = {"login": "console", "password": "console", "prompt": "console", "user": "ssh", "key": "ssh"}
+METHOD_FIELDS = {
+    "login": "console",
+    "password": "console",
+    "prompt": "console",
+    "errors": "console",
+    "user": "ssh",
+    "key": "ssh",
+}
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
 
 
@@ -119,6 +126,7 @@ class ConfigMethod:
     login: str | None = None  # console
     password: str | None = field(default=None, repr=False)  # console
     prompt: str = "# "  # console
+    errors: tuple[str, ...] = ()  # console: regular expressions that, in a command's output, fail it
     user: str | None = None  # ssh
     key: Path | None = None  # ssh
 
@@ -281,6 +289,22 @@ class _Table:
         if not 0 < value < 86400:
             self.fail(key, f"{value} is not a number of seconds above 0 and below a day: e.g. {key} = 300")
         return float(value)
+
+    def patterns(self, key: str) -> tuple[str, ...]:
+        """An array of Python regular expressions, each compiled once here (empty when absent)."""
+        if key not in self.data:
+            return ()
+        value = self.data[key]
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            self.fail(
+                key, f'is {_show(value)}: give an array of regular expressions, e.g. {key} = ["command not found"]'
+            )
+        for v in value:
+            try:
+                re.compile(v)
+            except re.error as err:
+                self.fail(key, f"{_show(v)} is not a regular expression ({err}): fix or quote it")
+        return tuple(value)
 
     def roles(self, key: str) -> tuple[str, ...] | None:
         """An array of NIC roles (None when absent)."""
@@ -534,6 +558,7 @@ def _config(file: str, data: object, base: Path, router: RouterInfo, image: Imag
             login=login,
             password=t.string("password"),
             prompt=t.text("prompt") or "# ",
+            errors=t.patterns("errors"),
         )
     if method == "ssh":
         if "mgmt" not in hw.nics:

@@ -9,8 +9,10 @@ holds its images inactive until the migration completes, so the two never write 
 
 The configuration reaches the router as the profile's ``[config] method`` says; ``nocloud``
 renders the profile's template into cloud-init's user-data and attaches it as a read-only NoCloud
-seed disk (label ``cidata``) beside the overlay.  The seed's instance-id names the run, so
-cloud-init configures every boot of the image afresh."""
+seed disk (label ``cidata``) beside the overlay (the seed's instance-id names the run, so
+cloud-init configures every boot of the image afresh); ``console`` renders it into the commands
+the suite types on the router's serial console once it has booted
+(migrate.drivers.console_config)."""
 
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ QEMU_IMG_TIMEOUT_S = 60.0
 OVERLAY_NAME = "router-disk.qcow2"
 SEED_NAME = "router-seed.img"
 USER_DATA_NAME = "router-user-data"
+#: the rendered configuration as the run's directory keeps it, by config method
+CONFIG_NAMES = {"nocloud": USER_DATA_NAME, "console": "router-console-commands"}
 
 
 @dataclass(frozen=True)
@@ -87,9 +91,11 @@ def prepare(profile: Any, settings: Any, out_dir: Path, instance_id: str) -> Boo
 
     image = profile.image
     overlay = make_overlay(Path(image.disk), image.format, out_dir / OVERLAY_NAME)
-    if profile.config.method != "nocloud":
+    if profile.config.method not in CONFIG_NAMES:
         return BootMedia(overlay, None, None)
     text = render_config(profile, testbed_context(profile, settings))
+    if profile.config.method == "console":  # typed after boot (migrate.drivers.console_config)
+        return BootMedia(overlay, None, text)
     seed = nocloud_seed(out_dir / SEED_NAME, text, meta_data(instance_id, profile.router.name), None)
     return BootMedia(overlay, seed, text)
 

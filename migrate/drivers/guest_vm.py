@@ -52,7 +52,9 @@ class GuestVm:
     initrd it boots with ``cmdline`` (None, None, "": it boots from ``disks`` instead, the first
     one through the BIOS), the file its serial console writes (where the guest prints its READY
     marker), its NIC model (``virtio`` or ``e1000``) and its NICs in guest order (default: the
-    testbed's tapL/tapR with the router's fixed MACs)."""
+    testbed's tapL/tapR with the router's fixed MACs).  ``console_socket``: the serial console is
+    also a Unix socket there, for typing on it (migrate.drivers.console_config); the file still
+    logs all it prints."""
 
     name: str
     accel: str
@@ -65,6 +67,7 @@ class GuestVm:
     nic: str
     nics: tuple[GuestNic, ...] = field(default_factory=router_nics)
     disks: tuple[GuestDisk, ...] = ()
+    console_socket: Path | None = None
 
     def __post_init__(self) -> None:
         if (self.kernel is None) != (self.initrd is None):

@@ -22,6 +22,7 @@ ROUTERS = ("frr", "bird", "xorp")
 ACCELS = ("auto", "kvm", "tcg")
 GENS = ("builtin",)  # make migrate measures with vrgen/vrsink; other backends serve the benchmarks
 XEN_GUESTS = ("pvh", "pv")
+WIRED_METHODS = ("nocloud", "console")  # a profile image's [config] methods a run can use (migrate.drivers.disk_boot)
 CRIU_HOSTS = ("local", "vm")  # HV=criu: here, or in a VM booting Debian's kernel (migrate/drivers/criu/hostvm.py)
 XEN_PV_REFUSAL = (
     "XEN_GUEST=pv cannot be live-migrated with Debian's Xen 4.17: the hypervisor is built without "
@@ -255,9 +256,10 @@ def check_profile_router(s: Scenario, profile: Any) -> None:
         "(UEFI needs OVMF, not wired yet): use a BIOS image",
     )
     _require(
-        profile.config.method == "nocloud",
+        profile.config.method in WIRED_METHODS,
         f"{where}: [config] method = {profile.config.method!r} is not wired yet: the suite configures a "
-        'disk image through a NoCloud seed (method = "nocloud")',
+        'disk image through a NoCloud seed (method = "nocloud") or by typing on its serial console '
+        '(method = "console")',
     )
     _require(s.rib_routes == 0, f"RIB_ROUTES={s.rib_routes} needs ROUTER=bird (not {where})")
     _require(s.fault is None, f"FAULT={s.fault} needs a built-in router image (not {where})")

@@ -159,6 +159,19 @@ class Testbed:
     def forward_qmp(self, role: str, local: Path, remote: str, timeout_s: float, alive: Callable[[], bool]) -> None:
         """Make QEMU's QMP socket ``remote`` on ``role`` reachable at ``local`` (here they are one file)."""
 
+    def forward_socket(
+        self,
+        role: str,
+        local: Path,
+        remote: str,
+        timeout_s: float,
+        alive: Callable[[], bool],
+        owner: str,
+        what: str = "socket",
+    ) -> None:
+        """Make ``owner``'s Unix socket ``remote`` on ``role`` reachable at ``local`` (here they
+        are one file: a client connects once the socket is there)."""
+
     def port_cut(self, role: str, ifname: str, registry: Registry) -> PortCut:
         """Cut and restore bridge port ``ifname`` of ``role`` (one netlink request each, from here)."""
         return PortCut(self.ns(role), ifname)

@@ -47,6 +47,13 @@ def test_repository_recipe_parses() -> None:
     assert "datasource_list: [ NoCloud ]" in cfg
 
 
+def test_the_console_router_recipe_sets_a_root_password() -> None:
+    r = disk_recipe.load("debian-bird-console")
+    assert r.suite == "bookworm" and "bird" in r.packages and "cloud-init" not in r.packages
+    assert r.root_password == "vrmig" and "root_password" not in repr(r)
+    assert disk_recipe.load(REPO_RECIPE).root_password is None
+
+
 def test_recipe_by_directory_path(recipe_copy: Path) -> None:
     r = disk_recipe.load(recipe_copy)
     assert r.name == "myrecipe" and r.directory == recipe_copy.resolve()
@@ -85,6 +92,7 @@ def test_cache_key_covers_recipe_toml(recipe_copy: Path) -> None:
         ('"frr",', '"FRR Routing",', ["'packages'", "Debian package name"]),
         ('kernel_cmdline = "', 'kernel_cmdline = "root=/dev/sda1 ', ["'kernel_cmdline'", "root="]),
         ("format = 1", "format = 7", ["'format'", "format = 1"]),
+        ("[disk]", '[users]\nroot_password = "a:b"\n[disk]', ["'root_password'", "chpasswd"]),
     ],
 )
 def test_bad_recipe_names_file_and_field(recipe_copy: Path, old: str, new: str, words: list[str]) -> None:

@@ -163,6 +163,19 @@ BAD = [
     ),
     ("console field elsewhere", {"config": {"login": "root"}}, {}, ["[config] login", "'console'"]),
     ("console without login", {"config": {"method": "console"}}, {}, ["[config] login", "missing"]),
+    ("errors elsewhere", {"config": {"errors": ["x"]}}, {}, ["[config] errors", "'console'"]),
+    (
+        "errors not a regex",
+        {"config": {"method": "console", "login": "root", "errors": ["(unclosed"]}},
+        {},
+        ["[config] errors", "'(unclosed'", "not a regular expression"],
+    ),
+    (
+        "errors not a list",
+        {"config": {"method": "console", "login": "root", "errors": "failed"}},
+        {},
+        ["[config] errors", "array of regular expressions"],
+    ),
     (
         "ssh without mgmt",
         {"config": {"method": "ssh", "user": "root", "key": "router.j2"}},

@@ -70,3 +70,21 @@ def test_a_template_that_fails_to_render_is_one_line_before_the_run(disk_profile
         check_config(load_profile(s.router), s)
     msg = str(err.value)
     assert "debian-frr-cloudinit.user-data.j2:4:" in msg and "hostnam" in msg and "\n" not in msg
+
+
+def test_the_console_profile_renders_one_command_per_line_for_bird_1_6():
+    from migrate.drivers.console_config import command_lines
+    from migrate.model.router_config import testbed_context
+    from routers.profile_file import load_profile, render_config
+
+    prof = load_profile(PROFILES / "debian-bird-console.toml", check_image=False)
+    assert (prof.config.method, prof.config.login, prof.config.prompt) == ("console", "root", "# ")
+    assert "command not found" in prof.config.errors
+    lines = command_lines(render_config(prof, testbed_context(prof, Scenario(peering="bgp,bfd"))))
+    conf = [ln.split("'")[1] for ln in lines if ln.endswith(">> /etc/bird/bird.conf")]
+    assert "  bfd on;" in conf and "  neighbor 198.18.1.10 as 65001;" in conf
+    assert conf.count("protocol bfd {") == 1 and not any("ospf" in c for c in conf)
+    # no line needs a continuation prompt, and the marker is printed whole only by the last command's success
+    assert all(ln.count("'") % 2 == 0 and not ln.endswith("\\") and "<<" not in ln for ln in lines)
+    assert not any(prof.readiness.console_marker in ln for ln in lines)
+    assert lines[-1].startswith("systemctl restart bird && ")

@@ -22,7 +22,8 @@ from migrate.core.procs import Proc, ProcessError
 from migrate.core.rundir import console_log
 from migrate.core.stack import QemuBuild, resolve_qemu
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
-from migrate.drivers.disk_boot import USER_DATA_NAME, BootMedia, check_config, describe_image, prepare
+from migrate.drivers.console_config import command_lines, connect, type_config
+from migrate.drivers.disk_boot import CONFIG_NAMES, BootMedia, check_config, describe_image, prepare
 from migrate.drivers.guest_vm import GuestNic, GuestVm
 from migrate.drivers.kvm.accel import detect_accel
 from migrate.drivers.kvm.qmp import QMPConnection, QMPError
@@ -66,7 +67,7 @@ def qemu_argv(
         "-smp", str(vm.vcpus),
         "-nodefaults", "-no-user-config", "-display", "none", "-vga", "none",
         "-msg", "timestamp=on",
-        "-chardev", f"file,id=con,path={vm.console}", "-serial", "chardev:con",
+        "-chardev", console_chardev(vm), "-serial", "chardev:con",
         "-qmp", f"unix:{qmp},server=on,wait=off",
     ]  # fmt: skip
     if vm.kernel is not None:
@@ -83,6 +84,17 @@ def qemu_argv(
     if incoming:
         argv += ["-incoming", "defer"]
     return argv
+
+
+def console_chardev(vm: GuestVm) -> str:
+    """The serial console's chardev: a file, or a listening Unix socket (never waiting for a
+    client) that logs to that file all the guest prints, connected or not."""
+    if vm.console_socket is None:
+        return f"file,id=con,path={qemu_opt(str(vm.console))}"
+    return (
+        f"socket,id=con,path={qemu_opt(str(vm.console_socket))},server=on,wait=off,"
+        f"logfile={qemu_opt(str(vm.console))},logappend=on"
+    )
 
 
 def qemu_opt(value: str) -> str:
@@ -294,6 +306,8 @@ class KvmDriver(Driver):
         console, stdout_name = tb.console_output(host, self.ctx.run_dir / console_log(host))
         spec = inv.host(host)
         remote_qmp = tb.out_path(host, self.ctx.registry.dir, f"qmp-{host}.sock")
+        typed = self.profile is not None and self.profile.config.method == "console"
+        remote_con = tb.out_path(host, self.ctx.registry.dir, f"con-{host}.sock") if typed else None
         vm = GuestVm(
             name=f"vrmig-{tb.prefix}-{host}",
             accel=self.accel,
@@ -306,6 +320,7 @@ class KvmDriver(Driver):
             nic=s.nic,
             nics=tuple(GuestNic(spec.taps[seg], inv.router[seg].mac) for seg in topo.SEGMENTS),
             disks=self.media.disks() if self.media is not None else (),
+            console_socket=Path(remote_con) if remote_con is not None else None,
         )
         argv = qemu_argv(
             vm,
@@ -405,13 +420,15 @@ class KvmDriver(Driver):
             rec.action("boot-media", host="R1", method=self.profile.config.method)
             self.media = prepare(self.profile, self.ctx.scenario, self.ctx.registry.dir, self.ctx.run_dir.name)
             if self.media.config_text is not None:
-                (self.ctx.run_dir / USER_DATA_NAME).write_text(self.media.config_text)
+                (self.ctx.run_dir / CONFIG_NAMES[self.profile.config.method]).write_text(self.media.config_text)
         rec.action("boot", host="R1")
         self.src, self.qsrc = self._qemu("R1", incoming=False)
         console = self.ctx.run_dir / console_log("R1")
         timeout_s = self._boot_timeout_s()
         marker = READY_MARKER if self.profile is None else self.profile.readiness.console_marker
         started = time.monotonic()
+        if self.profile is not None and self.profile.config.method == "console":
+            self._type_config(timeout_s)
         if marker:
             try:
                 self.src.wait_for(marker, timeout_s, path=console, abort=self.ctx.abort)
@@ -430,6 +447,22 @@ class KvmDriver(Driver):
                 self.ctx.run_dir / console_log("R1"), dirty.LOAD_START_TIMEOUT_S, self.src.alive, self.ctx.abort
             )
             rec.action("dirty-load-running", host="R1", **self.dirty_load)
+
+    def _type_config(self, timeout_s: float) -> None:
+        """Log in on R1's router console and type the rendered configuration (the profile's
+        ``[config] method = "console"``), within the boot timeout."""
+        assert self.src is not None and self.profile is not None and self.media is not None
+        cfg = self.profile.config
+        local = self.ctx.registry.dir / "con-R1.sock"
+        remote = self.ctx.testbed.out_path("R1", self.ctx.registry.dir, "con-R1.sock")
+        self.ctx.testbed.forward_socket("R1", local, remote, QMP_CONNECT_TIMEOUT_S, self.src.alive, "QEMU", "console")
+        lines = command_lines(self.media.config_text or "")
+        with connect(local, QMP_CONNECT_TIMEOUT_S, self.src.alive) as sock:
+            typed = type_config(
+                sock, lines, login=cfg.login or "", password=cfg.password, prompt=cfg.prompt, errors=cfg.errors,
+                timeout_s=timeout_s, alive=self.src.alive, abort=self.ctx.abort,
+            )  # fmt: skip
+        self.ctx.recorder.action("router-console-config", host="R1", **typed.to_dict())
 
     def _record_rss(self, when: str) -> None:
         """The source QEMU's resident memory (the router as R1's host holds it: guest RAM it
