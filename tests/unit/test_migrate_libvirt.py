@@ -12,7 +12,7 @@ import pytest
 from migrate.cli.main import build_parser, scenario_from_args
 from migrate.core.errors import ConfigError, DependencyError
 from migrate.drivers.base import load_driver
-from migrate.drivers.guest_vm import GuestVm, router_nics
+from migrate.drivers.guest_vm import GuestDisk, GuestVm, router_nics
 from migrate.drivers.libvirt import daemon as lvd
 from migrate.drivers.libvirt import flags as lf
 from migrate.drivers.libvirt.domain_xml import domain_facts, domain_xml, with_console
@@ -91,8 +91,25 @@ def test_with_console_needs_a_file_serial():
         with_console("<domain><devices/></domain>", Path("/c.log"))
 
 
+def test_a_typed_console_is_a_bound_socket_logging_to_the_console_file_and_moves_with_the_domain():
+    sock = Path("/run/vrmig/t/con-R1.sock")
+    dom = _xml(kernel=None, initrd=None, cmdline="", disks=(GuestDisk(Path("/run/vrmig/t/d.qcow2"), "qcow2"),),
+               console_socket=sock)  # fmt: skip
+    serial = dom.find("devices/serial")
+    assert serial.get("type") == "unix" and serial.find("source").attrib == {"mode": "bind", "path": str(sock)}
+    assert serial.find("log").attrib == {"file": "/run/x/console-R1.log", "append": "on"}
+    assert dom.find("os/boot").get("dev") == "hd" and dom.find("os/kernel") is None
+    xml = ET.tostring(dom, encoding="unicode")
+    out = ET.fromstring(with_console(xml, Path("/r/console-R2.log"), Path("/run/vrmig/t/con-R2.sock")))
+    assert out.find("devices/serial/source").get("path") == "/run/vrmig/t/con-R2.sock"
+    assert out.find("devices/serial/log").get("file") == "/r/console-R2.log"
+    with pytest.raises(ValueError, match="socket serial console"):
+        with_console(xml, Path("/r/console-R2.log"))  # the source's socket is still bound
+
+
 def test_migrate_flags_map_mode_and_knobs():
     assert lf.flag_names(lf.migrate_flags(Scenario())) == ["LIVE", "PEER2PEER"]
+    assert lf.flag_names(lf.migrate_flags(Scenario(), shared_disks=True)) == ["LIVE", "PEER2PEER", "UNSAFE"]
     assert lf.flag_names(lf.migrate_flags(Scenario(mode="stopcopy"))) == ["PEER2PEER"]
     s = Scenario(auto_converge=True, xbzrle=True, postcopy=True)
     assert lf.flag_names(lf.migrate_flags(s)) == ["LIVE", "PEER2PEER", "COMPRESSED", "AUTO_CONVERGE", "POSTCOPY"]

@@ -41,8 +41,7 @@ def test_a_disk_profile_runs_under_its_absolute_path_with_its_software(disk_prof
     [
         ({"mem_mib": 256}, "MEM=256 is below the 512 MiB"),
         ({"nic": "e1000"}, "[hardware] nic = 'virtio'"),
-        ({"hv": "criu"}, "HV=kvm DRIVER=qmp only"),
-        ({"hv": "kvm", "driver": "libvirt"}, "HV=kvm DRIVER=qmp only"),
+        ({"hv": "criu"}, "HV=kvm only"),
         ({"fault": "guest-never-ready"}, "FAULT=guest-never-ready needs a built-in router image"),
         ({"dirty_mbps": 10.0}, "DIRTY=10.0 needs a built-in router image"),
     ],

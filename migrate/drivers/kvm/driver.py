@@ -22,12 +22,11 @@ from migrate.core.procs import Proc, ProcessError
 from migrate.core.rundir import console_log
 from migrate.core.stack import QemuBuild, resolve_qemu
 from migrate.drivers.base import Driver, MigrationOutcome, RunContext
-from migrate.drivers.console_config import command_lines, connect, type_config
-from migrate.drivers.disk_boot import CONFIG_NAMES, BootMedia, check_config, describe_image, prepare
+from migrate.drivers.disk_boot import check_config, describe_image
 from migrate.drivers.guest_vm import GuestNic, GuestVm
 from migrate.drivers.kvm.accel import detect_accel
 from migrate.drivers.kvm.qmp import QMPConnection, QMPError
-from migrate.drivers.readiness import wait_forwarding
+from migrate.drivers.profile_boot import ProfileBoot
 from migrate.drivers.stack_resolve import resolve_stack
 from migrate.model import dirty, routing
 from migrate.model.scenario import Scenario, profile_of, qemu_spec
@@ -291,7 +290,7 @@ class KvmDriver(Driver):
 
         self.profile = profile_of(ctx.scenario.router)  # a router image the suite did not build
         self.image = guest_image(ctx.scenario.router) if self.profile is None else None
-        self.media: BootMedia | None = None
+        self.boot = ProfileBoot(ctx, self.profile) if self.profile is not None else None
         self._described: dict[str, Any] = {}
 
     # -- helpers ---------------------------------------------------------------------------
@@ -306,8 +305,7 @@ class KvmDriver(Driver):
         console, stdout_name = tb.console_output(host, self.ctx.run_dir / console_log(host))
         spec = inv.host(host)
         remote_qmp = tb.out_path(host, self.ctx.registry.dir, f"qmp-{host}.sock")
-        typed = self.profile is not None and self.profile.config.method == "console"
-        remote_con = tb.out_path(host, self.ctx.registry.dir, f"con-{host}.sock") if typed else None
+        sockets = self.boot.console_socket(host) if self.boot is not None else None
         vm = GuestVm(
             name=f"vrmig-{tb.prefix}-{host}",
             accel=self.accel,
@@ -319,8 +317,8 @@ class KvmDriver(Driver):
             console=Path(console),
             nic=s.nic,
             nics=tuple(GuestNic(spec.taps[seg], inv.router[seg].mac) for seg in topo.SEGMENTS),
-            disks=self.media.disks() if self.media is not None else (),
-            console_socket=Path(remote_con) if remote_con is not None else None,
+            disks=self.boot.media().disks() if self.boot is not None else (),
+            console_socket=Path(sockets[1]) if sockets is not None else None,
         )
         argv = qemu_argv(
             vm,
@@ -411,58 +409,33 @@ class KvmDriver(Driver):
 
     def start_source(self) -> None:
         """Boot the router VM in R1 and wait until it is ready: the suite's own image prints its
-        READY marker on the serial console; a profile's image is ready once it forwards the
-        suite's probes between both segments (after its own console marker, if it names one)."""
+        READY marker on the serial console; a profile's image is configured and ready once it
+        forwards the suite's probes between both segments (migrate.drivers.profile_boot)."""
         from routers.guest import READY_MARKER
 
         rec = self.ctx.recorder
-        if self.profile is not None:
-            rec.action("boot-media", host="R1", method=self.profile.config.method)
-            self.media = prepare(self.profile, self.ctx.scenario, self.ctx.registry.dir, self.ctx.run_dir.name)
-            if self.media.config_text is not None:
-                (self.ctx.run_dir / CONFIG_NAMES[self.profile.config.method]).write_text(self.media.config_text)
+        if self.boot is not None:
+            self.boot.media()
         rec.action("boot", host="R1")
         self.src, self.qsrc = self._qemu("R1", incoming=False)
         console = self.ctx.run_dir / console_log("R1")
-        timeout_s = self._boot_timeout_s()
-        marker = READY_MARKER if self.profile is None else self.profile.readiness.console_marker
-        started = time.monotonic()
-        if self.profile is not None and self.profile.config.method == "console":
-            self._type_config(timeout_s)
-        if marker:
+        src = self.src
+
+        def wait_marker(marker: str, timeout_s: float) -> None:
             try:
-                self.src.wait_for(marker, timeout_s, path=console, abort=self.ctx.abort)
+                src.wait_for(marker, timeout_s, path=console, abort=self.ctx.abort)
             except ProcessError as err:
                 raise GuestError(f"router guest not ready: {err}") from err
-        if self.profile is not None:
-            ready = wait_forwarding(
-                self.ctx.testbed, self.ctx.scenario.ip, max(0.0, timeout_s - (time.monotonic() - started)),
-                self.src.alive, self.ctx.abort, console,
-            )  # fmt: skip
-            rec.action("router-forwarding", host="R1", **ready.to_dict())
+
+        if self.boot is not None:
+            self.boot.wait_ready("R1", src.alive, console, wait_marker)
+        else:
+            wait_marker(READY_MARKER, self.ctx.scenario.boot_timeout_s)
         rec.action("router-ready", host="R1")
         self._record_rss("ready")
         if self.ctx.scenario.dirty_mbps is not None:
-            self.dirty_load = dirty.wait_load(
-                self.ctx.run_dir / console_log("R1"), dirty.LOAD_START_TIMEOUT_S, self.src.alive, self.ctx.abort
-            )
+            self.dirty_load = dirty.wait_load(console, dirty.LOAD_START_TIMEOUT_S, src.alive, self.ctx.abort)
             rec.action("dirty-load-running", host="R1", **self.dirty_load)
-
-    def _type_config(self, timeout_s: float) -> None:
-        """Log in on R1's router console and type the rendered configuration (the profile's
-        ``[config] method = "console"``), within the boot timeout."""
-        assert self.src is not None and self.profile is not None and self.media is not None
-        cfg = self.profile.config
-        local = self.ctx.registry.dir / "con-R1.sock"
-        remote = self.ctx.testbed.out_path("R1", self.ctx.registry.dir, "con-R1.sock")
-        self.ctx.testbed.forward_socket("R1", local, remote, QMP_CONNECT_TIMEOUT_S, self.src.alive, "QEMU", "console")
-        lines = command_lines(self.media.config_text or "")
-        with connect(local, QMP_CONNECT_TIMEOUT_S, self.src.alive) as sock:
-            typed = type_config(
-                sock, lines, login=cfg.login or "", password=cfg.password, prompt=cfg.prompt, errors=cfg.errors,
-                timeout_s=timeout_s, alive=self.src.alive, abort=self.ctx.abort,
-            )  # fmt: skip
-        self.ctx.recorder.action("router-console-config", host="R1", **typed.to_dict())
 
     def _record_rss(self, when: str) -> None:
         """The source QEMU's resident memory (the router as R1's host holds it: guest RAM it
@@ -476,11 +449,6 @@ class KvmDriver(Driver):
             entry["reason"] = "R1's /proc has no VmRSS for the source QEMU"
         self._described.setdefault("router_rss", {})[when] = entry
         self.ctx.recorder.action("router-rss", host="R1", when=when, qemu_rss_kib=kib)
-
-    def _boot_timeout_s(self) -> float:
-        """BOOT_TIMEOUT, or a profile's own ``[readiness] timeout_s`` when it gives one."""
-        own = self.profile.readiness.timeout_s if self.profile is not None else None
-        return own if own is not None else self.ctx.scenario.boot_timeout_s
 
     def measure_dirty_rate(self) -> dict[str, Any]:
         """QEMU's dirty-rate measurement on the source (migrate.model.dirty.measure_qmp)."""

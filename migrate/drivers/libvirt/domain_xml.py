@@ -72,8 +72,13 @@ def domain_xml(vm: GuestVm, *, emulator: str = QEMU_BINARY) -> str:
         _sub(iface, "target", dev=nic.tap, managed="no")
         _sub(iface, "model", type=NIC_MODELS[nic_model])
         _sub(iface, "rom", enabled="no")
-    serial = _sub(dev, "serial", type="file")
-    _sub(serial, "source", path=str(vm.console))
+    if vm.console_socket is None:
+        serial = _sub(dev, "serial", type="file")
+        _sub(serial, "source", path=str(vm.console))
+    else:  # typed on (migrate.drivers.console_config); QEMU logs all the guest prints to the file
+        serial = _sub(dev, "serial", type="unix")
+        _sub(serial, "source", mode="bind", path=str(vm.console_socket))
+        _sub(serial, "log", file=str(vm.console), append="on")
     _sub(serial, "target", port="0")
     _sub(dev, "controller", type="usb", model="none")
     _sub(_sub(dev, "video"), "model", type="none")
@@ -82,14 +87,23 @@ def domain_xml(vm: GuestVm, *, emulator: str = QEMU_BINARY) -> str:
     return ET.tostring(dom, encoding="unicode") + "\n"
 
 
-def with_console(xml: str, console: Path) -> str:
+def with_console(xml: str, console: Path, socket: Path | None = None) -> str:
     """``xml`` (e.g. the source's migratable XML) with the serial console file replaced: the
-    destination host writes its own console log (both hosts share one file system here)."""
+    destination host writes its own console log (both hosts share one file system here); a
+    console on a Unix socket gets ``socket`` (the source's QEMU still holds its own) and logs to
+    ``console``."""
     root = ET.fromstring(xml)
     sources = root.findall("./devices/serial[@type='file']/source")
+    for serial in root.findall("./devices/serial[@type='unix']"):
+        src, log_el = serial.find("source"), serial.find("log")
+        if socket is None or src is None or log_el is None:
+            raise ValueError("domain XML has a socket serial console: give the destination's socket and its log")
+        src.set("path", str(socket))
+        log_el.set("file", str(console))
+        sources.append(src)
     if not sources:
         raise ValueError("domain XML has no file serial console to redirect")
-    for src in sources:
+    for src in root.findall("./devices/serial[@type='file']/source"):
         src.set("path", str(console))
     # the console device may also appear as <console type='file'> mirroring the serial port
     for src in root.findall("./devices/console[@type='file']/source"):

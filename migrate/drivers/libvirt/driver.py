@@ -46,9 +46,10 @@ from migrate.drivers.guest_vm import GuestNic, GuestVm
 from migrate.drivers.libvirt import flags as lf
 from migrate.drivers.libvirt.daemon import LabLibvirtd, LabRunLibvirtd, NamespacedLibvirtd
 from migrate.drivers.libvirt.domain_xml import QEMU_BINARY, domain_facts, domain_xml, with_console
+from migrate.drivers.profile_boot import ProfileBoot
 from migrate.drivers.stack_resolve import resolve_stack
 from migrate.model import dirty, routing
-from migrate.model.scenario import Scenario
+from migrate.model.scenario import Scenario, profile_of
 from migrate.testbed import topology as topo
 
 log = logging.getLogger(__name__)
@@ -229,7 +230,9 @@ class LibvirtDriver(Driver):
         self._effective_reader: threading.Thread | None = None
         from routers.guest import guest_image
 
-        self.image = guest_image(ctx.scenario.router)
+        self.profile = profile_of(ctx.scenario.router)  # a router image the suite did not build
+        self.boot = ProfileBoot(ctx, self.profile) if self.profile is not None else None
+        self.image = guest_image(ctx.scenario.router) if self.profile is None else None
 
     # -- checks ----------------------------------------------------------------------------
     @classmethod
@@ -310,13 +313,23 @@ class LibvirtDriver(Driver):
 
         inv = self.ctx.testbed.inventory
         left, right = (inv.router[seg] for seg in topo.SEGMENTS)
+        r1 = inv.host(topo.HYPERVISOR_HOSTS[0])
+        emulator = self._emulator()
+        extra = {} if emulator is None else {"emulator": emulator}
+        if self.boot is not None:  # a profile's disk image: its overlay, seed and console
+            sockets = self.boot.console_socket(topo.HYPERVISOR_HOSTS[0])
+            vm = GuestVm(
+                name=self.domain, accel=self.accel, mem_mib=s.mem_mib, vcpus=s.vcpus, kernel=None, initrd=None,
+                cmdline="", console=self._console(topo.HYPERVISOR_HOSTS[0]), nic=s.nic,
+                nics=tuple(GuestNic(tap=r1.taps[seg], mac=inv.router[seg].mac) for seg in topo.SEGMENTS),
+                disks=self.boot.media().disks(), console_socket=Path(sockets[1]) if sockets is not None else None,
+            )  # fmt: skip
+            return domain_xml(vm, **extra)
+        assert self.image is not None
         kernel, initrd = self.ctx.testbed.router_image(s.router, self.image.kernel, self.image.initrd)
         if s.fault == "guest-never-ready":
             initrd = self.ctx.registry.dir / "empty-initrd.img"  # fault: no init, the kernel panics
             initrd.write_bytes(b"")
-        r1 = inv.host(topo.HYPERVISOR_HOSTS[0])
-        emulator = self._emulator()
-        extra = {} if emulator is None else {"emulator": emulator}
         vm = GuestVm(
             name=self.domain,
             accel=self.accel,
@@ -354,7 +367,8 @@ class LibvirtDriver(Driver):
 
     def start_source(self) -> None:
         """Start R1's libvirtd, create the router domain there and wait for the guest's READY
-        marker on its serial console."""
+        marker on its serial console (a profile's image: configured and forwarding,
+        migrate.drivers.profile_boot)."""
         from routers.guest import READY_MARKER
 
         src = topo.HYPERVISOR_HOSTS[0]
@@ -371,7 +385,14 @@ class LibvirtDriver(Driver):
         pid = self.daemons[src].qemu_pid(self.domain)
         alive = (lambda: pid_alive(pid, None)) if pid is not None else (lambda: _active(dom))
         console = self.ctx.run_dir / console_log("R1")
-        wait_for_marker(console, READY_MARKER, self.ctx.scenario.boot_timeout_s, alive=alive, abort=self.ctx.abort)
+
+        def wait_marker(marker: str, timeout_s: float) -> None:
+            wait_for_marker(console, marker, timeout_s, alive=alive, abort=self.ctx.abort)
+
+        if self.boot is not None:
+            self.boot.wait_ready(src, alive, console, wait_marker)
+        else:
+            wait_marker(READY_MARKER, self.ctx.scenario.boot_timeout_s)
         self.ctx.recorder.action("router-ready", host=src)
         if self.ctx.scenario.dirty_mbps is not None:
             self.dirty_load = dirty.wait_load(console, dirty.LOAD_START_TIMEOUT_S, alive, self.ctx.abort)
@@ -410,14 +431,17 @@ class LibvirtDriver(Driver):
             dom = self.conns[src].lookupByName(self.domain)
             if s.downtime_limit_ms is not None:
                 dom.migrateSetMaxDowntime(s.downtime_limit_ms, 0)
-            dest_xml = with_console(dom.XMLDesc(XML_MIGRATABLE), self._console(dst))
+            sockets = self.boot.console_socket(dst) if self.boot is not None else None
+            dest_xml = with_console(
+                dom.XMLDesc(XML_MIGRATABLE), self._console(dst), Path(sockets[1]) if sockets is not None else None
+            )
         except self.lv.libvirtError as err:
             raise MigrationError(f"libvirt on {src} cannot prepare the migration: {err}") from err
         self._follow_console(dst)
         dst_addr = self.ctx.testbed.inventory.host(dst).migration_ipv4 or topo.MIGRATION_ADDR[dst]
         migrate_uri = f"tcp://{topo.addr(dst_addr)}"
         peer_uri = self.daemons[dst].peer_uri
-        flags = lf.migrate_flags(s)
+        flags = lf.migrate_flags(s, shared_disks=self.boot is not None)
         params = lf.migrate_params(s, migrate_uri, dest_xml)
         self._describe_migration(dom, peer_uri, flags, params)
         result: dict[str, Any] = {}
