@@ -114,7 +114,7 @@ def test_repository_recipe_parses() -> None:
     assert r.name == REPO_RECIPE and r.tag == TAG
     assert (r.suite, r.variant, r.architecture) == ("trixie", "essential", "amd64")
     assert {"frr", "iproute2"} <= set(r.packages)
-    assert not any(p.startswith(("linux-image", "systemd")) for p in r.packages)
+    assert not any(p.startswith("linux-image") or p in ("systemd", "systemd-sysv") for p in r.packages)
     assert r.entrypoint == ("/usr/local/sbin/vrmig-frr-start",) and r.cmd == ()
     assert r.overlay is not None
     start = r.overlay / "usr/local/sbin/vrmig-frr-start"
@@ -168,7 +168,7 @@ def test_mmdebstrap_argv_is_a_list_of_words(tmp_path: Path) -> None:
     r = oci_image.load(REPO_RECIPE)
     argv = oci_image.mmdebstrap_argv(r, tmp_path / "root", mirror="http://mirror.invalid/debian")
     assert argv[0] == "mmdebstrap" and "--mode=root" in argv and "--format=directory" in argv
-    assert "--variant=essential" in argv and "--include=frr,iproute2,netbase" in argv
+    assert "--variant=essential" in argv and "--include=frr,iproute2,netbase,systemd-standalone-sysusers" in argv
     assert argv[-3:] == ["trixie", str(tmp_path / "root"), "http://mirror.invalid/debian"]
     assert f"--essential-hook=sync-in {r.overlay} /" in argv
     assert "--dpkgopt=path-exclude=/usr/share/doc/*" in argv
