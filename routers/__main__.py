@@ -7,6 +7,7 @@
     python -m routers xen [--cache DIR] [--force] [--profiles frr bird]  # nested Xen host (make xen)
     python -m routers criuvm [--cache DIR] [--force]  # CRIU host VM for CRIU_HOST=vm (make criu)
     python -m routers disk RECIPE [--cache DIR] [--force]   # a bootable disk image (routers/recipes)
+    python -m routers oci RECIPE [--cache DIR] [--force]    # an OCI image layout (container routers)
     python -m routers seed OUT --user-data F --meta-data F [--network-config F]  # NoCloud seed
     python -m routers host-packages                          # Debian packages the build needs
 
@@ -77,6 +78,20 @@ def _cmd_disk(a: argparse.Namespace) -> int:
     state = f"built in {res.seconds:.1f} s" if res.built else "up to date"
     versions = " ".join(f"{k}={v}" for k, v in res.image.manifest["versions"].items())
     print(f"{res.image.manifest['recipe']}: {state}: {res.image.disk} ({_mb(disk['bytes'])}) {versions}")
+    return 0
+
+
+def _cmd_oci(a: argparse.Namespace) -> int:
+    from routers import oci_image
+
+    res = oci_image.build(a.recipe, a.cache, force=a.force)
+    img = res.image.manifest["image"]
+    state = f"built in {res.seconds:.1f} s" if res.built else "up to date"
+    versions = " ".join(f"{k}={v}" for k, v in res.image.manifest["versions"].items())
+    print(
+        f"{res.image.manifest['recipe']}: {state}: {res.image.layout}:{res.image.tag} {res.image.digest} "
+        f"({_mb(img['bytes'])}) {versions}"
+    )
     return 0
 
 
@@ -188,6 +203,11 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--cache", type=Path, default=None)
     d.add_argument("--force", action="store_true", help="rebuild even if up to date")
     d.set_defaults(func=_cmd_disk)
+    o = sub.add_parser("oci", help="build an OCI image layout from a container recipe (mmdebstrap, umoci; idempotent)")
+    o.add_argument("recipe", help="a recipe name in routers/recipes/ or a directory holding recipe.toml")
+    o.add_argument("--cache", type=Path, default=None)
+    o.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    o.set_defaults(func=_cmd_oci)
     sd = sub.add_parser("seed", help="write a NoCloud seed disk (FAT, label CIDATA) for a disk image")
     sd.add_argument("out", type=Path, help="the seed image to write (raw)")
     sd.add_argument("--user-data", type=Path, required=True)
