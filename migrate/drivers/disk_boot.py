@@ -66,10 +66,15 @@ def image_info(path: Path) -> dict[str, Any]:
     return info
 
 
+def make_overlay_argv(base: str, fmt: str, out: str) -> list[str]:
+    """``qemu-img create`` of a qcow2 ``out`` backed by ``base`` (an absolute path, format ``fmt``)."""
+    return [QEMU_IMG, "create", "-q", "-f", "qcow2", "-b", base, "-F", fmt, out]
+
+
 def make_overlay(base: Path, fmt: str, out: Path) -> Path:
     """A qcow2 file ``out`` whose reads fall through to ``base`` (of format ``fmt``) and which
     takes every write; ``base`` stays untouched."""
-    argv = [QEMU_IMG, "create", "-q", "-f", "qcow2", "-b", str(base.resolve()), "-F", fmt, str(out)]
+    argv = make_overlay_argv(str(base.resolve()), fmt, str(out))
     done = subprocess.run(argv, capture_output=True, text=True, timeout=QEMU_IMG_TIMEOUT_S, check=False)
     if done.returncode != 0:
         raise DependencyError(f"{QEMU_IMG} create (overlay on {base}) failed: {done.stderr.strip()}")

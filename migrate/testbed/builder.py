@@ -145,6 +145,14 @@ class Testbed:
         here, this machine's files."""
         return kernel, initrd
 
+    #: R1 and R2 open one file system: a router's disk is one file both hosts' QEMU open, as
+    #: paper 004's hosts share the router's storage (migration moves memory and devices only)
+    shares_storage = True
+
+    def place_image(self, role: str, local: Path, sha256: str) -> str:
+        """The file ``local`` (content ``sha256``) as ``role``'s host opens it: here, itself."""
+        return str(local)
+
     def console_output(self, role: str, local: Path) -> tuple[Path, str | None]:
         """Where QEMU on ``role`` writes the serial console that ends up in ``local`` (a file of
         the results directory), and the name of the stdout file that brings it there (None: it

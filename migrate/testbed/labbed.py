@@ -392,6 +392,20 @@ class LabBed(Testbed):
             return None
         return snmp_udp_in_datagrams(res.stdout.decode())
 
+    #: each host has its own disks: a router's disk moves with it (migrate.drivers.storage_mirror)
+    shares_storage = False
+
+    def place_image(self, role: str, local: Path, sha256: str) -> str:
+        """The disk image ``local`` on ``role``'s host: ``<deploy_dir>/images/by-sha256/<sha256>-<name>``,
+        sent over the host's SSH connection unless a file of that name is there already (it is
+        written beside and renamed, so a file under that name is whole)."""
+        remote = f"{self.inv.deploy_dir}/images/by-sha256/{sha256}-{local.name}"
+        host = self.hosts[role]
+        if host.run(["test", "-f", remote], check=False).returncode != 0:
+            host.run(["mkdir", "-p", remote.rsplit("/", 1)[0]])
+            host.put(local.read_bytes(), remote)
+        return remote
+
     def router_image(self, profile: str, kernel: Path, initrd: Path) -> tuple[Path, Path]:
         """The copies ``make hosts-setup`` put on the hypervisor hosts."""
         images = f"{self.inv.deploy_dir}/images/{profile}"

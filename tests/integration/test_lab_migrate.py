@@ -276,6 +276,35 @@ def test_lab_migration_runs_every_helper_on_the_hosts(lab, tmp_path, mode, drive
         assert _domains(inv, "R1") == [] and _domains(inv, "R2") == []
 
 
+def test_a_profile_router_on_the_lab_is_placed_on_each_host_and_its_disk_follows_it(lab, tmp_path):
+    """ROUTER=profiles/debian-bird-console.toml on the lab: hosts-setup deployed nothing of it;
+    the run places the image on R1 and R2 by content hash, boots R1 from an overlay there, types
+    the configuration on the console forwarded over SSH, and mirrors the overlay's writes to R2's
+    over NBD on the migration link while the memory moves (the hosts share no storage)."""
+    inv = load(lab)
+    profile = REPO / "profiles" / "debian-bird-console.toml"
+    run_dir, meta, summary = _run(lab, tmp_path, "precopy", "qmp", "--router", str(profile), "--mem", "256")
+    assert meta["status"] == "completed", meta.get("failure")
+    actions = [json.loads(x) for x in (run_dir / "actions.jsonl").read_text().splitlines()]
+    placed = {a["host"] for a in actions if a["action"] == "boot-media-placed"}
+    assert placed == {"R1", "R2"}, placed
+    typed = next(a for a in actions if a["action"] == "router-console-config")
+    assert typed["lines"] > 20
+    mirror = meta["hypervisor"]["storage_mirror"]
+    assert mirror["bytes"] > 0 and mirror["bytes"] == mirror["len"], mirror  # all of the top layer, in step
+    names = [a["action"] for a in actions]
+    assert names.index("storage-mirror-ready") < names.index("migrate") < names.index("storage-mirror-done")
+    assert meta["after_migration"]["forwarding"] is True
+    pkt = summary["downtime_s"]["packets"]
+    assert pkt is not None and 0 < pkt < 5, summary["downtime_s"]
+    # the image stays on the hosts for the next run (by content hash); the run's overlays do not
+    image = Path(meta["hypervisor"]["guest_image"]["disk"]).expanduser()
+    for r in ("R1", "R2"):
+        listing = _ssh_to(inv.host(r).ssh, "ls", f"{inv.deploy_dir}/images/by-sha256")
+        assert listing.returncode == 0 and image.name in listing.stdout, (r, listing.stdout, listing.stderr)
+    assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
+
+
 def _libvirtd_pids() -> list[int]:
     """The PIDs of every libvirtd on this machine (the lab's hosts share its PID space)."""
     out = []

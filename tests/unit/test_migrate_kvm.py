@@ -112,8 +112,8 @@ def test_argv_boots_disks_without_a_kernel_and_keeps_commas_in_paths():
     assert "-kernel" not in argv and "-append" not in argv
     drives = [argv[i + 1] for i, a in enumerate(argv) if a == "-drive"]
     assert drives == [
-        "file=/r/a,,b.qcow2,format=qcow2,if=virtio,index=0",
-        "file=/r/seed.img,format=raw,if=virtio,index=1,readonly=on",
+        "file=/r/a,,b.qcow2,format=qcow2,if=virtio,index=0,node-name=vrmig-disk0",
+        "file=/r/seed.img,format=raw,if=virtio,index=1,node-name=vrmig-disk1,readonly=on",
     ]
 
 

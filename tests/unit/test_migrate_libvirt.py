@@ -109,7 +109,8 @@ def test_a_typed_console_is_a_bound_socket_logging_to_the_console_file_and_moves
 
 def test_migrate_flags_map_mode_and_knobs():
     assert lf.flag_names(lf.migrate_flags(Scenario())) == ["LIVE", "PEER2PEER"]
-    assert lf.flag_names(lf.migrate_flags(Scenario(), shared_disks=True)) == ["LIVE", "PEER2PEER", "UNSAFE"]
+    assert lf.flag_names(lf.migrate_flags(Scenario(), disks="shared")) == ["LIVE", "PEER2PEER", "UNSAFE"]
+    assert lf.flag_names(lf.migrate_flags(Scenario(), disks="copied")) == ["LIVE", "PEER2PEER", "NON_SHARED_INC"]
     assert lf.flag_names(lf.migrate_flags(Scenario(mode="stopcopy"))) == ["PEER2PEER"]
     s = Scenario(auto_converge=True, xbzrle=True, postcopy=True)
     assert lf.flag_names(lf.migrate_flags(s)) == ["LIVE", "PEER2PEER", "COMPRESSED", "AUTO_CONVERGE", "POSTCOPY"]

@@ -28,6 +28,7 @@ from migrate.drivers.kvm.accel import detect_accel
 from migrate.drivers.kvm.qmp import QMPConnection, QMPError
 from migrate.drivers.profile_boot import ProfileBoot
 from migrate.drivers.stack_resolve import resolve_stack
+from migrate.drivers.storage_mirror import StorageMirror, node_name
 from migrate.model import dirty, routing
 from migrate.model.scenario import Scenario, profile_of, qemu_spec
 from migrate.testbed import topology as topo
@@ -73,7 +74,11 @@ def qemu_argv(
         argv += ["-kernel", str(vm.kernel), "-initrd", str(vm.initrd), "-append", vm.cmdline]
     for i, disk in enumerate(vm.disks):
         readonly = ",readonly=on" if disk.readonly else ""
-        argv += ["-drive", f"file={qemu_opt(str(disk.path))},format={disk.format},if=virtio,index={i}{readonly}"]
+        argv += [
+            "-drive",
+            f"file={qemu_opt(str(disk.path))},format={disk.format},if=virtio,index={i},node-name={node_name(i)}"
+            f"{readonly}",
+        ]
     for segment, port in zip(topo.SEGMENTS, vm.nics, strict=True):
         nid = f"n{segment}"
         argv += [
@@ -317,7 +322,7 @@ class KvmDriver(Driver):
             console=Path(console),
             nic=s.nic,
             nics=tuple(GuestNic(spec.taps[seg], inv.router[seg].mac) for seg in topo.SEGMENTS),
-            disks=self.boot.media().disks() if self.boot is not None else (),
+            disks=self.boot.media(host).disks() if self.boot is not None else (),
             console_socket=Path(sockets[1]) if sockets is not None else None,
         )
         argv = qemu_argv(
@@ -497,6 +502,9 @@ class KvmDriver(Driver):
         self._set_parameters()
         self._record_rss("migration_start")
         uri = self._migration_uri()
+        mirror = self._storage_mirror()
+        if mirror is not None:
+            self._described["storage_mirror"] = {"method": "drive-mirror sync=top over NBD", **mirror.start()}
         if s.mode == "stopcopy":
             rec.action("stop", side="src")
             self.qsrc.cmd("stop")
@@ -504,6 +512,8 @@ class KvmDriver(Driver):
         self.qsrc.cmd("migrate", uri=uri)
         try:
             final = self._poll(time.monotonic() + s.migrate_timeout_s)
+            if mirror is not None:
+                self._described["storage_mirror"].update(mirror.finish())
         except MigrationError:
             if s.mode == "stopcopy" and self.src is not None and self.src.alive():
                 rec.action("cont", side="src", reason="resume the source after the failed migration")
@@ -515,6 +525,15 @@ class KvmDriver(Driver):
         if s.mode == "stopcopy":
             self._resume_destination()
         return MigrationOutcome(completed=True, hypervisor=final)
+
+    def _storage_mirror(self) -> StorageMirror | None:
+        """The mirror of a profile's disk to R2 when the hosts do not share storage (a lab)."""
+        if self.boot is None or self.ctx.testbed.shares_storage:
+            return None
+        assert self.qsrc is not None and self.qdst is not None
+        dst = topo.HYPERVISOR_HOSTS[1]
+        address = self.ctx.testbed.inventory.host(dst).migration_ipv4 or topo.MIGRATION_ADDR[dst]
+        return StorageMirror(self.qsrc.cmd, self.qdst.cmd, topo.addr(address), self.ctx.recorder.action, self.ctx.abort)
 
     def _poll(self, deadline: float) -> dict[str, Any]:
         assert self.qsrc is not None and self.qdst is not None

@@ -410,8 +410,11 @@ class LibvirtDriver(Driver):
     def prepare_destination(self) -> None:
         """Start R2's libvirtd and have it probe the router domain's QEMU's capabilities now
         (otherwise the first incoming migration pays for it); R2's QEMU is created by libvirt
-        during the migration."""
+        during the migration; a profile's disk on hosts that share no storage is placed on R2
+        first (its own overlay at the same path, which the incoming domain opens)."""
         dst = topo.HYPERVISOR_HOSTS[1]
+        if self.boot is not None and not self.ctx.testbed.shares_storage:
+            self.boot.media(dst)
         conn = self._start_daemon(dst)
         self.daemons[dst].register_domain(self.domain)  # created here by the incoming migration
         try:
@@ -441,7 +444,8 @@ class LibvirtDriver(Driver):
         dst_addr = self.ctx.testbed.inventory.host(dst).migration_ipv4 or topo.MIGRATION_ADDR[dst]
         migrate_uri = f"tcp://{topo.addr(dst_addr)}"
         peer_uri = self.daemons[dst].peer_uri
-        flags = lf.migrate_flags(s, shared_disks=self.boot is not None)
+        disks = None if self.boot is None else ("shared" if self.ctx.testbed.shares_storage else "copied")
+        flags = lf.migrate_flags(s, disks=disks)
         params = lf.migrate_params(s, migrate_uri, dest_xml)
         self._describe_migration(dom, peer_uri, flags, params)
         result: dict[str, Any] = {}

@@ -12,6 +12,7 @@ from migrate.model.scenario import Scenario
 # virDomainMigrateFlags (libvirt-domain.h)
 VIR_MIGRATE_LIVE = 1 << 0
 VIR_MIGRATE_PEER2PEER = 1 << 1
+VIR_MIGRATE_NON_SHARED_INC = 1 << 7
 VIR_MIGRATE_UNSAFE = 1 << 9
 VIR_MIGRATE_COMPRESSED = 1 << 11
 VIR_MIGRATE_AUTO_CONVERGE = 1 << 13
@@ -20,6 +21,7 @@ VIR_MIGRATE_PARALLEL = 1 << 17  # multifd (libvirt 5.2.0)
 FLAG_NAMES = {
     VIR_MIGRATE_LIVE: "LIVE",
     VIR_MIGRATE_PEER2PEER: "PEER2PEER",
+    VIR_MIGRATE_NON_SHARED_INC: "NON_SHARED_INC",
     VIR_MIGRATE_UNSAFE: "UNSAFE",
     VIR_MIGRATE_COMPRESSED: "COMPRESSED",
     VIR_MIGRATE_AUTO_CONVERGE: "AUTO_CONVERGE",
@@ -42,19 +44,24 @@ POSTCOPY_AFTER_ITERATION = 2
 JOB_TYPES = {0: "none", 1: "bounded", 2: "unbounded", 3: "completed", 4: "failed", 5: "cancelled"}
 
 
-def migrate_flags(s: Scenario, shared_disks: bool = False) -> int:
+def migrate_flags(s: Scenario, disks: str | None = None) -> int:
     """Flags for MODE and the QEMU knobs: always PEER2PEER (daemon to daemon over the link);
     LIVE for pre-copy (without it libvirt pauses the guest first: stop-and-copy);
     AUTO_CONVERGE, COMPRESSED (xbzrle), POSTCOPY and PARALLEL (MULTIFD) as asked.
-    ``shared_disks``: the domain has disks both hosts open from one file (a profile's per-run
-    overlay, migrate.drivers.disk_boot), so UNSAFE: libvirt refuses a disk with a host page cache
-    (cache other than none) unless told, since the destination could read stale cached blocks;
-    QEMU flushes the source's writes and opens the images on the destination only at the switch
-    (inactive until then), on one host's page cache, and cache=none (O_DIRECT) is not possible on
-    the tmpfs that holds the overlay."""
+    ``disks`` = "copied": the domain's writable disk is the host's own overlay of an image both
+    hosts hold (a lab: migrate.drivers.profile_boot.place), so NON_SHARED_INC: libvirt mirrors
+    the overlay's top layer to R2's over NBD during the migration (what
+    migrate.drivers.storage_mirror does over QMP).  ``disks`` = "shared": the domain has disks
+    both hosts open from one file (a profile's per-run overlay, migrate.drivers.disk_boot), so
+    UNSAFE: libvirt refuses a disk with a host page cache (cache other than none) unless told,
+    since the destination could read stale cached blocks; QEMU flushes the source's writes and
+    opens the images on the destination only at the switch (inactive until then), on one host's
+    page cache, and cache=none (O_DIRECT) is not possible on the tmpfs that holds the overlay."""
     flags = VIR_MIGRATE_PEER2PEER
-    if shared_disks:
+    if disks == "shared":
         flags |= VIR_MIGRATE_UNSAFE
+    elif disks == "copied":
+        flags |= VIR_MIGRATE_NON_SHARED_INC
     if s.mode == "precopy":
         flags |= VIR_MIGRATE_LIVE
     if s.auto_converge:
