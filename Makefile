@@ -14,6 +14,7 @@ APT_PACKAGES += ansible-core  # make hosts-setup: prepares a lab's machines (ans
 APT_PACKAGES += tcpdump  # PEERING=: the peers' capture of BGP and BFD packets
 APT_PACKAGES += mmdebstrap e2fsprogs dosfstools mtools syslinux syslinux-common fdisk  # python -m routers disk/seed: a Debian disk image (mmdebstrap, mkfs.ext4 -d, FAT boot via mtools+syslinux, sfdisk) and its NoCloud seed (FAT CIDATA via mtools); docs/own-router-recipes.md
 APT_PACKAGES += umoci skopeo  # python -m routers oci: an OCI image layout from a recipe (umoci init/new/insert/config, raw unpack) and docker save archives converted by skopeo; docs/own-router-recipes.md
+APT_PACKAGES += ovmf  # a UEFI router image (a profile's [image] firmware = "uefi"): EDK II's OVMF code and variable-store template
 # plain make lists the targets; it installs nothing (make setup does)
 .DEFAULT_GOAL := help
 

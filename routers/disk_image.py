@@ -79,7 +79,7 @@ HOST_PACKAGES = (
     "fdisk",
     "qemu-utils",
 )
-TOOLS = ("mmdebstrap", "mkfs.ext4", "mkfs.vfat", "mcopy", "syslinux", "sfdisk", "qemu-img", "chroot")
+TOOLS = ("mmdebstrap", "mkfs.ext4", "mkfs.vfat", "mcopy", "mmd", "syslinux", "sfdisk", "qemu-img", "chroot")
 MMDEBSTRAP_TIMEOUT_S = 1800.0
 TOOL_TIMEOUT_S = 600.0
 
@@ -153,6 +153,25 @@ def syslinux_cfg(recipe: Recipe) -> str:
     )
 
 
+#: systemd-boot's UEFI binary in the image's own tree (Debian's systemd-boot-efi)
+SYSTEMD_BOOT_EFI = Path("usr/lib/systemd/boot/efi/systemd-bootx64.efi")
+
+
+def loader_conf() -> str:
+    """systemd-boot's ``loader/loader.conf``: the one entry, no menu, no wait."""
+    return "default vrmig.conf\ntimeout 0\nconsole-mode keep\n"
+
+
+def loader_entry(recipe: Recipe) -> str:
+    """systemd-boot's ``loader/entries/vrmig.conf``: the kernel and initrd of the ESP, the root by label."""
+    return (
+        "title vrmig router\n"
+        "linux /vmlinuz\n"
+        "initrd /initrd.img\n"
+        f"options root=LABEL={recipe.root_label} {recipe.kernel_cmdline}\n"
+    )
+
+
 def fstab(recipe: Recipe) -> str:
     """``/etc/fstab``: the root by label, no fsck pass (the file system is new; no boot waits for it)."""
     return f"LABEL={recipe.root_label} / ext4 defaults,noatime 0 0\n"
@@ -164,7 +183,7 @@ def sfdisk_script(recipe: Recipe) -> str:
     root_sectors = recipe.root_mib * MIB // SECTOR_BYTES
     return (
         "label: dos\nunit: sectors\n\n"
-        f"start={FIRST_LBA}, size={boot_sectors}, type=c, bootable\n"
+        f"start={FIRST_LBA}, size={boot_sectors}, type={'ef' if recipe.firmware == 'uefi' else 'c'}, bootable\n"
         f"start={FIRST_LBA + boot_sectors}, size={root_sectors}, type=83\n"
     )
 
@@ -248,14 +267,28 @@ def _configure_tree(recipe: Recipe, root: Path) -> str:
 
 
 def _boot_partition(recipe: Recipe, root: Path, release: str, work: Path) -> Path:
-    """The FAT16 boot partition file: syslinux, its config, the kernel and the initrd."""
+    """The FAT16 boot partition file: the kernel and the initrd, and syslinux with its config
+    (BIOS) or, as the EFI system partition, the tree's systemd-boot as the removable-media
+    loader ``EFI/BOOT/BOOTX64.EFI`` with its loader entry (UEFI: no NVRAM boot entry needed)."""
     boot = work / "boot.vfat"
     _run(["mkfs.vfat", "-F", "16", "-n", recipe.boot_label, "-C", str(boot), str(recipe.boot_mib * 1024)])
-    cfg = work / "syslinux.cfg"
-    cfg.write_text(syslinux_cfg(recipe))
     img = f"-i{boot}"
     _run(["mcopy", img, str(root / "boot" / f"vmlinuz-{release}"), "::vmlinuz"])
     _run(["mcopy", img, str(root / "boot" / f"initrd.img-{release}"), "::initrd.img"])
+    if recipe.firmware == "uefi":
+        efi = root / SYSTEMD_BOOT_EFI
+        if not efi.is_file():
+            raise BuildError(f"{efi} is not in the tree: add systemd-boot-efi to the recipe's packages")
+        for d in ("::EFI", "::EFI/BOOT", "::loader", "::loader/entries"):
+            _run(["mmd", img, d])
+        (work / "loader.conf").write_text(loader_conf())
+        (work / "vrmig.conf").write_text(loader_entry(recipe))
+        _run(["mcopy", img, str(efi), "::EFI/BOOT/BOOTX64.EFI"])
+        _run(["mcopy", img, str(work / "loader.conf"), "::loader/loader.conf"])
+        _run(["mcopy", img, str(work / "vrmig.conf"), "::loader/entries/vrmig.conf"])
+        return boot
+    cfg = work / "syslinux.cfg"
+    cfg.write_text(syslinux_cfg(recipe))
     _run(["mcopy", img, str(cfg), "::syslinux.cfg"])
     _run(["syslinux", "--install", str(boot)])
     return boot
@@ -371,6 +404,7 @@ def build(spec: str | Path, cache: Path | str | None = None, force: bool = False
             "build_seconds": round(seconds, 1),
             "kernel_release": release,
             "kernel_cmdline": f"root=LABEL={recipe.root_label} {recipe.kernel_cmdline}",
+            "firmware": recipe.firmware,
             "versions": reported_versions(recipe, versions),
             "packages": versions,
             "tools": _tool_versions(),

@@ -29,6 +29,7 @@ RECIPE_FORMAT = 1
 #: bumped when the builder lays out the same recipe differently (part of the cache key)
 BUILDER_FORMAT = 1
 VARIANTS = ("essential", "apt", "required", "minbase")
+FIRMWARES = ("bios", "uefi")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.+-]*$")
 _LABEL_RE = re.compile(r"^[A-Za-z0-9_-]{1,16}$")
 _FAT_LABEL_RE = re.compile(r"^[A-Z0-9_-]{1,11}$")
@@ -59,6 +60,7 @@ class Recipe:
     boot_label: str
     kernel_cmdline: str
     root_password: str | None = field(default=None, repr=False)  # [users]: set by chpasswd in the tree
+    firmware: str = "bios"  # [disk]: bios (syslinux in the MBR) or uefi (systemd-boot on an ESP)
 
     @property
     def overlay(self) -> Path | None:
@@ -151,6 +153,13 @@ def load(spec: str | Path) -> Recipe:
     boot_label = _field(disk, "boot_label", str, w_disk)
     if not _FAT_LABEL_RE.match(boot_label):
         raise RecipeError(f"{w_disk}: field 'boot_label' is {boot_label!r}: 1-11 upper-case letters or digits")
+    firmware = _field(disk, "firmware", str, w_disk, default="bios")
+    if firmware not in FIRMWARES:
+        raise RecipeError(f"{w_disk}: field 'firmware' is {firmware!r}: use one of {', '.join(FIRMWARES)}")
+    if firmware == "uefi" and "systemd-boot-efi" not in packages:
+        raise RecipeError(
+            f"{w_deb}: field 'packages' lacks systemd-boot-efi: a uefi image boots the systemd-boot of its own tree"
+        )
     cmdline = _field(disk, "kernel_cmdline", str, w_disk)
     if "root=" in cmdline or "\n" in cmdline:
         raise RecipeError(f"{w_disk}: field 'kernel_cmdline' must not set root= (the builder adds root=LABEL=)")
@@ -173,6 +182,7 @@ def load(spec: str | Path) -> Recipe:
         boot_label=boot_label,
         kernel_cmdline=cmdline,
         root_password=root_password,
+        firmware=firmware,
     )
 
 

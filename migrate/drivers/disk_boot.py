@@ -17,13 +17,14 @@ the suite types on the router's serial console once it has booted
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from migrate.core.errors import DependencyError
-from migrate.drivers.guest_vm import GuestDisk
+from migrate.drivers.guest_vm import GuestDisk, UefiFirmware
 
 QEMU_IMG = "qemu-img"
 QEMU_IMG_TIMEOUT_S = 60.0
@@ -34,14 +35,26 @@ USER_DATA_NAME = "router-user-data"
 CONFIG_NAMES = {"nocloud": USER_DATA_NAME, "console": "router-console-commands"}
 
 
+#: Debian's ovmf: EDK II for x86-64 without Secure Boot, 4 MiB flash (code and its variable store's template)
+OVMF_CODE = Path("/usr/share/OVMF/OVMF_CODE_4M.fd")
+OVMF_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
+EFIVARS_NAME = "router-efivars.fd"
+
+
 @dataclass(frozen=True)
 class BootMedia:
-    """What one run boots: the overlay (on the profile's image) and the seed (None without one),
-    both as paths on this machine, and the rendered configuration kept in the results."""
+    """What one run boots: the overlay (on the profile's image), the seed (None without one) and,
+    for a UEFI image, the run's copy of the firmware's variable store, as paths on the host that
+    opens them, and the rendered configuration kept in the results."""
 
     overlay: Path
     seed: Path | None
     config_text: str | None
+    efivars: Path | None = None
+
+    def uefi(self) -> UefiFirmware | None:
+        """The UEFI firmware this image boots with (None: BIOS)."""
+        return None if self.efivars is None else UefiFirmware(OVMF_CODE, self.efivars)
 
     def disks(self) -> tuple[GuestDisk, ...]:
         """The router VM's disks in guest order: the overlay first (the BIOS boots it), then the seed."""
@@ -96,13 +109,25 @@ def prepare(profile: Any, settings: Any, out_dir: Path, instance_id: str) -> Boo
 
     image = profile.image
     overlay = make_overlay(Path(image.disk), image.format, out_dir / OVERLAY_NAME)
+    efivars = None
+    if image.firmware == "uefi":  # the image's own variable store, from the firmware's template
+        efivars = out_dir / EFIVARS_NAME
+        shutil.copyfile(require_ovmf()[1], efivars)
     if profile.config.method not in CONFIG_NAMES:
-        return BootMedia(overlay, None, None)
+        return BootMedia(overlay, None, None, efivars)
     text = render_config(profile, testbed_context(profile, settings))
     if profile.config.method == "console":  # typed after boot (migrate.drivers.console_config)
-        return BootMedia(overlay, None, text)
+        return BootMedia(overlay, None, text, efivars)
     seed = nocloud_seed(out_dir / SEED_NAME, text, meta_data(instance_id, profile.router.name), None)
-    return BootMedia(overlay, seed, text)
+    return BootMedia(overlay, seed, text, efivars)
+
+
+def require_ovmf() -> tuple[Path, Path]:
+    """The host's OVMF code and variable-store template, or DependencyError naming the package."""
+    missing = [str(p) for p in (OVMF_CODE, OVMF_VARS) if not p.is_file()]
+    if missing:
+        raise DependencyError(f"{', '.join(missing)} not found: a UEFI router image needs Debian's ovmf (make apt)")
+    return OVMF_CODE, OVMF_VARS
 
 
 def check_config(profile: Any, settings: Any) -> None:
@@ -113,6 +138,19 @@ def check_config(profile: Any, settings: Any) -> None:
 
     if profile.config.template is not None:
         render_config(profile, testbed_context(profile, settings))
+
+
+def _uefi_facts() -> dict[str, Any]:
+    """The OVMF a UEFI image boots with: its files and the ovmf package's version (None if dpkg
+    cannot tell)."""
+    code, template = require_ovmf()
+    done = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "ovmf"], capture_output=True, text=True, check=False)
+    return {
+        "code": str(code),
+        "vars_template": str(template),
+        "ovmf": done.stdout.strip() or None if done.returncode == 0 else None,
+        "secure_boot": False,
+    }
 
 
 def describe_image(profile: Any) -> dict[str, Any]:
@@ -135,6 +173,7 @@ def describe_image(profile: Any) -> dict[str, Any]:
         "format": info.get("format"),
         "virtual_size_bytes": info.get("virtual-size"),
         "firmware": image.firmware,
+        "uefi": _uefi_facts() if image.firmware == "uefi" else None,
         "config_method": profile.config.method,
         "recipe": image.recipe,
         "manifest": manifest,

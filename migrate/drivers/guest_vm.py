@@ -33,6 +33,15 @@ DISK_FORMATS = ("qcow2", "raw")
 
 
 @dataclass(frozen=True)
+class UefiFirmware:
+    """UEFI firmware as two flash devices: the firmware's code (read-only, the host's OVMF) and
+    the run's own copy of its variable store (written by the guest)."""
+
+    code: Path
+    vars: Path
+
+
+@dataclass(frozen=True)
 class GuestDisk:
     """One virtio disk of the router VM: the image file as the hypervisor host sees it, its
     format (qcow2 or raw), and whether the guest may write it (a NoCloud seed is read-only)."""
@@ -68,6 +77,7 @@ class GuestVm:
     nics: tuple[GuestNic, ...] = field(default_factory=router_nics)
     disks: tuple[GuestDisk, ...] = ()
     console_socket: Path | None = None
+    firmware: UefiFirmware | None = None  # None: SeaBIOS (QEMU's default)
 
     def __post_init__(self) -> None:
         if (self.kernel is None) != (self.initrd is None):

@@ -27,7 +27,15 @@ from typing import Any
 
 from migrate.core.errors import DependencyError
 from migrate.drivers.console_config import command_lines, connect, type_config
-from migrate.drivers.disk_boot import CONFIG_NAMES, OVERLAY_NAME, SEED_NAME, BootMedia, make_overlay_argv, prepare
+from migrate.drivers.disk_boot import (
+    CONFIG_NAMES,
+    EFIVARS_NAME,
+    OVERLAY_NAME,
+    SEED_NAME,
+    BootMedia,
+    make_overlay_argv,
+    prepare,
+)
 from migrate.drivers.readiness import wait_forwarding
 
 CONSOLE_CONNECT_TIMEOUT_S = 30.0
@@ -59,11 +67,18 @@ def place(tb: Any, host: str, profile: Any, local: BootMedia, run_dir: Path) -> 
     if getattr(done, "returncode", 1) != 0:
         err = getattr(done, "stderr", b"") or b""
         raise DependencyError(f"qemu-img on {host} cannot make the overlay {overlay}: {err.decode(errors='replace')}")
-    seed = None
-    if local.seed is not None:
-        seed = tb.out_path(host, run_dir, SEED_NAME)
-        tb.write_atomic(host, seed, local.seed.read_bytes())
-    return BootMedia(Path(overlay), Path(seed) if seed is not None else None, local.config_text)
+    copies: dict[str, str] = {}
+    for name, path in ((SEED_NAME, local.seed), (EFIVARS_NAME, local.efivars)):
+        if path is not None:
+            copies[name] = tb.out_path(host, run_dir, name)
+            tb.write_atomic(host, copies[name], path.read_bytes())
+    seed, efivars = copies.get(SEED_NAME), copies.get(EFIVARS_NAME)
+    return BootMedia(
+        Path(overlay),
+        Path(seed) if seed is not None else None,
+        local.config_text,
+        Path(efivars) if efivars is not None else None,
+    )
 
 
 class ProfileBoot:

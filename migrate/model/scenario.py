@@ -251,11 +251,6 @@ def check_profile_router(s: Scenario, profile: Any) -> None:
         f"give NIC={profile.hardware.nic}",
     )
     _require(
-        profile.image.firmware in (None, "bios"),
-        f"{where}: [image] firmware = {profile.image.firmware!r}: the suite boots BIOS images only so far "
-        "(UEFI needs OVMF, not wired yet): use a BIOS image",
-    )
-    _require(
         profile.config.method in WIRED_METHODS,
         f"{where}: [config] method = {profile.config.method!r} is not wired yet: the suite configures a "
         'disk image through a NoCloud seed (method = "nocloud") or by typing on its serial console '

@@ -4,9 +4,10 @@
   routers/recipes/debian-frr-cloudinit, configured by cloud-init from a NoCloud seed the suite
   renders from the testbed;
 * profiles/debian-bird-console.toml: a Debian 12 disk image with BIRD 1.6 made by the recipe
-  routers/recipes/debian-bird-console, configured by commands the suite types on its serial
-  console after logging in, here with BGP and BFD sessions to both peers, under DRIVER=libvirt
-  (the console is a socket of the domain's, the overlay a disk both daemons' QEMU open).
+  routers/recipes/debian-bird-console, booted by UEFI (OVMF, systemd-boot), configured by
+  commands the suite types on its serial console after logging in, here with BGP and BFD
+  sessions to both peers, under DRIVER=libvirt (the console is a socket of the domain's, the
+  overlay a disk both daemons' QEMU open).
 
 One pre-copy run of each on the embedded testbed: the router boots from a per-run overlay (the
 image is not written), is ready once the suite's probes cross it both ways (it prints no READY
@@ -94,6 +95,10 @@ def test_console_configured_bird_image_peers_over_bgp_and_migrates(tmp_path, no_
     image = meta["hypervisor"]["guest_image"]
     assert image["config_method"] == "console" and image["router"]["software"] == "bird"
     assert image["manifest"]["versions"]["bird"].startswith("1.6."), image["manifest"]["versions"]
+    assert image["firmware"] == "uefi" and image["uefi"]["code"].endswith("OVMF_CODE_4M.fd"), image
+    domain = (run_dir / "libvirt-domain.xml").read_text()
+    assert '<loader readonly="yes" type="pflash">/usr/share/OVMF/OVMF_CODE_4M.fd</loader>' in domain
+    assert "BdsDxe: starting" in (run_dir / "console-R1.log").read_text(errors="replace")  # OVMF booted it
     actions = [json.loads(x) for x in (run_dir / "actions.jsonl").read_text().splitlines()]
     names = [a["action"] for a in actions]
     assert names.index("boot") < names.index("router-console-config") < names.index("router-forwarding")

@@ -47,6 +47,19 @@ def test_repository_recipe_parses() -> None:
     assert "datasource_list: [ NoCloud ]" in cfg
 
 
+def test_a_uefi_recipe_boots_systemd_boot_from_an_esp(recipe_copy: Path) -> None:
+    r = disk_recipe.load("debian-bird-console")
+    assert r.firmware == "uefi" and "systemd-boot-efi" in r.packages
+    assert "type=ef, bootable" in disk_image.sfdisk_script(r)
+    assert "type=c, bootable" in disk_image.sfdisk_script(disk_recipe.load(REPO_RECIPE))
+    entry = disk_image.loader_entry(r)
+    assert "linux /vmlinuz\ninitrd /initrd.img\n" in entry and f"root=LABEL={r.root_label} console=ttyS0" in entry
+    assert disk_image.loader_conf().startswith("default vrmig.conf\ntimeout 0\n")
+    _edit(recipe_copy, "[disk]", '[disk]\nfirmware = "uefi"')  # the FRR recipe has no systemd-boot-efi
+    with pytest.raises(RecipeError, match="systemd-boot-efi"):
+        disk_recipe.load(recipe_copy)
+
+
 def test_the_console_router_recipe_sets_a_root_password() -> None:
     r = disk_recipe.load("debian-bird-console")
     assert r.suite == "bookworm" and "bird" in r.packages and "cloud-init" not in r.packages
@@ -93,6 +106,7 @@ def test_cache_key_covers_recipe_toml(recipe_copy: Path) -> None:
         ('kernel_cmdline = "', 'kernel_cmdline = "root=/dev/sda1 ', ["'kernel_cmdline'", "root="]),
         ("format = 1", "format = 7", ["'format'", "format = 1"]),
         ("[disk]", '[users]\nroot_password = "a:b"\n[disk]', ["'root_password'", "chpasswd"]),
+        ("[disk]", '[disk]\nfirmware = "coreboot"', ["'firmware'", "bios, uefi"]),
     ],
 )
 def test_bad_recipe_names_file_and_field(recipe_copy: Path, old: str, new: str, words: list[str]) -> None:

@@ -117,6 +117,20 @@ def test_argv_boots_disks_without_a_kernel_and_keeps_commas_in_paths():
     ]
 
 
+def test_a_uefi_vm_gets_the_firmware_code_read_only_and_its_own_variable_store():
+    from migrate.drivers.guest_vm import GuestDisk, UefiFirmware
+
+    fw = UefiFirmware(Path("/usr/share/OVMF/OVMF_CODE_4M.fd"), Path("/run/x/router-efivars.fd"))
+    argv = _argv(kernel=None, initrd=None, cmdline="", disks=(GuestDisk(Path("/r/d.qcow2"), "qcow2"),), firmware=fw)
+    drives = [argv[i + 1] for i, a in enumerate(argv) if a == "-drive"]
+    assert drives[:2] == [
+        "if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd",
+        "if=pflash,format=raw,unit=1,file=/run/x/router-efivars.fd",
+    ]
+    assert not any("pflash" in a for a in _argv(kernel=None, initrd=None, cmdline="", disks=(
+        GuestDisk(Path("/r/d.qcow2"), "qcow2"),)))  # fmt: skip
+
+
 def test_a_vm_needs_one_boot_medium():
     with pytest.raises(ValueError, match="boot medium"):
         _argv(kernel=None, initrd=None, cmdline="")

@@ -12,7 +12,7 @@ import pytest
 from migrate.cli.main import build_parser, scenario_from_args
 from migrate.core.errors import ConfigError, DependencyError
 from migrate.drivers.base import load_driver
-from migrate.drivers.guest_vm import GuestDisk, GuestVm, router_nics
+from migrate.drivers.guest_vm import GuestDisk, GuestVm, UefiFirmware, router_nics
 from migrate.drivers.libvirt import daemon as lvd
 from migrate.drivers.libvirt import flags as lf
 from migrate.drivers.libvirt.domain_xml import domain_facts, domain_xml, with_console
@@ -99,6 +99,11 @@ def test_a_typed_console_is_a_bound_socket_logging_to_the_console_file_and_moves
     assert serial.get("type") == "unix" and serial.find("source").attrib == {"mode": "bind", "path": str(sock)}
     assert serial.find("log").attrib == {"file": "/run/x/console-R1.log", "append": "on"}
     assert dom.find("os/boot").get("dev") == "hd" and dom.find("os/kernel") is None
+    assert dom.find("os/loader") is None  # BIOS unless the VM has UEFI firmware
+    fw = UefiFirmware(Path("/usr/share/OVMF/OVMF_CODE_4M.fd"), Path("/run/vrmig/t/router-efivars.fd"))
+    uefi = _xml(kernel=None, initrd=None, cmdline="", disks=(GuestDisk(Path("/d.qcow2"), "qcow2"),), firmware=fw)
+    assert uefi.find("os/loader").attrib == {"readonly": "yes", "type": "pflash"}
+    assert uefi.find("os/loader").text == str(fw.code) and uefi.find("os/nvram").text == str(fw.vars)
     xml = ET.tostring(dom, encoding="unicode")
     out = ET.fromstring(with_console(xml, Path("/r/console-R2.log"), Path("/run/vrmig/t/con-R2.sock")))
     assert out.find("devices/serial/source").get("path") == "/run/vrmig/t/con-R2.sock"

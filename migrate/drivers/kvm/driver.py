@@ -70,6 +70,11 @@ def qemu_argv(
         "-chardev", console_chardev(vm), "-serial", "chardev:con",
         "-qmp", f"unix:{qmp},server=on,wait=off",
     ]  # fmt: skip
+    if vm.firmware is not None:
+        argv += [
+            "-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={qemu_opt(str(vm.firmware.code))}",
+            "-drive", f"if=pflash,format=raw,unit=1,file={qemu_opt(str(vm.firmware.vars))}",
+        ]  # fmt: skip
     if vm.kernel is not None:
         argv += ["-kernel", str(vm.kernel), "-initrd", str(vm.initrd), "-append", vm.cmdline]
     for i, disk in enumerate(vm.disks):
@@ -323,6 +328,7 @@ class KvmDriver(Driver):
             nic=s.nic,
             nics=tuple(GuestNic(spec.taps[seg], inv.router[seg].mac) for seg in topo.SEGMENTS),
             disks=self.boot.media(host).disks() if self.boot is not None else (),
+            firmware=self.boot.media(host).uefi() if self.boot is not None else None,
             console_socket=Path(sockets[1]) if sockets is not None else None,
         )
         argv = qemu_argv(

@@ -48,6 +48,9 @@ def domain_xml(vm: GuestVm, *, emulator: str = QEMU_BINARY) -> str:
         _sub(os_el, "cmdline", vm.cmdline)
     else:
         _sub(os_el, "boot", dev="hd")
+    if vm.firmware is not None:  # UEFI: the host's OVMF code and the run's own variable store
+        _sub(os_el, "loader", str(vm.firmware.code), readonly="yes", type="pflash")
+        _sub(os_el, "nvram", str(vm.firmware.vars))
     _sub(_sub(dom, "features"), "acpi")
     if accel == "kvm":
         _sub(dom, "cpu", mode="host-passthrough", check="none", migratable="on")

@@ -323,6 +323,7 @@ class LibvirtDriver(Driver):
                 cmdline="", console=self._console(topo.HYPERVISOR_HOSTS[0]), nic=s.nic,
                 nics=tuple(GuestNic(tap=r1.taps[seg], mac=inv.router[seg].mac) for seg in topo.SEGMENTS),
                 disks=self.boot.media().disks(), console_socket=Path(sockets[1]) if sockets is not None else None,
+                firmware=self.boot.media().uefi(),
             )  # fmt: skip
             return domain_xml(vm, **extra)
         assert self.image is not None
