@@ -118,10 +118,15 @@ class Container:
     def start(self, argv: list[str], timeout_s: float, abort: Callable[[], bool] | None = None) -> float:
         """Start the container (argv from ``routers.container_image.container_argv``), move its veths
         in and wait until its console says READY; returns the CLOCK_REALTIME s it was seen."""
+        self.launch(argv)
+        return self.wait_ready(timeout_s, abort)
+
+    def launch(self, argv: list[str]) -> None:
+        """Start the container and move its veths in, without waiting for anything inside it (a
+        router of a profile's image prints no READY: its readiness is forwarding)."""
         self.launcher = Proc(f"container-{self.host}", argv, self.registry, self.run_dir).start()
         self._find_init()
         self._wire()
-        return self.wait_ready(timeout_s, abort)
 
     def _find_init(self) -> None:
         """The launcher forks the container's PID 1: observe it in /proc and register it."""
