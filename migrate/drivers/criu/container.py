@@ -187,10 +187,13 @@ class Container:
         self.read_console()
         (self.run_dir / console_log(self.host)).write_text(self.console_text)
 
-    def stop(self) -> None:
+    def stop(self) -> str | None:
         """SIGTERM the init (its trap exits, which ends the whole pid namespace); SIGKILL if it
-        lingers; then reap the launcher."""
+        lingers; then reap the launcher.  Returns the signal that ended the container (None if it
+        was gone already)."""
+        ended_by = None
         if self.alive():
+            ended_by = "SIGTERM"
             assert self.pid is not None
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGTERM)
@@ -199,10 +202,12 @@ class Container:
                 time.sleep(POLL_S)
             if self.alive():
                 log.warning("container on %s ignored SIGTERM; killing it", self.host)
+                ended_by = "SIGKILL"
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self.pid, signal.SIGKILL)
         if self.launcher is not None:
             self.launcher.stop(timeout_s=STOP_TIMEOUT_S)
+        return ended_by
 
 
 def wait_console_ready(

@@ -889,7 +889,12 @@ class CriuDriver(Driver):
             if c is not None:
                 with contextlib.suppress(OSError):
                     c.save_console()
-                c.stop()
+                t0 = time.monotonic()
+                ended_by = c.stop()
+                if ended_by is not None:
+                    self.ctx.recorder.action(
+                        "router-stopped", host=c.host, signal=ended_by, seconds=round(time.monotonic() - t0, 3)
+                    )
         if self.counters is not None:
             self.counters.close()
         if self.base.exists():
