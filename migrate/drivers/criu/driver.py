@@ -442,6 +442,7 @@ class CriuDriver(Driver):
             self.src.save_console()
             raise GuestError(f"router container not ready: {err}") from err
         self.ctx.recorder.action("router-forwarding", host="R1", **ready.to_dict())
+        self.src.read_console()  # kept: the source's console is unreadable once CRIU dumped it
 
     def _wait_marker(self, marker: str, deadline: float) -> None:
         """Wait for ``marker`` on the source container's console (its death or the deadline raise
@@ -457,6 +458,8 @@ class CriuDriver(Driver):
     def prepare_destination(self) -> None:
         """R2: its own copy of the rootfs (pre-provisioned, as a VM image would be) and the image
         directories; the receiver and page servers start with the migration."""
+        if self.src is not None:
+            self.src.read_console()  # the source's console as it was last readable
         self._stage("R2")
         self._images("R1", 1).parent.mkdir()
         self._images("R2", 1).parent.mkdir()
