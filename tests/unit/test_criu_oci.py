@@ -203,3 +203,20 @@ def test_file_locks_are_dumped_and_restored_when_asked():
     assert "--file-locks" not in dump_args(1, Path("/i"), None, None)
     assert "--file-locks" in restore_args(Path("/i"), Path("/r"), [], Path("/p"), file_locks=True)
     assert "--file-locks" not in restore_args(Path("/i"), Path("/r"), [], Path("/p"))
+
+
+def test_a_lab_refuses_a_container_profile_in_one_line(layout):
+    from migrate.core.errors import DependencyError
+    from migrate.drivers.criu.lab import LabCriuDriver
+    from migrate.model.scenario import Scenario
+
+    (layout.parent / "t.j2").write_text("hostname {{ router.hostname }}\n")
+    toml = layout.parent / "r.toml"
+    toml.write_text(
+        '[router]\nname = "r"\nkind = "container"\nsoftware = "frr"\n[image]\noci = "oci:10.3"\n'
+        '[config]\nmethod = "file"\npath = "/etc/frr/frr.conf"\ntemplate = "t.j2"\n'
+    )
+    s = Scenario(router=str(toml), hv="criu", mode="stopcopy")
+    with pytest.raises(DependencyError) as err:
+        LabCriuDriver.preflight(s)
+    assert "on a lab (TESTBED=)" in str(err.value) and "\n" not in str(err.value)
