@@ -72,10 +72,12 @@ guest: venv
 	if [ -n "$$ROUTER" ]; then $(PY) -m routers build --profile "$$ROUTER"; fi
 
 # ROUTER=profiles/debian-frr-cloudinit.toml, profiles/debian-bird-console.toml: disk images built from its recipe by Debian's own
-# tools (mmdebstrap, mkfs.ext4 -d, syslinux), ~/.cache/vrmig/images (docs/own-router-recipes.md)
+# tools (mmdebstrap, mkfs.ext4 -d, syslinux), ~/.cache/vrmig/images (docs/own-router-recipes.md);
+# profiles/debian-frr-oci.toml (HV=criu): an OCI image layout (mmdebstrap, umoci)
 images: venv
 	$(PY) -m routers disk debian-frr-cloudinit
 	$(PY) -m routers disk debian-bird-console
+	$(PY) -m routers oci debian-frr-oci
 
 # HV=xen: the nested Xen host image (Xen 4.17 + dom0 from Debian packages, ~/.cache/vrmig/xen)
 .PHONY: xen

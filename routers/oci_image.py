@@ -541,3 +541,55 @@ def unpack_archive(archive: Path | str, dest: Path | str, ref: str | None = None
         except BuildError as err:
             raise ProfileFileError(f"{archive}: skopeo cannot read it as a docker save archive ({err})") from None
         return unpack(layout, tag, dest)
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """What an image's configuration says about running it (the OCI image spec's ``config``):
+    entry point, command, environment (``NAME=value``), working directory, stop signal."""
+
+    digest: str  # the image manifest's
+    entrypoint: tuple[str, ...]
+    cmd: tuple[str, ...]
+    env: tuple[str, ...]
+    workdir: str
+    stop_signal: str
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        """What the container's PID 1 runs: entry point, then command."""
+        return self.entrypoint + self.cmd
+
+
+def image_config(layout: Path | str, tag: str) -> ImageConfig:
+    """The run configuration of the image ``tag`` in the OCI layout ``layout``; a missing tag or
+    an unreadable configuration is one line (ProfileFileError, exit 2)."""
+    layout = Path(layout)
+    tags = layout_tags(layout)
+    if tag not in tags:
+        raise ProfileFileError(
+            f"{layout}: no image tagged {tag!r} (tags: {', '.join(sorted(tags)) or 'none'}): name one the layout holds"
+        )
+    try:
+        manifest = json.loads(_blob(layout, tags[tag]).read_text())
+        config = json.loads(_blob(layout, manifest["config"]["digest"]).read_text()).get("config") or {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise ProfileFileError(f"{layout}: the configuration of {tag!r} cannot be read ({err}): rebuild it") from None
+
+    def strings(key: str) -> tuple[str, ...]:
+        value = config.get(key) or []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ProfileFileError(f"{layout}: {tag!r}: config {key} is not a list of strings: rebuild the image")
+        return tuple(value)
+
+    argv = strings("Entrypoint") + strings("Cmd")
+    if not argv:
+        raise ProfileFileError(f"{layout}: {tag!r} has neither Entrypoint nor Cmd: give the image an entry point")
+    return ImageConfig(
+        digest=tags[tag],
+        entrypoint=strings("Entrypoint"),
+        cmd=strings("Cmd"),
+        env=strings("Env"),
+        workdir=str(config.get("WorkingDir") or "/"),
+        stop_signal=str(config.get("StopSignal") or "SIGTERM"),
+    )

@@ -36,9 +36,16 @@ DISK_FORMATS = ("qcow2", "raw")
 FIRMWARE = ("bios", "uefi")
 NIC_MODELS = ("virtio", "e1000")
 NIC_ROLES = ("left", "right", "mgmt")
-METHODS = ("nocloud", "configdrive", "console", "ssh", "cmdline")
-#: the config methods each kind can use (a container has no disks to attach a seed to)
-METHODS_OF_KIND = {"vm": METHODS, "container": ("console", "ssh", "cmdline")}
+METHODS = ("nocloud", "configdrive", "console", "ssh", "cmdline", "file")
+#: the config methods each kind can use (a container has no disks to attach a seed to; a VM's root
+#: file system is inside its disk image, where the suite writes nothing)
+METHODS_OF_KIND = {
+    "vm": ("nocloud", "configdrive", "console", "ssh", "cmdline"),
+    "container": ("file", "console", "ssh", "cmdline"),
+}
+#: method file: directories of the container's tree a configuration may not be written into (the
+#: container runtime mounts its own file systems there)
+FILE_METHOD_FORBIDDEN = ("/proc", "/sys", "/dev", "/run", "/tmp", "/var/tmp", "/var/log")
 #: image sources, and the kinds that can run each
 SOURCES = {"builtin": KINDS, "disk": ("vm",), "oci": ("container",), "archive": ("container",)}
 #: the bounds the orchestrator puts on MEM= and VCPUS= (migrate.model.scenario)
@@ -56,7 +63,7 @@ TABLES: dict[str, tuple[str, ...]] = {
     "router": ("name", "kind", "software", "version"),
     "image": ("builtin", "disk", "format", "firmware", "oci", "archive", "recipe"),
     "hardware": ("mem_mib", "vcpus", "nic", "nics", "nic_count"),
-    "config": ("method", "template", "login", "password", "prompt", "errors", "user", "key"),
+    "config": ("method", "template", "login", "password", "prompt", "errors", "user", "key", "path"),
     "readiness": ("console_marker", "timeout_s"),
     "state": ("routes", "sessions"),
 }
@@ -69,6 +76,7 @@ METHOD_FIELDS = {
     "errors": "console",
     "user": "ssh",
     "key": "ssh",
+    "path": "file",
 }
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
 
@@ -129,6 +137,7 @@ class ConfigMethod:
     errors: tuple[str, ...] = ()  # console: regular expressions that, in a command's output, fail it
     user: str | None = None  # ssh
     key: Path | None = None  # ssh
+    path: str | None = None  # file: where in the container's root file system the rendered template goes
 
 
 @dataclass(frozen=True)
@@ -570,7 +579,30 @@ def _config(file: str, data: object, base: Path, router: RouterInfo, image: Imag
         if key is None:
             t.fail("key", 'missing: give the SSH private key the router accepts, e.g. key = "~/.ssh/id_ed25519"')
         return ConfigMethod(method=method, template=template, user=user, key=key)
+    if method == "file":
+        return ConfigMethod(method=method, template=template, path=_container_path(t))
     return ConfigMethod(method=method, template=template)
+
+
+def _container_path(t: _Table) -> str:
+    """method file's ``path``: an absolute, normalised path of a file in the container's root file
+    system, outside the directories the container runtime mounts."""
+    value = t.text("path", required=True, example='"/etc/frr/frr.conf"')
+    assert value is not None
+    if not value.startswith("/") or value.endswith("/"):
+        t.fail(
+            "path",
+            f"{_show(value)} is not an absolute file path: give where the router reads it, e.g. /etc/frr/frr.conf",
+        )
+    parts = value.split("/")[1:]
+    if any(p in ("", ".", "..") for p in parts):
+        t.fail("path", f"{_show(value)} has empty, '.' or '..' components: give a plain absolute path")
+    for d in FILE_METHOD_FORBIDDEN:
+        if value == d or value.startswith(d + "/"):
+            t.fail(
+                "path", f"{_show(value)} is under {d}, which the container runtime mounts afresh: give a path elsewhere"
+            )
+    return value
 
 
 def _readiness(file: str, data: object) -> Readiness:

@@ -23,6 +23,10 @@ ACCELS = ("auto", "kvm", "tcg")
 GENS = ("builtin",)  # make migrate measures with vrgen/vrsink; other backends serve the benchmarks
 XEN_GUESTS = ("pvh", "pv")
 WIRED_METHODS = ("nocloud", "console")  # a profile image's [config] methods a run can use (migrate.drivers.disk_boot)
+#: a container profile's image sources, config methods and NIC roles (eth0, eth1) HV=criu runs
+CONTAINER_SOURCES = ("oci",)
+CONTAINER_METHODS = ("file",)
+CONTAINER_NICS = ("left", "right")
 CRIU_HOSTS = ("local", "vm")  # HV=criu: here, or in a VM booting Debian's kernel (migrate/drivers/criu/hostvm.py)
 XEN_PV_REFUSAL = (
     "XEN_GUEST=pv cannot be live-migrated with Debian's Xen 4.17: the hypervisor is built without "
@@ -229,13 +233,47 @@ def check_router_release(router: str) -> None:
 def check_profile_router(s: Scenario, profile: Any) -> None:
     """The settings a router of a profile file (not built by the suite) can run with today: a
     disk image boots under HV=kvm (DRIVER=qmp or libvirt), with at least the profile's memory and
-    its NIC model."""
+    its NIC model; a container image (OCI layout) runs under HV=criu on this machine
+    (CRIU_HOST=local), configured by a file written into its tree."""
+    if profile.router.kind == "container":
+        _check_container_profile(s, profile)
+    else:
+        _check_vm_profile(s, profile)
+    where = f"ROUTER={profile.path}"
+    _require(s.rib_routes == 0, f"RIB_ROUTES={s.rib_routes} needs ROUTER=bird (not {where})")
+    _require(s.fault is None, f"FAULT={s.fault} needs a built-in router image (not {where})")
+    _require(s.dirty_mbps is None, f"DIRTY={s.dirty_mbps} needs a built-in router image's dirtying tool (not {where})")
+
+
+def _check_container_profile(s: Scenario, profile: Any) -> None:
     where = f"ROUTER={profile.path}"
     _require(
-        profile.router.kind == "vm",
-        f"{where}: kind {profile.router.kind!r} (a container image) cannot run yet: the suite boots a "
-        'profile\'s disk image (kind = "vm") with HV=kvm',
+        s.hv == "criu",
+        f'{where} is a container image (kind = "container"): run it with HV=criu (not HV={s.hv})',
     )
+    _require(
+        s.criu_host == "local",
+        f"{where}: CRIU_HOST={s.criu_host} runs the built-in images only so far: use CRIU_HOST=local",
+    )
+    _require(
+        profile.image.source in CONTAINER_SOURCES,
+        f"{where}: [image] {profile.image.source} is not wired yet for a container: give an OCI image layout "
+        '(oci = "DIR:TAG")',
+    )
+    _require(
+        profile.config.method in CONTAINER_METHODS,
+        f"{where}: [config] method = {profile.config.method!r} is not wired yet for a container: write the "
+        'rendered template into its tree (method = "file", path = "/etc/...")',
+    )
+    _require(
+        tuple(profile.hardware.nics) == CONTAINER_NICS,
+        f"{where}: [hardware] nics = {list(profile.hardware.nics)}: a container's eth0 is the left port and eth1 "
+        'the right one: use nics = ["left", "right"]',
+    )
+
+
+def _check_vm_profile(s: Scenario, profile: Any) -> None:
+    where = f"ROUTER={profile.path}"
     _require(
         s.hv == "kvm",
         f"{where} boots its disk image with HV=kvm only (not HV={s.hv}): run it with HV=kvm (DRIVER=qmp or libvirt)",
@@ -256,9 +294,6 @@ def check_profile_router(s: Scenario, profile: Any) -> None:
         'disk image through a NoCloud seed (method = "nocloud") or by typing on its serial console '
         '(method = "console")',
     )
-    _require(s.rib_routes == 0, f"RIB_ROUTES={s.rib_routes} needs ROUTER=bird (not {where})")
-    _require(s.fault is None, f"FAULT={s.fault} needs a built-in router image (not {where})")
-    _require(s.dirty_mbps is None, f"DIRTY={s.dirty_mbps} needs a built-in router image's dirtying tool (not {where})")
 
 
 def check_accel(accel: str) -> None:

@@ -421,3 +421,52 @@ def test_random_toml_gives_a_profile_or_one_profile_error(doc, base):
             assert "\n" not in str(err) and str(err).startswith(str(path) + ":")
         else:
             assert isinstance(prof, RouterProfile)
+
+
+def _container(tmp_path: Path, **config: object) -> dict:
+    """A container profile on an (empty) OCI layout in ``tmp_path`` with ``config`` merged in."""
+    layout = tmp_path / "layout"
+    layout.mkdir(exist_ok=True)
+    (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+    (layout / "index.json").write_text("{}")
+    data = edited(router={"kind": "container"}, hardware={"nic": None, "vcpus": None, "mem_mib": None})
+    data["image"] = {"oci": "layout:v1"}
+    data["config"] = {"method": "file", "template": "router.j2", **config}
+    return data
+
+
+def test_file_method_writes_the_template_into_a_container(tmp_path):
+    prof = load_profile(write_profile(tmp_path, _container(tmp_path, path="/etc/frr/frr.conf")))
+    assert (prof.config.method, prof.config.path) == ("file", "/etc/frr/frr.conf")
+    assert prof.config.template == tmp_path / "router.j2"
+
+
+@pytest.mark.parametrize(
+    ("config", "wants"),
+    [
+        ({}, ["[config] path", "missing", "/etc/frr/frr.conf"]),
+        ({"path": "etc/frr/frr.conf"}, ["[config] path", "not an absolute file path"]),
+        ({"path": "/etc/frr/"}, ["[config] path", "not an absolute file path"]),
+        ({"path": "/etc/../frr.conf"}, ["[config] path", "'..'"]),
+        ({"path": "/etc//frr.conf"}, ["[config] path", "empty"]),
+        ({"path": "/run/frr.conf"}, ["[config] path", "under /run", "mounts afresh"]),
+        ({"path": "/var/log/x"}, ["[config] path", "under /var/log"]),
+        ({"path": 3}, ["[config] path", "an integer"]),
+        ({"path": "/etc/x", "template": None}, ["[config] template", "missing"]),
+        ({"path": "/etc/x", "login": "root"}, ["[config] login", "'console'"]),
+    ],
+)
+def test_file_method_bad_input_is_one_line(tmp_path, config, wants):
+    data = _container(tmp_path, **config)
+    if data["config"].get("template") is None:
+        data["config"].pop("template")
+    msg = load_error(write_profile(tmp_path, data))
+    for want in wants:
+        assert want in msg, msg
+
+
+def test_file_method_is_for_containers_and_path_for_file_only(tmp_path):
+    msg = load_error(write_profile(tmp_path, edited(config={"method": "file", "path": "/etc/x"})))
+    assert "[config] method" in msg and "cannot configure a vm" in msg, msg
+    msg = load_error(write_profile(tmp_path, edited(config={"path": "/etc/x"})))
+    assert "[config] path" in msg and "only method 'file'" in msg, msg

@@ -87,3 +87,65 @@ def test_the_console_profile_renders_one_command_per_line_for_bird_1_6():
     assert all(ln.count("'") % 2 == 0 and not ln.endswith("\\") and "<<" not in ln for ln in lines)
     assert not any(prof.readiness.console_marker in ln for ln in lines)
     assert lines[-1].startswith("systemctl restart bird && ")
+
+
+@pytest.fixture
+def oci_profile(tmp_path: Path) -> Path:
+    """The shipped OCI profile with its layout replaced by an empty one in tmp."""
+    layout = tmp_path / "oci"
+    layout.mkdir()
+    (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+    (layout / "index.json").write_text("{}")
+    shutil.copy(PROFILES / "debian-frr-oci.frr.conf.j2", tmp_path)
+    text = (PROFILES / "debian-frr-oci.toml").read_text()
+    text = text.replace("~/.cache/vrmig/images/debian-frr-oci/oci:10.3", "oci:10.3")
+    out = tmp_path / "router.toml"
+    out.write_text(text)
+    return out
+
+
+def test_a_container_profile_runs_under_hv_criu(oci_profile):
+    s = Scenario(router=str(oci_profile), hv="criu", mode="stopcopy")
+    assert s.router == str(oci_profile) and s.router_software == "frr"
+
+
+@pytest.mark.parametrize(
+    ("fields", "edit", "says"),
+    [
+        ({"hv": "kvm"}, None, "run it with HV=criu (not HV=kvm)"),
+        ({"hv": "criu", "criu_host": "vm"}, None, "CRIU_HOST=vm runs the built-in images only"),
+        ({"hv": "criu", "rib_routes": 10}, None, "RIB_ROUTES=10 needs ROUTER=bird"),
+        ({"hv": "criu"}, ('nics = ["left", "right"]', 'nics = ["right", "left"]'), "eth0 is the left port"),
+        (
+            {"hv": "criu"},
+            ('method = "file"\npath = "/etc/frr/frr.conf"', 'method = "console"\nlogin = "root"'),
+            'method = "file"',
+        ),
+    ],
+)
+def test_a_container_profile_refuses_what_it_cannot_run(oci_profile, fields, edit, says):
+    if edit is not None:
+        text = oci_profile.read_text()
+        assert edit[0] in text
+        oci_profile.write_text(text.replace(*edit))
+    with pytest.raises(ConfigError) as err:
+        Scenario(router=str(oci_profile), **fields)
+    assert says in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_the_oci_profile_renders_frr_conf_for_eth0_and_eth1_with_bgp_and_bfd():
+    from migrate.model.router_config import testbed_context
+    from routers.profile_file import load_profile, render_config
+
+    prof = load_profile(PROFILES / "debian-frr-oci.toml", check_image=False)
+    assert (prof.router.kind, prof.config.method, prof.config.path) == ("container", "file", "/etc/frr/frr.conf")
+    s = Scenario(router=str(PROFILES / "debian-frr-oci.toml"), hv="criu", peering="bgp,bfd")
+    text = render_config(prof, testbed_context(prof, s))
+    assert "interface eth0\n description left (segment L)\n ip address 198.18.1.1/24\n" in text
+    assert "interface eth1\n description right (segment R)\n ip address 198.18.2.1/24\n" in text
+    assert "no zebra nexthop kernel enable" in text and "router bgp 65000" in text
+    assert " neighbor 198.18.2.10 bfd profile vrmig" in text and "{" not in text
+    plain = render_config(
+        prof, testbed_context(prof, Scenario(router=str(PROFILES / "debian-frr-oci.toml"), hv="criu"))
+    )
+    assert "router bgp" not in plain and "bfd" not in plain

@@ -118,10 +118,15 @@ class Container:
     def start(self, argv: list[str], timeout_s: float, abort: Callable[[], bool] | None = None) -> float:
         """Start the container (argv from ``routers.container_image.container_argv``), move its veths
         in and wait until its console says READY; returns the CLOCK_REALTIME s it was seen."""
+        self.launch(argv)
+        return self.wait_ready(timeout_s, abort)
+
+    def launch(self, argv: list[str]) -> None:
+        """Start the container and move its veths in, without waiting for anything inside it (a
+        router of a profile's image prints no READY: its readiness is forwarding)."""
         self.launcher = Proc(f"container-{self.host}", argv, self.registry, self.run_dir).start()
         self._find_init()
         self._wire()
-        return self.wait_ready(timeout_s, abort)
 
     def _find_init(self) -> None:
         """The launcher forks the container's PID 1: observe it in /proc and register it."""
@@ -182,10 +187,13 @@ class Container:
         self.read_console()
         (self.run_dir / console_log(self.host)).write_text(self.console_text)
 
-    def stop(self) -> None:
+    def stop(self) -> str | None:
         """SIGTERM the init (its trap exits, which ends the whole pid namespace); SIGKILL if it
-        lingers; then reap the launcher."""
+        lingers; then reap the launcher.  Returns the signal that ended the container (None if it
+        was gone already)."""
+        ended_by = None
         if self.alive():
+            ended_by = "SIGTERM"
             assert self.pid is not None
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGTERM)
@@ -194,10 +202,12 @@ class Container:
                 time.sleep(POLL_S)
             if self.alive():
                 log.warning("container on %s ignored SIGTERM; killing it", self.host)
+                ended_by = "SIGKILL"
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self.pid, signal.SIGKILL)
         if self.launcher is not None:
             self.launcher.stop(timeout_s=STOP_TIMEOUT_S)
+        return ended_by
 
 
 def wait_console_ready(

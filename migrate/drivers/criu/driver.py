@@ -52,7 +52,7 @@ from migrate.drivers.criu.tool import (
     restore_args,
 )
 from migrate.model import routing
-from migrate.model.scenario import Scenario
+from migrate.model.scenario import Scenario, profile_of
 from migrate.testbed import topology as topo
 
 log = logging.getLogger(__name__)
@@ -138,6 +138,9 @@ class CriuDriver(Driver):
         }
         self.deadline = 0.0
         self.counters: NetDevCounters | None = None
+        #: a router of a profile's OCI image (None: the suite's own rootfs)
+        self.profile: Any = profile_of(ctx.scenario.router)
+        self.config_text: str | None = None
 
     # -- paths -----------------------------------------------------------------------------
     def _dir(self, name: str) -> Path:
@@ -150,8 +153,9 @@ class CriuDriver(Driver):
     @classmethod
     def preflight(cls, scenario: Scenario) -> dict[str, Any]:
         """criu present and working here (``criu check``, the mode's kernel features), host tools,
-        a router CRIU can checkpoint and its built rootfs — without side effects."""
-        if scenario.router_software in UNSUPPORTED_ROUTERS:
+        a router CRIU can checkpoint and its built rootfs — without side effects.  A profile's
+        OCI image runs its FRR under the netlink filter (``nlfilter``), which CRIU can checkpoint."""
+        if profile_of(scenario.router) is None and scenario.router_software in UNSUPPORTED_ROUTERS:
             raise DependencyError(
                 f"ROUTER={scenario.router} with HV=criu: {UNSUPPORTED_ROUTERS[scenario.router_software]}"
             )
@@ -164,6 +168,9 @@ class CriuDriver(Driver):
         missing = [f"{t} ({pkg})" for t, pkg in HOST_TOOLS.items() if shutil.which(t) is None]
         if missing:
             raise DependencyError(f"HV=criu needs {', '.join(missing)}: run `make setup`")
+        profile = profile_of(scenario.router)
+        if profile is not None:
+            return cls._preflight_profile(scenario, profile)
         from routers.build import run_image
         from routers.profiles import get as get_profile
 
@@ -184,6 +191,28 @@ class CriuDriver(Driver):
             "guest_image": {"rootfs": str(image.rootfs), **image.manifest},
         }
 
+    @classmethod
+    def _preflight_profile(cls, scenario: Scenario, profile: Any) -> dict[str, Any]:
+        """A profile's OCI image: the host tools of its set-up, a template that renders, the image's
+        tag and run configuration (meta.json ``guest_image``), a working criu."""
+        from migrate.drivers.criu import ocict
+        from migrate.drivers.disk_boot import check_config
+
+        missing = ocict.host_tools_missing()
+        if missing:
+            raise DependencyError(f"HV=criu with ROUTER={profile.path} needs {', '.join(missing)}: run `make setup`")
+        check_config(profile, scenario)  # a template that fails to render: one line, before anything starts
+        record = ocict.image_record(profile)
+        criu = locate()
+        require_mode(criu, scenario.mode)
+        return {
+            "criu": {"version": criu.version, "source": criu.source, "argv": list(criu.argv)},
+            "accel": "none",
+            "accel_reason": "a container shares the host kernel: no hardware virtualisation involved",
+            "router_version": record["router"]["version"],
+            "guest_image": record,
+        }
+
     # -- helpers ---------------------------------------------------------------------------
     def _addresses(self) -> tuple[list[str], list[str]]:
         left, right = (topo.router_port(seg) for seg in topo.SEGMENTS)
@@ -197,8 +226,33 @@ class CriuDriver(Driver):
         fires on the restored init as soon as ``criu restore`` exits.)"""
         from routers.container_image import stage_rootfs
 
-        rootfs = stage_rootfs(self.ctx.scenario.router, self._dir(f"rootfs-{host}"))
+        if self.profile is not None:
+            rootfs = self._stage_image(host)
+        else:
+            rootfs = stage_rootfs(self.ctx.scenario.router, self._dir(f"rootfs-{host}"))
         self.ctx.registry.add_root(rootfs)
+        return rootfs
+
+    def _stage_image(self, host: str) -> Path:
+        """``host``'s copy of the profile's OCI image (unpacked once per run), its configuration
+        rendered from the testbed and written in (kept in the run's directory too)."""
+        from migrate.drivers.criu import ocict
+        from migrate.model.router_config import testbed_context
+        from routers.profile_file import render_config
+
+        s, cfg = self.ctx.scenario, self.profile.config
+        if self.config_text is None:
+            self.config_text = render_config(self.profile, testbed_context(self.profile, s))
+            (self.ctx.run_dir / f"router-{Path(cfg.path).name}").write_text(self.config_text)
+        t0 = time.monotonic()
+        unpacked = ocict.unpack_once(self.profile, self.base)
+        rootfs = ocict.stage(
+            unpacked, self._dir(f"rootfs-{host}"), cfg.path, self.config_text, self.profile.router.software,
+            s.peering_protocols, as_root=self._frr_as_root(),
+        )  # fmt: skip
+        self.ctx.recorder.action(
+            "router-staged", host=host, rootfs=str(rootfs), seconds=round(time.monotonic() - t0, 3)
+        )
         return rootfs
 
     def _env(self, side: str) -> list[str]:
@@ -324,6 +378,10 @@ class CriuDriver(Driver):
         delete_links(self.src_ns, [outer for _i, outer, _b in veth_specs()])
         self.src = Container("R1", self.src_ns, self.ctx.registry, self.ctx.run_dir)
         if0, if1 = self._addresses()
+        if self.profile is not None:
+            self._start_image(rootfs, if0, if1)
+            rec.action("router-ready", host="R1", pid=self.src.pid)
+            return
         try:
             self.src.start(
                 container_argv(
@@ -342,9 +400,66 @@ class CriuDriver(Driver):
             raise GuestError(f"router container not ready: {err}") from err
         rec.action("router-ready", host="R1", pid=self.src.pid)
 
+    def _frr_as_root(self) -> bool:
+        """FRR's daemons keep root's identity when criu could not read their resource limits
+        otherwise (no CAP_SYS_RESOURCE here); criu.json ``frr_daemons_as_root`` says so."""
+        from migrate.drivers.criu import ocict
+
+        as_root = self.profile.router.software == "frr" and ocict.lacks_sys_resource()
+        self.record["frr_daemons_as_root"] = as_root
+        return as_root
+
+    def _start_image(self, rootfs: Path, if0: list[str], if1: list[str]) -> None:
+        """Start the profile's image on R1 and wait until it forwards (after the profile's console
+        marker, if it names one), within ``[readiness] timeout_s`` or BOOT_TIMEOUT."""
+        from migrate.drivers.criu import ocict
+        from migrate.drivers.readiness import wait_forwarding
+        from migrate.model.router_config import testbed_context
+        from routers.oci_image import image_config
+
+        assert self.src is not None
+        image = self.profile.image
+        cfg = image_config(image.oci, image.oci_tag or "latest")
+        hostname = testbed_context(self.profile).router["hostname"]
+        own = self.profile.readiness.timeout_s
+        timeout_s = float(own if own is not None else self.ctx.scenario.boot_timeout_s)
+        deadline = time.monotonic() + timeout_s
+        try:
+            self.src.launch(ocict.container_argv(rootfs, cfg, hostname, if0, if1))
+            marker = self.profile.readiness.console_marker
+            if marker:
+                self._wait_marker(marker, deadline)
+            left = max(0.0, deadline - time.monotonic())
+            ready = wait_forwarding(
+                self.ctx.testbed,
+                self.ctx.scenario.ip,
+                left,
+                self.src.alive,
+                self.ctx.abort or (lambda: False),
+                self.src.console_path(),
+            )
+        except (GuestError, ProcessError) as err:
+            self.src.save_console()
+            raise GuestError(f"router container not ready: {err}") from err
+        self.ctx.recorder.action("router-forwarding", host="R1", **ready.to_dict())
+        self.src.read_console()  # kept: the source's console is unreadable once CRIU dumped it
+
+    def _wait_marker(self, marker: str, deadline: float) -> None:
+        """Wait for ``marker`` on the source container's console (its death or the deadline raise
+        GuestError)."""
+        assert self.src is not None
+        while marker not in self.src.read_console():
+            if not self.src.alive():
+                raise GuestError(f"router container on R1 exited before {marker!r}: {self.src.console_text[-300:]}")
+            if (self.ctx.abort and self.ctx.abort()) or time.monotonic() > deadline:
+                raise GuestError(f"router container on R1 printed no {marker!r} in time")
+            time.sleep(POLL_S * 4)
+
     def prepare_destination(self) -> None:
         """R2: its own copy of the rootfs (pre-provisioned, as a VM image would be) and the image
         directories; the receiver and page servers start with the migration."""
+        if self.src is not None:
+            self.src.read_console()  # the source's console as it was last readable
         self._stage("R2")
         self._images("R1", 1).parent.mkdir()
         self._images("R2", 1).parent.mkdir()
@@ -519,7 +634,7 @@ class CriuDriver(Driver):
             *dump_args(
                 self.src.pid, images, addr, PAGE_SERVER_PORT if addr else None, pre=pre, prev=prev,
                 track_mem=self.ctx.scenario.mode == "precopy", action_script=self._action_script(),
-                tcp_established=self._tcp_established(),
+                tcp_established=self._tcp_established(), file_locks=self.profile is not None,
             )
         )  # fmt: skip
         run = self._dump_on_r1(index, kind, images, criu, pre)
@@ -615,7 +730,7 @@ class CriuDriver(Driver):
         argv = self._env("dst") + self.criu.cmd(
             *restore_args(
                 images, self._dir("rootfs-R2"), veth_specs(), pidfile, action_script=self._action_script(),
-                tcp_established=self._tcp_established(),
+                tcp_established=self._tcp_established(), file_locks=self.profile is not None,
             )
         )  # fmt: skip
         t0 = self.ctx.recorder.action("criu-restore", side="dst")
@@ -777,7 +892,12 @@ class CriuDriver(Driver):
             if c is not None:
                 with contextlib.suppress(OSError):
                     c.save_console()
-                c.stop()
+                t0 = time.monotonic()
+                ended_by = c.stop()
+                if ended_by is not None:
+                    self.ctx.recorder.action(
+                        "router-stopped", host=c.host, signal=ended_by, seconds=round(time.monotonic() - t0, 3)
+                    )
         if self.counters is not None:
             self.counters.close()
         if self.base.exists():

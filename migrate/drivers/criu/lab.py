@@ -205,6 +205,14 @@ class LabCriuDriver(CriuDriver):
     def preflight(cls, scenario: Scenario) -> dict[str, Any]:
         """Only what this machine decides: the router (CRIU's own limits).  criu itself is
         checked on R1 and R2 once they are reached (``start_source``)."""
+        from migrate.model.scenario import profile_of
+
+        profile = profile_of(scenario.router)
+        if profile is not None:
+            raise DependencyError(
+                f"ROUTER={profile.path} with HV=criu on a lab (TESTBED=): a profile's container image runs on the "
+                "embedded testbed only so far: run it without TESTBED"
+            )
         if scenario.router_software in UNSUPPORTED_ROUTERS:
             raise DependencyError(
                 f"ROUTER={scenario.router} with HV=criu: {UNSUPPORTED_ROUTERS[scenario.router_software]}"

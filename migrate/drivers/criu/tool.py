@@ -114,11 +114,13 @@ def dump_args(
     track_mem: bool = False,
     action_script: Path | None = None,
     tcp_established: bool = False,
+    file_locks: bool = False,
 ) -> list[str]:
     """``criu dump`` (or ``pre-dump``) of the tree rooted at ``pid`` into ``images``; with an
     ``address`` the memory pages go to the page server there instead; ``tcp_established``: the
     router's established TCP connections (its BGP sessions) are dumped with their state, to be
-    restored on R2 (CRIU's TCP repair mode; the final dump only).
+    restored on R2 (CRIU's TCP repair mode; the final dump only); ``file_locks``: the locks the
+    router holds (FRR's daemons lock their pid files) are dumped and taken again on restore.
 
     The container's veths need no option on dump (CRIU saves the inner end and, on restore,
     recreates the pair as told by ``--external veth[...]``)."""
@@ -134,6 +136,8 @@ def dump_args(
         args += ["--action-script", str(action_script)]
     if tcp_established and not pre:
         args.append("--tcp-established")
+    if file_locks:
+        args.append("--file-locks")
     return args
 
 
@@ -144,9 +148,11 @@ def restore_args(
     pidfile: Path,
     action_script: Path | None = None,
     tcp_established: bool = False,
+    file_locks: bool = False,
 ) -> list[str]:
     """``criu restore`` of the container from ``images`` onto ``root``, detached; ``veths`` =
-    (inner ifname, outer ifname, bridge): each pair is recreated and its outer end bridged."""
+    (inner ifname, outer ifname, bridge): each pair is recreated and its outer end bridged;
+    ``file_locks`` as :func:`dump_args`'s."""
     args = ["restore", "--images-dir", str(images), "--root", str(root), "--restore-detached"]
     args += ["--pidfile", str(pidfile), "--log-file", "restore.log", f"-v{LOG_LEVEL}", "--display-stats"]
     for inner, outer, bridge in veths:
@@ -155,4 +161,6 @@ def restore_args(
         args += ["--action-script", str(action_script)]
     if tcp_established:
         args.append("--tcp-established")
+    if file_locks:
+        args.append("--file-locks")
     return args
