@@ -106,13 +106,19 @@ def image_dir(recipe_name: str, cache: Path | str | None = None) -> Path:
     return paths.cache_dir(cache) / "images" / recipe_name
 
 
-def _run(argv: list[str], timeout: float = TOOL_TIMEOUT_S, stdin: str | None = None) -> str:
-    """Run ``argv`` (a list, never a shell string); its stdout, or BuildError with its last lines."""
+def _run(
+    argv: list[str],
+    timeout: float = TOOL_TIMEOUT_S,
+    stdin: str | None = None,
+    packages: tuple[str, ...] = HOST_PACKAGES,
+) -> str:
+    """Run ``argv`` (a list, never a shell string); its stdout, or BuildError with its last lines
+    (a missing program: DependencyError naming ``packages``)."""
     log.debug("running %s", " ".join(argv[:4]) + (" ..." if len(argv) > 4 else ""))
     try:
         res = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
     except FileNotFoundError:
-        raise DependencyError(f"{argv[0]} not found: install {' '.join(HOST_PACKAGES)} (make apt)") from None
+        raise DependencyError(f"{argv[0]} not found: install {' '.join(packages)} (make apt)") from None
     except subprocess.TimeoutExpired:
         raise BuildError(f"{' '.join(argv[:3])} ... did not finish within {timeout:.0f} s") from None
     if res.returncode != 0:
@@ -121,8 +127,9 @@ def _run(argv: list[str], timeout: float = TOOL_TIMEOUT_S, stdin: str | None = N
     return res.stdout
 
 
-def mmdebstrap_argv(recipe: Recipe, target: Path, mirror: str = privapt.MIRROR) -> list[str]:
-    """The mmdebstrap command line that installs ``recipe`` into the directory ``target``."""
+def mmdebstrap_argv(recipe: Any, target: Path, mirror: str = privapt.MIRROR) -> list[str]:
+    """The mmdebstrap command line that installs ``recipe`` (a disk recipe, or any recipe with its
+    [debian] fields and ``overlay``: routers.oci_image) into the directory ``target``."""
     argv = [
         "mmdebstrap",
         "--mode=root",

@@ -186,7 +186,7 @@ def load(spec: str | Path) -> Recipe:
     )
 
 
-def key_files(recipe: Recipe) -> list[Path]:
+def key_files(recipe: Any) -> list[Path]:
     """The files the cache key covers: ``recipe.toml`` and everything under ``rootfs/``, sorted."""
     files = [recipe.directory / RECIPE_FILE]
     if recipe.overlay is not None:
@@ -194,9 +194,11 @@ def key_files(recipe: Recipe) -> list[Path]:
     return files
 
 
-def recipe_key(recipe: Recipe) -> str:
-    """SHA-256 over :data:`BUILDER_FORMAT` and each key file's relative path, mode and content."""
-    h = hashlib.sha256(f"vrmig-disk-image {BUILDER_FORMAT}\n".encode())
+def recipe_key(recipe: Any, builder: str = f"vrmig-disk-image {BUILDER_FORMAT}") -> str:
+    """SHA-256 over ``builder`` (the builder's name and format number) and each key file's
+    relative path, mode and content; ``recipe``: a disk recipe or another recipe with a
+    ``directory`` and an ``overlay`` (routers.oci_image)."""
+    h = hashlib.sha256(f"{builder}\n".encode())
     for f in key_files(recipe):
         rel = f.relative_to(recipe.directory).as_posix()
         if f.is_symlink():

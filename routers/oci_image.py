@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from migrate.core import privapt
-from routers import disk_image
+from routers import disk_image, disk_recipe
 from routers.disk_recipe import _NAME_RE, RECIPE_FILE, RECIPE_FORMAT, VARIANTS, _field, _strings, resolve
 from routers.errors import BuildError, DependencyError, ProfileFileError, RecipeError
 
@@ -189,24 +189,12 @@ def load(spec: str | Path) -> OciRecipe:
 
 def key_files(recipe: OciRecipe) -> list[Path]:
     """The files the cache key covers: ``recipe.toml`` and everything under ``rootfs/``, sorted."""
-    files = [recipe.directory / RECIPE_FILE]
-    if recipe.overlay is not None:
-        files += sorted(p for p in recipe.overlay.rglob("*") if p.is_file() or p.is_symlink())
-    return files
+    return disk_recipe.key_files(recipe)
 
 
 def recipe_key(recipe: OciRecipe) -> str:
     """SHA-256 over :data:`BUILDER_FORMAT` and each key file's relative path, mode and content."""
-    h = hashlib.sha256(f"vrmig-oci-image {BUILDER_FORMAT}\n".encode())
-    for f in key_files(recipe):
-        rel = f.relative_to(recipe.directory).as_posix()
-        if f.is_symlink():
-            h.update(f"L {rel} -> {f.readlink()}\n".encode())
-            continue
-        data = f.read_bytes()
-        h.update(f"F {rel} {f.stat().st_mode & 0o7777:o} {len(data)}\n".encode())
-        h.update(data)
-    return h.hexdigest()
+    return disk_recipe.recipe_key(recipe, f"vrmig-oci-image {BUILDER_FORMAT}")
 
 
 def image_dir(recipe_name: str, cache: Path | str | None = None) -> Path:
@@ -215,37 +203,14 @@ def image_dir(recipe_name: str, cache: Path | str | None = None) -> Path:
 
 
 def _run(argv: list[str], timeout: float = TOOL_TIMEOUT_S) -> str:
-    """Run ``argv`` (a list, never a shell string); its stdout, or BuildError with its last lines."""
-    log.debug("running %s", " ".join(argv[:4]) + (" ..." if len(argv) > 4 else ""))
-    try:
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except FileNotFoundError:
-        raise DependencyError(f"{argv[0]} not found: install {' '.join(HOST_PACKAGES)} (make apt)") from None
-    except subprocess.TimeoutExpired:
-        raise BuildError(f"{' '.join(argv[:3])} ... did not finish within {timeout:.0f} s") from None
-    if res.returncode != 0:
-        tail = " | ".join((res.stderr.strip() or res.stdout.strip()).splitlines()[-4:])
-        raise BuildError(f"{' '.join(argv[:3])} ... failed (exit {res.returncode}): {tail}")
-    return res.stdout
+    """Run ``argv`` (a list, never a shell string): routers.disk_image's runner, naming this
+    builder's host packages when a program is missing."""
+    return disk_image._run(argv, timeout, packages=HOST_PACKAGES)
 
 
 def mmdebstrap_argv(recipe: OciRecipe, target: Path, mirror: str = privapt.MIRROR) -> list[str]:
     """The mmdebstrap command line that installs ``recipe`` into the directory ``target``."""
-    argv = [
-        "mmdebstrap",
-        "--mode=root",
-        "--format=directory",
-        f"--variant={recipe.variant}",
-        f"--architectures={recipe.architecture}",
-        f"--include={','.join(recipe.packages)}",
-        "--aptopt=Acquire::Languages=none",
-    ]
-    argv += [f"--dpkgopt=path-exclude={p}" for p in recipe.path_exclude]
-    argv += [f"--dpkgopt=path-include={p}" for p in recipe.path_include]
-    if recipe.overlay is not None:
-        argv.append(f"--essential-hook=sync-in {recipe.overlay} /")
-    argv += [recipe.suite, str(target), mirror]
-    return argv
+    return disk_image.mmdebstrap_argv(recipe, target, mirror)
 
 
 def image_ref(layout: Path, tag: str) -> str:
