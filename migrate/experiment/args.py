@@ -14,7 +14,14 @@ from migrate.core.errors import ConfigError
 from migrate.core.knobs import KNOBS, Knob, docs_command, split_values
 from migrate.core.units import parse_rate_bps
 from migrate.model.scenario import Scenario, parse_bfd
-from migrate.model.variables import RUN_ONLY_VARS, RUN_VARS, RUN_VARS_AFTER_KNOBS, RUN_VARS_BEFORE_KNOBS
+from migrate.model.variables import (
+    RUN_ONLY_VARS,
+    RUN_VARS,
+    RUN_VARS_AFTER_KNOBS,
+    RUN_VARS_BEFORE_KNOBS,
+    default,
+    unset_from_profile,
+)
 
 #: HV=xen defaults: the nested router forwards little, and 256 MiB take ~40 s at nested-link speed
 XEN_DEFAULT_RATE_BPS = 1_000_000
@@ -79,7 +86,8 @@ def scenario_from_args(a: argparse.Namespace, axes: bool = False) -> Scenario:
         a.migrate_timeout if a.migrate_timeout is not None else (XEN_DEFAULT_MIGRATE_TIMEOUT_S if xen else 120.0)
     )
     bfd = parse_bfd(getattr(a, "bfd", "50x3"))
-    fields = {v.field: getattr(a, v.dest, v.default) for v in RUN_VARS if v.field is not None}
+    fields = {v.field: getattr(a, v.dest, None if v.from_profile else v.default) for v in RUN_VARS if v.field}
+    fields = unset_from_profile(fields, fields.get("router") or default("router"))
     return Scenario(
         **fields,
         rate_bps=rate_bps,

@@ -36,6 +36,9 @@ class RunVar:
     help: str = ""
     doc: str = ""
     doc_default: str = ""
+    #: a ``[hardware]`` field of a router profile file (routers.profile_file.Hardware) that gives
+    #: the value when the variable is not set and ROUTER= names a profile file
+    from_profile: str | None = None
 
     @property
     def var(self) -> str:
@@ -50,7 +53,10 @@ class RunVar:
     def add_to(self, p: argparse.ArgumentParser) -> None:
         """Add its flag to ``p``."""
         extra: dict[str, Any] = {} if self.metavar is None else {"metavar": self.metavar}
-        p.add_argument(self.flag, type=self.type, default=self.default, help=self.help, **extra)
+        # a variable a profile can give stays None when unset, so that the profile's value wins
+        # over the default (:func:`unset_from_profile`)
+        default = None if self.from_profile else self.default
+        p.add_argument(self.flag, type=self.type, default=default, help=self.help, **extra)
 
 
 #: the variables whose flags come before the knobs' in ``--help``
@@ -164,18 +170,20 @@ RUN_VARS_BEFORE_KNOBS: tuple[RunVar, ...] = (
         default=256,
         type=whole("MEM"),
         field="mem_mib",
-        help="guest MiB",
+        help="guest MiB (default 256, or a profile's [hardware] mem_mib)",
         doc="guest MiB",
-        doc_default="`256`",
+        doc_default="`256`; a profile file's `[hardware] mem_mib`",
+        from_profile="mem_mib",
     ),
     RunVar(
         "--vcpus",
         field="vcpus",
         default=1,
         type=whole("VCPUS"),
-        help="the router VM's vCPUs, 1-64 (HV=kvm, xen)",
+        help="the router VM's vCPUs, 1-64 (HV=kvm, xen; default 1, or a profile's [hardware] vcpus)",
         doc="the router VM's vCPUs, 1–64 (`HV=kvm`, `HV=xen`; the paper's guest has 1)",
-        doc_default="`1`",
+        doc_default="`1`; a profile file's `[hardware] vcpus`",
+        from_profile="vcpus",
     ),
     RunVar(
         "--router",
@@ -189,9 +197,10 @@ RUN_VARS_BEFORE_KNOBS: tuple[RunVar, ...] = (
         "--nic",
         field="nic",
         default="virtio",
-        help="virtio|e1000",
+        help="virtio|e1000 (default virtio, or a profile's [hardware] nic)",
         doc="`virtio` or `e1000`",
-        doc_default="`virtio`",
+        doc_default="`virtio`; a profile file's `[hardware] nic`",
+        from_profile="nic",
     ),
     RunVar(
         "--accel",
@@ -453,6 +462,25 @@ RUN_ONLY_VARS: tuple[RunVar, ...] = (
     ),
 )
 RUN_VARS = RUN_VARS_BEFORE_KNOBS + RUN_VARS_AFTER_KNOBS + RUN_ONLY_VARS
+
+
+def unset_from_profile(values: dict[str, Any], router: str) -> dict[str, Any]:
+    """``values`` (Scenario field -> value of its variable, None where unset) with each unset
+    variable that a router profile can give (:attr:`RunVar.from_profile`) taken from ROUTER='s
+    profile file when it has the field, else the variable's default: ``ROUTER=x.toml`` alone runs
+    with the memory, vCPUs and NIC model the profile asks for.  A profile's mistakes raise its
+    ConfigError here as everywhere."""
+    from routers.profile_file import router_profile
+
+    unset = [v for v in RUN_VARS if v.from_profile and v.field and values.get(v.field) is None]
+    if not unset:
+        return values
+    profile = router_profile(router)
+    out = dict(values)
+    for v in unset:
+        given = getattr(profile.hardware, v.from_profile) if profile is not None else None
+        out[v.field] = given if given is not None else v.default  # type: ignore[index]
+    return out
 
 
 def default(field: str) -> Any:

@@ -149,3 +149,25 @@ def test_the_oci_profile_renders_frr_conf_for_eth0_and_eth1_with_bgp_and_bfd():
         prof, testbed_context(prof, Scenario(router=str(PROFILES / "debian-frr-oci.toml"), hv="criu"))
     )
     assert "router bgp" not in plain and "bfd" not in plain
+
+
+def _run_scenario(*argv: str) -> Scenario:
+    from migrate.cli.main import build_parser
+    from migrate.experiment.args import scenario_from_args
+
+    return scenario_from_args(build_parser().parse_args(["run", *argv]))
+
+
+def test_a_profile_gives_mem_vcpus_and_nic_unless_they_are_set(disk_profile):
+    text = disk_profile.read_text().replace("vcpus = 1", "vcpus = 2")
+    disk_profile.write_text(text)
+    s = _run_scenario("--router", str(disk_profile))
+    assert (s.mem_mib, s.vcpus, s.nic) == (512, 2, "virtio")
+    s = _run_scenario("--router", str(disk_profile), "--mem", "768", "--vcpus", "1")
+    assert (s.mem_mib, s.vcpus) == (768, 1)
+    # a built-in router keeps the variables' own defaults
+    s = _run_scenario("--router", "frr")
+    assert (s.mem_mib, s.vcpus, s.nic) == (256, 1, "virtio")
+    # a set value below the profile's memory is still refused, in one line
+    with pytest.raises(ConfigError, match="MEM=256 is below the 512 MiB"):
+        _run_scenario("--router", str(disk_profile), "--mem", "256")

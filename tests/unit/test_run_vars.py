@@ -109,4 +109,6 @@ DEFAULTS = {
 
 def test_the_defaults_are_the_documented_ones():
     assert {v.var: v.default for v in args.RUN_VARS} == DEFAULTS
-    assert build_parser().parse_args(["run"]).mem == DEFAULTS["MEM"]
+    # MEM, VCPUS and NIC stay unset on the command line so that a profile file can give them
+    assert build_parser().parse_args(["run"]).mem is None
+    assert args.scenario_from_args(build_parser().parse_args(["run"])).mem_mib == DEFAULTS["MEM"]
