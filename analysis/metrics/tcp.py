@@ -38,6 +38,9 @@ RECOVERY_FRACTION = 0.9  # recovered = windowed goodput (or cwnd) back to >= 90 
 #: receive-buffer autotuning ramp of a fresh bulk flow are not its steady state
 SETTLE_S = 1.0
 MIN_RTO_MS = 200.0  # Linux TCP_RTO_MIN: no RTO is shorter unless the route's rto_min says so
+#: an RTO shorter than this many sample intervals could let two expiries (the second one backed
+#: off to twice the RTO) fall between two TCP_INFO samples, and the counting would miss one
+RTO_SAFE_INTERVALS = 2
 #: rr transactions sent up to this long after the window end still count as "during": a request
 #: caught by the outage waits for an RTO (>= 200 ms, doubled at each expiry), 1 s covers two backoffs
 RR_MARGIN_S = 1.0
@@ -404,7 +407,7 @@ def rto_expiries(
         first_after_outage_start_ms=first,
         loss_entries_unexplained=int(loss_entry.sum()),
         min_rto_ms=min_rto,
-        rto_below_safe=min_rto is not None and min_rto < 2 * sample_ms,
+        rto_below_safe=min_rto is not None and min_rto < RTO_SAFE_INTERVALS * sample_ms,
         count_whole_trace=int(e.sum()),
         reason=None,
     )

@@ -207,6 +207,12 @@ def test_synthetic_hidden_and_backoff_only_expiries():
     assert r.count_whole_trace == 2
 
 
+def test_synthetic_retransmits_that_fall_still_count_the_new_expiry():
+    # 0 -> 1 -> 2 (two expiries), then 1: an ACK reset it and one more expiry followed
+    r = rto_expiries(_info(retransmits={3303: 1, 3313: 2, 3323: 1}), START, END)
+    assert (r.count, r.from_retransmits, r.from_backoff_only) == (3, 3, 0)  # and 1 -> 0 needs none
+
+
 def test_synthetic_spurious_retransmissions():
     info = _info(dsack_dups=dict.fromkeys(range(3253, 6000, 10), 3))
     s = spurious_retransmissions(info, START, END, {"TCPSpuriousRTOs": 1, "TCPDSACKRecv": 5})
