@@ -37,7 +37,6 @@ RECOVERY_FRACTION = 0.9  # recovered = windowed goodput (or cwnd) back to >= 90 
 #: the first second of a trace is left out of the pre-migration reference: slow start and the
 #: receive-buffer autotuning ramp of a fresh bulk flow are not its steady state
 SETTLE_S = 1.0
-MIN_RTO_MS = 200.0  # Linux TCP_RTO_MIN: no RTO is shorter unless the route's rto_min says so
 #: an RTO shorter than this many sample intervals could let two expiries (the second one backed
 #: off to twice the RTO) fall between two TCP_INFO samples, and the counting would miss one
 RTO_SAFE_INTERVALS = 2
