@@ -382,6 +382,7 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData | None]:
                 "POSTCOPY=1 but the migration completed in pre-copy before the switch took effect "
                 f"(no postcopy-active status; QEMU postcopy-bytes {post.postcopy_bytes}): not a post-copy run"
             )
+    tcp, rr = _tcp_traffic(Path(run_dir), meta, scenario, window, dp, clock, notes)
     dirty = _metric(notes, "dirty rate", dirty_rate, meta, window.start_ns if window else None, _console(run_dir))
     if dirty is not None:
         notes.extend(dirty[1])
@@ -418,6 +419,8 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData | None]:
         else None,
         dirty_rate=dirty[0] if dirty is not None else None,
         churn=churn,
+        tcp=tcp,
+        rr=rr,
         why_absent=why,
         notes=tuple(notes),
     )
@@ -427,6 +430,44 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData | None]:
         log.exception("plot data failed")
         return dataclasses.replace(summary, notes=(*notes, f"plot data failed: {type(err).__name__}: {err}")), None
     return summary, plot
+
+
+def _tcp_traffic(
+    run_dir: Path,
+    meta: dict[str, Any],
+    scenario: dict[str, Any],
+    window: Window | None,
+    dp: PacketsDowntime | None,
+    clock: ClockFigures | None,
+    notes: list[str],
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """TRAFFIC=tcp / rr: summary.json's ``tcp`` and ``rr`` (analysis.tcp_run); None when meta.json's
+    instruments ran neither (no ``tcp_port`` / ``rr_port``); with them but no migration window, an
+    object that says why."""
+    from analysis.tcp_run import rr_figures, tcp_figures
+
+    ins = meta.get("instruments") if isinstance(meta.get("instruments"), dict) else {}
+    has_tcp, has_rr = ins.get("tcp_port") is not None, ins.get("rr_port") is not None
+    if not has_tcp and not has_rr:
+        return None, None
+    if window is None or window.end_ns is None:
+        absent = {"why_absent": {"all": "no migration window"}}
+        return (absent if has_tcp else None), (absent if has_rr else None)
+    offsets = dict(clock.offsets_ns) if clock is not None and clock.testbed == "lab" else {}
+    sample_ms = float(scenario.get("sample_ms") or 10)
+    gap_ms = float(ins.get("tcp_gap_ms") or 20)
+    tcp = rr = None
+    if has_tcp:
+        udp = dp.downtime_s if dp is not None else None
+        tcp = _metric(notes, "tcp", tcp_figures, run_dir, window.start_ns, window.end_ns, udp, offsets, sample_ms,
+                      gap_ms, notes)  # fmt: skip
+        if tcp is None:
+            tcp = {"why_absent": {"all": "failed: " + next((n for n in notes if n.startswith("tcp")), "")}}
+    if has_rr:
+        rr = _metric(notes, "rr", rr_figures, run_dir, window.start_ns, window.end_ns, offsets, notes)
+        if rr is None:
+            rr = {"why_absent": {"all": "failed: " + next((n for n in notes if n.startswith("rr")), "")}}
+    return tcp, rr
 
 
 def _router_name(meta: dict[str, Any]) -> str | None:

@@ -99,6 +99,10 @@ class Summary:
     churn: ChurnFigures | None = None
     #: the router that ran: a built-in image's name, or a profile file's ``[router] name``
     router: str | None = None
+    #: TRAFFIC=tcp: the bulk flows' figures (analysis.tcp_run.tcp_figures); None without
+    tcp: dict[str, Any] | None = None
+    #: TRAFFIC=rr: the request/response latency (analysis.tcp_run.rr_figures); None without
+    rr: dict[str, Any] | None = None
     why_absent: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
@@ -290,6 +294,8 @@ class Summary:
             else {"requested_mb_s": None, "measured_mb_s": None, "why_absent": "failed"},
             **({"control_plane": self.control_plane} if self.control_plane is not None else {}),
             **({"churn": self.churn.to_dict()} if self.churn is not None else {}),
+            **({"tcp": self.tcp} if self.tcp is not None else {}),
+            **({"rr": self.rr} if self.rr is not None else {}),
             **({"anatomy": self.anatomy.to_dict()} if self.anatomy is not None else {}),
             "qualifiers": {path: qual.to_dict() for path, qual in sorted(quals.items())},
             "details": {

@@ -16,6 +16,8 @@ from analysis.values import finite
 from migrate.core.rundir import GEN_JSON
 
 INSTRUMENTS = ("gen", "sink", "sampler", "prober")
+#: counted only when meta.json has them (TRAFFIC=tcp / rr: vrtcp's processes and B's capture)
+OPTIONAL_INSTRUMENTS = ("tcp",)
 
 #: bounded records of the instruments: (file, counter) -> the figures it affects
 DROP_COUNTERS: dict[tuple[str, str], str] = {
@@ -83,7 +85,7 @@ def instruments(meta: Mapping[str, Any], gen: Mapping[str, Any] | None, sink: Ma
     total = None
     counted: tuple[str, ...] = ()
     if isinstance(raw, Mapping):
-        cpu = {k: finite(raw.get(k)) for k in INSTRUMENTS}
+        cpu = {k: finite(raw.get(k)) for k in (*INSTRUMENTS, *(k for k in OPTIONAL_INSTRUMENTS if k in raw))}
         counted = tuple(k for k, v in cpu.items() if v is not None)
         total = sum(v for v in cpu.values() if v is not None) if counted else None
     if total is None:

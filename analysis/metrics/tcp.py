@@ -25,8 +25,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from analysis.metrics.counters import IRREGULAR_FACTOR
-
+#: an interval of the receiver trace longer than this many sample periods is a hole (the grid is
+#: then unusable).  Shorter late samples are kept: vrtcp's timer can fire late when the end host's
+#: CPU is busy (on one machine it shares two cores with a TCG router), and its cumulative byte
+#: count stays exact at each sample's own time, so a late sample only widens that one interval;
+#: silences are measured from the exact gap rows, not from the grid
+HOLE_FACTOR = 5.0
 SAMPLE_MS = 10.0  # the helper's sampling period of the receiver trace and of TCP_INFO
 GAP_MS = 20.0  # the helper's default receiver gap threshold: silences longer than this are listed
 #: goodput is averaged over this sliding window to judge recovery: ten 10 ms samples smooth the
@@ -77,7 +81,7 @@ def _grid(t_ns: np.ndarray, bytes_cum: np.ndarray, sample_ms: float) -> tuple[np
     if (dt <= 0).any():
         j = int(np.flatnonzero(dt <= 0)[0])
         return t, b, f"receiver trace: time does not increase at sample {j + 1} ({int(t[j])} -> {int(t[j + 1])} ns)"
-    hole = dt > IRREGULAR_FACTOR * sample_ms * 1e6
+    hole = dt > HOLE_FACTOR * sample_ms * 1e6
     if hole.any():
         j = int(np.flatnonzero(hole)[0])
         return t, b, (f"receiver trace: hole in the {sample_ms:g} ms grid after sample {j} "
@@ -94,8 +98,9 @@ def goodput_series(t_ns: np.ndarray, bytes_cum: np.ndarray, sample_ms: float = S
 
     Definition: interval j = (t_j, t_j+1]; goodput_j = 8 × (bytes_j+1 − bytes_j) / (t_j+1 − t_j)
     in bit/s (payload only: no headers, no retransmitted duplicates).  The grid must be usable:
-    at least two samples, strictly increasing times, no interval longer than 1.5 × ``sample_ms``
-    (a hole: the goodput in it is not known per 10 ms) and no decrease of the cumulative count
+    at least two samples, strictly increasing times, no interval longer than ``HOLE_FACTOR`` ×
+    ``sample_ms`` (a hole: the goodput in it is not known at the grid's resolution; a shorter late
+    sample widens its interval only) and no decrease of the cumulative count
     (not one flow's counter).  Otherwise the series is empty and ``reason`` says what is wrong —
     a hole or a decrease is never read as zero goodput."""
     t, b, reason = _grid(t_ns, bytes_cum, sample_ms)

@@ -234,6 +234,51 @@ def _postcopy_lines(post: Mapping[str, Any] | None) -> list[str]:
     return lines
 
 
+def _tcp_value(t: Mapping[str, Any], key: str, fmt: str = ".0f") -> str:
+    """A ``tcp`` headline figure: its value, else '–, <why>'."""
+    if t.get(key) is not None:
+        return _f(t[key], fmt)
+    return f"{NA} ({dig(t, 'why_absent', key) or 'absent'})"
+
+
+def _tcp_lines(t: Mapping[str, Any] | None, rr: Mapping[str, Any] | None) -> list[str]:
+    """TRAFFIC=tcp / rr: the bulk flows' outage, recovery, RTOs and window, and the rr spike."""
+    lines = []
+    if isinstance(t, Mapping):
+        if "flows" not in t:
+            lines.append(f"  TCP              {NA} ({dig(t, 'why_absent', 'all')})")
+        else:
+            cc = ",".join(sorted(set(t.get("cc") or []))) or NA
+            rel = dig(t, "aggregate", "relation_to_packet_gap", "verdict")
+            lines.append(
+                f"  TCP {t['flows']} flow(s) {cc}: goodput outage {_tcp_value(t, 'goodput_outage_ms')} ms"
+                f" (longest flow {_tcp_value(t, 'flow_outage_max_ms')} ms; vs UDP gap: {rel or NA})"
+            )
+            agrees = t.get("capture_agrees")
+            cap = NA if agrees is None else ("agrees" if agrees else "DISAGREES")
+            diff = dig(t, "capture", "max_difference_ms")
+            lines.append(
+                f"  TCP recovery     to 90 % goodput {_tcp_value(t, 'time_to_recover_ms')} ms   RTO expiries "
+                f"{_tcp_value(t, 'rto_expiries', 'd')}   cwnd min {_tcp_value(t, 'cwnd_min', 'd')}"
+                f"   capture at B {cap}" + (f" (max diff {_f(diff, '.1f')} ms)" if diff is not None else "")
+            )
+    if isinstance(rr, Mapping):
+        sp = rr.get("spike")
+        if not isinstance(sp, Mapping):
+            lines.append(f"  rr               {NA} ({dig(rr, 'why_absent', 'all')})")
+        else:
+            b, d = sp.get("before") or {}, sp.get("during") or {}
+            worst = _f(d.get("max_ms"), ".1f")
+            if d.get("max_ms") is None:
+                worst = f">= {_f(d.get('max_lower_ms'), '.1f')}"
+            lines.append(
+                f"  rr latency [ms]  before p50/p99 {_f(b.get('p50_ms'), '.2f')}/{_f(b.get('p99_ms'), '.2f')}"
+                f"   during p99 {_f(d.get('p99_ms'), '.1f')} max {worst}"
+                f"   unanswered {_f(d.get('unanswered'), 'd')} not sent {_f(d.get('not_sent'), 'd')}"
+            )
+    return lines
+
+
 def format_table(summary: Summary | Mapping[str, Any]) -> str:
     """Headline metrics of a run, one per line (accepts a Summary or its summary.json dict).
 
@@ -286,6 +331,7 @@ def format_table(summary: Summary | Mapping[str, Any]) -> str:
     lines += _anatomy_lines(s.get("anatomy"))
     lines += _postcopy_lines(det.get("postcopy"))
     lines += _control_plane_lines(s.get("control_plane"))
+    lines += _tcp_lines(s.get("tcp"), s.get("rr"))
     flags = sorted({*(dig(dc, "flags") or []), *(dig(dp, "flags") or [])})
     if flags:
         lines.append(f"  flags            {', '.join(flags)}")

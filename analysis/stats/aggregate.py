@@ -148,6 +148,18 @@ METRICS: tuple[Metric, ...] = (
        "churn.relayed_routes_s: churned route changes the router passed on to A per second before the migration"),
     _m("churn_stall_ms", "ms", "churn stall", "churn.stall_ms",
        "churn.stall_ms: the longest time A received no churned route change from the migration's start"),
+    _m("tcp_goodput_outage_ms", "ms", "TCP goodput outage", "tcp.goodput_outage_ms",
+       "tcp.goodput_outage_ms: the longest interval in which no bulk TCP flow received a byte (TRAFFIC=tcp)"),
+    _m("tcp_flow_outage_max_ms", "ms", "TCP longest flow outage", "tcp.flow_outage_max_ms",
+       "tcp.flow_outage_max_ms: the longest single TCP flow's receive silence across the window"),
+    _m("tcp_time_to_recover_ms", "ms", "TCP time to recover", "tcp.time_to_recover_ms",
+       "tcp.time_to_recover_ms: the slowest flow's outage end to 90 % of its pre-migration goodput"),
+    _m("tcp_rto_expiries", "1", "TCP RTO expiries", "tcp.rto_expiries",
+       "tcp.rto_expiries: RTO expiries of all flows from the window start to their recovery (a lower bound)"),
+    _m("tcp_cwnd_min", "segments", "TCP cwnd min", "tcp.cwnd_min",
+       "tcp.cwnd_min: the smallest congestion window of any flow across the migration"),
+    _m("rr_during_p99_ms", "ms", "rr p99 during", "rr.spike.during.p99_ms",
+       "rr.spike.during.p99_ms: p99 latency of the answered request/response transactions sent in the window + 1 s"),
 )  # fmt: skip
 METRIC_BY_NAME = {m.name: m for m in METRICS}
 

@@ -133,7 +133,8 @@ def series_name(label: str, rec: dict[str, Any], meta: dict[str, Any], axes: str
     carry PEERING (and PEER_DAEMON when not BIRD) and the BFD timers, runs with QEMU knobs their
     settings (``MULTIFD=2``): a timer
     sweep's settings, and a knob sweep's, are separate points; runs with a dirtying load carry
-    DIRTY or CHURN (another workload, another point).  ``axes``: the campaign axes of the run's point that
+    DIRTY or CHURN (another workload, another point), runs with TCP traffic their TRAFFIC mix.
+    ``axes``: the campaign axes of the run's point that
     no record column names (:func:`campaign_axes`)."""
     hv = rec.get("hv")
     driver = (meta.get("scenario") or {}).get("driver")
@@ -150,7 +151,10 @@ def series_name(label: str, rec: dict[str, Any], meta: dict[str, Any], axes: str
         dirty = " ".join(x for x in (dirty, f"CHURN={rec['churn_requested_routes_s']:g}") if x)
     knobs = rec.get("knobs") or None
     axes = " ".join(a for a in axes.split() if a.split("=")[0] not in (knobs or "").replace("=", " = ").split())
-    return " ".join(str(x) for x in (label, hv, rec.get("mode"), peers, bfd, knobs, dirty, axes, lab) if x)
+    mix = (meta.get("scenario") or {}).get("traffic")
+    traffic = f"TRAFFIC={mix}" if mix not in (None, "udp") else None
+    axes = " ".join(a for a in axes.split() if not a.startswith("TRAFFIC="))
+    return " ".join(str(x) for x in (label, hv, rec.get("mode"), peers, bfd, knobs, dirty, traffic, axes, lab) if x)
 
 
 def collect(source: Source) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

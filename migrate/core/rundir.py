@@ -101,6 +101,16 @@ XEN_DOMU_CFG = "xen-domu.cfg"  # HV=xen: the router domU's xl configuration
 CRIU_JSON = "criu.json"  # HV=criu: every round of CRIU
 CRIUVM_CONSOLE_LOG = "criuvm-console.log"  # CRIU_HOST=vm: the CRIU host VM's console
 VZMIGRATE_LOG = "vzmigrate.log"  # HV=openvz: every vzmigrate output line with its host receive time
+# TRAFFIC=tcp / rr: vrtcp's records (crosstraffic/src/vrtcp.c; crosstraffic.tcp reads them)
+TCP_SEND_TSV = "tcp-send.tsv"  # the sender's TCP_INFO per flow every SAMPLE_MS (A)
+TCP_SEND_JSON = "tcp-send.json"  # the sender's closing record: flows, congestion control, TcpExt counters
+TCP_RECV_TSV = "tcp-recv.tsv"  # bytes received per flow every SAMPLE_MS (B)
+TCP_RECV_GAPS_TSV = "tcp-recv.tsv.gaps"  # every silence between two reads of a flow above the gap threshold
+TCP_RECV_JSON = "tcp-recv.json"  # the receiver's closing record
+TCP_PCAP = "tcp-B.pcap"  # the bulk flows' TCP headers as B's interface receives them (tcpdump; the independent check)
+RR_TSV = "rr.tsv"  # one row per request/response transaction (A)
+RR_CLIENT_JSON = "rr-client.json"  # the rr client's closing record
+RR_SERVER_JSON = "rr-server.json"  # the rr server's closing record
 CHURN_TSV = "churn.tsv"  # CHURN=: the route changes made at B per pacing tick (migrate.experiment.churn)
 # calibration directories (make calibrate; analysis.metrics.calibration)
 CALIBRATION_JSON = "calibration.json"
@@ -289,6 +299,7 @@ SCENARIO = obj(
      "migrate_at_s": NUM, "driver": STR},
 )  # fmt: skip
 CPU_GROUPS = ("gen", "sink", "sampler", "prober")  # migrate.experiment.instruments.CPU_GROUPS
+CPU_GROUPS_OPTIONAL = ("tcp",)  # only when the run had them (TRAFFIC=tcp / rr: vrtcp's processes)
 
 
 #: the optional keys a migrate and a calibrate run's meta.json share: the same code writes them in
@@ -337,7 +348,9 @@ META_MIGRATE = _run_meta(
             },
         ),
         "recovery": OBJ,
-        "instruments_cpu_s": obj({k: null(NUM) for k in CPU_GROUPS}, closed=True),
+        "instruments_cpu_s": obj(
+            {k: null(NUM) for k in CPU_GROUPS}, {k: null(NUM) for k in CPU_GROUPS_OPTIONAL}, closed=True
+        ),
         "instruments_wall_s": null(NUM),
         "instruments_cpu_by_process_s": obj({}, values=null(NUM)),
         "verify": OBJ,
@@ -495,7 +508,9 @@ SUMMARY_MIGRATE = obj(
         ),
         "instruments": obj(
             {
-                "cpu_s": null(obj({k: null(NUM) for k in CPU_GROUPS}, closed=True)),
+                "cpu_s": null(
+                    obj({k: null(NUM) for k in CPU_GROUPS}, {k: null(NUM) for k in CPU_GROUPS_OPTIONAL}, closed=True)
+                ),
                 "total_cpu_s": FIGURE,
                 "wall_s": FIGURE,
                 "wall_source": null(enum("meta", "gen.json", "scenario")),
@@ -533,6 +548,8 @@ SUMMARY_MIGRATE = obj(
         "anatomy": obj({"settle_s": NUM, "marks": arr(OBJ), "phases": OBJ, "notes": arr(STR)}),
         "control_plane": OBJ,
         "churn": OBJ,
+        "tcp": doc('TRAFFIC=tcp: the bulk TCP flows\' figures (docs/metrics.md "TCP traffic")', OBJ),
+        "rr": doc('TRAFFIC=rr: the request/response latency (docs/metrics.md "TCP traffic")', OBJ),
     },
     closed=True,
 )

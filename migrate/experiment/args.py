@@ -14,6 +14,7 @@ from migrate.core.errors import ConfigError
 from migrate.core.knobs import KNOBS, Knob, docs_command, split_values
 from migrate.core.units import parse_rate_bps
 from migrate.model.scenario import Scenario, parse_bfd
+from migrate.model.traffic import parse_traffic
 from migrate.model.variables import (
     RUN_ONLY_VARS,
     RUN_VARS,
@@ -82,6 +83,8 @@ def scenario_from_args(a: argparse.Namespace, axes: bool = False) -> Scenario:
     """Build (and validate) the Scenario from ``run``'s parsed flags (``axes``: see knob_fields)."""
     xen = a.hv == "xen"
     rate_bps = a.rate if a.rate is not None else (XEN_DEFAULT_RATE_BPS if xen else parse_rate_bps("100M"))
+    if a.rate is None and not parse_traffic(getattr(a, "traffic", None) or "udp").udp:
+        rate_bps = 0  # a mix without the UDP CBR runs no UDP generator
     mig_timeout = (
         a.migrate_timeout if a.migrate_timeout is not None else (XEN_DEFAULT_MIGRATE_TIMEOUT_S if xen else 120.0)
     )

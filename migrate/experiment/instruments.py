@@ -24,7 +24,23 @@ from crosstraffic.backends.builtin import BuiltinBackend
 from migrate.core.errors import DependencyError, VrmigError
 from migrate.core.procs import Proc
 from migrate.core.registry import Registry
-from migrate.core.rundir import COUNTERS_TSV, GEN_JSON, IRTT_JSON_GZ, SINK_AFTER_NS, SINK_JSON, SINK_STATE_JSON
+from migrate.core.rundir import (
+    COUNTERS_TSV,
+    GEN_JSON,
+    IRTT_JSON_GZ,
+    RR_CLIENT_JSON,
+    RR_SERVER_JSON,
+    RR_TSV,
+    SINK_AFTER_NS,
+    SINK_JSON,
+    SINK_STATE_JSON,
+    TCP_PCAP,
+    TCP_RECV_GAPS_TSV,
+    TCP_RECV_JSON,
+    TCP_RECV_TSV,
+    TCP_SEND_JSON,
+    TCP_SEND_TSV,
+)
 from migrate.model.recorder import Recorder
 from migrate.model.scenario import Scenario
 from migrate.testbed import topology as topo
@@ -40,6 +56,24 @@ VRSINK = Path(BUILTIN.executables()["sink"])
 VRSAMPLER = REPO / "probes" / "bin" / "vrsampler"
 TRAFFIC_PORT = 9000
 IRTT_PORT = 2112
+TCP_PORT = 9100  # TRAFFIC=tcp: vrtcp's bulk flows
+RR_PORT = 9200  # TRAFFIC=rr: vrtcp's request/response
+#: the silence between two reads of one TCP flow that vrtcp's receiver records as a gap, exactly:
+#: twice the sampling period, so any silence the 10 ms grid could show has its exact ends too
+TCP_GAP_MS = 20
+#: TRAFFIC=tcp/rr: vrtcp's connections must be up within this time of the router forwarding (a
+#: SYN lost before the router forwards is sent again after 1 s, then 3 s)
+TCP_READY_TIMEOUT_S = 15.0
+#: what each vrtcp process writes besides its stdout record, by role: fetched from a lab's host
+TCP_OUTPUTS = {
+    "tcp-send": ("A", TCP_SEND_TSV),
+    "tcp-recv": ("B", TCP_RECV_TSV),
+    "rr-client": ("A", RR_TSV),
+    "tcp-capture": ("B", TCP_PCAP),
+}
+#: TRAFFIC=tcp: B's capture of the bulk flows' segments, headers only (Ethernet 14 + IPv6 40 +
+#: TCP with options 60 fit in 128 bytes); kernel time stamps in ns, as PEERING's captures
+TCP_CAPTURE_SNAPLEN = 128
 READY_TIMEOUT_S = 10.0
 GEN_EXTRA_S = 600.0  # the generator is stopped by SIGTERM; its own duration is only a backstop
 MIN_GAP_US = 1000
@@ -57,7 +91,12 @@ CPU_GROUPS = {
     "sink": ("sink",),
     "sampler": ("sampler",),
     "prober": ("irtt-client", "irtt-server"),
+    "tcp": ("tcp-send", "tcp-recv", "rr-client", "rr-server", "tcp-capture"),
 }
+
+
+#: the CPU groups present only when their processes ran
+OPTIONAL_CPU_GROUPS = ("tcp",)
 
 
 class ForwardingError(VrmigError):
@@ -132,7 +171,9 @@ class Instruments:
     @staticmethod
     def check() -> None:
         """The instruments' binaries exist (the same for every scenario)."""
-        missing = [str(p.relative_to(REPO)) for p in (VRGEN, VRSINK, VRSAMPLER) if not p.exists()]
+        from crosstraffic.tcp import BIN as VRTCP
+
+        missing = [str(p.relative_to(REPO)) for p in (VRGEN, VRSINK, VRSAMPLER, VRTCP) if not p.exists()]
         missing += [t for t in ("irtt", "ip") if shutil.which(t) is None]
         if missing:
             raise DependencyError(f"missing {', '.join(missing)}: run `make setup`")
@@ -212,6 +253,61 @@ class Instruments:
                 "A", stdout_name=GEN_JSON,
             )  # fmt: skip
 
+    def start_tcp(self) -> None:
+        """TRAFFIC=tcp / rr: vrtcp's receiver (and rr server) on B, then its sender (and rr
+        client) on A, once the router forwards; each ready by its own READY line (the receiver
+        listening, every sender connection established through the router)."""
+        from crosstraffic import tcp as vrtcp
+
+        mix, s = self.s.traffic_mix, self.s
+        dst = self._sink_addr()
+        if mix.tcp is not None:
+            cap = self._start(
+                "tcp-capture",
+                ["tcpdump", "-i", self.tb.host_if("B"), "-Z", "root", "-n", "-U", "-s", str(TCP_CAPTURE_SNAPLEN),
+                 "-j", "adapter_unsynced", "--time-stamp-precision", "nano", "-w", str(self._out("B", TCP_PCAP)),
+                 f"tcp port {TCP_PORT}"],
+                "B",
+            )  # fmt: skip
+            cap.wait_for("listening on", READY_TIMEOUT_S)
+            recv = self._start(
+                "tcp-recv",
+                vrtcp.sink_argv(bind=dst, port=TCP_PORT, flows=mix.tcp.flows, sample_ms=s.sample_ms,
+                                out=self._out("B", TCP_RECV_TSV), gap_ms=TCP_GAP_MS),
+                "B", stdout_name=TCP_RECV_JSON,
+            )  # fmt: skip
+            recv.wait_for("READY", READY_TIMEOUT_S)
+        if mix.rr is not None:
+            server = self._start(
+                "rr-server",
+                vrtcp.rr_server_argv(bind=dst, port=RR_PORT, flows=mix.rr.conns, resp=mix.rr.resp_bytes),
+                "B", stdout_name=RR_SERVER_JSON,
+            )  # fmt: skip
+            server.wait_for("READY", READY_TIMEOUT_S)
+        senders = []
+        if mix.tcp is not None:
+            self.rec.action("tcp-start", flows=mix.tcp.flows, cc=mix.tcp.cc, rate_bps=mix.tcp.rate_bps)
+            senders.append(self._start(
+                "tcp-send",
+                vrtcp.send_argv(dst=dst, port=TCP_PORT, flows=mix.tcp.flows, cc=mix.tcp.cc, rate_bps=mix.tcp.rate_bps,
+                                sample_ms=s.sample_ms, out=self._out("A", TCP_SEND_TSV)),
+                "A", stdout_name=TCP_SEND_JSON,
+            ))  # fmt: skip
+        if mix.rr is not None:
+            self.rec.action(
+                "rr-start", conns=mix.rr.conns, tps=mix.rr.tps, req=mix.rr.req_bytes, resp=mix.rr.resp_bytes
+            )
+            senders.append(self._start(
+                "rr-client",
+                vrtcp.rr_client_argv(dst=dst, port=RR_PORT, flows=mix.rr.conns, rate_tps=mix.rr.tps,
+                                     req=mix.rr.req_bytes, resp=mix.rr.resp_bytes, out=self._out("A", RR_TSV)),
+                "A", stdout_name=RR_CLIENT_JSON,
+            ))  # fmt: skip
+        for p in senders:
+            p.wait_for("READY", TCP_READY_TIMEOUT_S)
+        if senders:
+            self.rec.action("tcp-connected")
+
     def wait_forwarding(self, timeout_s: float) -> None:
         """Observe the router forwarding: B's rx counter grows (cross-traffic or, at RATE=0, probes reach D)."""
         role = "B" if self.s.rate_bps > 0 else "D"
@@ -259,12 +355,14 @@ class Instruments:
         each one's CPU time is read as it exits."""
         self.rec.action("traffic-stop")
         samplers = [w for w in self.procs if w.startswith("sampler") and w not in self.cpu_by_proc]
-        for step in (["gen"], ["irtt-client"], ["sink"], samplers, ["irtt-server"]):
+        steps = (["gen", "tcp-send", "rr-client"], ["irtt-client"], ["sink", "tcp-recv", "rr-server"], samplers,
+                 ["irtt-server", "tcp-capture"])  # fmt: skip
+        for step in steps:
             todo = [w for w in step if w in self.procs and w not in self.cpu_by_proc]
             sig = signal.SIGINT if step == ["irtt-client"] else signal.SIGTERM
             if len(todo) == 1:
                 self.cpu_by_proc[todo[0]] = stop_measured(self.procs[todo[0]], sig)
-            elif todo:  # a lab's samplers, one per host: stopped together (each a round trip)
+            elif todo:  # a lab's samplers (one per host), or the senders: stopped together
                 with ThreadPoolExecutor(max_workers=len(todo)) as pool:
                     cpu = list(pool.map(stop_measured, [self.procs[w] for w in todo], [sig] * len(todo)))
                 self.cpu_by_proc.update(zip(todo, cpu, strict=True))
@@ -273,6 +371,21 @@ class Instruments:
             rc = p.returncode()
             if rc not in (0, None, -signal.SIGTERM, -signal.SIGINT):
                 log.warning("%s exited with status %s: %s", what, rc, p.stderr_tail())
+        self.fetch_tcp()
+
+    def fetch_tcp(self) -> None:
+        """Bring vrtcp's traces into the run directory (on a lab they are on A's and B's hosts;
+        embedded they are there already).  A trace that cannot be fetched is left absent: the
+        analysis names it."""
+        for what, (role, name) in TCP_OUTPUTS.items():
+            if what not in self.procs:
+                continue
+            names = [name, TCP_RECV_GAPS_TSV] if name == TCP_RECV_TSV else [name]
+            for n in names:
+                try:
+                    self.tb.fetch(role, str(self._out(role, n)), self.dir / n)
+                except Exception as err:  # recorded; the analysis says which figure is absent
+                    log.warning("could not fetch %s from %s: %s", n, role, err)
 
     def __enter__(self) -> Instruments:
         return self
@@ -296,6 +409,8 @@ class Instruments:
         for key, names in CPU_GROUPS.items():
             # a lab runs one sampler per host (sampler-<role>): all count as the sampler
             mine = [w for w in self.procs if w in names or (key == "sampler" and w.startswith("sampler-"))]
+            if key in OPTIONAL_CPU_GROUPS and not mine:
+                continue  # vrtcp did not run: no key (meta.json's older shape)
             parts = [self.cpu_by_proc.get(n) for n in mine]
             known = bool(parts) and all(v is not None for v in parts)
             groups[key] = round(sum(v for v in parts if v is not None), 3) if known else None
@@ -311,6 +426,11 @@ class Instruments:
             "traffic_port": TRAFFIC_PORT,
             "gap_threshold_us": gap_threshold_us(self.s.rate_bps, self.s.frame_bytes),
             "irtt_port": IRTT_PORT,
+            "traffic": self.s.traffic,
+            "tcp_port": TCP_PORT if self.s.traffic_mix.tcp is not None else None,
+            "rr_port": RR_PORT if self.s.traffic_mix.rr is not None else None,
+            "tcp_gap_ms": TCP_GAP_MS if self.s.traffic_mix.tcp is not None else None,
+            "tcp_capture_filter": f"tcp port {TCP_PORT}" if self.s.traffic_mix.tcp is not None else None,
             "sample_ms": self.s.sample_ms,
             "probe_ms": self.s.probe_ms,
             "argv": {k: p.argv for k, p in self.procs.items()},

@@ -61,6 +61,8 @@ class Measurement:
 
         t0 = time.monotonic()  # the schedule's start: MIGRATE_AT and DURATION count from here
         instruments.wait_forwarding(timeout_s=min(s.migrate_at_s, 10.0) + 5.0)
+        instruments.start_tcp()
+        meta["instruments"] = instruments.describe()
         progress.instruments_started(s.duration_s, s.after_s, at=t0)
         meta["dirty_rate"] = measure_before_migration(driver, s.dirty_mbps, t0 + s.migrate_at_s, self.sleep_until)
         write_meta(self.dir, meta)

@@ -13,6 +13,7 @@ from migrate.core import knobs
 from migrate.core.errors import ConfigError
 from migrate.core.stack import DEFAULT_QEMU, StackError, check_libvirt_spec, check_spec
 from migrate.core.units import format_rate
+from migrate.model.traffic import TrafficMix, parse_traffic
 from migrate.model.variables import FAULTS, default
 
 HVS = ("kvm", "criu", "openvz", "xen")
@@ -98,6 +99,7 @@ class Scenario:
     nic: str = default("nic")
     accel: str = default("accel")
     gen: str = default("gen")
+    traffic: str = default("traffic")  # TRAFFIC: the mix (migrate.model.traffic; "udp" is the CBR alone)
     miglink_bps: int | None = default("miglink_bps")
     # QEMU's migration knobs' fields follow miglink_bps (knobs.scenario_fields: KNOBS declares them)
     migrate_timeout_s: float = 120.0
@@ -147,7 +149,13 @@ class Scenario:
         peering += f"-{self.peer_daemon}peers" if self.peer_daemon != "bird" else ""
         dirty = f"-dirty{self.dirty_mbps:g}" if self.dirty_mbps is not None else ""
         dirty += f"-churn{self.churn_rps:g}" if self.churn_rps is not None else ""
-        return f"{hv}-{self.mode}-{format_rate(self.rate_bps)}-{self.frame_bytes}{rib}{peering}{dirty}"
+        traffic = "" if self.traffic == "udp" else "-" + re.sub(r"[^A-Za-z0-9.+]+", "", self.traffic)
+        return f"{hv}-{self.mode}-{format_rate(self.rate_bps)}-{self.frame_bytes}{rib}{peering}{dirty}{traffic}"
+
+    @property
+    def traffic_mix(self) -> TrafficMix:
+        """TRAFFIC= parsed (validated when the scenario was made)."""
+        return parse_traffic(self.traffic)
 
     @property
     def router_software(self) -> str:
@@ -313,6 +321,16 @@ def validate(s: Scenario) -> None:
     _require(s.driver != "libvirt" or s.hv == "kvm", f"DRIVER=libvirt needs HV=kvm (not HV={s.hv})")
     _require(s.mode in MODES, f"MODE={s.mode!r} is unknown: choose precopy or stopcopy")
     _require(s.rate_bps >= 0, f"RATE={s.rate_bps} must be >= 0 bit/s")
+    mix = parse_traffic(s.traffic)
+    _require(
+        mix.udp or s.rate_bps == 0,
+        f"RATE={format_rate(s.rate_bps)} sets the UDP CBR, which TRAFFIC={s.traffic} does not include: "
+        f"give TRAFFIC=udp+{s.traffic}, or leave RATE out",
+    )
+    _require(
+        not mix.uses_tcp or s.gen == "builtin",
+        f"TRAFFIC={s.traffic} runs vrtcp beside the builtin UDP generator: leave GEN out (GEN={s.gen})",
+    )
     _require(s.rate_bps <= 10 * 10**9, f"RATE={format_rate(s.rate_bps)} is above 10G: the testbed cannot carry it")
     _require(
         MIN_FRAME_BYTES <= s.frame_bytes <= MAX_FRAME_BYTES,

@@ -211,6 +211,18 @@ RUN_VARS_BEFORE_KNOBS: tuple[RunVar, ...] = (
         doc_default="`auto`",
     ),
     RunVar(
+        "--traffic",
+        field="traffic",
+        default="udp",
+        help="traffic mix: udp, tcp[:N][,cc=bbr][,rate=20M], rr[:N],rate=TPS[,req=B][,resp=B], joined by +",
+        doc=(
+            "the traffic mix: `udp` (the CBR of `RATE`/`SIZE`), `tcp[:N][,cc=NAME][,rate=R]` (N bulk TCP "
+            "flows A→B), `rr[:N],rate=TPS[,req=B][,resp=B]` (TCP request/response), joined by `+` "
+            "([docs/traffic.md](traffic.md))"
+        ),
+        doc_default="`udp`",
+    ),
+    RunVar(
         "--gen",
         field="gen",
         default="builtin",

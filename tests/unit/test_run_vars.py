@@ -102,6 +102,7 @@ DEFAULTS = {
     "QEMU_FIRMWARE": None,
     "LIBVIRT": None,
     "FAULT": None,
+    "TRAFFIC": "udp",
     "RESULTS": Path("results"),
     "METRICS": None,
 }

@@ -287,7 +287,7 @@ def test_the_declaration_names_the_codes_constants():
 
     assert rd.FAILURE_CLASSES == FAILURE_CLASSES == AGG_CLASSES
     assert rd.QUALIFIER_STATES == qualify.STATES
-    assert rd.CPU_GROUPS == tuple(CPU_GROUPS)
+    assert rd.CPU_GROUPS + rd.CPU_GROUPS_OPTIONAL == tuple(CPU_GROUPS)
     assert sweepdir.FORMAT_VERSION == rd.SWEEP_FORMAT and sweepdir.KINDS == rd.SWEEP_KINDS
 
 

@@ -1,0 +1,64 @@
+"""TRAFFIC=: the mix's grammar, its defaults, and one line for each mistake (no run starts)."""
+
+import pytest
+
+from migrate.core.errors import ConfigError
+from migrate.model.scenario import Scenario
+from migrate.model.traffic import MAX_FLOWS, RequestResponse, TcpFlows, TrafficMix, parse_traffic
+
+
+@pytest.mark.parametrize(
+    ("text", "mix"),
+    [
+        ("udp", TrafficMix(udp=True)),
+        ("tcp", TrafficMix(udp=False, tcp=TcpFlows(1))),
+        ("udp+tcp:4,cc=bbr", TrafficMix(udp=True, tcp=TcpFlows(4, "bbr"))),
+        ("tcp:16,rate=20M,cc=cubic", TrafficMix(udp=False, tcp=TcpFlows(16, "cubic", 20_000_000))),
+        ("rr,rate=100", TrafficMix(udp=False, rr=RequestResponse(1, 100))),
+        ("udp+tcp:2+rr:4,rate=200,req=128,resp=8", TrafficMix(True, TcpFlows(2), RequestResponse(4, 200, 128, 8))),
+        (f"tcp:{MAX_FLOWS}", TrafficMix(udp=False, tcp=TcpFlows(MAX_FLOWS))),
+    ],
+)
+def test_the_mixes_parse(text, mix):
+    assert parse_traffic(text) == mix
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("", "TRAFFIC is empty"),
+        ("tcp:0", "TRAFFIC=tcp:0: 0 flows: give 1-64"),
+        (f"tcp:{MAX_FLOWS + 1}", f"{MAX_FLOWS + 1} flows"),
+        ("tcp,cc=cubci", "cc=cubci is not a congestion control"),
+        ("rr", "rr needs a rate of transactions per second"),
+        ("rr,rate=0", "rate=0 must be a whole number 1-100000"),
+        ("rr,rate=10,req=4", "req=4 must be a whole number 8-65536"),
+        ("udp+udp", "udp is given twice"),
+        ("udp:2", "udp takes no count or options"),
+        ("tcp,rate=fast", "rate=fast is not a rate"),
+        ("tcp,window=1", "unknown option 'window'"),
+        ("tcp,cc", "is not KEY=VALUE"),
+        ("udp+", "TRAFFIC=udp+ ((empty)): not a component"),
+        ("quic:2", "TRAFFIC=quic:2: not a component"),
+    ],
+)
+def test_each_mistake_is_one_line(text, says):
+    with pytest.raises(ConfigError) as err:
+        Scenario(traffic=text, rate_bps=0)
+    assert says in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_rate_belongs_to_the_udp_component():
+    with pytest.raises(ConfigError, match="which TRAFFIC=tcp:2 does not include: give TRAFFIC=udp\\+tcp:2"):
+        Scenario(traffic="tcp:2", rate_bps=10_000_000)
+    assert Scenario(traffic="udp+tcp:2", rate_bps=10_000_000).traffic_mix.tcp == TcpFlows(2)
+
+
+def test_a_mix_without_udp_runs_no_udp_generator_by_default():
+    from migrate.cli.main import build_parser
+    from migrate.experiment.args import scenario_from_args
+
+    s = scenario_from_args(build_parser().parse_args(["run", "--traffic", "tcp:2,cc=bbr"]))
+    assert s.rate_bps == 0 and s.traffic_mix.tcp == TcpFlows(2, "bbr")
+    assert s.name.endswith("-tcp2ccbbr")
+    assert scenario_from_args(build_parser().parse_args(["run"])).name.endswith("-1500")
