@@ -277,6 +277,8 @@ class Summary:
                 "loss_ratio": _get(cross, "loss_ratio"),
                 "gen_send_errors": _get(cross, "gen_send_errors"),
                 "sink_socket_drops": _get(cross, "sink_socket_drops"),
+                "duplicate_packets": _get(cross, "duplicate_packets"),
+                "reordered_packets": _get(cross, "reordered_packets"),
                 "migration_sent_packets": _get(mig, "sent"),
                 "migration_lost_packets": _get(mig, "lost"),
                 "outage_lost_packets": outage_lost,

@@ -25,6 +25,8 @@ class CrossTraffic:
     lost_packets: int | None
     loss_ratio: float | None
     flags: tuple[str, ...] = ()
+    duplicate_packets: int | None = None
+    reordered_packets: int | None = None
 
 
 def _num(d: Mapping[str, Any] | None, key: str) -> float | None:
@@ -75,8 +77,12 @@ def cross_traffic(
     socket and the sink's, including any sent after the sink's last received sequence number);
     loss_ratio = lost_packets / sent_packets.  sink_lost_seq = sink.json ``lost`` (sequence
     numbers missing between the first and last received, send errors included), for reference.
+    duplicate_packets = sink.json ``duplicates`` (a sequence number received again: the one flow
+    reached B twice, which a router forwarding on both hosts at once, or an L2 segment flooding
+    to both, would do); reordered_packets = sink.json ``reordered`` (received after a higher one).
     Flags: ``sink_socket_drops`` (> 0: sequence-number and send-time figures of the sink count
-    them as lost), ``inconsistent_counts`` (received + socket drops > sent: lost taken as 0).
+    them as lost), ``inconsistent_counts`` (received + socket drops > sent: lost taken as 0),
+    ``duplicates`` (duplicate_packets > 0).
     None when there is no gen, sink or counter data."""
     if not gen and not sink and b_eth0 is None:
         return None
@@ -97,6 +103,8 @@ def cross_traffic(
         counters_bps = mean_rate_bps(b_eth0.t_ns, b_eth0.rx_bytes, b_eth0.rx_packets, first, last, FCS_BYTES)
     lost, ratio, inconsistent = loss(sent, received, drops)
     flags = (["sink_socket_drops"] if drops else []) + (["inconsistent_counts"] if inconsistent else [])
+    dups = _count(sink, "duplicates")
+    flags += ["duplicates"] if dups else []
     return CrossTraffic(
         offered_bps=_num(gen, "achieved_bps"),
         forwarded_bps=forwarded,
@@ -109,4 +117,6 @@ def cross_traffic(
         lost_packets=lost,
         loss_ratio=ratio,
         flags=tuple(flags),
+        duplicate_packets=dups,
+        reordered_packets=_count(sink, "reordered"),
     )

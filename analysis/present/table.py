@@ -90,6 +90,10 @@ def _cross_line(s: Mapping[str, Any]) -> str:
         line += f"   send errors {cross['gen_send_errors']} (never sent; not in the loss)"
     if cross.get("sink_socket_drops"):
         line += f"   sink socket drops {cross['sink_socket_drops']} (not in the loss)"
+    dups = cross.get("duplicate_packets")
+    line += f"   reordered {_f(cross.get('reordered_packets'), 'd')}   duplicates {_f(dups, 'd')}"
+    if dups:
+        line += " (DUPLICATES: the flow reached B twice: both hosts forwarding, or flooding to both?)"
     return line
 
 

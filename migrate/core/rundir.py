@@ -504,6 +504,7 @@ SUMMARY_MIGRATE = obj(
                 "migration_lost_packets": COUNT,
                 "outage_lost_packets": COUNT,
             },
+            {"duplicate_packets": COUNT, "reordered_packets": COUNT},  # absent in older run directories
             closed=True,
         ),
         "instruments": obj(
