@@ -45,7 +45,7 @@ from analysis.metrics.sendloss import SendTimeLoss, loss_from_raw, send_time_los
 from analysis.metrics.window import Spans, Window, migration_window, spans
 from analysis.present.calibration_report import is_calibration, try_write_calibration_report
 from analysis.present.openmetrics import run_metrics
-from analysis.present.run_plot import PlotData, Series, Zoom, plot_run
+from analysis.present.run_plot import PlotData, RrPanel, Series, TcpPanel, Zoom, plot_run
 from analysis.present.run_report import try_write_run_report
 from analysis.summary import Summary
 from migrate.core.atomic import write_text
@@ -425,7 +425,7 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData | None]:
         notes=tuple(notes),
     )
     try:
-        plot = _plot_data(raw, window, summary)
+        plot = _plot_data(raw, window, summary, Path(run_dir))
     except Exception as err:  # a plot problem must not cost the summary
         log.exception("plot data failed")
         return dataclasses.replace(summary, notes=(*notes, f"plot data failed: {type(err).__name__}: {err}")), None
@@ -622,7 +622,9 @@ def _churn(
     return churn_figures(meta_churn, ticks, logs.get(observer), migration_start_ns)
 
 
-def _plot_data(raw: _Raw, window: Window | None, summary: Summary) -> PlotData:
+def _plot_data(raw: _Raw, window: Window | None, summary: Summary, run_dir: Path | None = None) -> PlotData:
+    """What the run plot shows; with ``run_dir``, the TCP and rr panels of a run that had them
+    (summary.json ``tcp`` / ``rr`` not null), from vrtcp's traces in it."""
     c = raw.counters
     series: dict[str, Series | None] = {"cross": None, "offered": None, "migration": None}
     for key, role, ifname, direction in (
@@ -654,7 +656,18 @@ def _plot_data(raw: _Raw, window: Window | None, summary: Summary) -> PlotData:
     rate = f"{summary.rate_bps / 1e6:g} Mbit/s" if summary.rate_bps else None
     frame = f"{summary.frame_bytes} B" if summary.frame_bytes else None
     title = " ".join(str(x) for x in (summary.hv, summary.mode, rate, frame, summary.accel) if x)
+    clock = summary.clock
+    offsets = dict(clock.offsets_ns) if clock is not None and clock.testbed == "lab" else {}
+    scenario = raw.meta.get("scenario") if isinstance(raw.meta.get("scenario"), dict) else {}
+    sample_ms = float(scenario.get("sample_ms") or 10)
+    tcp = rr = None
+    if run_dir is not None and isinstance(summary.tcp, dict):
+        tcp = _tcp_panel(run_dir, summary.tcp, offsets, sample_ms)
+    if run_dir is not None and isinstance(summary.rr, dict):
+        rr = _rr_panel(run_dir, offsets)
     return PlotData(
+        tcp=tcp,
+        rr=rr,
         zoom=_zoom(raw, summary.anatomy),
         t0_ns=t0,
         cross=series["cross"],
@@ -664,6 +677,118 @@ def _plot_data(raw: _Raw, window: Window | None, summary: Summary) -> PlotData:
         marks=tuple(marks),
         title=title,
     )
+
+
+def _on_clock(t_ns: np.ndarray, offset_ns: int) -> np.ndarray:
+    """A host's timestamps on the orchestrator's clock (minus its measured offset); -1 (absent) kept."""
+    t = np.asarray(t_ns, dtype=np.int64)
+    return np.where(t >= 0, t - offset_ns, t) if offset_ns else t
+
+
+def _goodput_line(t_ns: np.ndarray, bytes_cum: np.ndarray, hole_ns: float) -> Series:
+    """Goodput in bit/s of each interval between two samples of a cumulative byte count, placed at
+    the interval's end: 8 x bytes / duration.  Unlike analysis.metrics.tcp.goodput_series, which
+    refuses a whole grid with a hole, a plot keeps the rest of the line: an interval longer than
+    ``hole_ns``, not increasing in time, or with a decreasing count is NaN (not known), never 0."""
+    t = np.asarray(t_ns, dtype=np.int64)
+    b = np.asarray(bytes_cum, dtype=np.int64)
+    if t.size < 2:
+        return Series(np.zeros(0, dtype=np.int64), np.zeros(0))
+    dt = np.diff(t).astype(np.float64)
+    db = np.diff(b).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bps = 8e9 * db / dt
+    bps[(dt <= 0) | (dt > hole_ns) | (db < 0)] = np.nan
+    return Series(t[1:], bps)
+
+
+def _rel(run_dir: Path, err: Exception) -> str:
+    return str(err).replace(f"{run_dir}/", "")
+
+
+def _tcp_panel(run_dir: Path, tcp: dict[str, Any], offsets: dict[str, int], sample_ms: float) -> TcpPanel:
+    """The TCP panel: each flow's goodput from the receiver's trace (B's clock) and cwnd from the
+    sender's TCP_INFO trace (A's clock), both on the orchestrator's clock; the all-flows goodput
+    summed at the instants every flow was sampled (vrtcp samples all flows at once); the exact
+    all-flows outage and the RTO expiries as summary.json ``tcp`` has them (already on the
+    orchestrator's clock).  A trace that cannot be read leaves its series out, with a note."""
+    from analysis.metrics.tcp import HOLE_FACTOR, receiver_flow
+    from analysis.tcp_run import RECEIVER_ROLE, SENDER_ROLE
+    from crosstraffic.backend import TrafficError
+    from crosstraffic.tcp import read_sink_trace, read_tcpinfo
+    from migrate.core.rundir import TCP_RECV_TSV, TCP_SEND_TSV
+
+    notes: list[str] = []
+    hole_ns = HOLE_FACTOR * sample_ms * 1e6
+    goodput, flows, cwnd = None, [], []
+    try:
+        recv = read_sink_trace(run_dir / TCP_RECV_TSV)
+    except TrafficError as err:
+        notes.append(f"goodput not shown: {_rel(run_dir, err)}")
+    else:
+        rows = np.stack([_on_clock(recv.t_ns, int(offsets.get(RECEIVER_ROLE, 0))), recv.flow, recv.bytes], axis=1)
+        per = [receiver_flow(rows, int(fl)) for fl in np.unique(recv.flow)]
+        flows = [_goodput_line(t, b, hole_ns) for t, b in per]
+        if per:
+            common = functools.reduce(np.intersect1d, [t for t, _ in per])
+            total = sum((b[np.searchsorted(t, common)] for t, b in per), np.zeros(common.size, dtype=np.int64))
+            goodput = _goodput_line(common, total, hole_ns)
+            if common.size < 2:
+                notes.append("all-flows goodput not shown: the flows share fewer than 2 sampling instants")
+        else:
+            notes.append(f"goodput not shown: {TCP_RECV_TSV} has no sample")
+    try:
+        info = read_tcpinfo(run_dir / TCP_SEND_TSV)
+    except TrafficError as err:
+        notes.append(f"cwnd not shown: {_rel(run_dir, err)}")
+    else:
+        t_info = _on_clock(info.t_ns, int(offsets.get(SENDER_ROLE, 0)))
+        for fl in np.unique(info.flow):
+            sel = info.flow == fl
+            order = np.argsort(t_info[sel], kind="stable")
+            w = info.cwnd[sel][order].astype(np.float64)
+            w[w < 0] = np.nan  # beyond the TCP_INFO length the kernel returned: not reported
+            cwnd.append(Series(t_info[sel][order], w))
+    agg = tcp.get("aggregate") if isinstance(tcp.get("aggregate"), dict) else {}
+    o = agg.get("outage") if isinstance(agg.get("outage"), dict) else {}
+    outage = None
+    tb, ta = o.get("t_before_ns"), o.get("t_after_ns")
+    if o.get("outage_ms") is not None and isinstance(tb, int) and isinstance(ta, int):
+        outage = (tb, ta)
+    elif o:
+        lo, hi = o.get("lower_ms"), o.get("upper_ms")
+        bound = f"[{'?' if lo is None else f'{lo:.1f}'}, {'open' if hi is None else f'{hi:.1f}'}] ms"
+        notes.append(f"all-flows outage not shaded (a bound, {bound}): {o.get('reason') or 'not exact'}")
+    elif isinstance(tcp.get("why_absent"), dict) and tcp["why_absent"].get("all"):
+        notes.append(f"no TCP figures: {tcp['why_absent']['all']}")
+    rto = []
+    for f in tcp.get("per_flow") or []:
+        r = f.get("rto") if isinstance(f, dict) and isinstance(f.get("rto"), dict) else {}
+        for iv in r.get("expiry_intervals_ns") or []:
+            if isinstance(iv, list | tuple) and len(iv) == 2 and all(isinstance(x, int) for x in iv):
+                rto.append((int(iv[0]), int(iv[1])))
+    return TcpPanel(goodput, tuple(flows), tuple(cwnd), outage, tuple(sorted(rto)), tuple(notes))
+
+
+def _rr_panel(run_dir: Path, offsets: dict[str, int]) -> RrPanel:
+    """The rr panel from the rr client's trace (A's clock, put on the orchestrator's): latency =
+    answer time - send time of each answered transaction."""
+    from analysis.tcp_run import SENDER_ROLE
+    from crosstraffic.backend import TrafficError
+    from crosstraffic.tcp import read_rr
+    from migrate.core.rundir import RR_TSV
+
+    none = np.zeros(0, dtype=np.int64)
+    try:
+        rr = read_rr(run_dir / RR_TSV)
+    except TrafficError as err:
+        return RrPanel(none, np.zeros(0), none, none, (f"rr not shown: {_rel(run_dir, err)}",))
+    off = int(offsets.get(SENDER_ROLE, 0))
+    send, done, sched = (_on_clock(a, off) for a in (rr.t_send_ns, rr.t_done_ns, rr.t_sched_ns))
+    sent, answered = rr.t_send_ns >= 0, rr.t_done_ns >= 0
+    ok = sent & answered
+    latency = (done[ok] - send[ok]) / 1e6
+    return RrPanel(send[ok], latency, send[sent & ~answered], sched[~sent])
 
 
 def _zoom(raw: _Raw, anat: Anatomy | None) -> Zoom | None:
