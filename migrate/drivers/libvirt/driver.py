@@ -395,6 +395,7 @@ class LibvirtDriver(Driver):
         else:
             wait_marker(READY_MARKER, self.ctx.scenario.boot_timeout_s)
         self.ctx.recorder.action("router-ready", host=src)
+        self._record_rss(dom, "ready")
         if self.ctx.scenario.dirty_mbps is not None:
             self.dirty_load = dirty.wait_load(console, dirty.LOAD_START_TIMEOUT_S, alive, self.ctx.abort)
             self.ctx.recorder.action("dirty-load-running", host=src, **self.dirty_load)
@@ -426,6 +427,24 @@ class LibvirtDriver(Driver):
             raise DependencyError(f"libvirtd on {dst} cannot use QEMU: {err}; its log: {log_tail}") from err
         self.ctx.recorder.action("libvirtd-capabilities", host=dst)
 
+    def _record_rss(self, dom: Any, when: str) -> None:
+        """The source QEMU's resident memory as libvirt reports it (``virDomainMemoryStats``
+        ``rss``: the QEMU process's RSS, on the embedded testbed and on a lab's host alike) into
+        meta.json ``hypervisor.router_rss``, as the QMP driver records /proc's VmRSS; None with
+        the reason when libvirt does not give it."""
+        try:
+            stats = dom.memoryStats()
+        except self.lv.libvirtError as err:
+            stats, why = {}, f"virDomainMemoryStats failed: {err}"
+        else:
+            why = "virDomainMemoryStats has no rss"
+        kib = stats.get("rss") if isinstance(stats.get("rss"), int) else None
+        entry: dict[str, Any] = {"qemu_rss_kib": kib, "source": "libvirt virDomainMemoryStats rss on R1"}
+        if kib is None:
+            entry["reason"] = why
+        self._described.setdefault("router_rss", {})[when] = entry
+        self.ctx.recorder.action("router-rss", host="R1", when=when, qemu_rss_kib=kib)
+
     def migrate(self) -> MigrationOutcome:
         """migrateToURI3 (in a worker thread) while the job statistics are polled; block until
         the job completes, fails or times out."""
@@ -441,6 +460,7 @@ class LibvirtDriver(Driver):
             )
         except self.lv.libvirtError as err:
             raise MigrationError(f"libvirt on {src} cannot prepare the migration: {err}") from err
+        self._record_rss(dom, "migration_start")
         self._follow_console(dst)
         dst_addr = self.ctx.testbed.inventory.host(dst).migration_ipv4 or topo.MIGRATION_ADDR[dst]
         migrate_uri = f"tcp://{topo.addr(dst_addr)}"
