@@ -659,7 +659,7 @@ class AllSilent:
 def _merge(iv: list[tuple[int, int, bool]]) -> list[tuple[int, int, bool]]:
     out: list[tuple[int, int, bool]] = []
     for a, b, o in sorted(iv):
-        if out and a <= out[-1][1]:
+        if out and a < out[-1][1]:  # touching silences meet at a read: data came, not one silence
             pa, pb, po = out[-1]
             out[-1] = (pa, max(pb, b), po or o) if b >= pb else (pa, pb, po)
         else:

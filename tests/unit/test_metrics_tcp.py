@@ -335,3 +335,12 @@ def test_synthetic_time_to_recover_direct():
     assert r.recovery_ms == pytest.approx(9.5) and r.resolution_ms == 10.0
     r = time_to_recover(t, b, START, S40[1], window_ms=50.0)
     assert r.recovery_ms == pytest.approx(9.5)
+
+
+def test_synthetic_two_silences_that_meet_at_a_read_are_two_not_one():
+    # one flow silent 28 ms, reads once, silent 52 ms more: the read is data received, so no
+    # all-flows silence spans both (a real run once reported 81 ms here for a 52 ms longest gap)
+    t0 = T_BASE_NS
+    silences = {0: [(t0, t0 + 28 * MS, False), (t0 + 28 * MS, t0 + 80 * MS, False)]}
+    out = all_silent(silences, t0, t0 + 100 * MS)
+    assert out.outage_ms == 52.0 and out.t_before_ns == t0 + 28 * MS, out
