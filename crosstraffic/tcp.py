@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import io
 import ipaddress
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from crosstraffic.backend import TrafficError
+from crosstraffic.backend import TrafficError, load_json
 
 BIN = Path(__file__).resolve().parent / "bin" / "vrtcp"
 MAX_FLOWS = 256  # VRTCP_MAX_FLOWS of vrtcp.c
@@ -319,12 +318,7 @@ def read_rr(path: Path) -> RrTrace:
 def parse_summary(text: str, mode: str | None = None) -> dict[str, Any]:
     """The JSON object vrtcp prints on stdout at exit, checked to be vrtcp's (``tool``), of a
     known ``mode`` (the given one, if any) and of this ``version``."""
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise TrafficError(f"vrtcp summary is not JSON ({e.msg} at line {e.lineno}): {text[:80]!r}") from None
-    if not isinstance(obj, dict):
-        raise TrafficError(f"vrtcp summary is not a JSON object: {text[:80]!r}")
+    obj = load_json(text, "vrtcp")  # one JSON object, or one line saying why not
     if obj.get("tool") != "vrtcp":
         raise TrafficError(f"summary of tool {obj.get('tool')!r}, want 'vrtcp'")
     if obj.get("mode") not in MODES or (mode is not None and obj["mode"] != mode):
