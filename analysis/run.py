@@ -18,7 +18,16 @@ from analysis.hypervisors.criu import criu_figures, load_criu
 from analysis.hypervisors.libvirt import libvirt_figures, load_libvirt, window_events
 from analysis.hypervisors.qemu import hypervisor_figures, postcopy_effect
 from analysis.hypervisors.xen import load_xen, xen_figures
-from analysis.load import Counters, load_counters, load_irtt, read_json, read_jsonl, read_peer_records, sink_gaps
+from analysis.load import (
+    Counters,
+    IfSeries,
+    load_counters,
+    load_irtt,
+    read_json,
+    read_jsonl,
+    read_peer_records,
+    sink_gaps,
+)
 from analysis.metrics.anatomy import Anatomy, Mark, control_marks
 from analysis.metrics.churn import ChurnFigures, churn_figures, in_pool, pool_of
 from analysis.metrics.clock import (
@@ -42,6 +51,7 @@ from analysis.metrics.link import link_activity
 from analysis.metrics.postcopy import postcopy_price
 from analysis.metrics.rtt import rtt_phases
 from analysis.metrics.sendloss import SendTimeLoss, loss_from_raw, send_time_loss, unavailable_reason
+from analysis.metrics.udp_flows import udp_flows_from_records
 from analysis.metrics.window import Spans, Window, migration_window, spans
 from analysis.present.calibration_report import is_calibration, try_write_calibration_report
 from analysis.present.openmetrics import run_metrics
@@ -53,6 +63,7 @@ from migrate.core.rundir import (
     ACTIONS_JSONL,
     CHURN_TSV,
     COUNTERS_TSV,
+    GEN_BA_JSON,
     GEN_JSON,
     IRTT_JSON_GZ,
     META_JSON,
@@ -60,6 +71,7 @@ from migrate.core.rundir import (
     MIGRATION_PNG,
     QMP_EVENTS_JSONL,
     QMP_SAMPLES_JSONL,
+    SINK_BA_JSON,
     SINK_JSON,
     SUMMARY_JSON,
     console_log,
@@ -383,6 +395,8 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData | None]:
                 f"(no postcopy-active status; QEMU postcopy-bytes {post.postcopy_bytes}): not a post-copy run"
             )
     tcp, rr = _tcp_traffic(Path(run_dir), meta, scenario, window, dp, clock, notes)
+    a_eth0 = c.get("A", "eth0") if c else None
+    udp = _metric(notes, "udp", _udp_figures, Path(run_dir), meta, raw, span, clock, a_eth0, notes)
     dirty = _metric(notes, "dirty rate", dirty_rate, meta, window.start_ns if window else None, _console(run_dir))
     if dirty is not None:
         notes.extend(dirty[1])
@@ -421,6 +435,7 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData | None]:
         churn=churn,
         tcp=tcp,
         rr=rr,
+        udp=udp,
         why_absent=why,
         notes=tuple(notes),
     )
@@ -430,6 +445,66 @@ def _analyse(run_dir: Path) -> tuple[Summary, PlotData | None]:
         log.exception("plot data failed")
         return dataclasses.replace(summary, notes=(*notes, f"plot data failed: {type(err).__name__}: {err}")), None
     return summary, plot
+
+
+def _udp_figures(
+    run_dir: Path,
+    meta: dict[str, Any],
+    raw: _Raw,
+    span: Spans | None,
+    clock: ClockFigures | None,
+    a_eth0: IfSeries | None,
+    notes: list[str],
+) -> dict[str, Any] | None:
+    """TRAFFIC=udp:M / dir=both / sizes=: summary.json's ``udp`` (docs/metrics.md "UDP flows,
+    directions and sizes"): the frame sizes, the A -> B flows' spread and, with dir=both, the B -> A
+    direction measured on its own (its offered/forwarded rate and loss, its packet downtime from
+    the sink at A, its flows).  None for the one-flow, one-way, one-size CBR (meta.json instruments
+    say which ran)."""
+    ins = meta.get("instruments") if isinstance(meta.get("instruments"), dict) else {}
+    flows, sizes, ba_port = ins.get("udp_flows"), ins.get("frame_sizes"), ins.get("traffic_ba_port")
+    if not ((isinstance(flows, int) and flows > 1) or sizes or ba_port):
+        return None
+    ab = udp_flows_from_records(raw.gen, raw.sink)
+    out: dict[str, Any] = {
+        "flows": flows,
+        "frame_sizes": sizes,
+        "mean_frame_bytes": _num((raw.gen or {}).get("mean_frame_bytes")),
+        "ab": {"flows": ab.to_dict() if ab is not None else None},
+        "ba": None,
+    }
+    if not ba_port:
+        return out
+    gen_ba = _load(notes, run_dir / GEN_BA_JSON, read_json)
+    sink_ba = _load(notes, run_dir / SINK_BA_JSON, read_json)
+    if clock is not None and clock.testbed == "lab":  # B sends, A receives
+        off = clock.offsets_ns
+        if sink_ba is not None and GEN_ROLE in off and SINK_ROLE in off:
+            sink_ba = sink_on_orchestrator_clock(sink_ba, off[GEN_ROLE], off[SINK_ROLE])
+        if gen_ba is not None and SINK_ROLE in off:
+            gen_ba = gen_on_orchestrator_clock(gen_ba, off[SINK_ROLE])
+    cross_ba = cross_traffic(gen_ba, sink_ba, a_eth0)
+    dp_ba, why_dp = None, None
+    if span is None:
+        why_dp = "no_window"
+    elif sink_ba is None:
+        why_dp = "no_sink"
+    elif not sink_ba.get("packets"):
+        why_dp = "no_packets_received"
+    else:
+        dp_ba = packets_downtime(
+            sink_gaps(sink_ba), span, sink_ba.get("last_ns"), (gen_ba or {}).get("end_ns"),
+            sink_ba.get("gap_threshold_ns"), gaps_dropped=_dropped(sink_ba.get("gaps_dropped")),
+        )  # fmt: skip
+    flows_ba = udp_flows_from_records(gen_ba, sink_ba)
+    out["ba"] = {
+        "cross": dataclasses.asdict(cross_ba) if cross_ba is not None else None,
+        "downtime_packets": dataclasses.asdict(dp_ba) if dp_ba is not None else None,
+        "downtime_s": dp_ba.downtime_s if dp_ba is not None else None,
+        "why_absent": {"downtime_packets": why_dp} if why_dp else {},
+        "flows": flows_ba.to_dict() if flows_ba is not None else None,
+    }
+    return out
 
 
 def _tcp_traffic(

@@ -103,6 +103,9 @@ class Summary:
     tcp: dict[str, Any] | None = None
     #: TRAFFIC=rr: the request/response latency (analysis.tcp_run.rr_figures); None without
     rr: dict[str, Any] | None = None
+    #: TRAFFIC=udp:M / dir=both / sizes=: the UDP CBR's flows, B -> A direction and frame sizes
+    #: (analysis.run._udp_figures); None for one flow, one way, one size
+    udp: dict[str, Any] | None = None
     why_absent: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
@@ -298,6 +301,7 @@ class Summary:
             **({"churn": self.churn.to_dict()} if self.churn is not None else {}),
             **({"tcp": self.tcp} if self.tcp is not None else {}),
             **({"rr": self.rr} if self.rr is not None else {}),
+            **({"udp": self.udp} if self.udp is not None else {}),
             **({"anatomy": self.anatomy.to_dict()} if self.anatomy is not None else {}),
             "qualifiers": {path: qual.to_dict() for path, qual in sorted(quals.items())},
             "details": {

@@ -64,6 +64,7 @@ class Capabilities:
     unpaced: bool  # rate 0 = as fast as possible
     payload_header_bytes: int  # bytes of the payload the tool needs for its own header
     notes: str = ""
+    flows_and_sizes: bool = False  # GenRequest.flows > 1 and GenRequest.sizes (a frame-size mix)
 
     def min_frame(self, family: int) -> int:
         """Smallest Ethernet frame that carries the tool's payload header."""
@@ -189,6 +190,10 @@ class GenRequest:
     frame_bytes: int
     duration_s: float
     cpu: int | None = None
+    #: UDP flows (distinct source ports) the packets are spread over
+    flows: int = 1
+    #: (frame bytes, weight) pairs: a frame-size mix instead of ``frame_bytes`` (its smallest)
+    sizes: tuple[tuple[int, int], ...] | None = None
 
     @property
     def family(self) -> int:
@@ -428,6 +433,14 @@ class Backend(ABC):
                 f"{payload_bytes(frame, fam)} B but needs {self.capabilities.payload_header_bytes} B (minimum {need})"
             )
         self.validate_duration(req.duration_s)
+        if (req.flows != 1 or req.sizes is not None) and not self.capabilities.flows_and_sizes:
+            raise TrafficError(f"{self.name}: several flows or a frame-size mix are not supported by this backend")
+        if req.sizes is not None:
+            small = [size for size, _ in req.sizes if not need <= size <= FRAME_MAX]
+            if small or not req.sizes or min(w for _, w in req.sizes) < 1:
+                raise TrafficError(f"sizes={req.sizes}: each frame {need}..{FRAME_MAX} B with a weight of at least 1")
+            if frame != min(size for size, _ in req.sizes):
+                raise TrafficError(f"frame_bytes={frame} must be the smallest of sizes={req.sizes}")
         return fam
 
     def validate_sink(self, req: SinkRequest, *, gap_us: bool = False) -> int:

@@ -64,7 +64,9 @@ def cross_traffic(
 
     Definitions (rates in vrgen's convention: Ethernet frame incl. 14 B header and 4 B FCS):
     offered_bps = gen.json ``achieved_bps``.  forwarded_bps = sink packets × frame_bytes × 8 /
-    (sink last_ns − first_ns).  forwarded_counters_bps = B eth0 (Δrx_bytes + 4 B × Δrx_packets) × 8 / Δt
+    (sink last_ns − first_ns); with a frame-size mix (sink.json ``frame_bytes_total``, the frame
+    bytes of the unique packets) that total × 8 / (last_ns − first_ns).
+    forwarded_counters_bps = B eth0 (Δrx_bytes + 4 B × Δrx_packets) × 8 / Δt
     between the first and last counter samples inside [sink first_ns, last_ns] (else the
     generator's [start_ns, end_ns]; the kernel's byte counters exclude the FCS, hence the 4 B).
 
@@ -94,8 +96,9 @@ def cross_traffic(
     if not received:  # vrsink writes 0 for the times of an empty trace
         first = last = None
     forwarded = None
+    total = _count(sink, "frame_bytes_total")  # a size mix: the frame bytes of the unique packets
     if received and frame and first is not None and last is not None and last > first:
-        forwarded = received * frame * 8 / ((last - first) / 1e9)
+        forwarded = (total if total else received * frame) * 8 / ((last - first) / 1e9)
     counters_bps = None
     if first is None or last is None:
         first, last = _ns(gen, "start_ns"), _ns(gen, "end_ns")

@@ -238,6 +238,50 @@ def _postcopy_lines(post: Mapping[str, Any] | None) -> list[str]:
     return lines
 
 
+def _flows_line(label: str, f: Mapping[str, Any] | None) -> str | None:
+    """One direction's UDP flows: the spread of per-flow loss and longest gap."""
+    if not isinstance(f, Mapping) or f.get("flows", 0) <= 1:
+        return None
+    if f.get("why_absent"):
+        return f"  {label:<16} {NA} ({f['why_absent']})"
+    pct = "/".join(_f(f.get(k), ".2f", 100) for k in ("loss_ratio_min", "loss_ratio_median", "loss_ratio_max"))
+    gaps = f"{_f(f.get('longest_gap_min_ms'), '.1f')}-{_f(f.get('longest_gap_max_ms'), '.1f')}"
+    flags = f"   flags {', '.join(f['flags'])}" if f.get("flags") else ""
+    return (
+        f"  {label:<16} {f['flows']} flows: loss min/median/max {pct} %, {f.get('flows_with_loss')} with loss, "
+        f"longest gap per flow {gaps} ms{flags}"
+    )
+
+
+def _udp_lines(u: Mapping[str, Any] | None) -> list[str]:
+    """TRAFFIC=udp:M / dir=both / sizes=: frame sizes, per-flow spread, the B -> A direction."""
+    if not isinstance(u, Mapping):
+        return []
+    lines = []
+    if u.get("frame_sizes"):
+        mix = "/".join(f"{size}:{w}" for size, w in u["frame_sizes"])
+        lines.append(f"  UDP frame sizes  {mix} (mean {_f(u.get('mean_frame_bytes'), '.1f')} B)")
+    ab = _flows_line("UDP flows A->B", dig(u, "ab", "flows"))
+    lines += [ab] if ab else []
+    ba = u.get("ba")
+    if isinstance(ba, Mapping):
+        cross = ba.get("cross") or {}
+        why = dig(ba, "why_absent", "downtime_packets")
+        down = _f(ba.get("downtime_s"), ".1f", 1000) if ba.get("downtime_s") is not None else f"{NA} ({why or 'bound'})"
+        dp = ba.get("downtime_packets") or {}
+        if ba.get("downtime_s") is None and dp.get("lower_s") is not None:
+            down = f">= {_f(dp['lower_s'], '.1f', 1000)}"
+        lines.append(
+            f"  UDP B->A         packet downtime {down} ms   offered {_f(cross.get('offered_bps'), '.1f', 1e-6)} "
+            f"Mbit/s, forwarded {_f(cross.get('forwarded_bps'), '.1f', 1e-6)}   lost "
+            f"{cross.get('lost_packets', NA)}/{cross.get('sent_packets', NA)}   duplicates "
+            f"{cross.get('duplicate_packets', NA)}, reordered {cross.get('reordered_packets', NA)}"
+        )
+        back = _flows_line("UDP flows B->A", ba.get("flows"))
+        lines += [back] if back else []
+    return lines
+
+
 def _tcp_value(t: Mapping[str, Any], key: str, fmt: str = ".0f") -> str:
     """A ``tcp`` headline figure: its value, else '–, <why>'."""
     if t.get(key) is not None:
@@ -336,6 +380,7 @@ def format_table(summary: Summary | Mapping[str, Any]) -> str:
     lines += _postcopy_lines(det.get("postcopy"))
     lines += _control_plane_lines(s.get("control_plane"))
     lines += _tcp_lines(s.get("tcp"), s.get("rr"))
+    lines += _udp_lines(s.get("udp"))
     flags = sorted({*(dig(dc, "flags") or []), *(dig(dp, "flags") or [])})
     if flags:
         lines.append(f"  flags            {', '.join(flags)}")

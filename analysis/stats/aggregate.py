@@ -160,6 +160,15 @@ METRICS: tuple[Metric, ...] = (
        "tcp.cwnd_min: the smallest congestion window of any flow across the migration"),
     _m("rr_during_p99_ms", "ms", "rr p99 during", "rr.spike.during.p99_ms",
        "rr.spike.during.p99_ms: p99 latency of the answered request/response transactions sent in the window + 1 s"),
+    _m("udp_flow_loss_max", "1", "UDP worst flow loss", "udp.ab.flows.loss_ratio_max",
+       "udp.ab.flows.loss_ratio_max: the largest loss ratio of one A -> B UDP flow (TRAFFIC=udp:M)"),
+    _m("udp_flow_gap_max_ms", "ms", "UDP worst flow gap", "udp.ab.flows.longest_gap_max_ms",
+       "udp.ab.flows.longest_gap_max_ms: the longest arrival gap of one A -> B UDP flow (TRAFFIC=udp:M)"),
+    _m("udp_ba_downtime_s", "s", "packet downtime B->A", "udp.ba.downtime_s",
+       "udp.ba.downtime_s: the packet downtime of the B -> A UDP CBR, from the sink at A (TRAFFIC=udp,dir=both; "
+       "absent when only a bound is known, which udp.ba.downtime_packets.lower_s carries)"),
+    _m("udp_ba_loss_ratio", "1", "loss ratio B->A", "udp.ba.cross.loss_ratio",
+       "udp.ba.cross.loss_ratio: lost / sent of the B -> A UDP CBR (TRAFFIC=udp,dir=both)"),
 )  # fmt: skip
 METRIC_BY_NAME = {m.name: m for m in METRICS}
 

@@ -87,6 +87,7 @@ class BuiltinBackend(Backend):
         unpaced=True,
         payload_header_bytes=PAYLOAD_HEADER_BYTES,
         notes="sendmmsg generator paced on CLOCK_MONOTONIC absolute time; recvmmsg sink with SO_TIMESTAMPNS",
+        flows_and_sizes=True,
     )
 
     def __init__(
@@ -138,10 +139,16 @@ class BuiltinBackend(Backend):
         return argv
 
     def gen_argv(self, req: GenRequest) -> list[str]:
-        """vrgen --dst ADDR --port N --rate BPS --frame BYTES --duration S [--cpu N] [--packet DEV --dst-mac MAC]."""
+        """vrgen --dst ADDR --port N --rate BPS (--frame BYTES | --sizes S:W,...) --duration S [--flows M]
+        [--cpu N] [--packet DEV --dst-mac MAC]."""
         self.validate_gen(req)
+        frame = ["--frame", str(req.frame_bytes)]
+        if req.sizes is not None:
+            frame = ["--sizes", ",".join(f"{size}:{w}" for size, w in req.sizes)]
         argv = [self.executables()["gen"], "--dst", req.dst, "--port", str(req.port), "--rate", str(req.rate_bps),
-                "--frame", str(req.frame_bytes), "--duration", short_decimal(req.duration_s, 6)]  # fmt: skip
+                *frame, "--duration", short_decimal(req.duration_s, 6)]  # fmt: skip
+        if req.flows != 1:
+            argv += ["--flows", str(req.flows)]
         if req.cpu is not None:
             argv += ["--cpu", str(check_cpu(req.cpu))]
         if self.packet_dev is not None and self.dst_mac is not None:

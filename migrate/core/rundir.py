@@ -86,6 +86,8 @@ REPORT_HTML = "report.html"
 COUNTERS_TSV = "counters.tsv"  # the 10 ms interface counter samples (probes/vrsampler)
 GEN_JSON = "gen.json"  # vrgen's send record (crosstraffic/)
 SINK_JSON = "sink.json"  # vrsink's per-run record: gaps, counts, clock (crosstraffic/)
+GEN_BA_JSON = "gen-BA.json"  # TRAFFIC=udp,dir=both: the B -> A generator's record (on B)
+SINK_BA_JSON = "sink-BA.json"  # TRAFFIC=udp,dir=both: the B -> A sink's record (on A)
 SINK_STATE_JSON = "sink_state.json"  # vrsink --state: its live state, rewritten every 10 ms
 SINK_AFTER_NS = "sink_after_ns"  # vrsink --after-file: the completion time it is told (CLOCK_REALTIME ns)
 IRTT_JSON_GZ = "irtt.json.gz"  # the irtt client's per-probe record
@@ -551,6 +553,11 @@ SUMMARY_MIGRATE = obj(
         "churn": OBJ,
         "tcp": doc('TRAFFIC=tcp: the bulk TCP flows\' figures (docs/metrics.md "TCP traffic")', OBJ),
         "rr": doc('TRAFFIC=rr: the request/response latency (docs/metrics.md "TCP traffic")', OBJ),
+        "udp": doc(
+            "TRAFFIC=udp:M, dir=both or sizes=: the UDP CBR's flows, its B -> A direction and frame sizes "
+            '(docs/metrics.md "UDP flows, directions and sizes")',
+            OBJ,
+        ),
     },
     closed=True,
 )

@@ -83,8 +83,13 @@ def scenario_from_args(a: argparse.Namespace, axes: bool = False) -> Scenario:
     """Build (and validate) the Scenario from ``run``'s parsed flags (``axes``: see knob_fields)."""
     xen = a.hv == "xen"
     rate_bps = a.rate if a.rate is not None else (XEN_DEFAULT_RATE_BPS if xen else parse_rate_bps("100M"))
-    if a.rate is None and not parse_traffic(getattr(a, "traffic", None) or "udp").udp:
+    mix = parse_traffic(getattr(a, "traffic", None) or "udp")
+    if a.rate is None and not mix.udp:
         rate_bps = 0  # a mix without the UDP CBR runs no UDP generator
+    if mix.udp_sizes is not None and getattr(a, "size", None) not in (None, default("frame_bytes")):
+        raise ConfigError(
+            f"SIZE={a.size} and TRAFFIC={a.traffic} both set the UDP frame size: leave SIZE out (sizes= sets them)"
+        )
     mig_timeout = (
         a.migrate_timeout if a.migrate_timeout is not None else (XEN_DEFAULT_MIGRATE_TIMEOUT_S if xen else 120.0)
     )

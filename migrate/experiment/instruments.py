@@ -26,12 +26,14 @@ from migrate.core.procs import Proc
 from migrate.core.registry import Registry
 from migrate.core.rundir import (
     COUNTERS_TSV,
+    GEN_BA_JSON,
     GEN_JSON,
     IRTT_JSON_GZ,
     RR_CLIENT_JSON,
     RR_SERVER_JSON,
     RR_TSV,
     SINK_AFTER_NS,
+    SINK_BA_JSON,
     SINK_JSON,
     SINK_STATE_JSON,
     TCP_PCAP,
@@ -55,6 +57,7 @@ VRGEN = Path(BUILTIN.executables()["gen"])
 VRSINK = Path(BUILTIN.executables()["sink"])
 VRSAMPLER = REPO / "probes" / "bin" / "vrsampler"
 TRAFFIC_PORT = 9000
+TRAFFIC_BA_PORT = 9001  # TRAFFIC=udp,dir=both: the B -> A CBR's port at A
 IRTT_PORT = 2112
 TCP_PORT = 9100  # TRAFFIC=tcp: vrtcp's bulk flows
 RR_PORT = 9200  # TRAFFIC=rr: vrtcp's request/response
@@ -87,8 +90,8 @@ STOP_TIMEOUT_S = 10.0
 EXIT_POLL_S = 0.005
 #: meta.json instruments_cpu_s keys -> the processes counted in each ("prober": both irtt ends)
 CPU_GROUPS = {
-    "gen": ("gen",),
-    "sink": ("sink",),
+    "gen": ("gen", "gen-BA"),
+    "sink": ("sink", "sink-BA"),
     "sampler": ("sampler",),
     "prober": ("irtt-client", "irtt-server"),
     "tcp": ("tcp-send", "tcp-recv", "rr-client", "rr-server", "tcp-capture"),
@@ -216,6 +219,16 @@ class Instruments:
             "B", stdout_name=SINK_JSON,
         )  # fmt: skip
         sink.wait_for("READY", READY_TIMEOUT_S)
+        mix = s.traffic_mix
+        if mix.udp_both and s.rate_bps > 0:
+            back = self._start(
+                "sink-BA",
+                BUILTIN.sink_argv(SinkRequest(
+                    port=TRAFFIC_BA_PORT, bind=self._dst("A"), gap_us=gap_threshold_us(s.rate_bps, s.frame_bytes)
+                )),
+                "A", stdout_name=SINK_BA_JSON,
+            )  # fmt: skip
+            back.wait_for("READY", READY_TIMEOUT_S)
         from probes.irtt import server_argv
 
         server = self._start("irtt-server", server_argv(f"{self._dst('D')}:{IRTT_PORT}"), "D")
@@ -244,14 +257,17 @@ class Instruments:
         )
         self.rec.action("traffic-start", rate_bps=s.rate_bps, frame_bytes=s.frame_bytes)
         if s.rate_bps > 0:
-            self._start(
-                "gen",
-                BUILTIN.gen_argv(GenRequest(
-                    dst=self._sink_addr(), port=TRAFFIC_PORT, rate_bps=s.rate_bps, frame_bytes=s.frame_bytes,
-                    duration_s=0,
-                )),
-                "A", stdout_name=GEN_JSON,
-            )  # fmt: skip
+            self._start("gen", BUILTIN.gen_argv(self._gen_request(self._sink_addr(), TRAFFIC_PORT)), "A",
+                        stdout_name=GEN_JSON)  # fmt: skip
+            if "sink-BA" in self.procs:
+                self._start("gen-BA", BUILTIN.gen_argv(self._gen_request(self._dst("A"), TRAFFIC_BA_PORT)), "B",
+                            stdout_name=GEN_BA_JSON)  # fmt: skip
+
+    def _gen_request(self, dst: str, port: int) -> GenRequest:
+        """The UDP CBR of RATE= (and TRAFFIC=udp's flows and sizes) to ``dst``:``port``, until stopped."""
+        s = self.s
+        return GenRequest(dst=dst, port=port, rate_bps=s.rate_bps, frame_bytes=s.frame_bytes, duration_s=0,
+                          flows=s.traffic_mix.udp_flows, sizes=s.frame_sizes)  # fmt: skip
 
     def start_tcp(self) -> None:
         """TRAFFIC=tcp / rr: vrtcp's receiver (and rr server) on B, then its sender (and rr
@@ -355,7 +371,8 @@ class Instruments:
         each one's CPU time is read as it exits."""
         self.rec.action("traffic-stop")
         samplers = [w for w in self.procs if w.startswith("sampler") and w not in self.cpu_by_proc]
-        steps = (["gen", "tcp-send", "rr-client"], ["irtt-client"], ["sink", "tcp-recv", "rr-server"], samplers,
+        steps = (["gen", "gen-BA", "tcp-send", "rr-client"], ["irtt-client"],
+                 ["sink", "sink-BA", "tcp-recv", "rr-server"], samplers,
                  ["irtt-server", "tcp-capture"])  # fmt: skip
         for step in steps:
             todo = [w for w in step if w in self.procs and w not in self.cpu_by_proc]
@@ -424,6 +441,9 @@ class Instruments:
         return {
             "gen": self.s.gen,
             "traffic_port": TRAFFIC_PORT,
+            "traffic_ba_port": TRAFFIC_BA_PORT if "sink-BA" in self.procs else None,
+            "udp_flows": self.s.traffic_mix.udp_flows,
+            "frame_sizes": [list(p) for p in self.s.frame_sizes] if self.s.frame_sizes else None,
             "gap_threshold_us": gap_threshold_us(self.s.rate_bps, self.s.frame_bytes),
             "irtt_port": IRTT_PORT,
             "traffic": self.s.traffic,

@@ -135,6 +135,9 @@ class Scenario:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "router", router_value(self.router))
+        sizes = _frame_sizes(self.traffic, self.ip)
+        if sizes:  # TRAFFIC=udp,sizes=...: frame_bytes is the mix's smallest frame (vrgen's gen.json)
+            object.__setattr__(self, "frame_bytes", min(size for size, _ in sizes))
         validate(self)
         if "@" in self.router:  # one name per image: frr@10.3 is frr (the default release)
             object.__setattr__(self, "router", _router_image(self.router))
@@ -156,6 +159,11 @@ class Scenario:
     def traffic_mix(self) -> TrafficMix:
         """TRAFFIC= parsed (validated when the scenario was made)."""
         return parse_traffic(self.traffic)
+
+    @property
+    def frame_sizes(self) -> tuple[tuple[int, int], ...] | None:
+        """TRAFFIC=udp,sizes=...: the UDP CBR's (frame bytes, weight) pairs; None: one size (SIZE=)."""
+        return _frame_sizes(self.traffic, self.ip)
 
     @property
     def router_software(self) -> str:
@@ -304,6 +312,15 @@ def _check_vm_profile(s: Scenario, profile: Any) -> None:
     )
 
 
+def _frame_sizes(traffic: str, ip: int) -> tuple[tuple[int, int], ...] | None:
+    """TRAFFIC's UDP frame sizes over IPv``ip``, None for one size or a TRAFFIC that does not
+    parse (validate then names it)."""
+    try:
+        return parse_traffic(traffic).frame_sizes(ip)
+    except ConfigError:
+        return None
+
+
 def check_accel(accel: str) -> None:
     """ACCEL: ConfigError unless it is one of ACCELS."""
     _require(accel in ACCELS, f"ACCEL={accel!r} must be one of {', '.join(ACCELS)}")
@@ -331,6 +348,19 @@ def validate(s: Scenario) -> None:
         not mix.uses_tcp or s.gen == "builtin",
         f"TRAFFIC={s.traffic} runs vrtcp beside the builtin UDP generator: leave GEN out (GEN={s.gen})",
     )
+    _require(
+        not mix.udp_extended or s.gen == "builtin",
+        f"TRAFFIC={s.traffic} (several UDP flows, both directions or a size mix) needs vrgen: leave GEN out "
+        f"(GEN={s.gen})",
+    )
+    sizes = mix.frame_sizes(s.ip)
+    if sizes and s.ip == 6:
+        small = [size for size, _ in sizes if size < MIN_IPV6_FRAME_BYTES]
+        _require(
+            not small,
+            f"TRAFFIC={s.traffic}: {small[0] if small else 0} B frames cannot carry IPv6 and vrgen's header: "
+            f"give sizes of at least {MIN_IPV6_FRAME_BYTES} B (sizes=imix uses {MIN_IPV6_FRAME_BYTES} B over IPv6)",
+        )
     _require(s.rate_bps <= 10 * 10**9, f"RATE={format_rate(s.rate_bps)} is above 10G: the testbed cannot carry it")
     _require(
         MIN_FRAME_BYTES <= s.frame_bytes <= MAX_FRAME_BYTES,

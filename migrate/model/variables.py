@@ -214,9 +214,13 @@ RUN_VARS_BEFORE_KNOBS: tuple[RunVar, ...] = (
         "--traffic",
         field="traffic",
         default="udp",
-        help="traffic mix: udp, tcp[:N][,cc=bbr][,rate=20M], rr[:N],rate=TPS[,req=B][,resp=B], joined by +",
+        help=(
+            "traffic mix: udp[:M][,dir=both][,sizes=imix], tcp[:N][,cc=bbr][,rate=20M], "
+            "rr[:N],rate=TPS[,req=B][,resp=B], joined by +"
+        ),
         doc=(
-            "the traffic mix: `udp` (the CBR of `RATE`/`SIZE`), `tcp[:N][,cc=NAME][,rate=R]` (N bulk TCP "
+            "the traffic mix: `udp[:M][,dir=both][,sizes=imix|S:W/…]` (the CBR of `RATE`/`SIZE` as M flows, "
+            "optionally B→A as well and a frame-size mix), `tcp[:N][,cc=NAME][,rate=R]` (N bulk TCP "
             "flows A→B), `rr[:N],rate=TPS[,req=B][,resp=B]` (TCP request/response), joined by `+` "
             "([docs/traffic.md](traffic.md))"
         ),
