@@ -608,12 +608,15 @@ class SelfTest:
             check(s["max_tx"]["seq"] == g["packets"] - 1 and s["state_writes"] > 0 == s["state_errors"], f"{s}")
             # more packets than the ring holds arrive after the threshold, before it is given
             after.unlink()
+            state.unlink()
             port = free_udp_port()
-            sink = self.start_sink("--port", str(port), "--bind", "127.0.0.1", "--after-file", str(after))
+            sink = self.start_sink("--port", str(port), "--bind", "127.0.0.1", "--after-file", str(after),
+                                   "--state", str(state), "--state-ms", "5")  # fmt: skip
             try:
                 threshold = time.clock_gettime_ns(time.CLOCK_REALTIME)
                 g = self.gen_json("--dst", "127.0.0.1", "--port", str(port), "--rate", "0", "--frame", "64",
                                   "--duration", "1.5")  # fmt: skip
+                self._wait_drained(state, g["packets"])
                 after.write_text(str(threshold))
                 time.sleep(0.1)  # the stimulus: a threshold in place before the stop (read every 10 ms)
             finally:
@@ -621,6 +624,27 @@ class SelfTest:
             a = s["after"]
             check(s["packets"] > 2**17, f"only {s['packets']} packets: the ring was not overrun")
             check(a["complete"] is False and a["packets"] == 2**17, f"overrun ring: {a}")
+
+    @staticmethod
+    def _wait_drained(state: Path, sent: int) -> None:
+        """Wait until a sink with ``--state`` has received ``sent`` datagrams, or (after a loss) until
+        two of its state writes show the same count: a receive call between them found the queue
+        empty, and the generator has exited, so nothing further arrives."""
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        prev: tuple[int, int] | None = None
+        while True:
+            check(time.monotonic() < deadline, f"the sink never caught up with {sent} datagrams: {prev}")
+            try:
+                live = json.loads(state.read_text())
+            except FileNotFoundError:
+                live = None
+            if live is not None:
+                if live["received"] >= sent or (
+                    prev is not None and live["t_ns"] != prev[0] and live["received"] == prev[1]
+                ):
+                    return
+                prev = (live["t_ns"], live["received"])
+            time.sleep(0.001)
 
     def case_sink_duration(self) -> None:
         f = clean(run([self.sink, "--port", str(free_udp_port()), "--duration", "0.2"], timeout_s=10))

@@ -686,8 +686,8 @@ int main(int argc, char **argv)
     printf("\"requested_pps\": %.3f, \"elapsed_s\": %.9f, \"stopped_by\": \"%s\", \"first_seq\": 0, "
            "\"next_seq\": %" PRIu64 ", \"batches\": %" PRIu64 ", \"batch_max\": %d, \"quantum_packets\": %" PRIu64
            ", \"spin_us\": %d, \"cpu\": %d, \"gso_segments\": %d, \"fifo\": %d, ",
-           paced ? (double)o.rate_bps * (double)sc.n / (double)sc.cycle_bits : 0.0, elapsed, stopped_by, k, batches, o.batch,
-           quantum, o.spin_us, o.cpu, o.gso ? segs : 0, o.fifo);
+           paced ? (double)o.rate_bps * (double)sc.n / (double)sc.cycle_bits : 0.0, elapsed, stopped_by, k, batches,
+           o.batch, quantum, o.spin_us, o.cpu, o.gso ? segs : 0, o.fifo);
     printf("\"quantum_us\": %d, \"waits\": %" PRIu64 ", \"stamp\": \"burst\", ", paced ? o.quantum_us : 0, waits);
     printf("\"flows\": %d, \"flow_run\": %d, \"flow_src_ports\": [", o.flows, o.flow_run);
     for (int f = 0; f < o.flows; f++)

@@ -430,9 +430,14 @@ static void after_print(FILE *f, const struct after *a)
 
 /* ---- per-flow accounting, keyed by the datagram's source address and port ---- */
 struct flowkey {
-    uint16_t fam, port;       /* AF_INET / AF_INET6; port in host order */
-    unsigned char addr[16];   /* IPv4: the first 4 bytes; no padding, so memcmp compares keys */
+    uint32_t w[5]; /* family << 16 | port (host order), then the address (IPv4: w[1], the rest 0) */
 };
+
+static inline int flowkey_eq(const struct flowkey *a, const struct flowkey *b)
+{
+    return ((a->w[0] ^ b->w[0]) | (a->w[1] ^ b->w[1]) | (a->w[2] ^ b->w[2]) | (a->w[3] ^ b->w[3]) |
+            (a->w[4] ^ b->w[4])) == 0;
+}
 
 struct flow {
     struct flowkey key;
@@ -450,31 +455,30 @@ struct flowtab {
     uint64_t overflow;        /* packets of sources beyond CT_FLOWS_MAX */
 };
 
-static void flowkey_of(const struct sockaddr_storage *sa, socklen_t len, struct flowkey *k)
+/* The key of a source address (all zero for an address of another family or none). */
+static inline void flowkey_of(const struct sockaddr_storage *sa, socklen_t len, struct flowkey *k)
 {
-    memset(k, 0, sizeof *k);
+    *k = (struct flowkey){{0}};
     if (sa->ss_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
         const struct sockaddr_in *s4 = (const void *)sa;
-        k->fam = AF_INET;
-        k->port = ntohs(s4->sin_port);
-        memcpy(k->addr, &s4->sin_addr, 4);
+        k->w[0] = (uint32_t)AF_INET << 16 | ntohs(s4->sin_port);
+        k->w[1] = s4->sin_addr.s_addr;
     } else if (sa->ss_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
         const struct sockaddr_in6 *s6 = (const void *)sa;
-        k->fam = AF_INET6;
-        k->port = ntohs(s6->sin6_port);
-        memcpy(k->addr, &s6->sin6_addr, 16);
+        k->w[0] = (uint32_t)AF_INET6 << 16 | ntohs(s6->sin6_port);
+        memcpy(&k->w[1], &s6->sin6_addr, 16);
     }
 }
 
 /* The flow of key, added if new; NULL (counted in overflow) once CT_FLOWS_MAX sources are known. */
 static struct flow *flow_get(struct flowtab *t, const struct flowkey *k)
 {
-    if (t->last >= 0 && memcmp(&t->f[t->last].key, k, sizeof *k) == 0)
+    if (t->last >= 0 && flowkey_eq(&t->f[t->last].key, k))
         return &t->f[t->last];
-    uint32_t h = 2166136261u; /* FNV-1a */
-    const unsigned char *b = (const unsigned char *)k;
-    for (size_t i = 0; i < sizeof *k; i++)
-        h = (h ^ b[i]) * 16777619u;
+    uint32_t h = 2166136261u; /* FNV-1a over the words */
+    for (int i = 0; i < 5; i++)
+        h = (h ^ k->w[i]) * 16777619u;
+    h ^= h >> 15;
     for (uint32_t i = h & (FLOW_SLOTS - 1);; i = (i + 1) & (FLOW_SLOTS - 1)) {
         int s = t->slot[i];
         if (s == 0) {
@@ -487,7 +491,7 @@ static struct flow *flow_get(struct flowtab *t, const struct flowkey *k)
             t->last = t->n++;
             return &t->f[t->last];
         }
-        if (memcmp(&t->f[s - 1].key, k, sizeof *k) == 0) {
+        if (flowkey_eq(&t->f[s - 1].key, k)) {
             t->last = s - 1;
             return &t->f[s - 1];
         }
@@ -525,11 +529,10 @@ static void flow_add(struct flow *f, uint64_t seq, int is_new, int64_t t)
 static int flow_cmp(const void *a, const void *b)
 {
     const struct flow *x = a, *y = b;
-    if (x->key.port != y->key.port)
-        return x->key.port < y->key.port ? -1 : 1;
-    if (x->key.fam != y->key.fam)
-        return x->key.fam < y->key.fam ? -1 : 1;
-    return memcmp(x->key.addr, y->key.addr, sizeof x->key.addr);
+    uint32_t px = x->key.w[0] & 0xffff, py = y->key.w[0] & 0xffff;
+    if (px != py)
+        return px < py ? -1 : 1;
+    return memcmp(x->key.w, y->key.w, sizeof x->key.w);
 }
 
 /* "flows": [...] sorted by source port (the table itself is sorted: called once, at the end). */
@@ -541,9 +544,10 @@ static void flows_print(FILE *f, struct flowtab *t)
     for (int i = 0; i < t->n; i++) {
         const struct flow *w = &t->f[i];
         char a[INET6_ADDRSTRLEN] = "?", src[INET6_ADDRSTRLEN + 16];
-        if (w->key.fam)
-            inet_ntop(w->key.fam, w->key.addr, a, sizeof a);
-        snprintf(src, sizeof src, w->key.fam == AF_INET6 ? "[%s]:%u" : "%s:%u", a, (unsigned)w->key.port);
+        int fam = (int)(w->key.w[0] >> 16);
+        if (fam)
+            inet_ntop(fam, &w->key.w[1], a, sizeof a);
+        snprintf(src, sizeof src, fam == AF_INET6 ? "[%s]:%u" : "%s:%u", a, (unsigned)(w->key.w[0] & 0xffff));
         fprintf(f, "%s{\"src\": ", i ? ", " : "");
         ct_json_str(f, src);
         fprintf(f,
