@@ -534,6 +534,25 @@ class SelfTest:
         )
         check(j["frame_bytes_total"] == 7 * (16 + V6_OVERHEAD) and j["flows_overflow"] == 0, f"sink: {j}")
 
+    def case_flows_overflow(self) -> None:
+        """Sources beyond the 256th are counted in flows_overflow, and otherwise as all others."""
+        port = free_udp_port()
+        sink = self.start_sink("--port", str(port), "--bind", "127.0.0.1")
+        socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(260)]
+        try:
+            for q, s in enumerate(socks):
+                s.sendto(struct.pack("<Qq", q, time.clock_gettime_ns(time.CLOCK_REALTIME)), ("127.0.0.1", port))
+            socks[0].sendto(struct.pack("<Qq", 260, time.clock_gettime_ns(time.CLOCK_REALTIME)), ("127.0.0.1", port))
+        finally:
+            for s in socks:
+                s.close()
+            j = self.stop_sink(sink)
+        ports = [int(f["src"].rsplit(":", 1)[1]) for f in j["flows"]]
+        check(
+            len(ports) == 256 and ports == sorted(ports) and j["flows_overflow"] == 4, f"overflow {j['flows_overflow']}"
+        )
+        check(j["packets"] == 261 and sum(f["packets"] for f in j["flows"]) == 257, f"sink: {j['packets']} packets")
+
     def case_foreign_payloads(self) -> None:
         """Extreme sequence numbers and send times (not vrgen's) must not upset the sink."""
         port = free_udp_port()
