@@ -1,9 +1,9 @@
 """Quick self-test of vrgen/vrsink over loopback (``make -C crosstraffic check``).
 
 Runs the (sanitizer-instrumented) binaries through argument errors, paced and unpaced IPv4/IPv6
-runs, the pacing schedule (every payload's send stamp against vrgen's schedule), signal stops and
-crafted sequence numbers, and fails on any wrong result or any AddressSanitizer / LeakSanitizer /
-UndefinedBehaviorSanitizer report.  Needs no root.
+runs, the pacing schedule (every payload's send stamp against vrgen's schedule), several flows
+and frame-size mixes, signal stops and crafted sequence numbers, and fails on any wrong result or
+any AddressSanitizer / LeakSanitizer / UndefinedBehaviorSanitizer report.  Needs no root.
 
     python -m crosstraffic.selftest --bin crosstraffic/bin/san
 """
@@ -29,12 +29,46 @@ SANITIZER_MARKERS = ("AddressSanitizer", "LeakSanitizer", "UndefinedBehaviorSani
 READY_TIMEOUT_S = 10.0
 EARLY_TOLERANCE_NS = 1_000  # CLOCK_REALTIME stamps vs a schedule kept on CLOCK_MONOTONIC
 RECV_IDLE_S = 0.5
+V4_OVERHEAD, V6_OVERHEAD = 46, 66  # Ethernet frame bytes around the UDP payload (vrgen's convention)
+
+
+def size_cycle(sizes: Sequence[tuple[int, int]]) -> list[int]:
+    """vrgen's cycle of frame sizes for ``--sizes`` (size, weight) pairs: smooth weighted round-robin,
+    written out again here so the self-test checks vrgen against an independent copy."""
+    total = sum(w for _, w in sizes)
+    cur = [0] * len(sizes)
+    out: list[int] = []
+    for _ in range(total):
+        best = 0
+        for i, (_, w) in enumerate(sizes):
+            cur[i] += w
+            if cur[i] > cur[best]:
+                best = i
+        cur[best] -= total
+        out.append(sizes[best][0])
+    return out
+
+
+def cum_bits(cycle: Sequence[int], k: int) -> int:
+    """Frame bits of packets 0 .. k-1 of a run whose sizes repeat ``cycle``."""
+    whole, part = divmod(k, len(cycle))
+    return whole * 8 * sum(cycle) + 8 * sum(cycle[:part])
+
+
+def scheduled_packets(cycle: Sequence[int], rate_bps: int, duration_ns: int) -> int:
+    """How many packets vrgen's schedule sends in ``duration_ns``: those k with
+    ``cum_bits(k) * 1e9 <= (duration_ns - 1) * rate_bps``."""
+    limit = (duration_ns - 1) * rate_bps // 1_000_000_000
+    cycle_bits = 8 * sum(cycle)
+    whole, rest = divmod(limit, cycle_bits)
+    return whole * len(cycle) + sum(1 for j in range(len(cycle)) if cum_bits(cycle, j) <= rest)
 
 
 @dataclass(frozen=True)
 class PacingCheck:
     """Received payloads (seq, CLOCK_REALTIME send stamp) against vrgen's schedule: packet k is due
-    at ``start_ns + k * frame_bits * 1e9 // rate_bps`` (integer ns)."""
+    at ``start_ns + k * frame_bits * 1e9 // rate_bps`` (integer ns); with a size mix at
+    ``start_ns + cum_bits(k) * 1e9 // rate_bps``."""
 
     received: int  # distinct sequence numbers
     missing: int  # of 0 .. expected - 1
@@ -46,15 +80,21 @@ class PacingCheck:
 
 
 def pacing_check(
-    records: Sequence[tuple[int, int]], start_ns: int, frame_bytes: int, rate_bps: int, expected: int
+    records: Sequence[tuple[int, int]],
+    start_ns: int,
+    frame_bytes: int,
+    rate_bps: int,
+    expected: int,
+    cycle: Sequence[int] | None = None,
 ) -> PacingCheck:
     """Compare each packet's send stamp with its due time; group packets into bursts (consecutive
-    sequence numbers sharing one stamp)."""
+    sequence numbers sharing one stamp).  ``cycle``: the frame sizes of a ``--sizes`` mix (see
+    ``size_cycle``); then ``frame_bytes`` is not used."""
     first: dict[int, int] = {}
     for seq, stamp in records:
         first.setdefault(seq, stamp)
-    bits_ns = frame_bytes * 8 * 1_000_000_000
-    devs = sorted(stamp - (start_ns + seq * bits_ns // rate_bps) for seq, stamp in first.items())
+    sizes = cycle if cycle is not None else [frame_bytes]
+    devs = sorted(stamp - (start_ns + cum_bits(sizes, seq) * 1_000_000_000 // rate_bps) for seq, stamp in first.items())
     sizes: list[int] = []
     prev: tuple[int, int] | None = None
     for seq in sorted(first):
@@ -154,6 +194,22 @@ class SelfTest:
             (self.gen, [*rate_1m, "--packet", "lo", "--gso", *dst_mac]),
             (self.gen, [*rate_1m, "--packet", "lo", *dst_mac]),
             (self.gen, [*rate_1m, "--packet", "vrt-no-such-if", *dst_mac]),
+            (self.gen, [*rate_1m, "--flows", "0"]),
+            (self.gen, [*rate_1m, "--flows", "257"]),
+            (self.gen, [*rate_1m, "--flow-run", "0"]),
+            (self.gen, [*rate_1m, "--flows", "2", "--packet", "lo", *dst_mac]),
+            (self.gen, [*rate_1m, "--flows", "2", "--gso"]),
+            (self.gen, ["--dst", "::1", "--port", "9", "--rate", "1M", "--sizes", "100:1,81:2"]),
+            (self.gen, [*rate_1m, "--sizes", "64:0"]),
+            (self.gen, [*rate_1m, "--sizes", "64:1", "--frame", "64"]),
+            (self.gen, [*rate_1m, "--frame", "64", "--sizes", "64:1"]),
+            (self.gen, [*rate_1m, "--sizes", "64:1,1519:1"]),
+            (self.gen, [*rate_1m, "--sizes", "64:2049,100:2048"]),
+            (self.gen, [*rate_1m, "--sizes", ",".join(["64:1"] * 17)]),
+            (self.gen, [*rate_1m, "--sizes", "64"]),
+            (self.gen, [*rate_1m, "--sizes", "64:1,"]),
+            (self.gen, [*rate_1m, "--sizes", "64:1,100:1", "--gso"]),
+            (self.gen, [*rate_1m, "--sizes", "64:1", "--packet", "lo", *dst_mac]),
         ]
         for exe, args in cases:
             f = clean(run([exe, *args], timeout_s=10))
@@ -162,6 +218,8 @@ class SelfTest:
             check(len(lines) == 1 and f.stdout == "", f"{exe} {args}: want one stderr line, got {f.stderr!r}")
         f = clean(run([self.gen, "--dst", "::1", "--port", "9", "--rate", "1M", "--frame", "81"], timeout_s=10))
         check("minimum frame 82" in f.stderr, f"IPv6 small-frame message unclear: {f.stderr!r}")
+        f = clean(run([self.gen, "--dst", "::1", "--port", "9", "--rate", "1M", "--sizes", "100:1,81:2"], timeout_s=10))
+        check("size 81" in f.stderr and "minimum frame 82" in f.stderr, f"--sizes IPv6 message unclear: {f.stderr!r}")
 
     def _paced(self, fam: int, dst: str, rate: str, frame: int, log: bool) -> None:
         port = free_udp_port(fam)
@@ -246,6 +304,112 @@ class SelfTest:
         check(d["count"] == g["packets"] and d["min"] >= 0, f"sched_dev_ns {d}")
         check(c.dev_p50_ns - 2000 <= d["p50"] <= c.dev_p50_ns * 1.01 + 2000, f"p50 {d['p50']} vs {c.dev_p50_ns}")
         check(c.dev_max_ns - 2000 <= d["max"] <= c.dev_max_ns + 2000, f"max {d['max']} vs {c.dev_max_ns}")
+
+    def _receive(self, fam: int, gen_args: Sequence[str]) -> tuple[list[tuple[int, int, int, int]], dict]:
+        """Run vrgen into a socket of this process until vrgen exits; every datagram as
+        (seq, send stamp, UDP payload bytes, source port), and gen.json."""
+        records: list[tuple[int, int, int, int]] = []
+        with socket.socket(fam, socket.SOCK_DGRAM) as rx:
+            rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+            dst = "::1" if fam == socket.AF_INET6 else "127.0.0.1"
+            rx.bind((dst, 0))
+            rx.settimeout(RECV_IDLE_S)
+            gen = Child([self.gen, "--dst", dst, "--port", str(rx.getsockname()[1]), *gen_args])
+            try:
+                while True:
+                    try:
+                        data, src = rx.recvfrom(2048)
+                    except TimeoutError:
+                        if gen.popen.poll() is not None:
+                            break
+                        continue
+                    seq, stamp = struct.unpack_from("<Qq", data)
+                    records.append((seq, stamp, len(data), src[1]))
+                f = clean(gen.finish(10))
+            finally:
+                gen.kill()
+        check(f.returncode == 0, f"vrgen exit {f.returncode}: {f.stderr}")
+        return records, json.loads(f.stdout)
+
+    def case_flows(self) -> None:
+        """--flows 4: four source ports, each flow's packets counted by the sink as sent, no
+        reordering; the packets per flow are those of runs of --flow-run (8) sequence numbers."""
+        flows, flow_run, rate, frame, duration_ns = 4, 8, 10_000_000, 64, 500_000_000
+        port = free_udp_port()
+        sink = self.start_sink("--port", str(port), "--bind", "127.0.0.1")
+        try:
+            g = self.gen_json("--dst", "127.0.0.1", "--port", str(port), "--rate", str(rate), "--frame", str(frame),
+                              "--duration", str(duration_ns / 1e9), "--flows", str(flows))  # fmt: skip
+        finally:
+            s = self.stop_sink(sink)
+        n = scheduled_packets([frame], rate, duration_ns)
+        check(g["packets"] == n and g["send_errors"] == 0, f"gen sent {g['packets']} of {n}: {g}")
+        check((g["flows"], g["flow_run"]) == (flows, flow_run), f"gen flows {g['flows']} run {g['flow_run']}")
+        ports = g["flow_src_ports"]
+        check(len(set(ports)) == flows and port not in ports, f"gen source ports {ports}")
+        want = [sum(1 for k in range(n) if (k // flow_run) % flows == f) for f in range(flows)]
+        check(g["flow_packets"] == want and g["flow_send_errors"] == [0] * flows, f"gen {g['flow_packets']} != {want}")
+        check(g["frame_bytes_total"] == frame * n and g["sizes"] == [[frame, 1]], f"gen {g['frame_bytes_total']}")
+        sf = s["flows"]
+        check([f["src"] for f in sf] == [f"127.0.0.1:{p}" for p in sorted(ports)], f"sink flows {sf}")
+        check(s["flows_overflow"] == 0 and s["lost"] == 0 and s["reordered"] == 0, f"sink: {s}")
+        for f in sf:
+            i = ports.index(int(f["src"].rsplit(":", 1)[1]))
+            check(f["packets"] == g["flow_packets"][i], f"flow {f['src']}: {f['packets']} of {g['flow_packets'][i]}")
+            check(f["duplicates"] == 0 and f["reordered"] == 0, f"flow {f}")
+            check(f["first_ns"] <= f["max_gap_t0_ns"] < f["max_gap_t0_ns"] + f["max_gap_ns"] <= f["last_ns"], f"{f}")
+        check(sum(f["packets"] for f in sf) == s["packets"] == g["packets"], "per-flow packets do not add up")
+        check(s["frame_bytes_total"] == g["frame_bytes_total"], f"sink {s['frame_bytes_total']} bytes")
+
+    def _sizes(self, fam: int, sizes: Sequence[tuple[int, int]]) -> None:
+        """A frame-size mix at 10M for 1 s, read here: every packet's size is its place in the cycle,
+        whole cycles carry the weights, every send stamp is at or after its due time on the
+        cumulative-bits schedule, the flow of each packet is its run's (3 flows, runs of 5, so the
+        runs cut across cycles); then into vrsink for the frame bytes on both sides."""
+        rate, duration_ns, quantum_us = 10_000_000, 1_000_000_000, 500
+        spec = ",".join(f"{sz}:{w}" for sz, w in sizes)
+        overhead = V6_OVERHEAD if fam == socket.AF_INET6 else V4_OVERHEAD
+        cycle = size_cycle(sizes)
+        n = scheduled_packets(cycle, rate, duration_ns)
+        args = ["--rate", str(rate), "--sizes", spec, "--duration", str(duration_ns / 1e9), "--late-us", "20000"]
+        records, g = self._receive(fam, [*args, "--flows", "3", "--flow-run", "5"])
+        check(g["packets"] == n and g["send_errors"] == 0, f"gen sent {g['packets']}, the schedule has {n}")
+        check(g["sizes"] == [list(x) for x in sizes] and g["frame_bytes"] == min(sz for sz, _ in sizes), f"{g}")
+        check(g["mean_frame_bytes"] == sum(cycle) / len(cycle), f"mean_frame_bytes {g['mean_frame_bytes']}")
+        check(g["frame_bytes_total"] == cum_bits(cycle, n) // 8, f"frame_bytes_total {g['frame_bytes_total']}")
+        check([r[0] for r in records] == list(range(n)), "not every packet arrived once and in order")
+        frames = [length + overhead for _, _, length, _ in records]
+        check(frames == [cycle[k % len(cycle)] for k in range(n)], "a packet's size is not its place in the cycle")
+        whole = n // len(cycle) * len(cycle)
+        got = {sz: frames[:whole].count(sz) for sz, _ in sizes}
+        check(got == {sz: w * (whole // len(cycle)) for sz, w in sizes}, f"sizes over whole cycles {got}")
+        ports = g["flow_src_ports"]
+        check(all(ports[(seq // 5) % 3] == src for seq, _, _, src in records), "a packet left on another flow")
+        c = pacing_check([r[:2] for r in records], g["start_ns"], 0, rate, n, cycle=cycle)
+        check(c.received == n and c.missing == 0 and c.early == 0, f"{c.early} packets stamped before due: {c}")
+        check(0 <= c.dev_p50_ns <= quantum_us * 1000 + 2_000_000, f"median deviation {c.dev_p50_ns} ns")
+        # the rate: the last packet due before the end carries up to one largest frame beyond
+        # rate * duration; a run that ended late reads lower by that lateness (see _paced)
+        err = abs(g["achieved_bps"] - rate) / rate
+        late = max(0.0, g["elapsed_s"] - g["duration_s"]) / g["duration_s"]
+        tol = 0.001 + 8 * max(cycle) * 1e9 / (rate * duration_ns)
+        check(err < tol + late, f"rate error {err:.5f} (tolerance {tol:.5f}, run {late:.5f} late)")
+        port = free_udp_port(fam)
+        sink = self.start_sink("--port", str(port), "--bind", "::1" if fam == socket.AF_INET6 else "127.0.0.1")
+        try:
+            g = self.gen_json("--dst", "::1" if fam == socket.AF_INET6 else "127.0.0.1", "--port", str(port), *args)
+        finally:
+            s = self.stop_sink(sink)
+        check(s["packets"] == g["packets"] == n and s["lost"] == 0, f"sink {s['packets']} gen {g['packets']} of {n}")
+        check(s["frame_bytes_total"] == g["frame_bytes_total"], f"sink {s['frame_bytes_total']} gen {g}")
+        check(s["bytes"] == g["frame_bytes_total"] - overhead * n, f"sink bytes {s['bytes']}")
+        check(len(s["flows"]) == 1 and s["flows"][0]["packets"] == n, f"sink flows {s['flows']}")
+
+    def case_sizes_imix_v4(self) -> None:
+        self._sizes(socket.AF_INET, [(64, 7), (570, 4), (1518, 1)])
+
+    def case_sizes_mix_v6(self) -> None:
+        self._sizes(socket.AF_INET6, [(82, 3), (1000, 2), (1518, 1)])
 
     def case_paced_v4_64(self) -> None:
         self._paced(socket.AF_INET, "127.0.0.1", "10M", 64, log=True)
@@ -338,6 +502,57 @@ class SelfTest:
         t0, t1, s0, s1 = j["gaps"][0]
         check((s0, s1) == (4, 10) and 45e6 <= t1 - t0 <= 1e9, f"gap {j['gaps'][0]}")
 
+    def case_crafted_flows(self) -> None:
+        """Per-flow duplicates, reordering and silence by hand, from two IPv6 sockets."""
+        port = free_udp_port(socket.AF_INET6)
+        sink = self.start_sink("--port", str(port), "--bind", "::1")
+        try:
+            with (
+                socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as a,
+                socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as b,
+            ):
+
+                def send(s: socket.socket, seq: int) -> None:
+                    s.sendto(struct.pack("<Qq", seq, time.clock_gettime_ns(time.CLOCK_REALTIME)), ("::1", port))
+
+                for s, q in ((a, 0), (a, 1), (a, 3), (a, 2), (b, 5), (b, 4), (b, 1)):
+                    send(s, q)
+                a.sendto(b"short", ("::1", port))
+                time.sleep(0.05)  # the stimulus: a 50 ms silence of flow a
+                send(a, 6)
+                srcs = {f"[::1]:{a.getsockname()[1]}": "a", f"[::1]:{b.getsockname()[1]}": "b"}
+        finally:
+            j = self.stop_sink(sink)
+        flows = {srcs.get(f["src"], f["src"]): f for f in j["flows"]}
+        got = {k: (f["packets"], f["duplicates"], f["reordered"]) for k, f in flows.items()}
+        check(got == {"a": (5, 0, 1), "b": (2, 1, 1)}, f"per-flow (packets, duplicates, reordered): {got}")
+        check((j["packets"], j["duplicates"], j["reordered"]) == (7, 1, 2), f"sink totals: {j}")
+        fa, fb = flows["a"], flows["b"]
+        check(fa["max_gap_ns"] >= 45e6 and fa["max_gap_t0_ns"] + fa["max_gap_ns"] == fa["last_ns"], f"flow a {fa}")
+        check(
+            fb["max_gap_ns"] < 45e6 and fb["first_ns"] <= fb["max_gap_t0_ns"] < fb["last_ns"] < fa["last_ns"], f"{fb}"
+        )
+        check(j["frame_bytes_total"] == 7 * (16 + V6_OVERHEAD) and j["flows_overflow"] == 0, f"sink: {j}")
+
+    def case_flows_overflow(self) -> None:
+        """Sources beyond the 256th are counted in flows_overflow, and otherwise as all others."""
+        port = free_udp_port()
+        sink = self.start_sink("--port", str(port), "--bind", "127.0.0.1")
+        socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(260)]
+        try:
+            for q, s in enumerate(socks):
+                s.sendto(struct.pack("<Qq", q, time.clock_gettime_ns(time.CLOCK_REALTIME)), ("127.0.0.1", port))
+            socks[0].sendto(struct.pack("<Qq", 260, time.clock_gettime_ns(time.CLOCK_REALTIME)), ("127.0.0.1", port))
+        finally:
+            for s in socks:
+                s.close()
+            j = self.stop_sink(sink)
+        ports = [int(f["src"].rsplit(":", 1)[1]) for f in j["flows"]]
+        check(
+            len(ports) == 256 and ports == sorted(ports) and j["flows_overflow"] == 4, f"overflow {j['flows_overflow']}"
+        )
+        check(j["packets"] == 261 and sum(f["packets"] for f in j["flows"]) == 257, f"sink: {j['packets']} packets")
+
     def case_foreign_payloads(self) -> None:
         """Extreme sequence numbers and send times (not vrgen's) must not upset the sink."""
         port = free_udp_port()
@@ -412,12 +627,15 @@ class SelfTest:
             check(s["max_tx"]["seq"] == g["packets"] - 1 and s["state_writes"] > 0 == s["state_errors"], f"{s}")
             # more packets than the ring holds arrive after the threshold, before it is given
             after.unlink()
+            state.unlink()
             port = free_udp_port()
-            sink = self.start_sink("--port", str(port), "--bind", "127.0.0.1", "--after-file", str(after))
+            sink = self.start_sink("--port", str(port), "--bind", "127.0.0.1", "--after-file", str(after),
+                                   "--state", str(state), "--state-ms", "5")  # fmt: skip
             try:
                 threshold = time.clock_gettime_ns(time.CLOCK_REALTIME)
                 g = self.gen_json("--dst", "127.0.0.1", "--port", str(port), "--rate", "0", "--frame", "64",
                                   "--duration", "1.5")  # fmt: skip
+                self._wait_drained(state, g["packets"])
                 after.write_text(str(threshold))
                 time.sleep(0.1)  # the stimulus: a threshold in place before the stop (read every 10 ms)
             finally:
@@ -425,6 +643,27 @@ class SelfTest:
             a = s["after"]
             check(s["packets"] > 2**17, f"only {s['packets']} packets: the ring was not overrun")
             check(a["complete"] is False and a["packets"] == 2**17, f"overrun ring: {a}")
+
+    @staticmethod
+    def _wait_drained(state: Path, sent: int) -> None:
+        """Wait until a sink with ``--state`` has received ``sent`` datagrams, or (after a loss) until
+        two of its state writes show the same count: a receive call between them found the queue
+        empty, and the generator has exited, so nothing further arrives."""
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        prev: tuple[int, int] | None = None
+        while True:
+            check(time.monotonic() < deadline, f"the sink never caught up with {sent} datagrams: {prev}")
+            try:
+                live = json.loads(state.read_text())
+            except FileNotFoundError:
+                live = None
+            if live is not None:
+                if live["received"] >= sent or (
+                    prev is not None and live["t_ns"] != prev[0] and live["received"] == prev[1]
+                ):
+                    return
+                prev = (live["t_ns"], live["received"])
+            time.sleep(0.001)
 
     def case_sink_duration(self) -> None:
         f = clean(run([self.sink, "--port", str(free_udp_port()), "--duration", "0.2"], timeout_s=10))

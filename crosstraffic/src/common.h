@@ -29,6 +29,8 @@
 #define CT_V6_OVERHEAD (CT_ETH_OVERHEAD + 40 + 8) /* 66 */
 #define CT_FRAME_MIN 64
 #define CT_FRAME_MAX 1518
+/* vrgen --flows: sockets (source ports) at most; vrsink keeps per-flow counts for as many sources */
+#define CT_FLOWS_MAX 256
 
 #define CT_RATE_CONVENTION                                                                            \
     "ethernet-frame bits: frame_bytes*8 per packet, frame includes 14 B header and 4 B FCS, excludes " \

@@ -7,6 +7,10 @@
  * vrgen's sent_hist_ms it gives loss by send time) and one-way delay statistics (log-linear histogram, 0.1 % resolution), and optionally
  * logs every packet as little-endian (u64 seq, i64 t_ns) records.
  *
+ * Per flow (source address and port, from recvmmsg's msg_name; up to CT_FLOWS_MAX sources in an
+ * open-addressing table behind a one-entry cache, so runs of one source cost a compare): unique
+ * packets, duplicates, reordering within the flow, first/last receive time and the longest silence.
+ *
  * Live state (--state FILE): every --state-ms the packets so far, the packet with the highest send
  * stamp and the --after-file report, written atomically (FILE.tmp, rename) for a reader polling it.
  * --after-file FILE: once FILE holds a CLOCK_REALTIME ns threshold (e.g. when a migration
@@ -20,6 +24,7 @@
 #define _GNU_SOURCE
 #include "common.h"
 
+#include <arpa/inet.h>
 #include <getopt.h>
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
@@ -37,6 +42,7 @@
 #define DRAIN_LIMIT_NS 500000000LL /* at stop, drain the queue for at most 0.5 s */
 #define GAPS_MAX 1000000
 #define AFTER_RING_LOG2 17 /* recent unique packets kept until the --after-file threshold is read */
+#define FLOW_SLOTS 512     /* hash slots for CT_FLOWS_MAX sources: at most half full */
 
 struct opts {
     int port;
@@ -422,6 +428,137 @@ static void after_print(FILE *f, const struct after *a)
     fputc('}', f);
 }
 
+/* ---- per-flow accounting, keyed by the datagram's source address and port ---- */
+struct flowkey {
+    uint32_t w[5]; /* family << 16 | port (host order), then the address (IPv4: w[1], the rest 0) */
+};
+
+static inline int flowkey_eq(const struct flowkey *a, const struct flowkey *b)
+{
+    return ((a->w[0] ^ b->w[0]) | (a->w[1] ^ b->w[1]) | (a->w[2] ^ b->w[2]) | (a->w[3] ^ b->w[3]) |
+            (a->w[4] ^ b->w[4])) == 0;
+}
+
+struct flow {
+    struct flowkey key;
+    uint64_t rx;                 /* receptions of packets with a header (duplicates included) */
+    uint64_t packets, dups, reordered;
+    uint64_t max_seq;            /* highest sequence number seen in this flow */
+    int64_t first_ns, last_ns;   /* earliest and latest receive time */
+    int64_t max_gap, max_gap_t0; /* longest interval between receptions, and the time before it */
+};
+
+struct flowtab {
+    struct flow *f; /* CT_FLOWS_MAX */
+    int n, last;    /* flows in use; index of the last one found (-1: none) */
+    int16_t slot[FLOW_SLOTS]; /* flow index + 1, 0 = empty */
+    uint64_t overflow;        /* packets of sources beyond CT_FLOWS_MAX */
+};
+
+/* The key of a source address (all zero for an address of another family or none). */
+static inline void flowkey_of(const struct sockaddr_storage *sa, socklen_t len, struct flowkey *k)
+{
+    *k = (struct flowkey){{0}};
+    if (sa->ss_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
+        const struct sockaddr_in *s4 = (const void *)sa;
+        k->w[0] = (uint32_t)AF_INET << 16 | ntohs(s4->sin_port);
+        k->w[1] = s4->sin_addr.s_addr;
+    } else if (sa->ss_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
+        const struct sockaddr_in6 *s6 = (const void *)sa;
+        k->w[0] = (uint32_t)AF_INET6 << 16 | ntohs(s6->sin6_port);
+        memcpy(&k->w[1], &s6->sin6_addr, 16);
+    }
+}
+
+/* The flow of key, added if new; NULL (counted in overflow) once CT_FLOWS_MAX sources are known. */
+static struct flow *flow_get(struct flowtab *t, const struct flowkey *k)
+{
+    if (t->last >= 0 && flowkey_eq(&t->f[t->last].key, k))
+        return &t->f[t->last];
+    uint32_t h = 2166136261u; /* FNV-1a over the words */
+    for (int i = 0; i < 5; i++)
+        h = (h ^ k->w[i]) * 16777619u;
+    h ^= h >> 15;
+    for (uint32_t i = h & (FLOW_SLOTS - 1);; i = (i + 1) & (FLOW_SLOTS - 1)) {
+        int s = t->slot[i];
+        if (s == 0) {
+            if (t->n == CT_FLOWS_MAX) {
+                t->overflow++;
+                return NULL;
+            }
+            t->f[t->n] = (struct flow){.key = *k};
+            t->slot[i] = (int16_t)(t->n + 1);
+            t->last = t->n++;
+            return &t->f[t->last];
+        }
+        if (flowkey_eq(&t->f[s - 1].key, k)) {
+            t->last = s - 1;
+            return &t->f[s - 1];
+        }
+    }
+}
+
+/* One reception of a packet with sequence number seq at t; is_new from the global window. */
+static void flow_add(struct flow *f, uint64_t seq, int is_new, int64_t t)
+{
+    if (f->rx == 0) {
+        f->first_ns = f->last_ns = t;
+        f->max_seq = seq;
+    } else {
+        if (t - f->last_ns > f->max_gap) { /* against the latest time so far, like the global gaps */
+            f->max_gap = t - f->last_ns;
+            f->max_gap_t0 = f->last_ns;
+        }
+        if (t < f->first_ns)
+            f->first_ns = t;
+        if (t > f->last_ns)
+            f->last_ns = t;
+    }
+    if (is_new) {
+        f->packets++;
+        if (f->rx > 0 && seq < f->max_seq)
+            f->reordered++;
+    } else {
+        f->dups++;
+    }
+    if (seq > f->max_seq)
+        f->max_seq = seq;
+    f->rx++;
+}
+
+static int flow_cmp(const void *a, const void *b)
+{
+    const struct flow *x = a, *y = b;
+    uint32_t px = x->key.w[0] & 0xffff, py = y->key.w[0] & 0xffff;
+    if (px != py)
+        return px < py ? -1 : 1;
+    return memcmp(x->key.w, y->key.w, sizeof x->key.w);
+}
+
+/* "flows": [...] sorted by source port (the table itself is sorted: called once, at the end). */
+static void flows_print(FILE *f, struct flowtab *t)
+{
+    qsort(t->f, (size_t)t->n, sizeof *t->f, flow_cmp);
+    t->last = -1;
+    fputs("\"flows\": [", f);
+    for (int i = 0; i < t->n; i++) {
+        const struct flow *w = &t->f[i];
+        char a[INET6_ADDRSTRLEN] = "?", src[INET6_ADDRSTRLEN + 16];
+        int fam = (int)(w->key.w[0] >> 16);
+        if (fam)
+            inet_ntop(fam, &w->key.w[1], a, sizeof a);
+        snprintf(src, sizeof src, fam == AF_INET6 ? "[%s]:%u" : "%s:%u", a, (unsigned)(w->key.w[0] & 0xffff));
+        fprintf(f, "%s{\"src\": ", i ? ", " : "");
+        ct_json_str(f, src);
+        fprintf(f,
+                ", \"packets\": %" PRIu64 ", \"duplicates\": %" PRIu64 ", \"reordered\": %" PRIu64
+                ", \"first_ns\": %" PRId64 ", \"last_ns\": %" PRId64 ", \"max_gap_ns\": %" PRId64
+                ", \"max_gap_t0_ns\": %" PRId64 "}",
+                w->packets, w->dups, w->reordered, w->first_ns, w->last_ns, w->max_gap, w->max_gap_t0);
+    }
+    fprintf(f, "], \"flows_overflow\": %" PRIu64, t->overflow);
+}
+
 struct state {
     struct seqtrack seq;
     struct owd owd;
@@ -435,6 +572,9 @@ struct state {
     int64_t prev_t; /* latest arrival time so far */
     uint64_t prev_seq;
     uint64_t received, bytes, malformed, truncated, user_ts, gro_segments;
+    uint64_t frame_bytes_total; /* unique packets: UDP payload + the family's overhead */
+    int overhead;               /* CT_V4_OVERHEAD or CT_V6_OVERHEAD */
+    struct flowtab flows;
     int64_t first_ns, last_ns;
     uint32_t drops;
     int payload_min, payload_max;
@@ -446,7 +586,7 @@ struct state {
     uint64_t state_writes, state_errors;
 };
 
-static void on_packet(struct state *st, const unsigned char *p, int len, int64_t t)
+static void on_packet(struct state *st, const unsigned char *p, int len, int64_t t, const struct flowkey *src)
 {
     st->received++;
     uint64_t seq;
@@ -484,8 +624,13 @@ static void on_packet(struct state *st, const unsigned char *p, int len, int64_t
     if (len > st->payload_max)
         st->payload_max = len;
 
-    if (seq_add(&st->seq, seq)) {
+    int is_new = seq_add(&st->seq, seq);
+    struct flow *fl = flow_get(&st->flows, src);
+    if (fl)
+        flow_add(fl, seq, is_new, t);
+    if (is_new) {
         st->bytes += (uint64_t)len;
+        st->frame_bytes_total += (uint64_t)(len + st->overhead);
         if (!st->seq_crt) { /* --seq-crt payloads carry no send time */
             int64_t d = (int64_t)((uint64_t)t - (uint64_t)tx); /* wraps instead of UB on foreign payloads */
             struct owd *o = &st->owd;
@@ -568,7 +713,7 @@ static void state_write(struct state *st, const char *path)
     st->state_writes++;
 }
 
-static void print_json(const struct state *st, const struct opts *o, int fam, const char *bind, int rcvbuf,
+static void print_json(struct state *st, const struct opts *o, int fam, const char *bind, int rcvbuf,
                        int64_t start_ns, int64_t end_ns, const char *stopped_by)
 {
     FILE *f = stdout;
@@ -611,7 +756,10 @@ static void print_json(const struct state *st, const struct opts *o, int fam, co
             st->received, s->stale, st->malformed, st->truncated, st->user_ts, st->gro_segments, st->drops,
             valid ? st->payload_min : 0, valid ? st->payload_max : 0, dur > 0 ? (double)(s->unique - 1) / dur : 0.0,
             st->gaps_dropped, st->hist.dropped, st->tx_hist.dropped);
-    fprintf(f, "\"seq_format\": \"%s\", ", st->seq_crt ? "crt8" : "le64+send_ns");
+    fprintf(f, "\"seq_format\": \"%s\", \"frame_bytes_total\": %" PRIu64 ", ", st->seq_crt ? "crt8" : "le64+send_ns",
+            st->frame_bytes_total);
+    flows_print(f, &st->flows);
+    fputs(", ", f);
     fputs("\"max_tx\": ", f);
     txrec_print(f, &st->max_tx, st->have_max_tx);
     fputs(", \"after\": ", f);
@@ -647,7 +795,9 @@ int main(int argc, char **argv)
 
     ct_catch_stop_signals(); /* no SA_RESTART: blocking receive returns EINTR */
 
-    struct state st = {.gap_ns = o.gap_ns, .seq_crt = o.seq_crt};
+    struct state st = {.gap_ns = o.gap_ns, .seq_crt = o.seq_crt,
+                       .overhead = fam == AF_INET6 ? CT_V6_OVERHEAD : CT_V4_OVERHEAD, .flows = {.last = -1}};
+    st.flows.f = calloc(CT_FLOWS_MAX, sizeof *st.flows.f);
     crt_init();
     st.seq.W = 1ULL << o.window_log2;
     st.seq.mask = st.seq.W - 1;
@@ -659,6 +809,7 @@ int main(int argc, char **argv)
     unsigned char *ctrl = malloc((size_t)o.batch * CTRL_BYTES);
     struct mmsghdr *msgs = calloc((size_t)o.batch, sizeof *msgs);
     struct iovec *iov = calloc((size_t)o.batch, sizeof *iov);
+    struct sockaddr_storage *names = calloc((size_t)o.batch, sizeof *names);
     if (o.after_file) {
         st.after = (struct after){.path = o.after_file, .ring_n = (size_t)1 << AFTER_RING_LOG2,
                                   .evicted_max_rx = INT64_MIN};
@@ -666,7 +817,7 @@ int main(int argc, char **argv)
         if (!st.after.ring)
             ct_die("out of memory");
     }
-    if (!st.seq.bits || !st.owd.h || !slots || !ctrl || !msgs || !iov)
+    if (!st.seq.bits || !st.owd.h || !slots || !ctrl || !msgs || !iov || !names || !st.flows.f)
         ct_die("out of memory");
 
     if (o.log) {
@@ -730,7 +881,8 @@ int main(int argc, char **argv)
         for (int i = 0; i < reinit; i++) { /* only the headers the kernel wrote last time */
             iov[i].iov_base = slots + (size_t)i * slot_bytes;
             iov[i].iov_len = slot_bytes;
-            msgs[i].msg_hdr = (struct msghdr){.msg_iov = &iov[i], .msg_iovlen = 1,
+            msgs[i].msg_hdr = (struct msghdr){.msg_name = &names[i], .msg_namelen = sizeof names[i],
+                                              .msg_iov = &iov[i], .msg_iovlen = 1,
                                               .msg_control = ctrl + (size_t)i * CTRL_BYTES,
                                               .msg_controllen = CTRL_BYTES};
         }
@@ -770,13 +922,15 @@ int main(int argc, char **argv)
             }
             const unsigned char *p = iov[i].iov_base;
             int len = (int)msgs[i].msg_len;
+            struct flowkey src;
+            flowkey_of(&names[i], m->msg_namelen, &src);
             if (seg > 0 && len > seg) { /* a GRO aggregate: equal segments, the last may be shorter */
                 for (int off = 0; off < len; off += seg) {
-                    on_packet(&st, p + off, len - off < seg ? len - off : seg, t);
+                    on_packet(&st, p + off, len - off < seg ? len - off : seg, t, &src);
                     st.gro_segments++;
                 }
             } else {
-                on_packet(&st, p, len, t);
+                on_packet(&st, p, len, t, &src);
             }
         }
     }
@@ -802,5 +956,7 @@ int main(int argc, char **argv)
     free(ctrl);
     free(msgs);
     free(iov);
+    free(names);
+    free(st.flows.f);
     return 0;
 }
