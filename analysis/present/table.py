@@ -337,7 +337,9 @@ def format_table(summary: Summary | Mapping[str, Any]) -> str:
     dc, dp, hv = det.get("downtime_counters"), det.get("downtime_packets"), det.get("hypervisor")
     rate = f"{s['rate_bps'] / 1e6:g} Mbit/s" if s.get("rate_bps") is not None else NA
     router = f" router={s['router']}" if s.get("router") not in (None, "frr") else ""
-    head = f"{s.get('hv')} {s.get('mode')} {rate} {s.get('frame_bytes')} B accel={s.get('accel')}{router}"
+    sizes = dig(s, "udp", "frame_sizes")
+    frame = f"{s.get('frame_bytes')} B" if not sizes else "sizes " + "/".join(f"{b}:{w}" for b, w in sizes)
+    head = f"{s.get('hv')} {s.get('mode')} {rate} {frame} accel={s.get('accel')}{router}"
     head += f": {s.get('status')}"
     if s.get("failure_class"):
         head += f" [{s['failure_class']}]"

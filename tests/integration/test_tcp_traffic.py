@@ -1,6 +1,7 @@
-"""TRAFFIC=udp+tcp:2+rr through a real stop-and-copy migration of the router VM (root, QEMU, built
-guest, tcpdump): vrtcp's two bulk flows, its request/response and the UDP CBR cross the router
-while QEMU stops it for the whole copy (about 1 s under TCG).
+"""TRAFFIC=udp:4,dir=both,sizes=imix+tcp:2+rr through a real stop-and-copy migration of the router
+VM (root, QEMU, built guest, tcpdump): vrtcp's two bulk flows, its request/response and the UDP CBR
+(four flows each way, the simple IMIX) cross the router while QEMU stops it for the whole copy
+(about 1 s under TCG).
 
 What must hold, fixed before any run:
 * the independent check: the capture at B (tcpdump's kernel time stamps of the segments that
@@ -11,7 +12,14 @@ What must hold, fixed before any run:
 * an outage of ~1 s against Linux's 200 ms minimum RTO: the senders' RTO timers expire (at least
   one expiry seen in TCP_INFO), and the congestion window falls (Loss sets it to 1 segment);
 * the rr transactions in flight see it: the largest latency during the window (or its lower
-  bound, when some went unanswered) exceeds the whole-run p99 before it."""
+  bound, when some went unanswered) exceeds the whole-run p99 before it;
+* the UDP flows: four source ports each way, every packet of every flow counted by its flow; each
+  flow's longest gap contains the data-plane gap (its packets bracket it) and exceeds it by at
+  most two flow periods (M x 8 packets each, before and after) plus FLOW_SLACK_MS of sending jitter;
+* B -> A is measured on its own and crosses the same paused router: its packet downtime is within
+  BA_TOLERANCE_MS of A -> B's;
+* IMIX: vrgen reports the 7:4:1 cycle's mean frame (4246 / 12 B) and the sink's frame bytes per
+  received packet are that mean within 1 % (the lost packets are one contiguous run of the cycle)."""
 
 import json
 
@@ -23,6 +31,13 @@ from tests.integration.conftest import require_root_and
 pytestmark = pytest.mark.integration
 
 SAMPLE_MS = 10.0
+TRAFFIC = "udp:4,dir=both,sizes=imix+tcp:2,rate=20M+rr,rate=50"
+#: the B -> A and A -> B packet downtimes of one stop-and-copy: the same pause, told apart only by the
+#: packet spacing (~0.3 ms) and the order in which the resumed router drains its queues
+BA_TOLERANCE_MS = 20.0
+#: a flow's packets go out in bursts of vrgen's 0.5 ms quantum, late by up to a few ms on a busy TCG host
+FLOW_SLACK_MS = 5.0
+IMIX_MEAN = (7 * 64 + 4 * 570 + 1518) / 12
 
 
 def test_tcp_flows_and_rr_through_a_stopcopy_agree_with_the_capture(tmp_path, no_leftovers):
@@ -31,13 +46,12 @@ def test_tcp_flows_and_rr_through_a_stopcopy_agree_with_the_capture(tmp_path, no
     from migrate.experiment.run import run
     from migrate.model.scenario import Scenario
 
-    s = Scenario(mode="stopcopy", rate_bps=10_000_000, frame_bytes=1500, duration_s=10, migrate_at_s=4, after_s=3,
-                 traffic="udp+tcp:2,rate=20M+rr,rate=50")  # fmt: skip
+    s = Scenario(mode="stopcopy", rate_bps=10_000_000, duration_s=10, migrate_at_s=4, after_s=3, traffic=TRAFFIC)
     run_dir = run(s, tmp_path)
     meta = json.loads((run_dir / "meta.json").read_text())
     summary = json.loads((run_dir / "summary.json").read_text())
     assert meta["status"] == "completed", meta.get("failure")
-    assert meta["instruments"]["traffic"] == "udp+tcp:2,rate=20M+rr,rate=50"
+    assert meta["instruments"]["traffic"] == TRAFFIC
     assert meta["instruments_cpu_s"]["tcp"] > 0, meta["instruments_cpu_s"]
     for name in ("tcp-send.tsv", "tcp-recv.tsv", "tcp-recv.tsv.gaps", "tcp-B.pcap", "rr.tsv", "tcp-send.json"):
         assert (run_dir / name).stat().st_size > 0, name
@@ -61,3 +75,26 @@ def test_tcp_flows_and_rr_through_a_stopcopy_agree_with_the_capture(tmp_path, no
 
     text = format_table(summary)
     assert "TCP 2 flow(s) cubic: goodput outage" in text and "capture at B agrees" in text, text
+    assert "UDP B->A         packet downtime" in text and "UDP flows A->B   4 flows" in text, text
+    _udp_flows_both_ways_in_imix(run_dir, summary, udp_ms)
+
+
+def _udp_flows_both_ways_in_imix(run_dir, summary, udp_ms):
+    gen, sink = (json.loads((run_dir / n).read_text()) for n in ("gen.json", "sink.json"))
+    assert gen["sizes"] == [[64, 7], [570, 4], [1518, 1]] and abs(gen["mean_frame_bytes"] - IMIX_MEAN) < 1e-6, gen
+    per_packet = sink["frame_bytes_total"] / sink["packets"]
+    assert abs(per_packet - IMIX_MEAN) <= 0.01 * IMIX_MEAN, (per_packet, IMIX_MEAN)
+    u = summary["udp"]
+    assert u["flows"] == 4 and u["frame_sizes"] == [[64, 7], [570, 4], [1518, 1]], u
+    period_ms = 4 * gen["flow_run"] / gen["achieved_pps"] * 1e3  # one flow's turn comes every M runs
+    for direction in ("ab", "ba"):
+        flows = u[direction]["flows"]
+        assert flows["flows"] == 4 and flows["unknown_sources"] == 0 and not flows["flags"], flows
+        assert sum(f["received"] for f in flows["per_flow"]) > 0
+    for f in u["ab"]["flows"]["per_flow"]:
+        assert udp_ms - 0.01 <= f["longest_gap_ms"] <= udp_ms + 2 * period_ms + FLOW_SLACK_MS, (f, udp_ms, period_ms)
+    assert sum(f["received"] for f in u["ab"]["flows"]["per_flow"]) == sink["packets"], u["ab"]
+    ba = u["ba"]
+    assert ba["downtime_s"] is not None, ba
+    assert abs(ba["downtime_s"] * 1e3 - udp_ms) <= BA_TOLERANCE_MS, (ba["downtime_s"], udp_ms)
+    assert ba["cross"]["sent_packets"] > 0 and ba["cross"]["received_packets"] > 0, ba["cross"]
