@@ -192,6 +192,8 @@ class GenRequest:
     cpu: int | None = None
     #: UDP flows (distinct source ports) the packets are spread over
     flows: int = 1
+    #: consecutive sequence numbers per flow (None: the tool's default); 1 spreads the flows evenly
+    flow_run: int | None = None
     #: (frame bytes, weight) pairs: a frame-size mix instead of ``frame_bytes`` (its smallest)
     sizes: tuple[tuple[int, int], ...] | None = None
 

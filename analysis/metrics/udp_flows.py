@@ -8,7 +8,7 @@ received (the sink's socket drops are not attributed to flows: with drops a flow
 its share of them, flagged ``sink_socket_drops``), longest gap = the longest interval between two
 consecutive arrivals of that flow (receive stamps, ns; its resolution is the flow's own packet
 spacing, M × flow_run packet intervals, so a flow's gap is at least the data-plane gap and up to
-one flow period longer).  The spread of the longest gaps across flows shows whether the migration
+two flow periods longer).  The spread of the longest gaps across flows shows whether the migration
 stopped all flows together (spread about one flow period) or some flows longer (hashing of flows
 onto queues or paths)."""
 

@@ -149,6 +149,8 @@ class BuiltinBackend(Backend):
                 *frame, "--duration", short_decimal(req.duration_s, 6)]  # fmt: skip
         if req.flows != 1:
             argv += ["--flows", str(req.flows)]
+            if req.flow_run is not None:
+                argv += ["--flow-run", str(req.flow_run)]
         if req.cpu is not None:
             argv += ["--cpu", str(check_cpu(req.cpu))]
         if self.packet_dev is not None and self.dst_mac is not None:

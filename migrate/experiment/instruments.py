@@ -57,6 +57,8 @@ VRGEN = Path(BUILTIN.executables()["gen"])
 VRSINK = Path(BUILTIN.executables()["sink"])
 VRSAMPLER = REPO / "probes" / "bin" / "vrsampler"
 TRAFFIC_PORT = 9000
+FLOW_RUN1_MAX_PPS = 50_000  # TRAFFIC=udp:M: one packet per flow in turn up to this rate (flow_run)
+FLOW_RUN_FAST = 8  # above it, runs of 8 packets per flow (vrgen's default)
 TRAFFIC_BA_PORT = 9001  # TRAFFIC=udp,dir=both: the B -> A CBR's port at A
 IRTT_PORT = 2112
 TCP_PORT = 9100  # TRAFFIC=tcp: vrtcp's bulk flows
@@ -158,6 +160,16 @@ def stop_measured(p: Proc, sig: int, timeout_s: float = STOP_TIMEOUT_S) -> float
         time.sleep(EXIT_POLL_S)
     p.stop(sig)  # reaps the exited process
     return cpu
+
+
+def flow_run(rate_bps: int, sizes: tuple[tuple[int, int], ...] | None, frame_bytes: int) -> int:
+    """vrgen's ``--flow-run`` for TRAFFIC=udp:M: 1 (packet k on flow k mod M, each flow a CBR of
+    RATE/M: a flow's longest gap then resolves to M packet intervals) up to FLOW_RUN1_MAX_PPS, where
+    one sendmmsg call per packet costs a few per cent of a core; above it vrgen's runs of
+    FLOW_RUN_FAST consecutive packets per call (a flow's resolution M x FLOW_RUN_FAST intervals)."""
+    mean = sum(b * w for b, w in sizes) / sum(w for _, w in sizes) if sizes else frame_bytes
+    pps = rate_bps / (mean * 8) if rate_bps > 0 else float("inf")
+    return 1 if pps <= FLOW_RUN1_MAX_PPS else FLOW_RUN_FAST
 
 
 class Instruments:
@@ -267,7 +279,8 @@ class Instruments:
         """The UDP CBR of RATE= (and TRAFFIC=udp's flows and sizes) to ``dst``:``port``, until stopped."""
         s = self.s
         return GenRequest(dst=dst, port=port, rate_bps=s.rate_bps, frame_bytes=s.frame_bytes, duration_s=0,
-                          flows=s.traffic_mix.udp_flows, sizes=s.frame_sizes)  # fmt: skip
+                          flows=s.traffic_mix.udp_flows, flow_run=flow_run(s.rate_bps, s.frame_sizes, s.frame_bytes),
+                          sizes=s.frame_sizes)  # fmt: skip
 
     def start_tcp(self) -> None:
         """TRAFFIC=tcp / rr: vrtcp's receiver (and rr server) on B, then its sender (and rr
