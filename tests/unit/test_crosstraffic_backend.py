@@ -3,6 +3,7 @@ the parsers run on real captured output (tests/fixtures/crosstraffic, see captur
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -116,6 +117,29 @@ def test_builtin_gen_argv(builtin):
         "--cpu",
         "1",
     ]
+
+
+def test_builtin_gen_argv_flows_and_sizes(builtin, iperf3):
+    """--flows (and --flow-run) and --sizes instead of --frame; other backends refuse them."""
+    req = GenRequest(dst="198.18.2.10", port=9000, rate_bps=10_000_000, frame_bytes=64, duration_s=0, flows=4,
+                     flow_run=1, sizes=((64, 7), (570, 4), (1518, 1)))  # fmt: skip
+    argv = builtin.gen_argv(req)
+    assert argv[argv.index("--sizes") + 1] == "64:7,570:4,1518:1" and "--frame" not in argv
+    assert argv[-4:] == ["--flows", "4", "--flow-run", "1"]
+    with pytest.raises(TrafficError, match="frame_bytes=100 must be the smallest"):
+        builtin.gen_argv(dataclasses.replace(req, frame_bytes=100))
+    with pytest.raises(TrafficError, match="several flows or a frame-size mix are not supported"):
+        iperf3.gen_argv(dataclasses.replace(req, sizes=None))
+
+
+def test_flow_run_is_one_packet_per_flow_up_to_50_kpps():
+    from migrate.experiment.instruments import FLOW_RUN_FAST, flow_run
+
+    assert flow_run(10_000_000, None, 1500) == 1  # 833 packets/s
+    assert flow_run(100_000_000, None, 256) == 1  # 48,828 packets/s
+    assert flow_run(100_000_000, None, 64) == FLOW_RUN_FAST  # 195,312 packets/s
+    assert flow_run(100_000_000, ((64, 7), (570, 4), (1518, 1)), 64) == 1  # mean 353.8 B: 35,329 packets/s
+    assert flow_run(0, None, 1500) == FLOW_RUN_FAST  # unpaced
 
 
 def test_builtin_sink_argv(builtin):
