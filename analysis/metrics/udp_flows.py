@@ -7,10 +7,11 @@ source port, received = the sink's unique sequence numbers from that port, lost 
 received (the sink's socket drops are not attributed to flows: with drops a flow's loss includes
 its share of them, flagged ``sink_socket_drops``), longest gap = the longest interval between two
 consecutive arrivals of that flow (receive stamps, ns; its resolution is the flow's own packet
-spacing, M × flow_run packet intervals, so a flow's gap is at least the data-plane gap and up to
-two flow periods longer).  The spread of the longest gaps across flows shows whether the migration
-stopped all flows together (spread about one flow period) or some flows longer (hashing of flows
-onto queues or paths)."""
+spacing, M × flow_run packet intervals, so a flow's gap is at least the data-plane gap, longer by
+up to two flow periods and by any pause right after it, when the resumed router forwards the few
+packets it held and pauses again before the traffic is back at full rate).  The spread of the
+longest gaps across flows shows whether the migration stopped all flows together (spread about
+one flow period) or some flows longer (hashing of flows onto queues or paths)."""
 
 from __future__ import annotations
 
