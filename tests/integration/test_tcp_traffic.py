@@ -100,4 +100,5 @@ def _udp_flows_both_ways_in_imix(run_dir, summary, udp_ms):
     ba = u["ba"]
     assert ba["downtime_s"] is not None, ba
     assert abs(ba["downtime_s"] * 1e3 - udp_ms) <= BA_TOLERANCE_MS, (ba["downtime_s"], udp_ms)
-    assert ba["cross"]["sent_packets"] > 0 and ba["cross"]["received_packets"] > 0, ba["cross"]
+    gen_ba = json.loads((run_dir / "gen-BA.json").read_text())  # B -> A from its own records
+    assert ba["cross"]["sent_packets"] == gen_ba["packets"] > 0 and ba["cross"]["received_packets"] > 0, ba["cross"]
