@@ -701,11 +701,13 @@ def _plot_data(raw: _Raw, window: Window | None, summary: Summary, run_dir: Path
     """What the run plot shows; with ``run_dir``, the TCP and rr panels of a run that had them
     (summary.json ``tcp`` / ``rr`` not null), from vrtcp's traces in it."""
     c = raw.counters
-    series: dict[str, Series | None] = {"cross": None, "offered": None, "migration": None}
+    series: dict[str, Series | None] = {"cross": None, "offered": None, "migration": None, "reverse": None}
+    both = isinstance(summary.udp, dict) and summary.udp.get("ba") is not None
     for key, role, ifname, direction in (
         ("cross", "B", "eth0", "rx"),
         ("offered", "A", "eth0", "tx"),
         ("migration", "R1", "mig0", "tx"),
+        *((("reverse", "A", "eth0", "rx"),) if both else ()),
     ):
         s = c.get(role, ifname) if c else None
         if s is not None and len(s) > 1:
@@ -730,6 +732,9 @@ def _plot_data(raw: _Raw, window: Window | None, summary: Summary, run_dir: Path
                 marks.append((label, t))
     rate = f"{summary.rate_bps / 1e6:g} Mbit/s" if summary.rate_bps else None
     frame = f"{summary.frame_bytes} B" if summary.frame_bytes else None
+    sizes = summary.udp.get("frame_sizes") if isinstance(summary.udp, dict) else None
+    if sizes:
+        frame = "sizes " + "/".join(f"{b}:{w}" for b, w in sizes)
     title = " ".join(str(x) for x in (summary.hv, summary.mode, rate, frame, summary.accel) if x)
     clock = summary.clock
     offsets = dict(clock.offsets_ns) if clock is not None and clock.testbed == "lab" else {}
@@ -748,6 +753,7 @@ def _plot_data(raw: _Raw, window: Window | None, summary: Summary, run_dir: Path
         cross=series["cross"],
         offered=series["offered"],
         migration=series["migration"],
+        reverse=series["reverse"],
         rtt=rtt,
         marks=tuple(marks),
         title=title,

@@ -86,6 +86,7 @@ class PlotData:
     zoom: Zoom | None = None
     tcp: TcpPanel | None = None
     rr: RrPanel | None = None
+    reverse: Series | None = None  # TRAFFIC=udp,dir=both: the B -> A CBR received at A (A eth0 rx)
 
 
 def _t0(data: PlotData) -> int:
@@ -103,6 +104,7 @@ def _draw_rates(ax, data: PlotData, t0: int) -> None:
     for series, label, style in (
         (data.offered, "offered (A eth0 tx)", {"color": "0.6", "lw": 0.8}),
         (data.cross, "cross-traffic (B eth0 rx)", {"color": "tab:blue", "lw": 1.0}),
+        (data.reverse, "B -> A (A eth0 rx)", {"color": "tab:green", "lw": 0.8}),
     ):
         if series is not None and series.t_ns.size:
             handles += ax.plot((series.t_ns - t0) / 1e9, series.values / 1e6, label=label, **style)
