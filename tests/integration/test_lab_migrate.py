@@ -231,9 +231,14 @@ def test_hosts_check_fails_when_r1_cannot_reach_r2s_libvirt(lab, tmp_path):
 @pytest.mark.parametrize("mode", ["precopy", "stopcopy"])
 def test_lab_migration_runs_every_helper_on_the_hosts(lab, tmp_path, mode, driver):
     inv = load(lab)
-    run_dir, meta, summary = _run(lab, tmp_path, mode, driver)
+    # one of the four also runs the other traffic: UDP flows both ways in IMIX and two TCP flows
+    mixed = mode == "stopcopy" and driver == "qmp"
+    extra = ("--traffic", LAB_TRAFFIC) if mixed else ()
+    run_dir, meta, summary = _run(lab, tmp_path, mode, driver, *extra)
     assert meta["status"] == "completed", meta.get("failure")
     assert meta["scenario"]["driver"] == driver
+    if mixed:
+        _other_traffic_ran_on_the_hosts(inv, meta, summary)
     # the default stack's QEMU ran under either driver, from the copy hosts-setup deployed
     qemu = meta["stack"]["qemu"]
     assert qemu["spec"] == DEFAULT_QEMU and qemu["deployed"] and qemu["version"].startswith("QEMU emulator version 10.")
@@ -274,6 +279,22 @@ def test_lab_migration_runs_every_helper_on_the_hosts(lab, tmp_path, mode, drive
     if driver == "libvirt":  # the lab's own libvirtds: QEMU ran under them, and the domain is gone
         assert (run_dir / "libvirt_jobstats.jsonl").stat().st_size > 0
         assert _domains(inv, "R1") == [] and _domains(inv, "R2") == []
+
+
+LAB_TRAFFIC = "udp:2,dir=both,sizes=imix+tcp:2,rate=10M"
+
+
+def _other_traffic_ran_on_the_hosts(inv, meta, summary) -> None:
+    """TRAFFIC=udp:2,dir=both,sizes=imix+tcp:2 on the lab: the B -> A generator on B and its sink on
+    A, vrtcp's sender on A and receiver on B, from the deployed copies; their records fetched and
+    analysed like the embedded ones."""
+    argv = meta["instruments"]["argv"]
+    assert any(f"{inv.deploy_dir}/bin/vrgen" in a for a in argv["gen-BA"]), argv["gen-BA"]
+    assert any(f"{inv.deploy_dir}/bin/vrtcp" in a for a in argv["tcp-send"]), argv["tcp-send"]
+    u, tcp = summary["udp"], summary["tcp"]
+    assert u["ba"]["downtime_s"] is not None and 0 < u["ba"]["downtime_s"] < 5, u["ba"]
+    assert u["ab"]["flows"]["flows"] == 2 and u["ba"]["flows"]["unknown_sources"] == 0, u
+    assert tcp["goodput_outage_ms"] is not None and tcp["capture_agrees"] is True, tcp
 
 
 def test_a_profile_router_on_the_lab_is_placed_on_each_host_and_its_disk_follows_it(lab, tmp_path):
