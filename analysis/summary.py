@@ -138,6 +138,7 @@ class Summary:
             for name in ("issued_routes_s", "relayed_routes_s", "stall_ms"):
                 if getattr(self.churn, name) is None:
                     out[f"churn.{name}"] = q.absent(self.churn.why_absent.get(name, "not_measured"))
+        out.update(self._q_udp_ba())
         ins = self.instruments
         for name in ("total_cpu_s", "core_share"):
             code = (ins.absent or {}).get(name) if ins is not None else "no_instrument_cpu"
@@ -170,6 +171,22 @@ class Summary:
                 "sink_socket_drops", detail=f"{cross.sink_socket_drops} packets: a gap may be the sink's"
             )
         return out
+
+    def _q_udp_ba(self) -> dict[str, q.Qualifier]:
+        """TRAFFIC=udp,dir=both: the B -> A packet downtime (``udp.ba.downtime_s``) as a bound or
+        why absent, as ``downtime_s.packets`` is."""
+        ba = self.udp.get("ba") if isinstance(self.udp, dict) else None
+        if not isinstance(ba, dict) or ba.get("downtime_s") is not None:
+            return {}
+        dp = ba.get("downtime_packets")
+        path = "udp.ba.downtime_s"
+        if not isinstance(dp, dict):
+            why = (ba.get("why_absent") or {}).get("downtime_packets") or "failed"
+            return {path: q.absent(why)}
+        flags = tuple(dp.get("flags") or ())
+        if dp.get("lower_s") is not None:
+            return {path: q.censored(dp["lower_s"], _bound_flags(flags))}
+        return {path: q.absent(*(flags[-1:] or ("no_gap",)), upper=dp.get("upper_s"))}
 
     def _q_hypervisor(self) -> dict[str, q.Qualifier]:
         hv, out = self.hypervisor, {}

@@ -165,8 +165,8 @@ METRICS: tuple[Metric, ...] = (
     _m("udp_flow_gap_max_ms", "ms", "UDP worst flow gap", "udp.ab.flows.longest_gap_max_ms",
        "udp.ab.flows.longest_gap_max_ms: the longest arrival gap of one A -> B UDP flow (TRAFFIC=udp:M)"),
     _m("udp_ba_downtime_s", "s", "packet downtime B->A", "udp.ba.downtime_s",
-       "udp.ba.downtime_s: the packet downtime of the B -> A UDP CBR, from the sink at A (TRAFFIC=udp,dir=both; "
-       "absent when only a bound is known, which udp.ba.downtime_packets.lower_s carries)"),
+       "udp.ba.downtime_s: the packet downtime of the B -> A UDP CBR, from the sink at A (TRAFFIC=udp,dir=both)",
+       True),
     _m("udp_ba_loss_ratio", "1", "loss ratio B->A", "udp.ba.cross.loss_ratio",
        "udp.ba.cross.loss_ratio: lost / sent of the B -> A UDP CBR (TRAFFIC=udp,dir=both)"),
 )  # fmt: skip

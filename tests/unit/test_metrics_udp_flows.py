@@ -51,3 +51,24 @@ def test_ipv6_source_port_is_parsed():
         {"flows": [{"src": "[2001:db8::1]:40001", "packets": 5, "max_gap_ns": 1_000_000}]},
     )
     assert f is not None and f.per_flow[0].received == 5 and f.flow_run == 8 and f.per_flow[0].longest_gap_ms == 1.0
+
+
+def test_synthetic_b_to_a_bound_is_a_censored_qualifier_and_a_lower_column():
+    """A B -> A packet downtime known only as a bound (clipped, open) is carried as one: the
+    summary's qualifier udp.ba.downtime_s is censored and runs.csv has udp_ba_downtime_s_lower."""
+    from analysis.stats.aggregate import run_record
+    from analysis.summary import Summary
+
+    dp = {"downtime_s": None, "lower_s": 1.25, "upper_s": None, "flags": ["open_end"]}
+    udp = {"flows": 1, "ba": {"downtime_s": None, "downtime_packets": dp, "why_absent": {}}}
+    s = Summary("completed", None, "kvm", "stopcopy", "tcg", 1e7, 1500, udp=udp)
+    qual = s.qualifiers()["udp.ba.downtime_s"]
+    assert (qual.state, qual.lower, qual.reasons) == ("censored", 1.25, ("open_end",))
+    rec = run_record(s.to_dict(), {})
+    assert rec["udp_ba_downtime_s"] is None and rec["udp_ba_downtime_s_lower"] == 1.25
+    absent = Summary(
+        "completed", None, "kvm", "stopcopy", "tcg", 1e7, 1500,
+        udp={"ba": {"downtime_s": None, "downtime_packets": None, "why_absent": {"downtime_packets": "no_sink"}}},
+    ).qualifiers()["udp.ba.downtime_s"]  # fmt: skip
+    assert (absent.state, absent.reasons) == ("absent", ("no_sink",))
+    assert "udp.ba.downtime_s" not in Summary("completed", None, "kvm", "stopcopy", "tcg", 1e7, 1500).qualifiers()
