@@ -64,8 +64,8 @@ def cross_traffic(
 
     Definitions (rates in vrgen's convention: Ethernet frame incl. 14 B header and 4 B FCS):
     offered_bps = gen.json ``achieved_bps``.  forwarded_bps = sink packets × frame_bytes × 8 /
-    (sink last_ns − first_ns); with a frame-size mix (sink.json ``frame_bytes_total``, the frame
-    bytes of the unique packets) that total × 8 / (last_ns − first_ns).
+    (sink last_ns − first_ns), or, when the sink reports it, sink.json ``frame_bytes_total`` (the
+    frame bytes of the unique packets, exact also for a frame-size mix) × 8 / (last_ns − first_ns).
     forwarded_counters_bps = B eth0 (Δrx_bytes + 4 B × Δrx_packets) × 8 / Δt
     between the first and last counter samples inside [sink first_ns, last_ns] (else the
     generator's [start_ns, end_ns]; the kernel's byte counters exclude the FCS, hence the 4 B).

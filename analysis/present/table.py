@@ -266,11 +266,13 @@ def _udp_lines(u: Mapping[str, Any] | None) -> list[str]:
     ba = u.get("ba")
     if isinstance(ba, Mapping):
         cross = ba.get("cross") or {}
-        why = dig(ba, "why_absent", "downtime_packets")
-        down = _f(ba.get("downtime_s"), ".1f", 1000) if ba.get("downtime_s") is not None else f"{NA} ({why or 'bound'})"
-        dp = ba.get("downtime_packets") or {}
-        if ba.get("downtime_s") is None and dp.get("lower_s") is not None:
-            down = f">= {_f(dp['lower_s'], '.1f', 1000)}"
+        lower = dig(ba, "downtime_packets", "lower_s")
+        if ba.get("downtime_s") is not None:
+            down = _f(ba["downtime_s"], ".1f", 1000)
+        elif lower is not None:
+            down = f">= {_f(lower, '.1f', 1000)}"
+        else:
+            down = f"{NA} ({dig(ba, 'why_absent', 'downtime_packets') or 'no gap'})"
         lines.append(
             f"  UDP B->A         packet downtime {down} ms   offered {_f(cross.get('offered_bps'), '.1f', 1e-6)} "
             f"Mbit/s, forwarded {_f(cross.get('forwarded_bps'), '.1f', 1e-6)}   lost "

@@ -223,7 +223,7 @@ class Instruments:
             "sink",
             BUILTIN.sink_argv(
                 SinkRequest(
-                    port=TRAFFIC_PORT, bind=self._sink_addr(), gap_us=gap_threshold_us(s.rate_bps, s.frame_bytes)
+                    port=TRAFFIC_PORT, bind=self._sink_addr(), gap_us=self._gap_us()
                 ),
                 state=self._out("B", SINK_STATE_NAME), state_ms=SINK_STATE_MS,
                 after_file=self._out("B", SINK_AFTER_NAME),
@@ -236,7 +236,7 @@ class Instruments:
             back = self._start(
                 "sink-BA",
                 BUILTIN.sink_argv(SinkRequest(
-                    port=TRAFFIC_BA_PORT, bind=self._dst("A"), gap_us=gap_threshold_us(s.rate_bps, s.frame_bytes)
+                    port=TRAFFIC_BA_PORT, bind=self._dst("A"), gap_us=self._gap_us()
                 )),
                 "A", stdout_name=SINK_BA_JSON,
             )  # fmt: skip
@@ -274,6 +274,13 @@ class Instruments:
             if "sink-BA" in self.procs:
                 self._start("gen-BA", BUILTIN.gen_argv(self._gen_request(self._dst("A"), TRAFFIC_BA_PORT)), "B",
                             stdout_name=GEN_BA_JSON)  # fmt: skip
+
+    def _gap_us(self) -> int:
+        """The sinks' gap threshold: packet k+1 is due k's frame bits after k, so with a size mix
+        the longest normal spacing follows its largest frame (its smallest would make every packet
+        after a large frame a recorded gap)."""
+        sizes = self.s.frame_sizes
+        return gap_threshold_us(self.s.rate_bps, max(b for b, _ in sizes) if sizes else self.s.frame_bytes)
 
     def _gen_request(self, dst: str, port: int) -> GenRequest:
         """The UDP CBR of RATE= (and TRAFFIC=udp's flows and sizes) to ``dst``:``port``, until stopped."""
@@ -457,7 +464,7 @@ class Instruments:
             "traffic_ba_port": TRAFFIC_BA_PORT if "sink-BA" in self.procs else None,
             "udp_flows": self.s.traffic_mix.udp_flows,
             "frame_sizes": [list(p) for p in self.s.frame_sizes] if self.s.frame_sizes else None,
-            "gap_threshold_us": gap_threshold_us(self.s.rate_bps, self.s.frame_bytes),
+            "gap_threshold_us": self._gap_us(),
             "irtt_port": IRTT_PORT,
             "traffic": self.s.traffic,
             "tcp_port": TCP_PORT if self.s.traffic_mix.tcp is not None else None,

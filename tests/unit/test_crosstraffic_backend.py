@@ -475,3 +475,16 @@ def test_validate_sink_returns_the_family(builtin):
         builtin.validate_sink(SinkRequest(port=0))
     with pytest.raises(TrafficError, match=r"duration_s=-1 must be >= 0"):
         builtin.validate_sink(SinkRequest(port=9000, family=6, duration_s=-1))
+
+
+def test_sink_gap_threshold_of_a_size_mix_follows_its_largest_frame():
+    """At 10 Mbit/s a 1518 B frame is followed 1.21 ms later: 3 such spacings (3.64 ms), not 3 of
+    the 64 B frame's (1 ms floor), so the normal spacing of IMIX is never a recorded gap."""
+    from migrate.experiment.instruments import Instruments
+    from migrate.model.scenario import Scenario
+
+    ins = Instruments.__new__(Instruments)
+    ins.s = Scenario(rate_bps=10_000_000, traffic="udp,sizes=imix")
+    assert ins._gap_us() == 3643
+    ins.s = Scenario(rate_bps=10_000_000, frame_bytes=64)
+    assert ins._gap_us() == 1000
