@@ -17,6 +17,10 @@ from tests.integration.conftest import REPO, assert_cut_rows_meet_their_targets,
 pytestmark = pytest.mark.integration
 
 TOOLS = ("irtt", "crosstraffic/bin/vrgen", "crosstraffic/bin/vrsink", "probes/bin/vrsampler")
+#: the interrupted CRIU calibration's repetitions: a row passes when more than half of its events
+#: are within their targets (analysis.metrics.calibration), which one event cannot show: a single
+#: 1.4 ms stall of the busy host at a cut's edge fails a row of one
+REPS_FROZEN = 3
 
 
 def _image(router: str) -> None:
@@ -139,11 +143,12 @@ def _wait_for(predicate, timeout_s: float, proc: subprocess.Popen) -> None:
 
 
 def _interrupted_while_frozen(results: Path) -> list[dict[str, str]]:
-    """One HV=criu calibration SIGINTed in its 4 s freezer pause: everything a run interrupted
-    there must do, asserted; the finished events' rows returned."""
+    """One HV=criu calibration of REPS_FROZEN repetitions SIGINTed in its last repetition's 4 s
+    freezer pause: everything a run interrupted there must do, asserted; the finished events'
+    rows returned (REPS_FROZEN cuts per duration: a row's verdict is over its events)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "migrate", "calibrate", "--hv", "criu", "--durations", "50,4000", "--reps", "1",
-         "--results", str(results)],
+        [sys.executable, "-m", "migrate", "calibrate", "--hv", "criu", "--durations", "50,4000",
+         "--reps", str(REPS_FROZEN), "--results", str(results)],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -153,7 +158,10 @@ def _interrupted_while_frozen(results: Path) -> list[dict[str, str]]:
             found = runs()
             if not found or not (found[0] / "actions.jsonl").exists():
                 return False
-            return any(a["action"] == "pause" and a["nominal_ms"] == 4000 for a in _actions(found[0]))
+            return any(
+                a["action"] == "pause" and a["nominal_ms"] == 4000 and a["rep"] == REPS_FROZEN - 1
+                for a in _actions(found[0])
+            )
 
         _wait_for(long_pause_started, 300, proc)
         run_dir = runs()[0]
@@ -172,16 +180,18 @@ def _interrupted_while_frozen(results: Path) -> list[dict[str, str]]:
     assert any(a["action"] == "resume" and a.get("reason") == "teardown" for a in _actions(run_dir))
     rows = _rows(run_dir)
     assert {(r["kind"], r["pause_ms"]) for r in rows if r["kind"] == "cut"} == {("cut", "50"), ("cut", "4000")}
-    assert all(r["pause_ms"] != "4000" for r in rows if r["kind"] == "pause"), "the interrupted pause was analysed"
-    assert all(r["detected"] == "1" for r in rows if r["kind"] == "cut"), rows
+    long_pauses = [r["n"] for r in rows if r["kind"] == "pause" and r["pause_ms"] == "4000"]
+    assert long_pauses and set(long_pauses) == {str(REPS_FROZEN - 1)}, ("the interrupted pause analysed", long_pauses)
+    assert all(r["n"] == r["detected"] == str(REPS_FROZEN) for r in rows if r["kind"] == "cut"), rows
     return rows
 
 
 def test_calibrate_criu_interrupted_while_frozen_leaves_nothing(tmp_path, no_leftovers):
     """SIGINT while the container is frozen: it is thawed, everything (namespaces, processes, the
     freezer's cgroup) removed, the run marked interrupted, the finished events analysed.  The
-    cuts go through the container's kernel path, one event per point, each within the targets
-    fixed before the run (``assert_cut_rows_meet_their_targets``), in one run."""
+    cuts go through the container's kernel path, REPS_FROZEN events per point, judged as ``make
+    calibrate`` judges them: every cut seen and more than half of each row's events within the
+    targets fixed before the run (``assert_cut_rows_meet_their_targets``), in one run."""
     require_root_and("unshare", *TOOLS)
     _image("bird")
     _criu_ready()

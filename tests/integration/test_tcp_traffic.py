@@ -15,7 +15,10 @@ What must hold, fixed before any run:
   bound, when some went unanswered) exceeds the whole-run p99 before it;
 * the UDP flows: four source ports each way, every packet of every flow counted by its flow; each
   flow's longest gap contains the data-plane gap (its packets bracket it) and exceeds it by at
-  most two flow periods (M x flow_run packets, before and after) plus FLOW_SLACK_MS;
+  most two flow periods (M x flow_run packets, before and after), the router's restart after it
+  (every gap the sink recorded for all flows together within RESTART_WINDOW_MS of its end: the
+  resumed router forwards the packets it held, then pauses again, and a flow none of whose
+  packets were held waits out that pause too) and FLOW_SLACK_MS;
 * B -> A is measured on its own and crosses the same paused router: its packet downtime is within
   BA_TOLERANCE_MS of A -> B's (the pause plus the router's restart, which can differ per direction);
 * IMIX: vrgen reports the 7:4:1 cycle's mean frame (4246 / 12 B) and the sink's frame bytes per
@@ -25,6 +28,7 @@ import json
 
 import pytest
 
+from analysis.load import sink_gaps
 from tests.integration._runs import frr_guest_image
 from tests.integration.conftest import require_root_and
 
@@ -37,11 +41,14 @@ TRAFFIC = "udp:4,dir=both,sizes=imix+tcp:2,rate=20M+rr,rate=50"
 #: few held packets and pause again (17-36 ms seen) before full rate, which splits that direction's
 #: gap in two while the other direction's takes in the whole pause (the two differed by up to 44 ms)
 BA_TOLERANCE_MS = 60.0
-#: a flow's longest gap can reach past the data plane's longest gap into the next ones: the resumed
-#: router first forwards the few packets it held, then pauses again before the flow is back at full
-#: rate (a 36 ms pause after a trickle of 5 packets on this machine); and vrgen sends in bursts of its
-#: 0.5 ms quantum, late by a few ms on a busy TCG host
-FLOW_SLACK_MS = 50.0
+#: the restart after the data-plane gap: the sink's gaps (all flows together) that begin within
+#: this of its end are added to a flow's allowance (a trickle of 2 held packets, then a 51 ms pause
+#: and shorter ones within 200 ms, seen on this machine)
+RESTART_WINDOW_MS = 200.0
+#: vrgen sends in bursts of its 0.5 ms quantum, late by a few ms on a busy TCG host: a delay below
+#: the sink's gap threshold (3.6 ms for IMIX's 1518 B frames at 10 Mbit/s) is in no recorded gap,
+#: one at each edge of a flow's gap
+FLOW_SLACK_MS = 10.0
 IMIX_MEAN = (7 * 64 + 4 * 570 + 1518) / 12
 
 
@@ -96,11 +103,22 @@ def _udp_flows_both_ways_in_imix(run_dir, summary, udp_ms):
         flows = u[direction]["flows"]
         assert flows["flows"] == 4 and flows["unknown_sources"] == 0 and not flows["flags"], flows
         assert sum(f["received"] for f in flows["per_flow"]) > 0
+    restart_ms = _restart_ms(sink)
     for f in u["ab"]["flows"]["per_flow"]:
-        assert udp_ms - 0.01 <= f["longest_gap_ms"] <= udp_ms + 2 * period_ms + FLOW_SLACK_MS, (f, udp_ms, period_ms)
+        most = udp_ms + 2 * period_ms + restart_ms + FLOW_SLACK_MS
+        assert udp_ms - 0.01 <= f["longest_gap_ms"] <= most, (f, udp_ms, period_ms, restart_ms)
     assert sum(f["received"] for f in u["ab"]["flows"]["per_flow"]) == sink["packets"], u["ab"]
     ba = u["ba"]
     assert ba["downtime_s"] is not None, ba
     assert abs(ba["downtime_s"] * 1e3 - udp_ms) <= BA_TOLERANCE_MS, (ba["downtime_s"], udp_ms)
     gen_ba = json.loads((run_dir / "gen-BA.json").read_text())  # B -> A from its own records
     assert ba["cross"]["sent_packets"] == gen_ba["packets"] > 0 and ba["cross"]["received_packets"] > 0, ba["cross"]
+
+
+def _restart_ms(sink) -> float:
+    """The summed length of the sink's gaps (all flows together) that begin within
+    RESTART_WINDOW_MS after the longest one ends: the resumed router's trickle-and-pause."""
+    g = sink_gaps(sink)
+    end = g[int((g[:, 1] - g[:, 0]).argmax()), 1]
+    after = g[(g[:, 0] >= end) & (g[:, 0] < end + RESTART_WINDOW_MS * 1e6)]
+    return float((after[:, 1] - after[:, 0]).sum() / 1e6)
