@@ -11,6 +11,8 @@ Output in ``<cache>/guest/<profile>/`` (see :mod:`routers.paths`): ``vmlinuz``, 
   from the ELF ``DT_NEEDED`` entries), from the package and its library dependencies - all
   extracted with ``dpkg-deb -x``, so no maintainer script runs and no daemon starts on the host;
 * XORP (not in Debian): copied from the host's installation, libraries from the host.
+* the suite's own C tools (:func:`guest_tools`), compiled static on the build host into
+  ``/usr/sbin``: vrmig-dirty, and the traffic tools vrgen, vrsink and vrtcp (the guest as an end host).
 
 Idempotent: when the manifest records the same inputs (package versions, this recipe) and the
 files match their SHA-256, nothing is done.  Only the standard library is imported (and
@@ -75,11 +77,17 @@ DEFAULT_LIB_DIRS: tuple[str, ...] = (
 )
 
 GUESTFS = Path(__file__).resolve().parent / "guestfs"
+REPO = Path(__file__).resolve().parents[1]
 #: C sources compiled on the build host into static guest binaries (:data:`GUEST_TOOLS`)
 GUESTSRC = Path(__file__).resolve().parent / "guestsrc"
 #: guest binary name -> its source in GUESTSRC; each is built with ``CC``/:data:`TOOL_CFLAGS`,
 #: installed as ``/usr/sbin/<name>`` and listed in manifest.json ``tools``
 GUEST_TOOLS: dict[str, str] = {"vrmig-dirty": "vrmig-dirty.c"}
+#: the suite's traffic tools (crosstraffic/src, as crosstraffic/Makefile builds them), so that
+#: the guest can be an end host of the measured traffic as well as the router
+CROSSTRAFFIC_SRC = REPO / "crosstraffic" / "src"
+CROSSTRAFFIC_TOOLS: dict[str, str] = {"vrgen": "vrgen.c", "vrsink": "vrsink.c", "vrtcp": "vrtcp.c"}
+CROSSTRAFFIC_LIBS: tuple[str, ...] = ("-lm",)  # crosstraffic/Makefile LDLIBS
 CC = "gcc"
 TOOL_CFLAGS: tuple[str, ...] = ("-static", "-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-Wshadow",
                                 "-Wformat=2", "-D_FORTIFY_SOURCE=2")  # fmt: skip
@@ -96,6 +104,40 @@ ETC_FILES: dict[str, str] = {
     # vtysh authenticates its user; without this line it asks PAM (not configured in the guest)
     "etc/frr/vtysh.conf": "! vrmig: daemons are configured per daemon from /run/vrmig\nusername root nopassword\n",
 }
+
+
+@dataclass(frozen=True)
+class ToolSource:
+    """How one guest tool is compiled: the C file ``main`` in ``directory`` (on the include path,
+    its headers ``#include``d by name), linked with ``libs``.  Every ``*.h`` of ``directory`` is
+    an input beside ``main`` (hashed into the recipe and the manifest), so that editing a
+    header rebuilds the image."""
+
+    directory: Path
+    main: str
+    libs: tuple[str, ...] = ()
+
+    @property
+    def inputs(self) -> tuple[Path, ...]:
+        """The files the binary is made from: ``main`` first, then the headers by name."""
+        return (self.directory / self.main, *sorted(self.directory.glob("*.h")))
+
+
+def guest_tools() -> dict[str, ToolSource]:
+    """Every guest tool (:data:`GUEST_TOOLS` and :data:`CROSSTRAFFIC_TOOLS`) by binary name, from
+    the source directories as they are now."""
+    tools = {name: ToolSource(GUESTSRC, src) for name, src in GUEST_TOOLS.items()}
+    for name, src in CROSSTRAFFIC_TOOLS.items():
+        tools[name] = ToolSource(CROSSTRAFFIC_SRC, src, CROSSTRAFFIC_LIBS)
+    return tools
+
+
+def _repo_path(p: Path) -> str:
+    """``p`` relative to the repository (absolute when it lies elsewhere)."""
+    try:
+        return p.resolve().relative_to(REPO).as_posix()
+    except ValueError:
+        return str(p)
 
 
 @dataclass(frozen=True)
@@ -428,8 +470,10 @@ def _recipe_sha256() -> str:
         h.update(name.encode() + b"\0" + (here / name).read_bytes())
     for p in sorted(GUESTFS.iterdir()):
         h.update(p.name.encode() + b"\0" + p.read_bytes())
-    for name, src in sorted(GUEST_TOOLS.items()):
-        h.update(name.encode() + b"\0" + (GUESTSRC / src).read_bytes())
+    for name, tool in sorted(guest_tools().items()):
+        h.update(name.encode() + b"\0" + json.dumps(tool.libs).encode())
+        for f in tool.inputs:
+            h.update(b"\0" + f.name.encode() + b"\0" + f.read_bytes())
     h.update(json.dumps([GUEST_FORMAT, GUEST_MODULES, DLOPEN_SONAMES, ETC_FILES, GZIP_LEVEL]).encode())
     h.update(json.dumps([CC, TOOL_CFLAGS]).encode())
     return h.hexdigest()
@@ -664,25 +708,28 @@ def compiler_version() -> str:
 
 
 def _add_tools(rootfs: Rootfs, compiler: str) -> dict[str, Any]:
-    """Compile :data:`GUEST_TOOLS` (static, so they need nothing from the guest's libraries) into
-    ``/usr/sbin``; the manifest's ``tools`` entry of each."""
+    """Compile every :func:`guest_tools` entry (static, so they need nothing from the guest's
+    libraries) into ``/usr/sbin``; the manifest's ``tools`` entry of each."""
     tools: dict[str, Any] = {}
-    for name, src in sorted(GUEST_TOOLS.items()):
+    for name, tool in sorted(guest_tools().items()):
         dst = rootfs.host(f"/usr/sbin/{name}")
-        argv = [CC, *TOOL_CFLAGS, "-o", str(dst), str(GUESTSRC / src)]
+        main = tool.directory / tool.main
+        argv = [CC, *TOOL_CFLAGS, "-I", str(tool.directory), "-o", str(dst), str(main), *tool.libs]
         res = subprocess.run(argv, capture_output=True, text=True, check=False)
         if res.returncode != 0:
             tail = " | ".join((res.stderr or res.stdout).strip().splitlines()[-3:])
-            raise BuildError(f"compiling {src} for the guest failed (exit {res.returncode}): {tail}")
+            raise BuildError(f"compiling {tool.main} for the guest failed (exit {res.returncode}): {tail}")
         os.chmod(dst, 0o755)
         tools[name] = {
             "path": f"/usr/sbin/{name}",
-            "source": f"routers/guestsrc/{src}",
-            "source_sha256": sha256_file(GUESTSRC / src),
+            "source": _repo_path(main),
+            "source_sha256": sha256_file(main),
+            "inputs": {_repo_path(f): sha256_file(f) for f in tool.inputs},
             "sha256": sha256_file(dst),
             "bytes": dst.stat().st_size,
             "compiler": compiler,
             "cflags": list(TOOL_CFLAGS),
+            "libs": list(tool.libs),
         }
     return tools
 
