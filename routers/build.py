@@ -45,7 +45,7 @@ from migrate.core.atomic import write_bytes
 from migrate.core.progress import Progress
 from routers import cpio, debs, elf, paths, profiles
 from routers.errors import BuildError, NotBuiltError
-from routers.guest import GUEST_FORMAT, GuestImage, guest_image, sha256_file
+from routers.guest import ENDHOST_TOOLS, GUEST_FORMAT, GuestImage, guest_image, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ GUEST_TOOLS: dict[str, str] = {"vrmig-dirty": "vrmig-dirty.c"}
 #: the suite's traffic tools (crosstraffic/src, as crosstraffic/Makefile builds them), so that
 #: the guest can be an end host of the measured traffic as well as the router
 CROSSTRAFFIC_SRC = REPO / "crosstraffic" / "src"
-CROSSTRAFFIC_TOOLS: dict[str, str] = {"vrgen": "vrgen.c", "vrsink": "vrsink.c", "vrtcp": "vrtcp.c"}
+CROSSTRAFFIC_TOOLS: dict[str, str] = {name: f"{name}.c" for name in ENDHOST_TOOLS}
 CROSSTRAFFIC_LIBS: tuple[str, ...] = ("-lm",)  # crosstraffic/Makefile LDLIBS
 CC = "gcc"
 TOOL_CFLAGS: tuple[str, ...] = ("-static", "-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-Wshadow",

@@ -34,6 +34,9 @@ DIRTY_LAG_MARKER = "VRMIG-DIRTY-LAG"
 #: the guest binary that dirties memory at a set rate (routers/guestsrc/vrmig-dirty.c); images
 #: built before it existed have no manifest.json ``tools`` entry for it
 DIRTY_TOOL = "vrmig-dirty"
+#: the suite's traffic tools, compiled into the guest's /usr/sbin for the guest as an end host
+#: (routers.build CROSSTRAFFIC_TOOLS); images built before them lack their ``tools`` entries
+ENDHOST_TOOLS: tuple[str, ...] = ("vrgen", "vrsink", "vrtcp")
 
 #: Bumped whenever the guest's contract (cmdline, init, markers) changes; older images are refused.
 #: 2: ``vrmig.ospfdead`` on the cmdline and FRR's ospfd in the frr image (PEERING=ospf).

@@ -44,7 +44,6 @@ GAP_US = 50_000
 MAX_LOST_FRACTION = 0.0
 TCP_SAMPLE_MS = 100
 TCP_POLL_S = 0.1  # between two reads of B's growing goodput trace
-GUEST_TOOLS = ("vrgen", "vrsink", "vrtcp")
 BOOT_TIMEOUT_S = 45.0
 SHELL_TIMEOUT_S = 10.0
 CMD_TIMEOUT_S = 10.0
@@ -52,13 +51,13 @@ CMD_TIMEOUT_S = 10.0
 
 def _image():
     from routers.errors import RouterError
-    from routers.guest import guest_image, has_tool
+    from routers.guest import ENDHOST_TOOLS, guest_image, has_tool
 
     try:
         image = guest_image(PROFILE)
     except RouterError as err:
         missing_from_setup(err)
-    absent = [t for t in GUEST_TOOLS if not has_tool(image, t)]
+    absent = [t for t in ENDHOST_TOOLS if not has_tool(image, t)]
     if absent:
         pytest.fail(
             f"the {PROFILE} guest image has no {', '.join(absent)}: rebuild it with `make guest`", pytrace=False
