@@ -53,9 +53,6 @@ from migrate.drivers.readiness import TERMINAL_CONTROL
 CTRL_C = "\x03"
 CTRL_U = "\x15"
 ENTER = console_config.ENTER
-#: how often the readiness probe is typed again while the shell does not answer (the getty-less
-#: shell may not run yet: what was typed before it started is lost)
-PROBE_EVERY_S = console_config.WAKE_EVERY_S
 #: between two looks at a background job's files (each look is one command over the console)
 JOB_POLL_S = 0.1
 NONCE_BYTES = 6
@@ -183,7 +180,9 @@ class GuestShell:
             pass
 
     def wait_ready(self, timeout_s: float) -> None:
-        """Type a probe (again every PROBE_EVERY_S) until the shell prints its answer."""
+        """Type a probe until the shell prints its answer: again every
+        ``console_config.WAKE_EVERY_S``, as the shell may not run yet (what was typed before it
+        started is lost); each probe first empties the line being edited (Ctrl-U)."""
         self._check_usable()
         nonce = _nonce()
         d = self._dialogue
