@@ -45,6 +45,8 @@ def label(c: dict[str, Any]) -> str:
         s += f" ×{c['routers']}"
     if c["load"] != "none":
         s += f" +{c['load']}"
+    if c.get("role", "router") != "router":  # the end host sending (vm-tx) or receiving (vm-rx)
+        s += f" {c['role']}"
     return s
 
 
@@ -155,11 +157,15 @@ def plot_routers(path: Path, routers: list[dict[str, Any]], meta: dict[str, Any]
     """Per-router forwarded rate at each set-up's highest offered rate and largest frame size,
     grouped by the number of co-located routers, with Jain's index of the means."""
     ok = [r for r in routers if r["phase"] == "sweep" and r["forwarded_bps"] is not None]
-    setups = sorted({(r["hv"], r["nic"], r["load"], r["ip"]) for r in ok})
+    setups = sorted({(r["hv"], r["nic"], r["load"], r["ip"]) for r in ok if r.get("role", "router") == "router"})
     fig = Figure(figsize=(6.5, 3.4 * max(1, len(setups))), layout="constrained")
     axes = fig.subplots(max(1, len(setups)), 1, squeeze=False)
     for (hv, nic, load, ip), ax in zip(setups, (a[0] for a in axes), strict=False):
-        rows = [r for r in ok if (r["hv"], r["nic"], r["load"], r["ip"]) == (hv, nic, load, ip)]
+        rows = [
+            r
+            for r in ok
+            if (r["hv"], r["nic"], r["load"], r["ip"]) == (hv, nic, load, ip) and r.get("role", "router") == "router"
+        ]
         size = max(r["frame_bytes"] for r in rows)
         rows = [r for r in rows if r["frame_bytes"] == size]
         counts = sorted({r["routers"] for r in rows})

@@ -40,7 +40,7 @@ import numpy as np
 from analysis.baseline.ndr import jain_index
 from analysis.load import load_irtt
 from analysis.metrics.cross import loss
-from analysis.metrics.rtt import rtt_stats
+from analysis.metrics.rtt import rtt_jitter_ms, rtt_stats
 from migrate.core.rundir import POINT_JSON
 
 GEN_SHORTFALL = 0.05  # a paced point whose offered rate is > 5 % below the requested one is generator-limited
@@ -56,12 +56,13 @@ ROW_COLUMNS = (
     "offered_bps", "offered_pps", "forwarded_bps", "forwarded_pps", "loss_ratio",
     "rtt_median_ms", "rtt_p99_ms", "rtt_lost", "owd_median_ms", "owd_uncertainty_ms",
     "cpu_host", "cpu_softirq", "cpu_hv", "cpu_router_daemons", "cpu_gen", "cpu_neighbour",
-    "jain_throughput", "jain_cpu", "load_offered_bps", "load_forwarded_bps", "gen_limited", "status",
+    "jain_throughput", "jain_cpu", "load_offered_bps", "load_forwarded_bps", "gen_limited", "status", "role",
+    "rtt_jitter_ms", "proto",
 )  # fmt: skip
 ROUTER_COLUMNS = (
     "hv", "nic", "ip", "frame_bytes", "routers", "load", "rate_bps", "phase", "rep", "router",
     "offered_bps", "forwarded_bps", "forwarded_pps", "loss_ratio", "owd_median_ms", "owd_uncertainty_ms",
-    "cpu_router",
+    "cpu_router", "role", "proto",
 )  # fmt: skip
 
 
@@ -100,14 +101,16 @@ def _sum(values: list[float | None]) -> float | None:
 
 def _rtt(point_dir: Path, record: dict[str, Any], start_ns: int, end_ns: int) -> dict[str, Any]:
     if not record.get("irtt") or not (point_dir / record["irtt"]).exists():
-        return {"rtt_median_ms": None, "rtt_p99_ms": None, "rtt_lost": None}
+        return {"rtt_median_ms": None, "rtt_p99_ms": None, "rtt_lost": None, "rtt_jitter_ms": None}
     try:
         trace = load_irtt(point_dir / record["irtt"])
     except (OSError, ValueError, KeyError, TypeError):
-        return {"rtt_median_ms": None, "rtt_p99_ms": None, "rtt_lost": None}
+        return {"rtt_median_ms": None, "rtt_p99_ms": None, "rtt_lost": None, "rtt_jitter_ms": None}
     during = (trace.send_ns >= start_ns) & (trace.send_ns <= end_ns)
-    st = rtt_stats(np.asarray(trace.rtt_ns)[during])
-    return {"rtt_median_ms": st.median_ms, "rtt_p99_ms": st.p99_ms, "rtt_lost": st.lost}
+    rtt = np.asarray(trace.rtt_ns)[during]
+    st = rtt_stats(rtt)
+    return {"rtt_median_ms": st.median_ms, "rtt_p99_ms": st.p99_ms, "rtt_lost": st.lost,
+            "rtt_jitter_ms": rtt_jitter_ms(rtt)}  # fmt: skip
 
 
 def _gen_cpu(gen: dict[str, Any], span_s: float) -> float | None:
@@ -129,9 +132,41 @@ def clock_shift(clock: dict[str, Any] | None, src: str, dst: str) -> tuple[int, 
     return int(b["offset_ns"]) - int(a["offset_ns"]), int(a["uncertainty_ns"]) + int(b["uncertainty_ns"])
 
 
+#: the end host's name in a flow record when it is the router VM: its tools read the guest's own
+#: clock, which is not the hosts' (hundreds of ms apart were seen under TCG)
+GUEST = "VM"
+
+
+def _tcp_flow(point_dir: Path, flow: dict[str, Any]) -> dict[str, Any] | None:
+    """PROTO=tcp: one bulk flow's goodput, the payload bytes the sink read × 8 over its reads'
+    span (vrtcp sink's t_first_ns .. t_last_ns, one clock).  Offered is absent: what the sender
+    wrote includes what its socket still held when it stopped (megabytes against a few seconds),
+    and TCP sends only what the path takes.  No packet counts, loss or one-way delay: TCP
+    retransmits what it loses, and its segments are not numbered for the sink.  The flow's
+    window (for the RTT probes) is the sender's span, or the sink's when the sender is the guest."""
+    send, sink = _read_json(point_dir / flow["gen"]), _read_json(point_dir / flow["sink"])
+    if send is None or sink is None or sink.get("t_first_ns") is None or sink.get("t_last_ns") is None:
+        return None
+    span_s = (int(sink["t_last_ns"]) - int(sink["t_first_ns"])) / 1e9
+    if span_s <= 0:
+        return None
+    read = sum(int(b) for b in sink["bytes"])
+    by_sink = flow.get("from") == GUEST
+    ends = (sink["t_first_ns"], sink["t_last_ns"]) if by_sink else (send["t_start_ns"], send["t_end_ns"])
+    return {
+        "router": flow["router"], "from": flow.get("from", "A"),
+        "offered_bps": None, "offered_pps": None,
+        "forwarded_bps": read * 8 / span_s, "forwarded_pps": None,
+        "sent": None, "lost": None, "loss_ratio": None, "owd_median_ms": None, "owd_uncertainty_ms": None,
+        "start_ns": int(ends[0]), "end_ns": int(ends[1]), "gen_cpu": None,
+    }  # fmt: skip
+
+
 def _flow(
     point_dir: Path, flow: dict[str, Any], frame_bytes: int, clock: dict[str, Any] | None = None
 ) -> dict[str, Any] | None:
+    if flow.get("proto") == "tcp":
+        return _tcp_flow(point_dir, flow)
     gen, sink = _read_json(point_dir / flow["gen"]), _read_json(point_dir / flow["sink"])
     if gen is None or sink is None:
         return None
@@ -140,9 +175,14 @@ def _flow(
     drops = sink.get("socket_drops") if isinstance(sink.get("socket_drops"), int) else None
     lost, ratio, _ = loss(sent, recv, drops)
     fwd_pps = recv / span_s if span_s > 0 else 0.0
-    owd = (sink.get("owd_ns") or {}).get("median")
+    # the one-way delay compares the sender's and the receiver's clocks: not with the guest's
+    guest = GUEST in (flow.get("from"), flow.get("to"))
+    owd = None if guest else (sink.get("owd_ns") or {}).get("median")
     shift, unc = clock_shift(clock, flow.get("from", "A"), flow.get("to", "B"))
     known = owd is not None and recv
+    # the flow's window on a host's clock: the sink's arrivals when the guest sent
+    from_guest = flow.get("from") == GUEST and sink.get("first_ns") is not None and sink.get("last_ns") is not None
+    ends = (sink["first_ns"], sink["last_ns"]) if from_guest else (gen["start_ns"], gen["end_ns"])
     return {
         "router": flow["router"],
         "from": flow.get("from", "A"),
@@ -155,8 +195,8 @@ def _flow(
         "loss_ratio": ratio,
         "owd_median_ms": (owd - shift) / 1e6 if known else None,
         "owd_uncertainty_ms": unc / 1e6 if known else None,
-        "start_ns": int(gen["start_ns"]),
-        "end_ns": int(gen["end_ns"]),
+        "start_ns": int(ends[0]),
+        "end_ns": int(ends[1]),
         "gen_cpu": _gen_cpu(gen, span_s),
     }
 
@@ -185,6 +225,8 @@ def analyse_point(point_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]
     key = record["key"]
     row: dict[str, Any] = {c: None for c in ROW_COLUMNS}
     row.update({k: key[k] for k in ("hv", "nic", "ip", "frame_bytes", "routers", "load", "rate_bps", "phase", "rep")})
+    row["role"] = key.get("role", "router")  # points written before ROLE existed forwarded
+    row["proto"] = key.get("proto", "udp")
     row["status"] = record.get("status")
     clock = record.get("clock")
     flows = [_flow(point_dir, f, key["frame_bytes"], clock) for f in record.get("flows", [])]
@@ -192,7 +234,8 @@ def analyse_point(point_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]
         row["status"] = "failed" if record.get("status") == "ok" else record.get("status")
         return row, []
     fl: list[dict[str, Any]] = [f for f in flows if f is not None]
-    sent = sum(f["sent"] for f in fl)
+    udp = all(f["sent"] is not None for f in fl)
+    sent = sum(f["sent"] for f in fl) if udp else 0
     cpu = cpu_rates(record["cpu_t0"], record["cpu_t1"])
     procs = cpu["procs"]
     per_router_cpu = {
@@ -202,10 +245,10 @@ def analyse_point(point_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]
         for f in fl
     }
     row.update(
-        offered_bps=math.fsum(f["offered_bps"] for f in fl),
-        offered_pps=math.fsum(f["offered_pps"] for f in fl),
+        offered_bps=math.fsum(f["offered_bps"] for f in fl) if udp else None,
+        offered_pps=math.fsum(f["offered_pps"] for f in fl) if udp else None,
         forwarded_bps=math.fsum(f["forwarded_bps"] for f in fl),
-        forwarded_pps=math.fsum(f["forwarded_pps"] for f in fl),
+        forwarded_pps=math.fsum(f["forwarded_pps"] for f in fl) if udp else None,
         loss_ratio=sum(f["lost"] for f in fl) / sent if sent else None,
         owd_median_ms=fl[0]["owd_median_ms"],
         owd_uncertainty_ms=fl[0]["owd_uncertainty_ms"],
@@ -226,7 +269,8 @@ def analyse_point(point_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]
     row.update(_rtt(point_dir, record, min(f["start_ns"] for f in fl) + to_c, max(f["end_ns"] for f in fl) + to_c))
     row["load_offered_bps"], row["load_forwarded_bps"] = _load_rates(record, cpu.get("interval_s"))
     requested = key["rate_bps"] * len(fl)
-    row["gen_limited"] = bool(requested and row["offered_bps"] < (1 - GEN_SHORTFALL) * requested)
+    offered = row["offered_bps"]
+    row["gen_limited"] = None if offered is None else bool(requested and offered < (1 - GEN_SHORTFALL) * requested)
     routers = []
     for f in fl:
         r = {c: row[c] for c in ROUTER_COLUMNS if c in row}

@@ -2,7 +2,7 @@
 
 ``python -m analysis.baseline.summary <dir>`` recomputes everything from the raw points.
 
-summary.json holds, per configuration (hv, nic, ip, frame size, routers, load):
+summary.json holds, per configuration (hv, nic, ip, frame size, routers, load, role):
 
 * ``points``: per requested rate of the sweep, mean / std / 95 % CI (Student's t over the
   repetitions, ``ci95``: its half-width) and the 95 % percentile-bootstrap interval of the mean
@@ -15,7 +15,9 @@ summary.json holds, per configuration (hv, nic, ip, frame size, routers, load):
 * ``ndr`` (SEARCH=ndr): the RFC 2544-style maximum loss-free offered rate per router, per repetition
   and aggregated (``at_upper_bound``: repetitions in which even the highest rate of RATES passed);
 * ``efficiency``: E = R_aggregate / R_classical, R = max_forwarded mean (and routers x NDR mean), R_classical
-  from HV=none with one router, the same IP version, frame size and load (else load=none).
+  from HV=none with one router, the same IP version, frame size, role and load (else load=none);
+  for an end host (ROLE=vm-tx/vm-rx) that is seed 000's E of the VM against the bare host;
+* ``ipv6_over_ipv4`` (IPv6 configurations measured over IPv4 too): :func:`ip_ratio` per rate.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any
 
 from analysis.baseline.ndr import LOSS_FREE_RATIO, describe, efficiency, ndr_result
 from analysis.baseline.points import ROUTER_COLUMNS, ROW_COLUMNS, analyse_point
-from analysis.stats.inference import bootstrap_mean_interval
+from analysis.stats.inference import bootstrap_mean_interval, bootstrap_ratio_interval
 from migrate.core.atomic import write_text
 from migrate.core.rundir import (
     BASELINE_CSV,
@@ -51,11 +53,14 @@ CSV_NAME = BASELINE_CSV
 ROUTERS_CSV_NAME = BASELINE_ROUTERS_CSV
 SUMMARY_NAME = SUMMARY_JSON
 SUMMARY_FORMAT = BASELINE_SUMMARY_FORMAT
-CONFIG_KEYS = ("hv", "nic", "ip", "frame_bytes", "routers", "load")
+CONFIG_KEYS = ("hv", "nic", "ip", "frame_bytes", "routers", "load", "role", "proto")
+#: keys of rows written before ROLE and PROTO existed
+KEY_DEFAULTS = {"role": "router", "proto": "udp"}
+CLASSICAL = "HV=none, 1 router, same IP, frame size, role, protocol and load (else load=none)"
 STAT_COLUMNS = (
     "offered_bps", "offered_pps", "forwarded_bps", "forwarded_pps", "loss_ratio", "rtt_median_ms", "rtt_p99_ms",
     "owd_median_ms", "cpu_host", "cpu_softirq", "cpu_hv", "cpu_router_daemons", "cpu_gen", "cpu_neighbour",
-    "jain_throughput", "jain_cpu", "load_offered_bps", "load_forwarded_bps",
+    "jain_throughput", "jain_cpu", "load_offered_bps", "load_forwarded_bps", "rtt_jitter_ms",
 )  # fmt: skip
 
 
@@ -92,7 +97,7 @@ def csv_text(rows: Iterable[dict[str, Any]], columns: tuple[str, ...]) -> str:
 
 
 def _config_key(r: dict[str, Any]) -> tuple:
-    return tuple(r[k] for k in CONFIG_KEYS)
+    return tuple(r.get(k, KEY_DEFAULTS[k]) if k in KEY_DEFAULTS else r[k] for k in CONFIG_KEYS)
 
 
 def stat_dict(values: Iterable[float | None]) -> dict[str, Any] | None:
@@ -159,7 +164,8 @@ def summarise_config(rows: list[dict[str, Any]], ndr: bool = False) -> dict[str,
         lossfree = p["rate_bps"]
         if p["gen_limited"] and p["offered_bps"]:  # the generator fell short: only what it offered is proven
             lossfree = min(lossfree, int(p["offered_bps"]["mean"] / rows[0]["routers"]))
-    out["sweep_loss_free_bps"] = lossfree
+    # PROTO=tcp has no loss figure: no loss-free rate either (absent, not 0)
+    out["sweep_loss_free_bps"] = lossfree if any(r.get("loss_ratio") is not None for r in sweep) else None
     if ndr or any(r["phase"] == "ndr" for r in ok):
         per_rep = []
         for rep in sorted({r["rep"] for r in ok}):
@@ -182,9 +188,37 @@ def _classical(configs: dict[tuple, dict[str, Any]], key: tuple) -> dict[str, An
     ip, frame, load = key[2], key[3], key[5]
     for want in ((ip, frame, load), (ip, frame, "none")):
         for k, c in configs.items():
-            if k[0] == "none" and k[4] == 1 and (k[2], k[3], k[5]) == want:
+            if k[0] == "none" and k[4] == 1 and (k[2], k[3], k[5]) == want and k[6:] == key[6:]:
                 return c
     return None
+
+
+def ip_ratio(v6_rows: list[dict[str, Any]], v4_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The IPv6/IPv4 ratio of one set-up at the same frame size, per swept rate both measured:
+    mean forwarded (or, for an end host, received) bit/s and packets/s over IPv6 / the same over
+    IPv4, from the repetitions' ok sweep points, with the percentile-bootstrap 95 % interval of
+    each ratio (None below 2 repetitions on either side).  Frame bits include the larger IPv6
+    header: at equal frame size IPv6 carries 20 B less payload per packet."""
+
+    def by_rate(rows: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+        out: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for r in rows:
+            if r["status"] == "ok" and r["phase"] == "sweep":
+                out[r["rate_bps"]].append(r)
+        return out
+
+    six, four = by_rate(v6_rows), by_rate(v4_rows)
+    res = []
+    for rate in sorted(set(six) & set(four), key=lambda r: (r == 0, r)):
+        entry: dict[str, Any] = {"rate_bps": rate}
+        for col in ("forwarded_bps", "forwarded_pps"):
+            x = [float(r[col]) for r in six[rate] if r.get(col) is not None]
+            y = [float(r[col]) for r in four[rate] if r.get(col) is not None]
+            ratio = sum(x) / len(x) / (sum(y) / len(y)) if x and y and sum(y) > 0 else None
+            ci = bootstrap_ratio_interval(x, y)
+            entry[col] = {"ratio": ratio, "boot95_low": ci[0] if ci else None, "boot95_high": ci[1] if ci else None}
+        res.append(entry)
+    return res
 
 
 def _max_fwd(c: dict[str, Any] | None) -> float | None:
@@ -207,10 +241,12 @@ def summarise(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) ->
     for k, c in configs.items():
         cl = _classical(configs, k)
         c["efficiency"] = {
-            "classical": None if cl is None else "HV=none, 1 router, same IP, frame size and load (else load=none)",
+            "classical": None if cl is None else CLASSICAL,
             "max_forwarded": efficiency(_max_fwd(c), _max_fwd(cl)),
             "ndr": efficiency(_ndr_aggregate(c, k[4]), _ndr_aggregate(cl, 1)),
         }
+        if k[2] == 6 and (v4 := (*k[:2], 4, *k[3:])) in groups:
+            c["ipv6_over_ipv4"] = ip_ratio(groups[k], groups[v4])
     return {
         "format": SUMMARY_FORMAT,
         "kind": "baseline",

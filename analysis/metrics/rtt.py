@@ -35,6 +35,18 @@ def rtt_stats(rtt_ns: np.ndarray) -> RttStats:
     return RttStats(float(np.median(ok)), float(np.percentile(ok, 99)), int(r.size), int(r.size - ok.size))
 
 
+def rtt_jitter_ms(rtt_ns: np.ndarray) -> float | None:
+    """RTT jitter: the mean absolute difference between the RTTs of consecutive probes that were
+    both answered (NaN = lost; a pair with a lost probe is skipped), in ms: the IP packet delay
+    variation of RFC 3393 between successive probes, taken on the round trip, unsmoothed (RFC
+    3550's interarrival jitter is its exponentially smoothed one-way form).  None with no such
+    pair."""
+    r = np.asarray(rtt_ns, dtype=np.float64)
+    d = np.abs(np.diff(r))
+    d = d[np.isfinite(d)]
+    return float(d.mean() / 1e6) if d.size else None
+
+
 def rtt_phases(send_ns: np.ndarray, rtt_ns: np.ndarray, start_ns: int, end_ns: int) -> RttPhases:
     """RTT statistics per phase, by probe send time.
 

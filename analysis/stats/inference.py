@@ -10,6 +10,8 @@
   symmetric t interval does for skewed small samples.  With few values it is narrower than the
   t interval and covers less than its nominal level (Efron and Tibshirani 1993, ch. 13): it is
   the interval the plots draw, beside the t interval in the tables, not a replacement for it.
+* :func:`bootstrap_ratio_interval`: the same for the ratio of two independent samples' means
+  (the IPv6/IPv4 throughput ratio of a baseline).
 * :func:`wilson_interval`: the Wilson score interval of a proportion k/n (Wilson 1927), from
   ``scipy.stats.binomtest(k, n).proportion_ci(method="wilson")``.
 * :func:`mann_whitney_p`: p-value of the Mann–Whitney U test (Mann and Whitney 1947) from
@@ -78,6 +80,32 @@ def bootstrap_mean_interval(values: Sequence[float], confidence: float = 0.95) -
     )
     lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
     return max(lo, float(x.min())), min(hi, float(x.max()))
+
+
+def bootstrap_ratio_interval(
+    x: Sequence[float], y: Sequence[float], confidence: float = 0.95
+) -> tuple[float, float] | None:
+    """Percentile bootstrap ``confidence`` interval of mean(x) / mean(y) for two independent
+    samples (``scipy.stats.bootstrap`` resampling each within itself, seeded as
+    :func:`bootstrap_mean_interval`); None for fewer than 2 values in either or a resample mean
+    of y that is not positive."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence {confidence} must be in (0, 1)")
+    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if a.size < 2 or b.size < 2 or not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))) or not np.all(b > 0):
+        return None
+    if np.all(a == a[0]) and np.all(b == b[0]):
+        return float(a[0] / b[0]), float(a[0] / b[0])
+    res = stats.bootstrap(
+        (a, b),
+        lambda u, v, axis=-1: np.mean(u, axis=axis) / np.mean(v, axis=axis),
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        confidence_level=confidence,
+        method="percentile",
+        paired=False,
+        rng=np.random.default_rng(BOOTSTRAP_SEED),
+    )
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float] | None:

@@ -28,7 +28,7 @@ SCALARS: dict[str, tuple[str, str, Any]] = {
 }
 LISTS = {  # flag -> spec field
     "hv": "hvs", "nic": "nics", "ip": "ips", "sizes": "sizes", "rates": "rates_bps", "routers": "routers",
-    "load": "loads", "reps": "reps", "search": "search",
+    "load": "loads", "reps": "reps", "search": "search", "role": "roles", "proto": "protos",
 }  # fmt: skip
 
 
@@ -47,6 +47,10 @@ def add_parser(sub: Any) -> None:
     b.add_argument("--load", help="none,idle,cpu,smallpkts neighbour (LOAD)")
     b.add_argument("--reps", help=f"repetitions per point (REPS; default {DEFAULTS['reps']})")
     b.add_argument("--search", help="none|ndr: also search the max loss-free rate (SEARCH)")
+    b.add_argument("--role", help="router,vm-tx,vm-rx: the router forwards, or is the end host sending to B / "
+                                  "receiving from A (ROLE; default router)")  # fmt: skip
+    b.add_argument("--proto", help="udp,tcp: vrgen's UDP CBR at every size, and/or one bulk TCP flow per router "
+                                   "(PROTO; default udp)")  # fmt: skip
     b.add_argument("--duration", type=number("DURATION", float), help="seconds of traffic per point (5)")
     b.add_argument("--load-rate", type=rate("LOAD_RATE"), help="LOAD=smallpkts bit/s (10M)")
     b.add_argument("--router", help="router profile frr|bird (ROUTER)")

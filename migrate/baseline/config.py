@@ -15,6 +15,7 @@ from typing import Any
 
 from crosstraffic.backend import GenRequest, SinkRequest
 from migrate.baseline.bed import BaselineBed, netns_runner, ping_until
+from migrate.baseline.endhost import EndHost
 from migrate.baseline.plan import Slot, check_slot0_matches_testbed, slot
 from migrate.baseline.point import PointContext, run_point
 from migrate.baseline.routers import BusyLoop, CtRouter, NsRouter, VmRouter
@@ -33,6 +34,8 @@ from migrate.testbed.builder import TestbedBuilder, new_prefix
 log = logging.getLogger(__name__)
 
 Router = NsRouter | VmRouter | CtRouter
+#: the guest's console shell answering once the router VM is READY
+SHELL_TIMEOUT_S = 30.0
 
 
 class _Pending(Exception):
@@ -74,6 +77,7 @@ class ConfigRun:
         self.done = 0
         self.dry = False
         self._ct_dir: Path | None = None
+        self.endhost: EndHost | None = None
 
     # -------------------------------------------------------------- set-up
     def _ct_work(self) -> Path:
@@ -206,7 +210,11 @@ class ConfigRun:
             self.neighbour.append(self._make_router(bed, self.nb_slot))
         log.info("[%s] starting %d router(s)%s", self.config.name, len(self.routers),
                  f" and a neighbour (LOAD={self.config.load})" if self.neighbour else "")  # fmt: skip
+        if self.config.role != "router" and isinstance(self.routers[0], VmRouter):
+            self.routers[0].shell = True
         self._start_routers([*self.routers, *self.neighbour])  # type: ignore[list-item]
+        if self.config.role != "router":
+            self.endhost = self._endhost(self.routers[0])
         self.info["routers"] = [r.describe() for r in self.routers]
         self.info["neighbour"] = [n.describe() for n in self.neighbour if not isinstance(n, BusyLoop)]
         self._start_servers()
@@ -222,7 +230,21 @@ class ConfigRun:
             tb=builder.tb, registry=self.registry, slots=self.slots, duration_s=self.spec.duration_s,
             probe_ms=self.spec.probe_ms, cpu_snapshot=lambda: cpustat.snapshot(self.cpu_pids()),
             load_slot=self.nb_slot if self.config.load == "smallpkts" else None, abort=self.abort,
+            endhost=self.endhost,
         )  # fmt: skip
+
+    def _endhost(self, router: Router) -> EndHost:
+        """ROLE=vm-tx/vm-rx: the end host in router 0: its console shell (HV=kvm) or its namespace
+        (HV=none, the bare host)."""
+        if isinstance(router, NsRouter):
+            return EndHost(self.config.role, router.slot, self.registry, netns=router.ns)
+        if not isinstance(router, VmRouter) or router.console_socket is None or router.proc is None:
+            raise GuestError(f"ROLE={self.config.role} needs HV=none or HV=kvm (got {self.config.hv})")
+        from migrate.drivers.guest_shell import GuestShell
+
+        proc = router.proc
+        shell = GuestShell.connect(router.console_socket, timeout_s=SHELL_TIMEOUT_S, alive=proc.alive, abort=self.abort)
+        return EndHost(self.config.role, router.slot, self.registry, shell=shell)
 
     # -------------------------------------------------------------- measurement
     def _healthy(self) -> None:
@@ -318,6 +340,8 @@ class ConfigRun:
     def teardown(self) -> None:
         """Stop every process we started (by PID), then remove the namespaces."""
         self.abort.armed = False
+        if self.endhost is not None:
+            self.endhost.close()
         for p in reversed(self.procs):
             if p.alive():
                 p.stop(signal.SIGINT if p.what.startswith("irtt") else signal.SIGTERM)

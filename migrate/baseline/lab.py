@@ -118,6 +118,13 @@ def refuse(spec: BaselineSpec) -> None:
             "TESTBED=: baselines run LOAD=none (a neighbour router and its hosts exist only on the embedded "
             "testbed): drop LOAD, or run without TESTBED"
         )
+    if spec.protos != ("udp",):
+        raise ConfigError("TESTBED=: baselines run PROTO=udp: drop PROTO, or run without TESTBED")
+    if spec.roles != ("router",):
+        raise ConfigError(
+            "TESTBED=: baselines run ROLE=router (the end host's tools run in the guest through its console, "
+            "which only the embedded testbed reaches): drop ROLE, or run without TESTBED"
+        )
 
 
 def plan(spec: BaselineSpec, testbed: Path) -> LabPlan:

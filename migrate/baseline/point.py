@@ -14,6 +14,7 @@ clocks of different hosts: each point then records the clock offsets of A, B and
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import signal
@@ -23,15 +24,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crosstraffic import tcp
 from crosstraffic.backend import GenRequest, SinkRequest
 from migrate.baseline.bed import link_packets
+from migrate.baseline.endhost import EndHost, GuestTool
 from migrate.baseline.plan import Slot
 from migrate.baseline.spec import UNPACED, PointKey
 from migrate.core.atomic import write_json
+from migrate.core.errors import GuestError
 from migrate.core.procs import Proc, ProcessError
 from migrate.core.registry import Registry
 from migrate.core.rundir import IRTT_JSON_GZ, POINT_JSON, POINT_JSON_FORMAT
-from migrate.experiment.instruments import BUILTIN, IRTT_PORT, READY_TIMEOUT_S, TRAFFIC_PORT, gap_threshold_us
+from migrate.experiment.instruments import (
+    BUILTIN,
+    IRTT_PORT,
+    READY_TIMEOUT_S,
+    TCP_PORT,
+    TRAFFIC_PORT,
+    gap_threshold_us,
+)
 from migrate.testbed import topology as topo
 from migrate.testbed.builder import Testbed
 
@@ -42,6 +53,9 @@ GEN_EXIT_GRACE_S = 30.0
 DRAIN_POLL_S = 0.1
 DRAIN_MAX_S = 5.0
 IRTT_NAME = IRTT_JSON_GZ
+#: PROTO=tcp: vrtcp's trace interval (the traces are kept, the point's figures come from the
+#: summaries' byte counts and the sender's span)
+TCP_SAMPLE_MS = 100
 IRTT_EXTRA_S = 120.0  # the client is stopped by SIGINT; its own duration is only a backstop
 
 
@@ -60,6 +74,8 @@ class PointContext:
     abort: Callable[[], bool] | None = None
     #: on a lab: the clock offsets of the given roles against this machine, measured now
     clocks: Callable[[list[str]], dict[str, dict[str, int]]] | None = None
+    #: ROLE=vm-tx/vm-rx: slot 0's router as the end host of its flow
+    endhost: EndHost | None = None
 
 
 def _host_addr(role: str, ip: int) -> str:
@@ -75,15 +91,91 @@ def _spawn(
     return ctx.tb.spawn(role, what, argv, ctx.registry, out_dir, stdout_name=stdout_name)
 
 
-def _drain(ctx: PointContext) -> float:
-    """Wait until no sink interface receives anything for DRAIN_POLL_S (at most DRAIN_MAX_S);
-    return the seconds waited."""
+Where = str | EndHost  # a testbed role, or the end host
+
+
+@dataclass(frozen=True)
+class FlowEnds:
+    """Where one slot's flow starts and ends, and the address it is sent to."""
+
+    source: Where
+    sink: Where
+    dst: str
+
+
+def flow_ends(s: Slot, ip: int, endhost: EndHost | None) -> FlowEnds:
+    """A forwarded flow runs A -> B through the router; ROLE=vm-tx sends from the end host to B,
+    ROLE=vm-rx from A to the end host's eth0."""
+    if endhost is None or s.k != 0:
+        return FlowEnds(s.source_role, s.sink_role, s.sink_addr(ip))
+    if endhost.role == "vm-tx":
+        return FlowEnds(endhost, s.sink_role, s.sink_addr(ip))
+    return FlowEnds(s.source_role, endhost, endhost.addr(ip))
+
+
+def _spawn_on(
+    ctx: PointContext, where: Where, what: str, argv: list[str], out_dir: Path, stdout_name: str
+) -> Proc | GuestTool:
+    if isinstance(where, EndHost):
+        return where.spawn(what, argv, out_dir, stdout_name)
+    return _spawn(ctx, where, what, argv, out_dir, stdout_name=stdout_name)
+
+
+def _file_on(where: Where, point_dir: Path, name: str) -> Path:
+    """Where a tool on ``where`` writes its trace ``name``: the point's directory, or the guest's
+    /tmp (the trace stays there: a TCP point's figures come from the tools' JSON summaries)."""
+    if isinstance(where, EndHost) and where.shell is not None:
+        return Path("/tmp") / name
+    return point_dir / name
+
+
+def _sink_argv(key: PointKey, s: Slot, e: FlowEnds, point_dir: Path) -> tuple[list[str], str]:
+    """The sink of slot ``s``'s flow and the file its stdout (its JSON record) goes to."""
+    if key.proto == "tcp":
+        out = _file_on(e.sink, point_dir, f"tcp-sink-{s.k}.tsv")
+        argv = tcp.sink_argv(bind=e.dst, port=TCP_PORT, flows=1, sample_ms=TCP_SAMPLE_MS, out=out)
+        return argv, f"tcp-sink-{s.k}.json"
+    req = SinkRequest(port=TRAFFIC_PORT, bind=e.dst, gap_us=gap_threshold_us(key.rate_bps, key.frame_bytes))
+    return BUILTIN.sink_argv(req), f"sink-{s.k}.json"
+
+
+def _gen_argv(key: PointKey, s: Slot, e: FlowEnds, point_dir: Path, duration_s: float) -> tuple[list[str], str]:
+    """The generator of slot ``s``'s flow (vrgen, or vrtcp send with one flow paced at the rate:
+    ``max`` unpaced) and the file its stdout goes to."""
+    rate = key.rate_bps if key.rate_bps != UNPACED else 0
+    if key.proto == "tcp":
+        out = _file_on(e.source, point_dir, f"tcp-send-{s.k}.tsv")
+        argv = tcp.send_argv(dst=e.dst, port=TCP_PORT, flows=1, sample_ms=TCP_SAMPLE_MS, out=out, rate_bps=rate,
+                             duration_s=duration_s)  # fmt: skip
+        return argv, f"tcp-send-{s.k}.json"
+    req = GenRequest(dst=e.dst, port=TRAFFIC_PORT, rate_bps=rate, frame_bytes=key.frame_bytes, duration_s=duration_s)
+    return BUILTIN.gen_argv(req), f"gen-{s.k}.json"
+
+
+def _name(where: Where) -> str:
+    return where.name if isinstance(where, EndHost) else where
+
+
+def _drain(ctx: PointContext, ip: int) -> float:
+    """Wait until no sink interface receives anything for DRAIN_POLL_S (at most DRAIN_MAX_S; an
+    end host: until its kernel delivers nothing more, :meth:`EndHost.delivered`); return the
+    seconds waited."""
     t0 = time.monotonic()
-    sinks = [(s.sink_role, ctx.tb.host_if(s.sink_role)) for s in ctx.slots]
-    last = [ctx.tb.rx_packets(role, ifname) for role, ifname in sinks]
+
+    def counts() -> list[int]:
+        out = []
+        for s in ctx.slots:
+            sink = flow_ends(s, ip, ctx.endhost).sink
+            if isinstance(sink, EndHost):
+                out.append(sink.delivered())
+            else:
+                out.append(ctx.tb.rx_packets(sink, ctx.tb.host_if(sink)))
+        return out
+
+    last = counts()
     while time.monotonic() - t0 < DRAIN_MAX_S:
         time.sleep(DRAIN_POLL_S)
-        now = [ctx.tb.rx_packets(role, ifname) for role, ifname in sinks]
+        now = counts()
         if now == last:
             break
         last = now
@@ -114,7 +206,7 @@ def run_point(ctx: PointContext, key: PointKey, point_dir: Path) -> dict[str, An
         "key": {
             "hv": key.config.hv, "nic": key.config.nic, "routers": key.config.routers, "load": key.config.load,
             "ip": key.ip, "frame_bytes": key.frame_bytes, "rate_bps": key.rate_bps, "rep": key.rep,
-            "phase": key.phase,
+            "phase": key.phase, "role": key.config.role, "proto": key.proto,
         },
         "duration_s": ctx.duration_s,
         "status": "running",
@@ -122,16 +214,13 @@ def run_point(ctx: PointContext, key: PointKey, point_dir: Path) -> dict[str, An
         "flows": [],
         "irtt": None,
     }  # fmt: skip
-    procs: list[tuple[Proc, int]] = []
+    procs: list[tuple[Proc | GuestTool, int]] = []
+    ends = [flow_ends(s, key.ip, ctx.endhost) for s in ctx.slots]
     try:
         sinks = []
-        for s in ctx.slots:
-            argv = BUILTIN.sink_argv(
-                SinkRequest(
-                    port=TRAFFIC_PORT, bind=s.sink_addr(key.ip), gap_us=gap_threshold_us(key.rate_bps, key.frame_bytes)
-                )
-            )
-            sink = _spawn(ctx, s.sink_role, f"sink-{s.k}", argv, point_dir, stdout_name=f"sink-{s.k}.json")
+        for s, e in zip(ctx.slots, ends, strict=True):
+            argv, name = _sink_argv(key, s, e, point_dir)
+            sink = _spawn_on(ctx, e.sink, f"sink-{s.k}", argv, point_dir, name)
             procs.append((sink, signal.SIGTERM))
             sinks.append(sink)
         for sink in sinks:
@@ -152,22 +241,14 @@ def run_point(ctx: PointContext, key: PointKey, point_dir: Path) -> dict[str, An
         record["load_counters_t0"] = _load_counters(ctx)
         record["cpu_t0"] = ctx.cpu_snapshot()
         gens = []
-        for s in ctx.slots:
-            argv = BUILTIN.gen_argv(
-                GenRequest(
-                    dst=s.sink_addr(key.ip),
-                    port=TRAFFIC_PORT,
-                    rate_bps=key.rate_bps if key.rate_bps != UNPACED else 0,
-                    frame_bytes=key.frame_bytes,
-                    duration_s=ctx.duration_s,
-                ),
-            )
-            gen = _spawn(ctx, s.source_role, f"gen-{s.k}", argv, point_dir, stdout_name=f"gen-{s.k}.json")
+        for s, e in zip(ctx.slots, ends, strict=True):
+            argv, gen_name = _gen_argv(key, s, e, point_dir, ctx.duration_s)
+            gen = _spawn_on(ctx, e.source, f"gen-{s.k}", argv, point_dir, gen_name)
             procs.append((gen, signal.SIGTERM))
             gens.append(gen)
-            record["flows"].append({"router": s.k, "dst": s.sink_addr(key.ip), "gen": f"gen-{s.k}.json",
-                                    "sink": f"sink-{s.k}.json", "from": s.source_role,
-                                    "to": s.sink_role})  # fmt: skip
+            sink_name = _sink_argv(key, s, e, point_dir)[1]
+            record["flows"].append({"router": s.k, "proto": key.proto, "dst": e.dst, "gen": gen_name,
+                                    "sink": sink_name, "from": _name(e.source), "to": _name(e.sink)})  # fmt: skip
         deadline = time.monotonic() + ctx.duration_s + GEN_EXIT_GRACE_S
         bad = []
         for gen in gens:
@@ -176,11 +257,12 @@ def run_point(ctx: PointContext, key: PointKey, point_dir: Path) -> dict[str, An
                 bad.append(f"{gen.what} exited with status {rc}: {gen.stderr_tail()}")
         record["cpu_t1"] = ctx.cpu_snapshot()
         record["load_counters_t1"] = _load_counters(ctx)
-        record["drain_s"] = _drain(ctx)
+        record["drain_s"] = _drain(ctx, key.ip)
         for proc, sig in procs:
             proc.stop(sig)
         if ctx.clocks is not None:
-            record["clock"] = ctx.clocks(sorted({"C", *(r for s in ctx.slots for r in (s.source_role, s.sink_role))}))
+            roles = {r for e in ends for r in (e.source, e.sink) if isinstance(r, str)}
+            record["clock"] = ctx.clocks(sorted({"C", *roles}))
         try:  # nothing to copy when C writes into the point's directory (the embedded testbed)
             tb.fetch("C", irtt_out, point_dir / IRTT_NAME)
         except Exception as err:  # the RTT figures are then absent, with this reason
@@ -193,15 +275,17 @@ def run_point(ctx: PointContext, key: PointKey, point_dir: Path) -> dict[str, An
                     record["irtt_failure"] = msg
                 else:
                     bad.append(msg)
-        missing = [f["sink"] for f in record["flows"] if not (point_dir / f["sink"]).stat().st_size]
+        sink_files = [point_dir / f["sink"] for f in record["flows"]]
+        missing = [p.name for p in sink_files if not p.exists() or not p.stat().st_size]
         bad += [f"{m} is empty" for m in missing]
         record["status"], record["failure"] = ("failed", "; ".join(bad)) if bad else ("ok", None)
-    except ProcessError as err:
+    except (ProcessError, GuestError) as err:
         record["status"], record["failure"] = "failed", str(err)
     finally:
         for proc, _ in procs:
-            if proc.alive():
-                proc.stop(signal.SIGKILL, timeout_s=5)
+            with contextlib.suppress(GuestError):
+                if proc.alive():
+                    proc.stop(signal.SIGKILL, timeout_s=5)
         write_json(point_dir / POINT_JSON, record)
     if record["status"] != "ok":
         log.warning("point %s failed: %s", key.name, record["failure"])

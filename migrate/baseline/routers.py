@@ -182,15 +182,24 @@ class GuestRouter:
 
 
 class VmRouter(GuestRouter):
-    """HV=kvm: one router VM in R1."""
+    """HV=kvm: one router VM in R1.  With ``shell`` set before :meth:`start`, the guest keeps a
+    root shell on its serial console (``vrmig.shell=1``), which QEMU also offers on the Unix
+    socket :attr:`console_socket` (the end host's command channel, migrate.baseline.endhost)."""
+
+    shell = False
+    console_socket: Path | None = None
 
     def start(self) -> None:
         """Start QEMU (returns at once; :meth:`wait_ready` observes the boot)."""
         from migrate.drivers.guest_vm import GuestNic, GuestVm
         from migrate.drivers.kvm.driver import qemu_argv
-        from routers.guest import guest_image, kernel_cmdline
+        from routers.guest import DEFAULT_EXTRA_ARGS, guest_image, kernel_cmdline
 
         image = guest_image(self.profile)
+        extra: tuple[str, ...] = tuple(DEFAULT_EXTRA_ARGS)
+        if self.shell:
+            extra += ("vrmig.shell=1",)
+            self.console_socket = self.reg.dir / f"console-rt{self.slot.k}.sock"
         vm = GuestVm(
             name=f"vrmig-{self.prefix}-rt{self.slot.k}",
             accel=self.accel,
@@ -198,10 +207,11 @@ class VmRouter(GuestRouter):
             vcpus=1,
             kernel=image.kernel,
             initrd=image.initrd,
-            cmdline=kernel_cmdline(self.profile, self.slot.router_cidrs("L"), self.slot.router_cidrs("R")),
+            cmdline=kernel_cmdline(self.profile, self.slot.router_cidrs("L"), self.slot.router_cidrs("R"), extra=extra),
             console=self.console,
             nic=self.nic,
             nics=tuple(GuestNic(tap, mac) for tap, mac in self.ports),
+            console_socket=self.console_socket,
         )
         argv = qemu_argv(vm, qmp=self.reg.dir / f"qmp-rt{self.slot.k}.sock", incoming=False, qemu=self.qemu)
         self.proc = Proc(f"qemu-rt{self.slot.k}", argv, self.reg, self.out, netns=self.r1).start()

@@ -159,7 +159,7 @@ def check_generator(spec: BaselineSpec) -> dict[str, Any] | None:
         return None
     needs: list[tuple[int, int, int, str]] = []
     hi = spec.ndr_hi_bps
-    if hi is not None:
+    if hi is not None and "udp" in spec.protos:  # PROTO=tcp: vrtcp, not vrgen, sends
         needs += [(ip, size, hi, "RATES") for ip in spec.ips for size in spec.sizes]
     if "smallpkts" in spec.loads:
         needs.append((4, LOAD_FRAME_BYTES, spec.load_rate_bps, "LOAD_RATE"))

@@ -17,6 +17,16 @@ HVS = ("none", "kvm", "criu", "xen")
 NICS = ("virtio", "e1000")
 LOADS = ("none", "idle", "cpu", "smallpkts")
 SEARCHES = ("none", "ndr")
+#: what the router slot is in a configuration: ``router`` forwards A -> B (the default); as an end
+#: host (the seeds' VM throughput experiments, papers 000, 001 and 003) ``vm-tx`` sends to B and
+#: ``vm-rx`` receives from A, the traffic tools running in the guest (HV=kvm) or, for the bare host
+#: of seed 000's efficiency E, in the router's own namespace (HV=none)
+ROLES = ("router", "vm-tx", "vm-rx")
+ENDHOST_HVS = ("none", "kvm")
+#: the traffic of a point: vrgen's UDP CBR (every SIZE), or one bulk TCP flow of vrtcp per router
+#: (its goodput; the segments are full-MSS, so SIZES does not apply: :data:`TCP_FRAME_BYTES`)
+PROTOS = ("udp", "tcp")
+TCP_FRAME_BYTES = 1518  # a full-MSS segment's frame at MTU 1500, incl. FCS: the key's frame size
 ROUTER_PROFILES = ("frr", "bird")
 MAX_ROUTERS = 8
 MIN_FRAME_BYTES = 64
@@ -45,6 +55,8 @@ DEFAULTS: dict[str, str] = {
     "load": "none",
     "reps": "3",
     "search": "none",
+    "role": "router",
+    "proto": "udp",
 }
 
 T = TypeVar("T")
@@ -58,11 +70,13 @@ class Config:
     nic: str
     routers: int
     load: str
+    role: str = "router"
 
     @property
     def name(self) -> str:
-        """Directory name of the configuration."""
-        return f"{self.hv}-{self.nic}-r{self.routers}-{self.load}"
+        """Directory name of the configuration (an end-host role appended)."""
+        base = f"{self.hv}-{self.nic}-r{self.routers}-{self.load}"
+        return base if self.role == "router" else f"{base}-{self.role}"
 
 
 @dataclass(frozen=True)
@@ -76,11 +90,14 @@ class PointKey:
     rate_bps: int
     rep: int
     phase: str = "sweep"
+    proto: str = "udp"
 
     @property
     def name(self) -> str:
         """Directory name of the point (unique within its configuration)."""
         rate = rate_text(self.rate_bps)
+        if self.proto == "tcp":
+            return f"{self.phase}-tcp-ip{self.ip}-{rate}-rep{self.rep}"
         return f"{self.phase}-ip{self.ip}-{self.frame_bytes}B-{rate}-rep{self.rep}"
 
 
@@ -97,6 +114,8 @@ class BaselineSpec:
     loads: tuple[str, ...] = ("none",)
     reps: int = 3
     search: str = "none"
+    roles: tuple[str, ...] = ("router",)
+    protos: tuple[str, ...] = ("udp",)
     duration_s: float = 5.0
     load_rate_bps: int = 10_000_000
     #: the router guest's settings, with make migrate's defaults (migrate.model.variables); ACCEL, MEM
@@ -119,19 +138,26 @@ class BaselineSpec:
             for nic in (NONE_NIC,) if hv in NIC_LESS_HVS else self.nics:
                 for n in self.routers:
                     for load in self.loads:
-                        out.append(Config(hv, nic, n, load))
+                        out += [Config(hv, nic, n, load, role) for role in self.roles]
         return out
 
     def sweep(self, config: Config, rep: int) -> Iterator[PointKey]:
-        """The rate sweep of one repetition: every IP version, frame size and rate."""
-        for ip in self.ips:
-            for size in self.sizes:
+        """The rate sweep of one repetition: every IP version, frame size and rate (UDP), then
+        every IP version and rate (TCP)."""
+        if "udp" in self.protos:
+            for ip in self.ips:
+                for size in self.sizes:
+                    for rate in self.rates_bps:
+                        yield PointKey(config, ip, size, rate, rep)
+        if "tcp" in self.protos:
+            for ip in self.ips:
                 for rate in self.rates_bps:
-                    yield PointKey(config, ip, size, rate, rep)
+                    yield PointKey(config, ip, TCP_FRAME_BYTES, rate, rep, proto="tcp")
 
     def sweep_points(self, config: Config) -> int:
         """Points of one configuration's rate sweeps, every repetition (NDR trials not included)."""
-        return self.reps * len(self.ips) * len(self.sizes) * len(self.rates_bps)
+        per_ip = len(self.sizes) * ("udp" in self.protos) + ("tcp" in self.protos)
+        return self.reps * len(self.ips) * per_ip * len(self.rates_bps)
 
     @property
     def ndr_hi_bps(self) -> int | None:
@@ -215,6 +241,8 @@ def spec_from_strings(values: dict[str, str | None], **scalars: Any) -> Baseline
         loads=parse_list(v["load"], "LOAD", _choice("LOAD", LOADS)),
         reps=reps,
         search=_choice("SEARCH", SEARCHES)(str(v["search"])),
+        roles=parse_list(v["role"], "ROLE", _choice("ROLE", ROLES)),
+        protos=parse_list(v["proto"], "PROTO", _choice("PROTO", PROTOS)),
         **scalars,
     )
 
@@ -261,6 +289,17 @@ def validate(s: BaselineSpec) -> None:
     if "xen" in s.hvs:
         _require(s.routers == (1,) and s.loads == ("none",),
                  "HV=xen baselines one nested Xen host: use ROUTERS=1 LOAD=none")  # fmt: skip
+    for role in s.roles:
+        _require(role in ROLES, f"ROLE={role!r} is unknown: choose from {', '.join(ROLES)}")
+    if any(r != "router" for r in s.roles):
+        odd = [hv for hv in s.hvs if hv not in ENDHOST_HVS]
+        _require(not odd, f"ROLE={','.join(s.roles)}: the end host runs with HV=none (the bare host) or HV=kvm "
+                          f"(the guest), not HV={','.join(odd)}: drop it from HV")  # fmt: skip
+        _require(s.routers == (1,), "ROLE=vm-tx/vm-rx measures one end host: use ROUTERS=1")
+    for proto in s.protos:
+        _require(proto in PROTOS, f"PROTO={proto!r} is unknown: choose from {', '.join(PROTOS)}")
+    if "tcp" in s.protos:
+        _require(s.search == "none", "SEARCH=ndr searches the UDP loss-free rate: drop tcp from PROTO, or SEARCH")
     _require(1 <= s.reps <= 1000, f"REPS={s.reps} must be 1..1000")
     _require(s.search in SEARCHES, f"SEARCH={s.search!r} is unknown: choose none or ndr")
     if s.search == "ndr":

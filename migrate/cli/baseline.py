@@ -48,14 +48,30 @@ def _print_summary(run_dir: Path) -> None:
     s = read_summary(run_dir)
     accel = s.get("accel") or "n/a (no VM)"
     print(f"baseline accel={accel}  points {s['points_total']} ({s['points_failed']} failed)  [Mbit/s, ±95% CI]")
+    endhost = any(c.get("role", "router") != "router" or c.get("proto", "udp") != "udp" for c in s["configs"])
     head = ("hv/nic", "ip", "size", "rtrs", "load", "max fwd", "loss-free(sweep)", "NDR")
-    print("  {:12} {:>2} {:>5} {:>4} {:9} {:>14} {:>16} {:>14}".format(*head))
+    extra = "  {:6} {:5} {:>5} {:>6}".format("role", "proto", "E", "v6/v4") if endhost else ""
+    print("  {:12} {:>2} {:>5} {:>4} {:9} {:>14} {:>16} {:>14}".format(*head) + extra)
     for c in s["configs"]:
         mf = c["max_forwarded"]["forwarded_bps"] if c.get("max_forwarded") else None
         ndr = c["ndr"]["ndr_bps"] if c.get("ndr") else None
         lf = c.get("sweep_loss_free_bps")
         name = c["hv"] if c["nic"] == NONE_NIC else f"{c['hv']}/{c['nic']}"
-        print(
+        line = (
             f"  {name:12} {c['ip']:>2} {c['frame_bytes']:>5} {c['routers']:>4} {c['load']:9} {_mbit(mf):>14} "
             f"{'-' if lf is None else f'{lf / 1e6:.1f}':>16} {_mbit(ndr):>14}"
         )
+        if endhost:
+            e = (c.get("efficiency") or {}).get("max_forwarded")
+            line += f"  {c.get('role', 'router'):6} {c.get('proto', 'udp'):5} {'-' if e is None else f'{e:.2f}':>5}"
+            line += f" {_v6_over_v4(c, mf):>6}"
+        print(line)
+
+
+def _v6_over_v4(c: dict[str, Any], max_fwd: dict[str, Any] | None) -> str:
+    """The IPv6/IPv4 ratio at the rate of the configuration's max forwarded (or received) rate."""
+    if max_fwd is None or not c.get("ipv6_over_ipv4") or not c.get("max_forwarded"):
+        return "-"
+    rate = c["max_forwarded"]["rate_bps"]
+    r = next((x["forwarded_bps"]["ratio"] for x in c["ipv6_over_ipv4"] if x["rate_bps"] == rate), None)
+    return "-" if r is None else f"{r:.3f}"

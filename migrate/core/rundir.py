@@ -582,6 +582,14 @@ BASELINE_SUMMARY_CONFIG = obj(
         "ndr": null(obj({"per_rep": ARR_OF_OBJ, "ndr_bps": null(OBJ), "at_upper_bound": INT})),
         "efficiency": obj({"classical": null(STR), "max_forwarded": FIGURE, "ndr": FIGURE}),
     },
+    {
+        "role": doc("router, or the end host's vm-tx / vm-rx (absent before ROLE existed: router)", STR),
+        "proto": doc("udp, or tcp: one bulk TCP flow per router, rates are payload bits (absent: udp)", STR),
+        "ipv6_over_ipv4": doc(
+            "per rate: IPv6 / IPv4 mean forwarded (received) bit/s and packets/s with their bootstrap interval",
+            arr(obj({"rate_bps": INT, "forwarded_bps": OBJ, "forwarded_pps": OBJ})),
+        ),
+    },
     closed=True,
 )
 SUMMARY_BASELINE = obj(

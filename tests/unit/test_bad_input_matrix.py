@@ -131,6 +131,9 @@ BAD_INPUTS = [
     ("PEERING", ["calibrate", "--peering", "bgp,ospf"]),
     ("BFD", ["calibrate", "--peering", "bgp,bfd", "--bfd", "fast"]),
     ("BFD", ["calibrate", "--peering", "bgp,bfd", "--bfd", "50x1"]),
+    ("ROLE", ["baseline", "--role", "vm-vm"]),
+    ("ROLE", ["baseline", "--role", "vm-tx", "--hv", "criu"]),
+    ("ROLE", ["baseline", "--role", "vm-rx", "--routers", "1,2"]),
 ]
 
 

@@ -69,6 +69,11 @@ def test_criu_is_one_nic_less_configuration_per_router_count_and_load():
         ({"ip": "5"}, "IP='5'"),
         ({"reps": "0"}, "REPS=0"),
         ({"search": "ndr", "rates": "max"}, "needs at least one numeric rate"),
+        ({"role": "vm-vm"}, "ROLE: 'vm-vm' is unknown: choose from router, vm-tx, vm-rx"),
+        ({"role": "vm-tx", "hv": "none,criu"}, "the end host runs with HV=none .* not HV=criu"),
+        ({"role": "vm-rx", "hv": "kvm", "routers": "1,2"}, "use ROUTERS=1"),
+        ({"proto": "sctp"}, "PROTO: 'sctp' is unknown: choose from udp, tcp"),
+        ({"proto": "tcp", "search": "ndr", "rates": "10M"}, "SEARCH=ndr searches the UDP loss-free rate"),
     ],
 )
 def test_bad_input_is_one_clear_error(values, message):
@@ -295,3 +300,25 @@ def test_progress_counts_the_points_of_a_failed_configuration_as_failed(tmp_path
     brun._run_config(spec, config, {}, tmp_path, meta, Abort(), progress, brun.LocalPlan(spec))
     assert meta["configs"][config.name]["status"] == "failed"
     assert (progress.done, progress.failed) == (1, {"configuration failed": 1})
+
+
+def test_end_host_roles_are_configurations_of_their_own():
+    s = spec_from_strings({"hv": "none,kvm", "role": "vm-tx,vm-rx,router"})
+    names = [c.name for c in s.configs()]
+    want = [f"{hv}-r1-none{suffix}" for hv in ("none-veth", "kvm-virtio") for suffix in ("-vm-tx", "-vm-rx", "")]
+    assert names == want
+    assert BaselineSpec.from_dict(json.loads(json.dumps(s.to_dict()))) == s
+    assert spec_from_strings({}).roles == ("router",)
+
+
+def test_tcp_points_take_every_ip_and_rate_but_no_size():
+    s = spec_from_strings({"hv": "kvm", "proto": "udp,tcp", "ip": "both", "sizes": "82,1500", "rates": "10M,max"})
+    (c,) = s.configs()
+    keys = list(s.sweep(c, 1))
+    assert len(keys) == s.sweep_points(c) // s.reps == 2 * 2 * 2 + 2 * 2
+    tcp = [k for k in keys if k.proto == "tcp"]
+    assert [k.name for k in tcp] == ["sweep-tcp-ip4-10M-rep1", "sweep-tcp-ip4-max-rep1", "sweep-tcp-ip6-10M-rep1",
+                                     "sweep-tcp-ip6-max-rep1"]  # fmt: skip
+    assert {k.frame_bytes for k in tcp} == {1518}
+    only = spec_from_strings({"proto": "tcp", "rates": "10M"})
+    assert only.sweep_points(only.configs()[0]) == 3 * 1 * 1

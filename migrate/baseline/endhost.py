@@ -1,0 +1,171 @@
+"""The router slot as an end host (``make baseline ROLE=vm-tx|vm-rx``): the seeds' VM throughput
+experiments (papers 000, 001 and 003 measure the VM sending and receiving, not only forwarding).
+
+* ``vm-tx``: the generator runs in the end host and sends from its eth1 to B (B's sink as for a
+  forwarding point);
+* ``vm-rx``: A's generator sends to the end host's eth0 address, the sink runs in the end host.
+
+The end host is slot 0's router itself, with its addresses and MACs: under HV=kvm the router VM
+(the guest image carries vrgen, vrsink and vrtcp in /usr/sbin; they run through the guest's
+console shell, :class:`migrate.drivers.guest_shell.GuestShell`, booted with ``vrmig.shell=1``), under
+HV=none the router's network namespace ``RT0`` with the host's own tools: the bare host, the
+reference of seed 000's efficiency E.  The router keeps routing (its daemons run), so the
+irtt probes C -> D still cross it.
+
+A tool in the guest is driven by :class:`GuestTool`, which offers the part of
+:class:`migrate.core.procs.Proc` a baseline point uses (readiness by its READY line, exit,
+signals, the output file), so that :mod:`migrate.baseline.point` measures an end-host flow with
+the same code as a forwarded one.  Its output is read back over the console once it has exited
+and written where a host tool's would be (``gen-0.json``, ``sink-0.json`` and ``.stderr``)."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from migrate.baseline.plan import Slot
+from migrate.core.errors import GuestError
+from migrate.core.procs import Proc
+from migrate.core.registry import Registry
+from migrate.testbed import topology as topo
+
+#: where the guest image installs the traffic tools (routers.build CROSSTRAFFIC_TOOLS)
+GUEST_BIN = "/usr/sbin"
+#: one command over the console (start a job, read a file, send a signal)
+CMD_TIMEOUT_S = 15.0
+
+
+SNMP, SNMP6 = "/proc/net/snmp", "/proc/net/snmp6"
+
+
+def delivered_count(text: str) -> int:
+    """Udp InDatagrams + Udp6InDatagrams + Tcp InSegs (IPv4 and IPv6 together) from the text of
+    /proc/net/snmp followed by /proc/net/snmp6: the datagrams and segments the kernel delivered
+    locally (a forwarded packet counts in none of them).  ValueError when one is missing."""
+    found: dict[str, int] = {}
+    lines = text.splitlines()
+    for head, values in itertools.pairwise(lines):
+        h, v = head.split(), values.split()
+        if h and v and h[0] == v[0] and h[0] in ("Udp:", "Tcp:"):
+            row = dict(zip(h[1:], v[1:], strict=False))
+            key = "InDatagrams" if h[0] == "Udp:" else "InSegs"
+            if key in row:
+                found[h[0] + key] = int(row[key])
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "Udp6InDatagrams":
+            found["Udp6InDatagrams"] = int(parts[1])
+    need = ("Udp:InDatagrams", "Tcp:InSegs", "Udp6InDatagrams")
+    missing = [k for k in need if k not in found]
+    if missing:
+        raise ValueError(f"/proc/net/snmp(6) without {', '.join(missing)}")
+    return sum(found[k] for k in need)
+
+
+class GuestTool:
+    """A traffic tool running in the guest as a background job of its console shell."""
+
+    def __init__(self, shell: Any, what: str, argv: list[str], out_dir: Path, stdout_name: str | None) -> None:
+        self.shell, self.what = shell, what
+        self.argv = [f"{GUEST_BIN}/{Path(argv[0]).name}", *argv[1:]]
+        self.stdout_path = out_dir / (stdout_name or f"{what}.stdout")
+        self.stderr_path = out_dir / f"{what}.stderr"
+        self._rc: int | None = None
+        self._stderr = ""
+        self.job = shell.start(self.argv, CMD_TIMEOUT_S)
+        self.pid = self.job.pid  # in the guest
+
+    def wait_for(self, marker: str, timeout_s: float, abort: Any = None) -> None:
+        """Wait until the tool printed ``marker`` on stderr (vrsink's READY)."""
+        self.shell.wait_output(self.job, marker, timeout_s)
+
+    def _collect(self, timeout_s: float, sig: str | None) -> int | None:
+        try:
+            res = self.shell.finish(self.job, timeout_s, signal=sig)
+        except GuestError:
+            return None
+        self._rc, self._stderr = res.rc, res.stderr
+        self.stdout_path.write_text(res.stdout)
+        self.stderr_path.write_text(res.stderr)
+        return self._rc
+
+    def wait(self, timeout_s: float) -> int | None:
+        """Wait for the tool's own exit; its status (output saved), None if it still runs."""
+        return self._rc if self._rc is not None else self._collect(timeout_s, None)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> int | None:
+        """Send ``sig`` to the tool in the guest and wait for its exit (KILL after ``timeout_s``)."""
+        if self._rc is not None:
+            return self._rc
+        name = signal.Signals(sig).name.removeprefix("SIG")
+        rc = self._collect(timeout_s, name)
+        if rc is None and sig != signal.SIGKILL:
+            rc = self._collect(CMD_TIMEOUT_S, "KILL")
+        return rc
+
+    def alive(self) -> bool:
+        """The job has not exited (as far as the shell can tell)."""
+        if self._rc is not None:
+            return False
+        try:
+            return self.shell.job_rc(self.job, CMD_TIMEOUT_S) is None
+        except GuestError:
+            return False
+
+    def returncode(self) -> int | None:
+        """Exit status once collected."""
+        return self._rc
+
+    def stderr_tail(self, n: int = 5) -> str:
+        """Last ``n`` lines of the tool's stderr (once collected)."""
+        return " | ".join(self._stderr.strip().splitlines()[-n:])
+
+
+class EndHost:
+    """Slot 0's router as the end host of ``role``: in the guest (``shell``) or in the router's
+    network namespace (``netns``, HV=none)."""
+
+    def __init__(
+        self, role: str, slot: Slot, registry: Registry, *, shell: Any = None, netns: str | None = None
+    ) -> None:
+        if (shell is None) == (netns is None):
+            raise ValueError("an end host runs its tools either in a guest shell or in a namespace")
+        self.role, self.slot, self.reg, self.shell, self.netns = role, slot, registry, shell, netns
+
+    @property
+    def name(self) -> str:
+        """How point.json names it (``from``/``to`` of the flow)."""
+        return "VM" if self.shell is not None else self.slot.router_role
+
+    def addr(self, ip: int) -> str:
+        """The end host's address on segment L (where A's traffic goes)."""
+        return topo.addr(self.slot.router_cidrs("L")[0 if ip == 4 else 1])
+
+    def spawn(self, what: str, argv: list[str], out_dir: Path, stdout_name: str | None = None) -> Proc | GuestTool:
+        """Start a traffic tool (``argv[0]``: the host's binary) in the end host."""
+        if self.shell is not None:
+            return GuestTool(self.shell, what, argv, out_dir, stdout_name)
+        return Proc(what, argv, self.reg, out_dir, netns=self.netns, stdout_name=stdout_name).start()
+
+    def delivered(self) -> int:
+        """What the end host's kernel has delivered to its own sockets so far
+        (:func:`delivered_count` of its /proc/net/snmp and snmp6, read in the guest or in the
+        namespace).  Not an interface counter: the irtt probes C -> D that the router forwards
+        meanwhile cross its interfaces every probe interval, and would never let them settle."""
+        argv = ["cat", SNMP, SNMP6]
+        if self.shell is not None:
+            return delivered_count(self.shell.check(argv, CMD_TIMEOUT_S))
+        assert self.netns is not None
+        res = subprocess.run(["ip", "netns", "exec", self.netns, *argv], capture_output=True, text=True,
+                             timeout=CMD_TIMEOUT_S, check=True)  # fmt: skip
+        return delivered_count(res.stdout)
+
+    def close(self) -> None:
+        """Close the console connection (the guest's jobs end with the VM)."""
+        if self.shell is not None:
+            with contextlib.suppress(Exception):
+                self.shell.close()

@@ -1,0 +1,106 @@
+"""``make baseline ROLE=vm-tx,vm-rx``: the router as an end host (root, QEMU, the built frr image
+with its traffic tools, crosstraffic/bin).  HV=kvm runs vrgen and vrsink in the guest over its
+console shell, HV=none in the router's namespace (the bare host of seed 000's efficiency E);
+IPv4 and IPv6, UDP with 1500 B frames and one bulk TCP flow, at 10 Mbit/s, two repetitions of 1 s
+each.
+
+What must hold, fixed before any run:
+* every point measured (status ok), each configuration once per role;
+* the traffic really starts or ends in the end host: B's sink sees one source, the end host's
+  eth1 address, for ``vm-tx``; the end host's sink sees A's address for ``vm-rx``
+  (vrsink's per-source table, vrtcp sink's peer);
+* UDP at 10 Mbit/s (833 packets/s of 1500 B, a small part of what the guest handles even under
+  TCG; nothing else on the testbed): nothing is lost and the received rate is the offered one
+  within 2 %; the summary carries E against the bare host and the IPv6/IPv4 ratio, both 1 within
+  2 % at a rate that both deliver in full;
+* TCP paced at 10 Mbit/s: every byte written is read before the sink is stopped (the drain
+  watched the receiver), and the goodput over the sink's reads is within 20 % of the pacing
+  rate (a 1 s flow: the initial window leaves unpaced, pacing counts the headers);
+* one-way delay is absent where the guest's clock is involved;
+* nothing of the run is left (``no_leftovers``)."""
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration._runs import frr_guest_image
+from tests.integration.conftest import REPO, require_root_and
+
+pytestmark = pytest.mark.integration
+
+RATE_BPS = 10_000_000
+TOLERANCE = 0.02  # received against offered, E and the IPv6/IPv4 ratio at a rate both deliver
+TCP_TOLERANCE = 0.2  # TCP goodput against the pacing rate (see the module docstring)
+
+
+def _sources(sink: dict) -> set[str]:
+    """The source addresses of vrsink's per-source table ("ADDR:PORT" or "[ADDR]:PORT")."""
+    return {f["src"].rsplit(":", 1)[0].strip("[]") for f in sink["flows"]}
+
+
+def test_endhost_baseline_sends_and_receives_in_the_guest_and_the_bare_host(tmp_path, no_leftovers):
+    require_root_and("qemu-system-x86_64", "irtt", "crosstraffic/bin/vrgen", "crosstraffic/bin/vrsink")
+    frr_guest_image()
+    from routers.guest import ENDHOST_TOOLS, guest_image, has_tool
+
+    absent = [t for t in ENDHOST_TOOLS if not has_tool(guest_image("frr"), t)]
+    assert not absent, f"the frr guest image lacks {absent}: rebuild it with `make guest`"
+    argv = [sys.executable, "-m", "migrate", "baseline", "--hv", "none,kvm", "--role", "vm-tx,vm-rx",
+            "--proto", "udp,tcp", "--ip", "both", "--sizes", "1500", "--rates", "10M", "--reps", "2", "--duration", "1",
+            "--results", str(tmp_path)]  # fmt: skip
+    res = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    run_dir = Path(res.stdout.strip().splitlines()[-1])
+    rows = list(csv.DictReader((run_dir / "baseline.csv").open()))
+    assert len(rows) == 2 * 2 * 2 * 2 * 2, rows  # hv x role x proto x ip x reps
+    assert all(r["status"] == "ok" for r in rows), [r for r in rows if r["status"] != "ok"]
+    assert {(r["hv"], r["role"]) for r in rows} == {(hv, role) for hv in ("none", "kvm") for role in ("vm-tx", "vm-rx")}
+
+    for point in sorted((run_dir / "points").glob("*/sweep-*")):
+        record = json.loads((point / "point.json").read_text())
+        key, flow = record["key"], record["flows"][0]
+        sink = json.loads((point / flow["sink"]).read_text())
+        gen = json.loads((point / flow["gen"]).read_text())
+        host = "VM" if key["hv"] == "kvm" else "RT0"
+        v = 0 if key["ip"] == 4 else 1
+        if key["role"] == "vm-tx":
+            assert (flow["from"], flow["to"]) == (host, "B"), flow
+            expect = ["198.18.2.1", "2001:2:0:2::1"][v]  # the end host's eth1
+        else:
+            assert (flow["from"], flow["to"]) == ("A", host), flow
+            expect = ["198.18.1.10", "2001:2:0:1::10"][v]  # A
+            assert flow["dst"] == ["198.18.1.1", "2001:2:0:1::1"][v], flow
+        if key["proto"] == "tcp":
+            assert [p["addr"] for p in sink["peers"]] == [expect], (point.name, sink["peers"])
+            assert sink["bytes"] == gen["bytes_written"] and gen["bytes_written"][0] > 0, (point.name, sink, gen)
+            continue
+        assert _sources(sink) == {expect}, (point.name, sink["flows"])
+        assert gen["packets"] > 0 and sink["packets"] == gen["packets"], (point, gen["packets"], sink["packets"])
+
+    for r in rows:
+        if r["proto"] == "tcp":
+            assert r["loss_ratio"] == r["offered_bps"] == "", r  # absent, not 0
+            assert float(r["forwarded_bps"]) == pytest.approx(RATE_BPS, rel=TCP_TOLERANCE), r
+        else:
+            assert float(r["loss_ratio"]) == 0.0, r
+            assert float(r["forwarded_bps"]) == pytest.approx(RATE_BPS, rel=TOLERANCE), r
+        assert (r["owd_median_ms"] == "") == (r["hv"] == "kvm" or r["proto"] == "tcp"), r
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    configs = [c for c in summary["configs"] if c["proto"] == "udp"]
+    assert len(configs) == 2 * 2 * 2 and len(summary["configs"]) == 2 * len(configs)
+    for c in configs:
+        assert c["efficiency"]["max_forwarded"] == pytest.approx(1.0, rel=TOLERANCE), c
+        if c["ip"] == 6:
+            (ratio,) = c["ipv6_over_ipv4"]
+            assert ratio["rate_bps"] == RATE_BPS, ratio
+            assert ratio["forwarded_bps"]["ratio"] == pytest.approx(1.0, rel=TOLERANCE), ratio
+        else:
+            assert "ipv6_over_ipv4" not in c
+    assert "role" in res.stdout.splitlines()[1] and "v6/v4" in res.stdout, res.stdout
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["spec"]["roles"] == ["vm-tx", "vm-rx"], meta["spec"]
