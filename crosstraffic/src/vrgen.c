@@ -534,8 +534,12 @@ int main(int argc, char **argv)
     const char *stopped_by = "duration";
     static struct devhist dev, call; /* send - due time per packet; duration of each sendmmsg call */
 
-    int64_t t0 = ct_now_ns(CLOCK_MONOTONIC);
+    /* the realtime anchor first: t0 is then at or after the instant start_rt was read, so a
+     * packet sent at or after its due time on CLOCK_MONOTONIC (t0 + offset) is stamped at or
+     * after start_rt + offset on CLOCK_REALTIME, and sched_dev_ns (the stamps minus due times) is
+     * never negative while the clock is not stepped */
     int64_t start_rt = ct_now_ns(CLOCK_REALTIME);
+    int64_t t0 = ct_now_ns(CLOCK_MONOTONIC);
     int64_t t_end_mono = dur_ns > 0 ? t0 + dur_ns : INT64_MAX;
     int64_t prev_send = t0;
     struct ct_hist sent_hist = {.max_len = (size_t)SENT_HIST_MAX_S * 1000}; /* by send stamp */
@@ -641,9 +645,11 @@ int main(int argc, char **argv)
         else
             for (int j = 0; j < sent; j++)
                 done += iov[j].iov_len / unit;
-        if (paced) /* the stamp (read at `now`, on the other clock) minus each packet's due time */
+        if (paced) /* the stamp each payload carries minus its due time, both on CLOCK_REALTIME as
+                    * the receiver sees them (not `now`: a preemption between the two clock reads
+                    * would make the record differ from the stamps by its length) */
             for (uint64_t i = 0; i < done; i++)
-                dh_add(&dev, now - (t0 + sched_off(&sc, k + i)), 1);
+                dh_add(&dev, ts - (start_rt + sched_off(&sc, k + i)), 1);
         bits_total += sched_bits(&sc, k + done) - sched_bits(&sc, k);
         k += done;
         packets += done;
