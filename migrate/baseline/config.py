@@ -237,7 +237,8 @@ class ConfigRun:
         """ROLE=vm-tx/vm-rx: the end host in router 0: its console shell (HV=kvm) or its namespace
         (HV=none, the bare host)."""
         if isinstance(router, NsRouter):
-            return EndHost(self.config.role, router.slot, self.registry, netns=router.ns)
+            pid = router.daemons[0][0] if router.daemons else None
+            return EndHost(self.config.role, router.slot, self.registry, netns=router.ns, ns_pid=pid)
         if not isinstance(router, VmRouter) or router.console_socket is None or router.proc is None:
             raise GuestError(f"ROLE={self.config.role} needs HV=none or HV=kvm (got {self.config.hv})")
         from migrate.drivers.guest_shell import GuestShell

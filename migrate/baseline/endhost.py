@@ -21,9 +21,7 @@ and written where a host tool's would be (``gen-0.json``, ``sink-0.json`` and ``
 from __future__ import annotations
 
 import contextlib
-import itertools
 import signal
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ from migrate.core.errors import GuestError
 from migrate.core.procs import Proc
 from migrate.core.registry import Registry
 from migrate.testbed import topology as topo
+from migrate.testbed.builder import snmp_counter
 
 #: where the guest image installs the traffic tools (routers.build CROSSTRAFFIC_TOOLS)
 GUEST_BIN = "/usr/sbin"
@@ -46,24 +45,16 @@ def delivered_count(text: str) -> int:
     """Udp InDatagrams + Udp6InDatagrams + Tcp InSegs (IPv4 and IPv6 together) from the text of
     /proc/net/snmp followed by /proc/net/snmp6: the datagrams and segments the kernel delivered
     locally (a forwarded packet counts in none of them).  ValueError when one is missing."""
-    found: dict[str, int] = {}
-    lines = text.splitlines()
-    for head, values in itertools.pairwise(lines):
-        h, v = head.split(), values.split()
-        if h and v and h[0] == v[0] and h[0] in ("Udp:", "Tcp:"):
-            row = dict(zip(h[1:], v[1:], strict=False))
-            key = "InDatagrams" if h[0] == "Udp:" else "InSegs"
-            if key in row:
-                found[h[0] + key] = int(row[key])
-    for line in lines:
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == "Udp6InDatagrams":
-            found["Udp6InDatagrams"] = int(parts[1])
-    need = ("Udp:InDatagrams", "Tcp:InSegs", "Udp6InDatagrams")
-    missing = [k for k in need if k not in found]
+    six = [ln.split() for ln in text.splitlines() if ln.startswith("Udp6InDatagrams")]
+    found = {
+        "Udp:InDatagrams": snmp_counter(text, "Udp", "InDatagrams"),
+        "Tcp:InSegs": snmp_counter(text, "Tcp", "InSegs"),
+        "Udp6InDatagrams": int(six[0][1]) if six and len(six[0]) == 2 else None,
+    }
+    missing = [k for k, v in found.items() if v is None]
     if missing:
         raise ValueError(f"/proc/net/snmp(6) without {', '.join(missing)}")
-    return sum(found[k] for k in need)
+    return sum(v for v in found.values() if v is not None)
 
 
 class GuestTool:
@@ -130,11 +121,19 @@ class EndHost:
     network namespace (``netns``, HV=none)."""
 
     def __init__(
-        self, role: str, slot: Slot, registry: Registry, *, shell: Any = None, netns: str | None = None
+        self,
+        role: str,
+        slot: Slot,
+        registry: Registry,
+        *,
+        shell: Any = None,
+        netns: str | None = None,
+        ns_pid: int | None = None,
     ) -> None:
         if (shell is None) == (netns is None):
             raise ValueError("an end host runs its tools either in a guest shell or in a namespace")
         self.role, self.slot, self.reg, self.shell, self.netns = role, slot, registry, shell, netns
+        self.ns_pid = ns_pid  # a process in ``netns`` (a router daemon): its /proc/<pid>/net is the namespace's
 
     @property
     def name(self) -> str:
@@ -156,13 +155,12 @@ class EndHost:
         (:func:`delivered_count` of its /proc/net/snmp and snmp6, read in the guest or in the
         namespace).  Not an interface counter: the irtt probes C -> D that the router forwards
         meanwhile cross its interfaces every probe interval, and would never let them settle."""
-        argv = ["cat", SNMP, SNMP6]
         if self.shell is not None:
-            return delivered_count(self.shell.check(argv, CMD_TIMEOUT_S))
-        assert self.netns is not None
-        res = subprocess.run(["ip", "netns", "exec", self.netns, *argv], capture_output=True, text=True,
-                             timeout=CMD_TIMEOUT_S, check=True)  # fmt: skip
-        return delivered_count(res.stdout)
+            return delivered_count(self.shell.check(["cat", SNMP, SNMP6], CMD_TIMEOUT_S))
+        if self.ns_pid is None:
+            raise ValueError(f"end host in {self.netns}: no process of the namespace to read its counters through")
+        net = Path(f"/proc/{self.ns_pid}/net")
+        return delivered_count((net / "snmp").read_text() + (net / "snmp6").read_text())
 
     def close(self) -> None:
         """Close the console connection (the guest's jobs end with the VM)."""

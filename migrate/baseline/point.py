@@ -217,9 +217,10 @@ def run_point(ctx: PointContext, key: PointKey, point_dir: Path) -> dict[str, An
     procs: list[tuple[Proc | GuestTool, int]] = []
     ends = [flow_ends(s, key.ip, ctx.endhost) for s in ctx.slots]
     try:
-        sinks = []
+        sinks, sink_names = [], []
         for s, e in zip(ctx.slots, ends, strict=True):
             argv, name = _sink_argv(key, s, e, point_dir)
+            sink_names.append(name)
             sink = _spawn_on(ctx, e.sink, f"sink-{s.k}", argv, point_dir, name)
             procs.append((sink, signal.SIGTERM))
             sinks.append(sink)
@@ -241,12 +242,11 @@ def run_point(ctx: PointContext, key: PointKey, point_dir: Path) -> dict[str, An
         record["load_counters_t0"] = _load_counters(ctx)
         record["cpu_t0"] = ctx.cpu_snapshot()
         gens = []
-        for s, e in zip(ctx.slots, ends, strict=True):
+        for s, e, sink_name in zip(ctx.slots, ends, sink_names, strict=True):
             argv, gen_name = _gen_argv(key, s, e, point_dir, ctx.duration_s)
             gen = _spawn_on(ctx, e.source, f"gen-{s.k}", argv, point_dir, gen_name)
             procs.append((gen, signal.SIGTERM))
             gens.append(gen)
-            sink_name = _sink_argv(key, s, e, point_dir)[1]
             record["flows"].append({"router": s.k, "proto": key.proto, "dst": e.dst, "gen": gen_name,
                                     "sink": sink_name, "from": _name(e.source), "to": _name(e.sink)})  # fmt: skip
         deadline = time.monotonic() + ctx.duration_s + GEN_EXIT_GRACE_S

@@ -39,13 +39,19 @@ _COMMON_SYSCTLS = (
 _L2_SYSCTLS = ("net.ipv6.conf.default.disable_ipv6=1", "net.ipv6.conf.all.disable_ipv6=1")
 
 
-def snmp_udp_in_datagrams(snmp: str) -> int | None:
-    """``Udp: InDatagrams`` from the text of a ``/proc/<pid>/net/snmp``; None if it has none."""
-    rows = [ln.split() for ln in snmp.splitlines() if ln.startswith("Udp:")]
+def snmp_counter(snmp: str, section: str, name: str) -> int | None:
+    """Counter ``name`` of ``section`` (``"Udp"``, ``"Tcp"``) from the text of a
+    ``/proc/<pid>/net/snmp`` (a header line and a value line per section); None if it has none."""
+    rows = [ln.split() for ln in snmp.splitlines() if ln.startswith(section + ":")]
     try:
-        return int(rows[1][rows[0].index("InDatagrams")])
+        return int(rows[1][rows[0].index(name)])
     except (IndexError, ValueError):
         return None
+
+
+def snmp_udp_in_datagrams(snmp: str) -> int | None:
+    """``Udp: InDatagrams`` from the text of a ``/proc/<pid>/net/snmp``; None if it has none."""
+    return snmp_counter(snmp, "Udp", "InDatagrams")
 
 
 def new_prefix() -> str:
