@@ -83,6 +83,13 @@ SETTLE_ROUNDS = 3
 #: the priming cut before the planned events (:meth:`Calibrator._prime`); its records' kind is
 #: the analysis' PRIME_KIND
 PRIME_MS = 50.0
+#: before each event a seeded random delay, uniform in [0, PHASE_MAX_S), puts its start edge at an
+#: independent phase of every periodic process near the stream: the generator's send quantum
+#: (0.5 ms), the kernel's tick (4 ms at HZ=250), the counter sampling period (10 ms) and the
+#: router's own forwarding batches.  Without it each event started one fixed SPACING_S after B was
+#: seen forwarding, so the events of a run could share one phase and one edge error: three cuts of
+#: a CI run erred by 2.89, 2.91 and 2.92 ms, which made a row's majority rule one draw, not three
+PHASE_MAX_S = 0.010
 CUT_PORT = "tapR"  # R1's bridge port of the router's right-hand interface (toward B)
 
 
@@ -265,6 +272,7 @@ class Calibrator:
         self.rx_b: RxPackets | LabRxPackets | None = None
         self.active: Planned | None = None  # the event whose path is cut or paused right now
         self.end_half_ns = {k: 0 for k in KINDS}  # last half-width of each kind's end edge
+        self.phase_rng = random.Random(f"phase-{spec.seed}")
 
     def execute(self, meta: dict[str, Any], abort: Abort) -> None:
         """Everything up to and including the last event; the caller tears down (``teardown``)."""
@@ -367,8 +375,10 @@ class Calibrator:
     def _event(self, ev: Planned) -> None:
         """Start edge, hold until mid(start) + nominal − (expected half of the end edge), end edge."""
         do, undo = self._actions(ev.kind)
+        phase_s = self.phase_rng.uniform(0.0, PHASE_MAX_S)
+        time.sleep(phase_s)  # schedule: the event's random phase (PHASE_MAX_S)
         self.active = ev
-        t0, t1 = self._edge(ev, 0, do)
+        t0, t1 = self._edge(ev, 0, do, phase_ms=round(phase_s * 1e3, 3))
         _sleep_until_ns(t0 + (t1 - t0) // 2 + int(ev.nominal_ms * 1e6) - self.end_half_ns[ev.kind])
         t2, t3 = self._edge(ev, 1, undo)
         self.end_half_ns[ev.kind] = (t3 - t2) // 2
@@ -520,7 +530,8 @@ def _method(spec: CalibrationSpec) -> dict[str, str]:
         "pause": pause.get((spec.hv, spec.driver), "the driver's pause() / resume()"),
         "edges": "CLOCK_REALTIME ns immediately before the command and after it returned (netlink ack, QMP reply, "
         "libvirt call, freezer state, xl exit); true duration = mid(end) - mid(start)",
-        "spacing": f"{SPACING_S} s of normal forwarding after the router was seen forwarding again",
+        "spacing": f"{SPACING_S} s of normal forwarding after the router was seen forwarding again, then a random "
+        f"phase uniform in [0, {PHASE_MAX_S * 1e3:g}) ms (seed {spec.seed}; each start edge's phase_ms)",
         "prime": f"with cuts: one cut of {PRIME_MS:g} ms before the first event, not judged (the bridge port's first "
         "restore lets B receive later than every later one)",
         "order": f"per repetition and kind, the durations in a random order (seed {spec.seed})",
