@@ -234,13 +234,17 @@ class ConfigRun:
         )  # fmt: skip
 
     def _endhost(self, router: Router) -> EndHost:
-        """ROLE=vm-tx/vm-rx: the end host in router 0: its console shell (HV=kvm) or its namespace
-        (HV=none, the bare host)."""
+        """ROLE=vm-tx/vm-rx: the end host in router 0: its console shell (HV=kvm), its container
+        (HV=criu) or its namespace (HV=none, the bare host)."""
         if isinstance(router, NsRouter):
             pid = router.daemons[0][0] if router.daemons else None
             return EndHost(self.config.role, router.slot, self.registry, netns=router.ns, ns_pid=pid)
+        if isinstance(router, CtRouter):
+            if router.pid is None:
+                raise GuestError(f"ROLE={self.config.role}: the router container has no init process")
+            return EndHost(self.config.role, router.slot, self.registry, enter_pid=router.pid)
         if not isinstance(router, VmRouter) or router.console_socket is None or router.proc is None:
-            raise GuestError(f"ROLE={self.config.role} needs HV=none or HV=kvm (got {self.config.hv})")
+            raise GuestError(f"ROLE={self.config.role} needs HV=none, kvm or criu (got {self.config.hv})")
         from migrate.drivers.guest_shell import GuestShell
 
         proc = router.proc

@@ -7,9 +7,12 @@ experiments (papers 000, 001 and 003 measure the VM sending and receiving, not o
 
 The end host is slot 0's router itself, with its addresses and MACs: under HV=kvm the router VM
 (the guest image carries vrgen, vrsink and vrtcp in /usr/sbin; they run through the guest's
-console shell, :class:`migrate.drivers.guest_shell.GuestShell`, booted with ``vrmig.shell=1``), under
-HV=none the router's network namespace ``RT0`` with the host's own tools: the bare host, the
-reference of seed 000's efficiency E.  The router keeps routing (its daemons run), so the
+console shell, :class:`migrate.drivers.guest_shell.GuestShell`, booted with ``vrmig.shell=1``);
+under HV=criu the router container (paper 001's OpenVZ row: the same tools from the container's
+own /usr/sbin, the rootfs of the guest image, started by ``nsenter`` in its mount, uts, ipc and
+network namespaces, as :class:`migrate.baseline.routers.BusyLoop` is); under HV=none the router's
+network namespace ``RT0`` with the host's own tools: the bare host, the reference of seed 000's
+efficiency E.  The router keeps routing (its daemons run), so the
 irtt probes C -> D still cross it.
 
 A tool in the guest is driven by :class:`GuestTool`, which offers the part of
@@ -116,9 +119,15 @@ class GuestTool:
         return " | ".join(self._stderr.strip().splitlines()[-n:])
 
 
+#: the namespaces a tool enters to run in the router container (not its pid namespace: nsenter
+#: then execs in place, so the recorded PID is the tool's own)
+CT_NAMESPACES = ("--mount", "--uts", "--ipc", "--net")
+
+
 class EndHost:
-    """Slot 0's router as the end host of ``role``: in the guest (``shell``) or in the router's
-    network namespace (``netns``, HV=none)."""
+    """Slot 0's router as the end host of ``role``: in the guest (``shell``), in the router
+    container (``enter_pid``: its init, HV=criu) or in the router's network namespace
+    (``netns``, HV=none)."""
 
     def __init__(
         self,
@@ -129,16 +138,29 @@ class EndHost:
         shell: Any = None,
         netns: str | None = None,
         ns_pid: int | None = None,
+        enter_pid: int | None = None,
     ) -> None:
-        if (shell is None) == (netns is None):
-            raise ValueError("an end host runs its tools either in a guest shell or in a namespace")
+        if sum(x is not None for x in (shell, netns, enter_pid)) != 1:
+            raise ValueError("an end host runs its tools in one place: a guest shell, a container or a namespace")
         self.role, self.slot, self.reg, self.shell, self.netns = role, slot, registry, shell, netns
-        self.ns_pid = ns_pid  # a process in ``netns`` (a router daemon): its /proc/<pid>/net is the namespace's
+        self.enter_pid = enter_pid
+        # a process of the end host's network namespace (a router daemon, the container's init):
+        # its /proc/<pid>/net is the namespace's
+        self.ns_pid = enter_pid if enter_pid is not None else ns_pid
 
     @property
     def name(self) -> str:
-        """How point.json names it (``from``/``to`` of the flow)."""
-        return "VM" if self.shell is not None else self.slot.router_role
+        """How point.json names it (``from``/``to`` of the flow): "VM" (its own clock), "CT" (the
+        container: the host's kernel and clock) or the bare host's namespace role."""
+        if self.shell is not None:
+            return "VM"
+        return "CT" if self.enter_pid is not None else self.slot.router_role
+
+    @property
+    def own_files(self) -> bool:
+        """Its tools write their files in its own filesystem (the guest's or the container's /tmp),
+        not in the run directory."""
+        return self.shell is not None or self.enter_pid is not None
 
     def addr(self, ip: int) -> str:
         """The end host's address on segment L (where A's traffic goes)."""
@@ -148,12 +170,15 @@ class EndHost:
         """Start a traffic tool (``argv[0]``: the host's binary) in the end host."""
         if self.shell is not None:
             return GuestTool(self.shell, what, argv, out_dir, stdout_name)
+        if self.enter_pid is not None:
+            inside = [f"{GUEST_BIN}/{Path(argv[0]).name}", *argv[1:]]
+            argv = ["nsenter", f"--target={self.enter_pid}", *CT_NAMESPACES, "--", *inside]
         return Proc(what, argv, self.reg, out_dir, netns=self.netns, stdout_name=stdout_name).start()
 
     def delivered(self) -> int:
         """What the end host's kernel has delivered to its own sockets so far
         (:func:`delivered_count` of its /proc/net/snmp and snmp6, read in the guest or in the
-        namespace).  Not an interface counter: the irtt probes C -> D that the router forwards
+        namespace or container).  Not an interface counter: the irtt probes C -> D that the router forwards
         meanwhile cross its interfaces every probe interval, and would never let them settle."""
         if self.shell is not None:
             return delivered_count(self.shell.check(["cat", SNMP, SNMP6], CMD_TIMEOUT_S))

@@ -123,8 +123,9 @@ def _spawn_on(
 
 def _file_on(where: Where, point_dir: Path, name: str) -> Path:
     """Where a tool on ``where`` writes its trace ``name``: the point's directory, or the guest's
-    /tmp (the trace stays there: a TCP point's figures come from the tools' JSON summaries)."""
-    if isinstance(where, EndHost) and where.shell is not None:
+    or the container's /tmp (the trace stays there: a TCP point's figures come from the tools'
+    JSON summaries)."""
+    if isinstance(where, EndHost) and where.own_files:
         return Path("/tmp") / name
     return point_dir / name
 

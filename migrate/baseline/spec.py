@@ -22,7 +22,7 @@ SEARCHES = ("none", "ndr")
 #: ``vm-rx`` receives from A, the traffic tools running in the guest (HV=kvm) or, for the bare host
 #: of seed 000's efficiency E, in the router's own namespace (HV=none)
 ROLES = ("router", "vm-tx", "vm-rx")
-ENDHOST_HVS = ("none", "kvm")
+ENDHOST_HVS = ("none", "kvm", "criu")
 #: the traffic of a point: vrgen's UDP CBR (every SIZE), or one bulk TCP flow of vrtcp per router
 #: (its goodput; the segments are full-MSS, so SIZES does not apply: :data:`TCP_FRAME_BYTES`)
 PROTOS = ("udp", "tcp")
@@ -293,8 +293,9 @@ def validate(s: BaselineSpec) -> None:
         _require(role in ROLES, f"ROLE={role!r} is unknown: choose from {', '.join(ROLES)}")
     if any(r != "router" for r in s.roles):
         odd = [hv for hv in s.hvs if hv not in ENDHOST_HVS]
-        _require(not odd, f"ROLE={','.join(s.roles)}: the end host runs with HV=none (the bare host) or HV=kvm "
-                          f"(the guest), not HV={','.join(odd)}: drop it from HV")  # fmt: skip
+        _require(not odd, f"ROLE={','.join(s.roles)}: the end host runs with HV=none (the bare host), "
+                          f"HV=kvm (the guest) or HV=criu (the container), not HV={','.join(odd)}: "
+                          "drop it from HV")  # fmt: skip
         _require(s.routers == (1,), "ROLE=vm-tx/vm-rx measures one end host: use ROUTERS=1")
     for proto in s.protos:
         _require(proto in PROTOS, f"PROTO={proto!r} is unknown: choose from {', '.join(PROTOS)}")

@@ -1,6 +1,7 @@
 """``make baseline ROLE=vm-tx,vm-rx``: the router as an end host (root, QEMU, the built frr image
 with its traffic tools, crosstraffic/bin).  HV=kvm runs vrgen and vrsink in the guest over its
-console shell, HV=none in the router's namespace (the bare host of seed 000's efficiency E);
+console shell, HV=criu in the router container (its own copies, entered with nsenter), HV=none
+in the router's namespace (the bare host of seed 000's efficiency E);
 IPv4 and IPv6, UDP with 1500 B frames and one bulk TCP flow, at 10 Mbit/s, one repetition of 1 s
 each (the repetitions' statistics are unit-tested on synthetic rows).  It also covers the guest
 as an end host as such: the console shell, the tools in the image, UDP both ways and TCP from
@@ -18,7 +19,7 @@ What must hold, fixed before any run:
 * TCP paced at 10 Mbit/s: every byte written is read before the sink is stopped (the drain
   watched the receiver), and the goodput over the sink's reads is within 20 % of the pacing
   rate (a 1 s flow: the initial window leaves unpaced, pacing counts the headers);
-* one-way delay is absent where the guest's clock is involved;
+* one-way delay is absent where the guest's clock is involved (not the container's: the host's);
 * nothing of the run is left (``no_leftovers``)."""
 
 import csv
@@ -34,6 +35,8 @@ from tests.integration.conftest import REPO, require_root_and
 
 pytestmark = pytest.mark.integration
 
+HVS = ("none", "kvm", "criu")
+HOST = {"none": "RT0", "kvm": "VM", "criu": "CT"}  # the end host's name in a flow record
 RATE_BPS = 10_000_000
 TOLERANCE = 0.02  # received against offered, E and the IPv6/IPv4 ratio at a rate both deliver
 TCP_TOLERANCE = 0.2  # TCP goodput against the pacing rate (see the module docstring)
@@ -45,29 +48,31 @@ def _sources(sink: dict) -> set[str]:
 
 
 def test_endhost_baseline_sends_and_receives_in_the_guest_and_the_bare_host(tmp_path, no_leftovers):
-    require_root_and("qemu-system-x86_64", "irtt", "crosstraffic/bin/vrgen", "crosstraffic/bin/vrsink")
+    require_root_and(
+        "qemu-system-x86_64", "unshare", "nsenter", "irtt", "crosstraffic/bin/vrgen", "crosstraffic/bin/vrsink"
+    )
     frr_guest_image()
     from routers.guest import ENDHOST_TOOLS, guest_image, has_tool
 
     absent = [t for t in ENDHOST_TOOLS if not has_tool(guest_image("frr"), t)]
     assert not absent, f"the frr guest image lacks {absent}: rebuild it with `make guest`"
-    argv = [sys.executable, "-m", "migrate", "baseline", "--hv", "none,kvm", "--role", "vm-tx,vm-rx",
+    argv = [sys.executable, "-m", "migrate", "baseline", "--hv", ",".join(HVS), "--role", "vm-tx,vm-rx",
             "--proto", "udp,tcp", "--ip", "both", "--sizes", "1500", "--rates", "10M", "--reps", "1", "--duration", "1",
             "--results", str(tmp_path)]  # fmt: skip
     res = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     run_dir = Path(res.stdout.strip().splitlines()[-1])
     rows = list(csv.DictReader((run_dir / "baseline.csv").open()))
-    assert len(rows) == 2 * 2 * 2 * 2, rows  # hv x role x proto x ip
+    assert len(rows) == len(HVS) * 2 * 2 * 2, rows  # hv x role x proto x ip
     assert all(r["status"] == "ok" for r in rows), [r for r in rows if r["status"] != "ok"]
-    assert {(r["hv"], r["role"]) for r in rows} == {(hv, role) for hv in ("none", "kvm") for role in ("vm-tx", "vm-rx")}
+    assert {(r["hv"], r["role"]) for r in rows} == {(hv, role) for hv in HVS for role in ("vm-tx", "vm-rx")}
 
     for point in sorted((run_dir / "points").glob("*/sweep-*")):
         record = json.loads((point / "point.json").read_text())
         key, flow = record["key"], record["flows"][0]
         sink = json.loads((point / flow["sink"]).read_text())
         gen = json.loads((point / flow["gen"]).read_text())
-        host = "VM" if key["hv"] == "kvm" else "RT0"
+        host = HOST[key["hv"]]
         v = 0 if key["ip"] == 4 else 1
         if key["role"] == "vm-tx":
             assert (flow["from"], flow["to"]) == (host, "B"), flow
@@ -94,7 +99,7 @@ def test_endhost_baseline_sends_and_receives_in_the_guest_and_the_bare_host(tmp_
 
     summary = json.loads((run_dir / "summary.json").read_text())
     configs = [c for c in summary["configs"] if c["proto"] == "udp"]
-    assert len(configs) == 2 * 2 * 2 and len(summary["configs"]) == 2 * len(configs)
+    assert len(configs) == len(HVS) * 2 * 2 and len(summary["configs"]) == 2 * len(configs)
     for c in configs:
         assert c["efficiency"]["max_forwarded"] == pytest.approx(1.0, rel=TOLERANCE), c
         if c["ip"] == 6:

@@ -132,7 +132,7 @@ BAD_INPUTS = [
     ("BFD", ["calibrate", "--peering", "bgp,bfd", "--bfd", "fast"]),
     ("BFD", ["calibrate", "--peering", "bgp,bfd", "--bfd", "50x1"]),
     ("ROLE", ["baseline", "--role", "vm-vm"]),
-    ("ROLE", ["baseline", "--role", "vm-tx", "--hv", "criu"]),
+    ("ROLE", ["baseline", "--role", "vm-tx", "--hv", "xen"]),
     ("ROLE", ["baseline", "--role", "vm-rx", "--routers", "1,2"]),
 ]
 

@@ -39,3 +39,34 @@ def test_flow_ends_per_role():
     assert rx.addr(6) == "2001:2:0:1::1" and rx.name == "RT0"
     with pytest.raises(ValueError):
         EndHost("vm-tx", s0, reg)
+
+
+def test_a_container_end_host_runs_the_containers_own_tools_in_its_namespaces(monkeypatch, tmp_path):
+    """HV=criu: the tool is the container's /usr/sbin copy, started by nsenter in the init's mount,
+    uts, ipc and network namespaces (not its pid namespace: nsenter execs in place, the recorded
+    PID is the tool's), on the host's clock ("CT", not "VM"); its files are its own /tmp's."""
+    import migrate.baseline.endhost as endhost
+    from migrate.baseline.point import _file_on
+
+    started: list[tuple[list[str], str | None]] = []
+
+    class FakeProc:
+        def __init__(self, what, argv, reg, out_dir, netns=None, stdout_name=None):
+            started.append((argv, netns))
+
+        def start(self):
+            return self
+
+    monkeypatch.setattr(endhost, "Proc", FakeProc)
+    ct = EndHost("vm-tx", slot(0), Registry("vmtest00"), enter_pid=4242)
+    ct.spawn("gen-0", ["/repo/crosstraffic/bin/vrgen", "--dst", "198.18.2.10"], tmp_path, "gen-0.json")
+    assert started == [
+        (["nsenter", "--target=4242", "--mount", "--uts", "--ipc", "--net", "--", "/usr/sbin/vrgen", "--dst",
+          "198.18.2.10"], None)
+    ]  # fmt: skip
+    assert ct.name == "CT" and ct.ns_pid == 4242 and ct.own_files
+    assert str(_file_on(ct, tmp_path, "tcp-send-0.tsv")) == "/tmp/tcp-send-0.tsv"
+    bare = EndHost("vm-tx", slot(0), Registry("vmtest00"), netns="ns", ns_pid=7)
+    assert not bare.own_files and _file_on(bare, tmp_path, "x.tsv") == tmp_path / "x.tsv"
+    with pytest.raises(ValueError, match="one place"):
+        EndHost("vm-tx", slot(0), Registry("vmtest00"), netns="ns", enter_pid=4242)
