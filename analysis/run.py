@@ -538,6 +538,11 @@ def _tcp_traffic(
                       gap_ms, notes)  # fmt: skip
         if tcp is None:
             tcp = {"why_absent": {"all": "failed: " + next((n for n in notes if n.startswith("tcp")), "")}}
+        if ins.get("tcp_ba_port") is not None:  # TRAFFIC=tcp,dir=both: the B -> A flows on their own
+            tcp["ba"] = _metric(notes, "tcp B -> A", tcp_figures, run_dir, window.start_ns, window.end_ns, udp,
+                                offsets, sample_ms, gap_ms, notes, "ba")  # fmt: skip
+            if tcp["ba"] is None:
+                tcp["ba"] = {"why_absent": {"all": "failed: " + next((n for n in notes if n.startswith("tcp B")), "")}}
     if has_rr:
         rr = _metric(notes, "rr", rr_figures, run_dir, window.start_ns, window.end_ns, offsets, notes)
         if rr is None:

@@ -13,7 +13,11 @@ The headline figures of ``tcp`` (each None with a reason in ``why_absent`` when 
 * ``rto_expiries``: RTO expiries of all flows in the span (a lower bound: analysis.metrics.tcp);
 * ``cwnd_min``: the smallest congestion window any flow had in the span (segments);
 * ``capture_agrees``: whether the capture at B tells the same per-flow outage within one sampling
-  interval (:data:`CAPTURE_TOLERANCE_MS`)."""
+  interval (:data:`CAPTURE_TOLERANCE_MS`).
+
+With ``TRAFFIC=tcp,dir=both`` the B -> A flows (sender on B, receiver on A, their own files:
+:data:`DIRECTIONS`) get the same figures under ``tcp.ba``; B's capture is of A -> B only, so their
+``capture_agrees`` is absent with that reason."""
 
 from __future__ import annotations
 
@@ -31,13 +35,37 @@ from migrate.core.rundir import (
     RR_CLIENT_JSON,
     RR_TSV,
     TCP_PCAP,
+    TCP_RECV_BA_GAPS_TSV,
+    TCP_RECV_BA_TSV,
     TCP_RECV_GAPS_TSV,
     TCP_RECV_TSV,
+    TCP_SEND_BA_JSON,
+    TCP_SEND_BA_TSV,
     TCP_SEND_JSON,
     TCP_SEND_TSV,
 )
 
 SENDER_ROLE, RECEIVER_ROLE = "A", "B"
+
+
+@dataclasses.dataclass(frozen=True)
+class Direction:
+    """One direction of the bulk flows: who sends, who receives, and the files they wrote."""
+
+    sender: str
+    receiver: str
+    send_json: str
+    send_tsv: str
+    recv_tsv: str
+    recv_gaps_tsv: str
+    captured: bool  # B's capture (TCP_PCAP) holds this direction's segments as its receiver got them
+
+
+DIRECTIONS = {
+    "ab": Direction(SENDER_ROLE, RECEIVER_ROLE, TCP_SEND_JSON, TCP_SEND_TSV, TCP_RECV_TSV, TCP_RECV_GAPS_TSV, True),
+    "ba": Direction(RECEIVER_ROLE, SENDER_ROLE, TCP_SEND_BA_JSON, TCP_SEND_BA_TSV, TCP_RECV_BA_TSV,
+                    TCP_RECV_BA_GAPS_TSV, False),
+}  # fmt: skip
 #: the capture and the receiver's read times must agree on each flow's outage within one 10 ms
 #: sampling interval: set before any data, the resolution the suite states for TCP figures
 CAPTURE_TOLERANCE_MS = 10.0
@@ -65,23 +93,26 @@ def tcp_figures(
     sample_ms: float,
     gap_ms: float,
     notes: list[str],
+    direction: str = "ab",
 ) -> dict[str, Any]:
-    """summary.json's ``tcp`` of a run with bulk flows (see the module's docstring)."""
+    """summary.json's ``tcp`` of a run with bulk flows (see the module's docstring), or with
+    ``direction`` "ba" its ``tcp.ba``."""
     from crosstraffic import tcp as vrtcp
 
     run_dir = Path(run_dir)
-    a_off, b_off = int(offsets_ns.get(SENDER_ROLE, 0)), int(offsets_ns.get(RECEIVER_ROLE, 0))
-    send = _summary(run_dir / TCP_SEND_JSON) or {}
+    d = DIRECTIONS[direction]
+    send_off, recv_off = int(offsets_ns.get(d.sender, 0)), int(offsets_ns.get(d.receiver, 0))
+    send = _summary(run_dir / d.send_json) or {}
     why: dict[str, str] = {}
-    recv = vrtcp.read_sink_trace(run_dir / TCP_RECV_TSV)
-    gaps = vrtcp.read_sink_gaps(run_dir / TCP_RECV_GAPS_TSV)
-    info = vrtcp.read_tcpinfo(run_dir / TCP_SEND_TSV)
-    for name, rec in ((TCP_RECV_TSV, recv), (TCP_RECV_GAPS_TSV, gaps), (TCP_SEND_TSV, info)):
+    recv = vrtcp.read_sink_trace(run_dir / d.recv_tsv)
+    gaps = vrtcp.read_sink_gaps(run_dir / d.recv_gaps_tsv)
+    info = vrtcp.read_tcpinfo(run_dir / d.send_tsv)
+    for name, rec in ((d.recv_tsv, recv), (d.recv_gaps_tsv, gaps), (d.send_tsv, info)):
         if rec.dropped_partial_line:
             notes.append(f"{name}: a truncated last line was dropped")
-    rows = np.stack([_shift(recv.t_ns, b_off), recv.flow, recv.bytes], axis=1).astype(np.int64)
+    rows = np.stack([_shift(recv.t_ns, recv_off), recv.flow, recv.bytes], axis=1).astype(np.int64)
     grows = np.stack(
-        [gaps.flow, _shift(gaps.t_before_ns, b_off), _shift(gaps.t_after_ns, b_off), gaps.bytes_before], axis=1
+        [gaps.flow, _shift(gaps.t_before_ns, recv_off), _shift(gaps.t_after_ns, recv_off), gaps.bytes_before], axis=1
     ).astype(np.int64)
     flows = int(send.get("flows") or (int(recv.flow.max()) + 1 if recv.flow.size else 0))
     tcpext = _tcpext(send)
@@ -90,11 +121,15 @@ def tcp_figures(
         t, b = m.receiver_flow(rows, fl)
         sel = info.flow == fl
         cols = {c: getattr(info, c)[sel] for c in m.INFO_COLUMNS}
-        cols["t_ns"] = _shift(cols["t_ns"], a_off)
+        cols["t_ns"] = _shift(cols["t_ns"], send_off)
         figs.append(m.flow_figures(fl, t, b, grows[grows[:, 0] == fl], cols, start_ns, end_ns, sample_ms, gap_ms,
                                    tcpext))  # fmt: skip
     agg = m.aggregate(figs, rows, grows, start_ns, end_ns, udp_downtime_s, tcpext, sample_ms, gap_ms)
-    capture = _capture(run_dir, send, figs, start_ns, end_ns, b_off, notes)
+    capture = (
+        _capture(run_dir, send, figs, start_ns, end_ns, recv_off, notes)
+        if d.captured
+        else {"agrees": None, "reason": f"{TCP_PCAP} is B's capture of the A -> B flows only", "per_flow": []}
+    )
     out = {
         "flows": flows,
         "cc": send.get("cc"),

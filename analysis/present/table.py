@@ -312,6 +312,16 @@ def _tcp_lines(t: Mapping[str, Any] | None, rr: Mapping[str, Any] | None) -> lis
                 f"{_tcp_value(t, 'rto_expiries', 'd')}   cwnd min {_tcp_value(t, 'cwnd_min', 'd')}"
                 f"   capture at B {cap}" + (f" (max diff {_f(diff, '.1f')} ms)" if diff is not None else "")
             )
+        ba = t.get("ba")
+        if isinstance(ba, Mapping) and "flows" not in ba:
+            lines.append(f"  TCP B -> A       {NA} ({dig(ba, 'why_absent', 'all')})")
+        elif isinstance(ba, Mapping):
+            lines.append(
+                f"  TCP B -> A {ba['flows']} flow(s): goodput outage {_tcp_value(ba, 'goodput_outage_ms')} ms"
+                f" (longest flow {_tcp_value(ba, 'flow_outage_max_ms')} ms)   to 90 % goodput "
+                f"{_tcp_value(ba, 'time_to_recover_ms')} ms   RTO expiries {_tcp_value(ba, 'rto_expiries', 'd')}"
+                f"   cwnd min {_tcp_value(ba, 'cwnd_min', 'd')}"
+            )
     if isinstance(rr, Mapping):
         sp = rr.get("spike")
         if not isinstance(sp, Mapping):

@@ -109,6 +109,12 @@ TCP_SEND_JSON = "tcp-send.json"  # the sender's closing record: flows, congestio
 TCP_RECV_TSV = "tcp-recv.tsv"  # bytes received per flow every SAMPLE_MS (B)
 TCP_RECV_GAPS_TSV = "tcp-recv.tsv.gaps"  # every silence between two reads of a flow above the gap threshold
 TCP_RECV_JSON = "tcp-recv.json"  # the receiver's closing record
+#: TRAFFIC=tcp,dir=both: the same files of the B -> A flows (sender on B, receiver on A)
+TCP_SEND_BA_TSV = "tcp-send-BA.tsv"
+TCP_SEND_BA_JSON = "tcp-send-BA.json"
+TCP_RECV_BA_TSV = "tcp-recv-BA.tsv"
+TCP_RECV_BA_GAPS_TSV = "tcp-recv-BA.tsv.gaps"
+TCP_RECV_BA_JSON = "tcp-recv-BA.json"
 TCP_PCAP = "tcp-B.pcap"  # the bulk flows' TCP headers as B's interface receives them (tcpdump; the independent check)
 RR_TSV = "rr.tsv"  # one row per request/response transaction (A)
 RR_CLIENT_JSON = "rr-client.json"  # the rr client's closing record

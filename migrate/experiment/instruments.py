@@ -37,9 +37,12 @@ from migrate.core.rundir import (
     SINK_JSON,
     SINK_STATE_JSON,
     TCP_PCAP,
-    TCP_RECV_GAPS_TSV,
+    TCP_RECV_BA_JSON,
+    TCP_RECV_BA_TSV,
     TCP_RECV_JSON,
     TCP_RECV_TSV,
+    TCP_SEND_BA_JSON,
+    TCP_SEND_BA_TSV,
     TCP_SEND_JSON,
     TCP_SEND_TSV,
 )
@@ -62,6 +65,7 @@ FLOW_RUN_FAST = 8  # above it, runs of 8 packets per flow (vrgen's default)
 TRAFFIC_BA_PORT = 9001  # TRAFFIC=udp,dir=both: the B -> A CBR's port at A
 IRTT_PORT = 2112
 TCP_PORT = 9100  # TRAFFIC=tcp: vrtcp's bulk flows
+TCP_BA_PORT = 9101  # TRAFFIC=tcp,dir=both: the B -> A flows' port at A
 RR_PORT = 9200  # TRAFFIC=rr: vrtcp's request/response
 #: the silence between two reads of one TCP flow that vrtcp's receiver records as a gap, exactly:
 #: twice the sampling period, so any silence the 10 ms grid could show has its exact ends too
@@ -73,6 +77,8 @@ TCP_READY_TIMEOUT_S = 15.0
 TCP_OUTPUTS = {
     "tcp-send": ("A", TCP_SEND_TSV),
     "tcp-recv": ("B", TCP_RECV_TSV),
+    "tcp-send-BA": ("B", TCP_SEND_BA_TSV),
+    "tcp-recv-BA": ("A", TCP_RECV_BA_TSV),
     "rr-client": ("A", RR_TSV),
     "tcp-capture": ("B", TCP_PCAP),
 }
@@ -96,7 +102,7 @@ CPU_GROUPS = {
     "sink": ("sink", "sink-BA"),
     "sampler": ("sampler",),
     "prober": ("irtt-client", "irtt-server"),
-    "tcp": ("tcp-send", "tcp-recv", "rr-client", "rr-server", "tcp-capture"),
+    "tcp": ("tcp-send", "tcp-recv", "tcp-send-BA", "tcp-recv-BA", "rr-client", "rr-server", "tcp-capture"),
 }
 
 
@@ -313,6 +319,14 @@ class Instruments:
                 "B", stdout_name=TCP_RECV_JSON,
             )  # fmt: skip
             recv.wait_for("READY", READY_TIMEOUT_S)
+            if mix.tcp.both:
+                back = self._start(
+                    "tcp-recv-BA",
+                    vrtcp.sink_argv(bind=self._dst("A"), port=TCP_BA_PORT, flows=mix.tcp.flows, sample_ms=s.sample_ms,
+                                    out=self._out("A", TCP_RECV_BA_TSV), gap_ms=TCP_GAP_MS),
+                    "A", stdout_name=TCP_RECV_BA_JSON,
+                )  # fmt: skip
+                back.wait_for("READY", READY_TIMEOUT_S)
         if mix.rr is not None:
             server = self._start(
                 "rr-server",
@@ -329,6 +343,14 @@ class Instruments:
                                 sample_ms=s.sample_ms, out=self._out("A", TCP_SEND_TSV)),
                 "A", stdout_name=TCP_SEND_JSON,
             ))  # fmt: skip
+            if mix.tcp.both:
+                senders.append(self._start(
+                    "tcp-send-BA",
+                    vrtcp.send_argv(dst=self._dst("A"), port=TCP_BA_PORT, flows=mix.tcp.flows, cc=mix.tcp.cc,
+                                    rate_bps=mix.tcp.rate_bps, sample_ms=s.sample_ms,
+                                    out=self._out("B", TCP_SEND_BA_TSV)),
+                    "B", stdout_name=TCP_SEND_BA_JSON,
+                ))  # fmt: skip
         if mix.rr is not None:
             self.rec.action(
                 "rr-start", conns=mix.rr.conns, tps=mix.rr.tps, req=mix.rr.req_bytes, resp=mix.rr.resp_bytes
@@ -391,8 +413,8 @@ class Instruments:
         each one's CPU time is read as it exits."""
         self.rec.action("traffic-stop")
         samplers = [w for w in self.procs if w.startswith("sampler") and w not in self.cpu_by_proc]
-        steps = (["gen", "gen-BA", "tcp-send", "rr-client"], ["irtt-client"],
-                 ["sink", "sink-BA", "tcp-recv", "rr-server"], samplers,
+        steps = (["gen", "gen-BA", "tcp-send", "tcp-send-BA", "rr-client"], ["irtt-client"],
+                 ["sink", "sink-BA", "tcp-recv", "tcp-recv-BA", "rr-server"], samplers,
                  ["irtt-server", "tcp-capture"])  # fmt: skip
         for step in steps:
             todo = [w for w in step if w in self.procs and w not in self.cpu_by_proc]
@@ -417,7 +439,7 @@ class Instruments:
         for what, (role, name) in TCP_OUTPUTS.items():
             if what not in self.procs:
                 continue
-            names = [name, TCP_RECV_GAPS_TSV] if name == TCP_RECV_TSV else [name]
+            names = [name, f"{name}.gaps"] if what.startswith("tcp-recv") else [name]  # and TCP_RECV(_BA)_GAPS_TSV
             for n in names:
                 try:
                     self.tb.fetch(role, str(self._out(role, n)), self.dir / n)
@@ -468,6 +490,7 @@ class Instruments:
             "irtt_port": IRTT_PORT,
             "traffic": self.s.traffic,
             "tcp_port": TCP_PORT if self.s.traffic_mix.tcp is not None else None,
+            "tcp_ba_port": TCP_BA_PORT if "tcp-send-BA" in self.procs else None,
             "rr_port": RR_PORT if self.s.traffic_mix.rr is not None else None,
             "tcp_gap_ms": TCP_GAP_MS if self.s.traffic_mix.tcp is not None else None,
             "tcp_capture_filter": f"tcp port {TCP_PORT}" if self.s.traffic_mix.tcp is not None else None,

@@ -14,6 +14,8 @@ Grammar (docs/traffic.md)::
                                                        SIZE=; imix = 64:7/570:4/1518:1 (IPv4), 82:7/570:4/1518:1 (IPv6)
     tcp-option = "cc=" NAME                            congestion control (cubic, bbr, reno; the kernel's)
                | "rate=" RATE                          pacing per flow (SO_MAX_PACING_RATE), e.g. 20M
+               | "dir=" ("ab" | "both")                A -> B (default), or N more flows B -> A at the
+                                                       same time, each direction measured on its own
     rr-option  = "rate=" TPS                           transactions per second over all connections (required)
                | "req=" BYTES | "resp=" BYTES          request and response sizes (8-65536; 64 and 1024)
 
@@ -48,7 +50,10 @@ RR_TPS_RANGE = (1, 100_000)
 DEFAULT_RR_REQ = 64
 DEFAULT_RR_RESP = 1024
 DEFAULT = "udp"
-GRAMMAR = "udp[:M][,dir=both][,sizes=imix], tcp[:N][,cc=NAME][,rate=R] or rr[:N],rate=TPS[,req=B][,resp=B], joined by +"
+GRAMMAR = (
+    "udp[:M][,dir=both][,sizes=imix], tcp[:N][,cc=NAME][,rate=R][,dir=both] or rr[:N],rate=TPS[,req=B][,resp=B], "
+    "joined by +"
+)
 
 _SIZE_ENTRY = re.compile(r"^(\d+):(\d+)$")
 
@@ -57,11 +62,13 @@ _COMPONENT = re.compile(r"^(udp|tcp|rr)(?::(\d+))?((?:,[^,]*)*)$")
 
 @dataclass(frozen=True)
 class TcpFlows:
-    """``tcp:N``: N bulk flows A -> B with one congestion control, optionally paced per flow."""
+    """``tcp:N``: N bulk flows A -> B with one congestion control, optionally paced per flow
+    (``both``: N more B -> A, the same way)."""
 
     flows: int
     cc: str = "cubic"
     rate_bps: int | None = None  # None: unpaced
+    both: bool = False  # B -> A as well
 
 
 @dataclass(frozen=True)
@@ -155,7 +162,7 @@ def parse_traffic(text: str) -> TrafficMix:
             raise _fail(text, comp, f"{count} {what}: give 1-{MAX_FLOWS} (the suite's maximum)")
         n = int(count) if count is not None else 1
         if kind == "tcp":
-            opts = _options(text, comp, raw, ("cc", "rate"))
+            opts = _options(text, comp, raw, ("cc", "rate", "dir"))
             cc = opts.get("cc", "cubic")
             if cc not in CONGESTION_CONTROLS:
                 raise _fail(
@@ -171,7 +178,10 @@ def parse_traffic(text: str) -> TrafficMix:
                     raise _fail(text, comp, f"rate={opts['rate']} is not a rate: give e.g. rate=20M") from None
                 if rate <= 0:
                     raise _fail(text, comp, f"rate={opts['rate']} must be above 0 (leave it out for unpaced flows)")
-            mix["tcp"] = TcpFlows(flows=n, cc=cc, rate_bps=rate)
+            direction = opts.get("dir", "ab")
+            if direction not in ("ab", "both"):
+                raise _fail(text, comp, f"dir={direction}: give dir=ab (A -> B, the default) or dir=both")
+            mix["tcp"] = TcpFlows(flows=n, cc=cc, rate_bps=rate, both=direction == "both")
         else:
             opts = _options(text, comp, raw, ("rate", "req", "resp"))
             if "rate" not in opts:

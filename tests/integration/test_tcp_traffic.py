@@ -1,7 +1,7 @@
-"""TRAFFIC=udp:4,dir=both,sizes=imix+tcp:2+rr through a real stop-and-copy migration of the router
-VM (root, QEMU, built guest, tcpdump): vrtcp's two bulk flows, its request/response and the UDP CBR
-(four flows each way, the simple IMIX) cross the router while QEMU stops it for the whole copy
-(about 1 s under TCG).
+"""TRAFFIC=udp:4,dir=both,sizes=imix+tcp:2,dir=both+rr through a real stop-and-copy migration of the
+router VM (root, QEMU, built guest, tcpdump): vrtcp's two bulk flows each way, its request/response
+and the UDP CBR (four flows each way, the simple IMIX) cross the router while QEMU stops it for the
+whole copy (about 1 s under TCG).
 
 What must hold, fixed before any run:
 * the independent check: the capture at B (tcpdump's kernel time stamps of the segments that
@@ -11,6 +11,8 @@ What must hold, fixed before any run:
   UDP packet downtime less one sampling interval;
 * an outage of ~1 s against Linux's 200 ms minimum RTO: the senders' RTO timers expire (at least
   one expiry seen in TCP_INFO), and the congestion window falls (Loss sets it to 1 segment);
+* the B -> A bulk flows are measured on their own (their files, sender on B): the same two
+  properties hold for them against the B -> A packet downtime, and they have no capture check;
 * the rr transactions in flight see it: the largest latency during the window (or its lower
   bound, when some went unanswered) exceeds the whole-run p99 before it;
 * the UDP flows: four source ports each way, every packet of every flow counted by its flow; each
@@ -35,7 +37,7 @@ from tests.integration.conftest import require_root_and
 pytestmark = pytest.mark.integration
 
 SAMPLE_MS = 10.0
-TRAFFIC = "udp:4,dir=both,sizes=imix+tcp:2,rate=20M+rr,rate=50"
+TRAFFIC = "udp:4,dir=both,sizes=imix+tcp:2,rate=20M,dir=both+rr,rate=50"
 #: the B -> A and A -> B packet downtimes of one stop-and-copy: the same pause, told apart by the
 #: packet spacing (~0.3 ms) and by the resumed router's restart: in one direction it may forward a
 #: few held packets and pause again (17-36 ms seen) before full rate, which splits that direction's
@@ -78,6 +80,7 @@ def test_tcp_flows_and_rr_through_a_stopcopy_agree_with_the_capture(tmp_path, no
     assert tcp["goodput_outage_ms"] is not None and tcp["goodput_outage_ms"] >= udp_ms - SAMPLE_MS, (tcp, udp_ms)
     assert tcp["rto_expiries"] >= 1 and tcp["cwnd_min"] == 1, tcp
     assert all("Loss" in f["cwnd"]["ca_states"] for f in tcp["per_flow"]), [f["cwnd"] for f in tcp["per_flow"]]
+    _tcp_b_to_a(run_dir, meta, summary)
 
     spike = summary["rr"]["spike"]
     during = spike["during"]["max_ms"] if spike["during"]["max_ms"] is not None else spike["during"]["max_lower_ms"]
@@ -88,7 +91,20 @@ def test_tcp_flows_and_rr_through_a_stopcopy_agree_with_the_capture(tmp_path, no
     text = format_table(summary)
     assert "TCP 2 flow(s) cubic: goodput outage" in text and "capture at B agrees" in text, text
     assert "UDP B->A         packet downtime" in text and "UDP flows A->B   4 flows" in text, text
+    assert "TCP B -> A 2 flow(s): goodput outage" in text, text
     _udp_flows_both_ways_in_imix(run_dir, summary, udp_ms)
+
+
+def _tcp_b_to_a(run_dir, meta, summary):
+    assert meta["instruments"]["tcp_ba_port"] == 9101, meta["instruments"]
+    for name in ("tcp-send-BA.tsv", "tcp-send-BA.json", "tcp-recv-BA.tsv", "tcp-recv-BA.tsv.gaps"):
+        assert (run_dir / name).stat().st_size > 0, name
+    send = json.loads((run_dir / "tcp-send-BA.json").read_text())
+    assert send["flows"] == 2 and len(send["local_ports"]) == 2, send
+    ba, udp_ba_ms = summary["tcp"]["ba"], summary["udp"]["ba"]["downtime_s"] * 1e3
+    assert ba["flows"] == 2 and ba["goodput_outage_ms"] >= udp_ba_ms - SAMPLE_MS, (ba, udp_ba_ms)
+    assert ba["rto_expiries"] >= 1 and ba["cwnd_min"] == 1, ba
+    assert ba["capture_agrees"] is None and "A -> B flows only" in ba["why_absent"]["capture_agrees"], ba
 
 
 def _udp_flows_both_ways_in_imix(run_dir, summary, udp_ms):

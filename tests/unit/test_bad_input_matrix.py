@@ -35,6 +35,7 @@ BAD_INPUTS = [
     ("TRAFFIC", ["run", "--traffic", "tcp:0"]),
     ("TRAFFIC", ["run", "--traffic", "tcp:65"]),
     ("TRAFFIC", ["run", "--traffic", "tcp:2,cc=vegass"]),
+    ("TRAFFIC", ["run", "--traffic", "tcp:2,dir=ba"]),
     ("TRAFFIC", ["run", "--traffic", "rr:2"]),
     ("TRAFFIC", ["run", "--traffic", "tcp:2", "--rate", "10M"]),
     ("TRAFFIC", ["run", "--traffic", "udp:257"]),

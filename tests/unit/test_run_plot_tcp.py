@@ -206,3 +206,29 @@ def test_synthetic_more_flows_than_drawn_says_so(tmp_path, figures):
     assert f"each flow ({n} flows, {MAX_FLOWS_DRAWN} drawn)" in legend
     drawn = [ln for ax in figures[0].axes for ln in ax.get_lines() if ln.get_color() == "tab:blue"]
     assert len(drawn) == MAX_FLOWS_DRAWN + 1  # the flows drawn and the all-flows line
+
+
+def test_synthetic_tcp_both_ways_gives_the_b_to_a_flows_their_own_figures(tmp_path):
+    """TRAFFIC=tcp,dir=both: the B -> A flows' files (here the A -> B SYNTHETIC traces copied under
+    their names, with A's stall 30 ms longer) give summary.json ``tcp.ba`` by the same functions,
+    from their own files; B's capture is not theirs, so their capture verdict is absent."""
+    import shutil
+
+    from analysis.present.table import format_table
+
+    run_dir = _run(tmp_path, tcp=True, rr=False)
+    for ab, ba in (("tcp-recv.tsv", "tcp-recv-BA.tsv"), ("tcp-recv.tsv.gaps", "tcp-recv-BA.tsv.gaps"),
+                   ("tcp-send.tsv", "tcp-send-BA.tsv")):  # fmt: skip
+        shutil.copy(run_dir / ab, run_dir / ba)
+    gaps = (run_dir / "tcp-recv-BA.tsv.gaps").read_text().splitlines()
+    cols = gaps[1].split("\t")
+    cols[2] = str(int(cols[2]) + 30 * MS)  # flow 0 resumes 30 ms later on A
+    (run_dir / "tcp-recv-BA.tsv.gaps").write_text("\n".join([gaps[0], "\t".join(cols), *gaps[2:]]) + "\n")
+    _instruments(run_dir, tcp_ba_port=9101)
+    summary, _plot = _analyse(run_dir)
+    ab, ba = summary.tcp, summary.tcp["ba"]
+    assert ba["flows"] == ab["flows"] == 2 and "ba" not in ba
+    assert ba["flow_outage_max_ms"] == pytest.approx(ab["flow_outage_max_ms"] + 30 - 10)  # flow 1's was 10 ms longer
+    assert ba["capture_agrees"] is None and "A -> B flows only" in ba["why_absent"]["capture_agrees"]
+    text = format_table(summary)
+    assert "TCP B -> A 2 flow(s): goodput outage" in text, text
