@@ -133,11 +133,28 @@ def clock_shift(clock: dict[str, Any] | None, src: str, dst: str) -> tuple[int, 
 
 
 #: the end host's name in a flow record when it is the router VM: its tools read the guest's own
-#: clock, which is not the hosts' (hundreds of ms apart were seen under TCG)
+#: clock, which is not the hosts' (hundreds of ms apart were seen under TCG); ROLE=vm-vm's
+#: receiver, router 1's VM, is "VM1"
 GUEST = "VM"
 
 
-def _tcp_flow(point_dir: Path, flow: dict[str, Any]) -> dict[str, Any] | None:
+def _guest(name: str | None) -> bool:
+    return name is not None and name.startswith(GUEST)
+
+
+def _window(flow: dict[str, Any], sender: tuple[Any, Any], sink: tuple[Any, Any], bracket: tuple[Any, Any]) -> tuple:
+    """A flow's span on a host's clock (the RTT probes' window): the sender's, the sink's when a
+    guest sent, and when both ends are guests (ROLE=vm-vm under HV=kvm) the orchestrator's own
+    bracket of the flow (its CPU snapshots just before the generators start and after they exit,
+    CLOCK_REALTIME: wider than the flow by the console round trips)."""
+    if not _guest(flow.get("from")):
+        return sender
+    if not _guest(flow.get("to")) and None not in sink:
+        return sink
+    return bracket
+
+
+def _tcp_flow(point_dir: Path, flow: dict[str, Any], bracket: tuple[Any, Any] = (None, None)) -> dict[str, Any] | None:
     """PROTO=tcp: one bulk flow's goodput, the payload bytes the sink read × 8 over its reads'
     span (vrtcp sink's t_first_ns .. t_last_ns, one clock).  Offered is absent: what the sender
     wrote includes what its socket still held when it stopped (megabytes against a few seconds),
@@ -151,8 +168,9 @@ def _tcp_flow(point_dir: Path, flow: dict[str, Any]) -> dict[str, Any] | None:
     if span_s <= 0:
         return None
     read = sum(int(b) for b in sink["bytes"])
-    by_sink = flow.get("from") == GUEST
-    ends = (sink["t_first_ns"], sink["t_last_ns"]) if by_sink else (send["t_start_ns"], send["t_end_ns"])
+    ends = _window(flow, (send["t_start_ns"], send["t_end_ns"]), (sink["t_first_ns"], sink["t_last_ns"]), bracket)
+    if None in ends:
+        return None
     return {
         "router": flow["router"], "from": flow.get("from", "A"),
         "offered_bps": None, "offered_pps": None,
@@ -163,10 +181,14 @@ def _tcp_flow(point_dir: Path, flow: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _flow(
-    point_dir: Path, flow: dict[str, Any], frame_bytes: int, clock: dict[str, Any] | None = None
+    point_dir: Path,
+    flow: dict[str, Any],
+    frame_bytes: int,
+    clock: dict[str, Any] | None = None,
+    bracket: tuple[Any, Any] = (None, None),
 ) -> dict[str, Any] | None:
     if flow.get("proto") == "tcp":
-        return _tcp_flow(point_dir, flow)
+        return _tcp_flow(point_dir, flow, bracket)
     gen, sink = _read_json(point_dir / flow["gen"]), _read_json(point_dir / flow["sink"])
     if gen is None or sink is None:
         return None
@@ -176,13 +198,13 @@ def _flow(
     lost, ratio, _ = loss(sent, recv, drops)
     fwd_pps = recv / span_s if span_s > 0 else 0.0
     # the one-way delay compares the sender's and the receiver's clocks: not with the guest's
-    guest = GUEST in (flow.get("from"), flow.get("to"))
+    guest = _guest(flow.get("from")) or _guest(flow.get("to"))
     owd = None if guest else (sink.get("owd_ns") or {}).get("median")
     shift, unc = clock_shift(clock, flow.get("from", "A"), flow.get("to", "B"))
     known = owd is not None and recv
-    # the flow's window on a host's clock: the sink's arrivals when the guest sent
-    from_guest = flow.get("from") == GUEST and sink.get("first_ns") is not None and sink.get("last_ns") is not None
-    ends = (sink["first_ns"], sink["last_ns"]) if from_guest else (gen["start_ns"], gen["end_ns"])
+    ends = _window(flow, (gen["start_ns"], gen["end_ns"]), (sink.get("first_ns"), sink.get("last_ns")), bracket)
+    if None in ends:
+        return None
     return {
         "router": flow["router"],
         "from": flow.get("from", "A"),
@@ -229,7 +251,8 @@ def analyse_point(point_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]
     row["proto"] = key.get("proto", "udp")
     row["status"] = record.get("status")
     clock = record.get("clock")
-    flows = [_flow(point_dir, f, key["frame_bytes"], clock) for f in record.get("flows", [])]
+    bracket = ((record.get("cpu_t0") or {}).get("t_ns"), (record.get("cpu_t1") or {}).get("t_ns"))
+    flows = [_flow(point_dir, f, key["frame_bytes"], clock, bracket) for f in record.get("flows", [])]
     if record.get("status") != "ok" or not flows or any(f is None for f in flows):
         row["status"] = "failed" if record.get("status") == "ok" else record.get("status")
         return row, []

@@ -56,7 +56,7 @@ SUMMARY_FORMAT = BASELINE_SUMMARY_FORMAT
 CONFIG_KEYS = ("hv", "nic", "ip", "frame_bytes", "routers", "load", "role", "proto")
 #: keys of rows written before ROLE and PROTO existed
 KEY_DEFAULTS = {"role": "router", "proto": "udp"}
-CLASSICAL = "HV=none, 1 router, same IP, frame size, role, protocol and load (else load=none)"
+CLASSICAL = "HV=none, 1 router (ROLE=vm-vm: its 2), same IP, frame size, role, protocol and load (else load=none)"
 STAT_COLUMNS = (
     "offered_bps", "offered_pps", "forwarded_bps", "forwarded_pps", "loss_ratio", "rtt_median_ms", "rtt_p99_ms",
     "owd_median_ms", "cpu_host", "cpu_softirq", "cpu_hv", "cpu_router_daemons", "cpu_gen", "cpu_neighbour",
@@ -186,9 +186,10 @@ def summarise_config(rows: list[dict[str, Any]], ndr: bool = False) -> dict[str,
 
 def _classical(configs: dict[tuple, dict[str, Any]], key: tuple) -> dict[str, Any] | None:
     ip, frame, load = key[2], key[3], key[5]
+    routers = key[4] if key[6] == "vm-vm" else 1  # the bare pair of two namespaces
     for want in ((ip, frame, load), (ip, frame, "none")):
         for k, c in configs.items():
-            if k[0] == "none" and k[4] == 1 and (k[2], k[3], k[5]) == want and k[6:] == key[6:]:
+            if k[0] == "none" and k[4] == routers and (k[2], k[3], k[5]) == want and k[6:] == key[6:]:
                 return c
     return None
 

@@ -47,8 +47,9 @@ def add_parser(sub: Any) -> None:
     b.add_argument("--load", help="none,idle,cpu,smallpkts neighbour (LOAD)")
     b.add_argument("--reps", help=f"repetitions per point (REPS; default {DEFAULTS['reps']})")
     b.add_argument("--search", help="none|ndr: also search the max loss-free rate (SEARCH)")
-    b.add_argument("--role", help="router,vm-tx,vm-rx: the router forwards, or is the end host sending to B / "
-                                  "receiving from A (ROLE; default router)")  # fmt: skip
+    b.add_argument("--role", help="router,vm-tx,vm-rx,vm-vm: the router forwards, or is the end host sending "
+                                  "to B / receiving from A, or router 0 sends to router 1 (ROLE; default "
+                                  "router)")  # fmt: skip
     b.add_argument("--proto", help="udp,tcp: vrgen's UDP CBR at every size, and/or one bulk TCP flow per router "
                                    "(PROTO; default udp)")  # fmt: skip
     b.add_argument("--duration", type=number("DURATION", float), help="seconds of traffic per point (5)")

@@ -78,6 +78,7 @@ class ConfigRun:
         self.dry = False
         self._ct_dir: Path | None = None
         self.endhost: EndHost | None = None
+        self.peer: EndHost | None = None  # ROLE=vm-vm: router 1, the receiving end host
 
     # -------------------------------------------------------------- set-up
     def _ct_work(self) -> Path:
@@ -210,11 +211,18 @@ class ConfigRun:
             self.neighbour.append(self._make_router(bed, self.nb_slot))
         log.info("[%s] starting %d router(s)%s", self.config.name, len(self.routers),
                  f" and a neighbour (LOAD={self.config.load})" if self.neighbour else "")  # fmt: skip
-        if self.config.role != "router" and isinstance(self.routers[0], VmRouter):
-            self.routers[0].shell = True
+        if self.config.role != "router":
+            for r in self.routers:
+                if isinstance(r, VmRouter):
+                    r.shell = True
         self._start_routers([*self.routers, *self.neighbour])  # type: ignore[list-item]
         if self.config.role != "router":
             self.endhost = self._endhost(self.routers[0])
+        if self.config.role == "vm-vm":
+            assert self.endhost is not None
+            self.peer = self._endhost(self.routers[1])
+            self.endhost.route_to(self.peer)
+            self.peer.route_to(self.endhost)
         self.info["routers"] = [r.describe() for r in self.routers]
         self.info["neighbour"] = [n.describe() for n in self.neighbour if not isinstance(n, BusyLoop)]
         self._start_servers()
@@ -230,12 +238,12 @@ class ConfigRun:
             tb=builder.tb, registry=self.registry, slots=self.slots, duration_s=self.spec.duration_s,
             probe_ms=self.spec.probe_ms, cpu_snapshot=lambda: cpustat.snapshot(self.cpu_pids()),
             load_slot=self.nb_slot if self.config.load == "smallpkts" else None, abort=self.abort,
-            endhost=self.endhost,
+            endhost=self.endhost, peer=self.peer,
         )  # fmt: skip
 
     def _endhost(self, router: Router) -> EndHost:
-        """ROLE=vm-tx/vm-rx: the end host in router 0: its console shell (HV=kvm), its container
-        (HV=criu) or its namespace (HV=none, the bare host)."""
+        """ROLE=vm-tx/vm-rx/vm-vm: the end host in ``router`` (router 0; vm-vm: and router 1): its
+        console shell (HV=kvm), its container (HV=criu) or its namespace (HV=none, the bare host)."""
         if isinstance(router, NsRouter):
             pid = router.daemons[0][0] if router.daemons else None
             return EndHost(self.config.role, router.slot, self.registry, netns=router.ns, ns_pid=pid)
@@ -345,8 +353,9 @@ class ConfigRun:
     def teardown(self) -> None:
         """Stop every process we started (by PID), then remove the namespaces."""
         self.abort.armed = False
-        if self.endhost is not None:
-            self.endhost.close()
+        for end in (self.endhost, self.peer):
+            if end is not None:
+                end.close()
         for p in reversed(self.procs):
             if p.alive():
                 p.stop(signal.SIGINT if p.what.startswith("irtt") else signal.SIGTERM)

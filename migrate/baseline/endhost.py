@@ -3,7 +3,11 @@ experiments (papers 000, 001 and 003 measure the VM sending and receiving, not o
 
 * ``vm-tx``: the generator runs in the end host and sends from its eth1 to B (B's sink as for a
   forwarding point);
-* ``vm-rx``: A's generator sends to the end host's eth0 address, the sink runs in the end host.
+* ``vm-rx``: A's generator sends to the end host's eth0 address, the sink runs in the end host;
+* ``vm-vm``: two end hosts on the same machine (routers 0 and 1, two guests, two containers or two
+  namespaces): router 0's generator sends from its eth0 to router 1's eth0 address, where the sink
+  runs.  Both are on segment L, in different subnets: each gets an on-link host route to the other
+  (:meth:`EndHost.route_to`), so the traffic crosses the host's bridge only, never a router.
 
 The end host is slot 0's router itself, with its addresses and MACs: under HV=kvm the router VM
 (the guest image carries vrgen, vrsink and vrtcp in /usr/sbin; they run through the guest's
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -151,10 +156,12 @@ class EndHost:
     @property
     def name(self) -> str:
         """How point.json names it (``from``/``to`` of the flow): "VM" (its own clock), "CT" (the
-        container: the host's kernel and clock) or the bare host's namespace role."""
-        if self.shell is not None:
-            return "VM"
-        return "CT" if self.enter_pid is not None else self.slot.router_role
+        container: the host's kernel and clock) or the bare host's namespace role; router k >= 1
+        (ROLE=vm-vm's receiver) with its number, "VM1", "CT1"."""
+        if self.shell is None and self.enter_pid is None:
+            return self.slot.router_role
+        kind = "VM" if self.shell is not None else "CT"
+        return kind if self.slot.k == 0 else f"{kind}{self.slot.k}"
 
     @property
     def own_files(self) -> bool:
@@ -165,6 +172,27 @@ class EndHost:
     def addr(self, ip: int) -> str:
         """The end host's address on segment L (where A's traffic goes)."""
         return topo.addr(self.slot.router_cidrs("L")[0 if ip == 4 else 1])
+
+    def run(self, argv: list[str]) -> None:
+        """Run a short command in the end host's network namespace and require exit status 0:
+        over the guest's console, or with the host's binary in the container's or namespace's."""
+        if self.shell is not None:
+            self.shell.check(argv, CMD_TIMEOUT_S)
+            return
+        if self.enter_pid is not None:
+            full = ["nsenter", f"--target={self.enter_pid}", "--net", "--", *argv]
+        else:
+            full = ["ip", "netns", "exec", str(self.netns), *argv]
+        res = subprocess.run(full, capture_output=True, text=True, timeout=CMD_TIMEOUT_S, check=False)
+        if res.returncode != 0:
+            raise GuestError(f"{self.name}: {' '.join(argv)} exited {res.returncode}: {res.stderr.strip()[-200:]}")
+
+    def route_to(self, other: EndHost) -> None:
+        """An on-link host route over eth0 (segment L) to ``other``'s eth0 addresses, IPv4 and
+        IPv6 (ROLE=vm-vm: the two are in different subnets of one segment).  It goes with the end
+        host's network namespace or guest."""
+        self.run(["ip", "route", "replace", f"{other.addr(4)}/32", "dev", "eth0"])
+        self.run(["ip", "-6", "route", "replace", f"{other.addr(6)}/128", "dev", "eth0"])
 
     def spawn(self, what: str, argv: list[str], out_dir: Path, stdout_name: str | None = None) -> Proc | GuestTool:
         """Start a traffic tool (``argv[0]``: the host's binary) in the end host."""

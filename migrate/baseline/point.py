@@ -74,8 +74,14 @@ class PointContext:
     abort: Callable[[], bool] | None = None
     #: on a lab: the clock offsets of the given roles against this machine, measured now
     clocks: Callable[[list[str]], dict[str, dict[str, int]]] | None = None
-    #: ROLE=vm-tx/vm-rx: slot 0's router as the end host of its flow
+    #: ROLE=vm-tx/vm-rx/vm-vm: slot 0's router as the end host of its flow
     endhost: EndHost | None = None
+    #: ROLE=vm-vm: slot 1's router, the receiving end host (slot 1 has no flow of its own)
+    peer: EndHost | None = None
+
+    def flow_slots(self) -> list[Slot]:
+        """The slots with a flow: every router's, but ROLE=vm-vm's one flow is slot 0's."""
+        return self.slots[:1] if self.peer is not None else self.slots
 
 
 def _host_addr(role: str, ip: int) -> str:
@@ -103,11 +109,15 @@ class FlowEnds:
     dst: str
 
 
-def flow_ends(s: Slot, ip: int, endhost: EndHost | None) -> FlowEnds:
+def flow_ends(s: Slot, ip: int, endhost: EndHost | None, peer: EndHost | None = None) -> FlowEnds:
     """A forwarded flow runs A -> B through the router; ROLE=vm-tx sends from the end host to B,
-    ROLE=vm-rx from A to the end host's eth0."""
+    ROLE=vm-rx from A to the end host's eth0, ROLE=vm-vm from the end host to ``peer``'s eth0."""
     if endhost is None or s.k != 0:
         return FlowEnds(s.source_role, s.sink_role, s.sink_addr(ip))
+    if endhost.role == "vm-vm":
+        if peer is None:
+            raise ValueError("ROLE=vm-vm: no receiving end host")
+        return FlowEnds(endhost, peer, peer.addr(ip))
     if endhost.role == "vm-tx":
         return FlowEnds(endhost, s.sink_role, s.sink_addr(ip))
     return FlowEnds(s.source_role, endhost, endhost.addr(ip))
@@ -165,8 +175,8 @@ def _drain(ctx: PointContext, ip: int) -> float:
 
     def counts() -> list[int]:
         out = []
-        for s in ctx.slots:
-            sink = flow_ends(s, ip, ctx.endhost).sink
+        for s in ctx.flow_slots():
+            sink = flow_ends(s, ip, ctx.endhost, ctx.peer).sink
             if isinstance(sink, EndHost):
                 out.append(sink.delivered())
             else:
@@ -216,10 +226,11 @@ def run_point(ctx: PointContext, key: PointKey, point_dir: Path) -> dict[str, An
         "irtt": None,
     }  # fmt: skip
     procs: list[tuple[Proc | GuestTool, int]] = []
-    ends = [flow_ends(s, key.ip, ctx.endhost) for s in ctx.slots]
+    slots = ctx.flow_slots()
+    ends = [flow_ends(s, key.ip, ctx.endhost, ctx.peer) for s in slots]
     try:
         sinks, sink_names = [], []
-        for s, e in zip(ctx.slots, ends, strict=True):
+        for s, e in zip(slots, ends, strict=True):
             argv, name = _sink_argv(key, s, e, point_dir)
             sink_names.append(name)
             sink = _spawn_on(ctx, e.sink, f"sink-{s.k}", argv, point_dir, name)
@@ -243,7 +254,7 @@ def run_point(ctx: PointContext, key: PointKey, point_dir: Path) -> dict[str, An
         record["load_counters_t0"] = _load_counters(ctx)
         record["cpu_t0"] = ctx.cpu_snapshot()
         gens = []
-        for s, e, sink_name in zip(ctx.slots, ends, sink_names, strict=True):
+        for s, e, sink_name in zip(slots, ends, sink_names, strict=True):
             argv, gen_name = _gen_argv(key, s, e, point_dir, ctx.duration_s)
             gen = _spawn_on(ctx, e.source, f"gen-{s.k}", argv, point_dir, gen_name)
             procs.append((gen, signal.SIGTERM))

@@ -19,9 +19,12 @@ LOADS = ("none", "idle", "cpu", "smallpkts")
 SEARCHES = ("none", "ndr")
 #: what the router slot is in a configuration: ``router`` forwards A -> B (the default); as an end
 #: host (the seeds' VM throughput experiments, papers 000, 001 and 003) ``vm-tx`` sends to B and
-#: ``vm-rx`` receives from A, the traffic tools running in the guest (HV=kvm) or, for the bare host
-#: of seed 000's efficiency E, in the router's own namespace (HV=none)
-ROLES = ("router", "vm-tx", "vm-rx")
+#: ``vm-rx`` receives from A, the traffic tools running in the guest (HV=kvm), the container
+#: (HV=criu) or, for the bare host of seed 000's efficiency E, in the router's own namespace
+#: (HV=none); ``vm-vm``: two such end hosts on one machine, router 0 sending to router 1
+ROLES = ("router", "vm-tx", "vm-rx", "vm-vm")
+#: ROLE=vm-vm: its configuration has two routers, both end hosts (whatever ROUTERS says)
+VM_VM_ROUTERS = 2
 ENDHOST_HVS = ("none", "kvm", "criu")
 #: the traffic of a point: vrgen's UDP CBR (every SIZE), or one bulk TCP flow of vrtcp per router
 #: (its goodput; the segments are full-MSS, so SIZES does not apply: :data:`TCP_FRAME_BYTES`)
@@ -138,7 +141,8 @@ class BaselineSpec:
             for nic in (NONE_NIC,) if hv in NIC_LESS_HVS else self.nics:
                 for n in self.routers:
                     for load in self.loads:
-                        out += [Config(hv, nic, n, load, role) for role in self.roles]
+                        out += [Config(hv, nic, VM_VM_ROUTERS if role == "vm-vm" else n, load, role)
+                                for role in self.roles]  # fmt: skip
         return out
 
     def sweep(self, config: Config, rep: int) -> Iterator[PointKey]:
@@ -296,7 +300,11 @@ def validate(s: BaselineSpec) -> None:
         _require(not odd, f"ROLE={','.join(s.roles)}: the end host runs with HV=none (the bare host), "
                           f"HV=kvm (the guest) or HV=criu (the container), not HV={','.join(odd)}: "
                           "drop it from HV")  # fmt: skip
-        _require(s.routers == (1,), "ROLE=vm-tx/vm-rx measures one end host: use ROUTERS=1")
+        _require(
+            s.routers == (1,),
+            "ROLE=vm-tx/vm-rx/vm-vm measures one end host or one pair: use ROUTERS=1 "
+            "(vm-vm runs its two guests by itself)",
+        )
     for proto in s.protos:
         _require(proto in PROTOS, f"PROTO={proto!r} is unknown: choose from {', '.join(PROTOS)}")
     if "tcp" in s.protos:

@@ -589,7 +589,7 @@ BASELINE_SUMMARY_CONFIG = obj(
         "efficiency": obj({"classical": null(STR), "max_forwarded": FIGURE, "ndr": FIGURE}),
     },
     {
-        "role": doc("router, or the end host's vm-tx / vm-rx (absent before ROLE existed: router)", STR),
+        "role": doc("router, or the end host's vm-tx / vm-rx / vm-vm (absent before ROLE existed: router)", STR),
         "proto": doc("udp, or tcp: one bulk TCP flow per router, rates are payload bits (absent: udp)", STR),
         "ipv6_over_ipv4": doc(
             "per rate: IPv6 / IPv4 mean forwarded (received) bit/s and packets/s with their bootstrap interval",

@@ -1,4 +1,4 @@
-"""``make baseline ROLE=vm-tx,vm-rx``: the router as an end host (root, QEMU, the built frr image
+"""``make baseline ROLE=vm-tx,vm-rx,vm-vm``: the router as an end host (root, QEMU, the built frr image
 with its traffic tools, crosstraffic/bin).  HV=kvm runs vrgen and vrsink in the guest over its
 console shell, HV=criu in the router container (its own copies, entered with nsenter), HV=none
 in the router's namespace (the bare host of seed 000's efficiency E);
@@ -10,8 +10,9 @@ the guest.
 What must hold, fixed before any run:
 * every point measured (status ok), each configuration once per role;
 * the traffic really starts or ends in the end host: B's sink sees one source, the end host's
-  eth1 address, for ``vm-tx``; the end host's sink sees A's address for ``vm-rx``
-  (vrsink's per-source table, vrtcp sink's peer);
+  eth1 address, for ``vm-tx``; the end host's sink sees A's address for ``vm-rx``; for
+  ``vm-vm`` (two routers) router 1's sink sees router 0's eth0 address, the one flow's only
+  source (vrsink's per-source table, vrtcp sink's peer);
 * UDP at 10 Mbit/s (833 packets/s of 1500 B, a small part of what the guest handles even under
   TCG; nothing else on the testbed): nothing is lost and the received rate is the offered one
   within 2 %; the summary carries E against the bare host and the IPv6/IPv4 ratio, both 1 within
@@ -36,7 +37,9 @@ from tests.integration.conftest import REPO, require_root_and
 pytestmark = pytest.mark.integration
 
 HVS = ("none", "kvm", "criu")
+ROLES = ("vm-tx", "vm-rx", "vm-vm")
 HOST = {"none": "RT0", "kvm": "VM", "criu": "CT"}  # the end host's name in a flow record
+PEER = {"none": "RT1", "kvm": "VM1", "criu": "CT1"}  # ROLE=vm-vm's receiver, router 1
 RATE_BPS = 10_000_000
 TOLERANCE = 0.02  # received against offered, E and the IPv6/IPv4 ratio at a rate both deliver
 TCP_TOLERANCE = 0.2  # TCP goodput against the pacing rate (see the module docstring)
@@ -56,16 +59,17 @@ def test_endhost_baseline_sends_and_receives_in_the_guest_and_the_bare_host(tmp_
 
     absent = [t for t in ENDHOST_TOOLS if not has_tool(guest_image("frr"), t)]
     assert not absent, f"the frr guest image lacks {absent}: rebuild it with `make guest`"
-    argv = [sys.executable, "-m", "migrate", "baseline", "--hv", ",".join(HVS), "--role", "vm-tx,vm-rx",
+    argv = [sys.executable, "-m", "migrate", "baseline", "--hv", ",".join(HVS), "--role", ",".join(ROLES),
             "--proto", "udp,tcp", "--ip", "both", "--sizes", "1500", "--rates", "10M", "--reps", "1", "--duration", "1",
             "--results", str(tmp_path)]  # fmt: skip
     res = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     run_dir = Path(res.stdout.strip().splitlines()[-1])
     rows = list(csv.DictReader((run_dir / "baseline.csv").open()))
-    assert len(rows) == len(HVS) * 2 * 2 * 2, rows  # hv x role x proto x ip
+    assert len(rows) == len(HVS) * len(ROLES) * 2 * 2, rows  # hv x role x proto x ip
     assert all(r["status"] == "ok" for r in rows), [r for r in rows if r["status"] != "ok"]
-    assert {(r["hv"], r["role"]) for r in rows} == {(hv, role) for hv in HVS for role in ("vm-tx", "vm-rx")}
+    assert {(r["hv"], r["role"]) for r in rows} == {(hv, role) for hv in HVS for role in ROLES}
+    assert {r["routers"] for r in rows if r["role"] == "vm-vm"} == {"2"}, rows  # two end hosts
 
     for point in sorted((run_dir / "points").glob("*/sweep-*")):
         record = json.loads((point / "point.json").read_text())
@@ -77,6 +81,10 @@ def test_endhost_baseline_sends_and_receives_in_the_guest_and_the_bare_host(tmp_
         if key["role"] == "vm-tx":
             assert (flow["from"], flow["to"]) == (host, "B"), flow
             expect = ["198.18.2.1", "2001:2:0:2::1"][v]  # the end host's eth1
+        elif key["role"] == "vm-vm":
+            assert len(record["flows"]) == 1 and (flow["from"], flow["to"]) == (host, PEER[key["hv"]]), record
+            assert flow["dst"] == ["198.18.3.1", "2001:2:0:3::1"][v], flow  # router 1's eth0
+            expect = ["198.18.1.1", "2001:2:0:1::1"][v]  # router 0's eth0, over the on-link route
         else:
             assert (flow["from"], flow["to"]) == ("A", host), flow
             expect = ["198.18.1.10", "2001:2:0:1::10"][v]  # A
@@ -99,7 +107,7 @@ def test_endhost_baseline_sends_and_receives_in_the_guest_and_the_bare_host(tmp_
 
     summary = json.loads((run_dir / "summary.json").read_text())
     configs = [c for c in summary["configs"] if c["proto"] == "udp"]
-    assert len(configs) == len(HVS) * 2 * 2 and len(summary["configs"]) == 2 * len(configs)
+    assert len(configs) == len(HVS) * len(ROLES) * 2 and len(summary["configs"]) == 2 * len(configs)
     for c in configs:
         assert c["efficiency"]["max_forwarded"] == pytest.approx(1.0, rel=TOLERANCE), c
         if c["ip"] == 6:
@@ -110,4 +118,4 @@ def test_endhost_baseline_sends_and_receives_in_the_guest_and_the_bare_host(tmp_
             assert "ipv6_over_ipv4" not in c
     assert "role" in res.stdout.splitlines()[1] and "v6/v4" in res.stdout, res.stdout
     meta = json.loads((run_dir / "meta.json").read_text())
-    assert meta["spec"]["roles"] == ["vm-tx", "vm-rx"], meta["spec"]
+    assert meta["spec"]["roles"] == list(ROLES), meta["spec"]

@@ -70,3 +70,31 @@ def test_a_container_end_host_runs_the_containers_own_tools_in_its_namespaces(mo
     assert not bare.own_files and _file_on(bare, tmp_path, "x.tsv") == tmp_path / "x.tsv"
     with pytest.raises(ValueError, match="one place"):
         EndHost("vm-tx", slot(0), Registry("vmtest00"), netns="ns", enter_pid=4242)
+
+
+def test_vm_vm_sends_from_router_0_to_router_1_over_on_link_routes(monkeypatch):
+    """ROLE=vm-vm: one flow, router 0's end host to router 1's eth0 address; each end host gets an
+    on-link host route over eth0 to the other (different subnets of segment L), run in its
+    namespace: ``ip netns exec`` for the bare host, ``nsenter --net`` into a container."""
+    import subprocess
+
+    ran: list[list[str]] = []
+    monkeypatch.setattr(
+        subprocess, "run", lambda argv, **kw: ran.append(argv) or subprocess.CompletedProcess(argv, 0, "", "")
+    )
+    reg = Registry("vmtest00")
+    a, b = EndHost("vm-vm", slot(0), reg, netns="vmtest00-RT0"), EndHost("vm-vm", slot(1), reg, enter_pid=99)
+    e = flow_ends(slot(0), 4, a, b)
+    assert (e.source, e.sink, e.dst) == (a, b, "198.18.3.1")
+    assert flow_ends(slot(0), 6, a, b).dst == "2001:2:0:3::1"
+    assert (a.name, b.name) == ("RT0", "CT1")
+    a.route_to(b)
+    b.route_to(a)
+    assert ran == [
+        ["ip", "netns", "exec", "vmtest00-RT0", "ip", "route", "replace", "198.18.3.1/32", "dev", "eth0"],
+        ["ip", "netns", "exec", "vmtest00-RT0", "ip", "-6", "route", "replace", "2001:2:0:3::1/128", "dev", "eth0"],
+        ["nsenter", "--target=99", "--net", "--", "ip", "route", "replace", "198.18.1.1/32", "dev", "eth0"],
+        ["nsenter", "--target=99", "--net", "--", "ip", "-6", "route", "replace", "2001:2:0:1::1/128", "dev", "eth0"],
+    ]
+    with pytest.raises(ValueError, match="no receiving end host"):
+        flow_ends(slot(0), 4, a)

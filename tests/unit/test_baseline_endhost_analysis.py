@@ -99,3 +99,32 @@ def test_a_udp_flow_with_the_guest_at_one_end_has_no_one_way_delay(tmp_path):
     to_guest = _flow(tmp_path, {**flow, "from": "A", "to": "VM"}, 1250)
     assert to_guest["owd_median_ms"] is None and to_guest["start_ns"] == 10**9
     assert from_guest["forwarded_bps"] == to_guest["forwarded_bps"] == pytest.approx(1e6)
+
+
+def test_a_flow_between_two_guests_is_windowed_by_the_orchestrators_bracket(tmp_path):
+    """ROLE=vm-vm under HV=kvm: both ends read guest clocks, so neither the sender's nor the sink's
+    span is on a host's clock: the RTT window is the point's CPU snapshots (host CLOCK_REALTIME)
+    around the flow, and the one-way delay is absent.  Two containers ("CT" -> "CT1") share the
+    host's clock: their one-way delay and the sender's span are kept."""
+    import json
+
+    from analysis.baseline.points import _flow, _tcp_flow
+
+    gen = {"packets": 100, "achieved_bps": 1e6, "achieved_pps": 100.0, "start_ns": 10**9, "end_ns": 2 * 10**9}
+    sink = {"packets": 100, "owd_ns": {"median": 461_000_000}, "first_ns": 3 * 10**9, "last_ns": 4 * 10**9}
+    (tmp_path / "gen-0.json").write_text(json.dumps(gen))
+    (tmp_path / "sink-0.json").write_text(json.dumps(sink))
+    flow = {"router": 0, "gen": "gen-0.json", "sink": "sink-0.json"}
+    bracket = (9 * 10**9, 12 * 10**9)
+    vms = _flow(tmp_path, {**flow, "from": "VM", "to": "VM1"}, 1250, None, bracket)
+    assert vms["owd_median_ms"] is None and (vms["start_ns"], vms["end_ns"]) == bracket
+    cts = _flow(tmp_path, {**flow, "from": "CT", "to": "CT1"}, 1250, None, bracket)
+    assert cts["owd_median_ms"] == pytest.approx(461.0) and (cts["start_ns"], cts["end_ns"]) == (10**9, 2 * 10**9)
+    assert _flow(tmp_path, {**flow, "from": "VM", "to": "VM1"}, 1250) is None  # no bracket recorded: no window
+    send = {"tool": "vrtcp", "mode": "send", "bytes_written": [2_500_000], "t_start_ns": 10**9, "t_end_ns": 3 * 10**9}
+    tsink = {"tool": "vrtcp", "mode": "sink", "bytes": [2_500_000], "t_first_ns": 5 * 10**8, "t_last_ns": 25 * 10**8}
+    (tmp_path / "tcp-send-0.json").write_text(json.dumps(send))
+    (tmp_path / "tcp-sink-0.json").write_text(json.dumps(tsink))
+    tflow = {"router": 0, "proto": "tcp", "gen": "tcp-send-0.json", "sink": "tcp-sink-0.json"}
+    t = _tcp_flow(tmp_path, {**tflow, "from": "VM", "to": "VM1"}, bracket)
+    assert (t["start_ns"], t["end_ns"]) == bracket and t["forwarded_bps"] == pytest.approx(10e6)
