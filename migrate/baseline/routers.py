@@ -325,7 +325,9 @@ class BusyLoop:
     def __init__(self, ns: str | None, registry: Registry, out_dir: Path, enter_pid: int | None = None) -> None:
         argv = list(self.ARGV)
         if enter_pid is not None:
-            argv = ["nsenter", f"--target={enter_pid}", "--mount", "--uts", "--ipc", "--net", "--", *argv]
+            from migrate.baseline.endhost import CT_NAMESPACES
+
+            argv = ["nsenter", f"--target={enter_pid}", *CT_NAMESPACES, "--", *argv]
         self.proc = Proc("busyloop", argv, registry, out_dir, netns=ns)
 
     def start(self) -> None:
