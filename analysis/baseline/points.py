@@ -136,22 +136,33 @@ def clock_shift(clock: dict[str, Any] | None, src: str, dst: str) -> tuple[int, 
 #: clock, which is not the hosts' (hundreds of ms apart were seen under TCG); ROLE=vm-vm's
 #: receiver, router 1's VM, is "VM1"
 GUEST = "VM"
+#: the host of the router (and of an end host in it): whose clock the CPU snapshots read
+ROUTER_HOST = "R1"
 
 
 def _guest(name: str | None) -> bool:
     return name is not None and name.startswith(GUEST)
 
 
+def _window_owner(flow: dict[str, Any], sink_known: bool) -> str | None:
+    """Whose clock :func:`_window` takes the flow's span on: the sender's, the sink's when a guest
+    sent, None for the orchestrator's bracket (both ends guests, or the sink's span unknown)."""
+    if not _guest(flow.get("from")):
+        return flow.get("from", "A")
+    if not _guest(flow.get("to")) and sink_known:
+        return flow.get("to", "B")
+    return None
+
+
 def _window(flow: dict[str, Any], sender: tuple[Any, Any], sink: tuple[Any, Any], bracket: tuple[Any, Any]) -> tuple:
     """A flow's span on a host's clock (the RTT probes' window): the sender's, the sink's when a
     guest sent, and when both ends are guests (ROLE=vm-vm under HV=kvm) the orchestrator's own
     bracket of the flow (its CPU snapshots just before the generators start and after they exit,
-    CLOCK_REALTIME: wider than the flow by the console round trips)."""
-    if not _guest(flow.get("from")):
-        return sender
-    if not _guest(flow.get("to")) and None not in sink:
-        return sink
-    return bracket
+    CLOCK_REALTIME of the router's host: wider than the flow by the console round trips)."""
+    owner = _window_owner(flow, None not in sink)
+    if owner is None:
+        return bracket
+    return sender if owner == flow.get("from", "A") else sink
 
 
 def _tcp_flow(point_dir: Path, flow: dict[str, Any], bracket: tuple[Any, Any] = (None, None)) -> dict[str, Any] | None:
@@ -177,6 +188,7 @@ def _tcp_flow(point_dir: Path, flow: dict[str, Any], bracket: tuple[Any, Any] = 
         "forwarded_bps": read * 8 / span_s, "forwarded_pps": None,
         "sent": None, "lost": None, "loss_ratio": None, "owd_median_ms": None, "owd_uncertainty_ms": None,
         "start_ns": int(ends[0]), "end_ns": int(ends[1]), "gen_cpu": None,
+        "clock": _window_owner(flow, True),
     }  # fmt: skip
 
 
@@ -200,7 +212,7 @@ def _flow(
     # the one-way delay compares the sender's and the receiver's clocks: not with the guest's
     guest = _guest(flow.get("from")) or _guest(flow.get("to"))
     owd = None if guest else (sink.get("owd_ns") or {}).get("median")
-    shift, unc = clock_shift(clock, flow.get("from", "A"), flow.get("to", "B"))
+    shift, unc = (0, 0) if guest else clock_shift(clock, flow.get("from", "A"), flow.get("to", "B"))
     known = owd is not None and recv
     ends = _window(flow, (gen["start_ns"], gen["end_ns"]), (sink.get("first_ns"), sink.get("last_ns")), bracket)
     if None in ends:
@@ -220,6 +232,7 @@ def _flow(
         "start_ns": int(ends[0]),
         "end_ns": int(ends[1]),
         "gen_cpu": _gen_cpu(gen, span_s),
+        "clock": _window_owner(flow, None not in (sink.get("first_ns"), sink.get("last_ns"))),
     }
 
 
@@ -288,7 +301,8 @@ def analyse_point(point_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]
         jain_throughput=jain_index([f["forwarded_bps"] for f in fl]),
         jain_cpu=jain_index(list(per_router_cpu.values())),
     )
-    to_c, _ = clock_shift(clock, fl[0]["from"], "C")  # the generators' window, on C's clock
+    # the generators' window, on C's clock; the bracket is on the router host's (a lab's R1)
+    to_c, _ = clock_shift(clock, fl[0]["clock"] or ROUTER_HOST, "C")
     row.update(_rtt(point_dir, record, min(f["start_ns"] for f in fl) + to_c, max(f["end_ns"] for f in fl) + to_c))
     row["load_offered_bps"], row["load_forwarded_bps"] = _load_rates(record, cpu.get("interval_s"))
     requested = key["rate_bps"] * len(fl)

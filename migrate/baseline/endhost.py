@@ -132,7 +132,14 @@ CT_NAMESPACES = ("--mount", "--uts", "--ipc", "--net")
 class EndHost:
     """Slot 0's router as the end host of ``role``: in the guest (``shell``), in the router
     container (``enter_pid``: its init, HV=criu) or in the router's network namespace
-    (``netns``, HV=none)."""
+    (``netns``, HV=none).
+
+    On a lab (``host``: the lab's testbed and the router host's role, "R1") the container's and
+    the bare router's tools are started over that host's SSH connection under its guard, like
+    every helper of a lab run: ``nsenter`` into the container (its own tools) or, with
+    ``container`` False, into the network namespace of the bare router's daemon ``enter_pid`` (the
+    host's deployed tools); their counters are read from that host's /proc.  A guest's console is
+    reached through a forwarded socket (``shell``), as on the embedded testbed."""
 
     def __init__(
         self,
@@ -144,11 +151,17 @@ class EndHost:
         netns: str | None = None,
         ns_pid: int | None = None,
         enter_pid: int | None = None,
+        container: bool = True,
+        host: tuple[Any, str] | None = None,
     ) -> None:
         if sum(x is not None for x in (shell, netns, enter_pid)) != 1:
             raise ValueError("an end host runs its tools in one place: a guest shell, a container or a namespace")
+        if host is not None and netns is not None:
+            raise ValueError("an end host on a lab's host is entered by a process of its namespace, not by name")
+        if not container and enter_pid is None:
+            raise ValueError("container=False names a bare router's namespace entered by enter_pid")
         self.role, self.slot, self.reg, self.shell, self.netns = role, slot, registry, shell, netns
-        self.enter_pid = enter_pid
+        self.enter_pid, self.container, self.host = enter_pid, container and enter_pid is not None, host
         # a process of the end host's network namespace (a router daemon, the container's init):
         # its /proc/<pid>/net is the namespace's
         self.ns_pid = enter_pid if enter_pid is not None else ns_pid
@@ -158,16 +171,46 @@ class EndHost:
         """How point.json names it (``from``/``to`` of the flow): "VM" (its own clock), "CT" (the
         container: the host's kernel and clock) or the bare host's namespace role; router k >= 1
         (ROLE=vm-vm's receiver) with its number, "VM1", "CT1"."""
-        if self.shell is None and self.enter_pid is None:
+        if self.shell is None and not self.container:
             return self.slot.router_role
         kind = "VM" if self.shell is not None else "CT"
         return kind if self.slot.k == 0 else f"{kind}{self.slot.k}"
 
     @property
+    def clock_role(self) -> str | None:
+        """The lab host whose clock its tools read (the container and the bare router share their
+        host's kernel); None on the embedded testbed, and for a guest (its own clock)."""
+        return self.host[1] if self.host is not None and self.shell is None else None
+
+    @property
     def own_files(self) -> bool:
         """Its tools write their files in its own filesystem (the guest's or the container's /tmp),
         not in the run directory."""
-        return self.shell is not None or self.enter_pid is not None
+        return self.shell is not None or self.container
+
+    def file_path(self, point_dir: Path, name: str, unique: str) -> str:
+        """Where its tool writes the trace ``name`` of the point ``point_dir``: the guest's or the
+        container's /tmp (the trace stays there: a TCP point's figures come from the tools' JSON
+        summaries), the point's directory, or on a lab the run's directory on the router host
+        (``unique`` there; fetched with the point)."""
+        if self.own_files:
+            return f"/tmp/{name}"
+        if self.host is not None:
+            tb, role = self.host
+            return str(tb.out_path(role, point_dir, name, unique=unique))
+        return str(point_dir / name)
+
+    def _enter(self, argv: list[str], namespaces: tuple[str, ...]) -> list[str]:
+        return ["nsenter", f"--target={self.enter_pid}", *namespaces, "--", *argv]
+
+    def _tool(self, argv: list[str]) -> list[str]:
+        """``argv`` (its first item: the host's binary) as it starts in the end host."""
+        if self.container:
+            return self._enter([f"{GUEST_BIN}/{Path(argv[0]).name}", *argv[1:]], CT_NAMESPACES)
+        if self.host is not None:
+            tb, role = self.host
+            return self._enter([tb.helper(role, argv[0]), *argv[1:]], ("--net",))
+        return argv
 
     def addr(self, ip: int) -> str:
         """The end host's address on segment L (where A's traffic goes)."""
@@ -179,13 +222,20 @@ class EndHost:
         if self.shell is not None:
             self.shell.check(argv, CMD_TIMEOUT_S)
             return
-        if self.enter_pid is not None:
-            full = ["nsenter", f"--target={self.enter_pid}", "--net", "--", *argv]
+        full = (
+            self._enter(argv, ("--net",))
+            if self.enter_pid is not None
+            else ["ip", "netns", "exec", str(self.netns), *argv]
+        )
+        if self.host is not None:
+            tb, role = self.host
+            res = tb.run(role, full, timeout_s=CMD_TIMEOUT_S)
+            rc, err = res.returncode, res.stderr.decode(errors="replace")
         else:
-            full = ["ip", "netns", "exec", str(self.netns), *argv]
-        res = subprocess.run(full, capture_output=True, text=True, timeout=CMD_TIMEOUT_S, check=False)
-        if res.returncode != 0:
-            raise GuestError(f"{self.name}: {' '.join(argv)} exited {res.returncode}: {res.stderr.strip()[-200:]}")
+            done = subprocess.run(full, capture_output=True, text=True, timeout=CMD_TIMEOUT_S, check=False)
+            rc, err = done.returncode, done.stderr
+        if rc != 0:
+            raise GuestError(f"{self.name}: {' '.join(argv)} exited {rc}: {err.strip()[-200:]}")
 
     def route_to(self, other: EndHost) -> None:
         """An on-link host route over eth0 (segment L) to ``other``'s eth0 addresses, IPv4 and
@@ -198,10 +248,10 @@ class EndHost:
         """Start a traffic tool (``argv[0]``: the host's binary) in the end host."""
         if self.shell is not None:
             return GuestTool(self.shell, what, argv, out_dir, stdout_name)
-        if self.enter_pid is not None:
-            inside = [f"{GUEST_BIN}/{Path(argv[0]).name}", *argv[1:]]
-            argv = ["nsenter", f"--target={self.enter_pid}", *CT_NAMESPACES, "--", *inside]
-        return Proc(what, argv, self.reg, out_dir, netns=self.netns, stdout_name=stdout_name).start()
+        if self.host is not None:
+            tb, role = self.host
+            return tb.spawn(role, what, self._tool(argv), self.reg, out_dir, stdout_name=stdout_name)
+        return Proc(what, self._tool(argv), self.reg, out_dir, netns=self.netns, stdout_name=stdout_name).start()
 
     def delivered(self) -> int:
         """What the end host's kernel has delivered to its own sockets so far
@@ -212,8 +262,14 @@ class EndHost:
             return delivered_count(self.shell.check(["cat", SNMP, SNMP6], CMD_TIMEOUT_S))
         if self.ns_pid is None:
             raise ValueError(f"end host in {self.netns}: no process of the namespace to read its counters through")
-        net = Path(f"/proc/{self.ns_pid}/net")
-        return delivered_count((net / "snmp").read_text() + (net / "snmp6").read_text())
+        net = f"/proc/{self.ns_pid}/net"
+        if self.host is not None:
+            tb, role = self.host
+            res = tb.run(role, ["cat", f"{net}/snmp", f"{net}/snmp6"], timeout_s=CMD_TIMEOUT_S)
+            if res.returncode != 0:
+                raise GuestError(f"{role}: reading {net}/snmp(6) failed: {res.stderr.decode(errors='replace').strip()}")
+            return delivered_count(res.stdout.decode())
+        return delivered_count(Path(f"{net}/snmp").read_text() + Path(f"{net}/snmp6").read_text())
 
     def close(self) -> None:
         """Close the console connection (the guest's jobs end with the VM)."""

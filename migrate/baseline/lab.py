@@ -10,8 +10,11 @@ combine their clocks; ``analysis.baseline.points`` corrects them).
 
 HV=none is the classical Linux router on R1 itself (:mod:`migrate.baseline.labnone`).  What needs
 the embedded testbed's own switch is refused before anything starts, one line each: ROUTERS above
-1 and LOAD (they add end hosts and a neighbour router), and whatever a lab migration run refuses
-for the same hypervisor (:func:`migrate.experiment.place.lab_supports`)."""
+1, LOAD and ROLE=vm-vm (they add end hosts, a neighbour router or a second router), and whatever
+a lab migration run refuses for the same hypervisor (:func:`migrate.experiment.place.lab_supports`).
+
+ROLE=vm-tx/vm-rx make the router on R1 the end host (:meth:`LabConfigRun._endhost`), PROTO=tcp
+runs vrtcp on the lab's hosts; the tools' traces are fetched with each point."""
 
 from __future__ import annotations
 
@@ -23,7 +26,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from migrate.baseline.config import ConfigJob, ConfigRun
+from migrate.baseline.config import SHELL_TIMEOUT_S, ConfigJob, ConfigRun
+from migrate.baseline.endhost import EndHost
 from migrate.baseline.plan import check_slot0_matches_testbed
 from migrate.baseline.point import PointContext
 from migrate.baseline.spec import BaselineSpec, Config
@@ -118,12 +122,10 @@ def refuse(spec: BaselineSpec) -> None:
             "TESTBED=: baselines run LOAD=none (a neighbour router and its hosts exist only on the embedded "
             "testbed): drop LOAD, or run without TESTBED"
         )
-    if spec.protos != ("udp",):
-        raise ConfigError("TESTBED=: baselines run PROTO=udp: drop PROTO, or run without TESTBED")
-    if spec.roles != ("router",):
+    if "vm-vm" in spec.roles:
         raise ConfigError(
-            "TESTBED=: baselines run ROLE=router (the end host's tools run in the guest through its console, "
-            "which only the embedded testbed reaches): drop ROLE, or run without TESTBED"
+            "TESTBED=: ROLE=vm-vm needs a second router on R1, which only the embedded testbed starts: "
+            "choose ROLE=router, vm-tx or vm-rx, or run without TESTBED"
         )
 
 
@@ -213,6 +215,8 @@ class LabConfigRun(ConfigRun):
             scenario = scenario_for(self.spec, self.config)
             ctx = RunContext(scenario, lab, self.registry, self.out, recorder, self.abort)
             self.driver = self.stack.enter_context(driver_cls(ctx, facts))
+            if self.config.role != "router" and self.config.hv == "kvm":
+                self.driver.console_shell = True  # the end host's command channel
             log.info("[%s] starting the router on R1 (%s, accel=%s)", self.config.name, driver_cls.__name__,
                      facts.get("accel"))  # fmt: skip
             self.driver.start_source()
@@ -220,12 +224,40 @@ class LabConfigRun(ConfigRun):
         pids, trees = self.router_processes()
         self.info["routers"] = [{"slot": 0, "host": "R1", "accel": facts.get("accel"), **how, "processes": pids,
                                  "process_trees": trees}]  # fmt: skip
+        endhost = self._endhost() if self.config.role != "router" else None
         self._start_servers()
         self._prime(self.slots)
         return PointContext(
             tb=lab, registry=self.registry, slots=self.slots, duration_s=self.spec.duration_s,
             probe_ms=self.spec.probe_ms, cpu_snapshot=self.cpu_snapshot, abort=self.abort, clocks=lab.offsets,
+            endhost=endhost,
         )  # fmt: skip
+
+    def _endhost(self) -> EndHost:
+        """ROLE=vm-tx/vm-rx on the lab: the router on R1 as the end host, its tools started over
+        R1's SSH connection: in the bare router's namespace (HV=none: R1's deployed tools,
+        ``nsenter`` by a daemon's PID), in the container (HV=criu: its own tools, ``nsenter`` by
+        its init's PID), or in the guest through its console shell, whose socket on R1 is
+        forwarded here over SSH (HV=kvm)."""
+        slot, role = self.slots[0], self.config.role
+        if self.nsrouter is not None:
+            if not self.nsrouter.daemons:
+                raise GuestError(f"ROLE={role}: the HV=none router on R1 has no daemon to enter its namespace by")
+            pid = self.nsrouter.daemons[0][0]
+            return EndHost(role, slot, self.registry, enter_pid=pid, container=False, host=(self.lab, "R1"))
+        if self.config.hv == "criu":
+            init = self.driver.source_processes()[1].get("ct")
+            if init is None:
+                raise GuestError(f"ROLE={role}: the router container on R1 has no init process")
+            return EndHost(role, slot, self.registry, enter_pid=init, host=(self.lab, "R1"))
+        from migrate.drivers.guest_shell import GuestShell
+
+        local, remote = self.driver.shell_socket("R1")
+        alive = self.driver.source_running
+        self.lab.forward_socket("R1", local, remote, SHELL_TIMEOUT_S, alive, "QEMU", "console")
+        shell = GuestShell.connect(local, timeout_s=SHELL_TIMEOUT_S, alive=alive, abort=self.abort)
+        self.stack.callback(shell.close)
+        return EndHost(role, slot, self.registry, shell=shell, host=(self.lab, "R1"))
 
     def _start_servers(self) -> None:
         from probes.irtt import server_argv

@@ -131,33 +131,61 @@ def _spawn_on(
     return _spawn(ctx, where, what, argv, out_dir, stdout_name=stdout_name)
 
 
-def _file_on(where: Where, point_dir: Path, name: str) -> Path:
-    """Where a tool on ``where`` writes its trace ``name``: the point's directory, or the guest's
-    or the container's /tmp (the trace stays there: a TCP point's figures come from the tools'
-    JSON summaries)."""
-    if isinstance(where, EndHost) and where.own_files:
-        return Path("/tmp") / name
-    return point_dir / name
+def _file_on(ctx: PointContext, where: Where, point_dir: Path, name: str) -> str:
+    """Where a tool on ``where`` writes its trace ``name``: the point's directory on this machine,
+    the run's one directory on a lab's host (:meth:`Testbed.out_path`, fetched by
+    :func:`_fetch_traces`), or the end host's own (:meth:`EndHost.file_path`)."""
+    unique = f"{point_dir.name}-{name}"
+    if isinstance(where, EndHost):
+        return where.file_path(point_dir, name, unique)
+    return ctx.tb.out_path(where, point_dir, name, unique=unique)
 
 
-def _sink_argv(key: PointKey, s: Slot, e: FlowEnds, point_dir: Path) -> tuple[list[str], str]:
-    """The sink of slot ``s``'s flow and the file its stdout (its JSON record) goes to."""
+def _fetch_traces(ctx: PointContext, traces: list[tuple[Where, str, Path]]) -> list[str]:
+    """Copy the traces written on a lab's hosts into the point's directory; what could not be
+    fetched, one line each (the point's figures come from the tools' summaries: a missing trace
+    is recorded, not fatal).  Nothing to do where the tools wrote into the point's directory or
+    their own filesystem."""
+    problems = []
+    for where, path, local in traces:
+        if path == str(local) or (isinstance(where, EndHost) and where.own_files):
+            continue
+        tb, role = (where.host or (ctx.tb, "")) if isinstance(where, EndHost) else (ctx.tb, where)
+        try:
+            tb.fetch(role, path, local)
+        except Exception as err:  # reported in point.json, the figures do not depend on it
+            problems.append(f"fetching {path} from {role}: {err}")
+    return problems
+
+
+def _sink_argv(
+    ctx: PointContext, key: PointKey, s: Slot, e: FlowEnds, point_dir: Path, traces: list[tuple[Where, str, Path]]
+) -> tuple[list[str], str]:
+    """The sink of slot ``s``'s flow and the file its stdout (its JSON record) goes to; a trace
+    it writes is added to ``traces``."""
     if key.proto == "tcp":
-        out = _file_on(e.sink, point_dir, f"tcp-sink-{s.k}.tsv")
-        argv = tcp.sink_argv(bind=e.dst, port=TCP_PORT, flows=1, sample_ms=TCP_SAMPLE_MS, out=out)
+        name = f"tcp-sink-{s.k}.tsv"
+        out = _file_on(ctx, e.sink, point_dir, name)
+        traces.append((e.sink, out, point_dir / name))
+        argv = tcp.sink_argv(bind=e.dst, port=TCP_PORT, flows=1, sample_ms=TCP_SAMPLE_MS, out=Path(out))
         return argv, f"tcp-sink-{s.k}.json"
     req = SinkRequest(port=TRAFFIC_PORT, bind=e.dst, gap_us=gap_threshold_us(key.rate_bps, key.frame_bytes))
     return BUILTIN.sink_argv(req), f"sink-{s.k}.json"
 
 
-def _gen_argv(key: PointKey, s: Slot, e: FlowEnds, point_dir: Path, duration_s: float) -> tuple[list[str], str]:
+def _gen_argv(
+    ctx: PointContext, key: PointKey, s: Slot, e: FlowEnds, point_dir: Path, traces: list[tuple[Where, str, Path]]
+) -> tuple[list[str], str]:
     """The generator of slot ``s``'s flow (vrgen, or vrtcp send with one flow paced at the rate:
-    ``max`` unpaced) and the file its stdout goes to."""
+    ``max`` unpaced) and the file its stdout goes to; a trace it writes is added to ``traces``."""
     rate = key.rate_bps if key.rate_bps != UNPACED else 0
+    duration_s = ctx.duration_s
     if key.proto == "tcp":
-        out = _file_on(e.source, point_dir, f"tcp-send-{s.k}.tsv")
-        argv = tcp.send_argv(dst=e.dst, port=TCP_PORT, flows=1, sample_ms=TCP_SAMPLE_MS, out=out, rate_bps=rate,
-                             duration_s=duration_s)  # fmt: skip
+        name = f"tcp-send-{s.k}.tsv"
+        out = _file_on(ctx, e.source, point_dir, name)
+        traces.append((e.source, out, point_dir / name))
+        argv = tcp.send_argv(dst=e.dst, port=TCP_PORT, flows=1, sample_ms=TCP_SAMPLE_MS, out=Path(out),
+                             rate_bps=rate, duration_s=duration_s)  # fmt: skip
         return argv, f"tcp-send-{s.k}.json"
     req = GenRequest(dst=e.dst, port=TRAFFIC_PORT, rate_bps=rate, frame_bytes=key.frame_bytes, duration_s=duration_s)
     return BUILTIN.gen_argv(req), f"gen-{s.k}.json"
@@ -193,6 +221,22 @@ def _drain(ctx: PointContext, ip: int) -> float:
     return time.monotonic() - t0
 
 
+def _clocks(ctx: PointContext, ends: list[FlowEnds]) -> dict[str, dict[str, int]]:
+    """On a lab: the clock offsets of C and of every host a flow starts or ends on, an end host
+    in the container or the bare router under its router host's (the router host's own too:
+    :mod:`analysis.baseline.points` puts a guest's flow window on it when only the CPU snapshots
+    bracket it)."""
+    assert ctx.clocks is not None
+    ehs = [w for e in ends for w in (e.source, e.sink) if isinstance(w, EndHost)]
+    roles = {w for e in ends for w in (e.source, e.sink) if isinstance(w, str)}
+    hosts = {eh.host[1] for eh in ehs if eh.host is not None}
+    clock = ctx.clocks(sorted({"C", *roles, *hosts}))
+    for eh in ehs:
+        if eh.clock_role is not None:
+            clock[eh.name] = clock[eh.clock_role]
+    return clock
+
+
 def _load_counters(ctx: PointContext) -> dict[str, Any] | None:
     """The neighbour flow's source tx / sink rx counters, each with the CLOCK_MONOTONIC ns it was
     read at (reading a namespace's counters takes milliseconds: each rate uses its own interval)."""
@@ -226,12 +270,13 @@ def run_point(ctx: PointContext, key: PointKey, point_dir: Path) -> dict[str, An
         "irtt": None,
     }  # fmt: skip
     procs: list[tuple[Proc | GuestTool, int]] = []
+    traces: list[tuple[Where, str, Path]] = []
     slots = ctx.flow_slots()
     ends = [flow_ends(s, key.ip, ctx.endhost, ctx.peer) for s in slots]
     try:
         sinks, sink_names = [], []
         for s, e in zip(slots, ends, strict=True):
-            argv, name = _sink_argv(key, s, e, point_dir)
+            argv, name = _sink_argv(ctx, key, s, e, point_dir, traces)
             sink_names.append(name)
             sink = _spawn_on(ctx, e.sink, f"sink-{s.k}", argv, point_dir, name)
             procs.append((sink, signal.SIGTERM))
@@ -255,7 +300,7 @@ def run_point(ctx: PointContext, key: PointKey, point_dir: Path) -> dict[str, An
         record["cpu_t0"] = ctx.cpu_snapshot()
         gens = []
         for s, e, sink_name in zip(slots, ends, sink_names, strict=True):
-            argv, gen_name = _gen_argv(key, s, e, point_dir, ctx.duration_s)
+            argv, gen_name = _gen_argv(ctx, key, s, e, point_dir, traces)
             gen = _spawn_on(ctx, e.source, f"gen-{s.k}", argv, point_dir, gen_name)
             procs.append((gen, signal.SIGTERM))
             gens.append(gen)
@@ -273,8 +318,9 @@ def run_point(ctx: PointContext, key: PointKey, point_dir: Path) -> dict[str, An
         for proc, sig in procs:
             proc.stop(sig)
         if ctx.clocks is not None:
-            roles = {r for e in ends for r in (e.source, e.sink) if isinstance(r, str)}
-            record["clock"] = ctx.clocks(sorted({"C", *roles}))
+            record["clock"] = _clocks(ctx, ends)
+        if problems := _fetch_traces(ctx, traces):
+            record["trace_failures"] = problems
         try:  # nothing to copy when C writes into the point's directory (the embedded testbed)
             tb.fetch("C", irtt_out, point_dir / IRTT_NAME)
         except Exception as err:  # the RTT figures are then absent, with this reason

@@ -710,9 +710,21 @@ def _baseline_rows(run_dir: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def _check_lab_baseline(run_dir: Path, lab: Path, hvs: tuple[str, ...]) -> None:
-    """Completed, each configuration's router on R1, every point forwarding the offered 10 Mbit/s
-    with its RTT probes fetched from C and its clock offsets of A, B and C recorded."""
+#: where a lab point's flow runs per role: (from, to) with the end host in the router on R1 named
+#: by its hypervisor ("VM": the guest, its own clock; "CT": the container; "RT0": the bare router)
+ENDHOST_NAME = {"kvm": "VM", "criu": "CT", "none": "RT0"}
+
+
+def _flow_ends(hv: str, role: str) -> tuple[str, str]:
+    return {"router": ("A", "B"), "vm-tx": (ENDHOST_NAME[hv], "B"), "vm-rx": ("A", ENDHOST_NAME[hv])}[role]
+
+
+def _check_lab_baseline(run_dir: Path, lab: Path, configs: set[tuple[str, str, str]]) -> None:
+    """Completed, each configuration's router on R1, every point (hv, role, proto) carrying the
+    offered 10 Mbit/s between the ends its role names, with its RTT probes fetched from C, the
+    clock offsets of the hosts it ran on recorded (the router host's under an end host's name but
+    the guest's), a one-way delay wherever no guest's clock is involved, and a TCP point's traces
+    fetched from every host but the guest's and the container's own /tmp."""
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["status"] == "completed", meta.get("failure")
     assert meta["lab"]["inventory"] == str(lab) and meta["lab_check"]["hosts"]
@@ -721,12 +733,15 @@ def _check_lab_baseline(run_dir: Path, lab: Path, hvs: tuple[str, ...]) -> None:
         assert info["status"] == "completed", (name, info.get("failure"))
         assert info["routers"][0]["host"] == "R1" and info["testbed"]["hosts"]["B"]["transport"] == "ssh"
     rows = _baseline_rows(run_dir)
-    assert sorted(r["hv"] for r in rows) == sorted(hvs)
+    assert {(r["hv"], r["role"], r["proto"]) for r in rows} == configs and len(rows) == len(configs)
     for r in rows:
         assert r["status"] == "ok", r
-        assert float(r["loss_ratio"]) <= 0.01, r
         assert abs(float(r["forwarded_bps"]) - 10e6) < 0.05 * 10e6, r
-        assert float(r["rtt_median_ms"]) > 0 and float(r["owd_uncertainty_ms"]) > 0, r
+        assert float(r["rtt_median_ms"]) > 0, r
+        guest = r["hv"] == "kvm" and r["role"] != "router"
+        if r["proto"] == "udp":
+            assert float(r["loss_ratio"]) <= 0.01, r
+            assert (r["owd_uncertainty_ms"] == "") if guest else (float(r["owd_uncertainty_ms"]) > 0), r
         assert float(r["cpu_host"]) > 0, r
         if r["hv"] == "kvm":
             assert float(r["cpu_hv"]) > 0, r  # the QEMU on R1, read on R1
@@ -734,29 +749,43 @@ def _check_lab_baseline(run_dir: Path, lab: Path, hvs: tuple[str, ...]) -> None:
             assert r["cpu_router_daemons"] != "", r  # the daemons or the container's processes, on R1
     for point in run_dir.glob("points/*/*"):
         record = json.loads((point / "point.json").read_text())
-        assert set(record["clock"]) == {"A", "B", "C"} and (point / "irtt.json.gz").stat().st_size > 0
+        key = record["key"]
+        src, dst = _flow_ends(key["hv"], key["role"])
+        assert (record["flows"][0]["from"], record["flows"][0]["to"]) == (src, dst), record["flows"]
+        hosts = {h for h in (src, dst) if h in ROLES} | {"C"} | ({"R1"} if key["role"] != "router" else set())
+        named = {h for h in (src, dst) if h not in ROLES and h != "VM"}
+        assert set(record["clock"]) == hosts | named, (point, record["clock"])
+        assert (point / "irtt.json.gz").stat().st_size > 0 and "trace_failures" not in record
+        if key["proto"] == "tcp":
+            for end, name in ((src, "tcp-send-0.tsv"), (dst, "tcp-sink-0.tsv")):
+                assert (point / name).exists() == (end not in ("VM", "CT")), (point, name)
 
 
 def test_lab_baseline_runs_the_router_and_every_helper_on_the_hosts(lab, tmp_path):
     """HV=none (the bare router on R1) and HV=kvm in this process with every way into a namespace
-    watched; HV=criu with FRR through the command line (its container is never checkpointed, so
-    FRR is allowed); the hosts hold nothing of them afterwards and R1's taps are as set up."""
+    watched, forwarding and as the end host that sends (ROLE=vm-tx: the bare router's namespace
+    and the guest, whose console shell on R1 is reached over SSH), UDP and TCP; HV=criu with FRR
+    through the command line (its container is never checkpointed, so FRR is allowed), forwarding
+    and receiving in the container; the hosts hold nothing of them afterwards and R1's taps are
+    as set up."""
     from migrate.baseline.run import run_baseline
     from migrate.baseline.spec import BaselineSpec
 
     inv = load(lab)
-    spec = BaselineSpec(hvs=("none", "kvm"), sizes=(500,), rates_bps=(10_000_000,), reps=1, duration_s=3.0)
+    spec = BaselineSpec(hvs=("none", "kvm"), roles=("router", "vm-tx"), protos=("udp", "tcp"), sizes=(500,),
+                        rates_bps=(10_000_000,), reps=1, duration_s=3.0)  # fmt: skip
     with nswatch.watching() as seen:
         run_dir = run_baseline(spec, tmp_path / "kvm", testbed=lab)
     assert seen == [], seen
-    _check_lab_baseline(run_dir, lab, ("none", "kvm"))
+    _check_lab_baseline(run_dir, lab, {(h, r, p) for h in spec.hvs for r in spec.roles for p in spec.protos})
     assert _taps_as_set_up(inv) == {"R1": [], "R2": []}
     res = _cli(
-        "baseline", "--testbed", str(lab), "--hv", "criu", "--router", "frr", "--sizes", "500", "--rates", "10M",
-        "--reps", "1", "--duration", "3", "--results", str(tmp_path / "criu"), timeout=900,
+        "baseline", "--testbed", str(lab), "--hv", "criu", "--router", "frr", "--role", "router,vm-rx", "--sizes",
+        "500", "--rates", "10M", "--reps", "1", "--duration", "3", "--results", str(tmp_path / "criu"), timeout=900,
     )  # fmt: skip
     assert res.returncode == 0, res.stdout[-1500:] + res.stderr[-1500:]
-    _check_lab_baseline(Path(res.stdout.strip().splitlines()[-1]), lab, ("criu",))
+    _check_lab_baseline(Path(res.stdout.strip().splitlines()[-1]), lab, {("criu", "router", "udp"),
+                                                                         ("criu", "vm-rx", "udp")})  # fmt: skip
     assert _runs_on_hosts(inv) == {r: [] for r in ROLES}
     assert _processes_with(f"{inv.deploy_dir}/runs/") == []
     assert _processes_with("vrmig-ct-init") == []

@@ -46,7 +46,6 @@ def test_a_container_end_host_runs_the_containers_own_tools_in_its_namespaces(mo
     uts, ipc and network namespaces (not its pid namespace: nsenter execs in place, the recorded
     PID is the tool's), on the host's clock ("CT", not "VM"); its files are its own /tmp's."""
     import migrate.baseline.endhost as endhost
-    from migrate.baseline.point import _file_on
 
     started: list[tuple[list[str], str | None]] = []
 
@@ -65,9 +64,10 @@ def test_a_container_end_host_runs_the_containers_own_tools_in_its_namespaces(mo
           "198.18.2.10"], None)
     ]  # fmt: skip
     assert ct.name == "CT" and ct.ns_pid == 4242 and ct.own_files
-    assert str(_file_on(ct, tmp_path, "tcp-send-0.tsv")) == "/tmp/tcp-send-0.tsv"
+    assert ct.file_path(tmp_path, "tcp-send-0.tsv", "p-tcp-send-0.tsv") == "/tmp/tcp-send-0.tsv"
     bare = EndHost("vm-tx", slot(0), Registry("vmtest00"), netns="ns", ns_pid=7)
-    assert not bare.own_files and _file_on(bare, tmp_path, "x.tsv") == tmp_path / "x.tsv"
+    assert not bare.own_files and bare.file_path(tmp_path, "x.tsv", "p-x.tsv") == str(tmp_path / "x.tsv")
+    assert ct.clock_role is None and bare.clock_role is None  # one kernel clock
     with pytest.raises(ValueError, match="one place"):
         EndHost("vm-tx", slot(0), Registry("vmtest00"), netns="ns", enter_pid=4242)
 
@@ -98,3 +98,52 @@ def test_vm_vm_sends_from_router_0_to_router_1_over_on_link_routes(monkeypatch):
     ]
     with pytest.raises(ValueError, match="no receiving end host"):
         flow_ends(slot(0), 4, a)
+
+
+class FakeLab:
+    """A lab testbed's surface an end host on R1 uses: spawn, run, helper, out_path."""
+
+    def __init__(self, snmp: str = "") -> None:
+        self.spawned: list[tuple[str, list[str]]] = []
+        self.ran: list[tuple[str, list[str]]] = []
+        self.snmp = snmp
+
+    def spawn(self, role, what, argv, registry, out_dir, stdout_name=None):
+        self.spawned.append((role, argv))
+        return what
+
+    def run(self, role, argv, timeout_s=30.0):
+        import subprocess
+
+        self.ran.append((role, argv))
+        return subprocess.CompletedProcess(argv, 0, self.snmp.encode(), b"")
+
+    def helper(self, role, argv0):
+        return f"/opt/vrmig/bin/{argv0.rsplit('/', 1)[-1]}"
+
+    def out_path(self, role, run_dir, name, unique=None):
+        return f"/opt/vrmig/runs/x/{unique or name}"
+
+
+def test_an_end_host_on_a_labs_r1_runs_its_tools_over_r1s_connection(tmp_path):
+    """TESTBED=: the bare router's namespace is entered by its daemon's PID with R1's deployed
+    tools, the container by its init's PID with its own; both on R1's clock, their counters read
+    on R1; the bare router's traces in the run's directory on R1, the container's in its /tmp."""
+    lab = FakeLab(SNMP + SNMP6)
+    bare = EndHost("vm-rx", slot(0), Registry("vmtest00"), enter_pid=31, container=False, host=(lab, "R1"))
+    ct = EndHost("vm-tx", slot(0), Registry("vmtest00"), enter_pid=42, host=(lab, "R1"))
+    bare.spawn("sink-0", ["/repo/crosstraffic/bin/vrsink", "--port", "9"], tmp_path, "sink-0.json")
+    ct.spawn("gen-0", ["/repo/crosstraffic/bin/vrgen", "--dst", "198.18.2.10"], tmp_path, "gen-0.json")
+    assert lab.spawned == [
+        ("R1", ["nsenter", "--target=31", "--net", "--", "/opt/vrmig/bin/vrsink", "--port", "9"]),
+        ("R1", ["nsenter", "--target=42", "--mount", "--uts", "--ipc", "--net", "--", "/usr/sbin/vrgen", "--dst",
+                "198.18.2.10"]),
+    ]  # fmt: skip
+    assert (bare.name, ct.name) == ("RT0", "CT") and bare.clock_role == ct.clock_role == "R1"
+    assert bare.delivered() == 127 and lab.ran == [("R1", ["cat", "/proc/31/net/snmp", "/proc/31/net/snmp6"])]
+    assert bare.file_path(tmp_path, "t.tsv", "p-t.tsv") == "/opt/vrmig/runs/x/p-t.tsv"
+    assert ct.file_path(tmp_path, "t.tsv", "p-t.tsv") == "/tmp/t.tsv"
+    guest = EndHost("vm-tx", slot(0), Registry("vmtest00"), shell=object(), host=(lab, "R1"))
+    assert guest.name == "VM" and guest.clock_role is None  # the guest's own clock
+    with pytest.raises(ValueError, match="enter_pid"):
+        EndHost("vm-tx", slot(0), Registry("vmtest00"), netns="ns", container=False)

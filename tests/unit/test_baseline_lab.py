@@ -30,6 +30,7 @@ EXAMPLE = REPO / "docs" / "lab.example.toml"
     [
         ({"hvs": ("kvm",), "routers": (1, 2)}, "ROUTERS=1"),
         ({"hvs": ("kvm",), "loads": ("none", "cpu")}, "LOAD=none"),
+        ({"hvs": ("kvm",), "roles": ("router", "vm-vm")}, "ROLE=vm-vm needs a second router"),
     ],
 )
 def test_a_lab_baseline_refuses_what_needs_the_embedded_testbed(change, words):
@@ -39,6 +40,7 @@ def test_a_lab_baseline_refuses_what_needs_the_embedded_testbed(change, words):
 
 def test_a_lab_baseline_takes_one_router_of_each_hypervisor_and_the_bare_router():
     refuse(BaselineSpec(hvs=("none", "kvm", "criu", "xen")))
+    refuse(BaselineSpec(hvs=("none", "kvm", "criu"), roles=("router", "vm-tx", "vm-rx"), protos=("udp", "tcp")))
 
 
 def test_a_bad_lab_baseline_is_one_line_exit_2_and_nothing_started(tmp_path):
@@ -126,6 +128,36 @@ def test_a_lab_points_delay_and_rtt_window_are_corrected_by_the_clocks(tmp_path)
     (lab / "point.json").write_text(json.dumps(record))
     row, _ = analyse_point(lab)
     assert row["rtt_median_ms"] is None
+
+
+def test_a_lab_guest_senders_window_is_on_the_sinks_clock_and_a_containers_on_r1s(tmp_path):
+    """ROLE=vm-tx on a lab (synthetic: the captured point's flow renamed): a guest's flow has no
+    one-way delay and its window is B's sink span, moved onto C's clock by B's offset (the record
+    has no "VM" offset: the guest's clock is its own); a container's flow is on R1's clock, whose
+    offset the point records under its name."""
+    point = tmp_path / "vm"
+    shutil.copytree(FIXTURE, point)
+    record = json.loads((point / "point.json").read_text())
+    record["flows"][0]["from"] = "VM"
+    zero = {"offset_ns": 0, "uncertainty_ns": 50_000}
+    record["clock"] = {"A": zero, "B": zero, "C": zero, "R1": zero}
+    (point / "point.json").write_text(json.dumps(record))
+    row, _ = analyse_point(point)
+    assert row["status"] == "ok" and row["owd_median_ms"] is None and row["rtt_median_ms"] is not None
+    record["clock"]["B"] = {"offset_ns": 3600 * 10**9, "uncertainty_ns": 50_000}  # only B an hour off
+    (point / "point.json").write_text(json.dumps(record))
+    assert analyse_point(point)[0]["rtt_median_ms"] is None
+    record["clock"]["A"] = record["clock"]["C"] = record["clock"]["B"]  # now B and C agree
+    (point / "point.json").write_text(json.dumps(record))
+    assert analyse_point(point)[0]["rtt_median_ms"] is not None
+    record["flows"][0]["from"] = "CT"
+    record["clock"] = {"CT": {"offset_ns": -300_000, "uncertainty_ns": 50_000}, "R1": zero,
+                       "B": {"offset_ns": 200_000, "uncertainty_ns": 70_000}, "C": zero}  # fmt: skip
+    (point / "point.json").write_text(json.dumps(record))
+    ct, _ = analyse_point(point)
+    plain = tmp_path / "plain"
+    shutil.copytree(FIXTURE, plain)
+    assert ct["owd_median_ms"] == pytest.approx(analyse_point(plain)[0]["owd_median_ms"] - 0.5)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="creates a network namespace (root)")

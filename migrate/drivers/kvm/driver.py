@@ -302,6 +302,15 @@ class KvmDriver(Driver):
         self.image = guest_image(ctx.scenario.router) if self.profile is None else None
         self.boot = ProfileBoot(ctx, self.profile) if self.profile is not None else None
         self._described: dict[str, Any] = {}
+        #: the source guest keeps a root shell on its serial console (``vrmig.shell=1``), offered
+        #: on a Unix socket on its host (:meth:`shell_socket`): a lab baseline's end host
+        #: (migrate.baseline.endhost) sets it before :meth:`start_source`; the suite's own image only
+        self.console_shell = False
+
+    def shell_socket(self, host: str) -> tuple[Path, str]:
+        """(here, on ``host``) paths of the console socket of :attr:`console_shell`."""
+        name = f"shell-{host}.sock"
+        return self.ctx.registry.dir / name, self.ctx.testbed.out_path(host, self.ctx.registry.dir, name)
 
     # -- helpers ---------------------------------------------------------------------------
     def _qemu(self, host: str, incoming: bool) -> tuple[Proc, QMPConnection]:
@@ -316,6 +325,8 @@ class KvmDriver(Driver):
         spec = inv.host(host)
         remote_qmp = tb.out_path(host, self.ctx.registry.dir, f"qmp-{host}.sock")
         sockets = self.boot.console_socket(host) if self.boot is not None else None
+        if self.console_shell and not incoming:
+            sockets = self.shell_socket(host)
         vm = GuestVm(
             name=f"vrmig-{tb.prefix}-{host}",
             accel=self.accel,
@@ -350,13 +361,14 @@ class KvmDriver(Driver):
         command line that configures the router; a profile's disk image: none of them."""
         if self.image is None:
             return None, None, ""
-        from routers.guest import kernel_cmdline
+        from routers.guest import DEFAULT_EXTRA_ARGS, kernel_cmdline
 
         s = self.ctx.scenario
         tb = self.ctx.testbed
         left, right = (tb.inventory.router[seg] for seg in topo.SEGMENTS)
+        extra = (*DEFAULT_EXTRA_ARGS, "vrmig.shell=1") if self.console_shell and not incoming else DEFAULT_EXTRA_ARGS
         append = kernel_cmdline(
-            s.router, [left.ipv4, left.ipv6], [right.ipv4, right.ipv6], rib_routes=s.rib_routes,
+            s.router, [left.ipv4, left.ipv6], [right.ipv4, right.ipv6], extra=extra, rib_routes=s.rib_routes,
             routing=routing.router_args(s), dirty_mb_s=s.dirty_mbps,
         )  # fmt: skip
         kernel, initrd = tb.router_image(s.router, self.image.kernel, self.image.initrd)
