@@ -745,13 +745,16 @@ def _plot_data(raw: _Raw, window: Window | None, summary: Summary, run_dir: Path
     offsets = dict(clock.offsets_ns) if clock is not None and clock.testbed == "lab" else {}
     scenario = raw.meta.get("scenario") if isinstance(raw.meta.get("scenario"), dict) else {}
     sample_ms = float(scenario.get("sample_ms") or 10)
-    tcp = rr = None
+    tcp = tcp_ba = rr = None
     if run_dir is not None and isinstance(summary.tcp, dict):
         tcp = _tcp_panel(run_dir, summary.tcp, offsets, sample_ms)
+        if isinstance(summary.tcp.get("ba"), dict):
+            tcp_ba = _tcp_panel(run_dir, summary.tcp["ba"], offsets, sample_ms, direction="ba")
     if run_dir is not None and isinstance(summary.rr, dict):
         rr = _rr_panel(run_dir, offsets)
     return PlotData(
         tcp=tcp,
+        tcp_ba=tcp_ba,
         rr=rr,
         zoom=_zoom(raw, summary.anatomy),
         t0_ns=t0,
@@ -792,27 +795,31 @@ def _rel(run_dir: Path, err: Exception) -> str:
     return str(err).replace(f"{run_dir}/", "")
 
 
-def _tcp_panel(run_dir: Path, tcp: dict[str, Any], offsets: dict[str, int], sample_ms: float) -> TcpPanel:
-    """The TCP panel: each flow's goodput from the receiver's trace (B's clock) and cwnd from the
-    sender's TCP_INFO trace (A's clock), both on the orchestrator's clock; the all-flows goodput
-    summed at the instants every flow was sampled (vrtcp samples all flows at once); the exact
-    all-flows outage and the RTO expiries as summary.json ``tcp`` has them (already on the
+def _tcp_panel(
+    run_dir: Path, tcp: dict[str, Any], offsets: dict[str, int], sample_ms: float, direction: str = "ab"
+) -> TcpPanel:
+    """The TCP panel of one direction (``direction``: analysis.tcp_run.DIRECTIONS): each flow's
+    goodput from the receiver's trace (B's clock; B -> A: A's) and cwnd from the sender's TCP_INFO
+    trace (A's; B -> A: B's), both on the orchestrator's clock; the all-flows goodput summed at the
+    instants every flow was sampled (vrtcp samples all flows at once); the exact all-flows outage
+    and the RTO expiries as summary.json ``tcp`` (``tcp.ba``) has them (already on the
     orchestrator's clock).  A trace that cannot be read leaves its series out, with a note."""
     from analysis.metrics.tcp import HOLE_FACTOR, receiver_flow
-    from analysis.tcp_run import RECEIVER_ROLE, SENDER_ROLE
+    from analysis.tcp_run import DIRECTIONS
     from crosstraffic.backend import TrafficError
     from crosstraffic.tcp import read_sink_trace, read_tcpinfo
-    from migrate.core.rundir import TCP_RECV_TSV, TCP_SEND_TSV
+
+    d = DIRECTIONS[direction]
 
     notes: list[str] = []
     hole_ns = HOLE_FACTOR * sample_ms * 1e6
     goodput, flows, cwnd = None, [], []
     try:
-        recv = read_sink_trace(run_dir / TCP_RECV_TSV)
+        recv = read_sink_trace(run_dir / d.recv_tsv)
     except TrafficError as err:
         notes.append(f"goodput not shown: {_rel(run_dir, err)}")
     else:
-        rows = np.stack([_on_clock(recv.t_ns, int(offsets.get(RECEIVER_ROLE, 0))), recv.flow, recv.bytes], axis=1)
+        rows = np.stack([_on_clock(recv.t_ns, int(offsets.get(d.receiver, 0))), recv.flow, recv.bytes], axis=1)
         per = [receiver_flow(rows, int(fl)) for fl in np.unique(recv.flow)]
         flows = [_goodput_line(t, b, hole_ns) for t, b in per]
         if per:
@@ -822,13 +829,13 @@ def _tcp_panel(run_dir: Path, tcp: dict[str, Any], offsets: dict[str, int], samp
             if common.size < 2:
                 notes.append("all-flows goodput not shown: the flows share fewer than 2 sampling instants")
         else:
-            notes.append(f"goodput not shown: {TCP_RECV_TSV} has no sample")
+            notes.append(f"goodput not shown: {d.recv_tsv} has no sample")
     try:
-        info = read_tcpinfo(run_dir / TCP_SEND_TSV)
+        info = read_tcpinfo(run_dir / d.send_tsv)
     except TrafficError as err:
         notes.append(f"cwnd not shown: {_rel(run_dir, err)}")
     else:
-        t_info = _on_clock(info.t_ns, int(offsets.get(SENDER_ROLE, 0)))
+        t_info = _on_clock(info.t_ns, int(offsets.get(d.sender, 0)))
         for fl in np.unique(info.flow):
             sel = info.flow == fl
             order = np.argsort(t_info[sel], kind="stable")
@@ -853,7 +860,8 @@ def _tcp_panel(run_dir: Path, tcp: dict[str, Any], offsets: dict[str, int], samp
         for iv in r.get("expiry_intervals_ns") or []:
             if isinstance(iv, list | tuple) and len(iv) == 2 and all(isinstance(x, int) for x in iv):
                 rto.append((int(iv[0]), int(iv[1])))
-    return TcpPanel(goodput, tuple(flows), tuple(cwnd), outage, tuple(sorted(rto)), tuple(notes))
+    label = f"{d.sender} -> {d.receiver}" if direction != "ab" else ""
+    return TcpPanel(goodput, tuple(flows), tuple(cwnd), outage, tuple(sorted(rto)), tuple(notes), label)
 
 
 def _rr_panel(run_dir: Path, offsets: dict[str, int]) -> RrPanel:

@@ -16,8 +16,8 @@ The headline figures of ``tcp`` (each None with a reason in ``why_absent`` when 
   interval (:data:`CAPTURE_TOLERANCE_MS`).
 
 With ``TRAFFIC=tcp,dir=both`` the B -> A flows (sender on B, receiver on A, their own files:
-:data:`DIRECTIONS`) get the same figures under ``tcp.ba``; B's capture is of A -> B only, so their
-``capture_agrees`` is absent with that reason."""
+:data:`DIRECTIONS`) get the same figures under ``tcp.ba``, checked against A's capture of them
+(``tcp-A.pcap``; runs from before it existed: ``capture_agrees`` absent, "no tcp-A.pcap")."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from migrate.core.rundir import (
     RR_CLIENT_JSON,
     RR_TSV,
     TCP_PCAP,
+    TCP_PCAP_BA,
     TCP_RECV_BA_GAPS_TSV,
     TCP_RECV_BA_TSV,
     TCP_RECV_GAPS_TSV,
@@ -58,13 +59,14 @@ class Direction:
     send_tsv: str
     recv_tsv: str
     recv_gaps_tsv: str
-    captured: bool  # B's capture (TCP_PCAP) holds this direction's segments as its receiver got them
+    pcap: str  # the receiver's capture of this direction's segments as its interface got them
 
 
 DIRECTIONS = {
-    "ab": Direction(SENDER_ROLE, RECEIVER_ROLE, TCP_SEND_JSON, TCP_SEND_TSV, TCP_RECV_TSV, TCP_RECV_GAPS_TSV, True),
+    "ab": Direction(SENDER_ROLE, RECEIVER_ROLE, TCP_SEND_JSON, TCP_SEND_TSV, TCP_RECV_TSV, TCP_RECV_GAPS_TSV,
+                    TCP_PCAP),
     "ba": Direction(RECEIVER_ROLE, SENDER_ROLE, TCP_SEND_BA_JSON, TCP_SEND_BA_TSV, TCP_RECV_BA_TSV,
-                    TCP_RECV_BA_GAPS_TSV, False),
+                    TCP_RECV_BA_GAPS_TSV, TCP_PCAP_BA),
 }  # fmt: skip
 #: the capture and the receiver's read times must agree on each flow's outage within one 10 ms
 #: sampling interval: set before any data, the resolution the suite states for TCP figures
@@ -125,11 +127,7 @@ def tcp_figures(
         figs.append(m.flow_figures(fl, t, b, grows[grows[:, 0] == fl], cols, start_ns, end_ns, sample_ms, gap_ms,
                                    tcpext))  # fmt: skip
     agg = m.aggregate(figs, rows, grows, start_ns, end_ns, udp_downtime_s, tcpext, sample_ms, gap_ms)
-    capture = (
-        _capture(run_dir, send, figs, start_ns, end_ns, recv_off, notes)
-        if d.captured
-        else {"agrees": None, "reason": f"{TCP_PCAP} is B's capture of the A -> B flows only", "per_flow": []}
-    )
+    capture = _capture(run_dir / d.pcap, d.send_json, send, figs, start_ns, end_ns, recv_off, notes)
     out = {
         "flows": flows,
         "cc": send.get("cc"),
@@ -178,30 +176,30 @@ def _tcpext(send: Mapping[str, Any]) -> dict[str, int | None] | None:
 
 
 def _capture(
-    run_dir: Path,
+    pcap: Path,
+    send_json: str,
     send: Mapping[str, Any],
     figs: list[m.TcpFlowFigures],
     start_ns: int,
     end_ns: int,
-    b_off: int,
+    recv_off: int,
     notes: list[str],
 ) -> dict[str, Any]:
     """The capture's per-flow outages beside the receiver's, and whether they agree within
     :data:`CAPTURE_TOLERANCE_MS`: every flow with both figures agrees, and at least one has both."""
     from analysis.load import read_tcp_capture
 
-    pcap = run_dir / TCP_PCAP
     ports = send.get("local_ports")
     if not pcap.exists() or pcap.stat().st_size == 0:
-        return {"agrees": None, "reason": f"no {TCP_PCAP}", "per_flow": []}
+        return {"agrees": None, "reason": f"no {pcap.name}", "per_flow": []}
     if not isinstance(ports, list) or not all(isinstance(p, int) for p in ports):
-        return {"agrees": None, "reason": f"{TCP_SEND_JSON} names no local ports", "per_flow": []}
+        return {"agrees": None, "reason": f"{send_json} names no local ports", "per_flow": []}
     try:
         seg = read_tcp_capture(pcap)
     except Exception as err:  # a truncated capture must not cost the other figures
-        notes.append(f"{TCP_PCAP} unreadable: {type(err).__name__}: {err}")
-        return {"agrees": None, "reason": f"{TCP_PCAP} unreadable", "per_flow": []}
-    seg = dataclasses.replace(seg, t_ns=_shift(seg.t_ns, b_off))
+        notes.append(f"{pcap.name} unreadable: {type(err).__name__}: {err}")
+        return {"agrees": None, "reason": f"{pcap.name} unreadable", "per_flow": []}
+    seg = dataclasses.replace(seg, t_ns=_shift(seg.t_ns, recv_off))
     per = capture_outages(seg, {p: i for i, p in enumerate(ports)}, start_ns, end_ns)
     diffs = []
     for c, f in zip(per, figs, strict=False):

@@ -57,6 +57,7 @@ class TcpPanel:
     outage: tuple[int, int] | None
     rto: tuple[tuple[int, int], ...] = ()
     notes: tuple[str, ...] = ()
+    direction: str = ""  # "B -> A" for TRAFFIC=tcp,dir=both's second panel; "" for A -> B alone
 
 
 @dataclass(frozen=True, eq=False)
@@ -86,6 +87,7 @@ class PlotData:
     zoom: Zoom | None = None
     tcp: TcpPanel | None = None
     rr: RrPanel | None = None
+    tcp_ba: TcpPanel | None = None  # TRAFFIC=tcp,dir=both: the B -> A flows, a panel of their own
     reverse: Series | None = None  # TRAFFIC=udp,dir=both: the B -> A CBR received at A (A eth0 rx)
 
 
@@ -222,7 +224,7 @@ def _draw_tcp(ax, p: TcpPanel, t0: int) -> None:
     if p.goodput is not None and p.goodput.t_ns.size:
         handles += ax.step((p.goodput.t_ns - t0) / 1e9, p.goodput.values / 1e6, where="pre", color="tab:blue",
                            lw=1.2, label="all flows")  # fmt: skip
-    ax.set_ylabel("TCP goodput [Mbit/s]")
+    ax.set_ylabel(f"TCP goodput {p.direction} [Mbit/s]" if p.direction else "TCP goodput [Mbit/s]")
     ax.set_ylim(bottom=0)
     if any(c.t_ns.size for c in p.cwnd):
         cw = ax.twinx()
@@ -272,15 +274,16 @@ def plot_run(path: Path, data: PlotData, formats: tuple[str, ...] | None = None)
     Top: cross-traffic rate received at B eth0 and offered at A eth0 (Mbit/s, frame incl. FCS)
     and the migration-link rate (R1 mig0 tx, Mbit/s, Ethernet header incl.), per sampling
     interval.  Below: RTT C -> D (ms) by send time, lost probes as red ticks along the top.
-    With ``tcp``, a panel of the bulk flows' goodput and cwnd (:func:`_draw_tcp`); with ``rr``, one
+    With ``tcp``, a panel of the bulk flows' goodput and cwnd (:func:`_draw_tcp`), and with
+    ``tcp_ba`` one more of the B -> A flows; with ``rr``, one
     of the request/response latencies (:func:`_draw_rr`).  These panels share one time axis:
     s relative to the migration start (``t0_ns``); vertical lines mark migrate/stop/completed/
     cont/announce-self.  With ``zoom`` (the outage anatomy), a last panel shows the outage up
     close with the anatomy's marks."""
     path = Path(path)
     t0 = _t0(data)
-    extra = [kind for kind, panel in (("tcp", data.tcp), ("rr", data.rr)) if panel is not None]
-    ratios = {"tcp": 3, "rr": 2}
+    extra = [kind for kind, panel in (("tcp", data.tcp), ("tcp_ba", data.tcp_ba), ("rr", data.rr)) if panel is not None]
+    ratios = {"tcp": 3, "tcp_ba": 3, "rr": 2}
     n = 2 + len(extra)
     if data.zoom is None:
         fig = Figure(figsize=(10, 6.5 + 3.0 * len(extra)), layout="constrained")
@@ -297,6 +300,8 @@ def plot_run(path: Path, data: PlotData, formats: tuple[str, ...] | None = None)
     for kind, ax in zip(extra, rest, strict=True):
         if kind == "tcp" and data.tcp is not None:
             _draw_tcp(ax, data.tcp, t0)
+        elif kind == "tcp_ba" and data.tcp_ba is not None:
+            _draw_tcp(ax, data.tcp_ba, t0)
         elif data.rr is not None:
             _draw_rr(ax, data.rr, t0)
     if rest:  # the time axis is labelled once, under the lowest panel that shares it

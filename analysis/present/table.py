@@ -291,6 +291,14 @@ def _tcp_value(t: Mapping[str, Any], key: str, fmt: str = ".0f") -> str:
     return f"{NA} ({dig(t, 'why_absent', key) or 'absent'})"
 
 
+def _capture_text(t: Mapping[str, Any], role: str) -> str:
+    """Whether the receiver's capture at ``role`` agrees with its read times on the outage."""
+    agrees = t.get("capture_agrees")
+    cap = NA if agrees is None else ("agrees" if agrees else "DISAGREES")
+    diff = dig(t, "capture", "max_difference_ms")
+    return f"capture at {role} {cap}" + (f" (max diff {_f(diff, '.1f')} ms)" if diff is not None else "")
+
+
 def _tcp_lines(t: Mapping[str, Any] | None, rr: Mapping[str, Any] | None) -> list[str]:
     """TRAFFIC=tcp / rr: the bulk flows' outage, recovery, RTOs and window, and the rr spike."""
     lines = []
@@ -304,13 +312,10 @@ def _tcp_lines(t: Mapping[str, Any] | None, rr: Mapping[str, Any] | None) -> lis
                 f"  TCP {t['flows']} flow(s) {cc}: goodput outage {_tcp_value(t, 'goodput_outage_ms')} ms"
                 f" (longest flow {_tcp_value(t, 'flow_outage_max_ms')} ms; vs UDP gap: {rel or NA})"
             )
-            agrees = t.get("capture_agrees")
-            cap = NA if agrees is None else ("agrees" if agrees else "DISAGREES")
-            diff = dig(t, "capture", "max_difference_ms")
             lines.append(
                 f"  TCP recovery     to 90 % goodput {_tcp_value(t, 'time_to_recover_ms')} ms   RTO expiries "
-                f"{_tcp_value(t, 'rto_expiries', 'd')}   cwnd min {_tcp_value(t, 'cwnd_min', 'd')}"
-                f"   capture at B {cap}" + (f" (max diff {_f(diff, '.1f')} ms)" if diff is not None else "")
+                f"{_tcp_value(t, 'rto_expiries', 'd')}   cwnd min {_tcp_value(t, 'cwnd_min', 'd')}   "
+                + _capture_text(t, "B")
             )
         ba = t.get("ba")
         if isinstance(ba, Mapping) and "flows" not in ba:
@@ -320,7 +325,7 @@ def _tcp_lines(t: Mapping[str, Any] | None, rr: Mapping[str, Any] | None) -> lis
                 f"  TCP B -> A {ba['flows']} flow(s): goodput outage {_tcp_value(ba, 'goodput_outage_ms')} ms"
                 f" (longest flow {_tcp_value(ba, 'flow_outage_max_ms')} ms)   to 90 % goodput "
                 f"{_tcp_value(ba, 'time_to_recover_ms')} ms   RTO expiries {_tcp_value(ba, 'rto_expiries', 'd')}"
-                f"   cwnd min {_tcp_value(ba, 'cwnd_min', 'd')}"
+                f"   cwnd min {_tcp_value(ba, 'cwnd_min', 'd')}   " + _capture_text(ba, "A")
             )
     if isinstance(rr, Mapping):
         sp = rr.get("spike")

@@ -213,8 +213,8 @@ class ConfigRun:
                  f" and a neighbour (LOAD={self.config.load})" if self.neighbour else "")  # fmt: skip
         if self.config.role != "router":
             for r in self.routers:
-                if isinstance(r, VmRouter):
-                    r.shell = True
+                if isinstance(r, VmRouter) or type(r).__name__ == "XenRouter":
+                    r.shell = True  # type: ignore[union-attr]
         self._start_routers([*self.routers, *self.neighbour])  # type: ignore[list-item]
         if self.config.role != "router":
             self.endhost = self._endhost(self.routers[0])
@@ -243,7 +243,8 @@ class ConfigRun:
 
     def _endhost(self, router: Router) -> EndHost:
         """ROLE=vm-tx/vm-rx/vm-vm: the end host in ``router`` (router 0; vm-vm: and router 1): its
-        console shell (HV=kvm), its container (HV=criu) or its namespace (HV=none, the bare host)."""
+        console shell (HV=kvm; HV=xen: the domU's, relayed by dom0), its container (HV=criu) or its
+        namespace (HV=none, the bare host)."""
         if isinstance(router, NsRouter):
             pid = router.daemons[0][0] if router.daemons else None
             return EndHost(self.config.role, router.slot, self.registry, netns=router.ns, ns_pid=pid)
@@ -251,6 +252,9 @@ class ConfigRun:
             if router.pid is None:
                 raise GuestError(f"ROLE={self.config.role}: the router container has no init process")
             return EndHost(self.config.role, router.slot, self.registry, enter_pid=router.pid)
+        if type(router).__name__ == "XenRouter":
+            shell = router.connect_shell(SHELL_TIMEOUT_S, abort=self.abort)  # type: ignore[union-attr]
+            return EndHost(self.config.role, router.slot, self.registry, shell=shell)
         if not isinstance(router, VmRouter) or router.console_socket is None or router.proc is None:
             raise GuestError(f"ROLE={self.config.role} needs HV=none, kvm or criu (got {self.config.hv})")
         from migrate.drivers.guest_shell import GuestShell

@@ -75,6 +75,7 @@ class GuestTool:
         self.stderr_path = out_dir / f"{what}.stderr"
         self._rc: int | None = None
         self._stderr = ""
+        self.rereads = 0  # its files' reads repeated after a checksum mismatch (GuestShell.read_file)
         self.job = shell.start(self.argv, CMD_TIMEOUT_S)
         self.pid = self.job.pid  # in the guest
 
@@ -88,6 +89,7 @@ class GuestTool:
         except GuestError:
             return None
         self._rc, self._stderr = res.rc, res.stderr
+        self.rereads += res.rereads
         self.stdout_path.write_text(res.stdout)
         self.stderr_path.write_text(res.stderr)
         return self._rc

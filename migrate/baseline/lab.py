@@ -122,6 +122,11 @@ def refuse(spec: BaselineSpec) -> None:
             "TESTBED=: baselines run LOAD=none (a neighbour router and its hosts exist only on the embedded "
             "testbed): drop LOAD, or run without TESTBED"
         )
+    if "xen" in spec.hvs and spec.roles != ("router",):
+        raise ConfigError(
+            "TESTBED=: ROLE=vm-tx/vm-rx with HV=xen needs the domU's console relayed by a nested host's dom0, "
+            "which only the embedded testbed starts: drop xen from HV, or run without TESTBED"
+        )
     if "vm-vm" in spec.roles:
         raise ConfigError(
             "TESTBED=: ROLE=vm-vm needs a second router on R1, which only the embedded testbed starts: "

@@ -317,6 +317,8 @@ def run_point(ctx: PointContext, key: PointKey, point_dir: Path) -> dict[str, An
         record["drain_s"] = _drain(ctx, key.ip)
         for proc, sig in procs:
             proc.stop(sig)
+        if rereads := sum(p.rereads for p, _ in procs if isinstance(p, GuestTool)):
+            record["console_rereads"] = rereads  # the guest's files read again after a checksum mismatch
         if ctx.clocks is not None:
             record["clock"] = _clocks(ctx, ends)
         if problems := _fetch_traces(ctx, traces):

@@ -25,7 +25,6 @@ SEARCHES = ("none", "ndr")
 ROLES = ("router", "vm-tx", "vm-rx", "vm-vm")
 #: ROLE=vm-vm: its configuration has two routers, both end hosts (whatever ROUTERS says)
 VM_VM_ROUTERS = 2
-ENDHOST_HVS = ("none", "kvm", "criu")
 #: the traffic of a point: vrgen's UDP CBR (every SIZE), or one bulk TCP flow of vrtcp per router
 #: (its goodput; the segments are full-MSS, so SIZES does not apply: :data:`TCP_FRAME_BYTES`)
 PROTOS = ("udp", "tcp")
@@ -296,10 +295,6 @@ def validate(s: BaselineSpec) -> None:
     for role in s.roles:
         _require(role in ROLES, f"ROLE={role!r} is unknown: choose from {', '.join(ROLES)}")
     if any(r != "router" for r in s.roles):
-        odd = [hv for hv in s.hvs if hv not in ENDHOST_HVS]
-        _require(not odd, f"ROLE={','.join(s.roles)}: the end host runs with HV=none (the bare host), "
-                          f"HV=kvm (the guest) or HV=criu (the container), not HV={','.join(odd)}: "
-                          "drop it from HV")  # fmt: skip
         _require(
             s.routers == (1,),
             "ROLE=vm-tx/vm-rx/vm-vm measures one end host or one pair: use ROUTERS=1 "

@@ -6,6 +6,7 @@ router's whole cost (Xen, dom0 with netback and the domU all run in it)."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from migrate.baseline.routers import GuestRouter
@@ -21,6 +22,11 @@ class XenRouter(GuestRouter):
 
     console_prefix = "console-xen"
     pid_prefix = "qemu-xen"
+    #: set before :meth:`start`: the domU keeps a root shell on its console (``vrmig.shell=1``),
+    #: which dom0 relays to the nested host's port ``vrmig.shell``, offered on :attr:`shell_socket`
+    #: (the end host's command channel: :meth:`connect_shell`)
+    shell = False
+    shell_socket: Path | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -39,6 +45,8 @@ class XenRouter(GuestRouter):
         image = xen_image(verify=False)
         macs = HOST_MACS["R1"]
         ctl, logport = self.reg.dir / f"xenctl-rt{self.slot.k}.sock", self.reg.dir / f"xenlog-rt{self.slot.k}.sock"
+        if self.shell:
+            self.shell_socket = self.reg.dir / f"xenshell-rt{self.slot.k}.sock"
         argv = host_qemu_argv(
             name=f"vrmig-{self.prefix}-xen{self.slot.k}", accel=self.accel,
             mem_mib=DOM0_MEM_MIB + self.mem + QEMU_HEADROOM_MIB, xen=image.xen, kernel=image.kernel,
@@ -46,6 +54,7 @@ class XenRouter(GuestRouter):
             dom0_args=f"vrmig.macL={macs[0]} vrmig.macR={macs[1]} vrmig.macM={macs[2]} vrmig.addr=198.19.254.1/30",
             console=self.console, ctl=ctl, logport=logport, qmp=self.reg.dir / f"qmp-xen{self.slot.k}.sock",
             nic=self.nic, macs=macs, taps=(self.ports[0][0], self.ports[1][0], UNUSED_MIG_TAP),
+            shell=self.shell_socket,
         )  # fmt: skip
         self._t0 = time.monotonic()
         self.proc = Proc(f"qemu-xen{self.slot.k}", argv, self.reg, self.out, netns=self.r1).start()
@@ -70,8 +79,30 @@ class XenRouter(GuestRouter):
             self.dom0, self.streams, "R1", self.profile, (self.slot.router_cidrs("L"), self.slot.router_cidrs("R")),
             mem_mib=self.mem, macs=(self.ports[0][1], self.ports[1][1]),
             timeout_s=max(1.0, deadline - time.monotonic()), alive=self.proc.alive,
+            extra=("vrmig.shell=1",) if self.shell else (),
         )  # fmt: skip
         self.boot_s = round(time.monotonic() - self._t0, 2)
+
+    def connect_shell(self, timeout_s: float, abort: Any = None) -> Any:
+        """The domU's console shell (a :class:`migrate.drivers.guest_shell.GuestShell`): connect
+        to the nested host's port first, then start dom0's relay to the domU's console, then wait
+        until the shell answers."""
+        from migrate.drivers import console_config
+        from migrate.drivers.guest_shell import GuestShell
+        from migrate.drivers.xen.driver import SHELL_RELAY_SH
+        from migrate.drivers.xen.xl import DOMAIN
+
+        assert self.proc is not None and self.shell_socket is not None and self.dom0 is not None
+        deadline = time.monotonic() + timeout_s
+        sock = console_config.connect(self.shell_socket, timeout_s, self.proc.alive)
+        shell = GuestShell(sock, alive=self.proc.alive, abort=abort or (lambda: False))
+        try:
+            self.dom0.stream("shellrelay", ["sh", "-c", SHELL_RELAY_SH, "sh", DOMAIN])
+            shell.wait_ready(max(deadline - time.monotonic(), 0.0))
+        except BaseException:
+            shell.close()
+            raise
+        return shell
 
     def stop(self) -> None:
         """Close the dom0 channel and SIGTERM the QEMU by PID."""

@@ -116,6 +116,7 @@ TCP_RECV_BA_TSV = "tcp-recv-BA.tsv"
 TCP_RECV_BA_GAPS_TSV = "tcp-recv-BA.tsv.gaps"
 TCP_RECV_BA_JSON = "tcp-recv-BA.json"
 TCP_PCAP = "tcp-B.pcap"  # the bulk flows' TCP headers as B's interface receives them (tcpdump; the independent check)
+TCP_PCAP_BA = "tcp-A.pcap"  # TRAFFIC=tcp,dir=both: the B -> A flows' TCP headers as A's interface receives them
 RR_TSV = "rr.tsv"  # one row per request/response transaction (A)
 RR_CLIENT_JSON = "rr-client.json"  # the rr client's closing record
 RR_SERVER_JSON = "rr-server.json"  # the rr server's closing record

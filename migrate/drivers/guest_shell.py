@@ -36,6 +36,8 @@ the shell's state is unknown (the command may still run): the shell is then unus
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import re
 import secrets
 import shlex
@@ -55,6 +57,10 @@ CTRL_U = "\x15"
 ENTER = console_config.ENTER
 #: between two looks at a background job's files (each look is one command over the console)
 JOB_POLL_S = 0.1
+#: reads of one file over the console before a checksum mismatch is an error (:meth:`GuestShell.read_file`)
+READ_ATTEMPTS = 3
+
+log = logging.getLogger(__name__)
 NONCE_BYTES = 6
 
 
@@ -91,6 +97,7 @@ class JobResult:
     rc: int
     stdout: str
     stderr: str
+    rereads: int = 0  # reads of the two files repeated after a checksum mismatch (GuestShell.read_file)
 
 
 def frame_line(body: str, nonce: str) -> str:
@@ -293,6 +300,30 @@ class GuestShell:
                 raise GuestError(f"guest shell: {job.argv[0]} (PID {job.pid}) still runs after {timeout_s:.1f} s")
             time.sleep(JOB_POLL_S)
         left = max(deadline - time.monotonic(), 1.0)
-        out = self.check(["cat", job.stdout_path], left)
-        err = self.check(["cat", job.stderr_path], left)
-        return JobResult(rc=rc, stdout=out, stderr=err)
+        before = self.rereads
+        out = self.read_file(job.stdout_path, left)
+        err = self.read_file(job.stderr_path, left)
+        return JobResult(rc=rc, stdout=out, stderr=err, rereads=self.rereads - before)
+
+    #: reads repeated after a checksum mismatch, over the shell's life
+    rereads = 0
+
+    def read_file(self, path: str, timeout_s: float) -> str:
+        """The text of the guest's file ``path``, read with ``cat`` over the console and checked
+        against the guest's own ``md5sum`` of the file: a console can alter what it carries (seen
+        once in 72 reads: 16 bytes at the start of a JSON record replaced by as many "9"s, through
+        HV=xen's console relayed by dom0), and a record read wrong must not become a figure.  On a
+        mismatch the file is read again, logged as a warning and counted in :attr:`rereads`;
+        GuestError after :data:`READ_ATTEMPTS` reads.  The file holds text without CR or escape
+        sequences (what :func:`clean` would remove), as the traffic tools' records do."""
+        want = self.check(["md5sum", path], timeout_s).split()[0:1]
+        for attempt in range(1, READ_ATTEMPTS + 1):
+            text = self.check(["cat", path], timeout_s)
+            if [hashlib.md5(text.encode()).hexdigest()] == want:
+                return text
+            if attempt < READ_ATTEMPTS:
+                self.rereads += 1
+                log.warning("guest shell: %s read over the console differs from the guest's md5sum: reading it again "
+                            "(%d of %d)", path, attempt + 1, READ_ATTEMPTS)  # fmt: skip
+        raise GuestError(f"guest shell: {path} read over the console {READ_ATTEMPTS} times, never as the guest's "
+                         "md5sum has it")  # fmt: skip

@@ -37,6 +37,7 @@ from migrate.core.rundir import (
     SINK_JSON,
     SINK_STATE_JSON,
     TCP_PCAP,
+    TCP_PCAP_BA,
     TCP_RECV_BA_JSON,
     TCP_RECV_BA_TSV,
     TCP_RECV_JSON,
@@ -81,6 +82,7 @@ TCP_OUTPUTS = {
     "tcp-recv-BA": ("A", TCP_RECV_BA_TSV),
     "rr-client": ("A", RR_TSV),
     "tcp-capture": ("B", TCP_PCAP),
+    "tcp-capture-BA": ("A", TCP_PCAP_BA),
 }
 #: TRAFFIC=tcp: B's capture of the bulk flows' segments, headers only (Ethernet 14 + IPv6 40 +
 #: TCP with options 60 fit in 128 bytes); kernel time stamps in ns, as PEERING's captures
@@ -102,7 +104,16 @@ CPU_GROUPS = {
     "sink": ("sink", "sink-BA"),
     "sampler": ("sampler",),
     "prober": ("irtt-client", "irtt-server"),
-    "tcp": ("tcp-send", "tcp-recv", "tcp-send-BA", "tcp-recv-BA", "rr-client", "rr-server", "tcp-capture"),
+    "tcp": (
+        "tcp-send",
+        "tcp-recv",
+        "tcp-send-BA",
+        "tcp-recv-BA",
+        "rr-client",
+        "rr-server",
+        "tcp-capture",
+        "tcp-capture-BA",
+    ),
 }
 
 
@@ -295,6 +306,19 @@ class Instruments:
                           flows=s.traffic_mix.udp_flows, flow_run=flow_run(s.rate_bps, s.frame_sizes, s.frame_bytes),
                           sizes=s.frame_sizes)  # fmt: skip
 
+    def _capture(self, what: str, role: str, name: str, port: int) -> None:
+        """The bulk flows' segments as ``role``'s interface receives them, headers only, kernel
+        time stamps in ns (the independent check of the receiver's outage); ready once tcpdump
+        says it listens."""
+        cap = self._start(
+            what,
+            ["tcpdump", "-i", self.tb.host_if(role), "-Z", "root", "-n", "-U", "-s", str(TCP_CAPTURE_SNAPLEN),
+             "-j", "adapter_unsynced", "--time-stamp-precision", "nano", "-w", str(self._out(role, name)),
+             f"tcp port {port}"],
+            role,
+        )  # fmt: skip
+        cap.wait_for("listening on", READY_TIMEOUT_S)
+
     def start_tcp(self) -> None:
         """TRAFFIC=tcp / rr: vrtcp's receiver (and rr server) on B, then its sender (and rr
         client) on A, once the router forwards; each ready by its own READY line (the receiver
@@ -304,14 +328,7 @@ class Instruments:
         mix, s = self.s.traffic_mix, self.s
         dst = self._sink_addr()
         if mix.tcp is not None:
-            cap = self._start(
-                "tcp-capture",
-                ["tcpdump", "-i", self.tb.host_if("B"), "-Z", "root", "-n", "-U", "-s", str(TCP_CAPTURE_SNAPLEN),
-                 "-j", "adapter_unsynced", "--time-stamp-precision", "nano", "-w", str(self._out("B", TCP_PCAP)),
-                 f"tcp port {TCP_PORT}"],
-                "B",
-            )  # fmt: skip
-            cap.wait_for("listening on", READY_TIMEOUT_S)
+            self._capture("tcp-capture", "B", TCP_PCAP, TCP_PORT)
             recv = self._start(
                 "tcp-recv",
                 vrtcp.sink_argv(bind=dst, port=TCP_PORT, flows=mix.tcp.flows, sample_ms=s.sample_ms,
@@ -320,6 +337,7 @@ class Instruments:
             )  # fmt: skip
             recv.wait_for("READY", READY_TIMEOUT_S)
             if mix.tcp.both:
+                self._capture("tcp-capture-BA", "A", TCP_PCAP_BA, TCP_BA_PORT)
                 back = self._start(
                     "tcp-recv-BA",
                     vrtcp.sink_argv(bind=self._dst("A"), port=TCP_BA_PORT, flows=mix.tcp.flows, sample_ms=s.sample_ms,
@@ -415,7 +433,7 @@ class Instruments:
         samplers = [w for w in self.procs if w.startswith("sampler") and w not in self.cpu_by_proc]
         steps = (["gen", "gen-BA", "tcp-send", "tcp-send-BA", "rr-client"], ["irtt-client"],
                  ["sink", "sink-BA", "tcp-recv", "tcp-recv-BA", "rr-server"], samplers,
-                 ["irtt-server", "tcp-capture"])  # fmt: skip
+                 ["irtt-server", "tcp-capture", "tcp-capture-BA"])  # fmt: skip
         for step in steps:
             todo = [w for w in step if w in self.procs and w not in self.cpu_by_proc]
             sig = signal.SIGINT if step == ["irtt-client"] else signal.SIGTERM
@@ -494,6 +512,7 @@ class Instruments:
             "rr_port": RR_PORT if self.s.traffic_mix.rr is not None else None,
             "tcp_gap_ms": TCP_GAP_MS if self.s.traffic_mix.tcp is not None else None,
             "tcp_capture_filter": f"tcp port {TCP_PORT}" if self.s.traffic_mix.tcp is not None else None,
+            "tcp_capture_ba_filter": f"tcp port {TCP_BA_PORT}" if "tcp-capture-BA" in self.procs else None,
             "sample_ms": self.s.sample_ms,
             "probe_ms": self.s.probe_ms,
             "argv": {k: p.argv for k, p in self.procs.items()},

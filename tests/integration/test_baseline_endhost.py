@@ -71,30 +71,7 @@ def test_endhost_baseline_sends_and_receives_in_the_guest_and_the_bare_host(tmp_
     assert {(r["hv"], r["role"]) for r in rows} == {(hv, role) for hv in HVS for role in ROLES}
     assert {r["routers"] for r in rows if r["role"] == "vm-vm"} == {"2"}, rows  # two end hosts
 
-    for point in sorted((run_dir / "points").glob("*/sweep-*")):
-        record = json.loads((point / "point.json").read_text())
-        key, flow = record["key"], record["flows"][0]
-        sink = json.loads((point / flow["sink"]).read_text())
-        gen = json.loads((point / flow["gen"]).read_text())
-        host = HOST[key["hv"]]
-        v = 0 if key["ip"] == 4 else 1
-        if key["role"] == "vm-tx":
-            assert (flow["from"], flow["to"]) == (host, "B"), flow
-            expect = ["198.18.2.1", "2001:2:0:2::1"][v]  # the end host's eth1
-        elif key["role"] == "vm-vm":
-            assert len(record["flows"]) == 1 and (flow["from"], flow["to"]) == (host, PEER[key["hv"]]), record
-            assert flow["dst"] == ["198.18.3.1", "2001:2:0:3::1"][v], flow  # router 1's eth0
-            expect = ["198.18.1.1", "2001:2:0:1::1"][v]  # router 0's eth0, over the on-link route
-        else:
-            assert (flow["from"], flow["to"]) == ("A", host), flow
-            expect = ["198.18.1.10", "2001:2:0:1::10"][v]  # A
-            assert flow["dst"] == ["198.18.1.1", "2001:2:0:1::1"][v], flow
-        if key["proto"] == "tcp":
-            assert [p["addr"] for p in sink["peers"]] == [expect], (point.name, sink["peers"])
-            assert sink["bytes"] == gen["bytes_written"] and gen["bytes_written"][0] > 0, (point.name, sink, gen)
-            continue
-        assert _sources(sink) == {expect}, (point.name, sink["flows"])
-        assert gen["packets"] > 0 and sink["packets"] == gen["packets"], (point, gen["packets"], sink["packets"])
+    _check_flows(run_dir, HOST, PEER)
 
     for r in rows:
         if r["proto"] == "tcp":
@@ -119,3 +96,33 @@ def test_endhost_baseline_sends_and_receives_in_the_guest_and_the_bare_host(tmp_
     assert "role" in res.stdout.splitlines()[1] and "v6/v4" in res.stdout, res.stdout
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["spec"]["roles"] == list(ROLES), meta["spec"]
+
+
+def _check_flows(run_dir: Path, hosts: dict[str, str], peers: dict[str, str] | None = None) -> None:
+    """Each point's flow starts or ends in the end host named ``hosts[hv]`` (ROLE=vm-vm: from it
+    to ``peers[hv]``), and its sink saw only the flow's true source; UDP: every packet arrived."""
+    for point in sorted((run_dir / "points").glob("*/sweep-*")):
+        record = json.loads((point / "point.json").read_text())
+        key, flow = record["key"], record["flows"][0]
+        sink = json.loads((point / flow["sink"]).read_text())
+        gen = json.loads((point / flow["gen"]).read_text())
+        host = hosts[key["hv"]]
+        v = 0 if key["ip"] == 4 else 1
+        if key["role"] == "vm-tx":
+            assert (flow["from"], flow["to"]) == (host, "B"), flow
+            expect = ["198.18.2.1", "2001:2:0:2::1"][v]  # the end host's eth1
+        elif key["role"] == "vm-vm":
+            assert peers is not None
+            assert len(record["flows"]) == 1 and (flow["from"], flow["to"]) == (host, peers[key["hv"]]), record
+            assert flow["dst"] == ["198.18.3.1", "2001:2:0:3::1"][v], flow  # router 1's eth0
+            expect = ["198.18.1.1", "2001:2:0:1::1"][v]  # router 0's eth0, over the on-link route
+        else:
+            assert (flow["from"], flow["to"]) == ("A", host), flow
+            expect = ["198.18.1.10", "2001:2:0:1::10"][v]  # A
+            assert flow["dst"] == ["198.18.1.1", "2001:2:0:1::1"][v], flow
+        if key["proto"] == "tcp":
+            assert [p["addr"] for p in sink["peers"]] == [expect], (point.name, sink["peers"])
+            assert sink["bytes"] == gen["bytes_written"] and gen["bytes_written"][0] > 0, (point.name, sink, gen)
+            continue
+        assert _sources(sink) == {expect}, (point.name, sink["flows"])
+        assert gen["packets"] > 0 and sink["packets"] == gen["packets"], (point, gen["packets"], sink["packets"])

@@ -14,10 +14,10 @@ What must hold, fixed before any run:
 * the B -> A bulk flows are measured on their own (their files, sender on B): their senders' RTO
   timers expire and their windows fall to 1 segment, their all-flows goodput outage is at least
   Linux's minimum RTO (MIN_RTO_MS: a flow whose timer expired read nothing new for that long), and
-  they have no capture check.  Their outage is not compared with the B -> A packet downtime: the
-  read times at A can end a silence before the first UDP packet B -> A arrives (by 57-62 ms in 2 of
-  3 stop-and-copy runs of `udp,dir=both+tcp:4,dir=both`, 2026-12-07), and without a capture at A
-  nothing tells the two apart;
+  the capture at A agrees with A's read times as B's does for A -> B.  Their outage is not
+  compared with the B -> A packet downtime: the read times at A can end a silence before the first
+  UDP packet B -> A arrives (by 57-62 ms in 2 of 3 stop-and-copy runs of
+  `udp,dir=both+tcp:4,dir=both`, 2026-12-07);
 * the rr transactions in flight see it: the largest latency during the window (or its lower
   bound, when some went unanswered) exceeds the whole-run p99 before it;
 * the UDP flows: four source ports each way, every packet of every flow counted by its flow; each
@@ -97,7 +97,7 @@ def test_tcp_flows_and_rr_through_a_stopcopy_agree_with_the_capture(tmp_path, no
     text = format_table(summary)
     assert "TCP 2 flow(s) cubic: goodput outage" in text and "capture at B agrees" in text, text
     assert "UDP B->A         packet downtime" in text and "UDP flows A->B   4 flows" in text, text
-    assert "TCP B -> A 2 flow(s): goodput outage" in text, text
+    assert "TCP B -> A 2 flow(s): goodput outage" in text and "capture at A agrees" in text, text
     _udp_flows_both_ways_in_imix(run_dir, summary, udp_ms)
 
 
@@ -110,7 +110,9 @@ def _tcp_b_to_a(run_dir, meta, summary):
     ba = summary["tcp"]["ba"]
     assert ba["flows"] == 2 and ba["goodput_outage_ms"] >= MIN_RTO_MS, ba
     assert ba["rto_expiries"] >= 1 and ba["cwnd_min"] == 1, ba
-    assert ba["capture_agrees"] is None and "A -> B flows only" in ba["why_absent"]["capture_agrees"], ba
+    assert meta["instruments"]["tcp_capture_ba_filter"] == "tcp port 9101", meta["instruments"]
+    assert (run_dir / "tcp-A.pcap").stat().st_size > 0
+    assert ba["capture_agrees"] is True, ba["capture"]  # A's capture against A's read times
 
 
 def _udp_flows_both_ways_in_imix(run_dir, summary, udp_ms):

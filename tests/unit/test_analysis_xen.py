@@ -119,6 +119,18 @@ def test_host_argv_three_taps_and_no_commas():
         _argv(dom0_args="a=1,2")
 
 
+def test_host_argv_offers_the_domus_shell_on_a_third_virtio_serial_port():
+    """make baseline ROLE=vm-tx HV=xen: the port dom0 relays to the domU's console, beside the
+    agent's two; without the agent's ports there is no virtio-serial bus for it."""
+    assert "vrmig.shell" not in " ".join(_argv())
+    argv = _argv(shell=Path("/r/sh"))
+    ports = [argv[i + 1] for i, a in enumerate(argv) if a == "-device" and argv[i + 1].startswith("virtserialport")]
+    assert ports[-1] == "virtserialport,chardev=sh,name=vrmig.shell"
+    assert "socket,id=sh,path=/r/sh,server=on,wait=off" in argv
+    with pytest.raises(ValueError, match="beside the agent"):
+        _argv(shell=Path("/r/sh"), ctl=None, logport=None)
+
+
 def test_host_argv_kvm_uses_host_cpu():
     argv = _argv(accel="kvm")
     assert argv[argv.index("-cpu") + 1] == "host"

@@ -133,7 +133,6 @@ BAD_INPUTS = [
     ("BFD", ["calibrate", "--peering", "bgp,bfd", "--bfd", "fast"]),
     ("BFD", ["calibrate", "--peering", "bgp,bfd", "--bfd", "50x1"]),
     ("ROLE", ["baseline", "--role", "vm-vx"]),
-    ("ROLE", ["baseline", "--role", "vm-tx", "--hv", "xen"]),
     ("ROLE", ["baseline", "--role", "vm-rx", "--routers", "1,2"]),
 ]
 

@@ -31,6 +31,7 @@ EXAMPLE = REPO / "docs" / "lab.example.toml"
         ({"hvs": ("kvm",), "routers": (1, 2)}, "ROUTERS=1"),
         ({"hvs": ("kvm",), "loads": ("none", "cpu")}, "LOAD=none"),
         ({"hvs": ("kvm",), "roles": ("router", "vm-vm")}, "ROLE=vm-vm needs a second router"),
+        ({"hvs": ("kvm", "xen"), "roles": ("vm-tx",)}, "with HV=xen needs the domU's console"),
     ],
 )
 def test_a_lab_baseline_refuses_what_needs_the_embedded_testbed(change, words):

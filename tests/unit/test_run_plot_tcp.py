@@ -208,10 +208,11 @@ def test_synthetic_more_flows_than_drawn_says_so(tmp_path, figures):
     assert len(drawn) == MAX_FLOWS_DRAWN + 1  # the flows drawn and the all-flows line
 
 
-def test_synthetic_tcp_both_ways_gives_the_b_to_a_flows_their_own_figures(tmp_path):
+def test_synthetic_tcp_both_ways_gives_the_b_to_a_flows_their_own_figures(tmp_path, figures):
     """TRAFFIC=tcp,dir=both: the B -> A flows' files (here the A -> B SYNTHETIC traces copied under
     their names, with A's stall 30 ms longer) give summary.json ``tcp.ba`` by the same functions,
-    from their own files; B's capture is not theirs, so their capture verdict is absent."""
+    from their own files; their capture is A's (tcp-A.pcap), absent here, so their capture verdict
+    is absent with that reason, not B's."""
     import shutil
 
     from analysis.present.table import format_table
@@ -225,10 +226,24 @@ def test_synthetic_tcp_both_ways_gives_the_b_to_a_flows_their_own_figures(tmp_pa
     cols[2] = str(int(cols[2]) + 30 * MS)  # flow 0 resumes 30 ms later on A
     (run_dir / "tcp-recv-BA.tsv.gaps").write_text("\n".join([gaps[0], "\t".join(cols), *gaps[2:]]) + "\n")
     _instruments(run_dir, tcp_ba_port=9101)
-    summary, _plot = _analyse(run_dir)
+    summary, plot = _analyse(run_dir)
     ab, ba = summary.tcp, summary.tcp["ba"]
     assert ba["flows"] == ab["flows"] == 2 and "ba" not in ba
     assert ba["flow_outage_max_ms"] == pytest.approx(ab["flow_outage_max_ms"] + 30 - 10)  # flow 1's was 10 ms longer
-    assert ba["capture_agrees"] is None and "A -> B flows only" in ba["why_absent"]["capture_agrees"]
+    assert ba["capture_agrees"] is None and ba["why_absent"]["capture_agrees"] == "no tcp-A.pcap"
+    from analysis.stats.aggregate import run_record
+
+    rec = run_record(summary.to_dict(), {})  # the sweep's columns of both directions
+    assert rec["tcp_ba_goodput_outage_ms"] == ba["goodput_outage_ms"] and rec["tcp_ba_cwnd_min"] == ba["cwnd_min"]
+    assert rec["tcp_ba_rto_expiries"] == ba["rto_expiries"] and rec["tcp_goodput_outage_ms"] == ab["goodput_outage_ms"]
     text = format_table(summary)
     assert "TCP B -> A 2 flow(s): goodput outage" in text, text
+    # the run plot: a panel of their own, from their own traces, their outage shaded
+    assert plot.tcp is not None and plot.tcp_ba is not None and plot.tcp_ba.direction == "B -> A"
+    agg = ba["aggregate"]["outage"]
+    assert plot.tcp_ba.outage == (agg["t_before_ns"], agg["t_after_ns"]) != plot.tcp.outage
+    assert len(plot.tcp_ba.flows) == len(plot.tcp_ba.cwnd) == 2
+    plot_run(tmp_path / "m.png", plot, ("png",))
+    assert _panels(figures[-1]) == 5  # rates, RTT, TCP A -> B, TCP B -> A, outage close-up
+    labels = {ax.get_ylabel() for ax in figures[-1].axes}
+    assert {"TCP goodput [Mbit/s]", "TCP goodput B -> A [Mbit/s]"} <= labels

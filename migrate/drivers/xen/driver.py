@@ -122,6 +122,21 @@ SEND_PIDFILE = "/run/vrmig/send.pid"  # in R1's dom0: the xl migrate to stop on 
 MISSING_TOOLS_SH = 'for t in "$@"; do command -v "$t" >/dev/null || echo "$t"; done'
 LISTENING_SH = "ss -ltn 2>/dev/null || netstat -ltn"
 FOLLOW_SH = 'touch "$1" && exec tail -n +1 -F "$1"'
+#: dom0 relays the virtio-serial port ``vrmig.shell`` to the console of domain "$1" as ``xl
+#: console`` attaches to it: the console pty xenconsoled serves (its path in xenstore), both ends
+#: the pty raw without echo; ``ignoreeof``: the port reads end-of-file while the host side has no
+#: connection, and the relay outlives that
+SHELL_RELAY_SH = r"""
+port=
+for p in /sys/class/virtio-ports/*; do
+    [ "$(cat "$p/name" 2>/dev/null)" = vrmig.shell ] && port=/dev/${p##*/}
+done
+[ -n "$port" ] || { echo "no virtio-serial port vrmig.shell"; exit 1; }
+id=$(xl domid "$1") || exit 1
+tty=$(xenstore-read "/local/domain/$id/console/tty") || exit 1
+echo "relay $port $tty"
+exec socat "$port,ignoreeof" "$tty,raw,echo=0"
+"""
 WRITE_FILE_SH = 'printf "%s" "$2" > "$1"'
 PIDFILE_EXEC_SH = 'mkdir -p "${1%/*}" && echo $$ > "$1" && shift && exec "$@"'
 KILL_PIDFILE_SH = 'kill "$(cat "$1")"'
@@ -157,6 +172,7 @@ def host_qemu_argv(
     taps: tuple[str, str, str] = ("tapL", "tapR", MIG_TAP),
     mig_udp: tuple[str, str] | None = None,
     mgmt: tuple[str, str] | None = None,
+    shell: Path | None = None,
 ) -> list[str]:
     """QEMU argv of one nested Xen host: Xen as the multiboot kernel, dom0's kernel and initrd as
     modules (no commas allowed in ``dom0_args``: QEMU splits -initrd at them).
@@ -168,7 +184,12 @@ def host_qemu_argv(
     without any change to the host's network configuration.
 
     ``ctl``/``logport`` None: no agent ports (dom0 is reached over SSH); ``mgmt`` = (MAC, QEMU
-    user-network options with the ``hostfwd`` to dom0's sshd): a fourth NIC for management."""
+    user-network options with the ``hostfwd`` to dom0's sshd): a fourth NIC for management.
+    ``shell``: a third virtio-serial port, ``vrmig.shell``, offered on that Unix socket, which
+    dom0 relays to the router domU's console (:data:`SHELL_RELAY_SH`: the end host's command
+    channel of ``make baseline ROLE=vm-tx|vm-rx``)."""
+    if shell is not None and (ctl is None or logport is None):
+        raise ValueError("the shell port is a virtio-serial port beside the agent's")
     if "," in dom0_args or "," in str(kernel) or "," in str(initrd):
         raise ConfigError(f"dom0 command line and image paths must not contain commas: {dom0_args!r}")
     argv = [
@@ -194,6 +215,9 @@ def host_qemu_argv(
             "-chardev", f"socket,id=log,path={logport},server=on,wait=off",
             "-device", "virtserialport,chardev=log,name=vrmig.log",
         ]  # fmt: skip
+    if shell is not None:
+        argv += ["-chardev", f"socket,id=sh,path={shell},server=on,wait=off",
+                 "-device", "virtserialport,chardev=sh,name=vrmig.shell"]  # fmt: skip
     for i, (tap, mac) in enumerate(zip(taps, macs, strict=True)):
         if i == 2 and mig_udp is not None:
             netdev = f"socket,id=n{i},udp={mig_udp[1]},localaddr={mig_udp[0]}"
@@ -805,15 +829,18 @@ def create_router_domu(
     alive: Any = None,
     save_cfg: Path | None = None,
     paths: DomuPaths | None = None,
+    extra: Sequence[str] = (),
 ) -> str:
     """Write the domU's config into ``host``'s dom0, stream its console, ``xl create`` it and wait
     for the router's READY line (returned); GuestError with the console's tail otherwise.
     ``routing``: vrmig-router's peering arguments (:func:`migrate.model.routing.router_args`);
-    ``paths``: where that dom0 keeps the domU's files (default: the nested host image's)."""
-    from routers.guest import FAIL_MARKER, READY_MARKER, kernel_cmdline
+    ``paths``: where that dom0 keeps the domU's files (default: the nested host image's);
+    ``extra``: kernel arguments beside the defaults (``vrmig.shell=1``)."""
+    from routers.guest import DEFAULT_EXTRA_ARGS, FAIL_MARKER, READY_MARKER, kernel_cmdline
 
     dp = paths or DomuPaths()
-    cmdline = kernel_cmdline(profile, cidrs[0], cidrs[1], console="hvc0", rib_routes=rib_routes, routing=routing)
+    cmdline = kernel_cmdline(profile, cidrs[0], cidrs[1], extra=(*DEFAULT_EXTRA_ARGS, *extra), console="hvc0",
+                             rib_routes=rib_routes, routing=routing)  # fmt: skip
     cfg = domu_config(dp.kernel, dp.initrd, cmdline, mem_mib=mem_mib, vcpus=vcpus, guest_type=guest_type, macs=macs,
                       bridges=dp.bridges, vif_script=dp.vif_script)  # fmt: skip
     if save_cfg is not None:
