@@ -87,6 +87,13 @@ log = logging.getLogger(__name__)
 
 DOM0_MEM_MIB = 1024
 QEMU_HEADROOM_MIB = 512
+#: the nested host's CPU under TCG: QEMU's ``max`` without XSAVE, so Xen, dom0 and the domU save
+#: and restore the FPU/SSE state with FXSAVE/FXRSTOR.  With XSAVE exposed, processes in the domU
+#: segfaulted (busybox sh, cat, vrsink, vrtcp) or wrote records with 16 bytes (one XMM register)
+#: replaced when this machine's 2 cores were contended: 1 configuration of 2 lost its shell in 48
+#: points with two CPU hogs beside the run, against 0 of 48 (twice) with ``xsave=off``
+#: (docs/measurements/2026-12-07-xen-endhost.md); under KVM the host's own CPU is passed through
+TCG_CPU = "max,xsave=off"
 XEN_APPEND = (
     f"console=com1 com1=115200 dom0_mem={DOM0_MEM_MIB}M,max:{DOM0_MEM_MIB}M dom0_max_vcpus=1 "
     "smap=0 smep=0"  # without smap=0 smep=0 dom0 faults at once under TCG (shared/notes/xen-nested.md)
@@ -196,7 +203,7 @@ def host_qemu_argv(
         QEMU,
         "-name", name,
         "-accel", accel,
-        "-cpu", "host" if accel == "kvm" else "max",
+        "-cpu", "host" if accel == "kvm" else TCG_CPU,
         "-m", str(mem_mib),
         "-smp", "1",
         "-nodefaults", "-no-user-config", "-display", "none", "-vga", "none", "-no-reboot",
