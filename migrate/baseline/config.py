@@ -79,6 +79,7 @@ class ConfigRun:
         self._ct_dir: Path | None = None
         self.endhost: EndHost | None = None
         self.peer: EndHost | None = None  # ROLE=vm-vm: router 1, the receiving end host
+        self.tb: Any = None  # the built testbed (migrate.testbed.builder.Testbed)
 
     # -------------------------------------------------------------- set-up
     def _ct_work(self) -> Path:
@@ -201,6 +202,7 @@ class ConfigRun:
         log.info("[%s] building testbed %s", self.config.name, self.registry.prefix)
         builder = TestbedBuilder(self.registry)
         builder.build()
+        self.tb = builder.tb  # an end host entered by PID runs its tools through it, in R1
         bed = BaselineBed(builder)
         for s in self.slots:
             bed.add_hosts(s)
@@ -251,7 +253,7 @@ class ConfigRun:
         if isinstance(router, CtRouter):
             if router.pid is None:
                 raise GuestError(f"ROLE={self.config.role}: the router container has no init process")
-            return EndHost(self.config.role, router.slot, self.registry, enter_pid=router.pid)
+            return EndHost(self.config.role, router.slot, self.registry, enter_pid=router.pid, host=(self.tb, "R1"))
         if type(router).__name__ == "XenRouter":
             shell = router.connect_shell(SHELL_TIMEOUT_S, abort=self.abort)  # type: ignore[union-attr]
             return EndHost(self.config.role, router.slot, self.registry, shell=shell)

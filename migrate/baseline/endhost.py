@@ -136,9 +136,9 @@ class EndHost:
     container (``enter_pid``: its init, HV=criu) or in the router's network namespace
     (``netns``, HV=none).
 
-    On a lab (``host``: the lab's testbed and the router host's role, "R1") the container's and
-    the bare router's tools are started over that host's SSH connection under its guard, like
-    every helper of a lab run: ``nsenter`` into the container (its own tools) or, with
+    An end host entered by ``enter_pid`` runs its commands through its testbed (``host``: the
+    testbed and the router host's role, "R1"), as every helper does: in R1's namespace here, over
+    R1's SSH connection under its guard on a lab: ``nsenter`` into the container (its own tools) or, with
     ``container`` False, into the network namespace of the bare router's daemon ``enter_pid`` (the
     host's deployed tools); their counters are read from that host's /proc.  A guest's console is
     reached through a forwarded socket (``shell``), as on the embedded testbed."""
@@ -214,6 +214,12 @@ class EndHost:
             return self._enter([tb.helper(role, argv[0]), *argv[1:]], ("--net",))
         return argv
 
+    def runs_on(self) -> tuple[Any, str]:
+        """The testbed and role an end host entered by ``enter_pid`` runs its commands on."""
+        if self.host is None:
+            raise ValueError(f"{self.name}: entered by PID {self.enter_pid} but given no host to run nsenter on")
+        return self.host
+
     def addr(self, ip: int) -> str:
         """The end host's address on segment L (where A's traffic goes)."""
         return topo.addr(self.slot.router_cidrs("L")[0 if ip == 4 else 1])
@@ -224,20 +230,15 @@ class EndHost:
         if self.shell is not None:
             self.shell.check(argv, CMD_TIMEOUT_S)
             return
-        full = (
-            self._enter(argv, ("--net",))
-            if self.enter_pid is not None
-            else ["ip", "netns", "exec", str(self.netns), *argv]
-        )
-        if self.host is not None:
-            tb, role = self.host
-            res = tb.run(role, full, timeout_s=CMD_TIMEOUT_S)
-            rc, err = res.returncode, res.stderr.decode(errors="replace")
+        if self.enter_pid is not None:
+            tb, role = self.runs_on()
+            res = tb.run(role, self._enter(argv, ("--net",)), timeout_s=CMD_TIMEOUT_S)
         else:
-            done = subprocess.run(full, capture_output=True, text=True, timeout=CMD_TIMEOUT_S, check=False)
-            rc, err = done.returncode, done.stderr
-        if rc != 0:
-            raise GuestError(f"{self.name}: {' '.join(argv)} exited {rc}: {err.strip()[-200:]}")
+            full = ["ip", "netns", "exec", str(self.netns), *argv]
+            res = subprocess.run(full, capture_output=True, timeout=CMD_TIMEOUT_S, check=False)
+        if res.returncode != 0:
+            err = res.stderr.decode(errors="replace").strip()[-200:]
+            raise GuestError(f"{self.name}: {' '.join(argv)} exited {res.returncode}: {err}")
 
     def route_to(self, other: EndHost) -> None:
         """An on-link host route over eth0 (segment L) to ``other``'s eth0 addresses, IPv4 and
@@ -250,10 +251,10 @@ class EndHost:
         """Start a traffic tool (``argv[0]``: the host's binary) in the end host."""
         if self.shell is not None:
             return GuestTool(self.shell, what, argv, out_dir, stdout_name)
-        if self.host is not None:
-            tb, role = self.host
+        if self.enter_pid is not None:
+            tb, role = self.runs_on()
             return tb.spawn(role, what, self._tool(argv), self.reg, out_dir, stdout_name=stdout_name)
-        return Proc(what, self._tool(argv), self.reg, out_dir, netns=self.netns, stdout_name=stdout_name).start()
+        return Proc(what, argv, self.reg, out_dir, netns=self.netns, stdout_name=stdout_name).start()
 
     def delivered(self) -> int:
         """What the end host's kernel has delivered to its own sockets so far
@@ -265,12 +266,12 @@ class EndHost:
         if self.ns_pid is None:
             raise ValueError(f"end host in {self.netns}: no process of the namespace to read its counters through")
         net = f"/proc/{self.ns_pid}/net"
-        if self.host is not None:
-            tb, role = self.host
-            res = tb.run(role, ["cat", f"{net}/snmp", f"{net}/snmp6"], timeout_s=CMD_TIMEOUT_S)
-            if res.returncode != 0:
-                raise GuestError(f"{role}: reading {net}/snmp(6) failed: {res.stderr.decode(errors='replace').strip()}")
-            return delivered_count(res.stdout.decode())
+        if self.enter_pid is not None:
+            tb, role = self.runs_on()
+            texts = [tb.read_bytes(role, f"{net}/{name}") for name in ("snmp", "snmp6")]
+            if any(t is None for t in texts):
+                raise GuestError(f"{role}: {net}/snmp(6) unreadable: the end host's namespace is gone")
+            return delivered_count("".join(t.decode() for t in texts if t is not None))
         return delivered_count(Path(f"{net}/snmp").read_text() + Path(f"{net}/snmp6").read_text())
 
     def close(self) -> None:

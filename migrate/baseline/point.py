@@ -150,7 +150,7 @@ def _fetch_traces(ctx: PointContext, traces: list[tuple[Where, str, Path]]) -> l
     for where, path, local in traces:
         if path == str(local) or (isinstance(where, EndHost) and where.own_files):
             continue
-        tb, role = (where.host or (ctx.tb, "")) if isinstance(where, EndHost) else (ctx.tb, where)
+        tb, role = where.runs_on() if isinstance(where, EndHost) else (ctx.tb, where)
         try:
             tb.fetch(role, path, local)
         except Exception as err:  # reported in point.json, the figures do not depend on it

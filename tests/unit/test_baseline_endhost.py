@@ -45,31 +45,22 @@ def test_a_container_end_host_runs_the_containers_own_tools_in_its_namespaces(mo
     """HV=criu: the tool is the container's /usr/sbin copy, started by nsenter in the init's mount,
     uts, ipc and network namespaces (not its pid namespace: nsenter execs in place, the recorded
     PID is the tool's), on the host's clock ("CT", not "VM"); its files are its own /tmp's."""
-    import migrate.baseline.endhost as endhost
-
-    started: list[tuple[list[str], str | None]] = []
-
-    class FakeProc:
-        def __init__(self, what, argv, reg, out_dir, netns=None, stdout_name=None):
-            started.append((argv, netns))
-
-        def start(self):
-            return self
-
-    monkeypatch.setattr(endhost, "Proc", FakeProc)
-    ct = EndHost("vm-tx", slot(0), Registry("vmtest00"), enter_pid=4242)
+    tb = FakeLab()
+    ct = EndHost("vm-tx", slot(0), Registry("vmtest00"), enter_pid=4242, host=(tb, "R1"))
     ct.spawn("gen-0", ["/repo/crosstraffic/bin/vrgen", "--dst", "198.18.2.10"], tmp_path, "gen-0.json")
-    assert started == [
-        (["nsenter", "--target=4242", "--mount", "--uts", "--ipc", "--net", "--", "/usr/sbin/vrgen", "--dst",
-          "198.18.2.10"], None)
+    assert tb.spawned == [
+        ("R1", ["nsenter", "--target=4242", "--mount", "--uts", "--ipc", "--net", "--", "/usr/sbin/vrgen", "--dst",
+                "198.18.2.10"])
     ]  # fmt: skip
     assert ct.name == "CT" and ct.ns_pid == 4242 and ct.own_files
     assert ct.file_path(tmp_path, "tcp-send-0.tsv", "p-tcp-send-0.tsv") == "/tmp/tcp-send-0.tsv"
     bare = EndHost("vm-tx", slot(0), Registry("vmtest00"), netns="ns", ns_pid=7)
     assert not bare.own_files and bare.file_path(tmp_path, "x.tsv", "p-x.tsv") == str(tmp_path / "x.tsv")
-    assert ct.clock_role is None and bare.clock_role is None  # one kernel clock
+    assert bare.clock_role is None  # one kernel clock
     with pytest.raises(ValueError, match="one place"):
         EndHost("vm-tx", slot(0), Registry("vmtest00"), netns="ns", enter_pid=4242)
+    with pytest.raises(ValueError, match="no host to run nsenter on"):
+        EndHost("vm-tx", slot(0), Registry("vmtest00"), enter_pid=4242).spawn("gen-0", ["vrgen"], tmp_path)
 
 
 def test_vm_vm_sends_from_router_0_to_router_1_over_on_link_routes(monkeypatch):
@@ -83,19 +74,22 @@ def test_vm_vm_sends_from_router_0_to_router_1_over_on_link_routes(monkeypatch):
         subprocess, "run", lambda argv, **kw: ran.append(argv) or subprocess.CompletedProcess(argv, 0, "", "")
     )
     reg = Registry("vmtest00")
-    a, b = EndHost("vm-vm", slot(0), reg, netns="vmtest00-RT0"), EndHost("vm-vm", slot(1), reg, enter_pid=99)
+    tb = FakeLab()
+    a, b = EndHost("vm-vm", slot(0), reg, netns="vmtest00-RT0"), EndHost("vm-vm", slot(1), reg, enter_pid=99,
+                                                                          host=(tb, "R1"))  # fmt: skip
     e = flow_ends(slot(0), 4, a, b)
     assert (e.source, e.sink, e.dst) == (a, b, "198.18.3.1")
     assert flow_ends(slot(0), 6, a, b).dst == "2001:2:0:3::1"
     assert (a.name, b.name) == ("RT0", "CT1")
     a.route_to(b)
     b.route_to(a)
-    assert ran == [
+    assert ran + [argv for _, argv in tb.ran] == [
         ["ip", "netns", "exec", "vmtest00-RT0", "ip", "route", "replace", "198.18.3.1/32", "dev", "eth0"],
         ["ip", "netns", "exec", "vmtest00-RT0", "ip", "-6", "route", "replace", "2001:2:0:3::1/128", "dev", "eth0"],
         ["nsenter", "--target=99", "--net", "--", "ip", "route", "replace", "198.18.1.1/32", "dev", "eth0"],
         ["nsenter", "--target=99", "--net", "--", "ip", "-6", "route", "replace", "2001:2:0:1::1/128", "dev", "eth0"],
     ]
+    assert {role for role, _ in tb.ran} == {"R1"}
     with pytest.raises(ValueError, match="no receiving end host"):
         flow_ends(slot(0), 4, a)
 
@@ -106,6 +100,7 @@ class FakeLab:
     def __init__(self, snmp: str = "") -> None:
         self.spawned: list[tuple[str, list[str]]] = []
         self.ran: list[tuple[str, list[str]]] = []
+        self.read: list[tuple[str, str]] = []
         self.snmp = snmp
 
     def spawn(self, role, what, argv, registry, out_dir, stdout_name=None):
@@ -117,6 +112,10 @@ class FakeLab:
 
         self.ran.append((role, argv))
         return subprocess.CompletedProcess(argv, 0, self.snmp.encode(), b"")
+
+    def read_bytes(self, role, path):
+        self.read.append((role, path))
+        return (SNMP if path.endswith("/snmp") else SNMP6).encode()
 
     def helper(self, role, argv0):
         return f"/opt/vrmig/bin/{argv0.rsplit('/', 1)[-1]}"
@@ -140,7 +139,7 @@ def test_an_end_host_on_a_labs_r1_runs_its_tools_over_r1s_connection(tmp_path):
                 "198.18.2.10"]),
     ]  # fmt: skip
     assert (bare.name, ct.name) == ("RT0", "CT") and bare.clock_role == ct.clock_role == "R1"
-    assert bare.delivered() == 127 and lab.ran == [("R1", ["cat", "/proc/31/net/snmp", "/proc/31/net/snmp6"])]
+    assert bare.delivered() == 127 and lab.read == [("R1", "/proc/31/net/snmp"), ("R1", "/proc/31/net/snmp6")]
     assert bare.file_path(tmp_path, "t.tsv", "p-t.tsv") == "/opt/vrmig/runs/x/p-t.tsv"
     assert ct.file_path(tmp_path, "t.tsv", "p-t.tsv") == "/tmp/t.tsv"
     guest = EndHost("vm-tx", slot(0), Registry("vmtest00"), shell=object(), host=(lab, "R1"))
