@@ -113,6 +113,15 @@ calibrate:
 hosts-check:
 	$(MAKE_BRIDGE) hosts-check
 
+# campaigns over many labs (docs/many-labs.md): make scheduler; make worker TESTBED=lab.toml
+# SCHEDULER=tcp://host:8786 (one per lab); make campaign FILE=... SCHEDULER=tcp://host:8786 [LABS=axis]
+.PHONY: scheduler worker
+scheduler:
+	$(MAKE_BRIDGE) scheduler
+
+worker:
+	$(MAKE_BRIDGE) worker
+
 # make bench-ssh: per-command latency of the SSH transports (docs/measurements/2026-11-24-ssh-latency.md)
 bench-ssh:
 	$(MAKE_BRIDGE) bench-ssh

@@ -631,6 +631,7 @@ RUN_COLUMNS = (
     "knobs",
     *EFFECTIVE_COLUMNS,
     "qemu",
+    "lab",
     "created_utc",
     *(m.name for m in METRICS),
     *(f"{m.name}_lower" for m in METRICS if m.censorable),

@@ -142,6 +142,9 @@ def series_name(label: str, rec: dict[str, Any], meta: dict[str, Any], axes: str
         hv = f"{hv}-{driver}"
     tb = meta.get("testbed") or {}
     lab = f"on lab {tb.get('name') or tb['inventory']}" if tb.get("inventory") else None
+    worker = meta.get("worker") or {}
+    if worker.get("fingerprint_sha256"):  # a lab worker's run: labs alike (one fingerprint) pool
+        lab = f"on labs {worker['fingerprint_sha256'][:8]}"
     peers = f"PEERING={rec['peering']}" if rec.get("peering") else None
     if peers and rec.get("peer_daemon") not in (None, "bird"):
         peers += f" PEER_DAEMON={rec['peer_daemon']}"  # FRR's peers are another point than BIRD's
@@ -182,6 +185,8 @@ def _record(
     rel = ref.run_dir.relative_to(source.path) if ref.run_dir != source.path else Path(".")
     rec = make_record(summary, meta, run_id=ref.run_id, point=ref.point, rep=ref.rep, order=ref.order)
     rec["series"] = series_name(source.label, rec, meta, axes.get(str(ref.point), ""))
+    tb = meta.get("testbed") or {}
+    rec["lab"] = (meta.get("worker") or {}).get("lab") or (tb.get("name") if tb.get("inventory") else None)
     rec["run_dir"] = str(rel)
     rec["notes"] = "; ".join((summary.get("details") or {}).get("notes") or [])
     return rec
@@ -474,6 +479,50 @@ def timers_table(records: Sequence[dict[str, Any]]) -> rh.Table | None:
     return rh.Table("Routing timers against the migration (BFD)", header, rows, None, note, id="timers")
 
 
+def labs_rows(records: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """Per lab that ran runs (more than one lab only): its runs, failures and the medians of its
+    completed runs' downtime (packets), migration duration and run time, so that a slow or odd
+    lab stands out beside the others."""
+    import statistics
+
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        if r.get("lab"):
+            by.setdefault(str(r["lab"]), []).append(r)
+    if len(by) < 2:
+        return [], []
+
+    def med(rs: list[dict[str, Any]], key: str, scale: float) -> Any:
+        xs = [float(r[key]) * scale for r in rs if isinstance(r.get(key), int | float)]
+        return round(statistics.median(xs), 3) if xs else "–"
+
+    header = ["lab", "runs", "failed", "downtime ms (packets), median", "duration s (link), median"]
+    rows = []
+    for lab, rs in sorted(by.items()):
+        ok = [r for r in rs if r.get("status") == "completed"]
+        rows.append(
+            [lab, len(rs), len(rs) - len(ok), med(ok, "downtime_packets_s", 1e3), med(ok, "duration_link_s", 1)]
+        )
+    return header, rows
+
+
+def labs_table(records: Sequence[dict[str, Any]]) -> rh.Table | None:
+    """:func:`labs_rows` as the report's table (None with runs from one lab or none)."""
+    header, rows = labs_rows(records)
+    if not rows:
+        return None
+    note = (
+        "Runs of a campaign spread over lab workers (SCHEDULER=), per lab that ran them; medians over its "
+        "completed runs."
+    )
+    return rh.Table("Per lab", header, rows, None, note, id="labs")
+
+
+def format_labs(records: Sequence[dict[str, Any]]) -> str:
+    """:func:`labs_rows` as plain text ("" with one lab)."""
+    return _text_table(*labs_rows(records))
+
+
 def definitions() -> list[tuple[str, str]]:
     """The metric definitions (docs/metrics.md) and the aggregation rules."""
     out = []
@@ -573,6 +622,7 @@ def build_outputs(
         plots=plots,
         tables=[
             *(t for t in (timers_table(records),) if t is not None),
+            *(t for t in (labs_table(records),) if t is not None),
             *extra_tables,
             points_table(points),
             *(t for t in (knobs_table(points),) if t is not None),

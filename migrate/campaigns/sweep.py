@@ -246,6 +246,53 @@ def new_campaign(c: Campaign, results_root: Path, testbed: Path | None = None) -
     return path
 
 
+def new_distributed_campaign(c: Campaign, results_root: Path, engine: Any, choice: str) -> Path:
+    """A campaign whose runs go to the lab workers of ``engine`` (migrate.campaigns.distributed):
+    every lab reports and is admitted first (one line and nothing created when one cannot be);
+    ``choice`` axis: each point once per lab, its label ``<point>@<lab>``."""
+    from migrate.campaigns import distributed as dd
+    from migrate.experiment.place import check_knobs as check_point
+
+    seed = c.seed if c.seed is not None else new_seed()
+    plan = campaign_plan(c, seed)
+    stacks: dict[str, dict[str, Any]] = {}
+    for p in plan.points:
+        stacks.setdefault(dd.stack_key(p.scenario.to_dict()), p.scenario.to_dict())
+    labs = engine.labs(stacks, choice)
+    by_lab: dict[str, str | None] = {}
+    points: list[PlanPoint] = []
+    for p in plan.points:
+        key = dd.stack_key(p.scenario.to_dict())
+        admitting = labs.admitting(key)
+        for addr in admitting:
+            try:  # the point's knobs against the QEMU and libvirt of every lab that may run it
+                check_point(p.scenario, labs.reports[addr]["stacks"][key].get("hypervisor") or {}, probe=False)
+            except ConfigError as err:
+                raise c.refusal(p.label, ConfigError(f"lab {labs.names[addr]}: {err}")) from None
+        if choice == "axis":
+            for addr in sorted(admitting, key=lambda a: labs.names[a]):
+                label = f"{p.label}@{labs.names[addr]}"
+                points.append(PlanPoint(label, p.scenario))
+                by_lab[label] = labs.names[addr]
+        else:
+            points.append(p)
+    plan = dataclasses.replace(plan, points=tuple(points))
+    first = labs.admitting(dd.stack_key(plan.points[0].scenario.to_dict()))[0]
+    vers = labs.reports[first]["stacks"][dd.stack_key(plan.points[0].scenario.to_dict())]
+    prepare_results_root(results_root)
+    meta = plan_meta(plan, vers, sys.argv, None)
+    for p in meta["points"]:
+        if by_lab.get(p["label"]):
+            p["lab"] = by_lab[p["label"]]
+    meta["campaign"] = {**c.record(), "seed": seed, "seed_given": c.seed is not None}
+    meta["engine"] = {"engine": "dask.distributed", "scheduler": engine.address, "labs_choice": choice,
+                      "labs": labs.record(), "differences": dd.differences(
+                          {r["lab"]: r.get("fingerprint") or {} for r in labs.reports.values()})}  # fmt: skip
+    path = create_sweep_dir(results_root, f"{sd.stamp_utc()}-campaign-{c.name}", meta)
+    (path / CAMPAIGN_COPY).write_text(c.text)
+    return path
+
+
 def new_seed() -> int:
     """A fresh random seed (recorded in meta.json so the order can be reproduced)."""
     return secrets.randbelow(2**31)
@@ -555,15 +602,18 @@ def check_accel(sweep_dir: Path, state: dict[str, Any], vers: dict[str, Any]) ->
         )
 
 
-def run_sweep(sweep_dir: Path, testbed: Path | None = None) -> Outputs:
+def run_sweep(sweep_dir: Path, testbed: Path | None = None, engine: Any = None) -> Outputs:
     """Run (or resume) the sweep in ``sweep_dir`` to the end and write its outputs (on the lab
-    it was started with; ``testbed``, if given, must be that one)."""
+    it was started with; ``testbed``, if given, must be that one; ``engine``: on the lab workers
+    of this migrate.campaigns.distributed.Engine)."""
     from migrate.campaigns.reporting import write_sweep_outputs
     from migrate.core.registry import clean_stale_before_a_run
 
     meta, state = sd.open_sweep(sweep_dir)
     for p in meta["points"]:
         _scenario(p)
+    if engine is not None or meta.get("engine"):
+        return _run_distributed(sweep_dir, meta, testbed, engine)
     lab = sweep_testbed(sweep_dir, meta, testbed)
     with locked(sweep_dir):
         vers = versions(_scenario(meta["points"][0]), lab)
@@ -575,4 +625,34 @@ def run_sweep(sweep_dir: Path, testbed: Path | None = None) -> Outputs:
         budget = (meta.get("campaign") or {}).get("budget_s")
         deadline = time.monotonic() + budget if isinstance(budget, int | float) else None
         execute(sweep_dir, meta, state, deadline_mono=deadline, testbed=lab)
+        return write_sweep_outputs(sweep_dir)
+
+
+def _run_distributed(sweep_dir: Path, meta: dict[str, Any], testbed: Path | None, engine: Any) -> Outputs:
+    """Run (or resume) a campaign on the lab workers of ``engine``: the labs report again and
+    must still be the ones recorded (a changed fingerprint refuses the resume)."""
+    from migrate.campaigns import distributed as dd
+    from migrate.campaigns.reporting import write_sweep_outputs
+
+    rec = meta.get("engine")
+    if testbed is not None:
+        raise ConfigError("TESTBED= and SCHEDULER= together: a campaign on workers runs on the workers' labs")
+    if engine is None or not isinstance(rec, dict):
+        what = "ran on lab workers: resume it with SCHEDULER=" if rec else "ran in-process: resume it without SCHEDULER"
+        raise ConfigError(f"RESUME={sweep_dir} {what}")
+    stacks: dict[str, dict[str, Any]] = {}
+    for p in meta["points"]:
+        stacks.setdefault(dd.stack_key(p["scenario"]), p["scenario"])
+    with locked(sweep_dir):
+        labs = engine.labs(stacks, rec.get("labs_choice", "refuse"))
+        for r in labs.reports.values():
+            was = (rec.get("labs") or {}).get(r["lab"])
+            if was and was.get("fingerprint_sha256") != r.get("fingerprint_sha256"):
+                changed = dd.describe_differences(dd.differences({"then": was.get("fingerprint") or {},
+                                                                  "now": r.get("fingerprint") or {}}))  # fmt: skip
+                raise ConfigError(f"RESUME={sweep_dir}: lab {r['lab']} changed since the campaign began: {changed}")
+        meta, state = sd.open_sweep(sweep_dir)
+        reconcile(sweep_dir, meta, state)
+        start_session(sweep_dir, state, meta.get("versions") or {})
+        dd.execute(sweep_dir, meta, state, engine, labs)
         return write_sweep_outputs(sweep_dir)

@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     from migrate.cli.hosts import add_parser as add_hosts_parser
 
     add_hosts_parser(sub)
+    from migrate.cli.worker import add_parsers as add_worker_parsers
+
+    add_worker_parsers(sub)
     from migrate.cli.hosts_setup import add_parser as add_hosts_setup_parser
 
     add_hosts_setup_parser(sub)

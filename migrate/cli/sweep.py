@@ -44,6 +44,11 @@ def add_parsers(sub: argparse._SubParsersAction, run_parser: argparse.ArgumentPa
     k.add_argument("--seed", type=whole("SEED"), default=None, help="override the file's seed")
     k.add_argument("--resume", type=Path, default=None, help="a campaign directory to continue")
     k.add_argument("--check", action="store_true", help="1: validate the file(s), run nothing")
+    k.add_argument(
+        "--scheduler", default=None, help="SCHEDULER: a Dask scheduler's address; the runs go to its lab workers"
+    )
+    k.add_argument("--labs", choices=("refuse", "axis"), default="refuse",
+                   help="LABS: with SCHEDULER, labs that differ refuse the campaign or become its axis")  # fmt: skip
     _add_campaign_place(k, "run on the hosts of this lab inventory")
     k.set_defaults(handler=cmd_campaign)
 
@@ -102,10 +107,10 @@ def add_parsers(sub: argparse._SubParsersAction, run_parser: argparse.ArgumentPa
 
 
 def _print_outputs(out, comparison: str = "", tables: str = "runs.csv points.csv") -> None:
-    from migrate.campaigns.reporting import REPORT_NAME, format_knobs, format_points, format_timers
+    from migrate.campaigns.reporting import REPORT_NAME, format_knobs, format_labs, format_points, format_timers
 
     print(format_points(out.points))
-    for table in (format_timers(out.records), format_knobs(out.points)):
+    for table in (format_timers(out.records), format_knobs(out.points), format_labs(out.records)):
         if table:
             print(table)
     if comparison:
@@ -234,17 +239,39 @@ def cmd_campaign(a: argparse.Namespace) -> int:
         if a.reps is not None and a.reps != meta.get("reps"):
             raise ConfigError(f"RESUME={a.resume} was started with REPS={meta.get('reps')}; drop REPS")
         sweep_dir = a.resume
-    else:
-        if not a.files:
-            raise ConfigError("FILE is required, e.g. make campaign FILE=campaigns/knobs-kvm.toml")
-        c = cp.load(a.files[0], a.reps, a.seed)
+        if a.scheduler is None:
+            return _run_campaign(sweep_dir, a, None)
+        from migrate.campaigns.distributed import Engine
+
+        with Engine(a.scheduler) as engine:
+            return _run_campaign(sweep_dir, a, engine)
+    if not a.files:
+        raise ConfigError("FILE is required, e.g. make campaign FILE=campaigns/knobs-kvm.toml")
+    c = cp.load(a.files[0], a.reps, a.seed)
+    if a.scheduler is None:
         if c.command == "baseline":
             return _baseline_campaign(c, a)
-        sweep_dir = sw.new_campaign(c, a.results, a.testbed)
+        return _run_campaign(sw.new_campaign(c, a.results, a.testbed), a, None)
+    if c.command == "baseline":
+        raise ConfigError("SCHEDULER= runs migrate campaigns; a baseline campaign runs on one testbed (drop SCHEDULER)")
+    if a.testbed is not None:
+        raise ConfigError("TESTBED= and SCHEDULER= together: a campaign on workers runs on the workers' labs")
+    from migrate.campaigns.distributed import Engine
+
+    with Engine(a.scheduler) as engine:
+        return _run_campaign(sw.new_distributed_campaign(c, a.results, engine, a.labs), a, engine)
+
+
+def _run_campaign(sweep_dir: Path, a: argparse.Namespace, engine) -> int:
+    from migrate.campaigns import sweep as sw
+
     try:
-        out = sw.run_sweep(sweep_dir, a.testbed)
+        out = sw.run_sweep(sweep_dir, a.testbed, engine)
     except Interrupted as err:
-        raise Interrupted(f"{err}; finished runs are kept: resume with `make campaign RESUME={sweep_dir}`") from None
+        again = f" SCHEDULER={a.scheduler}" if a.scheduler else ""
+        raise Interrupted(
+            f"{err}; finished runs are kept: resume with `make campaign RESUME={sweep_dir}{again}`"
+        ) from None
     _print_outputs(out)
     return 0
 

@@ -80,6 +80,8 @@ TARGETS: dict[str, Target] = {
     "clean-testbed": _vrmig("clean-testbed", "removes what crashed runs left behind (TESTBED=: also on a lab)"),
     "hosts-setup": _vrmig("hosts-setup", "prepares a lab's hosts with Ansible"),
     "hosts-check": _vrmig("hosts-check", "one row per lab host: ready for a run? exit 2 on a problem"),
+    "scheduler": _vrmig("scheduler", "a Dask scheduler for campaigns spread over many labs"),
+    "worker": _vrmig("worker", "a Dask worker holding one lab (TESTBED=), serving SCHEDULER="),
     "lab-up": _vrmig("lab-up", "an emulated lab on this machine; prints its inventory"),
     "lab-down": _vrmig("lab-down", "removes an emulated lab"),
     "bench-lab": Target("the same migrations on the embedded testbed and on a lab", "migrate.cli.bench_lab"),

@@ -89,6 +89,9 @@ class HostRow:
     libvirt_stacks: dict[str, Any] = field(default_factory=dict)
     #: the router images hosts-setup put there (profile -> {"manifest_sha256", "router_version"})
     images: dict[str, Any] = field(default_factory=dict)
+    cpu_model: str | None = None
+    #: the inventory's interfaces of this host -> {"present", "driver", "speed_mbps"}
+    nics: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -302,6 +305,8 @@ def evaluate(
         stacks=facts.get("stacks") or {} if role in HV_ROLES else {},
         libvirt_stacks=facts.get("libvirt_stacks") or {} if role in HV_ROLES else {},
         images=facts.get("images") or {} if role in HV_ROLES else {},
+        cpu_model=facts.get("cpu_model"),
+        nics=facts.get("nics") or {},
     )
     return row, p
 
@@ -335,6 +340,7 @@ def _probe(host: SshHost | LocalHost, inv: Inventory) -> tuple[dict[str, Any], d
         "helpers": required_helpers(spec),
         "deploy_dir": inv.deploy_dir,
         "kvm": spec.role in HV_ROLES,
+        "nics": spec.interfaces(),
     }
     cp = host.run(["python3", "-c", probe_host.source(), "facts", json.dumps(args)], check=False, timeout_s=60)
     if cp.returncode == 127:

@@ -148,6 +148,42 @@ def images(deploy: str) -> dict:
     return out
 
 
+def cpu_model() -> str | None:
+    """The first ``model name`` of /proc/cpuinfo (None where it has none)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and ":" in line:
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def nics(names: list) -> dict:
+    """Per interface of ``names``: its driver (the bound device driver, or for a virtual one its
+    link kind from ``ip -d -j link``) and its speed in Mbit/s (None where the kernel reports none)."""
+    kinds = {}
+    rc, out, _ = _out(["ip", "-d", "-j", "link", "show"])
+    if rc == 0:
+        for link in json.loads(out):
+            kinds[link.get("ifname")] = (link.get("linkinfo") or {}).get("info_kind")
+    out_d = {}
+    for name in names:
+        base = Path("/sys/class/net") / name
+        driver = None
+        if (base / "device" / "driver").exists():
+            driver = os.path.basename(os.path.realpath(base / "device" / "driver"))
+        speed = None
+        try:
+            speed = int((base / "speed").read_text().strip())
+        except (OSError, ValueError):
+            pass
+        present = base.exists()
+        out_d[name] = {"present": present, "driver": driver or kinds.get(name),
+                       "speed_mbps": speed if speed is not None and speed > 0 else None}  # fmt: skip
+    return out_d
+
+
 def facts(args: dict) -> dict:
     """Everything hosts-check compares with the inventory."""
     tools = {t: shutil.which(t) for t in args.get("tools", [])}
@@ -175,6 +211,8 @@ def facts(args: dict) -> dict:
     return {
         "kernel": os.uname().release,
         "hostname": os.uname().nodename,
+        "cpu_model": cpu_model(),
+        "nics": nics(args.get("nics", [])),
         "python": sys.version.split()[0],
         "tools": tools,
         "versions": versions,
