@@ -64,11 +64,21 @@ FIELDS_PER_HV = ("kvm", "qemu", "libvirt", "images")
 
 
 # --------------------------------------------------------------------------- pure parts
-def fingerprint(check: Mapping[str, Any], stacks: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def fingerprint(
+    check: Mapping[str, Any],
+    stacks: Mapping[str, Mapping[str, Any]],
+    routers: Iterable[str] = (),
+    unused_nics: Mapping[str, Iterable[str]] | None = None,
+) -> dict[str, Any]:
     """A lab's fingerprint from its hosts-check document (``CheckResult.as_dict()``) and the
     preflight facts of each of the campaign's stacks (stack key -> ``versions()`` of it): one
     flat field -> value mapping, e.g. ``R1.kernel``, ``A.nics``, ``stack[kvm/qmp].accel``.  NIC
-    names are the lab's own, so NICs enter as their sorted (driver, speed) pairs."""
+    names are the lab's own, so NICs enter as their sorted (driver, MTU, speed); router images
+    only those of ``routers`` (the campaign's: another image on a host changes none of its runs);
+    ``unused_nics`` (role -> names): interfaces none of the campaign's runs use (a Xen host's ports
+    of its dom0 when no run is HV=xen)."""
+    wanted = set(routers)
+    unused = {role: set(names) for role, names in (unused_nics or {}).items()}
     from migrate.core.stack import DEFAULT_QEMU
 
     out: dict[str, Any] = {}
@@ -78,13 +88,17 @@ def fingerprint(check: Mapping[str, Any], stacks: Mapping[str, Mapping[str, Any]
             continue
         out[f"{role}.kernel"] = row.get("kernel")
         out[f"{role}.cpu_model"] = row.get("cpu_model")
-        nics = [(n.get("driver"), n.get("speed_mbps")) for n in (row.get("nics") or {}).values() if n.get("present")]
-        out[f"{role}.nics"] = ", ".join(f"{d}@{s}Mb/s" if s else f"{d}" for d, s in sorted(nics, key=str))
+        nics = sorted(
+            f"{n.get('driver')} mtu {n.get('mtu')}" + (f" {n['speed_mbps']}Mb/s" if n.get("speed_mbps") else "")
+            for name, n in (row.get("nics") or {}).items()
+            if n.get("present") and name not in unused.get(role, set())
+        )
+        out[f"{role}.nics"] = ", ".join(nics)
         if role in ("R1", "R2"):
             out[f"{role}.kvm"] = row.get("kvm")
             out[f"{role}.qemu"] = ((row.get("stacks") or {}).get(DEFAULT_QEMU) or {}).get("version")
             out[f"{role}.libvirt"] = (row.get("versions") or {}).get("libvirtd")
-            images = row.get("images") or {}
+            images = {p: v for p, v in (row.get("images") or {}).items() if p in wanted}
             out[f"{role}.images"] = ", ".join(f"{p}={(images[p] or {}).get('router_version')}" for p in sorted(images))
     for key, facts in sorted(stacks.items()):
         hv = facts.get("hypervisor") or {}
@@ -351,14 +365,18 @@ def _report_main(inventory: Path) -> int:
     inv = load(inventory)
     check = _check(inventory)
     stacks: dict[str, Any] = {}
-    for key, sc in json.loads(sys.stdin.read() or "{}").items():
+    wanted_stacks = json.loads(sys.stdin.read() or "{}")
+    for key, sc in wanted_stacks.items():
         try:
             stacks[key] = versions(Scenario(**sc), inventory)
         except VrmigError as err:
             stacks[key] = {"error": str(err)}
     ok = {k: v for k, v in stacks.items() if "error" not in v}
     endpoints = sorted({f"{h.ssh.host}:{h.ssh.port}" for h in inv.hosts.values() if h.ssh is not None})
-    fp = fingerprint(check, ok)
+    routers = sorted({str(Scenario(**sc).router) for sc in wanted_stacks.values()})
+    xen = any(sc.get("hv") == "xen" for sc in wanted_stacks.values())
+    unused = {} if xen else {r: list(h.xen.taps.values()) for r, h in inv.hosts.items() if h.xen is not None}
+    fp = fingerprint(check, ok, routers, unused)
     print(json.dumps({"problems": check["problems"], "endpoints": endpoints, "stacks": stacks,
                       "fingerprint": fp, "fingerprint_sha256": fingerprint_digest(fp)}, default=str))  # fmt: skip
     return 0
@@ -402,8 +420,9 @@ def main(argv: list[str] | None = None) -> int:
 
 # --------------------------------------------------------------------------- submitting side
 def stack_key(sc: Mapping[str, Any]) -> str:
-    """What decides the hypervisor a point runs: HV, driver, QEMU, firmware."""
-    return "/".join(str(sc.get(k) or "-") for k in ("hv", "driver", "qemu", "qemu_firmware"))
+    """What decides the hypervisor and router a point runs: HV, driver, QEMU, firmware, router
+    (each checked by its own preflight on every lab)."""
+    return "/".join(str(sc.get(k) or "-") for k in ("hv", "driver", "qemu", "qemu_firmware", "router"))
 
 
 @dataclass

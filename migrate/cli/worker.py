@@ -20,8 +20,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--results", type=Path, default=Path("results"), help="results root (runs kept in worker-<lab>/)")
     w.set_defaults(handler=cmd_worker)
     s = sub.add_parser("scheduler", help="a Dask scheduler for lab workers (make scheduler)")
-    s.add_argument("--host", default="127.0.0.1", help="SCHEDULER_HOST: the address it listens on")
-    s.add_argument("--port", type=int, default=DEFAULT_PORT, help="SCHEDULER_PORT: its TCP port")
+    s.add_argument("--host", default="127.0.0.1", metavar="SCHEDULER_HOST", help="the address it listens on")
+    s.add_argument("--port", type=int, default=DEFAULT_PORT, metavar="SCHEDULER_PORT", help="its TCP port (0: any)")
     s.set_defaults(handler=cmd_scheduler)
 
 

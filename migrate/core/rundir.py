@@ -322,6 +322,8 @@ EXPERIMENT_OPTIONAL: dict[str, Schema] = {
     "lab": OBJ,
     "teardown_problems": arr(STR),
     "finished_utc": UTC,
+    #: a run of a lab worker (migrate.campaigns.distributed): its lab, inventory SHA-256, fingerprint
+    "worker": OBJ,
 }
 
 
@@ -431,7 +433,7 @@ def _meta_sweep(kind: str) -> Schema:
             "versions": OBJ,
             "command": arr(STR),
         },
-        {"testbed": OBJ, "campaign": OBJ},
+        {"testbed": OBJ, "campaign": OBJ, "engine": OBJ},
         closed=True,
     )
 

@@ -161,7 +161,8 @@ def cpu_model() -> str | None:
 
 def nics(names: list) -> dict:
     """Per interface of ``names``: its driver (the bound device driver, or for a virtual one its
-    link kind from ``ip -d -j link``) and its speed in Mbit/s (None where the kernel reports none)."""
+    link kind from ``ip -d -j link``), its MTU and its speed in Mbit/s (None where the kernel
+    reports none)."""
     kinds = {}
     rc, out, _ = _out(["ip", "-d", "-j", "link", "show"])
     if rc == 0:
@@ -178,8 +179,12 @@ def nics(names: list) -> dict:
             speed = int((base / "speed").read_text().strip())
         except (OSError, ValueError):
             pass
-        present = base.exists()
-        out_d[name] = {"present": present, "driver": driver or kinds.get(name),
+        mtu = None
+        try:
+            mtu = int((base / "mtu").read_text().strip())
+        except (OSError, ValueError):
+            pass
+        out_d[name] = {"present": base.exists(), "driver": driver or kinds.get(name), "mtu": mtu,
                        "speed_mbps": speed if speed is not None and speed > 0 else None}  # fmt: skip
     return out_d
 
