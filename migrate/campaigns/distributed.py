@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 
 WORKER_PREFIX = "vrmig-lab-"
 TOPIC = "vrmig-run"
-CONNECT_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 5.0
 #: a point's child process: at most this long (a migration run is minutes; a hung one is a fault)
 POINT_TIMEOUT_S = 4 * 3600.0
 LAB_CHOICES = ("refuse", "axis")
@@ -305,10 +305,7 @@ async def _serve(scheduler: str, name: str, local: Path) -> int:
     except (OSError, TimeoutError, RuntimeError, ValueError) as err:
         cause = err.__cause__ if isinstance(err, RuntimeError) and err.__cause__ is not None else err
         if "name taken" in str(cause):
-            raise ConfigError(
-                f"lab {name.removeprefix(WORKER_PREFIX)} already has a worker at SCHEDULER={scheduler}: "
-                "one worker per lab"
-            ) from None
+            raise _taken(scheduler, name) from None
         raise ConfigError(f"SCHEDULER={scheduler}: no Dask scheduler answers there ({cause})") from None
     print(f"worker {name} ({w.address}) holds lab {name.removeprefix(WORKER_PREFIX)}", flush=True)
     await w.finished()
@@ -318,11 +315,12 @@ async def _serve(scheduler: str, name: str, local: Path) -> int:
 def worker_main(testbed: Path, scheduler: str, results: Path) -> int:
     """``vrmig worker``: check the lab (hosts-check; errors refuse, one line, exit 2), then serve
     the scheduler's points until interrupted."""
-    from migrate.campaigns.sweep import prepare_results_root
     from migrate.testbed.inventory import load
+    from migrate.testbed.results import prepare_results_root
 
     global _LAB
     inv = load(testbed)
+    _precheck(scheduler, WORKER_PREFIX + inv.name)  # before the lab's check: a wrong address fails fast
     check = _check(testbed)
     errors = [p for p in check["problems"] if p.get("severity") == "error"]
     if errors:
@@ -341,6 +339,26 @@ def worker_main(testbed: Path, scheduler: str, results: Path) -> int:
         raise Interrupted("worker stopped") from None
 
 
+def _taken(scheduler: str, name: str) -> ConfigError:
+    return ConfigError(
+        f"lab {name.removeprefix(WORKER_PREFIX)} already has a worker at SCHEDULER={scheduler}: one worker per lab"
+    )
+
+
+def _precheck(scheduler: str, name: str) -> None:
+    """The scheduler answers and holds no worker named ``name`` (Dask's registration refuses a
+    second one anyway; asked first, the answer comes before the lab's hosts-check)."""
+    from distributed import Client
+
+    try:
+        with Client(scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False) as c:
+            names = {str(w.get("name")) for w in c.scheduler_info(n_workers=-1)["workers"].values()}
+    except (OSError, TimeoutError) as err:
+        raise ConfigError(f"SCHEDULER={scheduler}: no Dask scheduler answers there ({err})") from None
+    if name in names:
+        raise _taken(scheduler, name)
+
+
 def _check(testbed: Path) -> dict[str, Any]:
     import shutil
 
@@ -356,21 +374,33 @@ def _check(testbed: Path) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- the worker's children
 def _report_main(inventory: Path) -> int:
-    """``lab-report INVENTORY`` (stacks as JSON on stdin): hosts-check, each stack's preflight,
-    the fingerprint; one JSON line."""
-    from migrate.campaigns.sweep import versions
+    """``lab-report INVENTORY`` (stacks as JSON on stdin): one hosts-check of the lab, each stack's
+    preflight against it (as ``migrate.campaigns.sweep.versions``), the fingerprint; one JSON line."""
+    from migrate.core.meta import versions_of
+    from migrate.experiment.place import Lab, preflight
+    from migrate.labs.check import ERROR
     from migrate.model.scenario import Scenario
     from migrate.testbed.inventory import load
 
     inv = load(inventory)
     check = _check(inventory)
+    place = Lab(inv, inventory)
+    place.check = check
     stacks: dict[str, Any] = {}
     wanted_stacks = json.loads(sys.stdin.read() or "{}")
+    failed = [p for p in check["problems"] if p.get("severity") == ERROR]
     for key, sc in wanted_stacks.items():
+        if failed:
+            stacks[key] = {"error": f"hosts-check: {failed[0]['role']}: {failed[0]['message']}"}
+            continue
         try:
-            stacks[key] = versions(Scenario(**sc), inventory)
+            scenario = Scenario(**sc)
+            place.admit(scenario)
+            _, facts = preflight(scenario, place)
         except VrmigError as err:
             stacks[key] = {"error": str(err)}
+            continue
+        stacks[key] = versions_of(facts)
     ok = {k: v for k, v in stacks.items() if "error" not in v}
     endpoints = sorted({f"{h.ssh.host}:{h.ssh.port}" for h in inv.hosts.values() if h.ssh is not None})
     routers = sorted({str(Scenario(**sc).router) for sc in wanted_stacks.values()})
@@ -396,7 +426,8 @@ def _point_main(inventory: Path, runs_root: Path, spec_file: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The worker's child processes (not a user command)."""
+    """The worker's child processes (``lab-report``, ``point``; not user commands) and
+    ``overhead CAMPAIGN_DIR``."""
     p = argparse.ArgumentParser(prog="python -m migrate.campaigns.distributed")
     sub = p.add_subparsers(dest="what", required=True)
     r = sub.add_parser("lab-report")
@@ -405,7 +436,13 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("inventory", type=Path)
     q.add_argument("runs_root", type=Path)
     q.add_argument("spec", type=Path)
+    o = sub.add_parser("overhead", help="the engine's overhead per run of a campaign directory, as JSON")
+    o.add_argument("campaign", type=Path)
     a = p.parse_args(argv)
+    if a.what == "overhead":
+        state = json.loads((a.campaign / "state.json").read_text())
+        print(json.dumps(overhead(state["runs"].values()).summary()))
+        return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         if a.what == "lab-report":
@@ -463,6 +500,7 @@ class Engine:
                 "start one with `make scheduler` and a worker per lab with `make worker TESTBED=... SCHEDULER=...`"
             ) from None
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._labs: dict[str, Labs] = {}  # the labs' reports, once per stacks and choice in this command
         self.client.subscribe_topic(TOPIC, lambda ev: self.events.put(ev[1]))
 
     def __enter__(self) -> Engine:
@@ -479,7 +517,11 @@ class Engine:
     def labs(self, stacks: Mapping[str, Mapping[str, Any]], choice: str) -> Labs:
         """Every lab worker's report (run in parallel, each on its own lab); refuses (ConfigError)
         when there is none, a lab fails hosts-check, two workers share hosts, a stack no lab can
-        run, or labs differ while ``choice`` is refuse."""
+        run, or labs differ while ``choice`` is refuse.  Asked once per command: the campaign that
+        was just created runs on the reports that admitted it."""
+        memo = json.dumps([stacks, choice], sort_keys=True, default=str)
+        if memo in self._labs:
+            return self._labs[memo]
         workers = self.workers()
         if not workers:
             raise ConfigError(
@@ -501,7 +543,8 @@ class Engine:
         for f in futs.values():
             f.release()
         check_reports(reports, stacks, choice)
-        return Labs(reports, choice)
+        self._labs[memo] = Labs(reports, choice)
+        return self._labs[memo]
 
     def submit(self, spec: dict[str, Any], priority: int, workers: list[str] | None) -> Any:
         """One run as one task (``workers``: only these may run it)."""
@@ -549,6 +592,7 @@ def execute(
     state: dict[str, Any],
     engine: Engine,
     labs: Labs,
+    progress: Any,
 ) -> dict[str, Any]:
     """Run every run of the order without an outcome on the engine's workers; returns the state.
     Runs are submitted in the order's sequence with falling priority (the labs take them in the
@@ -556,7 +600,6 @@ def execute(
     from distributed import as_completed
 
     from migrate.campaigns import sweepdir as sd
-    from migrate.campaigns.sweep import _progress
 
     runs_root = sweep_dir / sd.RUNS_SUBDIR
     scenarios = {p["label"]: p["scenario"] for p in meta["points"]}
@@ -578,8 +621,6 @@ def execute(
         everyone = len(allowed) == len(labs.reports) and lab is None
         return spec, None if everyone else allowed
 
-    name = (meta.get("campaign") or {}).get("name")
-    progress = _progress(f"campaign {name}" if name else meta["kind"], state, len(order))
     live: dict[Any, dict[str, Any]] = {}  # future -> {"item", "submitted", "excluded"}
     starts: dict[str, dict[str, Any]] = {}  # run_id -> the last start event
     total = len(pending)

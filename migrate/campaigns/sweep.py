@@ -32,12 +32,12 @@ from migrate.core.atomic import write_json
 from migrate.core.errors import ConfigError, Interrupted, VrmigError
 from migrate.core.knobs import KNOB_BY_VAR, label_part
 from migrate.core.progress import Progress
-from migrate.core.rundir import META_JSON, RESULTS_ROOT_MARKER
+from migrate.core.rundir import META_JSON
 from migrate.core.sighold import interruptible
 from migrate.core.units import format_rate, parse_rate_bps
 from migrate.labs.where import recorded_where, where_for
 from migrate.model.scenario import Scenario, parse_bfd
-from migrate.testbed.results import is_opening
+from migrate.testbed.results import is_opening, prepare_results_root
 
 if TYPE_CHECKING:
     from migrate.campaigns.campaign import Campaign
@@ -349,13 +349,7 @@ def versions(scenario: Scenario, testbed: Path | None = None) -> dict[str, Any]:
     place.admit(scenario)
     place.preflight()
     _, facts = preflight(scenario, place)
-    hv_keys = ("qemu", "qemu_by_host", "accel", "accel_reason", "libvirt", "driver")
-    return {
-        "git_commit": metamod.git_commit(),
-        "host": metamod.host_facts(),
-        "hypervisor": {k: v for k, v in facts.items() if k in hv_keys},
-        "router": (facts.get("guest_image") or {}).get("router"),
-    }
+    return metamod.versions_of(facts)
 
 
 def check_knobs(points: Sequence[PlanPoint], vers: dict[str, Any], testbed: Path | None = None) -> None:
@@ -461,8 +455,7 @@ def execute(
     order = meta["order"]
     pending = [r for r in order if r["run_id"] not in state["runs"]]
     log.info("sweep %s: %d of %d runs to do", sweep_dir.name, len(pending), len(order))
-    name = (meta.get("campaign") or {}).get("name")
-    progress = _progress(f"campaign {name}" if name else meta["kind"], state, len(order))
+    progress = campaign_progress(meta, state)
     with interruptible(), progress:
         for item in pending:
             mean = progress.mean_s() or 0.0
@@ -508,6 +501,12 @@ def execute(
     return state
 
 
+def campaign_progress(meta: dict[str, Any], state: dict[str, Any]) -> Progress:
+    """The progress of a sweep's or campaign's whole order (named after the campaign)."""
+    name = (meta.get("campaign") or {}).get("name")
+    return _progress(f"campaign {name}" if name else meta["kind"], state, len(meta["order"]))
+
+
 def _progress(kind: str, state: dict[str, Any], total: int) -> Progress:
     """Progress over the whole order: runs recorded by earlier sessions count as done, failed (by
     failure class) and measured (their elapsed_s)."""
@@ -537,17 +536,6 @@ def start_session(sweep_dir: Path, state: dict[str, Any], vers: dict[str, Any]) 
         }
     )
     sd.save_state(sweep_dir, state)
-
-
-def prepare_results_root(results_root: Path) -> None:
-    """The results root must be ours (see migrate.testbed.results.check_results_root); mark it as ours."""
-    from migrate.testbed.results import check_results_root
-
-    check_results_root(results_root)
-    results_root.mkdir(parents=True, exist_ok=True)
-    marker = results_root / RESULTS_ROOT_MARKER
-    if not marker.exists():
-        marker.write_text("vrmig results root\n")
 
 
 def new_sweep(plan: Plan, results_root: Path, testbed: Path | None = None) -> Path:
@@ -654,5 +642,5 @@ def _run_distributed(sweep_dir: Path, meta: dict[str, Any], testbed: Path | None
         meta, state = sd.open_sweep(sweep_dir)
         reconcile(sweep_dir, meta, state)
         start_session(sweep_dir, state, meta.get("versions") or {})
-        dd.execute(sweep_dir, meta, state, engine, labs)
+        dd.execute(sweep_dir, meta, state, engine, labs, campaign_progress(meta, state))
         return write_sweep_outputs(sweep_dir)

@@ -146,3 +146,14 @@ def with_router(stack: Any, router: str, image: Any) -> dict[str, Any] | None:
         ),
     }
     return out
+
+
+def versions_of(facts: dict[str, Any]) -> dict[str, Any]:
+    """The versions worth recording, from a preflight's facts (``migrate.experiment.place.preflight``)."""
+    hv_keys = ("qemu", "qemu_by_host", "accel", "accel_reason", "libvirt", "driver")
+    return {
+        "git_commit": git_commit(),
+        "host": host_facts(),
+        "hypervisor": {k: v for k, v in facts.items() if k in hv_keys},
+        "router": (facts.get("guest_image") or {}).get("router"),
+    }

@@ -102,3 +102,12 @@ def remove_dead_openings(results_root: Path) -> list[Path]:
         shutil.rmtree(d, ignore_errors=True)
         gone.append(d)
     return gone
+
+
+def prepare_results_root(results_root: Path) -> None:
+    """The results root must be ours (see migrate.testbed.results.check_results_root); mark it as ours."""
+    check_results_root(results_root)
+    results_root.mkdir(parents=True, exist_ok=True)
+    marker = results_root / RESULTS_ROOT_MARKER
+    if not marker.exists():
+        marker.write_text("vrmig results root\n")

@@ -311,3 +311,15 @@ def test_the_playbooks_plays_are_the_progress_items(tmp_path, capsys, monkeypatc
     assert "progress: hosts-setup 1/2 plays" in err and "progress: hosts-setup 2/2 plays" in err, err
     assert "last Hypervisor hosts - images: copy ok" in err, err
     assert "TASK [copy]" in log.read_text()
+
+
+def test_helper_archive_is_the_same_bytes_while_the_sources_are(tmp_path: Path) -> None:
+    import tarfile
+
+    a = provision.helper_archive(tmp_path / "a.tar")
+    first, stat = a.read_bytes(), a.stat().st_mtime_ns
+    assert provision.helper_archive(tmp_path / "a.tar").read_bytes() == first
+    assert a.stat().st_mtime_ns == stat  # not rewritten: Ansible's copy sees the same checksum
+    with tarfile.open(a) as tar:
+        assert tar.getnames() == provision.helper_sources()
+        assert {(m.mtime, m.uid, m.mode) for m in tar.getmembers()} == {(0, 0, 0o644)}
