@@ -480,9 +480,10 @@ def timers_table(records: Sequence[dict[str, Any]]) -> rh.Table | None:
 
 
 def labs_rows(records: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
-    """Per lab that ran runs (more than one lab only): its runs, failures and the medians of its
-    completed runs' downtime (packets), migration duration and run time, so that a slow or odd
-    lab stands out beside the others."""
+    """Per lab that ran runs (more than one lab only): its runs, failures, and by how much its
+    completed runs' downtime (packets) and migration duration differ from their point's median
+    over every lab (the median of those differences), so that a slow or odd lab stands out
+    whatever mix of points it drew."""
     import statistics
 
     by: dict[str, list[dict[str, Any]]] = {}
@@ -491,18 +492,33 @@ def labs_rows(records: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[A
             by.setdefault(str(r["lab"]), []).append(r)
     if len(by) < 2:
         return [], []
+    ok = [r for r in records if r.get("status") == "completed" and r.get("lab")]
 
-    def med(rs: list[dict[str, Any]], key: str, scale: float) -> Any:
-        xs = [float(r[key]) * scale for r in rs if isinstance(r.get(key), int | float)]
+    def point_medians(key: str) -> dict[str, float]:
+        per: dict[str, list[float]] = {}
+        for r in ok:
+            if isinstance(r.get(key), int | float):
+                per.setdefault(str(r.get("series")) + "|" + str(r.get("point")), []).append(float(r[key]))
+        return {k: statistics.median(v) for k, v in per.items()}
+
+    def offset(rs: list[dict[str, Any]], key: str, scale: float, medians: dict[str, float]) -> Any:
+        xs = [(float(r[key]) - medians[str(r.get("series")) + "|" + str(r.get("point"))]) * scale
+              for r in rs if r.get("status") == "completed" and isinstance(r.get(key), int | float)]  # fmt: skip
         return round(statistics.median(xs), 3) if xs else "–"
 
-    header = ["lab", "runs", "failed", "downtime ms (packets), median", "duration s (link), median"]
+    down, dur = point_medians("downtime_packets_s"), point_medians("duration_link_s")
+    header = [
+        "lab",
+        "runs",
+        "failed",
+        "downtime (packets) - its point's median, ms",
+        "duration (link) - its point's median, s",
+    ]
     rows = []
     for lab, rs in sorted(by.items()):
-        ok = [r for r in rs if r.get("status") == "completed"]
-        rows.append(
-            [lab, len(rs), len(rs) - len(ok), med(ok, "downtime_packets_s", 1e3), med(ok, "duration_link_s", 1)]
-        )
+        done = sum(1 for r in rs if r.get("status") == "completed")
+        rows.append([lab, len(rs), len(rs) - done, offset(rs, "downtime_packets_s", 1e3, down),
+                     offset(rs, "duration_link_s", 1, dur)])  # fmt: skip
     return header, rows
 
 
@@ -512,8 +528,8 @@ def labs_table(records: Sequence[dict[str, Any]]) -> rh.Table | None:
     if not rows:
         return None
     note = (
-        "Runs of a campaign spread over lab workers (SCHEDULER=), per lab that ran them; medians over its "
-        "completed runs."
+        "Runs of a campaign spread over lab workers (SCHEDULER=), per lab that ran them: the median, over the "
+        "lab's completed runs, of each run's figure minus the median of its point over every lab."
     )
     return rh.Table("Per lab", header, rows, None, note, id="labs")
 
