@@ -577,7 +577,7 @@ def check_reports(reports: Mapping[str, Mapping[str, Any]], stacks: Mapping[str,
                 f"{r['lab']}: {((r.get('stacks') or {}).get(key) or {}).get('error')}" for r in reports.values()
             )
             raise ConfigError(f"no lab can run the campaign's {key} points ({why})")
-    fps = {r["lab"]: r.get("fingerprint") or {} for r in reports.values()}
+    fps = {r["lab"]: r.get("fingerprint") or {} for r in sorted(reports.values(), key=lambda r: str(r["lab"]))}
     diff = differences(fps)
     if diff and choice == "refuse":
         raise ConfigError(

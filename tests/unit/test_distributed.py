@@ -89,6 +89,9 @@ def test_alike_labs_are_admitted_and_pool():
          "no lab can run the campaign's criu/qmp/-/-/bird points (lab1: no criu)"),
         ({"w1": _report("lab1", ["a:22"]), "w2": _report("lab2", ["b:22"], check=_check(qemu="9.2.0"))}, "refuse",
          "the labs differ: R1.qemu (lab1: 10.0.2; lab2: 9.2.0), R2.qemu (lab1: 10.0.2; lab2: 9.2.0); "),
+        # the labs named in their names' order, whatever order their workers answered in
+        ({"w2": _report("lab2", ["b:22"], check=_check(qemu="9.2.0")), "w1": _report("lab1", ["a:22"])}, "refuse",
+         "the labs differ: R1.qemu (lab1: 10.0.2; lab2: 9.2.0), R2.qemu (lab1: 10.0.2; lab2: 9.2.0); "),
     ],
 )  # fmt: skip
 def test_the_submitting_side_refuses_with_one_line(reports, choice, says):
