@@ -936,8 +936,11 @@ def rr_spike(
     """Latency of the request/response transactions around the migration.
 
     Definition: latency = t_done − t_send of an answered transaction (ms).  A transaction belongs
-    to a phase by its send time (by its scheduled time if it was never sent, t_send = −1): before =
-    [.., start_ns), during = [start_ns, end_ns + ``margin_s``], after = the rest.  Per phase: p50
+    to a phase by when it was in flight, from its send time to its answer (a transaction never
+    sent, t_send = −1, at its scheduled time; one never answered, until the end): before = over
+    before start_ns; after = sent after end_ns + ``margin_s``; during = the rest, every one in
+    flight at some time in [start_ns, end_ns + margin] (a request sent just before the window and
+    caught by the outage is the migration's, not the baseline's).  Per phase: p50
     and p99 (numpy linear interpolation) of the answered; count answered, unanswered (sent,
     t_done = −1) and not sent (busy: the flow's previous transaction was outstanding).  An
     unanswered transaction's latency is not 0: it counts as unanswered, and the phase's max is
@@ -958,8 +961,9 @@ def rr_spike(
         every = every[every >= 0]
         trace_end_ns = int(every.max()) if every.size else None
     when = np.where(send >= 0, send, sched)
+    over = np.where(send < 0, sched, np.where(done >= 0, done, np.iinfo(np.int64).max))
     hi = end_ns + int(margin_s * 1e9)
-    before, after = when < start_ns, when > hi
+    before, after = over < start_ns, when > hi
     during = ~before & ~after
     return RrSpike(
         margin_s,

@@ -329,6 +329,18 @@ def test_synthetic_rr_spike_with_unanswered_and_busy():
         rr_spike(sched, send, np.where(done >= 0, done - 2 * MS, -1), START, END)
 
 
+def test_synthetic_rr_request_sent_just_before_the_window_and_caught_by_it_is_during():
+    # sent 0.5 ms before the window starts, answered 1.85 s later: the outage's, not the baseline's
+    sched = np.arange(T0, T0 + 6_000 * MS, 10 * MS, dtype=np.int64)
+    send, done = sched.copy(), sched + MS
+    i = int(np.flatnonzero(sched >= START)[0]) - 1
+    send[i] = sched[i] = START - MS // 2
+    done[i] = send[i] + 1_850 * MS
+    r = rr_spike(sched, send, done, START, END, trace_end_ns=END_TRACE)
+    assert r.before.max_ms == pytest.approx(1.0)
+    assert r.during.max_ms == pytest.approx(1_850.0)
+
+
 def test_synthetic_time_to_recover_direct():
     t, b, _ = _flow(8, [S40])
     r = time_to_recover(t, b, START, S40[1])
