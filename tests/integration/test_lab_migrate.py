@@ -227,11 +227,12 @@ def test_hosts_check_fails_when_r1_cannot_reach_r2s_libvirt(lab, tmp_path):
     assert f"R1 cannot reach R2's libvirt at its libvirt_peer_uri {bad_uri}" in res.stdout + res.stderr
 
 
-@pytest.mark.parametrize("driver", ["qmp", "libvirt"])
-@pytest.mark.parametrize("mode", ["precopy", "stopcopy"])
+#: pre-copy by QMP, stop-and-copy by both drivers (libvirt's pre-copy on a lab adds no check of
+#: its own: its hosts' libvirtd, its release's and a SIGKILL of it are tested below)
+@pytest.mark.parametrize(("mode", "driver"), [("precopy", "qmp"), ("stopcopy", "qmp"), ("stopcopy", "libvirt")])
 def test_lab_migration_runs_every_helper_on_the_hosts(lab, tmp_path, mode, driver):
     inv = load(lab)
-    # one of the four also runs the other traffic: UDP flows both ways in IMIX and two TCP flows
+    # one of the three also runs the other traffic: UDP flows both ways in IMIX and two TCP flows
     mixed = mode == "stopcopy" and driver == "qmp"
     extra = ("--traffic", LAB_TRAFFIC) if mixed else ()
     run_dir, meta, summary = _run(lab, tmp_path, mode, driver, *extra)
