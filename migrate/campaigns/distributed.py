@@ -36,6 +36,7 @@ import json
 import logging
 import queue
 import secrets
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -233,8 +234,9 @@ def _require_lab() -> LabWorker:
 
 
 def run_point(spec: dict[str, Any]) -> dict[str, Any]:
-    """Run on a worker: one run of ``spec`` (run_id, scenario, labs allowed, fingerprint) on its
-    lab; returns the packed run directory and the engine's timestamps, or the error."""
+    """Run on a worker: one run of ``spec`` (run_id, scenario, labs allowed, every lab's
+    fingerprint as its report gave it: the run records its own lab's) on its lab; returns the
+    packed run directory and the engine's timestamps, or the error."""
     from distributed import get_worker
 
     lab = _require_lab()
@@ -251,8 +253,7 @@ def run_point(spec: dict[str, Any]) -> dict[str, Any]:
         "lab": lab.name,
         "inventory_sha256": lab.sha256,
         "address": me.address,
-        "fingerprint": spec.get("fingerprint"),
-        "fingerprint_sha256": spec.get("fingerprint_sha256"),
+        **(spec.get("fingerprints") or {}).get(lab.name, {"fingerprint": None, "fingerprint_sha256": None}),
     }
     spec_file.write_text(json.dumps({"scenario": spec["scenario"], "worker": worker_rec}))
     cp = _child(["point", str(lab.inventory), str(lab.results / "runs"), str(spec_file)], POINT_TIMEOUT_S)
@@ -291,8 +292,6 @@ def unpack(data: bytes, name: str, runs_root: Path) -> Path:
         (tmp / name).rename(dest)
         return dest
     finally:
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -360,8 +359,6 @@ def _precheck(scheduler: str, name: str) -> None:
 
 
 def _check(testbed: Path) -> dict[str, Any]:
-    import shutil
-
     from migrate.labs.check import check_inventory
     from migrate.testbed.inventory import load
 
@@ -607,7 +604,10 @@ def execute(
     order = meta["order"]
     pending = [r for r in order if r["run_id"] not in state["runs"]]
     by_name = {v: k for k, v in labs.names.items()}
-    fp_of = {r["lab"]: (r.get("fingerprint"), r.get("fingerprint_sha256")) for r in labs.reports.values()}
+    fingerprints = {
+        r["lab"]: {"fingerprint": r.get("fingerprint"), "fingerprint_sha256": r.get("fingerprint_sha256")}
+        for r in labs.reports.values()
+    }
 
     def spec_of(item: dict[str, Any], exclude: Sequence[str] = ()) -> tuple[dict[str, Any], list[str] | None]:
         sc = scenarios[item["point"]]
@@ -615,9 +615,8 @@ def execute(
         allowed = [a for a in labs.admitting(stack_key(sc)) if labs.names[a] not in exclude]
         if lab is not None:
             allowed = [by_name[lab]] if lab in by_name else []
-        fp, fps = fp_of.get(lab or labs.names[allowed[0]] if allowed else "", (None, None))
         spec = {"run_id": item["run_id"], "scenario": sc, "labs": sorted(labs.names[a] for a in allowed),
-                "fingerprint": fp, "fingerprint_sha256": fps}  # fmt: skip
+                "fingerprints": fingerprints}  # fmt: skip
         everyone = len(allowed) == len(labs.reports) and lab is None
         return spec, None if everyone else allowed
 

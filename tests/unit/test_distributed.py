@@ -155,3 +155,20 @@ def test_nics_no_run_of_the_campaign_uses_stay_out_of_the_fingerprint():
                                  "xenL": {"present": True, "driver": "tun", "mtu": 1500}}  # fmt: skip
     assert dd.fingerprint(check, STACKS)["R1.nics"] == "tun mtu 1500, veth mtu 1500"
     assert dd.fingerprint(check, STACKS, unused_nics={"R1": ["xenL"]})["R1.nics"] == "veth mtu 1500"
+
+
+def test_per_lab_table_compares_each_run_with_its_points_median_over_every_lab():
+    from migrate.campaigns.reporting import labs_rows
+
+    def run(lab: str, point: str, down: float, status: str = "completed") -> dict:
+        return {"lab": lab, "series": "s", "point": point, "status": status,
+                "downtime_packets_s": down, "duration_link_s": 1.0}  # fmt: skip
+
+    # synthetic: lab2 drew the slow point twice but is as fast as lab1 on each point; lab3 is 0.1 s slow
+    records = [run("lab1", "fast", 0.1), run("lab1", "slow", 1.0), run("lab2", "slow", 1.0), run("lab2", "slow", 1.0),
+               run("lab3", "fast", 0.2), run("lab3", "slow", 1.1), run("lab3", "fast", None, "failed")]  # fmt: skip
+    _, rows = labs_rows(records)
+    by = {r[0]: r for r in rows}
+    assert by["lab1"][1:3] == [2, 0] and by["lab3"][1:3] == [3, 1]
+    assert by["lab2"][3] == pytest.approx(0.0) and by["lab3"][3] > by["lab1"][3]
+    assert labs_rows([run("lab1", "fast", 0.1)]) == ([], [])  # one lab: no table
